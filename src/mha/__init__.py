@@ -1,0 +1,28 @@
+"""mha: multi-head attention, exact and tested, in NumPy and PyTorch.
+
+The NumPy reference (:mod:`mha.np_backend`) and the PyTorch implementation
+(:mod:`mha.torch_backend`) share function and argument names, so code switches backend
+by changing one import::
+
+    from mha import np_backend as F     # or: from mha import torch_backend as F
+    out, weights = F.multi_head_attention(x, x, x, params, mask)
+
+Shapes: inputs ``(B, L, D)`` and ``(B, S, D)``, per-head tensors ``(B, H, L, Dh)``,
+weights ``(B, H, L, S)``. Masks are boolean, True = may attend.
+"""
+
+from mha import np_backend, torch_backend
+from mha.module import MultiHeadAttention, from_torch_mha, to_torch_attn_mask, to_torch_mha
+from mha.params import MHAParams, init_params
+
+__all__ = [
+    "MHAParams",
+    "MultiHeadAttention",
+    "from_torch_mha",
+    "init_params",
+    "np_backend",
+    "to_torch_attn_mask",
+    "to_torch_mha",
+    "torch_backend",
+]
+__version__ = "0.1.0"

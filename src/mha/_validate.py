@@ -1,0 +1,148 @@
+"""Argument checks shared by the NumPy and PyTorch backends.
+
+Every check raises ``ValueError`` (a shape or value is wrong) or ``TypeError`` (a kind or
+dtype is wrong) with a message that names the argument, the rule and what it got. The
+checks only read ``.shape``, ``.ndim`` and ``.dtype``, so they work on NumPy arrays and on
+PyTorch tensors alike; the backend passes what differs (how to test for finiteness).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+FORMS = ("per_head", "fused", "packed")
+
+
+def check_sizes(d_model: Any, num_heads: Any) -> None:
+    """Check that ``d_model`` and ``num_heads`` are positive integers and H divides D."""
+    for name, value in (("d_model", d_model), ("num_heads", num_heads)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
+        if value <= 0:
+            raise ValueError(f"{name} must be positive; got {name}={value}")
+    if d_model % num_heads != 0:
+        raise ValueError(
+            f"num_heads must divide d_model; got d_model={d_model}, num_heads={num_heads}"
+        )
+
+
+def check_form(form: str) -> None:
+    """Check that ``form`` names one of the three MHA forms."""
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS}; got form={form!r}")
+
+
+def check_rank(name: str, x: Any, ndim: int, layout: str) -> None:
+    """Check that ``x`` has exactly ``ndim`` dimensions, ``layout`` naming them."""
+    if x.ndim != ndim:
+        raise ValueError(f"{name} must have shape {layout}; got {x.ndim}-D shape {tuple(x.shape)}")
+
+
+def check_float(name: str, x: Any, allowed: Sequence[Any]) -> None:
+    """Check that ``x.dtype`` is one of the ``allowed`` floating dtypes."""
+    if x.dtype not in allowed:
+        names = ", ".join(str(d) for d in allowed)
+        raise TypeError(f"{name} must have a floating dtype ({names}); got dtype {x.dtype}")
+
+
+def check_same_dtype(named: dict[str, Any]) -> None:
+    """Check that every non-None array in ``named`` has the same dtype."""
+    present = {name: x for name, x in named.items() if x is not None}
+    dtypes = {str(x.dtype) for x in present.values()}
+    if len(dtypes) > 1:
+        got = ", ".join(f"{name}={x.dtype}" for name, x in present.items())
+        raise TypeError(f"all inputs and parameters must share one dtype; got {got}")
+
+
+def check_finite(name: str, x: Any, all_finite: Callable[[Any], bool]) -> None:
+    """Check that ``x`` holds no NaN or infinity, which would spread through the softmax."""
+    if not all_finite(x):
+        raise ValueError(f"{name} must be finite; got NaN or infinite values")
+
+
+def check_nonempty(name: str, length: int, symbol: str) -> None:
+    """Check that a sequence length is at least one."""
+    if length < 1:
+        raise ValueError(f"{name} must have at least one position; got {symbol}={length}")
+
+
+def check_qkv(query: Any, key: Any, value: Any) -> tuple[int, int, int, int]:
+    """Check the per-head tensors of scaled dot-product attention.
+
+    Shape:
+        query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``.
+
+    Returns:
+        ``(L, S, Dh, Dv)``.
+    """
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.ndim < 2:
+            raise ValueError(
+                f"{name} must have shape (..., length, width); got {x.ndim}-D shape "
+                f"{tuple(x.shape)}"
+            )
+    L, d_q = query.shape[-2:]
+    S, d_k = key.shape[-2:]
+    S_v, d_v = value.shape[-2:]
+    if d_q != d_k:
+        raise ValueError(
+            f"query and key must have the same width; got query width {d_q}, key width {d_k}"
+        )
+    if S != S_v:
+        raise ValueError(f"key and value must have the same length; got key {S}, value {S_v}")
+    check_nonempty("query", L, "L")
+    check_nonempty("key", S, "S")
+    return L, S, d_q, d_v
+
+
+def check_mha_inputs(query: Any, key: Any, value: Any, d_model: int) -> tuple[int, int, int]:
+    """Check the inputs of multi-head attention against the model width.
+
+    Shape:
+        query ``(B, L, D)``, key and value ``(B, S, D)``.
+
+    Returns:
+        ``(B, L, S)``.
+    """
+    check_rank("query", query, 3, "(B, L, D)")
+    check_rank("key", key, 3, "(B, S, D)")
+    check_rank("value", value, 3, "(B, S, D)")
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.shape[-1] != d_model:
+            raise ValueError(
+                f"{name} width must equal d_model={d_model}; got {name}.shape={tuple(x.shape)}"
+            )
+    B, L, _ = query.shape
+    if key.shape[0] != B or value.shape[0] != B:
+        raise ValueError(
+            "query, key and value must share the batch size; got "
+            f"{B}, {key.shape[0]}, {value.shape[0]}"
+        )
+    S = key.shape[1]
+    if value.shape[1] != S:
+        raise ValueError(
+            f"key and value must have the same length; got key {S}, value {value.shape[1]}"
+        )
+    check_nonempty("query", L, "L")
+    check_nonempty("key", S, "S")
+    return B, L, S
+
+
+def check_mask(mask: Any, target: tuple[int, ...], is_bool: bool) -> None:
+    """Check that ``mask`` is boolean and broadcasts to ``target`` (``(..., L, S)``).
+
+    Broadcasting follows NumPy's rule: dimensions are aligned from the right and each
+    mask dimension must be 1 or equal the target's.
+    """
+    if not is_bool:
+        raise TypeError(
+            f"mask must be boolean (True = may attend); got dtype {mask.dtype}. "
+            "Convert an additive float mask with `mask = additive == 0`."
+        )
+    shape = tuple(mask.shape)
+    ok = len(shape) <= len(target) and all(
+        m in (1, t) for m, t in zip(reversed(shape), reversed(target), strict=False)
+    )
+    if not ok:
+        raise ValueError(f"mask must broadcast to {target} (B, H, L, S); got shape {shape}")

@@ -1,0 +1,195 @@
+"""A PyTorch module for multi-head attention, and converters to and from PyTorch's own.
+
+``MultiHeadAttention`` stores its weights in this package's layout (right-multiplied,
+``[W_q | W_k | W_v]`` packed as ``(D, 3D)``); ``torch.nn.MultiheadAttention`` stores
+``in_proj_weight`` as ``(3D, D)`` and left-multiplies, so the converters transpose.
+Masks: this package says True = may attend; ``nn.MultiheadAttention`` says True =
+blocked. :func:`to_torch_attn_mask` converts at that boundary and nowhere else.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mha import _validate as v
+from mha import torch_backend
+from mha.params import MHAParams, init_params
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with batch-first inputs and boolean keep-masks.
+
+    Args:
+        d_model: model width D.
+        num_heads: number of heads H; must divide D.
+        bias: whether the input and output projections have biases.
+        seed: seed of the initial parameters (see :func:`mha.params.init_params`); the
+            NumPy backend gets the same model from ``init_params(..., seed=seed)``.
+        dtype: parameter dtype (float64, float32 or bfloat16).
+        device: parameter device.
+
+    Shape:
+        query ``(B, L, D)``, key and value ``(B, S, D)``, mask broadcastable to
+        ``(B, H, L, S)``. Output ``(B, L, D)``, weights ``(B, H, L, S)``.
+
+    Raises:
+        ValueError, TypeError: as :func:`mha.torch_backend.multi_head_attention`.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        bias: bool = True,
+        *,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        v.check_sizes(d_model, num_heads)
+        params = init_params(d_model, num_heads, bias=bias, seed=seed).to_torch(dtype, device)
+        self.num_heads = num_heads
+        self.w_qkv = nn.Parameter(params.w_qkv)  # (D, 3D)
+        self.w_o = nn.Parameter(params.w_o)  # (D, D)
+        self.b_qkv = nn.Parameter(params.b_qkv) if bias else None  # (3D,)
+        self.b_o = nn.Parameter(params.b_o) if bias else None  # (D,)
+
+    @property
+    def d_model(self) -> int:
+        """Model width D."""
+        return self.w_qkv.shape[0]
+
+    @property
+    def d_head(self) -> int:
+        """Head width Dh."""
+        return self.d_model // self.num_heads
+
+    @classmethod
+    def from_params(
+        cls, params: MHAParams, dtype: torch.dtype | None = None
+    ) -> MultiHeadAttention:
+        """A module holding a copy of ``params`` (NumPy or PyTorch), cast to ``dtype``."""
+        t = params.to_torch(dtype)
+        module = cls(params.d_model, params.num_heads, bias=t.b_qkv is not None, dtype=t.dtype)
+        with torch.no_grad():
+            module.w_qkv.copy_(t.w_qkv)
+            module.w_o.copy_(t.w_o)
+            if t.b_qkv is not None:
+                module.b_qkv.copy_(t.b_qkv)
+            if (t.b_o is None) != (module.b_o is None):
+                raise ValueError("params must have both biases or neither (b_qkv and b_o)")
+            if t.b_o is not None:
+                module.b_o.copy_(t.b_o)
+        return module
+
+    def params(self) -> MHAParams:
+        """The parameters as ``MHAParams`` of this module's tensors (shared, not copied)."""
+        return MHAParams(self.w_qkv, self.w_o, self.b_qkv, self.b_o, self.num_heads)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        form: str = "packed",
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from ``query`` to ``key``/``value`` (self-attention when they are omitted).
+
+        Returns:
+            ``(output, weights)``; ``weights`` is ``None`` unless ``need_weights``.
+        """
+        key = query if key is None else key
+        value = key if value is None else value
+        return torch_backend.multi_head_attention(
+            query, key, value, self.params(), mask, form=form, need_weights=need_weights
+        )
+
+
+def to_torch_mha(
+    source: MultiHeadAttention | MHAParams, batch_first: bool = True
+) -> nn.MultiheadAttention:
+    """A ``torch.nn.MultiheadAttention`` computing the same map as ``source``.
+
+    PyTorch's module has biases on both projections or on neither; when ``source`` has
+    only one of them, the other is set to zero.
+
+    Args:
+        source: our module or parameters (NumPy or PyTorch).
+        batch_first: the layout of the returned module's inputs.
+
+    Returns:
+        A new ``nn.MultiheadAttention`` with copied weights, in ``source``'s dtype.
+    """
+    p = source.params() if isinstance(source, MultiHeadAttention) else source
+    p = p.to_torch()
+    has_bias = p.b_qkv is not None or p.b_o is not None
+    m = nn.MultiheadAttention(
+        p.d_model, p.num_heads, bias=has_bias, batch_first=batch_first, dtype=p.dtype
+    )
+    with torch.no_grad():
+        m.in_proj_weight.copy_(p.w_qkv.T)  # (D, 3D) -> (3D, D)
+        m.out_proj.weight.copy_(p.w_o.T)  # (D, D), transposed
+        if has_bias:
+            m.in_proj_bias.copy_(p.b_qkv if p.b_qkv is not None else 0.0)
+            m.out_proj.bias.copy_(p.b_o if p.b_o is not None else 0.0)
+    return m
+
+
+def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
+    """Our module computing the same map as ``m`` (whatever its ``batch_first``).
+
+    Our module is always batch first: feed it ``(B, L, D)`` even if ``m`` took
+    ``(L, B, D)``.
+
+    Raises:
+        ValueError: if ``m`` uses features this package does not have (separate key and
+            value widths, ``add_bias_kv``, ``add_zero_attn``).
+        TypeError: if ``m`` is not an ``nn.MultiheadAttention``.
+    """
+    if not isinstance(m, nn.MultiheadAttention):
+        raise TypeError(f"m must be a torch.nn.MultiheadAttention; got {type(m).__name__}")
+    if not m._qkv_same_embed_dim:
+        raise ValueError("m must have kdim == vdim == embed_dim; got separate key/value widths")
+    if m.bias_k is not None or m.add_zero_attn:
+        raise ValueError("m must not use add_bias_kv or add_zero_attn")
+    w = m.in_proj_weight.detach()
+    has_bias = m.in_proj_bias is not None
+    params = MHAParams(
+        w_qkv=w.T.clone(),  # (3D, D) -> (D, 3D)
+        w_o=m.out_proj.weight.detach().T.clone(),
+        b_qkv=m.in_proj_bias.detach().clone() if has_bias else None,
+        b_o=m.out_proj.bias.detach().clone() if has_bias else None,
+        num_heads=m.num_heads,
+    )
+    return MultiHeadAttention.from_params(params)
+
+
+def to_torch_attn_mask(mask: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Convert our keep-mask to ``nn.MultiheadAttention``'s ``attn_mask`` (True = blocked).
+
+    Args:
+        mask: boolean, True = may attend, broadcastable to ``(B, H, L, S)`` with B, L
+            and S taken from its own shape where they are not 1.
+        num_heads: H, since PyTorch wants a 3-D mask as ``(B * H, L, S)``.
+
+    Shape:
+        ``(L, S)`` stays ``(L, S)``; a 4-D ``(B, H|1, L, S)`` mask becomes ``(B * H, L, S)``.
+
+    Raises:
+        TypeError: if ``mask`` is not boolean.
+        ValueError: if ``mask`` is neither 2-D nor 4-D.
+    """
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be boolean (True = may attend); got dtype {mask.dtype}")
+    if mask.ndim == 2:
+        return ~mask
+    if mask.ndim != 4:
+        raise ValueError(f"mask must be 2-D (L, S) or 4-D (B, H, L, S); got {mask.ndim}-D")
+    B, _, L, S = mask.shape
+    full = mask.expand(B, num_heads, L, S)  # (B, H|1, L, S) -> (B, H, L, S)
+    return ~full.reshape(B * num_heads, L, S)  # -> (B * H, L, S), True = blocked

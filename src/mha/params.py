@@ -1,0 +1,227 @@
+"""The parameters of one multi-head attention layer, shared by both backends.
+
+``MHAParams`` holds NumPy arrays or PyTorch tensors. The query, key and value weights
+are stored packed side by side in one ``(D, 3D)`` matrix, so the packed form needs no
+copy; ``w_q``, ``w_k`` and ``w_v`` are views of its three column blocks. Weights multiply
+on the right: ``q = x @ w_q``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from mha._validate import check_sizes
+
+Array = Any  # a numpy.ndarray or a torch.Tensor
+
+
+def _concat(parts: list[Array], axis: int) -> Array:
+    if isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts, axis=axis)
+    import torch
+
+    return torch.cat(parts, dim=axis)
+
+
+@dataclass(frozen=True)
+class MHAParams:
+    """Weights and biases of a multi-head attention layer.
+
+    Args:
+        w_qkv: query, key and value weights packed as ``[W_q | W_k | W_v]``.
+        w_o: output weights ``W^O``.
+        b_qkv: packed biases ``[b_q | b_k | b_v]``, or ``None`` for no input bias.
+        b_o: output bias, or ``None``.
+        num_heads: number of heads H.
+
+    Shape:
+        w_qkv ``(D, 3D)``, w_o ``(D, D)``, b_qkv ``(3D,)``, b_o ``(D,)``.
+
+    Raises:
+        ValueError: if a shape does not match, or H does not divide D.
+        TypeError: if ``num_heads`` is not an int.
+    """
+
+    w_qkv: Array
+    w_o: Array
+    b_qkv: Array | None
+    b_o: Array | None
+    num_heads: int
+
+    def __post_init__(self) -> None:
+        if self.w_qkv.ndim != 2 or self.w_qkv.shape[1] != 3 * self.w_qkv.shape[0]:
+            raise ValueError(f"w_qkv must have shape (D, 3D); got {tuple(self.w_qkv.shape)}")
+        D = self.w_qkv.shape[0]
+        check_sizes(D, self.num_heads)
+        if tuple(self.w_o.shape) != (D, D):
+            raise ValueError(f"w_o must have shape (D, D) = ({D}, {D}); got {tuple(self.w_o.shape)}")
+        if self.b_qkv is not None and tuple(self.b_qkv.shape) != (3 * D,):
+            raise ValueError(f"b_qkv must have shape (3D,) = ({3 * D},); got {tuple(self.b_qkv.shape)}")
+        if self.b_o is not None and tuple(self.b_o.shape) != (D,):
+            raise ValueError(f"b_o must have shape (D,) = ({D},); got {tuple(self.b_o.shape)}")
+
+    @classmethod
+    def from_qkv(
+        cls,
+        w_q: Array,
+        w_k: Array,
+        w_v: Array,
+        w_o: Array,
+        num_heads: int,
+        b_q: Array | None = None,
+        b_k: Array | None = None,
+        b_v: Array | None = None,
+        b_o: Array | None = None,
+    ) -> MHAParams:
+        """Build parameters from separate ``(D, D)`` query, key and value weights.
+
+        The input biases are given all three or none.
+        """
+        biases = (b_q, b_k, b_v)
+        if any(b is None for b in biases) and not all(b is None for b in biases):
+            raise ValueError("b_q, b_k and b_v must be given all three or none")
+        for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
+            if tuple(w.shape) != tuple(w_o.shape):
+                raise ValueError(
+                    f"{name} must have the shape of w_o {tuple(w_o.shape)}; got {tuple(w.shape)}"
+                )
+        b_qkv = None if b_q is None else _concat([b_q, b_k, b_v], axis=0)
+        return cls(_concat([w_q, w_k, w_v], axis=1), w_o, b_qkv, b_o, num_heads)
+
+    @property
+    def d_model(self) -> int:
+        """Model width D."""
+        return int(self.w_qkv.shape[0])
+
+    @property
+    def d_head(self) -> int:
+        """Head width Dh = D // H."""
+        return self.d_model // self.num_heads
+
+    @property
+    def dtype(self) -> Any:
+        """The dtype of the weights."""
+        return self.w_qkv.dtype
+
+    @property
+    def w_q(self) -> Array:
+        """Query weights ``(D, D)``, a view of ``w_qkv``."""
+        return self.w_qkv[:, : self.d_model]
+
+    @property
+    def w_k(self) -> Array:
+        """Key weights ``(D, D)``, a view of ``w_qkv``."""
+        return self.w_qkv[:, self.d_model : 2 * self.d_model]
+
+    @property
+    def w_v(self) -> Array:
+        """Value weights ``(D, D)``, a view of ``w_qkv``."""
+        return self.w_qkv[:, 2 * self.d_model :]
+
+    def _bias(self, i: int) -> Array | None:
+        if self.b_qkv is None:
+            return None
+        return self.b_qkv[i * self.d_model : (i + 1) * self.d_model]
+
+    @property
+    def b_q(self) -> Array | None:
+        """Query bias ``(D,)`` or ``None``."""
+        return self._bias(0)
+
+    @property
+    def b_k(self) -> Array | None:
+        """Key bias ``(D,)`` or ``None``."""
+        return self._bias(1)
+
+    @property
+    def b_v(self) -> Array | None:
+        """Value bias ``(D,)`` or ``None``."""
+        return self._bias(2)
+
+    def head(self, h: int) -> dict[str, Array]:
+        """The blocks of head ``h``: ``w_q``, ``w_k``, ``w_v`` ``(D, Dh)``, ``w_o`` ``(Dh, D)``."""
+        if not 0 <= h < self.num_heads:
+            raise ValueError(f"h must be in [0, num_heads={self.num_heads}); got h={h}")
+        cols = slice(h * self.d_head, (h + 1) * self.d_head)
+        return {
+            "w_q": self.w_q[:, cols],
+            "w_k": self.w_k[:, cols],
+            "w_v": self.w_v[:, cols],
+            "w_o": self.w_o[cols, :],
+        }
+
+    def map(self, fn: Any) -> MHAParams:
+        """Apply ``fn`` to every array (e.g. a dtype cast); ``None`` biases stay ``None``."""
+        return replace(
+            self,
+            w_qkv=fn(self.w_qkv),
+            w_o=fn(self.w_o),
+            b_qkv=None if self.b_qkv is None else fn(self.b_qkv),
+            b_o=None if self.b_o is None else fn(self.b_o),
+        )
+
+    def to_numpy(self, dtype: Any = None) -> MHAParams:
+        """A NumPy copy, cast to ``dtype`` if given."""
+
+        def convert(x: Array) -> np.ndarray:
+            if not isinstance(x, np.ndarray):
+                x = x.detach().cpu()
+                if str(x.dtype) == "torch.bfloat16":
+                    x = x.float()
+                x = x.numpy()
+            return np.array(x, dtype=dtype or x.dtype)
+
+        return self.map(convert)
+
+    def to_torch(self, dtype: Any = None, device: Any = None) -> MHAParams:
+        """A PyTorch copy, cast to ``dtype`` and moved to ``device`` if given."""
+        import torch
+
+        def convert(x: Array) -> Any:
+            t = torch.as_tensor(x).detach().clone()
+            return t.to(dtype=dtype or t.dtype, device=device)
+
+        return self.map(convert)
+
+
+def init_params(
+    d_model: int,
+    num_heads: int,
+    *,
+    bias: bool = True,
+    seed: int = 0,
+    dtype: Any = np.float64,
+) -> MHAParams:
+    """Random parameters drawn with NumPy from one seed, for either backend.
+
+    Weights are drawn i.i.d. from ``N(0, 1/D)`` so that ``x @ W`` keeps the scale of
+    ``x``; biases (when ``bias``) from ``N(0, 0.02^2)``, small but non-zero so that code
+    which forgets a bias is caught by the tests. Use ``.to_torch()`` for PyTorch: the
+    same seed then gives the same model in both backends.
+
+    Args:
+        d_model: model width D.
+        num_heads: number of heads H; must divide D.
+        bias: whether to draw the input and output biases.
+        seed: seed of ``numpy.random.default_rng``.
+        dtype: NumPy floating dtype of the result.
+
+    Returns:
+        ``MHAParams`` holding NumPy arrays.
+
+    Raises:
+        ValueError: if a size is not positive or H does not divide D.
+        TypeError: if a size is not an int.
+    """
+    check_sizes(d_model, num_heads)
+    rng = np.random.default_rng(seed)
+    D = d_model
+    w_qkv = rng.standard_normal((D, 3 * D)) / np.sqrt(D)
+    w_o = rng.standard_normal((D, D)) / np.sqrt(D)
+    b_qkv = 0.02 * rng.standard_normal(3 * D) if bias else None
+    b_o = 0.02 * rng.standard_normal(D) if bias else None
+    params = MHAParams(w_qkv, w_o, b_qkv, b_o, num_heads)
+    return params.to_numpy(dtype)

@@ -1,0 +1,319 @@
+"""Multi-head attention in PyTorch, with the names and arguments of :mod:`mha.np_backend`.
+
+Inputs are batch first: ``(B, L, D)`` queries and ``(B, S, D)`` keys/values. Masks are
+boolean, **True = may attend**, broadcastable to ``(B, H, L, S)``: the convention of
+``torch.nn.functional.scaled_dot_product_attention``, and the opposite of
+``torch.nn.MultiheadAttention`` (see :mod:`mha.module` for the conversion).
+
+A fully masked query row gets all-zero weights and a zero attention output, as in the
+NumPy backend and in ``scaled_dot_product_attention``. When no weights are requested,
+the fused and packed forms call ``scaled_dot_product_attention``, which never stores the
+``(B, H, L, S)`` score tensor.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from mha import _validate as v
+from mha.params import MHAParams
+
+FLOATS = (torch.float64, torch.float32, torch.bfloat16)
+
+
+def _finite(x: torch.Tensor) -> bool:
+    return bool(torch.isfinite(x).all())
+
+
+def _check_tensor(name: str, x: object) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    v.check_float(name, x, FLOATS)
+    v.check_finite(name, x, _finite)
+
+
+def _check_mask(mask: object, target: tuple[int, ...]) -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor of bool; got {type(mask).__name__}")
+    v.check_mask(mask, target, mask.dtype == torch.bool)
+
+
+def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | None = None):
+    """Boolean causal mask: query ``i`` may attend to keys ``j <= i``.
+
+    Args:
+        q_len: query length L.
+        kv_len: key length S (defaults to L), aligned at the start as in
+            ``scaled_dot_product_attention(is_causal=True)``.
+        device: where to create the mask.
+
+    Shape:
+        Returns ``(L, S)``.
+
+    Raises:
+        ValueError: if a length is not positive.
+    """
+    kv_len = q_len if kv_len is None else kv_len
+    v.check_nonempty("q_len", q_len, "L")
+    v.check_nonempty("kv_len", kv_len, "S")
+    return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril()
+
+
+def key_padding_mask(lengths, kv_len: int) -> torch.Tensor:
+    """Boolean mask letting each batch element attend only to its first ``lengths[b]`` keys.
+
+    Shape:
+        lengths ``(B,)``; returns ``(B, 1, 1, S)``, which broadcasts to ``(B, H, L, S)``.
+
+    Raises:
+        ValueError: if ``lengths`` is not 1-D or a length is outside ``[0, S]``.
+    """
+    lengths = torch.as_tensor(lengths)
+    v.check_nonempty("kv_len", kv_len, "S")
+    if lengths.ndim != 1:
+        raise ValueError(f"lengths must have shape (B,); got shape {tuple(lengths.shape)}")
+    if ((lengths < 0) | (lengths > kv_len)).any():
+        raise ValueError(f"lengths must lie in [0, kv_len={kv_len}]; got {lengths.tolist()}")
+    keep = torch.arange(kv_len, device=lengths.device)[None, :] < lengths[:, None]  # (B, S)
+    return keep[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
+
+
+def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Masked softmax over the last dimension (out of place, so autograd works).
+
+    Masked entries get weight exactly 0; a row with every entry masked gets all zeros
+    (and zero gradient, never NaN). Low-precision scores are normalised in float32.
+
+    Shape:
+        scores ``(..., L, S)``; mask broadcastable to it. Returns ``(..., L, S)``.
+    """
+    low = scores.dtype in (torch.float16, torch.bfloat16)
+    work = scores.float() if low else scores
+    if mask is None:
+        weights = torch.softmax(work, dim=-1)
+    else:
+        any_allowed = mask.any(dim=-1, keepdim=True)  # (..., L, 1)
+        work = work.masked_fill(~mask, float("-inf"))
+        work = work.masked_fill(~any_allowed, 0.0)  # fully masked rows: finite, then zeroed
+        weights = torch.softmax(work, dim=-1) * any_allowed
+    return weights.to(scores.dtype)
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``softmax(Q K^T / sqrt(Dh)) V`` with an optional boolean mask.
+
+    Args:
+        query: queries.
+        key: keys, the same width as ``query``.
+        value: values, the same length as ``key``.
+        mask: boolean, True = may attend; broadcastable to ``(..., L, S)``.
+
+    Shape:
+        query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``.
+        Returns output ``(..., L, Dv)`` and weights ``(..., L, S)``.
+
+    Raises:
+        ValueError: on mismatched shapes, empty sequences, a mask that does not
+            broadcast, or non-finite inputs.
+        TypeError: on non-float or mixed dtypes, or a non-boolean mask.
+    """
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        _check_tensor(name, x)
+    v.check_same_dtype({"query": query, "key": key, "value": value})
+    L, S, _, _ = v.check_qkv(query, key, value)
+    if mask is not None:
+        _check_mask(mask, (*query.shape[:-2], L, S))
+    return _attend(query, key, value, mask)
+
+
+def _attend(q, k, v_, mask):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(-1, -2)) * scale  # (..., L, Dh) @ (..., Dh, S) -> (..., L, S)
+    weights = softmax(scores, mask)  # (..., L, S)
+    return weights @ v_, weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
+
+
+def _attend_fast(q, k, v_, mask):
+    """SDPA without materialising weights; fully masked rows give zeros, as in ``_attend``."""
+    return F.scaled_dot_product_attention(q, k, v_, attn_mask=mask)  # (B, H, L, Dh)
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Split the model width into heads (a view; no copy).
+
+    Shape:
+        ``(B, L, D)`` -> ``(B, H, L, Dh)``.
+
+    Raises:
+        ValueError: if ``x`` is not 3-D or H does not divide its width.
+    """
+    v.check_rank("x", x, 3, "(B, L, D)")
+    B, L, D = x.shape
+    v.check_sizes(D, num_heads)
+    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)  # -> (B, H, L, Dh)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate the heads back into the model width (the inverse of ``split_heads``).
+
+    Shape:
+        ``(B, H, L, Dh)`` -> ``(B, L, D)``.
+
+    Raises:
+        ValueError: if ``x`` is not 4-D.
+    """
+    v.check_rank("x", x, 4, "(B, H, L, Dh)")
+    B, H, L, Dh = x.shape
+    return x.transpose(1, 2).reshape(B, L, H * Dh)  # (B, H, L, Dh) -> (B, L, D)
+
+
+def _linear(x, w, b):
+    return x @ w if b is None else torch.addmm(b, x.reshape(-1, x.shape[-1]), w).view(
+        *x.shape[:-1], w.shape[-1]
+    )
+
+
+def _check_mha(query, key, value, params, mask, form):
+    if not isinstance(params, MHAParams):
+        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
+    v.check_form(form)
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        _check_tensor(name, x)
+    B, L, S = v.check_mha_inputs(query, key, value, params.d_model)
+    named = {"query": query, "key": key, "value": value}
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        x = getattr(params, name)
+        if x is not None:
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(
+                    f"params.{name} must be a torch.Tensor; got {type(x).__name__} "
+                    "(convert with params.to_torch())"
+                )
+            named[f"params.{name}"] = x
+    v.check_same_dtype(named)
+    if mask is not None:
+        _check_mask(mask, (B, params.num_heads, L, S))
+
+
+def multi_head_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    params: MHAParams,
+    mask: torch.Tensor | None = None,
+    *,
+    form: str = "fused",
+    need_weights: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``Concat(head_1, ..., head_H) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
+
+    The forms and arguments are those of :func:`mha.np_backend.multi_head_attention`.
+    With ``need_weights=False`` the fused and packed forms use
+    ``torch.nn.functional.scaled_dot_product_attention`` (the fast path).
+
+    Shape:
+        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
+        and weights ``(B, H, L, S)`` (or ``None`` when ``need_weights`` is False).
+
+    Raises:
+        ValueError: on mismatched shapes, empty sequences, a mask that does not
+            broadcast, non-finite inputs or an unknown ``form``.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
+    """
+    _check_mha(query, key, value, params, mask, form)
+    H, D = params.num_heads, params.d_model
+    if form == "per_head":
+        heads, weights = [], []
+        for h in range(H):
+            blk = params.head(h)
+            cols = slice(h * params.d_head, (h + 1) * params.d_head)
+            b = {n: None if getattr(params, n) is None else getattr(params, n)[cols]
+                 for n in ("b_q", "b_k", "b_v")}
+            q = _linear(query, blk["w_q"], b["b_q"])  # (B, L, D) -> (B, L, Dh)
+            k = _linear(key, blk["w_k"], b["b_k"])  # (B, S, D) -> (B, S, Dh)
+            val = _linear(value, blk["w_v"], b["b_v"])  # (B, S, D) -> (B, S, Dh)
+            head_mask = None if mask is None else _head_slice(mask, h)
+            out_h, w_h = _attend(q, k, val, head_mask)  # (B, L, Dh), (B, L, S)
+            heads.append(out_h)
+            weights.append(w_h)
+        out = _linear(torch.cat(heads, dim=-1), params.w_o, params.b_o)  # (B, L, D)
+        return out, (torch.stack(weights, dim=1) if need_weights else None)  # (B, H, L, S)
+
+    if form == "packed" and query is key and key is value:
+        qkv = _linear(query, params.w_qkv, params.b_qkv)  # (B, L, D) -> (B, L, 3D)
+        q, k, val = qkv.split(D, dim=-1)  # 3 x (B, L, D)
+    elif form == "packed" and key is value:
+        b_kv = None if params.b_qkv is None else params.b_qkv[D:]
+        q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
+        k, val = _linear(key, params.w_qkv[:, D:], b_kv).split(D, dim=-1)  # 2 x (B, S, D)
+    else:
+        q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
+        k = _linear(key, params.w_k, params.b_k)  # (B, S, D)
+        val = _linear(value, params.w_v, params.b_v)  # (B, S, D)
+    q, k, val = (split_heads(t, H) for t in (q, k, val))  # (B, H, L|S, Dh)
+    if need_weights:
+        out, weights = _attend(q, k, val, mask)  # (B, H, L, Dh), (B, H, L, S)
+    else:
+        out, weights = _attend_fast(q, k, val, mask), None  # (B, H, L, Dh)
+    out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
+    return out, weights
+
+
+def _head_slice(mask: torch.Tensor, h: int) -> torch.Tensor:
+    """The part of a ``(..., H|1, L, S)``-broadcastable mask that applies to head ``h``."""
+    if mask.ndim < 3:
+        return mask  # (L, S) or (S,): the same for every head
+    return mask[..., h if mask.shape[-3] > 1 else 0, :, :]  # (B|1, H|1, L, S) -> (B|1, L, S)
+
+
+def layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """Layer normalisation over the last dimension, as ``torch.nn.LayerNorm``.
+
+    Shape:
+        x ``(..., D)``, weight and bias ``(D,)``. Returns ``(..., D)``.
+
+    Raises:
+        ValueError: if ``eps`` is not positive or ``weight``/``bias`` are not ``(D,)``.
+    """
+    if not eps > 0:
+        raise ValueError(f"eps must be positive; got eps={eps}")
+    D = x.shape[-1]
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and tuple(p.shape) != (D,):
+            raise ValueError(f"{name} must have shape (D,) = ({D},); got {tuple(p.shape)}")
+    return F.layer_norm(x, (D,), weight, bias, eps)
+
+
+def attention_block(
+    x: torch.Tensor,
+    params: MHAParams,
+    mask: torch.Tensor | None = None,
+    *,
+    ln_weight: torch.Tensor | None = None,
+    ln_bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    form: str = "fused",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual block ``LayerNorm(X + MultiHead(X))`` (post-norm, as in Vaswani et al.).
+
+    Shape:
+        x ``(B, L, D)``. Returns output ``(B, L, D)`` and weights ``(B, H, L, L)``.
+
+    Raises:
+        The errors of :func:`multi_head_attention` and :func:`layer_norm`.
+    """
+    attn, weights = multi_head_attention(x, x, x, params, mask, form=form)
+    return layer_norm(x + attn, ln_weight, ln_bias, eps), weights
