@@ -1,0 +1,34 @@
+"""Shared fixtures: the repository root and the built site (built once per session)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def built_site() -> Path:
+    """Build the book with the README's build script and return ``_build/html``.
+
+    The build executes every chapter (with the execution cache) and fails on any
+    warning, so a fixture failure here is a broken book.
+    """
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build_book.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"book build failed:\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
+    return ROOT / "_build" / "html"
