@@ -1,0 +1,371 @@
+"""Head detectors: one score in ``[0, 1]`` per attention pattern, saying what a head does.
+
+Each detector takes attention ``weights`` of shape ``(..., L, S)`` whose rows are
+probability distributions over the S keys (one row per query) and returns one score per
+leading index, shape ``(...)``: for the weights ``(B, H, L, S)`` of a batch, a ``(B, H)``
+array of scores, one per sentence and head. A score of 1 means the head follows the
+pattern exactly; the scores are plain averages of attention mass, so they read as
+"the fraction of its attention the head puts where the pattern says".
+
+Detectors (score, and the pattern that scores 1):
+
+- :func:`previous_token_score`: mean over queries ``i >= 1`` of ``w[i, i-1]``; look one back.
+- :func:`next_token_score`: mean over queries ``i <= L-2`` of ``w[i, i+1]``; look one ahead.
+- :func:`self_score`: mean of the diagonal ``w[i, i]``; attend to oneself.
+- :func:`first_token_score`: mean over queries of ``w[i, 0]``; a sink on key 0 ([CLS]).
+- :func:`token_class_score`: mean over queries of the mass on a class of keys.
+- :func:`broadness_score`: mean over queries of ``H(w[i]) / log(S_i)``; uniform rows.
+- :func:`arc_score`: mean over arc queries of the mass on their arc targets.
+
+The positional detectors (previous, next, self) need self-attention, ``L == S``. Rows must
+be non-negative and sum to 1 within ``ROW_SUM_ATOL``; scores are computed in float64 from
+the rows divided by their sums, so the rounding of float32 softmax cannot push a score
+outside ``[0, 1]``. Inputs may be NumPy arrays or anything ``numpy.asarray`` accepts (such
+as a CPU ``torch.Tensor``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+ROW_SUM_ATOL = 1e-4
+"""How far a row of ``weights`` may sum from 1 (float32 softmax rounding is far below it)."""
+
+SCORE_NAMES = ("previous_token", "next_token", "self", "first_token", "broadness")
+"""The detectors that :func:`all_scores` always runs (on square weights)."""
+
+
+def _check_weights(weights: Any, name: str = "weights") -> np.ndarray:
+    """Check that ``weights`` is a float array ``(..., L, S)`` of probability rows.
+
+    Returns:
+        The weights in float64, each row divided by its sum.
+    """
+    w = np.asarray(weights)
+    if not np.issubdtype(w.dtype, np.floating):
+        raise TypeError(
+            f"{name} must be a floating array of attention weights; got dtype {w.dtype}"
+        )
+    if w.ndim < 2:
+        raise ValueError(f"{name} must have shape (..., L, S); got {w.ndim}-D shape {w.shape}")
+    if w.shape[-2] < 1 or w.shape[-1] < 1:
+        raise ValueError(f"{name} must have at least one query and one key; got shape {w.shape}")
+    w = w.astype(np.float64)
+    if not np.isfinite(w).all():
+        raise ValueError(f"{name} must be finite; got NaN or infinite values")
+    if (w < 0).any():
+        raise ValueError(
+            f"{name} must be non-negative (rows are distributions); got min {w.min():.3g}"
+        )
+    sums = w.sum(axis=-1, keepdims=True)  # (..., L, 1)
+    bad = np.abs(sums - 1.0) > ROW_SUM_ATOL
+    if bad.any():
+        worst = float(sums.reshape(-1)[np.argmax(np.abs(sums - 1.0))])
+        raise ValueError(
+            f"{name} rows must each sum to 1 (within {ROW_SUM_ATOL}); got {int(bad.sum())} "
+            f"row(s) that do not, e.g. a row summing to {worst:.6g}"
+        )
+    return w / sums
+
+
+def _check_square(w: np.ndarray, name: str, detector: str) -> None:
+    if w.shape[-2] != w.shape[-1]:
+        raise ValueError(
+            f"{name} must be square (..., L, L) self-attention for {detector}; got shape {w.shape}"
+        )
+
+
+def _score(x: np.ndarray) -> np.ndarray:
+    return np.asarray(np.clip(x, 0.0, 1.0))
+
+
+def previous_token_score(weights: Any) -> np.ndarray:
+    """Mean weight a query puts on the token just before it.
+
+    ``score = mean_{i=1..L-1} w[i, i-1]``; query 0 has no previous token and is left out.
+    1 for a head that always looks one step back (a causal or bidirectional pattern alike).
+
+    Args:
+        weights: attention weights, rows summing to 1.
+
+    Shape:
+        weights ``(..., L, L)`` with ``L >= 2``. Returns ``(...)``.
+
+    Raises:
+        ValueError: if ``weights`` is not square, has ``L < 2``, or its rows are not
+            distributions.
+        TypeError: if ``weights`` is not a floating array.
+    """
+    w = _check_weights(weights)
+    _check_square(w, "weights", "previous_token_score")
+    if w.shape[-1] < 2:
+        raise ValueError(f"weights must have L >= 2 for previous_token_score; got shape {w.shape}")
+    prev = np.diagonal(w, offset=-1, axis1=-2, axis2=-1)  # (..., L, L) -> (..., L-1)
+    return _score(prev.mean(axis=-1))  # (..., L-1) -> (...)
+
+
+def next_token_score(weights: Any) -> np.ndarray:
+    """Mean weight a query puts on the token just after it (needs bidirectional attention).
+
+    ``score = mean_{i=0..L-2} w[i, i+1]``; the last query has no next token and is left out.
+    A causal head scores 0: it cannot see the next token.
+
+    Shape:
+        weights ``(..., L, L)`` with ``L >= 2``. Returns ``(...)``.
+
+    Raises:
+        ValueError: if ``weights`` is not square, has ``L < 2``, or its rows are not
+            distributions.
+        TypeError: if ``weights`` is not a floating array.
+    """
+    w = _check_weights(weights)
+    _check_square(w, "weights", "next_token_score")
+    if w.shape[-1] < 2:
+        raise ValueError(f"weights must have L >= 2 for next_token_score; got shape {w.shape}")
+    nxt = np.diagonal(w, offset=1, axis1=-2, axis2=-1)  # (..., L, L) -> (..., L-1)
+    return _score(nxt.mean(axis=-1))  # (..., L-1) -> (...)
+
+
+def self_score(weights: Any) -> np.ndarray:
+    """Mean weight a query puts on its own position: ``mean_i w[i, i]``.
+
+    Shape:
+        weights ``(..., L, L)``. Returns ``(...)``.
+
+    Raises:
+        ValueError: if ``weights`` is not square or its rows are not distributions.
+        TypeError: if ``weights`` is not a floating array.
+    """
+    w = _check_weights(weights)
+    _check_square(w, "weights", "self_score")
+    return _score(np.diagonal(w, axis1=-2, axis2=-1).mean(axis=-1))  # (..., L) -> (...)
+
+
+def first_token_score(weights: Any) -> np.ndarray:
+    """Mean weight the queries put on key 0: the [CLS] token of BERT, an attention sink.
+
+    ``score = mean_i w[i, 0]``. Heads that park their attention on a fixed first token
+    when nothing else fits score near 1 (Clark et al. 2019; Xiao et al. 2023).
+
+    Shape:
+        weights ``(..., L, S)``. Returns ``(...)``.
+
+    Raises:
+        ValueError: if the rows of ``weights`` are not distributions.
+        TypeError: if ``weights`` is not a floating array.
+    """
+    w = _check_weights(weights)
+    return _score(w[..., :, 0].mean(axis=-1))  # (..., L) -> (...)
+
+
+def _check_key_mask(key_in_class: Any, w: np.ndarray) -> np.ndarray:
+    k = np.asarray(key_in_class)
+    if k.dtype != np.bool_:
+        raise TypeError(f"key_in_class must be a boolean array over the keys; got dtype {k.dtype}")
+    S = w.shape[-1]
+    if k.ndim < 1 or k.shape[-1] != S:
+        raise ValueError(f"key_in_class must have shape (S,) = ({S},); got shape {k.shape}")
+    try:
+        np.broadcast_shapes(k.shape[:-1], w.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"key_in_class must have shape (S,) or broadcast to weights' leading shape "
+            f"{w.shape[:-2]} + (S,); got shape {k.shape}"
+        ) from None
+    return k
+
+
+def token_class_score(weights: Any, key_in_class: Any) -> np.ndarray:
+    """Mean total weight the queries put on the keys of one class (e.g. punctuation, [SEP]).
+
+    ``score = mean_i sum_{j in class} w[i, j]``. 1 for a head that attends only to
+    the class; ``|class| / S`` for a uniform head.
+
+    Args:
+        weights: attention weights, rows summing to 1.
+        key_in_class: boolean, True for the keys in the class.
+
+    Shape:
+        weights ``(..., L, S)``; key_in_class ``(S,)`` (or ``(..., S)``, broadcasting with
+        the leading shape of ``weights``). Returns ``(...)``.
+
+    Raises:
+        ValueError: if ``key_in_class`` does not have S entries, or the rows of
+            ``weights`` are not distributions.
+        TypeError: if ``key_in_class`` is not boolean or ``weights`` not floating.
+    """
+    w = _check_weights(weights)
+    k = _check_key_mask(key_in_class, w)
+    mass = (w * k[..., None, :]).sum(axis=-1)  # (..., L, S) -> (..., L)
+    return _score(mass.mean(axis=-1))  # (..., L) -> (...)
+
+
+def broadness_score(weights: Any, mask: Any = None) -> np.ndarray:
+    """Mean normalised entropy of the rows: 1 for uniform attention, 0 for one-hot.
+
+    ``score = mean_i H(w[i]) / log(S_i)`` with ``H(p) = -sum_j p_j log p_j`` and ``S_i`` the
+    number of keys query ``i`` may attend to: all S keys, or those allowed by ``mask``
+    (pass the causal mask for a causal head, so that a causal uniform head scores 1).
+    Rows with ``S_i < 2`` carry no choice and are left out of the mean.
+
+    Args:
+        weights: attention weights, rows summing to 1.
+        mask: optional boolean keep-mask (True = may attend) broadcastable to ``(L, S)``
+            or to ``weights``; weights must be 0 where it is False.
+
+    Shape:
+        weights ``(..., L, S)``. Returns ``(...)``.
+
+    Raises:
+        ValueError: if the mask does not broadcast, puts weight on masked keys, leaves
+            no row with two keys, or the rows are not distributions.
+        TypeError: if ``mask`` is not boolean or ``weights`` not floating.
+    """
+    w = _check_weights(weights)
+    if mask is None:
+        allowed = np.full(w.shape[-2], float(w.shape[-1]))  # (L,)
+    else:
+        m = np.asarray(mask)
+        if m.dtype != np.bool_:
+            raise TypeError(f"mask must be boolean (True = may attend); got dtype {m.dtype}")
+        try:
+            m = np.broadcast_to(m, w.shape)
+        except ValueError:
+            raise ValueError(
+                f"mask must broadcast to weights {w.shape}; got shape {m.shape}"
+            ) from None
+        if (w[~m] > 0).any():
+            raise ValueError("weights must be 0 where mask is False; got weight on masked keys")
+        allowed = m.sum(axis=-1).astype(np.float64)  # (..., L)
+    if not (allowed >= 2).any():
+        raise ValueError(
+            f"broadness_score needs rows with at least 2 allowed keys; got shape {w.shape}"
+        )
+    plogp = np.where(w > 0, w * np.log(np.where(w > 0, w, 1.0)), 0.0)  # (..., L, S)
+    entropy = -plogp.sum(axis=-1)  # (..., L)
+    valid = allowed >= 2  # (..., L) or (L,)
+    norm = np.where(valid, entropy / np.log(np.where(valid, allowed, 2.0)), 0.0)  # (..., L)
+    valid = np.broadcast_to(valid, norm.shape)
+    return _score(norm.sum(axis=-1) / valid.sum(axis=-1))  # (..., L) -> (...)
+
+
+def _check_arcs(arcs: Any, L: int, S: int) -> np.ndarray:
+    a = np.asarray(list(arcs) if not isinstance(arcs, np.ndarray) else arcs)
+    if a.size == 0:
+        raise ValueError("arcs must hold at least one (query_index, key_index) pair; got none")
+    if a.ndim != 2 or a.shape[1] != 2:
+        raise ValueError(
+            f"arcs must be (query_index, key_index) pairs, shape (N, 2); got {a.shape}"
+        )
+    if not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"arcs must hold integer indices; got dtype {a.dtype}")
+    q_bad = (a[:, 0] < 0) | (a[:, 0] >= L)
+    k_bad = (a[:, 1] < 0) | (a[:, 1] >= S)
+    if q_bad.any() or k_bad.any():
+        first = tuple(int(x) for x in a[np.argmax(q_bad | k_bad)])
+        raise ValueError(
+            f"arcs must index queries in [0, L={L}) and keys in [0, S={S}); got arc {first}"
+        )
+    return a
+
+
+def arc_score(weights: Any, arcs: Iterable[Sequence[int]]) -> np.ndarray:
+    """Mean weight the queries with arcs put on their arc targets (e.g. dependency heads).
+
+    ``arcs`` lists ``(query_index, key_index)`` pairs: for a syntactic head, from each
+    dependent token to its head word (or the reverse direction). For each query that has
+    at least one arc, take the total weight on its targets; the score is the mean over
+    those queries. Queries without arcs do not count, and repeated arcs count once.
+
+    Args:
+        weights: attention weights, rows summing to 1.
+        arcs: ``(query_index, key_index)`` integer pairs.
+
+    Shape:
+        weights ``(..., L, S)``; arcs ``(N, 2)``. Returns ``(...)``.
+
+    Raises:
+        ValueError: if ``arcs`` is empty, not pairs, or indexes outside ``[0, L)`` /
+            ``[0, S)``; or the rows of ``weights`` are not distributions.
+        TypeError: if ``arcs`` are not integers or ``weights`` not floating.
+    """
+    w = _check_weights(weights)
+    L, S = w.shape[-2:]
+    a = _check_arcs(arcs, L, S)
+    target = np.zeros((L, S), dtype=bool)
+    target[a[:, 0], a[:, 1]] = True  # duplicates collapse
+    queries = target.any(axis=-1)  # (L,)
+    mass = (w * target).sum(axis=-1)  # (..., L, S) -> (..., L)
+    return _score(mass[..., queries].mean(axis=-1))  # (..., Q) -> (...)
+
+
+def word_arcs_to_token_arcs(
+    word_arcs: Iterable[Sequence[int]], word_ids: Sequence[int | None]
+) -> list[tuple[int, int]]:
+    """Expand arcs between words into arcs between the tokens (word pieces) of those words.
+
+    A word split into several pieces (``"embeddings" -> "em", "##bed", "##ding", "##s"``)
+    gives every piece of the dependent an arc to every piece of its head word, so that
+    :func:`arc_score` counts the total weight a piece puts on the head word.
+
+    Args:
+        word_arcs: ``(dependent_word, head_word)`` pairs of word indices.
+        word_ids: the word index of each token, ``None`` for special tokens such as [CLS]
+            (the ``word_ids`` of a ``tokenizers.Encoding``).
+
+    Returns:
+        ``(query_token, key_token)`` pairs, sorted.
+
+    Raises:
+        ValueError: if a word index of an arc is not the index of any token's word.
+    """
+    pieces: dict[int, list[int]] = {}
+    for t, word in enumerate(word_ids):
+        if word is not None:
+            pieces.setdefault(int(word), []).append(t)
+    arcs = set()
+    for dep, head in word_arcs:
+        for name, word in (("dependent", dep), ("head", head)):
+            if word not in pieces:
+                raise ValueError(
+                    f"word_arcs must index words in word_ids (0..{max(pieces, default=-1)}); "
+                    f"got {name} word {word} in arc ({dep}, {head})"
+                )
+        arcs.update((q, k) for q in pieces[dep] for k in pieces[head])
+    return sorted(arcs)
+
+
+def all_scores(
+    weights: Any,
+    *,
+    key_in_class: Any = None,
+    arcs: Iterable[Sequence[int]] | None = None,
+    mask: Any = None,
+) -> dict[str, np.ndarray]:
+    """Every detector on the same weights, as a dict of name -> scores ``(...)``.
+
+    Always ``previous_token``, ``next_token``, ``self``, ``first_token`` and ``broadness``
+    (``mask`` is passed to :func:`broadness_score`); ``token_class`` when ``key_in_class``
+    is given and ``arc`` when ``arcs`` are given.
+
+    Shape:
+        weights ``(..., L, L)``. Each value ``(...)``.
+
+    Raises:
+        The errors of the detectors it runs.
+    """
+    out = {
+        "previous_token": previous_token_score(weights),
+        "next_token": next_token_score(weights),
+        "self": self_score(weights),
+        "first_token": first_token_score(weights),
+        "broadness": broadness_score(weights, mask),
+    }
+    if key_in_class is not None:
+        out["token_class"] = token_class_score(weights, key_in_class)
+    if arcs is not None:
+        out["arc"] = arc_score(weights, arcs)
+    return out

@@ -1,0 +1,265 @@
+"""Tests for mha.detectors: each score is 1 on its ideal pattern, low on the others, in [0, 1]."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from mha import detectors as det
+from mha import np_backend
+
+L = 10
+
+
+def one_hot_rows(targets: list[int], S: int = L) -> np.ndarray:
+    w = np.zeros((len(targets), S))
+    w[np.arange(len(targets)), targets] = 1.0
+    return w
+
+
+def patterns() -> dict[str, np.ndarray]:
+    """Ideal patterns on L = 10 tokens (first/last rows fall back to self where needed)."""
+    idx = np.arange(L)
+    cls = np.zeros(L, dtype=bool)
+    cls[[3, 7]] = True  # the class used by the token-class detector
+    return {
+        "previous_token": one_hot_rows([max(i - 1, 0) for i in idx]),
+        "next_token": one_hot_rows([min(i + 1, L - 1) for i in idx]),
+        "self": np.eye(L),
+        "first_token": one_hot_rows([0] * L),
+        "token_class": np.tile(cls / cls.sum(), (L, 1)),
+        "broadness": np.full((L, L), 1.0 / L),
+    }
+
+
+CLASS = np.zeros(L, dtype=bool)
+CLASS[[3, 7]] = True
+ARCS = [(1, 4), (2, 4), (5, 8), (9, 8)]  # four queries, one target each
+
+
+def score(name: str, w: np.ndarray) -> np.ndarray:
+    if name == "token_class":
+        return det.token_class_score(w, CLASS)
+    if name == "arc":
+        return det.arc_score(w, ARCS)
+    return getattr(det, f"{name}_score")(w)
+
+
+@pytest.mark.parametrize("name", list(patterns()))
+def test_each_detector_scores_one_on_its_ideal_pattern(name):
+    assert score(name, patterns()[name]) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("name", list(patterns()))
+def test_each_detector_scores_low_on_the_other_patterns(name):
+    for other, w in patterns().items():
+        if other == name:
+            continue
+        # The highest cross scores: the uniform pattern read as a two-key class (2/L = 0.2),
+        # the first-token pattern read as previous-token (row 1 -> key 0: 1/(L-1)), and
+        # the two-key class pattern read as broadness (log 2 / log L = 0.30).
+        bound = np.log(2) / np.log(L) if name == "broadness" else 0.2
+        assert score(name, w) <= bound + 1e-12, (name, other)
+
+
+def test_arc_score_is_one_when_every_arc_query_attends_to_its_targets():
+    w = np.full((L, L), 1.0 / L)
+    for q, k in ARCS:
+        w[q] = 0.0
+        w[q, k] = 1.0
+    assert det.arc_score(w, ARCS) == pytest.approx(1.0)
+    assert det.arc_score(np.eye(L), ARCS) == 0.0
+    assert det.arc_score(np.full((L, L), 1.0 / L), ARCS) == pytest.approx(1.0 / L)
+
+
+def test_arc_score_sums_over_several_targets_of_one_query_and_ignores_repeats():
+    w = one_hot_rows([0] * L)
+    w[2] = 0.0
+    w[2, [4, 6]] = 0.5
+    arcs = [(2, 4), (2, 6), (2, 6), (3, 4)]  # query 2 covers its mass; query 3 does not
+    assert det.arc_score(w, arcs) == pytest.approx(0.5)
+
+
+def test_broadness_with_causal_mask_scores_one_on_causal_uniform_attention():
+    mask = np_backend.causal_mask(L)
+    w = np_backend.softmax(np.zeros((L, L)), mask)
+    assert det.broadness_score(w, mask) == pytest.approx(1.0)
+    assert det.broadness_score(w) < 0.9  # against all L keys, short rows look narrow
+
+
+def test_broadness_is_zero_on_one_hot_rows_and_half_way_on_half_uniform_rows():
+    assert det.broadness_score(np.eye(L)) == 0.0
+    w = np.zeros((4, 4))
+    w[:, :2] = 0.5
+    assert det.broadness_score(w) == pytest.approx(np.log(2) / np.log(4))
+
+
+def test_token_class_score_of_uniform_attention_is_the_class_fraction():
+    w = np.full((L, L), 1.0 / L)
+    assert det.token_class_score(w, CLASS) == pytest.approx(CLASS.mean())
+
+
+def test_token_class_score_accepts_a_class_per_leading_index():
+    w = np.stack([np.eye(L), np.eye(L)])  # (2, L, L)
+    classes = np.zeros((2, L), dtype=bool)
+    classes[0] = True  # every key in the class for the first pattern, none for the second
+    assert det.token_class_score(w, classes).tolist() == [1.0, 0.0]
+
+
+def test_detectors_match_their_definitions_on_a_random_pattern():
+    rng = np.random.default_rng(0)
+    w = np_backend.softmax(rng.standard_normal((L, L)))
+    assert det.previous_token_score(w) == pytest.approx(np.mean([w[i, i - 1] for i in range(1, L)]))
+    assert det.next_token_score(w) == pytest.approx(np.mean([w[i, i + 1] for i in range(L - 1)]))
+    assert det.self_score(w) == pytest.approx(np.mean(np.diag(w)))
+    assert det.first_token_score(w) == pytest.approx(w[:, 0].mean())
+    assert det.token_class_score(w, CLASS) == pytest.approx(w[:, CLASS].sum(1).mean())
+    entropy = -(w * np.log(w)).sum(1) / np.log(L)
+    assert det.broadness_score(w) == pytest.approx(entropy.mean())
+    assert det.arc_score(w, ARCS) == pytest.approx(np.mean([w[q, k] for q, k in ARCS]))
+
+
+def test_scores_keep_the_leading_dimensions():
+    rng = np.random.default_rng(1)
+    w = np_backend.softmax(rng.standard_normal((2, 3, L, L)))
+    for name in (*patterns(), "arc"):
+        out = score(name, w)
+        assert out.shape == (2, 3), name
+        assert out[1, 2] == pytest.approx(score(name, w[1, 2])), name
+    assert isinstance(det.self_score(np.eye(3)), np.ndarray)
+    assert det.self_score(np.eye(3)).shape == ()
+
+
+def test_all_scores_runs_the_optional_detectors_only_when_asked():
+    w = patterns()["previous_token"]
+    base = det.all_scores(w)
+    assert tuple(base) == det.SCORE_NAMES
+    full = det.all_scores(w, key_in_class=CLASS, arcs=ARCS)
+    assert set(full) == {*det.SCORE_NAMES, "token_class", "arc"}
+    assert full["previous_token"] == 1.0
+
+
+def test_detectors_accept_float32_softmax_and_torch_tensors():
+    rng = np.random.default_rng(2)
+    scores = torch.from_numpy(rng.standard_normal((3, 300, 300)).astype(np.float32)) * 5
+    w = torch.softmax(scores, dim=-1)
+    out = det.first_token_score(w)
+    assert out.shape == (3,)
+    assert out == pytest.approx(w[..., 0].double().mean(-1).numpy(), rel=1e-5)
+
+
+@st.composite
+def stochastic(draw, square: bool = True):
+    lead = draw(st.lists(st.integers(1, 3), min_size=0, max_size=2))
+    n = draw(st.integers(2, 7))
+    s = n if square else draw(st.integers(1, 7))
+    logits = draw(
+        hnp.arrays(np.float64, (*lead, n, s), elements=st.floats(-30, 30, allow_nan=False))
+    )
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    return w / w.sum(-1, keepdims=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(stochastic())
+def test_every_score_lies_in_the_unit_interval_on_random_stochastic_rows(w):
+    n = w.shape[-1]
+    scores = det.all_scores(w, key_in_class=np.arange(n) % 2 == 0, arcs=[(n - 1, 0), (0, n - 1)])
+    for name, s in scores.items():
+        assert s.shape == w.shape[:-2], name
+        assert np.all((s >= 0) & (s <= 1)), name
+
+
+@settings(max_examples=40, deadline=None)
+@given(stochastic(square=False))
+def test_non_positional_scores_accept_cross_attention_shapes(w):
+    s = w.shape[-1]
+    assert np.all(det.first_token_score(w) <= 1)
+    assert det.token_class_score(w, np.ones(s, dtype=bool)) == pytest.approx(1.0)
+    assert det.arc_score(w, [(0, s - 1)]).shape == w.shape[:-2]
+
+
+@pytest.mark.parametrize(
+    ("weights", "error", "match"),
+    [
+        (np.full((4, 4), 0.3), ValueError, r"weights rows must each sum to 1.*summing to 1\.2"),
+        (np.array([[1.5, -0.5], [0.5, 0.5]]), ValueError, "weights must be non-negative"),
+        (np.full((2, 2), np.nan), ValueError, "weights must be finite"),
+        (np.eye(3, dtype=int), TypeError, "weights must be a floating array.*int"),
+        (np.ones(3) / 3, ValueError, r"weights must have shape \(\.\.\., L, S\); got 1-D"),
+        (np.zeros((3, 0)), ValueError, "weights must have at least one query and one key"),
+    ],
+)
+def test_bad_weights_raise_errors_naming_the_argument(weights, error, match):
+    with pytest.raises(error, match=match):
+        det.first_token_score(weights)
+
+
+@pytest.mark.parametrize("fn", [det.previous_token_score, det.next_token_score, det.self_score])
+def test_positional_detectors_require_square_weights(fn):
+    with pytest.raises(ValueError, match=rf"weights must be square .* for {fn.__name__}"):
+        fn(np.full((2, 3, 4), 0.25))
+
+
+@pytest.mark.parametrize("fn", [det.previous_token_score, det.next_token_score])
+def test_neighbour_detectors_require_two_tokens(fn):
+    with pytest.raises(ValueError, match=rf"weights must have L >= 2 for {fn.__name__}"):
+        fn(np.ones((1, 1)))
+
+
+def test_token_class_errors_name_key_in_class():
+    w = np.eye(4)
+    with pytest.raises(TypeError, match="key_in_class must be a boolean array.*int"):
+        det.token_class_score(w, np.array([1, 0, 0, 1]))
+    with pytest.raises(ValueError, match=r"key_in_class must have shape \(S,\) = \(4,\); got"):
+        det.token_class_score(w, np.ones(3, dtype=bool))
+    with pytest.raises(ValueError, match="key_in_class must have shape .* or broadcast"):
+        det.token_class_score(np.stack([w, w]), np.ones((3, 4), dtype=bool))
+
+
+def test_arc_errors_name_arcs():
+    w = np.eye(4)
+    with pytest.raises(
+        ValueError, match=r"arcs must index queries in \[0, L=4\).*got arc \(1, 4\)"
+    ):
+        det.arc_score(w, [(0, 1), (1, 4)])
+    with pytest.raises(ValueError, match=r"arcs must index .* got arc \(-1, 0\)"):
+        det.arc_score(w, [(-1, 0)])
+    with pytest.raises(ValueError, match="arcs must hold at least one"):
+        det.arc_score(w, [])
+    with pytest.raises(ValueError, match=r"arcs must be \(query_index, key_index\) pairs"):
+        det.arc_score(w, [(0, 1, 2)])
+    with pytest.raises(TypeError, match="arcs must hold integer indices"):
+        det.arc_score(w, [(0.0, 1.0)])
+
+
+def test_broadness_mask_errors_name_mask():
+    w = np.full((3, 3), 1 / 3)
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        det.broadness_score(w, np.ones((3, 3)))
+    with pytest.raises(ValueError, match=r"mask must broadcast to weights \(3, 3\)"):
+        det.broadness_score(w, np.ones((2, 3), dtype=bool))
+    with pytest.raises(ValueError, match="weights must be 0 where mask is False"):
+        det.broadness_score(w, np_backend.causal_mask(3))
+    with pytest.raises(ValueError, match="needs rows with at least 2 allowed keys"):
+        det.broadness_score(np.ones((3, 1)))
+
+
+def test_word_arcs_expand_to_every_piece_of_both_words():
+    word_ids = [None, 0, 1, 1, 2, None]  # [CLS] w0 w1a w1b w2 [SEP]
+    assert det.word_arcs_to_token_arcs([(0, 1), (2, 1)], word_ids) == [
+        (1, 2),
+        (1, 3),
+        (4, 2),
+        (4, 3),
+    ]
+    assert det.word_arcs_to_token_arcs([(1, 0)], word_ids) == [(2, 1), (3, 1)]
+
+
+def test_word_arcs_to_token_arcs_rejects_unknown_words():
+    with pytest.raises(ValueError, match=r"word_arcs must index words in word_ids \(0\.\.1\).*5"):
+        det.word_arcs_to_token_arcs([(0, 5)], [None, 0, 1, None])
