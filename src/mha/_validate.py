@@ -9,6 +9,7 @@ PyTorch tensors alike; the backend passes what differs (how to test for finitene
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from numbers import Integral, Real
 from typing import Any
 
 FORMS = ("per_head", "fused", "packed")
@@ -17,14 +18,25 @@ FORMS = ("per_head", "fused", "packed")
 def check_sizes(d_model: Any, num_heads: Any) -> None:
     """Check that ``d_model`` and ``num_heads`` are positive integers and H divides D."""
     for name, value in (("d_model", d_model), ("num_heads", num_heads)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
+        check_int(name, value)
         if value <= 0:
             raise ValueError(f"{name} must be positive; got {name}={value}")
     if d_model % num_heads != 0:
         raise ValueError(
             f"num_heads must divide d_model; got d_model={d_model}, num_heads={num_heads}"
         )
+
+
+def check_int(name: str, value: Any) -> None:
+    """Check that ``value`` is an integer (a Python or NumPy int, not a bool or float)."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
+
+
+def check_length(name: str, value: Any, symbol: str) -> None:
+    """Check that a requested sequence length is an int of at least one."""
+    check_int(name, value)
+    check_nonempty(name, value, symbol)
 
 
 def check_form(form: str) -> None:
@@ -89,11 +101,32 @@ def check_qkv(query: Any, key: Any, value: Any) -> tuple[int, int, int, int]:
         raise ValueError(
             f"query and key must have the same width; got query width {d_q}, key width {d_k}"
         )
-    if S != S_v:
+    if S_v != S:
         raise ValueError(f"key and value must have the same length; got key {S}, value {S_v}")
     check_nonempty("query", L, "L")
     check_nonempty("key", S, "S")
     return L, S, d_q, d_v
+
+
+def broadcast_batch(query: Any, key: Any, value: Any) -> tuple[int, ...]:
+    """The broadcast leading (batch, head) shape of ``(..., length, width)`` tensors.
+
+    Raises:
+        ValueError: if the leading dimensions of query, key and value do not broadcast.
+    """
+    shapes = [tuple(x.shape[:-2]) for x in (query, key, value)]
+    out: list[int] = []
+    for i in range(1, max(len(s) for s in shapes) + 1):
+        sizes = {s[-i] for s in shapes if len(s) >= i} - {1}
+        if len(sizes) > 1:
+            names = ("query", "key", "value")
+            got = ", ".join(f"{n} {s}" for n, s in zip(names, shapes, strict=True))
+            raise ValueError(
+                "query, key and value must have broadcastable leading (batch) dimensions; "
+                f"got {got}"
+            )
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(reversed(out))
 
 
 def check_mha_inputs(query: Any, key: Any, value: Any, d_model: int) -> tuple[int, int, int]:
@@ -129,7 +162,9 @@ def check_mha_inputs(query: Any, key: Any, value: Any, d_model: int) -> tuple[in
     return B, L, S
 
 
-def check_mask(mask: Any, target: tuple[int, ...], is_bool: bool) -> None:
+def check_mask(
+    mask: Any, target: tuple[int, ...], is_bool: bool, layout: str = "(B, H, L, S)"
+) -> None:
     """Check that ``mask`` is boolean and broadcasts to ``target`` (``(..., L, S)``).
 
     Broadcasting follows NumPy's rule: dimensions are aligned from the right and each
@@ -145,4 +180,13 @@ def check_mask(mask: Any, target: tuple[int, ...], is_bool: bool) -> None:
         m in (1, t) for m, t in zip(reversed(shape), reversed(target), strict=False)
     )
     if not ok:
-        raise ValueError(f"mask must broadcast to {target} (B, H, L, S); got shape {shape}")
+        raise ValueError(f"mask must broadcast to {layout} = {target}; got shape {shape}")
+
+
+def check_layer_norm_params(d_model: int, weight: Any, bias: Any, eps: Any) -> None:
+    """Check LayerNorm's ``eps`` (a positive number) and ``weight``/``bias`` shapes ``(D,)``."""
+    if isinstance(eps, bool) or not isinstance(eps, Real) or not eps > 0:
+        raise ValueError(f"eps must be a positive number; got eps={eps!r}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and tuple(p.shape) != (d_model,):
+            raise ValueError(f"{name} must have shape (D,) = ({d_model},); got {tuple(p.shape)}")

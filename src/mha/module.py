@@ -49,6 +49,9 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         v.check_sizes(d_model, num_heads)
+        if dtype not in torch_backend.FLOATS:
+            names = ", ".join(str(d) for d in torch_backend.FLOATS)
+            raise TypeError(f"dtype must be a floating dtype ({names}); got dtype {dtype}")
         params = init_params(d_model, num_heads, bias=bias, seed=seed).to_torch(dtype, device)
         self.num_heads = num_heads
         self.w_qkv = nn.Parameter(params.w_qkv)  # (D, 3D)
@@ -67,19 +70,28 @@ class MultiHeadAttention(nn.Module):
         return self.d_model // self.num_heads
 
     @classmethod
-    def from_params(
-        cls, params: MHAParams, dtype: torch.dtype | None = None
-    ) -> MultiHeadAttention:
-        """A module holding a copy of ``params`` (NumPy or PyTorch), cast to ``dtype``."""
+    def from_params(cls, params: MHAParams, dtype: torch.dtype | None = None) -> MultiHeadAttention:
+        """A module holding a copy of ``params`` (NumPy or PyTorch), cast to ``dtype``.
+
+        Raises:
+            TypeError: if ``params`` is not ``MHAParams``.
+            ValueError: if ``params`` has one of the two biases but not the other.
+        """
+        if not isinstance(params, MHAParams):
+            raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
         t = params.to_torch(dtype)
+        if (t.b_qkv is None) != (t.b_o is None):
+            raise ValueError(
+                "params must have both biases or neither (b_qkv and b_o); got "
+                f"b_qkv={'None' if t.b_qkv is None else 'present'}, "
+                f"b_o={'None' if t.b_o is None else 'present'}"
+            )
         module = cls(params.d_model, params.num_heads, bias=t.b_qkv is not None, dtype=t.dtype)
         with torch.no_grad():
             module.w_qkv.copy_(t.w_qkv)
             module.w_o.copy_(t.w_o)
             if t.b_qkv is not None:
                 module.b_qkv.copy_(t.b_qkv)
-            if (t.b_o is None) != (module.b_o is None):
-                raise ValueError("params must have both biases or neither (b_qkv and b_o)")
             if t.b_o is not None:
                 module.b_o.copy_(t.b_o)
         return module
@@ -154,9 +166,15 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
     if not isinstance(m, nn.MultiheadAttention):
         raise TypeError(f"m must be a torch.nn.MultiheadAttention; got {type(m).__name__}")
     if not m._qkv_same_embed_dim:
-        raise ValueError("m must have kdim == vdim == embed_dim; got separate key/value widths")
+        raise ValueError(
+            "m must have kdim == vdim == embed_dim; got "
+            f"embed_dim={m.embed_dim}, kdim={m.kdim}, vdim={m.vdim}"
+        )
     if m.bias_k is not None or m.add_zero_attn:
-        raise ValueError("m must not use add_bias_kv or add_zero_attn")
+        raise ValueError(
+            "m must not use add_bias_kv or add_zero_attn; got "
+            f"add_bias_kv={m.bias_k is not None}, add_zero_attn={m.add_zero_attn}"
+        )
     w = m.in_proj_weight.detach()
     has_bias = m.in_proj_bias is not None
     params = MHAParams(
@@ -169,27 +187,56 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
     return MultiHeadAttention.from_params(params)
 
 
-def to_torch_attn_mask(mask: torch.Tensor, num_heads: int) -> torch.Tensor:
+def to_torch_attn_mask(
+    mask: torch.Tensor,
+    num_heads: int,
+    *,
+    batch_size: int | None = None,
+    q_len: int | None = None,
+) -> torch.Tensor:
     """Convert our keep-mask to ``nn.MultiheadAttention``'s ``attn_mask`` (True = blocked).
 
+    ``nn.MultiheadAttention`` wants exactly ``(L, S)`` or ``(B * H, L, S)``. Size-1
+    batch and query dimensions of a 4-D mask (a key-padding mask ``(B, 1, 1, S)``,
+    a per-head mask ``(1, H, L, S)``) are expanded to ``batch_size`` and ``q_len``
+    when those are given. For ``nn.MultiheadAttention``'s own ``key_padding_mask``
+    ``(B, S)`` the conversion is the same negation: ``~keep[:, 0, 0, :]``.
+
     Args:
-        mask: boolean, True = may attend, broadcastable to ``(B, H, L, S)`` with B, L
-            and S taken from its own shape where they are not 1.
+        mask: boolean, True = may attend, 2-D ``(L, S)`` or 4-D ``(B|1, H|1, L|1, S)``.
         num_heads: H, since PyTorch wants a 3-D mask as ``(B * H, L, S)``.
+        batch_size: B, to expand a mask whose batch dimension is 1.
+        q_len: L, to expand a mask whose query dimension is 1.
 
     Shape:
-        ``(L, S)`` stays ``(L, S)``; a 4-D ``(B, H|1, L, S)`` mask becomes ``(B * H, L, S)``.
+        ``(L, S)`` stays ``(L, S)``; a 4-D mask becomes ``(B * H, L, S)``.
 
     Raises:
-        TypeError: if ``mask`` is not boolean.
-        ValueError: if ``mask`` is neither 2-D nor 4-D.
+        TypeError: if ``mask`` is not a boolean tensor.
+        ValueError: if ``mask`` is neither 2-D nor 4-D, or its head dimension is
+            neither 1 nor ``num_heads``.
     """
-    if mask.dtype != torch.bool:
-        raise TypeError(f"mask must be boolean (True = may attend); got dtype {mask.dtype}")
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"mask must be a boolean tensor (True = may attend); got {got}")
+    v.check_int("num_heads", num_heads)
+    if num_heads <= 0:
+        raise ValueError(f"num_heads must be positive; got num_heads={num_heads}")
     if mask.ndim == 2:
+        if q_len is not None:
+            mask = mask.expand(q_len, mask.shape[-1])  # (1|L, S) -> (L, S)
         return ~mask
     if mask.ndim != 4:
-        raise ValueError(f"mask must be 2-D (L, S) or 4-D (B, H, L, S); got {mask.ndim}-D")
+        raise ValueError(
+            f"mask must be 2-D (L, S) or 4-D (B, H, L, S); got {mask.ndim}-D shape "
+            f"{tuple(mask.shape)}"
+        )
+    if mask.shape[1] not in (1, num_heads):
+        raise ValueError(
+            f"mask head dimension must be 1 or num_heads={num_heads}; got shape {tuple(mask.shape)}"
+        )
     B, _, L, S = mask.shape
-    full = mask.expand(B, num_heads, L, S)  # (B, H|1, L, S) -> (B, H, L, S)
+    B = B if batch_size is None else batch_size
+    L = L if q_len is None else q_len
+    full = mask.expand(B, num_heads, L, S)  # (B|1, H|1, L|1, S) -> (B, H, L, S)
     return ~full.reshape(B * num_heads, L, S)  # -> (B * H, L, S), True = blocked

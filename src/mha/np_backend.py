@@ -31,10 +31,10 @@ def _check_array(name: str, x: object) -> None:
     v.check_finite(name, x, _finite)
 
 
-def _check_mask(mask: object, target: tuple[int, ...]) -> None:
+def _check_mask(mask: object, target: tuple[int, ...], layout: str = "(B, H, L, S)") -> None:
     if not isinstance(mask, np.ndarray):
         raise TypeError(f"mask must be a numpy.ndarray of bool; got {type(mask).__name__}")
-    v.check_mask(mask, target, mask.dtype == np.bool_)
+    v.check_mask(mask, target, mask.dtype == np.bool_, layout)
 
 
 def causal_mask(q_len: int, kv_len: int | None = None) -> np.ndarray:
@@ -52,8 +52,8 @@ def causal_mask(q_len: int, kv_len: int | None = None) -> np.ndarray:
         ValueError: if a length is not positive.
     """
     kv_len = q_len if kv_len is None else kv_len
-    v.check_nonempty("q_len", q_len, "L")
-    v.check_nonempty("kv_len", kv_len, "S")
+    v.check_length("q_len", q_len, "L")
+    v.check_length("kv_len", kv_len, "S")
     return np.tril(np.ones((q_len, kv_len), dtype=bool))
 
 
@@ -69,11 +69,14 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
 
     Raises:
         ValueError: if ``lengths`` is not 1-D or a length is outside ``[0, S]``.
+        TypeError: if ``lengths`` are not integers or ``kv_len`` is not an int.
     """
     lengths = np.asarray(lengths)
-    v.check_nonempty("kv_len", kv_len, "S")
+    v.check_length("kv_len", kv_len, "S")
     if lengths.ndim != 1:
         raise ValueError(f"lengths must have shape (B,); got shape {lengths.shape}")
+    if not np.issubdtype(lengths.dtype, np.integer):
+        raise TypeError(f"lengths must be integers; got dtype {lengths.dtype}")
     if ((lengths < 0) | (lengths > kv_len)).any():
         raise ValueError(f"lengths must lie in [0, kv_len={kv_len}]; got {lengths.tolist()}")
     keep = np.arange(kv_len)[None, :] < lengths[:, None]  # (B, S)
@@ -81,14 +84,28 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
 
 
 def softmax(scores: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    """Masked softmax over the last axis, computed in place on ``scores``.
+    """Masked softmax over the last axis (``scores`` is left unchanged).
 
     Masked entries get weight exactly 0; a row with every entry masked gets all zeros.
     Subtracting the row maximum keeps large logits finite.
 
     Shape:
-        scores ``(..., L, S)``; mask broadcastable to it. Returns the same array.
+        scores ``(..., L, S)``; mask broadcastable to it. Returns ``(..., L, S)``.
+
+    Raises:
+        ValueError: if ``mask`` does not broadcast or ``scores`` is not finite.
+        TypeError: if ``scores`` is not a float array or ``mask`` is not boolean.
     """
+    _check_array("scores", scores)
+    if scores.ndim < 1:
+        raise ValueError(f"scores must have shape (..., S); got 0-D shape {scores.shape}")
+    if mask is not None:
+        _check_mask(mask, scores.shape, "scores.shape")
+    return _softmax_inplace(scores.copy(), mask)
+
+
+def _softmax_inplace(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """The masked softmax of :func:`softmax`, overwriting ``scores`` (no checks)."""
     if mask is not None:
         np.copyto(scores, -np.inf, where=~mask)
     row_max = scores.max(axis=-1, keepdims=True)  # (..., L, 1)
@@ -127,9 +144,10 @@ def scaled_dot_product_attention(
     for name, x in (("query", query), ("key", key), ("value", value)):
         _check_array(name, x)
     v.check_same_dtype({"query": query, "key": key, "value": value})
-    L, S, d_head, _ = v.check_qkv(query, key, value)
+    L, S, _, _ = v.check_qkv(query, key, value)
+    batch = v.broadcast_batch(query, key, value)
     if mask is not None:
-        _check_mask(mask, (*query.shape[:-2], L, S))
+        _check_mask(mask, (*batch, L, S), "(..., L, S)")
     return _attend(query, key, value, mask)
 
 
@@ -139,7 +157,7 @@ def _attend(
     scale = 1.0 / np.sqrt(q.shape[-1])
     scores = np.matmul(q, k.swapaxes(-1, -2))  # (..., L, Dh) @ (..., Dh, S) -> (..., L, S)
     scores *= scores.dtype.type(scale)
-    weights = softmax(scores, mask)  # (..., L, S)
+    weights = _softmax_inplace(scores, mask)  # (..., L, S)
     return np.matmul(weights, v_), weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
 
 
@@ -252,8 +270,10 @@ def multi_head_attention(
         for h in range(H):
             blk = params.head(h)
             cols = slice(h * params.d_head, (h + 1) * params.d_head)
-            b = {n: None if getattr(params, n) is None else getattr(params, n)[cols]
-                 for n in ("b_q", "b_k", "b_v")}
+            b = {
+                n: None if getattr(params, n) is None else getattr(params, n)[cols]
+                for n in ("b_q", "b_k", "b_v")
+            }
             q = _linear(query, blk["w_q"], b["b_q"])  # (B, L, D) -> (B, L, Dh)
             k = _linear(key, blk["w_k"], b["b_k"])  # (B, S, D) -> (B, S, Dh)
             val = _linear(value, blk["w_v"], b["b_v"])  # (B, S, D) -> (B, S, Dh)
@@ -291,6 +311,17 @@ def _head_slice(mask: np.ndarray, h: int) -> np.ndarray:
     return mask[..., h if mask.shape[-3] > 1 else 0, :, :]  # (B|1, H|1, L, S) -> (B|1, L, S)
 
 
+def _check_layer_norm(x, weight, bias, eps) -> None:
+    _check_array("x", x)
+    if x.ndim < 1:
+        raise ValueError(f"x must have shape (..., D); got 0-D shape {tuple(x.shape)}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None:
+            _check_array(name, p)
+    v.check_same_dtype({"x": x, "weight": weight, "bias": bias})
+    v.check_layer_norm_params(x.shape[-1], weight, bias, eps)
+
+
 def layer_norm(
     x: np.ndarray,
     weight: np.ndarray | None = None,
@@ -303,14 +334,11 @@ def layer_norm(
         x ``(..., D)``, weight and bias ``(D,)``. Returns ``(..., D)``.
 
     Raises:
-        ValueError: if ``eps`` is not positive or ``weight``/``bias`` are not ``(D,)``.
+        ValueError: if ``eps`` is not a positive number, ``weight``/``bias`` are not
+            ``(D,)``, or an input is not finite.
+        TypeError: on non-float or mixed dtypes.
     """
-    if not eps > 0:
-        raise ValueError(f"eps must be positive; got eps={eps}")
-    D = x.shape[-1]
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None and tuple(p.shape) != (D,):
-            raise ValueError(f"{name} must have shape (D,) = ({D},); got {tuple(p.shape)}")
+    _check_layer_norm(x, weight, bias, eps)
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
     var = x.var(axis=-1, keepdims=True)  # (..., 1), biased as in torch
     y = (x - mean) / np.sqrt(var + eps)

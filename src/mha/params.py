@@ -8,6 +8,7 @@ on the right: ``q = x @ w_q``.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,6 +17,16 @@ import numpy as np
 from mha._validate import check_sizes
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
+
+
+def _kind(x: Any) -> str | None:
+    """``"numpy"`` or ``"torch"`` for an array of that library, else ``None``."""
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return "torch"
+    return None
 
 
 def _concat(parts: list[Array], axis: int) -> Array:
@@ -42,7 +53,8 @@ class MHAParams:
 
     Raises:
         ValueError: if a shape does not match, or H does not divide D.
-        TypeError: if ``num_heads`` is not an int.
+        TypeError: if ``num_heads`` is not an int, or the arrays are not all NumPy
+            arrays or all PyTorch tensors.
     """
 
     w_qkv: Array
@@ -52,16 +64,31 @@ class MHAParams:
     num_heads: int
 
     def __post_init__(self) -> None:
+        named = {"w_qkv": self.w_qkv, "w_o": self.w_o, "b_qkv": self.b_qkv, "b_o": self.b_o}
+        kinds = {}
+        for name, x in named.items():
+            if x is None and name in ("b_qkv", "b_o"):
+                continue
+            kinds[name] = _kind(x)
+            if kinds[name] is None:
+                raise TypeError(
+                    f"{name} must be a numpy.ndarray or a torch.Tensor; got {type(x).__name__}"
+                )
+        if len(set(kinds.values())) > 1:
+            got = ", ".join(f"{name}={kind}" for name, kind in kinds.items())
+            raise TypeError(f"all parameters must come from one library; got {got}")
         if self.w_qkv.ndim != 2 or self.w_qkv.shape[1] != 3 * self.w_qkv.shape[0]:
             raise ValueError(f"w_qkv must have shape (D, 3D); got {tuple(self.w_qkv.shape)}")
         D = self.w_qkv.shape[0]
         check_sizes(D, self.num_heads)
-        if tuple(self.w_o.shape) != (D, D):
-            raise ValueError(f"w_o must have shape (D, D) = ({D}, {D}); got {tuple(self.w_o.shape)}")
-        if self.b_qkv is not None and tuple(self.b_qkv.shape) != (3 * D,):
-            raise ValueError(f"b_qkv must have shape (3D,) = ({3 * D},); got {tuple(self.b_qkv.shape)}")
-        if self.b_o is not None and tuple(self.b_o.shape) != (D,):
-            raise ValueError(f"b_o must have shape (D,) = ({D},); got {tuple(self.b_o.shape)}")
+        expected = {"w_o": (D, D), "b_qkv": (3 * D,), "b_o": (D,)}
+        layouts = {"w_o": "(D, D)", "b_qkv": "(3D,)", "b_o": "(D,)"}
+        for name, shape in expected.items():
+            x = named[name]
+            if x is not None and tuple(x.shape) != shape:
+                raise ValueError(
+                    f"{name} must have shape {layouts[name]} = {shape}; got {tuple(x.shape)}"
+                )
 
     @classmethod
     def from_qkv(
@@ -82,7 +109,11 @@ class MHAParams:
         """
         biases = (b_q, b_k, b_v)
         if any(b is None for b in biases) and not all(b is None for b in biases):
-            raise ValueError("b_q, b_k and b_v must be given all three or none")
+            got = ", ".join(
+                f"{n}={None if b is None else tuple(b.shape)}"
+                for n, b in zip(("b_q", "b_k", "b_v"), biases, strict=True)
+            )
+            raise ValueError(f"b_q, b_k and b_v must be given all three or none; got {got}")
         for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
             if tuple(w.shape) != tuple(w_o.shape):
                 raise ValueError(
@@ -214,9 +245,11 @@ def init_params(
 
     Raises:
         ValueError: if a size is not positive or H does not divide D.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int or ``dtype`` is not float32/float64.
     """
     check_sizes(d_model, num_heads)
+    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"dtype must be float32 or float64; got dtype {np.dtype(dtype)}")
     rng = np.random.default_rng(seed)
     D = d_model
     w_qkv = rng.standard_normal((D, 3 * D)) / np.sqrt(D)

@@ -35,10 +35,10 @@ def _check_tensor(name: str, x: object) -> None:
     v.check_finite(name, x, _finite)
 
 
-def _check_mask(mask: object, target: tuple[int, ...]) -> None:
+def _check_mask(mask: object, target: tuple[int, ...], layout: str = "(B, H, L, S)") -> None:
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor of bool; got {type(mask).__name__}")
-    v.check_mask(mask, target, mask.dtype == torch.bool)
+    v.check_mask(mask, target, mask.dtype == torch.bool, layout)
 
 
 def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | None = None):
@@ -57,8 +57,8 @@ def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | No
         ValueError: if a length is not positive.
     """
     kv_len = q_len if kv_len is None else kv_len
-    v.check_nonempty("q_len", q_len, "L")
-    v.check_nonempty("kv_len", kv_len, "S")
+    v.check_length("q_len", q_len, "L")
+    v.check_length("kv_len", kv_len, "S")
     return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril()
 
 
@@ -70,11 +70,14 @@ def key_padding_mask(lengths, kv_len: int) -> torch.Tensor:
 
     Raises:
         ValueError: if ``lengths`` is not 1-D or a length is outside ``[0, S]``.
+        TypeError: if ``lengths`` are not integers or ``kv_len`` is not an int.
     """
     lengths = torch.as_tensor(lengths)
-    v.check_nonempty("kv_len", kv_len, "S")
+    v.check_length("kv_len", kv_len, "S")
     if lengths.ndim != 1:
         raise ValueError(f"lengths must have shape (B,); got shape {tuple(lengths.shape)}")
+    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be integers; got dtype {lengths.dtype}")
     if ((lengths < 0) | (lengths > kv_len)).any():
         raise ValueError(f"lengths must lie in [0, kv_len={kv_len}]; got {lengths.tolist()}")
     keep = torch.arange(kv_len, device=lengths.device)[None, :] < lengths[:, None]  # (B, S)
@@ -89,7 +92,21 @@ def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Ten
 
     Shape:
         scores ``(..., L, S)``; mask broadcastable to it. Returns ``(..., L, S)``.
+
+    Raises:
+        ValueError: if ``mask`` does not broadcast or ``scores`` is not finite.
+        TypeError: if ``scores`` is not a float tensor or ``mask`` is not boolean.
     """
+    _check_tensor("scores", scores)
+    if scores.ndim < 1:
+        raise ValueError(f"scores must have shape (..., S); got 0-D shape {tuple(scores.shape)}")
+    if mask is not None:
+        _check_mask(mask, tuple(scores.shape), "scores.shape")
+    return _softmax(scores, mask)
+
+
+def _softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The masked softmax of :func:`softmax` (no checks)."""
     low = scores.dtype in (torch.float16, torch.bfloat16)
     work = scores.float() if low else scores
     if mask is None:
@@ -129,15 +146,16 @@ def scaled_dot_product_attention(
         _check_tensor(name, x)
     v.check_same_dtype({"query": query, "key": key, "value": value})
     L, S, _, _ = v.check_qkv(query, key, value)
+    batch = v.broadcast_batch(query, key, value)
     if mask is not None:
-        _check_mask(mask, (*query.shape[:-2], L, S))
+        _check_mask(mask, (*batch, L, S), "(..., L, S)")
     return _attend(query, key, value, mask)
 
 
 def _attend(q, k, v_, mask):
     scale = 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.transpose(-1, -2)) * scale  # (..., L, Dh) @ (..., Dh, S) -> (..., L, S)
-    weights = softmax(scores, mask)  # (..., L, S)
+    weights = _softmax(scores, mask)  # (..., L, S)
     return weights @ v_, weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
 
 
@@ -147,7 +165,7 @@ def _attend_fast(q, k, v_, mask):
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Split the model width into heads (a view; no copy).
+    """Split the model width into heads (a view when ``x`` is contiguous in its width).
 
     Shape:
         ``(B, L, D)`` -> ``(B, H, L, Dh)``.
@@ -158,7 +176,7 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     v.check_rank("x", x, 3, "(B, L, D)")
     B, L, D = x.shape
     v.check_sizes(D, num_heads)
-    return x.view(B, L, num_heads, D // num_heads).transpose(1, 2)  # -> (B, H, L, Dh)
+    return x.reshape(B, L, num_heads, D // num_heads).transpose(1, 2)  # -> (B, H, L, Dh)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
@@ -176,8 +194,10 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 def _linear(x, w, b):
-    return x @ w if b is None else torch.addmm(b, x.reshape(-1, x.shape[-1]), w).view(
-        *x.shape[:-1], w.shape[-1]
+    return (
+        x @ w
+        if b is None
+        else torch.addmm(b, x.reshape(-1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[-1])
     )
 
 
@@ -197,6 +217,7 @@ def _check_mha(query, key, value, params, mask, form):
                     f"params.{name} must be a torch.Tensor; got {type(x).__name__} "
                     "(convert with params.to_torch())"
                 )
+            _check_tensor(f"params.{name}", x)
             named[f"params.{name}"] = x
     v.check_same_dtype(named)
     if mask is not None:
@@ -235,8 +256,10 @@ def multi_head_attention(
         for h in range(H):
             blk = params.head(h)
             cols = slice(h * params.d_head, (h + 1) * params.d_head)
-            b = {n: None if getattr(params, n) is None else getattr(params, n)[cols]
-                 for n in ("b_q", "b_k", "b_v")}
+            b = {
+                n: None if getattr(params, n) is None else getattr(params, n)[cols]
+                for n in ("b_q", "b_k", "b_v")
+            }
             q = _linear(query, blk["w_q"], b["b_q"])  # (B, L, D) -> (B, L, Dh)
             k = _linear(key, blk["w_k"], b["b_k"])  # (B, S, D) -> (B, S, Dh)
             val = _linear(value, blk["w_v"], b["b_v"])  # (B, S, D) -> (B, S, Dh)
@@ -274,6 +297,17 @@ def _head_slice(mask: torch.Tensor, h: int) -> torch.Tensor:
     return mask[..., h if mask.shape[-3] > 1 else 0, :, :]  # (B|1, H|1, L, S) -> (B|1, L, S)
 
 
+def _check_layer_norm(x, weight, bias, eps) -> None:
+    _check_tensor("x", x)
+    if x.ndim < 1:
+        raise ValueError(f"x must have shape (..., D); got 0-D shape {tuple(x.shape)}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None:
+            _check_tensor(name, p)
+    v.check_same_dtype({"x": x, "weight": weight, "bias": bias})
+    v.check_layer_norm_params(x.shape[-1], weight, bias, eps)
+
+
 def layer_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -286,15 +320,12 @@ def layer_norm(
         x ``(..., D)``, weight and bias ``(D,)``. Returns ``(..., D)``.
 
     Raises:
-        ValueError: if ``eps`` is not positive or ``weight``/``bias`` are not ``(D,)``.
+        ValueError: if ``eps`` is not a positive number, ``weight``/``bias`` are not
+            ``(D,)``, or an input is not finite.
+        TypeError: on non-float or mixed dtypes.
     """
-    if not eps > 0:
-        raise ValueError(f"eps must be positive; got eps={eps}")
-    D = x.shape[-1]
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None and tuple(p.shape) != (D,):
-            raise ValueError(f"{name} must have shape (D,) = ({D},); got {tuple(p.shape)}")
-    return F.layer_norm(x, (D,), weight, bias, eps)
+    _check_layer_norm(x, weight, bias, eps)
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 
 def attention_block(
