@@ -1,0 +1,114 @@
+"""MHAParams (packed layout, views, conversions) and init_params (shared initialisation)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mha import MHAParams, init_params
+
+D, H = 12, 3
+
+
+def test_q_k_v_weights_are_views_of_the_packed_columns() -> None:
+    p = init_params(D, H)
+    np.testing.assert_array_equal(np.hstack([p.w_q, p.w_k, p.w_v]), p.w_qkv)
+    np.testing.assert_array_equal(np.concatenate([p.b_q, p.b_k, p.b_v]), p.b_qkv)
+    for w in (p.w_q, p.w_k, p.w_v):
+        assert np.shares_memory(w, p.w_qkv)
+    assert (p.d_model, p.d_head, p.num_heads, p.dtype) == (D, D // H, H, np.float64)
+
+
+def test_head_returns_the_column_and_row_blocks_of_that_head() -> None:
+    p = init_params(D, H)
+    Dh = D // H
+    for h in range(H):
+        blk = p.head(h)
+        cols = slice(h * Dh, (h + 1) * Dh)
+        np.testing.assert_array_equal(blk["w_q"], p.w_qkv[:, cols])
+        np.testing.assert_array_equal(blk["w_k"], p.w_qkv[:, D + h * Dh : D + (h + 1) * Dh])
+        np.testing.assert_array_equal(blk["w_v"], p.w_qkv[:, 2 * D + h * Dh : 2 * D + (h + 1) * Dh])
+        np.testing.assert_array_equal(blk["w_o"], p.w_o[cols, :])
+        assert {k: b.shape for k, b in blk.items()} == {
+            "w_q": (D, Dh),
+            "w_k": (D, Dh),
+            "w_v": (D, Dh),
+            "w_o": (Dh, D),
+        }
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_from_qkv_packs_the_separate_weights(lib: str) -> None:
+    p = init_params(D, H)
+    if lib == "torch":
+        p = p.to_torch()
+    q = MHAParams.from_qkv(p.w_q, p.w_k, p.w_v, p.w_o, H, p.b_q, p.b_k, p.b_v, p.b_o)
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        assert (getattr(q, name) == getattr(p, name)).all()
+    no_bias = MHAParams.from_qkv(p.w_q, p.w_k, p.w_v, p.w_o, H)
+    assert no_bias.b_qkv is None and no_bias.b_o is None
+
+
+def test_init_params_is_deterministic_per_seed() -> None:
+    a, b, c = init_params(D, H, seed=7), init_params(D, H, seed=7), init_params(D, H, seed=8)
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+        assert not np.array_equal(getattr(a, name), getattr(c, name))
+
+
+def test_init_params_scales_weights_by_one_over_sqrt_d_model() -> None:
+    d = 256
+    p = init_params(d, 4, seed=1)
+    # N(0, 1/D) entries: the sample variance of 3 * 256^2 draws is within 2% of 1/D.
+    assert abs(p.w_qkv.var() * d - 1) < 0.02
+    assert abs(p.w_o.var() * d - 1) < 0.03
+    # biases are small but non-zero, N(0, 0.02^2)
+    assert 0.015 < p.b_qkv.std() < 0.025 and (p.b_o != 0).all()
+
+
+def test_init_params_without_bias_and_in_float32() -> None:
+    p = init_params(D, H, bias=False, dtype=np.float32)
+    assert p.b_qkv is None and p.b_o is None
+    assert p.w_qkv.dtype == np.float32 and p.w_o.dtype == np.float32
+    np.testing.assert_array_equal(p.w_qkv, init_params(D, H).w_qkv.astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_to_torch_and_back_keeps_the_values(dtype: torch.dtype) -> None:
+    p = init_params(D, H)
+    t = p.to_torch(dtype)
+    assert isinstance(t.w_qkv, torch.Tensor) and t.dtype == dtype
+    back = t.to_numpy()
+    expected = p.map(lambda a: torch.from_numpy(a).to(dtype).double().numpy())
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(expected, name))
+
+
+def test_float64_round_trip_is_exact_and_copies() -> None:
+    p = init_params(D, H)
+    t = p.to_torch()
+    back = t.to_numpy()
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(p, name))
+        assert not np.shares_memory(getattr(back, name), getattr(p, name))
+    t.w_qkv[0, 0] = 123.0  # the torch copy does not alias the NumPy original
+    assert p.w_qkv[0, 0] != 123.0
+
+
+def test_to_numpy_detaches_parameters_that_require_grad() -> None:
+    t = init_params(D, H).to_torch().map(lambda a: a.requires_grad_())
+    back = t.to_numpy(np.float32)
+    assert back.dtype == np.float32
+
+
+def test_map_keeps_missing_biases_missing() -> None:
+    p = init_params(D, H, bias=False).map(lambda a: 2 * a)
+    assert p.b_qkv is None and p.b_o is None
+    np.testing.assert_array_equal(p.w_o, 2 * init_params(D, H, bias=False).w_o)
+
+
+def test_params_is_frozen() -> None:
+    p = init_params(D, H)
+    with pytest.raises(AttributeError):
+        p.num_heads = 4  # type: ignore[misc]

@@ -1,0 +1,95 @@
+"""The shared argument checks: what they accept (their errors are in test_errors.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mha import _validate as v
+
+TARGET = (2, 3, 4, 5)  # (B, H, L, S)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(4, 5), (2, 1, 1, 5), (1, 3, 4, 5), (2, 3, 4, 5), (5,), (3, 1, 5), (1, 1), ()],
+    ids=str,
+)
+def test_check_mask_accepts_every_shape_that_broadcasts(shape: tuple[int, ...]) -> None:
+    mask = np.ones(shape, dtype=bool)
+    v.check_mask(mask, TARGET, True)
+    np.broadcast_to(mask, TARGET)  # NumPy agrees that it broadcasts
+
+
+@pytest.mark.parametrize("shape", [(5, 4), (3, 3, 4, 5), (2, 3, 4, 2), (1, 2, 3, 4, 5), (4,)])
+def test_check_mask_rejects_every_shape_that_does_not_broadcast(shape: tuple[int, ...]) -> None:
+    mask = np.ones(shape, dtype=bool)
+    with pytest.raises(ValueError, match="must broadcast"):
+        v.check_mask(mask, TARGET, True)
+    with pytest.raises(ValueError):
+        np.broadcast_to(mask, TARGET)  # NumPy agrees that it does not
+
+
+def test_check_mask_reads_torch_shapes_too() -> None:
+    v.check_mask(torch.ones(2, 1, 1, 5, dtype=torch.bool), TARGET, True)
+    with pytest.raises(ValueError, match=r"got shape \(5, 4\)"):
+        v.check_mask(torch.ones(5, 4, dtype=torch.bool), TARGET, True)
+
+
+@pytest.mark.parametrize("value", [3, np.int64(3), np.int32(3), torch.tensor(3).item()])
+def test_check_int_accepts_python_and_numpy_ints(value: object) -> None:
+    v.check_int("n", value)
+    v.check_sizes(value * 2, value)
+
+
+@pytest.mark.parametrize("value", [3.0, True, "3", None, np.float64(3)])
+def test_check_int_rejects_floats_bools_and_others(value: object) -> None:
+    with pytest.raises(TypeError, match="n must be an int"):
+        v.check_int("n", value)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "expected"),
+    [
+        (((3, 4), (5, 4), (5, 4)), ()),
+        (((2, 3, 4), (2, 5, 4), (2, 5, 4)), (2,)),
+        (((2, 4, 3, 4), (2, 1, 5, 4), (2, 1, 5, 4)), (2, 4)),  # keys shared by heads
+        (((4, 3, 4), (2, 1, 5, 4), (5, 4)), (2, 4)),
+    ],
+)
+def test_broadcast_batch_matches_numpy_broadcasting(
+    shapes: tuple[tuple[int, ...], ...], expected: tuple[int, ...]
+) -> None:
+    arrays = [np.zeros(s) for s in shapes]
+    assert v.broadcast_batch(*arrays) == expected
+    assert expected == np.broadcast_shapes(*(s[:-2] for s in shapes))
+
+
+def test_check_same_dtype_ignores_absent_biases() -> None:
+    a = np.zeros(2)
+    v.check_same_dtype({"a": a, "b": None, "c": a.copy()})
+    with pytest.raises(TypeError, match="a=float64, c=float32"):
+        v.check_same_dtype({"a": a, "b": None, "c": a.astype(np.float32)})
+
+
+def test_check_finite_uses_the_backend_predicate() -> None:
+    v.check_finite("x", np.ones(3), lambda x: bool(np.isfinite(x).all()))
+    with pytest.raises(ValueError, match="x must be finite"):
+        v.check_finite("x", np.array([1.0, np.nan]), lambda x: bool(np.isfinite(x).all()))
+
+
+@pytest.mark.parametrize("form", v.FORMS)
+def test_check_form_accepts_the_three_forms(form: str) -> None:
+    v.check_form(form)
+
+
+@pytest.mark.parametrize("eps", [1e-5, 1, np.float32(1e-6)])
+def test_check_layer_norm_params_accepts_positive_numbers(eps: float) -> None:
+    v.check_layer_norm_params(4, np.ones(4), None, eps)
+
+
+@pytest.mark.parametrize("eps", [0.0, -1e-5, float("nan"), True, None])
+def test_check_layer_norm_params_rejects_other_eps(eps: object) -> None:
+    with pytest.raises(ValueError, match="eps must be a positive number"):
+        v.check_layer_norm_params(4, None, None, eps)
