@@ -1,0 +1,147 @@
+"""Layouts of the query, key and value weights: per head, fused, packed, and PyTorch's.
+
+One multi-head attention layer has ``3H`` small projections ``W_i^Q, W_i^K, W_i^V`` of
+shape ``(D, Dh)``. This package stores them as one right-multiplied ``(D, 3D)`` matrix
+``[W_q | W_k | W_v]``, where ``W_q = [W_0^Q | ... | W_{H-1}^Q]`` puts head ``h`` in columns
+``h * Dh : (h + 1) * Dh``. ``torch.nn.MultiheadAttention`` stores the same numbers as the
+left-multiplied ``in_proj_weight`` of shape ``(3D, D)``: its transpose, so head ``h``'s query
+block is rows ``h * Dh : (h + 1) * Dh``. The helpers here move between these layouts and say
+which column belongs to which head and projection. They accept NumPy arrays and PyTorch
+tensors and return the same kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mha._validate import check_sizes
+
+Array = Any  # a numpy.ndarray or a torch.Tensor
+
+PROJECTIONS = ("q", "k", "v")
+
+
+def _check_packed(name: str, w: Any, transposed: bool = False) -> None:
+    """Check that ``w`` is a ``(D, 3D)`` array (``(3D, D)`` when ``transposed``)."""
+    if not hasattr(w, "shape") or not hasattr(w, "ndim"):
+        raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor; got {type(w).__name__}")
+    rows, cols = (3, 1) if transposed else (1, 3)
+    if w.ndim != 2 or rows * w.shape[1] != cols * w.shape[0] or w.shape[0] == 0:
+        rule = "(3D, D)" if transposed else "(D, 3D)"
+        raise ValueError(f"{name} must have shape {rule}; got {tuple(w.shape)}")
+
+
+def _permute(x: Array, axes: tuple[int, ...]) -> Array:
+    if isinstance(x, np.ndarray):
+        return x.transpose(axes)
+    return x.permute(*axes)
+
+
+def to_in_proj_weight(w_qkv: Array) -> Array:
+    """PyTorch's ``in_proj_weight`` from our packed weights (a transpose, no copy).
+
+    ``x @ w_qkv == x @ to_in_proj_weight(w_qkv).T``, which is how
+    ``torch.nn.MultiheadAttention`` applies its input projection.
+
+    Shape:
+        ``(D, 3D)`` -> ``(3D, D)``.
+
+    Raises:
+        ValueError: if ``w_qkv`` is not ``(D, 3D)``.
+        TypeError: if ``w_qkv`` is not an array or tensor.
+    """
+    _check_packed("w_qkv", w_qkv)
+    return w_qkv.T  # (D, 3D) -> (3D, D)
+
+
+def from_in_proj_weight(in_proj_weight: Array) -> Array:
+    """Our packed ``(D, 3D)`` weights from PyTorch's ``in_proj_weight`` (a transpose).
+
+    Shape:
+        ``(3D, D)`` -> ``(D, 3D)``.
+
+    Raises:
+        ValueError: if ``in_proj_weight`` is not ``(3D, D)``.
+        TypeError: if it is not an array or tensor.
+    """
+    _check_packed("in_proj_weight", in_proj_weight, transposed=True)
+    return in_proj_weight.T  # (3D, D) -> (D, 3D)
+
+
+def split_head_blocks(w_qkv: Array, num_heads: int) -> Array:
+    """Cut packed weights into the ``3H`` per-head blocks of the per-head form.
+
+    ``blocks[p, h]`` is the ``(D, Dh)`` projection of head ``h`` for ``p`` in
+    (0, 1, 2) = (query, key, value), so ``x @ blocks[0, h]`` is head ``h``'s queries.
+
+    Shape:
+        ``(D, 3D)`` -> ``(3, H, D, Dh)``.
+
+    Raises:
+        ValueError: if ``w_qkv`` is not ``(D, 3D)`` or H does not divide D.
+        TypeError: if ``num_heads`` is not an int.
+    """
+    _check_packed("w_qkv", w_qkv)
+    D = w_qkv.shape[0]
+    check_sizes(D, num_heads)
+    blocks = w_qkv.reshape(D, 3, num_heads, D // num_heads)  # (D, 3D) -> (D, 3, H, Dh)
+    return _permute(blocks, (1, 2, 0, 3))  # -> (3, H, D, Dh)
+
+
+def merge_head_blocks(blocks: Array) -> Array:
+    """Pack ``3H`` per-head blocks into one ``(D, 3D)`` matrix (inverse of ``split_head_blocks``).
+
+    Shape:
+        ``(3, H, D, Dh)`` -> ``(D, 3D)``.
+
+    Raises:
+        ValueError: if ``blocks`` is not ``(3, H, D, Dh)`` with ``H * Dh == D``.
+    """
+    shape = tuple(blocks.shape)
+    if len(shape) != 4 or shape[0] != 3 or shape[1] * shape[3] != shape[2] or shape[2] == 0:
+        raise ValueError(f"blocks must have shape (3, H, D, Dh) with H * Dh == D; got {shape}")
+    D = shape[2]
+    w = _permute(blocks, (2, 0, 1, 3))  # (3, H, D, Dh) -> (D, 3, H, Dh)
+    return w.reshape(D, 3 * D)  # -> (D, 3D)
+
+
+def head_columns(d_model: int, num_heads: int, projection: str, h: int) -> slice:
+    """The columns of the packed ``(D, 3D)`` weights (rows of ``in_proj_weight``) of one block.
+
+    Args:
+        d_model: model width D.
+        num_heads: number of heads H.
+        projection: ``"q"``, ``"k"`` or ``"v"``.
+        h: head index in ``[0, H)``.
+
+    Returns:
+        ``slice(p * D + h * Dh, p * D + (h + 1) * Dh)`` with ``p`` the projection's index.
+
+    Raises:
+        ValueError: on an unknown projection, a head out of range, or bad sizes.
+    """
+    check_sizes(d_model, num_heads)
+    if projection not in PROJECTIONS:
+        raise ValueError(f"projection must be one of {PROJECTIONS}; got projection={projection!r}")
+    if not 0 <= h < num_heads:
+        raise ValueError(f"h must be in [0, num_heads={num_heads}); got h={h}")
+    Dh = d_model // num_heads
+    start = PROJECTIONS.index(projection) * d_model + h * Dh
+    return slice(start, start + Dh)
+
+
+def column_owner(d_model: int, num_heads: int) -> tuple[np.ndarray, np.ndarray]:
+    """Which projection and which head each column of the packed weights belongs to.
+
+    Returns:
+        ``(projection, head)``, two int arrays of length 3D: ``projection[c]`` in
+        (0, 1, 2) = (query, key, value) and ``head[c]`` in ``[0, H)`` for column ``c``.
+
+    Raises:
+        ValueError, TypeError: if the sizes are not positive ints with H dividing D.
+    """
+    check_sizes(d_model, num_heads)
+    cols = np.arange(3 * d_model)
+    return cols // d_model, (cols % d_model) // (d_model // num_heads)
