@@ -161,6 +161,8 @@ def _attend(q, k, v_, mask):
 
 def _attend_fast(q, k, v_, mask):
     """SDPA without materialising weights; fully masked rows give zeros, as in ``_attend``."""
+    if mask is not None and mask.ndim < 2:
+        mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))  # (S,) -> (1, S)
     return F.scaled_dot_product_attention(q, k, v_, attn_mask=mask)  # (B, H, L, Dh)
 
 

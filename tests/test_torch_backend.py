@@ -1,0 +1,292 @@
+"""The PyTorch backend: the three forms, masks, fully masked rows, gradients, dtypes, LayerNorm."""
+
+from __future__ import annotations
+
+import math
+from itertools import product
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+from mha import init_params, np_backend
+from mha import torch_backend as F
+
+FORMS = ("per_head", "fused", "packed")
+B, L, S, D, H = 2, 5, 7, 12, 3
+f64 = torch.float64
+
+
+def randn(*shape: int, seed: int = 0, dtype: torch.dtype = f64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=f64).to(dtype)
+
+
+def reference_mha(q_in, k_in, v_in, p, mask=None):
+    """Multi-head attention written out head by head with plain torch ops (no package code)."""
+    Dh = p.d_model // p.num_heads
+
+    def lin(x, w, b):
+        return x @ w + (0.0 if b is None else b)
+
+    q, k, v = lin(q_in, p.w_q, p.b_q), lin(k_in, p.w_k, p.b_k), lin(v_in, p.w_v, p.b_v)
+    outs, weights = [], []
+    for h in range(p.num_heads):
+        c = slice(h * Dh, (h + 1) * Dh)
+        s = q[..., c] @ k[..., c].transpose(-1, -2) / math.sqrt(Dh)  # (B, L, S)
+        if mask is not None:
+            keep = mask.expand(q.shape[0], p.num_heads, *s.shape[1:])[:, h]
+            e = torch.where(keep, (s - s.masked_fill(~keep, -1e300).amax(-1, True)).exp(), 0.0)
+        else:
+            e = (s - s.amax(-1, True)).exp()
+        tot = e.sum(-1, keepdim=True)
+        w = e / torch.where(tot > 0, tot, 1.0)
+        weights.append(w)
+        outs.append(w @ v[..., c])
+    return lin(torch.cat(outs, -1), p.w_o, p.b_o), torch.stack(weights, 1)
+
+
+def masks_for(batch: int, heads: int, q_len: int, kv_len: int) -> dict[str, torch.Tensor | None]:
+    """One mask of each broadcastable shape; "B,H,L,S" has a fully masked row."""
+    g = torch.Generator().manual_seed(42)
+    full = torch.rand(batch, heads, q_len, kv_len, generator=g) < 0.6
+    full[0, 1, 0] = False
+    return {
+        "none": None,
+        "L,S": F.causal_mask(q_len, kv_len),
+        "B,1,1,S": F.key_padding_mask([kv_len - 2, 1], kv_len),
+        "1,H,L,S": torch.rand(1, heads, q_len, kv_len, generator=g) < 0.5,
+        "B,H,L,S": full,
+        "S": torch.arange(kv_len) % 3 != 1,
+    }
+
+
+def inputs(kind: str, seed: int = 0, dtype: torch.dtype = f64):
+    x = randn(B, L, D, seed=seed, dtype=dtype)
+    if kind == "self":
+        return x, x, x
+    kv = randn(B, S, D, seed=seed + 1, dtype=dtype)
+    return x, kv, kv
+
+
+# ---- heads ---------------------------------------------------------------------------
+
+
+def test_split_and_merge_heads_are_inverse_views_of_the_column_blocks() -> None:
+    x = randn(B, L, D)
+    heads = F.split_heads(x, H)
+    assert heads.shape == (B, H, L, 4)
+    for h in range(H):
+        assert torch.equal(heads[:, h], x[..., h * 4 : (h + 1) * 4])
+    assert torch.equal(F.merge_heads(heads), x)
+
+
+def test_split_heads_accepts_a_non_contiguous_input() -> None:
+    x = randn(L, B, D).transpose(0, 1)  # (B, L, D), not contiguous
+    assert not x.is_contiguous()
+    assert torch.equal(F.split_heads(x, H), F.split_heads(x.contiguous(), H))
+
+
+# ---- softmax and scaled dot-product attention ----------------------------------------
+
+
+def test_softmax_masks_exactly_and_zeroes_fully_masked_rows() -> None:
+    scores = randn(4, 5)
+    mask = torch.rand(4, 5, generator=torch.Generator().manual_seed(1)) < 0.5
+    mask[0], mask[1] = False, True
+    w = F.softmax(scores, mask)
+    assert (w[~mask] == 0).all() and (w[0] == 0).all()
+    torch.testing.assert_close(w[1:].sum(-1), torch.ones(3, dtype=f64), rtol=0, atol=1e-15)
+    torch.testing.assert_close(w[1], torch.softmax(scores[1], -1), rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, f64])
+def test_softmax_of_huge_logits_is_finite_and_normalised(dtype: torch.dtype) -> None:
+    scores = (torch.rand(4, 6, generator=torch.Generator().manual_seed(0)) * 2e4 - 1e4).to(dtype)
+    w = F.softmax(scores)
+    assert w.dtype == dtype and torch.isfinite(w).all()
+    # bfloat16 keeps 8 significant bits: a sum of 6 rounded weights is within 6 * 2^-9 of 1
+    tol = 6 * 2**-9 if dtype == torch.bfloat16 else 1e-6
+    torch.testing.assert_close(w.double().sum(-1), torch.ones(4, dtype=f64), rtol=0, atol=tol)
+
+
+def test_scaled_dot_product_attention_matches_torch_sdpa_with_masks() -> None:
+    q, k, v = randn(2, 3, 5, 4, seed=0), randn(2, 3, 6, 4, seed=1), randn(2, 3, 6, 4, seed=2)
+    for mask in masks_for(2, 3, 5, 6).values():
+        out, w = F.scaled_dot_product_attention(q, k, v, mask)
+        sdpa_mask = mask if mask is None or mask.ndim > 1 else mask.expand(5, 6)  # SDPA: >= 2-D
+        expected = TF.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask)
+        torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+        torch.testing.assert_close(w @ v, out, rtol=0, atol=1e-15)
+
+
+def test_fully_masked_row_is_zero_in_both_backends_and_in_torch_sdpa() -> None:
+    q, k, v = randn(1, 2, 4, 3, seed=0), randn(1, 2, 6, 3, seed=1), randn(1, 2, 6, 3, seed=2)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[2] = False
+    out, w = F.scaled_dot_product_attention(q, k, v, mask)
+    sdpa = TF.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out_np, w_np = np_backend.scaled_dot_product_attention(
+        q.numpy(), k.numpy(), v.numpy(), mask.numpy()
+    )
+    assert (w[..., 2, :] == 0).all() and (out[..., 2, :] == 0).all()
+    assert (sdpa[..., 2, :] == 0).all()
+    np.testing.assert_array_equal(w_np[..., 2, :], w[..., 2, :].numpy())
+    np.testing.assert_array_equal(out_np[..., 2, :], out[..., 2, :].numpy())
+
+
+def test_causal_and_key_padding_masks_equal_the_numpy_ones() -> None:
+    assert torch.equal(F.causal_mask(3, 5), torch.from_numpy(np_backend.causal_mask(3, 5)))
+    assert torch.equal(F.causal_mask(4), torch.from_numpy(np_backend.causal_mask(4)))
+    kp = F.key_padding_mask(torch.tensor([2, 0, 4]), 4)
+    assert kp.dtype == torch.bool and kp.shape == (3, 1, 1, 4)
+    assert torch.equal(kp, torch.from_numpy(np_backend.key_padding_mask([2, 0, 4], 4)))
+
+
+# ---- multi-head attention: the three forms -------------------------------------------
+
+CASES = list(product(["self", "cross"], [True, False], list(masks_for(B, H, L, S))))
+
+
+@pytest.mark.parametrize(("kind", "bias", "mask_name"), CASES)
+def test_three_forms_and_fast_path_agree_with_the_reference(kind, bias, mask_name) -> None:
+    q, k, v = inputs(kind)
+    S_ = k.shape[1]
+    mask = masks_for(B, H, L, S_)[mask_name]
+    p = init_params(D, H, bias=bias, seed=3).to_torch()
+    ref_out, ref_w = reference_mha(q, k, v, p, mask)
+    for form in FORMS:
+        out, w = F.multi_head_attention(q, k, v, p, mask, form=form)
+        torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12, msg=form)
+        torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-12, msg=form)
+        fast, none = F.multi_head_attention(q, k, v, p, mask, form=form, need_weights=False)
+        assert none is None
+        torch.testing.assert_close(fast, ref_out, rtol=0, atol=1e-12, msg=form)
+
+
+@pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
+def test_fully_masked_query_row_outputs_the_output_bias(form: str, need_weights: bool) -> None:
+    q, k, v = inputs("cross")
+    p = init_params(D, H, seed=5)
+    mask = torch.ones(B, 1, L, S, dtype=torch.bool)
+    mask[1, 0, 3] = False
+    out, w = F.multi_head_attention(
+        q, k, v, p.to_torch(), mask, form=form, need_weights=need_weights
+    )
+    torch.testing.assert_close(out[1, 3], torch.from_numpy(p.b_o), rtol=0, atol=1e-15)
+    out_np, _ = np_backend.multi_head_attention(
+        q.numpy(), k.numpy(), v.numpy(), p, mask.numpy(), form=form
+    )
+    np.testing.assert_allclose(out.numpy(), out_np, rtol=0, atol=1e-12)
+    if need_weights:
+        assert (w[1, :, 3] == 0).all()
+
+
+@pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
+def test_gradients_through_a_fully_masked_row_are_finite(form: str, need_weights: bool) -> None:
+    x = randn(B, L, D).requires_grad_()
+    p = init_params(D, H).to_torch().map(lambda a: a.requires_grad_())
+    mask = F.causal_mask(L).clone()
+    mask[2] = False  # query 2 attends to nothing
+    out, w = F.multi_head_attention(x, x, x, p, mask, form=form, need_weights=need_weights)
+    # the masked row's output is the constant b_o, so its gradient is exactly zero
+    (g_row,) = torch.autograd.grad(out[:, 2].sum(), x, retain_graph=True)
+    assert torch.equal(g_row, torch.zeros_like(x))
+    loss = out.square().sum() + (0 if w is None else w.square().sum())
+    loss.backward()
+    for name, t in [("x", x), ("w_qkv", p.w_qkv), ("w_o", p.w_o), ("b_qkv", p.b_qkv)]:
+        assert torch.isfinite(t.grad).all(), name
+        assert t.grad.abs().sum() > 0, name
+
+
+# ---- dtypes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
+def test_float32_is_close_to_float64(form: str, need_weights: bool) -> None:
+    q, k, v = inputs("cross")
+    p = init_params(D, H).to_torch()
+    ref, _ = F.multi_head_attention(q, k, v, p, form=form)
+    out, _ = F.multi_head_attention(
+        *(t.float() for t in (q, k, v)),
+        p.to_torch(torch.float32),
+        form=form,
+        need_weights=need_weights,
+    )
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
+def test_bfloat16_is_close_to_a_float64_reference(form: str, need_weights: bool) -> None:
+    bf = torch.bfloat16
+    p = init_params(32, 4, seed=1).to_torch(bf)
+    x = randn(2, 9, 32, seed=1, dtype=bf)
+    mask = F.causal_mask(9)
+    out, w = F.multi_head_attention(x, x, x, p, mask, form=form, need_weights=need_weights)
+    assert out.dtype == bf and (w is None or w.dtype == bf)
+    # The reference runs in float64 on the same bf16-rounded inputs and weights, so only
+    # arithmetic rounding differs. bf16 keeps 8 significant bits (unit roundoff u = 2^-8)
+    # and the result is rounded at about four stages (projection, attention, merge, output
+    # projection), so we allow 4u of the output's largest magnitude (measured: under 1.5u).
+    ref, ref_w = F.multi_head_attention(
+        x.double(), x.double(), x.double(), p.map(torch.Tensor.double), mask
+    )
+    tol = 4 * 2**-8 * ref.abs().max().item()
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=tol)
+    if w is not None:
+        torch.testing.assert_close(w.double(), ref_w, rtol=0, atol=4 * 2**-8)
+
+
+def test_float32_attention_with_scores_up_to_1e4_is_finite() -> None:
+    q = torch.full((1, 3, 4), 50.0)  # q.k / sqrt(4) = 5000
+    q[0, 1] *= -2  # scores of -1e4
+    k = torch.full((1, 5, 4), 50.0)
+    k[0, 0] = 0.0
+    v = randn(1, 5, 4, dtype=torch.float32)
+    out, w = F.scaled_dot_product_attention(q, k, v)
+    assert torch.isfinite(out).all() and torch.isfinite(w).all()
+    torch.testing.assert_close(w.sum(-1), torch.ones(1, 3), rtol=0, atol=1e-6)
+    assert torch.equal(w[0, 1], torch.tensor([1.0, 0, 0, 0, 0]))
+    fast = TF.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, fast, rtol=0, atol=1e-5)
+
+
+# ---- LayerNorm and the residual block ------------------------------------------------
+
+
+def test_layer_norm_matches_torch_layer_norm_and_a_hand_computation() -> None:
+    x = randn(B, L, D)
+    ln = torch.nn.LayerNorm(D, eps=1e-6, dtype=f64)
+    with torch.no_grad():
+        ln.weight.copy_(randn(D, seed=1))
+        ln.bias.copy_(randn(D, seed=2))
+    out = F.layer_norm(x, ln.weight, ln.bias, eps=1e-6)
+    torch.testing.assert_close(out, ln(x), rtol=0, atol=1e-13)
+    y = torch.tensor([[1.0, 2.0, 3.0, 6.0]], dtype=f64)
+    by_hand = (y - 3.0) / math.sqrt((4 + 1 + 0 + 9) / 4 + 1e-5)
+    torch.testing.assert_close(F.layer_norm(y), by_hand, rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_attention_block_is_torch_layer_norm_of_x_plus_multi_head(form: str) -> None:
+    x = randn(B, L, D)
+    p = init_params(D, H).to_torch()
+    ln = torch.nn.LayerNorm(D, dtype=f64)
+    with torch.no_grad():
+        ln.weight.copy_(randn(D, seed=1))
+        ln.bias.copy_(randn(D, seed=2))
+    mask = F.causal_mask(L)
+    out, w = F.attention_block(x, p, mask, ln_weight=ln.weight, ln_bias=ln.bias, form=form)
+    attn, ref_w = reference_mha(x, x, x, p, mask)
+    torch.testing.assert_close(out, ln(x + attn), rtol=0, atol=1e-12)
+    torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-12)
+    out_np, _ = np_backend.attention_block(
+        x.numpy(),
+        p.to_numpy(),
+        mask.numpy(),
+        ln_weight=ln.weight.detach().numpy(),
+        ln_bias=ln.bias.detach().numpy(),
+        form=form,
+    )
+    np.testing.assert_allclose(out.detach().numpy(), out_np, rtol=0, atol=1e-12)
