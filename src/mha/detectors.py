@@ -16,6 +16,11 @@ Detectors (score, and the pattern that scores 1):
 - :func:`token_class_score`: mean over queries of the mass on a class of keys.
 - :func:`broadness_score`: mean over queries of ``H(w[i]) / log(S_i)``; uniform rows.
 - :func:`arc_score`: mean over arc queries of the mass on their arc targets.
+- :func:`future_score`: mean over queries of the mass on later keys ``j > i``; 0 for a
+  causal head, so it tells a causal pattern from a bidirectional one.
+
+:func:`planted_heads` builds multi-head attention parameters whose heads follow given
+patterns, to check that the detectors recover what was planted.
 
 The positional detectors (previous, next, self) need self-attention, ``L == S``. Rows must
 be non-negative and sum to 1 within ``ROW_SUM_ATOL``; scores are computed in float64 from
@@ -31,10 +36,12 @@ from typing import Any
 
 import numpy as np
 
+from mha.params import MHAParams
+
 ROW_SUM_ATOL = 1e-4
 """How far a row of ``weights`` may sum from 1 (float32 softmax rounding is far below it)."""
 
-SCORE_NAMES = ("previous_token", "next_token", "self", "first_token", "broadness")
+SCORE_NAMES = ("previous_token", "next_token", "self", "first_token", "broadness", "future")
 """The detectors that :func:`all_scores` always runs (on square weights)."""
 
 
@@ -142,6 +149,26 @@ def self_score(weights: Any) -> np.ndarray:
     w = _check_weights(weights)
     _check_square(w, "weights", "self_score")
     return _score(np.diagonal(w, axis1=-2, axis2=-1).mean(axis=-1))  # (..., L) -> (...)
+
+
+def future_score(weights: Any) -> np.ndarray:
+    """Mean weight a query puts on later positions: ``mean_i sum_{j > i} w[i, j]``.
+
+    Exactly 0 for any causal head (the causal mask gives later keys weight 0), and 1 for
+    a head that only looks ahead except at the last query, which has nothing ahead; so the
+    largest value is ``(L - 1) / L``. Use it to say which kind of attention a pattern is.
+
+    Shape:
+        weights ``(..., L, L)``. Returns ``(...)``.
+
+    Raises:
+        ValueError: if ``weights`` is not square or its rows are not distributions.
+        TypeError: if ``weights`` is not a floating array.
+    """
+    w = _check_weights(weights)
+    _check_square(w, "weights", "future_score")
+    later = np.triu(w, k=1).sum(axis=-1)  # (..., L, L) -> (..., L)
+    return _score(later.mean(axis=-1))  # (..., L) -> (...)
 
 
 def first_token_score(weights: Any) -> np.ndarray:
@@ -347,7 +374,8 @@ def all_scores(
 ) -> dict[str, np.ndarray]:
     """Every detector on the same weights, as a dict of name -> scores ``(...)``.
 
-    Always ``previous_token``, ``next_token``, ``self``, ``first_token`` and ``broadness``
+    Always ``previous_token``, ``next_token``, ``self``, ``first_token``, ``broadness`` and
+    ``future``
     (``mask`` is passed to :func:`broadness_score`); ``token_class`` when ``key_in_class``
     is given and ``arc`` when ``arcs`` are given.
 
@@ -363,9 +391,67 @@ def all_scores(
         "self": self_score(weights),
         "first_token": first_token_score(weights),
         "broadness": broadness_score(weights, mask),
+        "future": future_score(weights),
     }
     if key_in_class is not None:
         out["token_class"] = token_class_score(weights, key_in_class)
     if arcs is not None:
         out["arc"] = arc_score(weights, arcs)
     return out
+
+
+def planted_heads(
+    targets: Sequence[Sequence[int]], d_model: int, *, logit: float = 8.0
+) -> tuple[MHAParams, np.ndarray]:
+    """Multi-head attention whose head ``h`` sends query ``i`` to key ``targets[h][i]``.
+
+    The input ``x`` holds one-hot positions: ``x[0, i] = e_i`` (then zeros up to D). Head h
+    gets ``W_q`` mapping ``e_i`` to ``c * e_{t(i)}`` and ``W_k`` mapping ``e_j`` to ``e_j``
+    inside its own Dh columns (``c = logit * sqrt(Dh)``), so its scores are
+    ``q_i . k_j / sqrt(Dh) = logit * [j == t(i)]``: after the softmax, query ``i`` puts
+    ``e^logit / (e^logit + n_i - 1)`` on its target, with ``n_i`` the keys it may attend to.
+    ``W_v`` copies the positions into each head's columns and ``W_o`` is the identity, so
+    the output says which positions each head read. No biases.
+
+    Args:
+        targets: for each head, the key position each query points to.
+        d_model: model width D; ``num_heads = len(targets)`` must divide it, and the
+            head width Dh must be at least L.
+        logit: the score of a target (the others score 0).
+
+    Shape:
+        Returns params (D = d_model, H = len(targets)) and x ``(1, L, D)``.
+
+    Raises:
+        ValueError: if the heads have different lengths, a target is out of range, or
+            Dh < L.
+    """
+    H = len(targets)
+    if H == 0:
+        raise ValueError("targets must hold one list of positions per head; got none")
+    L = len(targets[0])
+    if any(len(t) != L for t in targets):
+        raise ValueError(
+            "targets must give every head the same number of queries; got "
+            f"{[len(t) for t in targets]}"
+        )
+    if d_model % H != 0 or d_model // H < L:
+        raise ValueError(
+            f"d_model must be a multiple of num_heads={H} with d_head >= L={L}; "
+            f"got d_model={d_model}"
+        )
+    t = np.asarray(targets)
+    if not np.issubdtype(t.dtype, np.integer) or (t < 0).any() or (t >= L).any():
+        raise ValueError(f"targets must be integer positions in [0, L={L}); got {t.tolist()}")
+    Dh = d_model // H
+    c = logit * np.sqrt(Dh)
+    w_q, w_k, w_v = (np.zeros((d_model, d_model)) for _ in range(3))
+    pos = np.arange(L)
+    for h in range(H):
+        w_q[pos, h * Dh + t[h]] = c  # e_i -> c e_{t(i)} in head h's columns
+        w_k[pos, h * Dh + pos] = 1.0  # e_j -> e_j
+        w_v[pos, h * Dh + pos] = 1.0
+    x = np.zeros((1, L, d_model))
+    x[0, pos, pos] = 1.0  # one-hot positions, (1, L, D)
+    params = MHAParams.from_qkv(w_q, w_k, w_v, np.eye(d_model), H)
+    return params, x
