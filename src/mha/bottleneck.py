@@ -1,0 +1,339 @@
+"""The low-rank bottleneck of one attention head (Bhojanapalli et al., 2020).
+
+A head's scores on one sequence ``X`` (``N`` tokens, bias-free projections) are
+``Z = X W_q W_k^T X^T / sqrt(Dh)``, a matrix of rank at most ``Dh``. Softmax ignores a
+constant added to a row, so ``softmax(Z) = P`` exactly when the row-centred scores agree:
+``Z C = log(P) C`` with ``C = I - 1 1^T / N``. Hence, for ``X`` of rank ``N``:
+
+- ``P`` is reachable iff ``rank(log(P) C) <= Dh`` (:func:`required_head_width`), and
+  ``rank(log(P) C) <= N - 1`` always;
+- the smallest centred-logit error ``|(log softmax(Z) - log P) C|_F`` over all
+  projections is the Eckart-Young tail of ``log(P) C`` (:func:`centred_logit_floor`).
+
+Targets are row-stochastic (rows are attention distributions, as everywhere in this
+package); the paper writes tokens as columns and calls the same matrices column
+stochastic.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from mha.rank import _as_matrix, numerical_rank
+
+
+def centering_matrix(n: int) -> np.ndarray:
+    """``C = I - 1 1^T / n``, the orthogonal projector that subtracts row means (``M C``).
+
+    Raises:
+        ValueError: if ``n`` is not a positive int.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int; got {n!r}")
+    return np.eye(n) - np.full((n, n), 1.0 / n)
+
+
+def check_attention_target(target: Any, atol: float = 1e-10) -> np.ndarray:
+    """Check that ``target`` is a square, positive, row-stochastic matrix; return it.
+
+    Args:
+        target: the attention pattern, rows are distributions over keys.
+        atol: tolerance on each row sum.
+
+    Shape:
+        target ``(N, N)``.
+
+    Raises:
+        ValueError: if it is not square, has an entry ``<= 0`` (its logarithm must be
+            finite), or a row does not sum to one.
+        TypeError: if it is not a floating array.
+    """
+    p = _as_matrix("target", target)
+    if p.shape[0] != p.shape[1]:
+        raise ValueError(f"target must be square (N, N); got shape {p.shape}")
+    if np.any(p <= 0):
+        raise ValueError(
+            f"target must be strictly positive (softmax never outputs 0); got min {p.min():.3g}"
+        )
+    sums = p.sum(axis=1)
+    if np.any(np.abs(sums - 1.0) > atol):
+        worst = sums[np.argmax(np.abs(sums - 1.0))]
+        raise ValueError(f"target rows must sum to 1 (atol={atol}); got a row sum of {worst!r}")
+    return p
+
+
+def centred_log(target: Any) -> np.ndarray:
+    """The row-centred log target ``log(P) C``: the only part of the scores softmax sees.
+
+    Shape:
+        target ``(N, N)``. Returns ``(N, N)`` with rows summing to zero.
+
+    Raises:
+        ValueError, TypeError: as :func:`check_attention_target`.
+    """
+    logp = np.log(check_attention_target(target))
+    return logp - logp.mean(axis=1, keepdims=True)  # log(P) C
+
+
+def required_head_width(target: Any, centre: bool = True) -> int:
+    """The smallest head width ``Dh`` at which a bias-free head can produce ``target``.
+
+    With ``centre=True`` this is ``rank(log(P) C)``, exact for an input of rank ``N``;
+    with ``centre=False`` it is ``rank(log P)``, what a construction that factors
+    ``log P`` itself (with no row shift) needs. Numerical ranks, default tolerance.
+
+    Shape:
+        target ``(N, N)``.
+
+    Raises:
+        ValueError, TypeError: as :func:`check_attention_target`.
+    """
+    m = centred_log(target) if centre else np.log(check_attention_target(target))
+    return numerical_rank(m)
+
+
+def attention_from_projections(x: Any, w_q: Any, w_k: Any) -> np.ndarray:
+    """``softmax(X W_q W_k^T X^T / sqrt(Dh))``: one bias-free head's attention weights.
+
+    Shape:
+        x ``(N, D)``, w_q and w_k ``(D, Dh)``. Returns ``(N, N)``.
+
+    Raises:
+        ValueError: if a matrix is not 2-D or not finite, or the shapes do not chain.
+        TypeError: if a matrix is not floating.
+    """
+    x, w_q, w_k = _as_matrix("x", x), _as_matrix("w_q", w_q), _as_matrix("w_k", w_k)
+    if w_q.shape != w_k.shape or w_q.shape[0] != x.shape[1]:
+        raise ValueError(
+            "w_q and w_k must both have shape (D, Dh) with D = x.shape[1] = "
+            f"{x.shape[1]}; got w_q {w_q.shape}, w_k {w_k.shape}"
+        )
+    z = (x @ w_q) @ (x @ w_k).T / np.sqrt(w_q.shape[1])  # (N, Dh) @ (Dh, N) -> (N, N)
+    z -= z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def bhojanapalli_projections(
+    x: Any, target: Any, d_head: int, centre: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Projections ``W_q, W_k`` with ``softmax(X W_q W_k^T X^T / sqrt(Dh)) = P`` exactly.
+
+    The construction of Bhojanapalli et al. (2020, Theorem 1): pick scores ``M`` with
+    ``softmax(M) = P`` (``M = log(P) C`` when ``centre``, else ``M = log P``), factor
+    ``M = U V^T`` with ``r = rank(M)`` columns by an SVD, and pull the factors back
+    through ``X`` with its pseudo-inverse ``X^+`` (``X X^+ = I_N`` as ``X`` has rank N):
+    ``W_q = sqrt(Dh) X^+ U E``, ``W_k = X^+ V E`` with ``E = [I_r, 0]`` of shape
+    ``(r, Dh)``. Then ``X W_q W_k^T X^T = sqrt(Dh) U V^T = sqrt(Dh) M``.
+
+    Args:
+        x: one sequence whose ``N`` rows are linearly independent (so ``N <= D``).
+        target: positive row-stochastic attention pattern.
+        d_head: head width Dh; must be at least ``required_head_width(target, centre)``
+            (at most ``N - 1`` with centring, ``N`` without).
+        centre: factor the row-centred ``log(P) C`` (rank ``<= N - 1``) rather than
+            ``log P`` (rank ``<= N``).
+
+    Shape:
+        x ``(N, D)``, target ``(N, N)``. Returns ``w_q``, ``w_k`` of shape ``(D, Dh)``.
+
+    Raises:
+        ValueError: if ``x`` does not have rank N, the target fails
+            :func:`check_attention_target` or has another size, or ``d_head`` is too small.
+        TypeError: if ``d_head`` is not an int, or an array is not floating.
+    """
+    x = _as_matrix("x", x)
+    p = check_attention_target(target)
+    if isinstance(d_head, bool) or not isinstance(d_head, int):
+        raise TypeError(f"d_head must be an int; got {type(d_head).__name__} {d_head!r}")
+    N = x.shape[0]
+    if p.shape[0] != N:
+        raise ValueError(f"target must be ({N}, {N}) for x with N={N} rows; got {p.shape}")
+    if numerical_rank(x) != N:
+        raise ValueError(
+            f"x must have rank N={N} (linearly independent rows, so N <= D={x.shape[1]}); "
+            f"got numerical rank {numerical_rank(x)}"
+        )
+    m = centred_log(p) if centre else np.log(p)
+    r = numerical_rank(m)
+    if d_head < r:
+        kind = "rank(log(P) C)" if centre else "rank(log P)"
+        raise ValueError(f"d_head must be at least {kind} = {r} for this target; got {d_head}")
+    u, s, vt = np.linalg.svd(m)
+    U, V = u[:, :r] * s[:r], vt[:r].T  # M = U V^T, (N, r) each
+    x_pinv = np.linalg.pinv(x)  # (D, N), x @ x_pinv = I_N
+    E = np.eye(r, d_head)  # (r, Dh)
+    return np.sqrt(d_head) * x_pinv @ U @ E, x_pinv @ V @ E  # (D, Dh) each
+
+
+def centred_logit_error(weights: Any, target: Any) -> float:
+    """``|(log W - log P) C|_F``: the distance between two patterns' centred logits.
+
+    Softmax is a bijection between row-centred score matrices and positive row-stochastic
+    matrices, so this is a distance between the scores that produce ``weights`` and
+    ``target`` (zero exactly when they are equal).
+
+    Shape:
+        weights and target ``(N, N)``.
+
+    Raises:
+        ValueError, TypeError: as :func:`check_attention_target`, for either matrix.
+    """
+    w, p = centred_log(weights), centred_log(target)
+    if w.shape != p.shape:
+        raise ValueError(f"weights and target must have the same shape; got {w.shape}, {p.shape}")
+    return float(np.linalg.norm(w - p))
+
+
+def centred_logit_floor(target: Any, d_head: int) -> float:
+    """The least ``centred_logit_error`` any bias-free head of width ``d_head`` can reach.
+
+    ``sqrt(sum_{k > Dh} sigma_k(log(P) C)^2)`` (Eckart-Young): a lower bound for every
+    input ``X``, attained when ``X`` has rank N (by the truncated SVD of ``log(P) C``).
+
+    Shape:
+        target ``(N, N)``.
+
+    Raises:
+        ValueError: if ``d_head`` is negative, or as :func:`check_attention_target`.
+    """
+    if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head < 0:
+        raise ValueError(f"d_head must be a non-negative int; got {d_head!r}")
+    s = np.linalg.svd(centred_log(target), compute_uv=False)
+    return float(np.sqrt(np.sum(s[d_head:] ** 2)))
+
+
+def self_focus_target(n: int, alpha: float) -> np.ndarray:
+    """``P_ij`` proportional to ``exp(alpha [i = j])``: every token attends to itself.
+
+    ``log(P) C = alpha C`` has ``N - 1`` singular values equal to ``alpha``, so no head
+    narrower than ``N - 1`` produces it, on any input, and the best centred-logit error
+    at width ``Dh`` is ``alpha * sqrt(N - 1 - Dh)``.
+
+    Raises:
+        ValueError: if ``n`` is not a positive int or ``alpha`` is not finite.
+    """
+    centering_matrix(n)  # validates n
+    if not np.isfinite(alpha):
+        raise ValueError(f"alpha must be finite; got {alpha!r}")
+    e = np.exp(alpha * np.eye(n) - max(alpha, 0.0))  # shifted so that no entry overflows
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def fit_attention(
+    x: Any,
+    target: Any,
+    d_head: int,
+    *,
+    steps: int = 300,
+    lr: float = 0.05,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Fit one bias-free head to a target pattern by gradient descent (Adam, float64).
+
+    Minimises the squared centred-logit error ``|(Z - log P) C|_F^2`` of the scores
+    ``Z = X W_q W_k^T X^T / sqrt(Dh)``, from ``N(0, 1/D)`` initial weights.
+
+    Args:
+        x: one sequence.
+        target: positive row-stochastic pattern.
+        d_head: head width Dh.
+        steps: Adam steps.
+        lr: learning rate.
+        seed: seed of the initial weights.
+
+    Shape:
+        x ``(N, D)``, target ``(N, N)``. Returns ``w_q``, ``w_k`` ``(D, Dh)`` and the
+        final :func:`centred_logit_error`.
+
+    Raises:
+        ValueError: if ``d_head`` or ``steps`` is not positive, shapes disagree, or as
+            :func:`check_attention_target`.
+    """
+    import torch
+
+    x = _as_matrix("x", x)
+    goal = centred_log(target)
+    if goal.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"target must be (N, N) with N = x.shape[0] = {x.shape[0]}; got {goal.shape}"
+        )
+    for name, value in (("d_head", d_head), ("steps", steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int; got {value!r}")
+    D = x.shape[1]
+    rng = np.random.default_rng(seed)
+    w = torch.tensor(rng.standard_normal((2, D, d_head)) / np.sqrt(D), requires_grad=True)
+    xt, goal_t = torch.tensor(x, dtype=torch.float64), torch.tensor(goal)
+    opt = torch.optim.Adam([w], lr=lr)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: extra threads only add synchronisation
+    try:
+        for _ in range(steps):
+            opt.zero_grad()
+            z = (xt @ w[0]) @ (xt @ w[1]).T / d_head**0.5  # (N, N)
+            z = z - z.mean(dim=1, keepdim=True)  # Z C
+            loss = ((z - goal_t) ** 2).sum()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
+    w_q, w_k = (w[i].detach().numpy().copy() for i in range(2))
+    return w_q, w_k, centred_logit_error(attention_from_projections(x, w_q, w_k), target)
+
+
+def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
+    """The least total squared centred-logit error of ``num_heads`` heads on ``targets``.
+
+    Each target is served by one head; a head serving a group ``G`` of targets produces
+    one pattern, whose best centred scores are the rank-``Dh`` truncation of the group's
+    mean centred log target. The error of a group is its scatter
+    ``sum_{t in G} |L_t - mean_G|^2`` plus ``|G|`` times the Eckart-Young tail of the mean
+    squared; this enumerates every partition of the targets into at most ``num_heads``
+    groups (exact; meant for a handful of targets). Assumes an input of rank N.
+
+    Args:
+        targets: K positive row-stochastic patterns on the same N tokens.
+        num_heads: H.
+        d_head: Dh.
+
+    Shape:
+        targets ``(K, N, N)``.
+
+    Raises:
+        ValueError: if ``targets`` is not 3-D with 1 to 8 patterns, or a size is not a
+            positive int, or a pattern fails :func:`check_attention_target`.
+    """
+    if np.ndim(targets) != 3 or not 1 <= len(targets) <= 8:
+        raise ValueError(
+            f"targets must have shape (K, N, N) with 1 <= K <= 8; got {np.shape(targets)}"
+        )
+    for name, value in (("num_heads", num_heads), ("d_head", d_head)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int; got {value!r}")
+    logs = np.stack([centred_log(t) for t in targets])  # (K, N, N)
+
+    def group_error(group: tuple[int, ...]) -> float:
+        mean = logs[list(group)].mean(axis=0)
+        scatter = float(np.sum((logs[list(group)] - mean) ** 2))
+        s = np.linalg.svd(mean, compute_uv=False)
+        return scatter + len(group) * float(np.sum(s[d_head:] ** 2))
+
+    def best(items: tuple[int, ...], groups_left: int) -> float:
+        if not items:
+            return 0.0
+        if groups_left == 0:
+            return np.inf
+        first, rest = items[0], items[1:]
+        result = np.inf
+        for k in range(len(rest) + 1):  # the group holding `first`, then the others
+            for others in combinations(rest, k):
+                remaining = tuple(i for i in rest if i not in others)
+                err = group_error((first, *others)) + best(remaining, groups_left - 1)
+                result = min(result, err)
+        return result
+
+    return float(best(tuple(range(len(logs))), num_heads))

@@ -1,0 +1,200 @@
+"""Numerical rank, and the ranks of a multi-head attention layer's intermediate matrices.
+
+The rank of a matrix computed in floating point is decided by its singular values and a
+tolerance: a singular value at or below the tolerance is counted as zero. The default
+tolerance is the LAPACK/NumPy one, ``sigma_max * max(m, n) * eps``. A backward-stable SVD
+returns the exact singular values of a matrix within ``c * eps * sigma_max`` of the input
+(``c`` a modest function of the size), and by Weyl's inequality every computed singular
+value is within that distance of the true one; ``max(m, n)`` stands in for ``c``. A
+matrix that was itself computed by a chain of products carries rounding errors of the
+same order, so the same tolerance separates "zero up to rounding" from "really there".
+
+For one sequence ``X`` (``N`` rows, ``r = rank(X)``, ``u`` distinct rows), a head's output
+in self-attention is ``head_i = A_i (X W_v^i + 1 b_v^i^T) = A_i X W_v^i + 1 b_v^i^T``
+(the rows of ``A_i`` sum to one). :func:`rank_bounds` returns the bounds that follow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mha import np_backend
+from mha.params import MHAParams
+
+
+def _as_matrix(name: str, a: Any) -> np.ndarray:
+    if hasattr(a, "detach"):
+        a = a.detach().cpu().numpy()
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name} must be a NumPy array or a torch tensor; got {type(a).__name__}")
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix (m, n); got {a.ndim}-D shape {a.shape}")
+    if not np.issubdtype(a.dtype, np.floating):
+        raise TypeError(f"{name} must have a floating dtype; got dtype {a.dtype}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite; got NaN or infinite values")
+    return a
+
+
+def default_rtol(shape: tuple[int, int], dtype: Any = np.float64) -> float:
+    """The LAPACK/NumPy relative rank tolerance ``max(m, n) * eps``.
+
+    Args:
+        shape: ``(m, n)``, the shape of the matrix.
+        dtype: its floating dtype; ``eps`` is that dtype's machine epsilon
+            (about 2.2e-16 for float64, 1.2e-7 for float32).
+
+    Returns:
+        ``max(m, n) * eps`` as a float.
+    """
+    return float(max(shape) * np.finfo(dtype).eps)
+
+
+def rank_tolerance(a: Any, rtol: float | None = None, atol: float = 0.0) -> float:
+    """The absolute tolerance below which a singular value of ``a`` counts as zero.
+
+    ``tol = max(atol, rtol * sigma_max)``, with ``rtol`` defaulting to
+    :func:`default_rtol` (so the default is NumPy's ``sigma_max * max(m, n) * eps``).
+
+    Args:
+        a: the matrix.
+        rtol: relative tolerance; ``None`` for the default.
+        atol: absolute tolerance.
+
+    Shape:
+        a ``(m, n)``.
+
+    Raises:
+        ValueError: if ``a`` is not 2-D or not finite, or a tolerance is negative.
+        TypeError: if ``a`` is not a floating array or tensor.
+    """
+    a = _as_matrix("a", a)
+    return _tolerance(np.linalg.svd(a, compute_uv=False), a.shape, a.dtype, rtol, atol)
+
+
+def _tolerance(
+    s: np.ndarray, shape: tuple[int, int], dtype: Any, rtol: float | None, atol: float
+) -> float:
+    if rtol is None:
+        rtol = default_rtol(shape, dtype)
+    if rtol < 0 or atol < 0:
+        raise ValueError(f"rtol and atol must be non-negative; got rtol={rtol}, atol={atol}")
+    s_max = float(s[0]) if s.size else 0.0
+    return max(float(atol), float(rtol) * s_max)
+
+
+def numerical_rank(a: Any, rtol: float | None = None, atol: float = 0.0) -> int:
+    """The number of singular values of ``a`` strictly above the rank tolerance.
+
+    With the defaults this equals ``numpy.linalg.matrix_rank(a)``. An empty matrix and
+    the zero matrix have rank 0.
+
+    Args:
+        a: the matrix (a NumPy array or a torch tensor, which is copied to NumPy).
+        rtol: relative tolerance (times ``sigma_max``); ``None`` for ``max(m, n) * eps``.
+        atol: absolute tolerance; the larger of the two applies.
+
+    Shape:
+        a ``(m, n)``.
+
+    Returns:
+        The numerical rank, an ``int`` in ``[0, min(m, n)]``.
+
+    Raises:
+        ValueError: if ``a`` is not 2-D or not finite, or a tolerance is negative.
+        TypeError: if ``a`` is not a floating array or tensor.
+    """
+    a = _as_matrix("a", a)
+    s = np.linalg.svd(a, compute_uv=False)  # descending
+    tol = _tolerance(s, a.shape, a.dtype, rtol, atol)
+    return int(np.count_nonzero(s > tol))
+
+
+def attention_parts(x: np.ndarray, params: MHAParams) -> dict[str, np.ndarray]:
+    """The intermediate matrices of self-attention on ``x``, for rank analysis.
+
+    Returns the attention weights, each head's output ``A_i (X W_v^i + 1 b_v^i^T)``, their
+    concatenation, and the layer output ``Concat W^O + 1 b_o^T`` (equal to
+    ``np_backend.multi_head_attention(x, x, x, params)``).
+
+    Args:
+        x: one batch of sequences.
+        params: NumPy parameters of the dtype of ``x``.
+
+    Shape:
+        x ``(B, L, D)``. Returns ``weights (B, H, L, L)``, ``heads (B, H, L, Dh)``,
+        ``concat (B, L, D)`` and ``output (B, L, D)``.
+
+    Raises:
+        ValueError, TypeError: as :func:`mha.np_backend.multi_head_attention`.
+    """
+    output, weights = np_backend.multi_head_attention(x, x, x, params)  # checks the inputs
+    H = params.num_heads
+    val = x @ params.w_v  # (B, L, D)
+    if params.b_v is not None:
+        val = val + params.b_v
+    heads = weights @ np_backend.split_heads(val, H)  # (B, H, L, L) @ (B, H, L, Dh)
+    concat = np_backend.merge_heads(heads)  # (B, H, L, Dh) -> (B, L, D)
+    return {"weights": weights, "heads": heads, "concat": concat, "output": output}
+
+
+def count_distinct_rows(x: np.ndarray) -> int:
+    """The number of distinct rows of a matrix (exact comparison).
+
+    Shape:
+        x ``(N, D)``.
+    """
+    x = _as_matrix("x", x)
+    return int(np.unique(x, axis=0).shape[0])
+
+
+def rank_bounds(x: np.ndarray, params: MHAParams) -> dict[str, Any]:
+    """Upper bounds on the ranks of self-attention's matrices for one sequence ``x``.
+
+    With ``N`` tokens, ``u`` distinct rows, ``r = rank(X)``, ``H`` heads of width ``Dh``:
+
+    - head ``i``: ``min(u, Dh, r + beta_i)``, ``beta_i = 1`` if head ``i``'s value bias
+      is non-zero, else 0;
+    - concatenation: ``min(u, D, H * min(Dh, r) + beta)``, ``beta = 1`` if any value bias
+      is non-zero (all biases together add one rank-one term ``1 b_v^T``, not ``H``);
+    - output: ``min(u, D, min(H * min(Dh, r), rank(W^O)) + gamma)``, ``gamma = 1`` if
+      ``b_v^T W^O + b_o^T`` is non-zero.
+
+    Ranks are numerical ranks with the default tolerance.
+
+    Args:
+        x: one sequence.
+        params: NumPy parameters.
+
+    Shape:
+        x ``(N, D)``.
+
+    Returns:
+        ``{"head": (H,) int array, "concat": int, "output": int}``.
+
+    Raises:
+        ValueError: if ``x`` is not 2-D, not finite, or its width is not ``params.d_model``.
+        TypeError: if ``x`` is not floating or ``params`` is not ``MHAParams``.
+    """
+    if not isinstance(params, MHAParams):
+        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
+    x = _as_matrix("x", x)
+    if x.shape[1] != params.d_model:
+        raise ValueError(
+            f"x width must equal d_model={params.d_model}; got x.shape={tuple(x.shape)}"
+        )
+    H, Dh, D = params.num_heads, params.d_head, params.d_model
+    u, r = count_distinct_rows(x), numerical_rank(x)
+    b_v = np.zeros(D) if params.b_v is None else np.asarray(params.b_v)
+    b_o = np.zeros(D) if params.b_o is None else np.asarray(params.b_o)
+    beta_h = np.array([np.any(b_v[h * Dh : (h + 1) * Dh] != 0) for h in range(H)], dtype=int)
+    beta = int(np.any(b_v != 0))
+    gamma = int(np.any(b_v @ params.w_o + b_o != 0))
+    bias_free_concat = H * min(Dh, r)
+    return {
+        "head": np.minimum(np.minimum(u, Dh), r + beta_h),
+        "concat": int(min(u, D, bias_free_concat + beta)),
+        "output": int(min(u, D, min(bias_free_concat, numerical_rank(params.w_o)) + gamma)),
+    }

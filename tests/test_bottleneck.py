@@ -1,0 +1,132 @@
+"""Tests for mha.bottleneck: the construction, the floor and the fits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mha import bottleneck as bn
+
+
+def random_target(n: int, seed: int, scale: float = 2.0) -> np.ndarray:
+    e = np.exp(scale * np.random.default_rng(seed).standard_normal((n, n)))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def full_rank_input(n: int, d: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed + 100).standard_normal((n, d))
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 10), extra=st.integers(0, 6), seed=st.integers(0, 10**6))
+def test_construction_reproduces_random_targets_at_width_n_minus_one(n, extra, seed):
+    x, p = full_rank_input(n, n + extra, seed), random_target(n, seed)
+    w_q, w_k = bn.bhojanapalli_projections(x, p, n - 1)
+    assert w_q.shape == w_k.shape == (n + extra, n - 1)
+    np.testing.assert_allclose(bn.attention_from_projections(x, w_q, w_k), p, atol=1e-10)
+
+
+def test_uncentred_construction_needs_width_n_and_reproduces_the_target():
+    x, p = full_rank_input(8, 12), random_target(8, 1)
+    assert bn.required_head_width(p, centre=False) == 8
+    assert bn.required_head_width(p) == 7
+    w_q, w_k = bn.bhojanapalli_projections(x, p, 8, centre=False)
+    np.testing.assert_allclose(bn.attention_from_projections(x, w_q, w_k), p, atol=1e-10)
+    with pytest.raises(ValueError, match=r"d_head must be at least rank\(log P\) = 8"):
+        bn.bhojanapalli_projections(x, p, 7, centre=False)
+
+
+def test_construction_rejects_bad_input():
+    p = random_target(4, 0)
+    with pytest.raises(ValueError, match=r"x must have rank N=4 .* got numerical rank 2"):
+        bn.bhojanapalli_projections(
+            np.ones((4, 2)) @ np.eye(2, 6) + np.eye(4, 6)[[0, 0, 1, 1]], p, 3
+        )
+    with pytest.raises(ValueError, match=r"d_head must be at least rank\(log\(P\) C\) = 3"):
+        bn.bhojanapalli_projections(full_rank_input(4, 6), p, 2)
+    with pytest.raises(ValueError, match=r"target must be \(5, 5\) for x with N=5 rows"):
+        bn.bhojanapalli_projections(full_rank_input(5, 6), p, 4)
+    with pytest.raises(TypeError, match="d_head must be an int; got float"):
+        bn.bhojanapalli_projections(full_rank_input(4, 6), p, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("target", "match"),
+    [
+        (np.full((2, 3), 1 / 3), r"target must be square \(N, N\)"),
+        (np.array([[1.0, 0.0], [0.5, 0.5]]), "target must be strictly positive"),
+        (np.array([[0.7, 0.7], [0.5, 0.5]]), "target rows must sum to 1"),
+    ],
+)
+def test_target_checks(target, match):
+    with pytest.raises(ValueError, match=match):
+        bn.check_attention_target(target)
+
+
+def test_self_focus_target_needs_width_n_minus_one_and_has_a_closed_form_floor():
+    n, alpha = 10, 3.0
+    p = bn.self_focus_target(n, alpha)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+    assert bn.required_head_width(p) == n - 1
+    for d_head in range(n):
+        floor = bn.centred_logit_floor(p, d_head)
+        assert floor == pytest.approx(alpha * np.sqrt(max(n - 1 - d_head, 0)), abs=1e-12)
+
+
+def test_gradient_descent_never_beats_the_floor_and_reaches_it_below_n_minus_one():
+    n, d = 8, 12
+    x, p = full_rank_input(n, d), bn.self_focus_target(n, 2.0)
+    for d_head in (2, 5):
+        _, _, err = bn.fit_attention(x, p, d_head, steps=300, seed=1)
+        floor = bn.centred_logit_floor(p, d_head)
+        assert floor - 1e-9 <= err <= floor * 1.01
+
+
+def test_floor_is_a_lower_bound_for_a_rank_deficient_input_too():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 3)) @ rng.standard_normal((3, 12))  # rank 3
+    p = random_target(8, 2)
+    _, _, err = bn.fit_attention(x, p, 6, steps=200)
+    assert err >= bn.centred_logit_floor(p, 6) - 1e-9
+    assert err >= bn.centred_logit_floor(p, 3) - 1e-9  # scores have rank <= rank(X) = 3
+
+
+def test_centred_logit_error_is_zero_only_for_equal_patterns():
+    p, q = random_target(5, 0), random_target(5, 1)
+    assert bn.centred_logit_error(p, p) == 0.0
+    assert bn.centred_logit_error(p, q) > 0.1
+    with pytest.raises(ValueError, match="weights and target must have the same shape"):
+        bn.centred_logit_error(p, random_target(4, 0))
+
+
+def test_best_layer_error_is_zero_with_enough_wide_heads_and_grows_as_heads_narrow():
+    targets = np.stack([random_target(6, s) for s in range(3)])
+    assert bn.best_layer_error(targets, 3, 5) == pytest.approx(0.0, abs=1e-20)
+    assert bn.best_layer_error(targets, 3, 5) < bn.best_layer_error(targets, 2, 5)
+    errors = [bn.best_layer_error(targets, 3, dh) for dh in (5, 3, 2, 1)]
+    assert all(a < b for a, b in zip(errors, errors[1:], strict=False))
+    one_head = bn.best_layer_error(targets, 1, 5)
+    logs = np.stack([bn.centred_log(t) for t in targets])
+    assert one_head == pytest.approx(np.sum((logs - logs.mean(axis=0)) ** 2))
+
+
+def test_size_arguments_are_checked():
+    p = random_target(4, 0)
+    with pytest.raises(ValueError, match="n must be a positive int; got 0"):
+        bn.centering_matrix(0)
+    with pytest.raises(ValueError, match="d_head must be a non-negative int; got -1"):
+        bn.centred_logit_floor(p, -1)
+    with pytest.raises(ValueError, match="d_head must be a positive int; got 0"):
+        bn.fit_attention(full_rank_input(4, 5), p, 0)
+    with pytest.raises(ValueError, match=r"target must be \(N, N\) with N = x.shape\[0\] = 3"):
+        bn.fit_attention(full_rank_input(3, 5), p, 2)
+    with pytest.raises(ValueError, match=r"targets must have shape \(K, N, N\)"):
+        bn.best_layer_error(p, 1, 1)
+    with pytest.raises(ValueError, match="num_heads must be a positive int; got 0"):
+        bn.best_layer_error(p[None], 0, 1)
+    with pytest.raises(ValueError, match="alpha must be finite"):
+        bn.self_focus_target(3, np.inf)
+    with pytest.raises(ValueError, match=r"w_q and w_k must both have shape \(D, Dh\)"):
+        bn.attention_from_projections(np.eye(3), np.eye(3), np.eye(2))

@@ -1,0 +1,152 @@
+"""Tests for mha.rank: numerical rank and the rank bounds of self-attention."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mha
+from mha import rank
+
+
+def known_rank(m: int, n: int, r: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((m, r)) @ rng.standard_normal((r, n))
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 12), n=st.integers(1, 12), data=st.data(), seed=st.integers(0, 10**6))
+def test_numerical_rank_recovers_the_rank_of_a_product_of_factors(m, n, data, seed):
+    r = data.draw(st.integers(0, min(m, n)))
+    a = known_rank(m, n, r, seed)
+    assert rank.numerical_rank(a) == r
+    assert rank.numerical_rank(a) == np.linalg.matrix_rank(a)
+
+
+def test_numerical_rank_of_zero_and_empty_matrices_is_zero():
+    assert rank.numerical_rank(np.zeros((3, 4))) == 0
+    assert rank.numerical_rank(np.zeros((0, 4))) == 0
+
+
+def test_default_tolerance_is_numpys_sigma_max_times_size_times_eps():
+    a = known_rank(7, 5, 5)
+    s = np.linalg.svd(a, compute_uv=False)
+    assert rank.default_rtol((7, 5)) == 7 * np.finfo(np.float64).eps
+    assert rank.rank_tolerance(a) == pytest.approx(s[0] * 7 * np.finfo(np.float64).eps)
+    assert rank.default_rtol((7, 5), np.float32) == 7 * np.finfo(np.float32).eps
+
+
+def test_singular_value_just_above_or_below_the_tolerance_decides_the_rank():
+    sigma_max, size = 1.0, 4
+    tol = sigma_max * size * np.finfo(np.float64).eps
+    above = np.diag([sigma_max, 2 * tol, 0.0, 0.0])
+    below = np.diag([sigma_max, 0.5 * tol, 0.0, 0.0])
+    at = np.diag([sigma_max, tol, 0.0, 0.0])
+    assert rank.numerical_rank(above) == 2
+    assert rank.numerical_rank(below) == 1
+    assert rank.numerical_rank(at) == 1  # strictly above counts
+
+
+def test_float32_matrices_use_the_float32_epsilon():
+    a = np.diag([1.0, 1e-5]).astype(np.float32)  # 1e-5 > 2 * eps32 = 2.4e-7
+    b = np.diag([1.0, 1e-7]).astype(np.float32)
+    assert rank.numerical_rank(a) == 2
+    assert rank.numerical_rank(b) == 1
+    assert rank.numerical_rank(b.astype(np.float64)) == 2
+
+
+def test_rtol_and_atol_raise_the_threshold():
+    a = np.diag([1.0, 1e-3, 1e-9])
+    assert rank.numerical_rank(a) == 3
+    assert rank.numerical_rank(a, rtol=1e-6) == 2
+    assert rank.numerical_rank(a, atol=1e-2) == 1
+
+
+def test_numerical_rank_accepts_torch_tensors():
+    a = torch.tensor(known_rank(6, 6, 3))
+    assert rank.numerical_rank(a) == 3
+
+
+@pytest.mark.parametrize(
+    ("a", "err", "match"),
+    [
+        (np.ones(3), ValueError, r"a must be a 2-D matrix \(m, n\); got 1-D"),
+        (np.ones((2, 2), dtype=int), TypeError, "a must have a floating dtype; got dtype int"),
+        (np.array([[np.nan]]), ValueError, "a must be finite"),
+        ([[1.0]], TypeError, "a must be a NumPy array or a torch tensor; got list"),
+    ],
+)
+def test_numerical_rank_rejects_bad_input(a, err, match):
+    with pytest.raises(err, match=match):
+        rank.numerical_rank(a)
+
+
+def test_negative_tolerance_is_rejected():
+    with pytest.raises(ValueError, match="rtol and atol must be non-negative; got rtol=-1"):
+        rank.numerical_rank(np.eye(2), rtol=-1.0)
+    with pytest.raises(ValueError, match="atol=-0.5"):
+        rank.rank_tolerance(np.eye(2), atol=-0.5)
+
+
+def test_attention_parts_output_equals_multi_head_attention():
+    p = mha.init_params(16, 4, seed=3)
+    x = np.random.default_rng(0).standard_normal((2, 5, 16))
+    parts = rank.attention_parts(x, p)
+    out, w = mha.np_backend.multi_head_attention(x, x, x, p)
+    np.testing.assert_allclose(parts["output"], out, atol=1e-12)
+    np.testing.assert_allclose(parts["concat"] @ p.w_o + p.b_o, out, atol=1e-12)
+    assert parts["heads"].shape == (2, 4, 5, 4)
+
+
+def test_count_distinct_rows_counts_exact_repeats():
+    x = np.array([[1.0, 2.0], [3.0, 4.0], [1.0, 2.0]])
+    assert rank.count_distinct_rows(x) == 2
+
+
+def _ranks(x: np.ndarray, p: mha.MHAParams) -> tuple[list[int], int, int]:
+    parts = rank.attention_parts(x[None], p)
+    heads = [rank.numerical_rank(parts["heads"][0, h]) for h in range(p.num_heads)]
+    return heads, rank.numerical_rank(parts["concat"][0]), rank.numerical_rank(parts["output"][0])
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize(
+    ("kind", "expect_head", "expect_concat"),
+    [("n16", 8, 16), ("n5", 5, 5), ("n64", 8, 32), ("repeated", 3, 3)],
+)
+def test_generic_inputs_reach_the_rank_bounds(bias, kind, expect_head, expect_concat):
+    rng = np.random.default_rng(1)
+    x = {
+        "n16": lambda: rng.standard_normal((16, 32)),
+        "n5": lambda: rng.standard_normal((5, 32)),
+        "n64": lambda: rng.standard_normal((64, 32)),
+        "repeated": lambda: rng.standard_normal((3, 32))[[0, 1, 2] * 4],
+    }[kind]()
+    p = mha.init_params(32, 4, bias=bias, seed=2)
+    heads, concat, out = _ranks(x, p)
+    bounds = rank.rank_bounds(x, p)
+    assert heads == [expect_head] * 4 == list(bounds["head"])
+    assert concat == expect_concat == bounds["concat"]
+    assert out == expect_concat == bounds["output"]
+
+
+def test_value_bias_adds_exactly_one_to_the_concatenation_not_one_per_head():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((16, 2)) @ rng.standard_normal((2, 32))  # rank 2, distinct rows
+    for bias, head, concat in ((False, 2, 8), (True, 3, 9)):
+        p = mha.init_params(32, 4, bias=bias, seed=5)
+        heads, c, o = _ranks(x, p)
+        b = rank.rank_bounds(x, p)
+        assert heads == [head] * 4 == list(b["head"])
+        assert c == concat == b["concat"] and o == concat == b["output"]
+
+
+def test_rank_bounds_rejects_wrong_inputs():
+    p = mha.init_params(8, 2)
+    with pytest.raises(ValueError, match=r"x width must equal d_model=8; got x.shape=\(3, 4\)"):
+        rank.rank_bounds(np.ones((3, 4)), p)
+    with pytest.raises(TypeError, match="params must be MHAParams; got dict"):
+        rank.rank_bounds(np.ones((3, 8)), {})
