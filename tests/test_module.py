@@ -220,3 +220,15 @@ def test_to_torch_mha_fills_a_missing_bias_with_zeros() -> None:
     x = randn(B, L, D)
     ours, _ = F.multi_head_attention(x, x, x, only_in.to_torch())
     torch.testing.assert_close(m(x, x, x)[0], ours, rtol=0, atol=1e-12)
+
+
+def test_to_torch_mha_uses_the_packed_left_multiplied_layout() -> None:
+    p = init_params(D, H, seed=9)
+    m = to_torch_mha(p)
+    w_qkv = torch.from_numpy(p.w_qkv)
+    assert m.in_proj_weight.shape == (3 * D, D) and m.out_proj.weight.shape == (D, D)
+    assert torch.equal(m.in_proj_weight, w_qkv.T)  # rows [W_q^T; W_k^T; W_v^T]
+    assert torch.equal(m.in_proj_weight[D : 2 * D], torch.from_numpy(p.w_k).T)
+    assert torch.equal(m.in_proj_bias, torch.from_numpy(p.b_qkv))
+    assert torch.equal(m.out_proj.weight, torch.from_numpy(p.w_o).T)
+    assert torch.equal(m.out_proj.bias, torch.from_numpy(p.b_o))
