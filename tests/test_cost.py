@@ -171,6 +171,23 @@ def test_matmul_calls_equal_dispatched_matrix_products(H, form, self_attention):
     assert counted == cost.matmul_calls(H, form, self_attention=self_attention)
 
 
+def test_count_aten_ops_sees_the_same_operators_inside_inference_mode():
+    params = mha.init_params(8, 2, seed=0).to_torch()
+    query, _ = _inputs(1, 3, 3, 8)
+    outside = cost.count_aten_ops(lambda: T.multi_head_attention(query, query, query, params))
+    with torch.inference_mode():
+        inside = cost.count_aten_ops(lambda: T.multi_head_attention(query, query, query, params))
+    assert inside == outside and outside["aten.bmm"] == 2
+
+
+def test_count_aten_ops_sees_torch_fast_path_as_one_operator():
+    module = mha.to_torch_mha(mha.init_params(8, 2, seed=0)).eval()
+    query, _ = _inputs(1, 3, 3, 8)
+    assert cost.count_aten_ops(lambda: module(query, query, query, need_weights=False)) == {
+        "aten._native_multi_head_attention": 1
+    }
+
+
 def test_matmul_calls_rejects_unknown_form_and_bad_heads():
     with pytest.raises(ValueError, match="form must be one of"):
         cost.matmul_calls(2, "looped")
@@ -238,6 +255,10 @@ def test_median_time_is_at_least_the_time_of_a_sleep():
     assert cost.median_time(lambda: time.sleep(1e-3), repeat=3) >= 1e-3
 
 
+def test_cpu_clock_does_not_count_sleeping():
+    assert cost.median_time(lambda: time.sleep(2e-3), repeat=3, number=2, clock="cpu") < 1e-3
+
+
 def test_median_time_rejects_bad_arguments():
     with pytest.raises(ValueError, match="repeat must be positive; got repeat=0"):
         cost.median_time(lambda: None, repeat=0)
@@ -245,6 +266,8 @@ def test_median_time_rejects_bad_arguments():
         cost.median_time(lambda: None, number=0)
     with pytest.raises(ValueError, match="min_time must be positive; got min_time=0"):
         cost.median_time(lambda: None, min_time=0)
+    with pytest.raises(ValueError, match=r"clock must be one of .*; got clock='gpu'"):
+        cost.median_time(lambda: None, clock="gpu")
 
 
 def test_form_runners_compute_the_same_attention():
@@ -264,7 +287,12 @@ def test_form_runners_reject_numpy_params():
 
 def test_time_forms_times_every_form_and_restores_threads():
     threads = torch.get_num_threads()
-    times = cost.time_forms(1, 4, 8, 2, repeat=2, min_time=1e-4, threads=1)
+    times = cost.time_forms(1, 4, 8, 2, repeat=2, min_time=1e-4, threads=1, clock="cpu")
     assert tuple(times) == cost.FORMS_TIMED
     assert all(t > 0 for t in times.values())
     assert torch.get_num_threads() == threads
+
+
+def test_count_flops_is_empty_for_work_without_matrix_products():
+    x = torch.randn(4, 5)
+    assert cost.count_flops(lambda: torch.softmax(x + 1.0, dim=-1)) == {}

@@ -201,7 +201,7 @@ def count_flops(fn: Callable[[], Any]) -> dict[str, int]:
     """
     with flop_counter() as counter:
         fn()
-    return {str(op): int(n) for op, n in counter.get_flop_counts()["Global"].items()}
+    return {str(op): int(n) for op, n in counter.get_flop_counts().get("Global", {}).items()}
 
 
 class _OpCounter(TorchDispatchMode):
@@ -220,8 +220,13 @@ def count_aten_ops(fn: Callable[[], Any]) -> collections.Counter[str]:
     Every dispatched operator is one call into PyTorch's kernel machinery with its own
     fixed overhead, whatever the size of its operands; views (``aten.view``,
     ``aten.transpose``) count too, though they move no data.
+
+    ``fn`` runs under ``torch.no_grad()`` with inference mode switched off: inference mode
+    hides the operators that composite ones (``matmul``, ``softmax``) are made of, and
+    ``no_grad`` lets ``nn.MultiheadAttention`` take its inference fast path, as it does in
+    the timings.
     """
-    with _OpCounter() as counter:
+    with torch.inference_mode(False), torch.no_grad(), _OpCounter() as counter:
         fn()
     return counter.counts
 
@@ -439,6 +444,15 @@ def attention_peak_memory(
 # --- Time --------------------------------------------------------------------------------
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def _clock(name: str) -> Callable[[], float]:
+    if name not in CLOCKS:
+        raise ValueError(f"clock must be one of {tuple(CLOCKS)}; got clock={name!r}")
+    return CLOCKS[name]
+
+
 def _calibrate(fn: Callable[[], Any], min_time: float) -> int:
     """Calls of ``fn`` that last about ``min_time`` seconds (after one warm-up call)."""
     start = time.perf_counter()
@@ -447,17 +461,22 @@ def _calibrate(fn: Callable[[], Any], min_time: float) -> int:
     return max(1, math.ceil(min_time / max(first, 1e-9)))
 
 
-def _mean_time(fn: Callable[[], Any], number: int) -> float:
-    start = time.perf_counter()
+def _mean_time(fn: Callable[[], Any], number: int, clock: Callable[[], float]) -> float:
+    start = clock()
     for _ in range(number):
         fn()
-    return (time.perf_counter() - start) / number
+    return (clock() - start) / number
 
 
 def median_time(
-    fn: Callable[[], Any], *, repeat: int = 5, number: int | None = None, min_time: float = 2e-3
+    fn: Callable[[], Any],
+    *,
+    repeat: int = 5,
+    number: int | None = None,
+    min_time: float = 2e-3,
+    clock: str = "wall",
 ) -> float:
-    """Median over ``repeat`` timings of the mean wall time of ``number`` calls of ``fn()``.
+    """Median over ``repeat`` timings of the mean time of ``number`` calls of ``fn()``.
 
     Args:
         fn: the work to time.
@@ -465,15 +484,20 @@ def median_time(
         number: calls per timing; by default enough that one timing lasts about
             ``min_time`` (estimated from one warm-up call).
         min_time: target seconds per timing when ``number`` is not given.
+        clock: ``"wall"`` (``time.perf_counter``) or ``"cpu"`` (``time.process_time``,
+            the CPU time of this process, which stands still while other programs have
+            the CPU; with one PyTorch thread it is the wall time of an idle machine).
 
     Returns:
         Seconds per call.
 
     Raises:
-        ValueError: if ``repeat``, ``number`` or ``min_time`` is not positive.
+        ValueError: if ``repeat``, ``number`` or ``min_time`` is not positive, or the
+            clock is unknown.
         TypeError: if ``repeat`` or ``number`` is not an int.
     """
     _check_count("repeat", repeat)
+    tick = _clock(clock)
     if not min_time > 0:
         raise ValueError(f"min_time must be positive; got min_time={min_time}")
     if number is None:
@@ -481,7 +505,7 @@ def median_time(
     else:
         _check_count("number", number)
         fn()  # warm-up
-    return statistics.median(_mean_time(fn, number) for _ in range(repeat))
+    return statistics.median(_mean_time(fn, number, tick) for _ in range(repeat))
 
 
 FORMS_TIMED = ("per_head", "fused", "packed", "nn.MultiheadAttention", "sdpa")
@@ -530,6 +554,7 @@ def time_forms(
     min_time: float = 2e-3,
     threads: int | None = 1,
     seed: int = 0,
+    clock: str = "wall",
 ) -> dict[str, float]:
     """Median seconds per self-attention forward of each of :func:`form_runners`' forms.
 
@@ -546,6 +571,7 @@ def time_forms(
         threads: PyTorch threads during the timing (restored afterwards); ``None`` keeps
             the current setting.
         seed: seed of the weights and of ``x``.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
 
     Returns:
         ``{form: seconds}`` for every name in :data:`FORMS_TIMED`.
@@ -559,6 +585,7 @@ def time_forms(
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(batch_size, q_len, d_model, generator=gen)
     _check_count("repeat", repeat)
+    tick = _clock(clock)
     runners = form_runners(params, x)
     old_threads = torch.get_num_threads()
     samples: dict[str, list[float]] = {name: [] for name in runners}
@@ -569,7 +596,7 @@ def time_forms(
             numbers = {name: _calibrate(fn, min_time) for name, fn in runners.items()}
             for _ in range(repeat):
                 for name, fn in runners.items():
-                    samples[name].append(_mean_time(fn, numbers[name]))
+                    samples[name].append(_mean_time(fn, numbers[name], tick))
     finally:
         torch.set_num_threads(old_threads)
     return {name: statistics.median(s) for name, s in samples.items()}
