@@ -130,3 +130,14 @@ def test_size_arguments_are_checked():
         bn.self_focus_target(3, np.inf)
     with pytest.raises(ValueError, match=r"w_q and w_k must both have shape \(D, Dh\)"):
         bn.attention_from_projections(np.eye(3), np.eye(3), np.eye(2))
+
+
+def test_sweep_matches_single_fits_and_respects_the_floor():
+    x, p = full_rank_input(6, 9), random_target(6, 3)
+    errors = bn.fit_attention_sweep(x, [p, bn.self_focus_target(6, 2.0)], [1, 3], steps=150)
+    assert errors.shape == (2, 2)
+    single = bn.fit_attention(x, p, 1, steps=150)[2]
+    assert errors[0, 0] == pytest.approx(single, rel=1e-6)  # the first fit draws the same init
+    assert errors[0, 1] >= bn.centred_logit_floor(p, 3) - 1e-9
+    with pytest.raises(ValueError, match="steps must be a positive int; got 0"):
+        bn.fit_attention_sweep(x, [p], [1], steps=0)

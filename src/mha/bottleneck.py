@@ -235,14 +235,15 @@ def fit_attention(
     """Fit one bias-free head to a target pattern by gradient descent (Adam, float64).
 
     Minimises the squared centred-logit error ``|(Z - log P) C|_F^2`` of the scores
-    ``Z = X W_q W_k^T X^T / sqrt(Dh)``, from ``N(0, 1/D)`` initial weights.
+    ``Z = X W_q W_k^T X^T / sqrt(Dh)``, from ``N(0, 1/D)`` initial weights, with the
+    learning rate decayed to zero on a cosine schedule.
 
     Args:
         x: one sequence.
         target: positive row-stochastic pattern.
         d_head: head width Dh.
         steps: Adam steps.
-        lr: learning rate.
+        lr: initial learning rate.
         seed: seed of the initial weights.
 
     Shape:
@@ -253,36 +254,82 @@ def fit_attention(
         ValueError: if ``d_head`` or ``steps`` is not positive, shapes disagree, or as
             :func:`check_attention_target`.
     """
+    x = _as_matrix("x", x)
+    (w,) = _fit(x, [target], [d_head], steps, lr, seed)
+    w_q, w_k = w
+    return w_q, w_k, centred_logit_error(attention_from_projections(x, w_q, w_k), target)
+
+
+def fit_attention_sweep(
+    x: Any,
+    targets: Any,
+    d_heads: Any,
+    *,
+    steps: int = 300,
+    lr: float = 0.05,
+    seed: int = 0,
+) -> np.ndarray:
+    """:func:`fit_attention` for every target and every head width, in one batched run.
+
+    The fits are independent (the summed loss decouples and Adam acts elementwise); they
+    run as one batch of zero-padded heads, which is much faster than one fit at a time.
+
+    Shape:
+        x ``(N, D)``, targets ``(K, N, N)``. Returns the final errors ``(K, len(d_heads))``.
+
+    Raises:
+        ValueError: as :func:`fit_attention`.
+    """
+    x = _as_matrix("x", x)
+    pairs = [(t, d) for t in targets for d in d_heads]
+    weights = _fit(x, [t for t, _ in pairs], [d for _, d in pairs], steps, lr, seed)
+    errors = [
+        centred_logit_error(attention_from_projections(x, w_q, w_k), t)
+        for (t, _), (w_q, w_k) in zip(pairs, weights, strict=True)
+    ]
+    return np.array(errors).reshape(len(targets), len(d_heads))
+
+
+def _fit(
+    x: np.ndarray, targets: list[Any], d_heads: list[int], steps: int, lr: float, seed: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     import torch
 
-    x = _as_matrix("x", x)
-    goal = centred_log(target)
-    if goal.shape[0] != x.shape[0]:
-        raise ValueError(
-            f"target must be (N, N) with N = x.shape[0] = {x.shape[0]}; got {goal.shape}"
-        )
-    for name, value in (("d_head", d_head), ("steps", steps)):
+    N, D = x.shape
+    goals = np.stack([centred_log(t) for t in targets])  # (K, N, N)
+    if goals.shape[1] != N:
+        raise ValueError(f"target must be (N, N) with N = x.shape[0] = {N}; got {goals.shape[1:]}")
+    for name, value in [("steps", steps)] + [("d_head", d) for d in d_heads]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int; got {value!r}")
-    D = x.shape[1]
+    K, width = len(d_heads), max(d_heads)
     rng = np.random.default_rng(seed)
-    w = torch.tensor(rng.standard_normal((2, D, d_head)) / np.sqrt(D), requires_grad=True)
-    xt, goal_t = torch.tensor(x, dtype=torch.float64), torch.tensor(goal)
+    init = np.zeros((K, 2, D, width))
+    for i, d in enumerate(d_heads):
+        init[i, :, :, :d] = rng.standard_normal((2, D, d)) / np.sqrt(D)
+    mask = torch.tensor([[1.0] * d + [0.0] * (width - d) for d in d_heads])  # (K, width)
+    scale = torch.tensor([d**-0.5 for d in d_heads], dtype=torch.float64)[:, None, None]
+    w = torch.tensor(init, requires_grad=True)  # (K, 2, D, width)
+    xt, goal_t = torch.tensor(x, dtype=torch.float64), torch.tensor(goals)
     opt = torch.optim.Adam([w], lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: extra threads only add synchronisation
     try:
         for _ in range(steps):
             opt.zero_grad()
-            z = (xt @ w[0]) @ (xt @ w[1]).T / d_head**0.5  # (N, N)
-            z = z - z.mean(dim=1, keepdim=True)  # Z C
+            q = xt @ (w[:, 0] * mask[:, None, :])  # (K, N, width)
+            k = xt @ (w[:, 1] * mask[:, None, :])  # (K, N, width)
+            z = q @ k.transpose(1, 2) * scale  # (K, N, N)
+            z = z - z.mean(dim=2, keepdim=True)  # Z C
             loss = ((z - goal_t) ** 2).sum()
             loss.backward()
             opt.step()
+            schedule.step()
     finally:
         torch.set_num_threads(threads)
-    w_q, w_k = (w[i].detach().numpy().copy() for i in range(2))
-    return w_q, w_k, centred_logit_error(attention_from_projections(x, w_q, w_k), target)
+    out = w.detach().numpy()
+    return [(out[i, 0, :, :d].copy(), out[i, 1, :, :d].copy()) for i, d in enumerate(d_heads)]
 
 
 def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
