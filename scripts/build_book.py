@@ -1,8 +1,68 @@
-"""Build the book: execute every chapter and write _build/html (placeholder, being written)."""
+"""Build the book: execute every chapter and write _build/html.
 
+Runs ``jupyter-book build`` at the repository root with Sphinx warnings as errors, then
+prints how long each chapter took to execute (from the execution data that the book's
+extension, ``book/_ext/mha_site.py``, writes to ``_build/execution_times.json``) and names
+the slowest chapter. Exits with the build's exit code.
+
+Usage: ``python scripts/build_book.py [extra jupyter-book build options, e.g. --all]``
+"""
+
+from __future__ import annotations
+
+import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.exit(subprocess.call([str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "-W", "-n", "--keep-going"]))
+BUILD = ROOT / "_build"
+TIMES = BUILD / "execution_times.json"
+
+
+def jupyter_book() -> str:
+    """The ``jupyter-book`` command of the running Python environment."""
+    local = Path(sys.executable).parent / "jupyter-book"
+    return str(local) if local.exists() else "jupyter-book"
+
+
+def format_times(times: dict[str, dict], since: float) -> list[str]:
+    """Lines reporting each document's execution time and the slowest one.
+
+    Args:
+        times: docname -> execution data (``runtime`` seconds, ``mtime`` when executed).
+        since: start of this build (epoch seconds), to tell fresh runs from cached ones.
+    """
+    lines = ["Chapter execution times (s):"]
+    timed = {doc: data for doc, data in times.items() if data.get("runtime") is not None}
+    for doc, data in sorted(timed.items(), key=lambda item: -item[1]["runtime"]):
+        fresh = (data.get("mtime") or 0) >= since
+        how = "executed now" if fresh else "from cache"
+        lines.append(f"  {data['runtime']:7.2f}  {doc}  ({how})")
+    if timed:
+        slowest = max(timed, key=lambda doc: timed[doc]["runtime"])
+        total = sum(data["runtime"] for data in timed.values())
+        lines.append(f"Slowest chapter: {slowest} ({timed[slowest]['runtime']:.2f} s)")
+        lines.append(f"Total execution time of all chapters: {total:.2f} s")
+    else:
+        lines.append("  (no execution data)")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    env = dict(os.environ, PLOTLY_RENDERER="plotly_mimetype")
+    command = [jupyter_book(), "build", str(ROOT), "-W", "--keep-going", *argv]
+    print("$", " ".join(command), flush=True)
+    start = time.time()
+    code = subprocess.call(command, cwd=ROOT, env=env)
+    elapsed = time.time() - start
+    if TIMES.exists() and TIMES.stat().st_mtime >= start:
+        print("\n".join(format_times(json.loads(TIMES.read_text(encoding="utf8")), start)))
+    print(f"Build {'succeeded' if code == 0 else 'FAILED'} in {elapsed:.1f} s (exit code {code})")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
