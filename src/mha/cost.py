@@ -53,13 +53,16 @@ def _check_count(name: str, value: Any) -> None:
 class AttentionFlops:
     """FLOPs of one multi-head attention forward, stage by stage (multiply-add = 2 FLOPs).
 
-    Matrix-multiply stages (what ``FlopCounterMode`` counts):
-        q_proj, k_proj, v_proj: the input projections ``x @ W``.
+    The first six stages are matrix multiplies (what ``FlopCounterMode`` counts); the
+    last three are element-wise extras (what it does not count).
+
+    Attributes:
+        q_proj: the query projection ``x @ W_q``.
+        k_proj: the key projection ``x @ W_k``.
+        v_proj: the value projection ``x @ W_v``.
         scores: ``Q K^T`` for every head.
         weighted_sum: ``weights @ V`` for every head.
         out_proj: ``Concat(heads) @ W^O``.
-
-    Element-wise extras (what ``FlopCounterMode`` does not count):
         bias: one addition per output element of each biased projection.
         scale: one multiplication per score (``scores * 1/sqrt(Dh)``).
         softmax: per row of S scores, ``S - 1`` comparisons (max), ``S`` subtractions,
