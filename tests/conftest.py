@@ -7,8 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The unit tests use small tensors, where intra-op threads only add contention on a small
+# machine. This affects the test process only: chapters run in their own kernels.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
