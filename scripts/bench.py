@@ -1,9 +1,10 @@
 """Speed and memory of mha's implementations, as ratios against torch.nn.MultiheadAttention.
 
 Run it with ``make bench`` (or ``.venv/bin/python scripts/bench.py``). Everything is timed in
-this one process, on the same inputs, as the median of repeated runs, so the ratios compare
-like with like on whatever machine runs it. Default shape: (B, L=S, D, H) = (4, 512, 512, 8),
-float32, self-attention, no mask. Targets (issue "Performance"):
+this one process, on the same inputs, in interleaved rounds; each ratio is the median over
+rounds of the time against nn.MultiheadAttention's time in the same round, so the ratios
+compare like with like on whatever machine runs it. Default shape:
+(B, L=S, D, H) = (4, 512, 512, 8), float32, self-attention, no mask. Targets (issue "Performance"):
 
 - PyTorch fast path (no weights): <= 0.75x nn.MultiheadAttention; with weights: <= 1.0x.
 - NumPy reference: <= 1.5x nn.MultiheadAttention.
@@ -26,16 +27,22 @@ import mha
 from mha import np_backend, torch_backend
 
 
-def median_time(fn, repeats: int, warmup: int = 2) -> float:
-    """Median wall time of ``fn()`` in seconds over ``repeats`` runs, after ``warmup`` runs."""
+def interleaved_times(fns: dict[str, object], repeats: int, warmup: int = 2) -> dict[str, list]:
+    """Wall times of each ``fn()``, run in turn within each round, ``repeats`` rounds.
+
+    Interleaving means a change of machine load during the run hits every implementation
+    alike, so per-round ratios stay meaningful on a shared machine.
+    """
     for _ in range(warmup):
-        fn()
-    times = []
+        for fn in fns.values():
+            fn()
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
 def mha_matmul_flops(B: int, L: int, S: int, D: int) -> int:
@@ -43,34 +50,31 @@ def mha_matmul_flops(B: int, L: int, S: int, D: int) -> int:
     return 2 * B * (L * D * D + 2 * S * D * D + L * S * D + L * S * D + L * D * D)
 
 
-def time_forward(B: int, L: int, D: int, H: int, repeats: int) -> dict[str, float]:
-    """Median seconds of each implementation at (B, L=S, D, H), float32 self-attention."""
+def time_forward(B: int, L: int, D: int, H: int, repeats: int) -> dict[str, list]:
+    """Wall times of each implementation at (B, L=S, D, H), float32 self-attention."""
     params = mha.init_params(D, H, seed=0, dtype=np.float32)
     x_np = np.random.default_rng(0).standard_normal((B, L, D)).astype(np.float32)
     x = torch.from_numpy(x_np)
     p_t = params.to_torch()
     ref = mha.to_torch_mha(params).eval()
-    out = {}
+    a = torch.randn(2048, 2048)
     with torch.inference_mode():
-        out["nn.MultiheadAttention"] = median_time(
-            lambda: ref(x, x, x, need_weights=False), repeats
-        )
-        out["mha torch fast path"] = median_time(
-            lambda: torch_backend.multi_head_attention(
-                x, x, x, p_t, form="packed", need_weights=False
-            ),
+        return interleaved_times(
+            {
+                "nn.MultiheadAttention": lambda: ref(x, x, x, need_weights=False),
+                "mha torch fast path": lambda: torch_backend.multi_head_attention(
+                    x, x, x, p_t, form="packed", need_weights=False
+                ),
+                "mha torch with weights": lambda: torch_backend.multi_head_attention(
+                    x, x, x, p_t, form="packed"
+                ),
+                "mha numpy": lambda: np_backend.multi_head_attention(
+                    x_np, x_np, x_np, params, form="packed"
+                ),
+                "matmul 2048^3": lambda: a @ a,
+            },
             repeats,
         )
-        out["mha torch with weights"] = median_time(
-            lambda: torch_backend.multi_head_attention(x, x, x, p_t, form="packed"), repeats
-        )
-    out["mha numpy"] = median_time(
-        lambda: np_backend.multi_head_attention(x_np, x_np, x_np, params, form="packed"),
-        repeats,
-    )
-    a = torch.randn(2048, 2048)
-    out["matmul 2048^3"] = median_time(lambda: a @ a, repeats)
-    return out
 
 
 def _peak_extra_bytes(B: int, L: int, D: int, H: int, queue) -> None:
@@ -113,24 +117,33 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, numpy {np.__version__}, threads {torch.get_num_threads()}")
     print(f"shape (B, L=S, D, H) = ({B}, {L}, {D}, {H}), float32, median of {args.repeats}")
-    t = time_forward(B, L, D, H, args.repeats)
-    ref = t["nn.MultiheadAttention"]
+    times = time_forward(B, L, D, H, args.repeats)
+    ref = times["nn.MultiheadAttention"]
     targets = {"mha torch fast path": 0.75, "mha torch with weights": 1.0, "mha numpy": 1.5}
-    print(f"{'implementation':28s} {'ms':>9s} {'ratio':>7s} {'target':>7s} {'GFLOP/s':>8s}")
     flops = mha_matmul_flops(B, L, L, D)
-    matmul_rate = 2 * 2048**3 / t["matmul 2048^3"]
-    for name, sec in t.items():
+    matmul = statistics.median(times["matmul 2048^3"])
+    matmul_rate = 2 * 2048**3 / matmul
+    head = ("implementation", "ms", "ratio", "target", "GFLOP/s", "share")
+    print("{:26s} {:>8s} {:>6s} {:>12s} {:>8s} {:>6s}".format(*head))
+    for name, ts in times.items():
         if name == "matmul 2048^3":
             continue
+        sec = statistics.median(ts)
+        ratio = statistics.median(t / r for t, r in zip(ts, ref, strict=True))  # per round
         target = targets.get(name)
         mark = ""
         if target is not None:
-            mark = f"<={target:.2f} " + ("ok" if sec / ref <= target else "MISS")
-        print(f"{name:28s} {1e3 * sec:9.2f} {sec / ref:7.2f} {mark:>7s} {flops / sec / 1e9:8.1f}")
-    print(f"plain float32 matmul 2048^3: {matmul_rate / 1e9:.1f} GFLOP/s")
-    for name, sec in t.items():
-        if name != "matmul 2048^3":
-            print(f"  {name}: {flops / sec / matmul_rate:.0%} of the plain matmul's GFLOP/s")
+            mark = f"<={target:.2f} " + ("ok" if ratio <= target else "MISS")
+        rate = flops / sec
+        print(
+            f"{name:26s} {1e3 * sec:8.2f} {ratio:6.2f} {mark:>12s} {rate / 1e9:8.1f} "
+            f"{rate / matmul_rate:6.0%}"
+        )
+    print(
+        "ratio: median over rounds of time / nn.MultiheadAttention's time in the same round;\n"
+        f"share: GFLOP/s as a share of a plain float32 2048^3 matmul "
+        f"({matmul_rate / 1e9:.1f} GFLOP/s)"
+    )
 
     M = args.memory_len
     extra = peak_extra_memory(1, M, D, H)
