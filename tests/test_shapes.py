@@ -25,6 +25,23 @@ def test_symbols_cover_exactly_the_sizes_of_shape_sizes() -> None:
     assert [symbol for symbol, _, _ in shapes.SYMBOLS] == list(sizes())
 
 
+def test_symbols_pair_each_symbol_with_the_conventional_code_name() -> None:
+    assert [(symbol, name) for symbol, name, _ in shapes.SYMBOLS] == [
+        ("B", "batch_size"),
+        ("L", "q_len"),
+        ("S", "kv_len"),
+        ("D", "d_model"),
+        ("H", "num_heads"),
+        ("Dh", "d_head"),
+    ]
+
+
+def test_shape_sizes_accepts_numpy_integers_and_returns_python_ints() -> None:
+    got = shapes.shape_sizes(np.int64(2), np.int32(5), np.int64(7), np.int64(12), np.int8(3))
+    assert got == {"B": 2, "L": 5, "S": 7, "D": 12, "H": 3, "Dh": 4}
+    assert all(type(value) is int for value in got.values())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
@@ -103,6 +120,12 @@ def test_layouts_predict_the_shapes_numpy_multi_head_attention_returns(
         },
         size,
     )
+    assert [row.expected for row in rows] == [
+        (batch_size, q_len, d_model),
+        (batch_size, num_heads, q_len, kv_len),
+        (batch_size, num_heads, q_len, d_head),
+        (d_model, 3 * d_model),
+    ]
     assert all(row.matches for row in rows)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mha._validate import check_sizes
+from mha._validate import check_int, check_sizes
 
 SYMBOLS: tuple[tuple[str, str, str], ...] = (
     ("B", "batch_size", "batch size: sequences processed together"),
@@ -45,21 +45,20 @@ def shape_sizes(
         num_heads: H; must divide D.
 
     Returns:
-        ``{"B": ..., "L": ..., "S": ..., "D": ..., "H": ..., "Dh": D // H}``.
+        ``{"B": ..., "L": ..., "S": ..., "D": ..., "H": ..., "Dh": D // H}`` as Python ints,
+        in the order of :data:`SYMBOLS`.
 
     Raises:
         ValueError: if a size is not positive or H does not divide D.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int (a Python or NumPy integer; not a bool).
     """
     check_sizes(d_model, num_heads)
-    sizes = {"B": batch_size, "L": q_len, "S": kv_len}
-    for symbol, value in sizes.items():
-        name = {"B": "batch_size", "L": "q_len", "S": "kv_len"}[symbol]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
+    for name, value in (("batch_size", batch_size), ("q_len", q_len), ("kv_len", kv_len)):
+        check_int(name, value)
         if value <= 0:
             raise ValueError(f"{name} must be positive; got {name}={value}")
-    return sizes | {"D": d_model, "H": num_heads, "Dh": d_model // num_heads}
+    sizes = (batch_size, q_len, kv_len, d_model, num_heads, d_model // num_heads)
+    return {symbol: int(value) for (symbol, _, _), value in zip(SYMBOLS, sizes, strict=True)}
 
 
 def _resolve_dim(term: str, sizes: Mapping[str, int], layout: str) -> int:
@@ -110,7 +109,14 @@ def resolve_layout(layout: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class ShapeRow:
-    """One row of a shape table: what a tensor should be and what it is."""
+    """One row of a shape table: what a tensor should be and what it is.
+
+    Attributes:
+        name: the tensor's name in the table.
+        layout: its symbolic layout, such as ``"(B, H, L, S)"``.
+        expected: the shape the layout names for the table's sizes.
+        actual: the shape the tensor has.
+    """
 
     name: str
     layout: str
@@ -151,6 +157,9 @@ def shape_rows(entries: Mapping[str, tuple[str, Any]], sizes: Mapping[str, int])
 
 def markdown_table(rows: list[ShapeRow]) -> str:
     """A Markdown table of shape rows; the last column is computed from the shapes.
+
+    Args:
+        rows: the rows to list, e.g. from :func:`shape_rows`.
 
     Returns:
         The table as Markdown text (display it with ``IPython.display.Markdown``).
