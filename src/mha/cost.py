@@ -10,7 +10,7 @@ The measurements say what a real run did: :func:`count_flops` (``FlopCounterMode
 to count the CPU kernel of ``scaled_dot_product_attention``), :func:`count_aten_ops` (how
 many PyTorch operators a forward dispatches), :func:`peak_rss_increase` and
 :func:`attention_peak_memory` (resident memory high-water marks, Linux only) and
-:func:`time_forms` (median wall times of the forms of one layer).
+:func:`time_forms` (median wall-clock or CPU times of the forms of one layer).
 """
 
 from __future__ import annotations
@@ -489,7 +489,8 @@ def median_time(
         min_time: target seconds per timing when ``number`` is not given.
         clock: ``"wall"`` (``time.perf_counter``) or ``"cpu"`` (``time.process_time``,
             the CPU time of this process, which stands still while other programs have
-            the CPU; with one PyTorch thread it is the wall time of an idle machine).
+            the CPU; with one PyTorch thread it is close to the wall time of an idle
+            machine, though caches and memory bandwidth are still shared).
 
     Returns:
         Seconds per call.
@@ -518,10 +519,12 @@ def form_runners(params: MHAParams, x: torch.Tensor) -> dict[str, Callable[[], t
     """Zero-argument callables computing the same self-attention of ``x`` five ways.
 
     ``"per_head"``, ``"fused"`` and ``"packed"`` are the three forms of
-    :func:`mha.torch_backend.multi_head_attention` with explicit scores (the same
-    arithmetic, dispatched as 5H + 1, 6 and 4 matrix products); ``"nn.MultiheadAttention"``
-    is PyTorch's module with the same weights (eval mode, ``need_weights=False``);
-    ``"sdpa"`` is the packed form with ``need_weights=False``, which calls
+    :func:`mha.torch_backend.multi_head_attention` with explicit scores and weights (the
+    same arithmetic, dispatched as 5H + 1, 6 and 4 matrix products; the per-head loop runs
+    with ``need_weights=False``, which only skips stacking its heads' weights);
+    ``"nn.MultiheadAttention"`` is PyTorch's module with the same weights (eval mode,
+    ``need_weights=False``: one native operator when H is even, PyTorch's Python path
+    otherwise); ``"sdpa"`` is the packed form with ``need_weights=False``, which calls
     ``torch.nn.functional.scaled_dot_product_attention``. Each returns the output
     ``(B, L, D)``.
 
@@ -580,7 +583,7 @@ def time_forms(
         ``{form: seconds}`` for every name in :data:`FORMS_TIMED`.
 
     Raises:
-        ValueError, TypeError: on bad sizes.
+        ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or an unknown clock.
     """
     _check_count("batch_size", batch_size)
     _check_count("q_len", q_len)
