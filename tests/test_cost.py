@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -296,3 +298,31 @@ def test_time_forms_times_every_form_and_restores_threads():
 def test_count_flops_is_empty_for_work_without_matrix_products():
     x = torch.randn(4, 5)
     assert cost.count_flops(lambda: torch.softmax(x + 1.0, dim=-1)) == {}
+
+
+def test_attention_peak_memory_reports_a_failed_child(monkeypatch):
+    monkeypatch.setattr(cost.sys, "executable", "/bin/false")
+    with pytest.raises(RuntimeError, match="memory measurement failed"):
+        cost.attention_peak_memory(1, [8], 8, 2)
+
+
+def test_peak_rss_increase_names_a_missing_status_line(monkeypatch, tmp_path):
+    (tmp_path / "clear_refs").write_text("")
+    (tmp_path / "status").write_text("Name:\tpython\n")
+    monkeypatch.setattr(cost, "_PROC_SELF", tmp_path)
+    with pytest.raises(RuntimeError, match="status has no VmRSS line"):
+        cost.peak_rss_increase(lambda: None, warmup=False)
+
+
+def test_bench_forms_script_prints_one_row_of_ratios_per_shape(capsys):
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_forms.py"
+    spec = importlib.util.spec_from_file_location("bench_forms", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = "--d-model 8 --heads 1 2 --lengths 4 --repeat 1 --min-time 1e-4 --clock cpu"
+    bench.main(args.split())
+    lines = capsys.readouterr().out.splitlines()
+    assert "cpu clock" in lines[0]
+    rows = [line.split() for line in lines[3:]]
+    assert [(r[0], r[1]) for r in rows] == [("1", "4"), ("2", "4")]
+    assert all(len(r) == 3 + len(cost.FORMS_TIMED) and float(r[4]) == 1.0 for r in rows)

@@ -139,6 +139,8 @@ def test_attention_params_are_transposed_bert_linear_weights(model):
     np.testing.assert_array_equal(p.head(5)["w_q"], state[pre + "self.query.weight"][160:192].T)
     torch_p = bert_attention_params(state, 2, 12)
     assert torch_p.w_qkv.dtype == torch.float32
+    with pytest.raises(KeyError, match=r"encoder\.layer\.6\.attention\.self\.query\.weight"):
+        bert_attention_params(state, 6, 12)
 
 
 def test_numpy_backend_with_attention_params_reproduces_layer_weights(model64):
