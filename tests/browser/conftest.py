@@ -1,0 +1,123 @@
+"""Fixtures for the browser tests: Debian's Chromium (driven by Playwright) and a loopback server.
+
+The browser tests drive the system Chromium at ``/usr/bin/chromium``; Playwright's own browser
+download is never used (the machines have no internet). A missing Chromium is a failure, not a
+skip: install it with ``sudo apt-get install -y chromium`` (or ``make browser``).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+INSTALL_HINT = (
+    f"Chromium is missing at {CHROMIUM}; the browser tests need it. "
+    "Install it with `sudo apt-get install -y chromium` (or `make browser`)."
+)
+
+
+def toc_pages(root: Path = ROOT) -> list[str]:
+    """Return every page of ``_toc.yml`` (root first) as ``book/<stem>`` paths, in order."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if "file" in node:
+                pages.append(node["file"])
+            for key in ("parts", "chapters", "sections"):
+                for child in node.get(key, []):
+                    walk(child)
+        elif isinstance(node, list):
+            for child in node:
+                walk(child)
+
+    walk({key: value for key, value in toc.items() if key != "root"})
+    return [str(Path(page).with_suffix("")) for page in pages]
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "toc_page" in metafunc.fixturenames:
+        metafunc.parametrize("toc_page", toc_pages())
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    """``test-artifacts/`` at the repository root (gitignored): screenshots land here."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def playwright_driver() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    manager = sync_playwright().start()
+    try:
+        yield manager
+    finally:
+        manager.stop()
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_driver) -> Iterator[object]:
+    """One headless Chromium for the whole session; fails (never skips) when it is missing."""
+    if not (CHROMIUM.exists() and os.access(CHROMIUM, os.X_OK)):
+        found = shutil.which("chromium")
+        pytest.fail(f"{INSTALL_HINT} (on PATH: {found})", pytrace=False)
+    chromium = playwright_driver.chromium.launch(
+        executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+    )
+    try:
+        yield chromium
+    finally:
+        chromium.close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def site_url(built_site: Path) -> Iterator[str]:
+    """Serve the built site over loopback (threaded ``http.server``) and return its base URL."""
+    if not (built_site / "index.html").exists():
+        pytest.fail(f"the built site has no index.html: {built_site}", pytrace=False)
+    handler = functools.partial(_QuietHandler, directory=str(built_site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()

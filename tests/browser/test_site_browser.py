@@ -1,0 +1,407 @@
+"""The built site as readers see it: every TOC page in headless Chromium, light and dark.
+
+Each page is loaded once per theme from a loopback server (see ``conftest.py``); the visit
+records every request, console message and page error, waits for MathJax and Plotly to finish,
+probes the DOM and saves a full-page screenshot under ``test-artifacts/site/``. The tests below
+then check one property each on those records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+pytestmark = [pytest.mark.browser, pytest.mark.site]
+
+THEMES = ["light", "dark"]
+LOAD_TIMEOUT_MS = 60_000
+RENDER_TIMEOUT_MS = 30_000
+# Schemes that never leave the browser.
+LOCAL_SCHEMES = {"data", "blob", "about"}
+RAW_MATH = ["$$", "\\(", "\\)", "\\[", "\\]", "\\begin{"]
+MATH_ERRORS = "mjx-merror, [data-mjx-error], .MathJax_Error, .merror"
+TYPESET = (
+    "mjx-container, .MathJax, .MathJax_SVG, .MathJax_CHTML, .MathJax_Display, .MathJax_SVG_Display"
+)
+# SVG elements that Plotly draws for data (scatter/bar/box/pie traces, heatmap images).
+TRACE_SELECTOR = ".main-svg .trace, .main-svg .hm image, .main-svg .imagelayer image"
+MIN_CONTRAST = 3.0
+
+# Wait until MathJax (version 2 or 3) has finished its first typesetting pass.
+MATHJAX_DONE_JS = """
+async () => {
+  const mj = window.MathJax;
+  if (!mj) return "absent";
+  if (mj.startup && mj.startup.promise) { await mj.startup.promise; return "mathjax3"; }
+  if (mj.Hub && mj.Hub.Queue) {
+    await new Promise((done) => mj.Hub.Queue(done));
+    return "mathjax2";
+  }
+  return "not started";
+}
+"""
+MATHJAX_LOADED_JS = """
+() => !document.querySelector(".math") || (window.MathJax && (
+  (window.MathJax.startup && window.MathJax.startup.promise) || (window.MathJax.Hub &&
+  window.MathJax.Hub.Queue)))
+"""
+PLOTLY_DONE_JS = """
+() => [...document.querySelectorAll(".plotly-graph-div, .js-plotly-plot")].every(
+  (gd) => gd.querySelector(".main-svg") && gd._fullLayout)
+"""
+
+# Collect everything the tests check, in one pass over the rendered DOM.
+PROBE_JS = """
+([rawMath, mathErrors, typeset, traceSelector]) => {
+  const skip = new Set(["SCRIPT", "STYLE", "PRE", "CODE", "TEXTAREA", "NOSCRIPT", "TEMPLATE",
+                        "MJX-ASSISTIVE-MML"]);
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const raw = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    let el = node.parentElement, skipped = false;
+    for (; el; el = el.parentElement) {
+      if (skip.has(el.tagName.toUpperCase()) || el.classList.contains("MathJax_Preview")) {
+        skipped = true; break;
+      }
+    }
+    if (skipped) continue;
+    const text = node.textContent;
+    const found = rawMath.filter((token) => text.includes(token));
+    if (found.length) {
+      const at = Math.min(...found.map((token) => text.indexOf(token)));
+      raw.push(`${found.join(" ")} in "${text.slice(Math.max(0, at - 40), at + 60).trim()}"`);
+    }
+  }
+  const math = [...document.querySelectorAll(".math")];
+  const untypeset = math.filter((el) => !el.querySelector(typeset))
+                        .map((el) => el.textContent.trim().slice(0, 80));
+  const errors = [...new Set([...document.querySelectorAll(mathErrors)].map(
+    (el) => (el.getAttribute("data-mjx-error") || el.textContent).slice(0, 80)))];
+
+  const canvas = document.createElement("canvas").getContext("2d");
+  const rgba = (color) => {
+    canvas.fillStyle = "#000"; canvas.fillStyle = color;
+    const c = canvas.fillStyle;
+    if (c.startsWith("#")) return [1, 3, 5].map((i) => parseInt(c.slice(i, i + 2), 16)).concat(1);
+    const parts = c.match(/[\\d.]+/g).map(Number);
+    return parts.length === 3 ? parts.concat(1) : parts;
+  };
+  const over = (top, bottom) => top.slice(0, 3).map((v, i) => v * top[3] + bottom[i] * (1 - top[3]))
+                                  .concat(1);
+  const luminance = (c) => {
+    const lin = c.slice(0, 3).map((v) => { v /= 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2];
+  };
+  const contrast = (a, b) => { const [x, y] = [luminance(a), luminance(b)].sort((p, q) => q - p);
+                               return (x + 0.05) / (y + 0.05); };
+  const pageBg = over(rgba(getComputedStyle(document.body).backgroundColor), [255, 255, 255, 1]);
+
+  const containers = new Set(document.querySelectorAll(".plotly-graph-div, .js-plotly-plot"));
+  const figures = [...containers].map((gd) => {
+    const box = gd.getBoundingClientRect();
+    const layout = gd._fullLayout;
+    let ratio = null;
+    if (layout) {
+      const paper = over(rgba(layout.paper_bgcolor), pageBg);
+      ratio = contrast(over(rgba(layout.font.color), paper), paper);
+    }
+    return {
+      id: gd.id || "(no id)",
+      plotted: gd.classList.contains("js-plotly-plot"),
+      main_svg: gd.querySelectorAll(".main-svg").length,
+      traces: gd.querySelectorAll(traceSelector).length,
+      data: Array.isArray(gd.data) ? gd.data.length : 0,
+      width: box.width, height: box.height,
+      title: layout && layout.title && layout.title.text ? String(layout.title.text) : "",
+      contrast: ratio,
+    };
+  });
+  const links = [...document.querySelectorAll("a[href]")].map((a) => a.href);
+  return {raw, untypeset, errors, mathCount: math.length, figures, links,
+          theme: document.documentElement.dataset.theme || "",
+          mode: document.documentElement.dataset.mode || ""};
+}
+"""
+
+
+@dataclass
+class Visit:
+    """What one load of one page in one theme showed."""
+
+    page: str
+    theme: str
+    requests: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    mathjax: str = ""
+    plotly_settled: bool = True
+    probe: dict = field(default_factory=dict)
+    screenshot: Path | None = None
+
+
+def html_path(page: str) -> str:
+    """The site path of a TOC page: ``book/x`` -> ``book/x.html``."""
+    return f"{page}.html"
+
+
+def expected_figures(site: Path, page: str) -> int:
+    """Count Plotly figures among the executed notebook's visible outputs for ``page``."""
+    executed = site.parent / "jupyter_execute" / f"{page}.ipynb"
+    if not executed.exists():
+        return 0
+    count = 0
+    for cell in json.loads(executed.read_text())["cells"]:
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if cell["cell_type"] != "code" or tags & {"remove-output", "remove-cell"}:
+            continue
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            html = data.get("text/html", "")
+            html = "".join(html) if isinstance(html, list) else html
+            if "application/vnd.plotly.v1+json" in data or "plotly-graph-div" in html:
+                count += 1
+    return count
+
+
+class _Anchors(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if name == "id" or (tag == "a" and name == "name"):
+                self.ids.add(value or "")
+
+
+_ANCHOR_CACHE: dict[Path, set[str]] = {}
+
+
+def anchors_of(path: Path) -> set[str]:
+    """The ids (and ``<a name>``) of an HTML file, parsed once."""
+    if path not in _ANCHOR_CACHE:
+        parser = _Anchors()
+        parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+        _ANCHOR_CACHE[path] = parser.ids
+    return _ANCHOR_CACHE[path]
+
+
+def wait_until_quiet(tab, in_flight: set, quiet_ms: int = 500) -> None:
+    """Wait until no request has been in flight for ``quiet_ms`` (late loads by MathJax, fonts)."""
+    deadline = time.monotonic() + LOAD_TIMEOUT_MS / 1000
+    quiet = 0
+    while quiet < quiet_ms and time.monotonic() < deadline:
+        tab.wait_for_timeout(100)
+        quiet = 0 if in_flight else quiet + 100
+
+
+def load_page(browser, base_url: str, page: str, theme: str, artifacts: Path) -> Visit:
+    """Load ``page`` in ``theme`` in a fresh context, wait for rendering, and record it all."""
+    visit = Visit(page, theme)
+    origin = urlsplit(base_url).netloc
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 900}, color_scheme=theme, service_workers="block"
+    )
+    # The theme (pydata-sphinx-theme) reads its mode from local storage before first paint.
+    context.add_init_script(
+        f"try {{ localStorage.setItem('mode', '{theme}'); "
+        f"localStorage.setItem('theme', '{theme}'); }} catch (e) {{}}"
+    )
+
+    def route(route) -> None:
+        url = route.request.url
+        parts = urlsplit(url)
+        if parts.scheme in LOCAL_SCHEMES or (parts.scheme == "http" and parts.netloc == origin):
+            route.continue_()
+        else:
+            visit.foreign.append(url)
+            route.abort("blockedbyclient")
+
+    def on_request(request) -> None:
+        visit.requests.append(request.url)
+        parts = urlsplit(request.url)
+        is_local = parts.scheme in LOCAL_SCHEMES or parts.netloc == origin
+        if not is_local and request.url not in visit.foreign:
+            visit.foreign.append(request.url)
+
+    def on_response(response) -> None:
+        if response.status >= 400:
+            visit.failed.append(f"HTTP {response.status} {response.url}")
+
+    def on_request_failed(request) -> None:
+        if urlsplit(request.url).netloc == origin:
+            visit.failed.append(f"{request.failure} {request.url}")
+
+    def on_console(message) -> None:
+        if message.type == "error":
+            where = message.location.get("url", "")
+            visit.console_errors.append(f"{message.text} ({where})")
+
+    in_flight: set = set()
+    context.route("**/*", route)
+    tab = context.new_page()
+    tab.on("request", on_request)
+    tab.on("request", lambda request: in_flight.add(request))
+    tab.on("requestfinished", lambda request: in_flight.discard(request))
+    tab.on("requestfailed", lambda request: in_flight.discard(request))
+    tab.on("response", on_response)
+    tab.on("requestfailed", on_request_failed)
+    tab.on("console", on_console)
+    tab.on("pageerror", lambda error: visit.page_errors.append(str(error)))
+    tab.on("websocket", lambda socket: visit.foreign.append(socket.url))
+    try:
+        tab.goto(base_url + html_path(page), wait_until="networkidle", timeout=LOAD_TIMEOUT_MS)
+        with contextlib.suppress(PlaywrightTimeout):  # the math checks report what is left
+            tab.wait_for_function(MATHJAX_LOADED_JS, timeout=RENDER_TIMEOUT_MS)
+        visit.mathjax = tab.evaluate(MATHJAX_DONE_JS)
+        try:
+            tab.wait_for_function(PLOTLY_DONE_JS, timeout=RENDER_TIMEOUT_MS)
+        except PlaywrightTimeout:  # the figure checks report which figure is not drawn
+            visit.plotly_settled = False
+        wait_until_quiet(tab, in_flight)
+        visit.probe = tab.evaluate(PROBE_JS, [RAW_MATH, MATH_ERRORS, TYPESET, TRACE_SELECTOR])
+        shots = artifacts / "site"
+        shots.mkdir(parents=True, exist_ok=True)
+        visit.screenshot = shots / f"{page.replace('/', '__')}-{theme}.png"
+        tab.screenshot(path=str(visit.screenshot), full_page=True)
+    finally:
+        context.close()
+    return visit
+
+
+@pytest.fixture(scope="session")
+def visit(browser, site_url, artifacts_dir):
+    """``visit(page, theme)``: load a page once per theme per session and return its record."""
+    cache: dict[tuple[str, str], Visit | Exception] = {}
+
+    def get(page: str, theme: str) -> Visit:
+        if (page, theme) not in cache:
+            try:
+                cache[page, theme] = load_page(browser, site_url, page, theme, artifacts_dir)
+            except Exception as error:  # one failed load fails every test of that visit, fast
+                cache[page, theme] = error
+        record = cache[page, theme]
+        if isinstance(record, Exception):
+            pytest.fail(f"loading {page} ({theme}) failed: {record!r}", pytrace=False)
+        return record
+
+    return get
+
+
+def fail_if(problems: list[str], header: str, limit: int = 25) -> None:
+    """Fail with ``header`` and one line per problem (no Python traceback noise)."""
+    if problems:
+        shown = "\n  ".join(problems[:limit])
+        more = f"\n  ... and {len(problems) - limit} more" if len(problems) > limit else ""
+        pytest.fail(f"{header}:\n  {shown}{more}", pytrace=False)
+
+
+def test_every_toc_page_is_in_the_site(built_site: Path, toc_page: str) -> None:
+    assert (built_site / html_path(toc_page)).is_file(), f"{html_path(toc_page)} was not built"
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_page_requests_only_the_loopback_server(visit, toc_page: str, theme: str) -> None:
+    record = visit(toc_page, theme)
+    assert record.requests, f"{toc_page}: no request was recorded at all"
+    fail_if(
+        list(dict.fromkeys(record.foreign)), f"{toc_page} ({theme}) requested other hosts (aborted)"
+    )
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_page_loads_every_resource(visit, toc_page: str, theme: str) -> None:
+    record = visit(toc_page, theme)
+    fail_if(record.failed, f"{toc_page} ({theme}) has failed requests")
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_page_has_no_console_or_page_errors(visit, toc_page: str, theme: str) -> None:
+    record = visit(toc_page, theme)
+    problems = [f"console: {e}" for e in record.console_errors]
+    problems += [f"page error: {e}" for e in record.page_errors]
+    fail_if(problems, f"{toc_page} ({theme}) logged errors")
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_page_renders_in_the_requested_theme(visit, toc_page: str, theme: str) -> None:
+    record = visit(toc_page, theme)
+    assert record.probe["theme"] == theme, (
+        f"{toc_page}: asked for the {theme} theme, the page shows data-theme="
+        f"{record.probe['theme']!r} (mode {record.probe['mode']!r})"
+    )
+    assert record.screenshot is not None and record.screenshot.stat().st_size > 0
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_page_math_is_typeset(visit, toc_page: str, theme: str) -> None:
+    record = visit(toc_page, theme)
+    probe = record.probe
+    problems = [f"raw TeX left: {item}" for item in probe["raw"]]
+    problems += [f"math not typeset: {item}" for item in probe["untypeset"]]
+    problems += [f"MathJax error: {item}" for item in probe["errors"]]
+    fail_if(
+        problems,
+        f"{toc_page} ({theme}; MathJax: {record.mathjax}; {probe['mathCount']} math nodes)",
+    )
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_page_figures_are_drawn(visit, built_site: Path, toc_page: str, theme: str) -> None:
+    record = visit(toc_page, theme)
+    figures = record.probe["figures"]
+    expected = expected_figures(built_site, toc_page)
+    problems = []
+    for fig in figures:
+        name = f"figure {fig['id']} {fig['title']!r}"
+        if not (fig["plotted"] and fig["main_svg"] and fig["data"] and fig["traces"]):
+            problems.append(
+                f"{name} not drawn: plotted={fig['plotted']} main-svg={fig['main_svg']} "
+                f"data={fig['data']} trace elements={fig['traces']}"
+            )
+        if fig["width"] < 100 or fig["height"] < 100:
+            problems.append(f"{name} is {fig['width']:.0f}x{fig['height']:.0f} px")
+        if fig["contrast"] is not None and fig["contrast"] < MIN_CONTRAST:
+            problems.append(
+                f"{name} text contrast {fig['contrast']:.2f} < {MIN_CONTRAST} on its background"
+            )
+    drawn = sum(1 for fig in figures if fig["plotted"] and fig["traces"])
+    if drawn < expected:
+        problems.append(
+            f"{expected} Plotly outputs in the executed notebook, {drawn} drawn on the page "
+            f"({len(figures)} figure containers; Plotly settled: {record.plotly_settled})"
+        )
+    fail_if(problems, f"{toc_page} ({theme}) figures")
+
+
+def test_page_internal_links_resolve(visit, built_site: Path, site_url: str, toc_page: str) -> None:
+    record = visit(toc_page, "light")
+    origin = urlsplit(site_url).netloc
+    assert record.probe["links"], f"{toc_page}: the page has no links at all"
+    problems = []
+    for href in sorted(set(record.probe["links"])):
+        parts = urlsplit(href)
+        if parts.netloc != origin or parts.scheme not in {"http", "https"}:
+            continue
+        path = unquote(parts.path).lstrip("/")
+        target = built_site / path
+        if path == "" or path.endswith("/"):
+            target = target / "index.html"
+        if not target.is_file():
+            problems.append(f"{href}: no file {target.relative_to(built_site)}")
+            continue
+        fragment = unquote(parts.fragment)
+        if fragment and target.suffix == ".html" and fragment not in anchors_of(target):
+            problems.append(f"{href}: no id {fragment!r} in {target.relative_to(built_site)}")
+    fail_if(problems, f"{toc_page} has broken internal links")
