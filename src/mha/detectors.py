@@ -154,9 +154,9 @@ def self_score(weights: Any) -> np.ndarray:
 def future_score(weights: Any) -> np.ndarray:
     """Mean weight a query puts on later positions: ``mean_i sum_{j > i} w[i, j]``.
 
-    Exactly 0 for any causal head (the causal mask gives later keys weight 0), and 1 for
-    a head that only looks ahead except at the last query, which has nothing ahead; so the
-    largest value is ``(L - 1) / L``. Use it to say which kind of attention a pattern is.
+    Exactly 0 for any causal head (the causal mask gives later keys weight 0). A head whose
+    every query but the last looks only ahead scores the largest value, ``(L - 1) / L``
+    (the last query has nothing ahead). Use it to say which kind of attention a pattern is.
 
     Shape:
         weights ``(..., L, L)``. Returns ``(...)``.
