@@ -239,7 +239,8 @@ def test_explicit_attention_stores_score_tensors_and_sdpa_does_not():
     B, L, D, H = 1, 512, 32, 8
     measured = cost.attention_peak_memory(B, [L], D, H, paths=("explicit", "sdpa"))
     score = cost.score_tensor_bytes(B, L, L, H)
-    assert measured["explicit"][0] >= 2 * score  # scores and weights
+    slack = 2**20  # the kernel's resident-page counters are approximate (per-CPU batches)
+    assert measured["explicit"][0] >= 2 * score - slack  # scores and weights
     assert measured["sdpa"][0] < score / 4
 
 
