@@ -1,0 +1,552 @@
+"""A small attention-only transformer, trained on the repeated-segment task, and its heads.
+
+The model is the one of Elhage et al. (2021) and Olsson et al. (2022) at toy size: token
+and learned positional embeddings, ``num_layers`` residual blocks ``x <- x + MHA(x)`` of
+causal multi-head self-attention (this package's :func:`mha.torch_backend.multi_head_attention`),
+and a linear unembedding. No MLPs and no LayerNorm, so everything the model computes goes
+through its attention heads.
+
+Heads are switched on and off with *gates* ``xi`` (Michel et al., 2019): head ``h`` of a
+layer contributes ``xi_h * head_h(x)`` before the output projection. Gating the heads'
+outputs equals scaling the rows of ``W^O`` that read them,
+
+    ``Concat(xi_1 head_1, ..., xi_H head_H) W^O = Concat(head_1, ..., head_H) (G W^O)``,
+
+with ``G = diag(xi_1 1_Dh, ..., xi_H 1_Dh)``, so :func:`gated_params` implements the gate
+by scaling ``W^O`` and the attention code is unchanged. With all gates 1 the model is the
+ungated model exactly; ``xi_h = 0`` removes head ``h`` (ablation); ``dL / dxi_h`` at 1 is
+Michel et al.'s head importance.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mha import detectors, tasks
+from mha import torch_backend as tb
+from mha.module import MultiHeadAttention
+from mha.params import MHAParams
+from mha.tasks import RepeatedSegments
+
+
+def gated_params(params: MHAParams, gate: torch.Tensor | None) -> MHAParams:
+    """The parameters with head ``h``'s output multiplied by ``gate[h]`` before ``W^O``.
+
+    Implemented as ``W^O`` with the ``Dh`` rows of head ``h`` scaled by ``gate[h]``; the
+    biases are unchanged (``b_o`` belongs to no head).
+
+    Args:
+        params: one layer's parameters (torch tensors).
+        gate: one gate per head, or ``None`` for ``params`` unchanged.
+
+    Shape:
+        gate ``(H,)``.
+
+    Raises:
+        ValueError: if ``gate`` does not have shape ``(H,)``.
+    """
+    if gate is None:
+        return params
+    H = params.num_heads
+    if tuple(gate.shape) != (H,):
+        raise ValueError(f"gate must have shape (H,) = ({H},); got {tuple(gate.shape)}")
+    rows = gate.to(params.w_o.dtype).repeat_interleave(params.d_head)  # (H,) -> (D,)
+    return replace(params, w_o=params.w_o * rows[:, None])  # (D, D), row r scaled by rows[r]
+
+
+def head_contributions(
+    x: torch.Tensor, params: MHAParams, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Each head's term in the attention output: ``head_h(x) @ W^O[rows of h]``.
+
+    The layer output is ``sum_h contributions[:, h] + b_o``.
+
+    Shape:
+        x ``(B, L, D)``. Returns ``(B, H, L, D)``.
+    """
+    H, D, Dh = params.num_heads, params.d_model, params.d_head
+    q, k, v = (x @ w for w in (params.w_q, params.w_k, params.w_v))  # 3 x (B, L, D)
+    if params.b_qkv is not None:
+        q, k, v = q + params.b_q, k + params.b_k, v + params.b_v
+    q, k, v = (tb.split_heads(t, H) for t in (q, k, v))  # 3 x (B, H, L, Dh)
+    out, _ = tb.scaled_dot_product_attention(q, k, v, mask)  # (B, H, L, Dh)
+    w_o = params.w_o.reshape(H, Dh, D)  # (D, D) -> (H, Dh, D)
+    return torch.einsum("bhld,hde->bhle", out, w_o)  # (B, H, L, D)
+
+
+class AttentionOnlyTransformer(nn.Module):
+    """A causal attention-only transformer: embeddings, residual MHA blocks, unembedding.
+
+    ``x_0 = E[tokens] + P[:L]``, ``x_{l+1} = x_l + MHA_l(x_l)`` with a causal mask, and
+    ``logits = x_n @ U``. Every parameter is drawn from ``seed``, so the same arguments
+    give the same model.
+
+    Args:
+        vocab_size: number of token ids V.
+        max_len: longest sequence the positional embedding covers.
+        d_model: model width D.
+        num_heads: heads per layer H; must divide D.
+        num_layers: number of attention blocks.
+        seed: seed of every initial parameter.
+        dtype: parameter dtype.
+
+    Shape:
+        tokens ``(B, L)`` int64 with ``L <= max_len``; gates ``(num_layers, H)``.
+        Returns logits ``(B, L, V)`` and, if asked, a list of ``num_layers`` weights
+        ``(B, H, L, L)``.
+
+    Raises:
+        ValueError: if a size is not positive or H does not divide D.
+        TypeError: if a size is not an int.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        d_model: int,
+        num_heads: int,
+        num_layers: int = 2,
+        *,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("max_len", max_len),
+            ("num_layers", num_layers),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
+            if value <= 0:
+                raise ValueError(f"{name} must be positive; got {name}={value}")
+        gen = torch.Generator().manual_seed(seed)
+        scale = 1.0 / math.sqrt(d_model)
+
+        def draw(*shape: int) -> nn.Parameter:
+            return nn.Parameter(torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype))
+
+        self.embed = draw(vocab_size, d_model)  # (V, D)
+        self.pos = draw(max_len, d_model)  # (max_len, D)
+        self.unembed = draw(d_model, vocab_size)  # (D, V)
+        with torch.no_grad():
+            for p in (self.embed, self.pos, self.unembed):
+                p.mul_(scale)
+        self.layers = nn.ModuleList(
+            MultiHeadAttention(d_model, num_heads, seed=_layer_seed(seed, layer), dtype=dtype)
+            for layer in range(num_layers)
+        )
+
+    @property
+    def num_layers(self) -> int:
+        """Number of attention blocks."""
+        return len(self.layers)
+
+    @property
+    def num_heads(self) -> int:
+        """Heads per layer H."""
+        return self.layers[0].num_heads
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids V."""
+        return self.embed.shape[0]
+
+    def _check(self, tokens: torch.Tensor, gates: torch.Tensor | None) -> None:
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.int64:
+            got = tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+            raise TypeError(f"tokens must be an int64 torch.Tensor; got {got}")
+        if tokens.ndim != 2 or not 1 <= tokens.shape[1] <= self.pos.shape[0]:
+            raise ValueError(
+                f"tokens must have shape (B, L) with 1 <= L <= max_len={self.pos.shape[0]}; "
+                f"got {tuple(tokens.shape)}"
+            )
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            raise ValueError(
+                f"tokens must lie in [0, vocab_size={self.vocab_size}); "
+                f"got values in [{int(tokens.min())}, {int(tokens.max())}]"
+            )
+        shape = (self.num_layers, self.num_heads)
+        if gates is not None and tuple(gates.shape) != shape:
+            raise ValueError(
+                f"gates must have shape (num_layers, H) = {shape}; got {tuple(gates.shape)}"
+            )
+
+    def residual_stream(
+        self, tokens: torch.Tensor, gates: torch.Tensor | None = None
+    ) -> list[torch.Tensor]:
+        """The residual stream before each layer and after the last.
+
+        Shape:
+            tokens ``(B, L)``. Returns ``num_layers + 1`` tensors ``(B, L, D)``.
+        """
+        return self._run(tokens, gates, need_weights=False)[1]
+
+    def _run(self, tokens, gates, need_weights):
+        self._check(tokens, gates)
+        L = tokens.shape[1]
+        x = self.embed[tokens] + self.pos[:L]  # (B, L) -> (B, L, D)
+        mask = tb.causal_mask(L)  # (L, L)
+        stream, weights = [x], []
+        for i, layer in enumerate(self.layers):
+            params = gated_params(layer.params(), None if gates is None else gates[i])
+            out, w = tb.multi_head_attention(
+                x, x, x, params, mask, form="fused", need_weights=need_weights
+            )  # (B, L, D), (B, H, L, L) or None
+            x = x + out
+            stream.append(x)
+            weights.append(w)
+        return x @ self.unembed, stream, weights  # (B, L, V)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        gates: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Next-token logits, and each layer's attention weights if ``need_weights``.
+
+        Args:
+            tokens: token ids.
+            gates: head gates; ``None`` is the ungated model (equal to all ones).
+            need_weights: also return the weights of every layer.
+
+        Raises:
+            ValueError: if ``tokens`` has the wrong shape or ids, or ``gates`` the wrong shape.
+            TypeError: if ``tokens`` is not an int64 tensor.
+        """
+        logits, _, weights = self._run(tokens, gates, need_weights)
+        return logits, (weights if need_weights else None)
+
+
+def _layer_seed(seed: int, layer: int) -> int:
+    return int(np.random.SeedSequence([seed, layer]).generate_state(1)[0])
+
+
+def next_token_loss(
+    logits: torch.Tensor, tokens: torch.Tensor, where: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Mean cross-entropy of predicting ``tokens[:, i + 1]`` from position ``i``.
+
+    Args:
+        logits: the model's output.
+        tokens: the input token ids.
+        where: which query positions ``i`` count (the last position never does, having no
+            next token); ``None`` counts all.
+
+    Shape:
+        logits ``(B, L, V)``, tokens and where ``(B, L)``. Returns a scalar.
+
+    Raises:
+        ValueError: if the shapes do not match, or ``where`` selects no position.
+    """
+    B, L, V = logits.shape
+    if tuple(tokens.shape) != (B, L):
+        raise ValueError(f"tokens must have shape (B, L) = ({B}, {L}); got {tuple(tokens.shape)}")
+    losses = F.cross_entropy(
+        logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="none"
+    ).view(B, L - 1)  # (B, L - 1)
+    if where is None:
+        return losses.mean()
+    if tuple(where.shape) != (B, L):
+        raise ValueError(f"where must have shape (B, L) = ({B}, {L}); got {tuple(where.shape)}")
+    keep = where[:, :-1]
+    if not keep.any():
+        raise ValueError("where must select at least one query position before the last")
+    return losses[keep].mean()
+
+
+def segment_losses(
+    model: AttentionOnlyTransformer, batch: RepeatedSegments, gates: torch.Tensor | None = None
+) -> dict[str, float]:
+    """Next-token loss on the first occurrence of each segment, on its repeats, and overall.
+
+    Returns:
+        ``{"first": ..., "repeat": ..., "all": ...}``: ``first`` counts query positions
+        ``i < period`` (their next token is not determined by the past), ``repeat`` the
+        positions ``i >= period`` (determined, by induction).
+    """
+    with torch.no_grad():
+        logits, _ = model(batch.tokens, gates)
+        rep = batch.repeated
+        return {
+            "first": float(next_token_loss(logits, batch.tokens, ~rep)),
+            "repeat": float(next_token_loss(logits, batch.tokens, rep)),
+            "all": float(next_token_loss(logits, batch.tokens)),
+        }
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines a training run (same config, same run).
+
+    Data: :func:`mha.tasks.repeated_segments` with this config's sizes, a fresh batch per
+    step from a generator seeded with ``(seed, 1)``; the evaluation batch comes from
+    ``(seed, 2)``. Model: :class:`AttentionOnlyTransformer` seeded with ``seed``.
+    Optimiser: AdamW with constant learning rate ``lr``.
+    """
+
+    vocab_size: int = 64
+    seq_len: int = 32
+    min_period: int = 8
+    max_period: int = 16
+    prefix_prob: float = 0.5
+    d_model: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    batch_size: int = 32
+    steps: int = 1000
+    lr: float = 1e-2
+    weight_decay: float = 0.0
+    seed: int = 0
+    eval_every: int = 25
+    eval_size: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "eval_every", "eval_size", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int; got {name}={value!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive; got lr={self.lr}")
+
+    def model(self) -> AttentionOnlyTransformer:
+        """The model at initialisation."""
+        return AttentionOnlyTransformer(
+            self.vocab_size,
+            self.seq_len,
+            self.d_model,
+            self.num_heads,
+            self.num_layers,
+            seed=self.seed,
+        )
+
+    def batch(self, rng: np.random.Generator | int, batch_size: int) -> RepeatedSegments:
+        """A batch of the task with this config's sizes."""
+        return tasks.repeated_segments(
+            batch_size,
+            self.seq_len,
+            self.vocab_size,
+            min_period=self.min_period,
+            max_period=self.max_period,
+            prefix_prob=self.prefix_prob,
+            rng=rng,
+        )
+
+    def eval_batch(self) -> RepeatedSegments:
+        """The fixed held-out batch the history is measured on."""
+        return self.batch(np.random.default_rng([self.seed, 2]), self.eval_size)
+
+
+@dataclass(frozen=True)
+class TrainHistory:
+    """What was measured during training.
+
+    Shape:
+        step ``(E,)`` (the evaluation steps, 0 = initialisation); train_loss ``(steps,)``;
+        first_loss and repeat_loss ``(E,)`` (see :func:`segment_losses`);
+        previous_token and induction ``(E, num_layers, H)``, each head's score on the
+        evaluation batch.
+    """
+
+    step: np.ndarray
+    train_loss: np.ndarray
+    first_loss: np.ndarray
+    repeat_loss: np.ndarray
+    previous_token: np.ndarray
+    induction: np.ndarray
+    seconds: float = field(default=0.0)
+
+
+def head_scores(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> dict[str, np.ndarray]:
+    """Each head's previous-token and induction score on a batch.
+
+    Returns:
+        ``{"previous_token": (num_layers, H), "induction": (num_layers, H)}``: the
+        :func:`mha.detectors.previous_token_score` averaged over the batch, and
+        :func:`mha.tasks.induction_score`.
+    """
+    with torch.no_grad():
+        _, weights = model(batch.tokens, need_weights=True)
+    w = np.stack([x.numpy() for x in weights], axis=1)  # (B, layers, H, L, L)
+    return {
+        "previous_token": detectors.previous_token_score(w).mean(axis=0),  # (layers, H)
+        "induction": tasks.induction_score(w, batch.tokens),  # (layers, H)
+    }
+
+
+def train(config: TrainConfig) -> tuple[AttentionOnlyTransformer, TrainHistory]:
+    """Train a model on the repeated-segment task, measuring the heads as it learns.
+
+    Every ``eval_every`` steps (and at step 0 and the end) the model is measured on the
+    evaluation batch: :func:`segment_losses` and :func:`head_scores`.
+
+    Returns:
+        The trained model and its :class:`TrainHistory`.
+    """
+    start = time.perf_counter()
+    torch.manual_seed(config.seed)
+    model = config.model()
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    data = np.random.default_rng([config.seed, 1])
+    held_out = config.eval_batch()
+    log: dict[str, list] = {k: [] for k in ("step", "first", "repeat", "prev", "ind")}
+
+    def measure(step: int) -> None:
+        losses, scores = segment_losses(model, held_out), head_scores(model, held_out)
+        log["step"].append(step)
+        log["first"].append(losses["first"])
+        log["repeat"].append(losses["repeat"])
+        log["prev"].append(scores["previous_token"])
+        log["ind"].append(scores["induction"])
+
+    train_loss = np.empty(config.steps)
+    for step in range(config.steps):
+        if step % config.eval_every == 0:
+            measure(step)
+        tokens = config.batch(data, config.batch_size).tokens
+        logits, _ = model(tokens)
+        loss = next_token_loss(logits, tokens)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        train_loss[step] = loss.item()
+    measure(config.steps)
+    history = TrainHistory(
+        step=np.array(log["step"]),
+        train_loss=train_loss,
+        first_loss=np.array(log["first"]),
+        repeat_loss=np.array(log["repeat"]),
+        previous_token=np.stack(log["prev"]),
+        induction=np.stack(log["ind"]),
+        seconds=time.perf_counter() - start,
+    )
+    return model, history
+
+
+def head_gates(
+    num_layers: int, num_heads: int, off: Iterable[tuple[int, int]] = ()
+) -> torch.Tensor:
+    """Gates with every head on except the ``(layer, head)`` pairs in ``off``.
+
+    Shape:
+        Returns ``(num_layers, num_heads)`` float32 of ones and zeros.
+
+    Raises:
+        ValueError: if a pair in ``off`` is outside the model.
+    """
+    gates = torch.ones(num_layers, num_heads)
+    for layer, head in off:
+        if not (0 <= layer < num_layers and 0 <= head < num_heads):
+            raise ValueError(
+                f"off must hold (layer, head) with layer < {num_layers} and head < "
+                f"{num_heads}; got ({layer}, {head})"
+            )
+        gates[layer, head] = 0.0
+    return gates
+
+
+def ablation_loss(
+    model: AttentionOnlyTransformer,
+    batch: RepeatedSegments,
+    off: Iterable[tuple[int, int]] = (),
+    part: str = "all",
+) -> float:
+    """The loss with the heads in ``off`` removed (gate 0).
+
+    Args:
+        model: the model.
+        batch: the data.
+        off: ``(layer, head)`` pairs to remove.
+        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`segment_losses`).
+
+    Raises:
+        ValueError: if ``part`` is unknown or a pair is outside the model.
+    """
+    if part not in ("all", "first", "repeat"):
+        raise ValueError(f"part must be 'all', 'first' or 'repeat'; got part={part!r}")
+    gates = head_gates(model.num_layers, model.num_heads, off)
+    return segment_losses(model, batch, gates)[part]
+
+
+def head_importance(
+    model: AttentionOnlyTransformer, batches: Sequence[RepeatedSegments], normalize: bool = True
+) -> np.ndarray:
+    """Michel et al. (2019)'s head importance ``I_h = E |dL / dxi_h|`` at ``xi = 1``.
+
+    For each batch, the gradient of the mean next-token loss with respect to the gates,
+    at all gates 1; the absolute values are averaged over batches. With ``normalize``,
+    each layer's scores are divided by their l2 norm, as in the paper.
+
+    Shape:
+        Returns ``(num_layers, H)``, non-negative.
+
+    Raises:
+        ValueError: if ``batches`` is empty.
+    """
+    if len(batches) == 0:
+        raise ValueError("batches must hold at least one batch; got none")
+    total = torch.zeros(model.num_layers, model.num_heads, dtype=torch.float64)
+    for batch in batches:
+        gates = torch.ones(model.num_layers, model.num_heads, requires_grad=True)
+        logits, _ = model(batch.tokens, gates)
+        (grad,) = torch.autograd.grad(next_token_loss(logits, batch.tokens), gates)
+        total += grad.abs().double()
+    importance = (total / len(batches)).numpy()  # (layers, H)
+    if normalize:
+        norms = np.linalg.norm(importance, axis=1, keepdims=True)  # (layers, 1)
+        importance = importance / np.where(norms > 0, norms, 1.0)
+    return importance
+
+
+def prune_curve(
+    model: AttentionOnlyTransformer,
+    batch: RepeatedSegments,
+    order: Sequence[tuple[int, int]],
+    part: str = "all",
+) -> np.ndarray:
+    """The loss as the heads in ``order`` are removed one by one.
+
+    Shape:
+        Returns ``(len(order) + 1,)``: entry ``k`` is the loss with the first ``k`` heads
+        of ``order`` removed.
+    """
+    return np.array([ablation_loss(model, batch, order[:k], part) for k in range(len(order) + 1)])
+
+
+def importance_order(importance: np.ndarray) -> list[tuple[int, int]]:
+    """Every ``(layer, head)``, least important first (ties broken by position).
+
+    Shape:
+        importance ``(num_layers, H)``.
+    """
+    imp = np.asarray(importance)
+    flat = np.argsort(imp, axis=None, kind="stable")
+    return [(int(i) // imp.shape[1], int(i) % imp.shape[1]) for i in flat]
+
+
+def greedy_prune_order(
+    model: AttentionOnlyTransformer, batch: RepeatedSegments, part: str = "all"
+) -> list[tuple[int, int]]:
+    """Remove, at each step, the head whose removal raises the loss least (measured).
+
+    The expensive reference the importance score approximates: it evaluates every
+    remaining head at every step, ``N (N + 1) / 2`` forward passes for ``N`` heads.
+    """
+    remaining = [(i, h) for i in range(model.num_layers) for h in range(model.num_heads)]
+    order: list[tuple[int, int]] = []
+    while remaining:
+        best = min(remaining, key=lambda pair: ablation_loss(model, batch, [*order, pair], part))
+        order.append(best)
+        remaining.remove(best)
+    return order

@@ -1,0 +1,243 @@
+"""Tests of the attention-only transformer, head gates, ablation, importance and training."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from mha import training as tr
+from mha.tasks import repeated_segments
+
+SMALL = tr.TrainConfig(
+    vocab_size=24, seq_len=16, min_period=4, max_period=8, prefix_prob=0.0, d_model=32,
+    num_heads=4, batch_size=16, steps=40, lr=1e-2, eval_every=20, eval_size=16,
+)  # fmt: skip
+
+
+def _model(dtype=torch.float64, seed=0):
+    return tr.AttentionOnlyTransformer(24, 16, 16, 4, 2, seed=seed, dtype=dtype)
+
+
+def _batch(seed=0):
+    return repeated_segments(8, 16, 24, min_period=4, max_period=8, rng=seed)
+
+
+def test_model_shapes_and_weights():
+    model, b = _model(), _batch()
+    logits, weights = model(b.tokens, need_weights=True)
+    assert logits.shape == (8, 16, 24)
+    assert len(weights) == 2 and all(w.shape == (8, 4, 16, 16) for w in weights)
+    assert model(b.tokens)[1] is None
+    assert torch.allclose(weights[0].sum(-1), torch.ones(8, 4, 16, dtype=torch.float64))
+    assert (weights[1].triu(1) == 0).all()  # causal
+
+
+def test_model_is_causal():
+    model, b = _model(), _batch()
+    changed = b.tokens.clone()
+    changed[:, 10:] = (changed[:, 10:] + 1) % 24
+    assert torch.equal(model(b.tokens)[0][:, :10], model(changed)[0][:, :10])
+
+
+def test_same_seed_same_model_and_parameter_count_independent_of_heads():
+    a, b, c = _model(seed=3), _model(seed=3), _model(seed=4)
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
+    assert not torch.equal(a.embed, c.embed)
+    one = tr.AttentionOnlyTransformer(24, 16, 16, 1, 2)
+    assert sum(p.numel() for p in one.parameters()) == sum(p.numel() for p in a.parameters())
+
+
+def test_gate_of_all_ones_equals_the_ungated_model_exactly():
+    model, b = _model(torch.float32), _batch()
+    ones = torch.ones(2, 4)
+    for need in (False, True):
+        plain, w_plain = model(b.tokens, need_weights=need)
+        gated, w_gated = model(b.tokens, ones, need_weights=need)
+        assert torch.equal(plain, gated)
+        if need:
+            assert all(torch.equal(x, y) for x, y in zip(w_plain, w_gated, strict=True))
+    params = model.layers[0].params()
+    assert tr.gated_params(params, None) is params
+
+
+def test_gated_params_scales_only_that_heads_rows_of_w_o():
+    p = _model().layers[0].params()
+    g = tr.gated_params(p, torch.tensor([1.0, 0.0, 2.0, 1.0]))
+    assert torch.equal(g.w_qkv, p.w_qkv) and torch.equal(g.b_o, p.b_o)
+    assert torch.equal(g.w_o[4:8], torch.zeros(4, 16, dtype=torch.float64))
+    assert torch.equal(g.w_o[8:12], 2 * p.w_o[8:12])
+    assert torch.equal(g.w_o[:4], p.w_o[:4]) and torch.equal(g.w_o[12:], p.w_o[12:])
+
+
+def test_head_contributions_sum_to_the_layer_output():
+    model, b = _model(), _batch()
+    x = model.residual_stream(b.tokens)[0]
+    p = model.layers[0].params()
+    mask = torch.ones(16, 16, dtype=torch.bool).tril()
+    parts = tr.head_contributions(x, p, mask)  # (B, H, L, D)
+    out = model.residual_stream(b.tokens)[1] - x
+    assert parts.shape == (8, 4, 16, 16)
+    assert torch.allclose(parts.sum(1) + p.b_o, out, atol=1e-12)
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_ablation_removes_one_head_and_leaves_the_others_untouched(layer):
+    model, b = _model(), _batch()
+    mask = torch.ones(16, 16, dtype=torch.bool).tril()
+    gates = tr.head_gates(2, 4, [(layer, 2)])
+    full, cut = model.residual_stream(b.tokens), model.residual_stream(b.tokens, gates)
+    assert torch.equal(full[layer], cut[layer])  # everything before the layer is unchanged
+    p = model.layers[layer].params()
+    heads_full = tr.head_contributions(full[layer], p, mask)
+    heads_cut = tr.head_contributions(cut[layer], tr.gated_params(p, gates[layer]), mask)
+    keep = [0, 1, 3]
+    assert torch.equal(heads_full[:, keep], heads_cut[:, keep])  # the other heads: exactly
+    assert (heads_cut[:, 2] == 0).all()  # the ablated head: exactly nothing
+    _, w_full = model(b.tokens, need_weights=True)
+    _, w_cut = model(b.tokens, gates, need_weights=True)
+    assert torch.equal(w_full[layer], w_cut[layer])  # its layer's patterns are unchanged
+    delta = cut[layer + 1] - cut[layer]
+    assert torch.allclose(delta, heads_full[:, keep].sum(1) + p.b_o, atol=1e-12)
+
+
+def test_gate_gradient_matches_finite_differences():
+    model, b = _model(), _batch()
+    gates = torch.ones(2, 4, dtype=torch.float64, requires_grad=True)
+    loss = tr.next_token_loss(model(b.tokens, gates)[0], b.tokens)
+    (grad,) = torch.autograd.grad(loss, gates)
+    eps = 1e-6
+    for layer, head in [(0, 1), (1, 3)]:
+        up, down = torch.ones(2, 4, dtype=torch.float64), torch.ones(2, 4, dtype=torch.float64)
+        up[layer, head] += eps
+        down[layer, head] -= eps
+        with torch.no_grad():
+            fd = (
+                tr.next_token_loss(model(b.tokens, up)[0], b.tokens)
+                - tr.next_token_loss(model(b.tokens, down)[0], b.tokens)
+            ) / (2 * eps)
+        assert abs(float(fd) - float(grad[layer, head])) < 1e-7
+
+
+def test_head_importance_shape_sign_and_normalisation():
+    model = _model(torch.float32)
+    batches = [_batch(s) for s in range(3)]
+    raw = tr.head_importance(model, batches, normalize=False)
+    norm = tr.head_importance(model, batches)
+    assert raw.shape == norm.shape == (2, 4)
+    assert (raw >= 0).all() and (raw > 0).any()
+    assert np.allclose(np.linalg.norm(norm, axis=1), 1.0)
+    assert np.allclose(norm, raw / np.linalg.norm(raw, axis=1, keepdims=True))
+    grads = []
+    for b in batches:
+        gates = torch.ones(2, 4, requires_grad=True)
+        loss = tr.next_token_loss(model(b.tokens, gates)[0], b.tokens)
+        grads.append(torch.autograd.grad(loss, gates)[0].abs().double().numpy())
+    assert np.allclose(raw, np.mean(grads, axis=0))
+
+
+def test_next_token_loss_matches_a_manual_cross_entropy():
+    logits = torch.randn(2, 5, 7, generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(0, 7, (2, 5), generator=torch.Generator().manual_seed(1))
+    logp = logits.log_softmax(-1)
+    manual = -torch.stack([logp[b, i, tokens[b, i + 1]] for b in range(2) for i in range(4)])
+    assert torch.allclose(tr.next_token_loss(logits, tokens), manual.mean())
+    where = torch.zeros(2, 5, dtype=torch.bool)
+    where[1, 2] = True
+    assert torch.allclose(tr.next_token_loss(logits, tokens, where), manual[4 + 2])
+
+
+def test_segment_losses_split_first_and_repeated_positions():
+    model, b = _model(torch.float32), _batch()
+    losses = tr.segment_losses(model, b)
+    logits = model(b.tokens)[0].detach()
+    rep = b.repeated
+    assert losses["repeat"] == pytest.approx(float(tr.next_token_loss(logits, b.tokens, rep)))
+    assert losses["first"] == pytest.approx(float(tr.next_token_loss(logits, b.tokens, ~rep)))
+
+
+def test_prune_curve_runs_from_the_full_model_to_no_heads():
+    model, b = _model(torch.float32), _batch()
+    order = tr.importance_order(np.arange(8.0)[::-1].reshape(2, 4))
+    assert order[0] == (1, 3) and order[-1] == (0, 0)
+    curve = tr.prune_curve(model, b, order)
+    assert curve.shape == (9,)
+    assert curve[0] == tr.segment_losses(model, b)["all"]
+    assert curve[-1] == tr.segment_losses(model, b, torch.zeros(2, 4))["all"]
+    greedy = tr.greedy_prune_order(model, b)
+    assert sorted(greedy) == [(i, h) for i in range(2) for h in range(4)]
+    g_curve = tr.prune_curve(model, b, greedy)
+    assert g_curve[1] == min(tr.ablation_loss(model, b, [p]) for p in greedy)
+
+
+def test_a_short_run_reduces_the_loss_and_learns_the_repeats():
+    model, hist = tr.train(replace(SMALL, steps=300, eval_every=100))
+    assert hist.train_loss.shape == (300,)
+    assert hist.train_loss[-10:].mean() < hist.train_loss[:10].mean() - 1.0
+    assert hist.repeat_loss[-1] < 0.5 * hist.first_loss[-1]
+    assert list(hist.step) == [0, 100, 200, 300]
+    assert hist.previous_token.shape == hist.induction.shape == (4, 2, 4)
+    assert ((hist.induction >= 0) & (hist.induction <= 1)).all()
+    assert hist.seconds > 0
+
+
+def test_training_is_deterministic():
+    _, a = tr.train(SMALL)
+    _, b = tr.train(SMALL)
+    _, c = tr.train(replace(SMALL, seed=1))
+    assert np.array_equal(a.train_loss, b.train_loss)
+    assert np.array_equal(a.induction, b.induction)
+    assert not np.array_equal(a.train_loss, c.train_loss)
+
+
+def test_model_errors():
+    model = _model(torch.float32)
+    tokens = _batch().tokens
+    with pytest.raises(TypeError, match=r"tokens must be an int64 torch.Tensor; got torch.int32"):
+        model(tokens.int())
+    with pytest.raises(ValueError, match=r"1 <= L <= max_len=16; got \(8, 17\)"):
+        model(torch.zeros(8, 17, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"tokens must lie in \[0, vocab_size=24\); got values in"):
+        model(tokens + 24)
+    with pytest.raises(ValueError, match=r"gates must have shape \(num_layers, H\) = \(2, 4\)"):
+        model(tokens, torch.ones(4))
+    with pytest.raises(ValueError, match=r"gate must have shape \(H,\) = \(4,\); got \(3,\)"):
+        tr.gated_params(model.layers[0].params(), torch.ones(3))
+    with pytest.raises(ValueError, match=r"num_layers must be positive; got num_layers=0"):
+        tr.AttentionOnlyTransformer(24, 16, 16, 4, 0)
+    with pytest.raises(TypeError, match=r"vocab_size must be an int; got float"):
+        tr.AttentionOnlyTransformer(24.0, 16, 16, 4)
+    with pytest.raises(ValueError, match=r"num_heads must divide d_model"):
+        tr.AttentionOnlyTransformer(24, 16, 16, 3)
+
+
+def test_loss_and_pruning_errors():
+    model, b = _model(torch.float32), _batch()
+    logits = model(b.tokens)[0]
+    with pytest.raises(ValueError, match=r"tokens must have shape \(B, L\) = \(8, 16\)"):
+        tr.next_token_loss(logits, b.tokens[:, :5])
+    with pytest.raises(ValueError, match=r"where must have shape \(B, L\) = \(8, 16\)"):
+        tr.next_token_loss(logits, b.tokens, torch.ones(8, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"where must select at least one query position"):
+        tr.next_token_loss(logits, b.tokens, torch.zeros(8, 16, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"off must hold \(layer, head\) .* got \(2, 0\)"):
+        tr.head_gates(2, 4, [(2, 0)])
+    with pytest.raises(ValueError, match=r"part must be 'all', 'first' or 'repeat'"):
+        tr.ablation_loss(model, b, [], part="second")
+    with pytest.raises(ValueError, match=r"batches must hold at least one batch"):
+        tr.head_importance(model, [])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(steps=0), r"steps must be a positive int; got steps=0"),
+        (dict(eval_every=1.5), r"eval_every must be a positive int; got eval_every=1.5"),
+        (dict(lr=0.0), r"lr must be positive; got lr=0.0"),
+    ],
+)
+def test_train_config_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        replace(SMALL, **kwargs)
