@@ -280,7 +280,8 @@ def multi_head_attention(
             head_mask = None if mask is None else _head_slice(mask, h)
             out_h, w_h = _attend(q, k, val, head_mask)  # (B, L, Dh), (B, L, S)
             heads.append(out_h)
-            weights.append(w_h)
+            if need_weights:  # otherwise each head's (B, L, S) weights are freed in turn
+                weights.append(w_h)
         concat = np.concatenate(heads, axis=-1)  # H x (B, L, Dh) -> (B, L, D)
         out = _linear(concat, params.w_o, params.b_o)
         return out, (np.stack(weights, axis=1) if need_weights else None)  # (B, H, L, S)
