@@ -150,3 +150,50 @@ def test_rank_bounds_rejects_wrong_inputs():
         rank.rank_bounds(np.ones((3, 4)), p)
     with pytest.raises(TypeError, match="params must be MHAParams; got dict"):
         rank.rank_bounds(np.ones((3, 8)), {})
+
+
+def test_singular_values_agree_with_numpy_and_keep_float32():
+    a = known_rank(9, 6, 6, seed=3)
+    np.testing.assert_allclose(
+        rank.singular_values(a), np.linalg.svd(a, compute_uv=False), rtol=1e-12
+    )
+    s32 = rank.singular_values(a.astype(np.float32))
+    assert s32.dtype == np.float32
+    np.testing.assert_allclose(s32, np.linalg.svd(a, compute_uv=False), rtol=1e-5)
+    assert rank.singular_values(a.astype(np.float16)).shape == (6,)  # computed in float64
+
+
+def test_one_thread_sets_one_torch_thread_and_restores_the_count():
+    before = torch.get_num_threads()
+    with rank.one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError, match="inside"), rank.one_thread():
+        raise RuntimeError("inside")
+    assert torch.get_num_threads() == before
+
+
+def test_circuit_singular_values_match_each_heads_products():
+    p = mha.init_params(12, 3, seed=6)
+    spectra = rank.circuit_singular_values(p)
+    assert spectra["QK"].shape == spectra["OV"].shape == (3, 12)
+    for h in range(3):
+        blk = p.head(h)
+        qk = np.linalg.svd(blk["w_q"] @ blk["w_k"].T, compute_uv=False)
+        ov = np.linalg.svd(blk["w_v"] @ blk["w_o"], compute_uv=False)
+        np.testing.assert_allclose(spectra["QK"][h], qk, atol=1e-12)
+        np.testing.assert_allclose(spectra["OV"][h], ov, atol=1e-12)
+        for s in (spectra["QK"][h], spectra["OV"][h]):  # rank Dh = 4: a tail at rounding level
+            assert s[3] > 1e-3 * s[0] and s[4] < 1e-14 * s[0]
+    with pytest.raises(TypeError, match="params must be MHAParams; got tuple"):
+        rank.circuit_singular_values(())
+
+
+def test_circuit_singular_values_see_a_rank_deficient_head():
+    p = mha.init_params(8, 2, bias=False, seed=1)
+    w_k = p.w_k.copy()
+    w_k[:, 1] = w_k[:, 0]  # head 0's key block has rank Dh - 1 = 3
+    p = mha.MHAParams.from_qkv(p.w_q, w_k, p.w_v, p.w_o, 2)
+    s = rank.circuit_singular_values(p)["QK"]
+    tol = s[:, :1] * rank.default_rtol((8, 8))
+    assert list((s > tol).sum(axis=1)) == [3, 4]

@@ -123,3 +123,27 @@ def test_pairwise_principal_cosines_agree_with_principal_cosines():
     np.testing.assert_allclose(table[1, 1], 1.0)
     with pytest.raises(ValueError, match=r"blocks must have shape \(H, D, Dh\); got 2-D"):
         sub.pairwise_principal_cosines(np.eye(3))
+
+
+def test_orthonormal_basis_spans_the_columns_and_keeps_float32():
+    a = rand((9, 3))
+    q = sub.orthonormal_basis(a)
+    np.testing.assert_allclose(q.T @ q, np.eye(3), atol=1e-12)
+    np.testing.assert_allclose(q @ (q.T @ a), a, atol=1e-12)  # a lies in span(q)
+    assert sub.orthonormal_basis(a.astype(np.float32)).dtype == np.float32
+
+
+def test_mixed_precision_inputs_are_compared_in_float64():
+    a, b = rand((10, 3)), rand((10, 2), 1)
+    np.testing.assert_allclose(
+        sub.principal_cosines(a.astype(np.float32), b), sub.principal_cosines(a, b), atol=1e-6
+    )
+
+
+def test_pairwise_principal_cosines_are_symmetric_with_unit_diagonal():
+    blocks = rand((5, 20, 3), 2)
+    table = sub.pairwise_principal_cosines(blocks)
+    np.testing.assert_allclose(table, table.transpose(1, 0, 2), atol=1e-12)
+    np.testing.assert_allclose(table[np.arange(5), np.arange(5)], 1.0, atol=1e-12)
+    expected = np.cos(np.sort(sl.subspace_angles(blocks[3], blocks[1])))
+    np.testing.assert_allclose(table[3, 1], expected, atol=1e-10)

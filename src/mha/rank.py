@@ -12,16 +12,43 @@ same order, so the same tolerance separates "zero up to rounding" from "really t
 For one sequence ``X`` (``N`` rows, ``r = rank(X)``, ``u`` distinct rows), a head's output
 in self-attention is ``head_i = A_i (X W_v^i + 1 b_v^i^T) = A_i X W_v^i + 1 b_v^i^T``
 (the rows of ``A_i`` sum to one). :func:`rank_bounds` returns the bounds that follow.
+
+Threads: singular values are computed by PyTorch's LAPACK on one CPU thread
+(:func:`singular_values`), not by ``numpy.linalg``. The matrices here are small (a few
+hundred rows at most), so worker threads save little, and NumPy's OpenBLAS thread pool,
+which no NumPy API limits locally, made many small SVDs and products over 20 times slower
+in CPU time when the machine's other core was busy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import torch
 
 from mha import np_backend
 from mha.params import MHAParams
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run PyTorch on one CPU thread inside the block; restore the thread count after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _to_torch(a: np.ndarray) -> torch.Tensor:
+    """``a`` as a torch tensor of a LAPACK dtype (float32 stays, others become float64)."""
+    if a.dtype not in (np.float32, np.float64):
+        a = a.astype(np.float64)
+    return torch.from_numpy(np.ascontiguousarray(a))
 
 
 def _as_matrix(name: str, a: Any) -> np.ndarray:
@@ -71,7 +98,28 @@ def rank_tolerance(a: Any, rtol: float | None = None, atol: float = 0.0) -> floa
         TypeError: if ``a`` is not a floating array or tensor.
     """
     a = _as_matrix("a", a)
-    return _tolerance(np.linalg.svd(a, compute_uv=False), a.shape, a.dtype, rtol, atol)
+    return _tolerance(singular_values(a), a.shape, a.dtype, rtol, atol)
+
+
+def singular_values(a: Any) -> np.ndarray:
+    """The singular values of ``a``, in descending order.
+
+    Computed with ``torch.linalg.svdvals`` on one CPU thread (see the module docstring);
+    float32 matrices in float32, other floating dtypes in float64.
+
+    Args:
+        a: the matrix (a NumPy array or a torch tensor, which is copied to NumPy).
+
+    Shape:
+        a ``(m, n)``. Returns ``(min(m, n),)``.
+
+    Raises:
+        ValueError: if ``a`` is not 2-D or not finite.
+        TypeError: if ``a`` is not a floating array or tensor.
+    """
+    a = _as_matrix("a", a)
+    with one_thread():
+        return torch.linalg.svdvals(_to_torch(a)).numpy()
 
 
 def _tolerance(
@@ -107,7 +155,7 @@ def numerical_rank(a: Any, rtol: float | None = None, atol: float = 0.0) -> int:
         TypeError: if ``a`` is not a floating array or tensor.
     """
     a = _as_matrix("a", a)
-    s = np.linalg.svd(a, compute_uv=False)  # descending
+    s = singular_values(a)  # descending
     tol = _tolerance(s, a.shape, a.dtype, rtol, atol)
     return int(np.count_nonzero(s > tol))
 
@@ -198,3 +246,37 @@ def rank_bounds(x: np.ndarray, params: MHAParams) -> dict[str, Any]:
         "concat": int(min(u, D, bias_free_concat + beta)),
         "output": int(min(u, D, min(bias_free_concat, numerical_rank(params.w_o)) + gamma)),
     }
+
+
+def circuit_singular_values(params: MHAParams) -> dict[str, np.ndarray]:
+    """Singular values of every head's QK and OV circuit (Elhage et al., 2021).
+
+    Head ``h``'s QK circuit is the ``(D, D)`` matrix ``W_q^h W_k^h^T`` (token ``a`` scores
+    token ``b`` by ``x_a W_q^h W_k^h^T x_b^T / sqrt(Dh)``); its OV circuit is
+    ``W_v^h W_o^h`` (what the head adds to the output per unit of attention to a token).
+    Both factor through ``Dh`` dimensions, so at most ``Dh`` singular values are non-zero;
+    the rest come out at the rounding level. All heads at once, in float64, with PyTorch on
+    one CPU thread.
+
+    Args:
+        params: the layer's parameters (NumPy or torch).
+
+    Shape:
+        Returns ``{"QK": (H, D), "OV": (H, D)}``, each row in descending order.
+
+    Raises:
+        TypeError: if ``params`` is not ``MHAParams``.
+    """
+    if not isinstance(params, MHAParams):
+        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
+    p = params.to_numpy(np.float64)
+    H, D, Dh = p.num_heads, p.d_model, p.d_head
+
+    def per_head(w: np.ndarray) -> torch.Tensor:  # column block h of w is head h's
+        return _to_torch(w).reshape(D, H, Dh).permute(1, 0, 2)  # (D, D) -> (H, D, Dh)
+
+    w_o = _to_torch(p.w_o).reshape(H, Dh, D)  # (D, D) -> (H, Dh, D): row block h
+    with one_thread():
+        qk = per_head(p.w_q) @ per_head(p.w_k).transpose(1, 2)  # (H, D, Dh) @ (H, Dh, D)
+        ov = per_head(p.w_v) @ w_o  # (H, D, Dh) @ (H, Dh, D) -> (H, D, D)
+        return {"QK": torch.linalg.svdvals(qk).numpy(), "OV": torch.linalg.svdvals(ov).numpy()}

@@ -17,16 +17,21 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from mha.params import MHAParams
-from mha.rank import _as_matrix, numerical_rank
+from mha.rank import _as_matrix, _to_torch, _tolerance, one_thread
 
 
 def orthonormal_basis(a: Any) -> np.ndarray:
-    """An orthonormal basis of the column space of ``a``, by a reduced QR factorisation.
+    """An orthonormal basis of the column space of ``a``: its left singular vectors.
+
+    One SVD gives both the basis and the check that ``a`` has full column rank (its
+    numerical rank, with :func:`mha.rank.numerical_rank`'s default tolerance).
+    Computed with PyTorch on one CPU thread, as in :mod:`mha.rank`.
 
     Args:
-        a: a matrix with full column rank (numerical rank, default tolerance).
+        a: a matrix with full column rank.
 
     Shape:
         a ``(D, k)`` with ``k <= D``. Returns ``(D, k)`` with orthonormal columns.
@@ -40,21 +45,24 @@ def orthonormal_basis(a: Any) -> np.ndarray:
     D, k = a.shape
     if k == 0 or k > D:
         raise ValueError(f"a must have between 1 and D={D} columns (D, k); got shape {a.shape}")
-    r = numerical_rank(a)
+    with one_thread():
+        u, s, _ = torch.linalg.svd(_to_torch(a), full_matrices=False)  # (D, k), (k,)
+    s = s.numpy()
+    r = int(np.count_nonzero(s > _tolerance(s, a.shape, a.dtype, None, 0.0)))
     if r < k:
         raise ValueError(
             f"a must have full column rank to span a {k}-dimensional subspace; "
             f"got numerical rank {r}"
         )
-    q, _ = np.linalg.qr(a)  # (D, k)
-    return q
+    return u.numpy()
 
 
 def principal_cosines(a: Any, b: Any) -> np.ndarray:
     """Cosines of the principal angles between the column spaces of ``a`` and ``b``.
 
-    QR of each matrix, then the singular values of ``Q_a^T Q_b``, clipped to ``[0, 1]``
-    (rounding can push a cosine of an angle near 0 slightly above 1).
+    Orthonormal bases of both (:func:`orthonormal_basis`), then the singular values of
+    ``Q_a^T Q_b``, clipped to ``[0, 1]`` (rounding can push the cosine of an angle near 0
+    slightly above 1).
 
     Shape:
         a ``(D, p)``, b ``(D, q)``. Returns ``(min(p, q),)``, descending.
@@ -65,8 +73,9 @@ def principal_cosines(a: Any, b: Any) -> np.ndarray:
         TypeError: if either is not a floating array or tensor.
     """
     qa, qb = _bases(a, b)
-    s = np.linalg.svd(qa.T @ qb, compute_uv=False)  # (p, q) -> (min(p, q),)
-    return np.clip(s, 0.0, 1.0)
+    with one_thread():
+        s = torch.linalg.svdvals(_to_torch(qa).T @ _to_torch(qb))  # (p, q) -> (min(p, q),)
+    return np.clip(s.numpy(), 0.0, 1.0)
 
 
 def _bases(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +85,8 @@ def _bases(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
             "a and b must have the same number of rows (the ambient dimension D); "
             f"got {qa.shape[0]} and {qb.shape[0]}"
         )
-    return qa, qb
+    dtype = np.result_type(qa, qb)  # float32 only if both are
+    return qa.astype(dtype, copy=False), qb.astype(dtype, copy=False)
 
 
 def principal_angles(a: Any, b: Any, degrees: bool = False) -> np.ndarray:
@@ -102,9 +112,12 @@ def principal_angles(a: Any, b: Any, degrees: bool = False) -> np.ndarray:
     qa, qb = _bases(a, b)
     if qa.shape[1] < qb.shape[1]:
         qa, qb = qb, qa  # now q <= p: the residual of Q_b has min(p, q) singular values
-    m = qa.T @ qb  # (p, q)
-    cos = np.clip(np.linalg.svd(m, compute_uv=False), 0.0, 1.0)  # descending
-    sin = np.clip(np.linalg.svd(qb - qa @ m, compute_uv=False)[::-1], 0.0, 1.0)  # ascending
+    ta, tb = _to_torch(qa), _to_torch(qb)
+    with one_thread():
+        m = ta.T @ tb  # (p, q)
+        cos = torch.linalg.svdvals(m).numpy()  # descending
+        sin = torch.linalg.svdvals(tb - ta @ m).numpy()[::-1]  # ascending
+    cos, sin = np.clip(cos, 0.0, 1.0), np.clip(sin, 0.0, 1.0)
     theta = np.where(cos**2 >= 0.5, np.arcsin(sin), np.arccos(cos))
     return np.degrees(theta) if degrees else theta
 
@@ -126,7 +139,7 @@ def frobenius_cosine(a: Any, b: Any) -> float:
     a, b = _as_matrix("a", a), _as_matrix("b", b)
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape; got {a.shape} and {b.shape}")
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    na, nb = np.sqrt(np.sum(a * a)), np.sqrt(np.sum(b * b))  # no BLAS call: no thread pool
     if na == 0 or nb == 0:
         raise ValueError("a and b must be non-zero; the cosine of a zero matrix is undefined")
     return float(np.sum(a * b) / (na * nb))
@@ -174,14 +187,11 @@ def pairwise_principal_cosines(blocks: np.ndarray) -> np.ndarray:
         raise ValueError(
             f"blocks must have shape (H, D, Dh); got {np.ndim(blocks)}-D shape {np.shape(blocks)}"
         )
-    bases = [orthonormal_basis(blk) for blk in blocks]
-    H, k = len(bases), min(blocks.shape[1:])
-    out = np.empty((H, H, k))
-    for i in range(H):
-        for j in range(H):
-            s = np.linalg.svd(bases[i].T @ bases[j], compute_uv=False)
-            out[i, j] = np.clip(s, 0.0, 1.0)
-    return out
+    bases = _to_torch(np.stack([orthonormal_basis(blk) for blk in blocks]))  # (H, D, k)
+    with one_thread():
+        gram = torch.einsum("idk,jdl->ijkl", bases, bases)  # Q_i^T Q_j, (H, H, k, k)
+        s = torch.linalg.svdvals(gram).numpy()  # (H, H, k)
+    return np.clip(s, 0.0, 1.0)
 
 
 def seed_frobenius_table(w_q_rows: np.ndarray, num_heads: int) -> np.ndarray:
