@@ -2,7 +2,7 @@
 
 The rank of a matrix computed in floating point is decided by its singular values and a
 tolerance: a singular value at or below the tolerance is counted as zero. The default
-tolerance is the LAPACK/NumPy one, ``sigma_max * max(m, n) * eps``. A backward-stable SVD
+tolerance is NumPy's (and MATLAB's), ``sigma_max * max(m, n) * eps``. A backward-stable SVD
 returns the exact singular values of a matrix within ``c * eps * sigma_max`` of the input
 (``c`` a modest function of the size), and by Weyl's inequality every computed singular
 value is within that distance of the true one; ``max(m, n)`` stands in for ``c``. A
@@ -66,7 +66,7 @@ def _as_matrix(name: str, a: Any) -> np.ndarray:
 
 
 def default_rtol(shape: tuple[int, int], dtype: Any = np.float64) -> float:
-    """The LAPACK/NumPy relative rank tolerance ``max(m, n) * eps``.
+    """The default relative rank tolerance ``max(m, n) * eps`` (NumPy's ``matrix_rank``).
 
     Args:
         shape: ``(m, n)``, the shape of the matrix.
