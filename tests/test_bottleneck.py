@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mha import bottleneck as bn
+from mha import np_backend
 
 
 def random_target(n: int, seed: int, scale: float = 2.0) -> np.ndarray:
@@ -141,3 +142,33 @@ def test_sweep_matches_single_fits_and_respects_the_floor():
     assert errors[0, 1] >= bn.centred_logit_floor(p, 3) - 1e-9
     with pytest.raises(ValueError, match="steps must be a positive int; got 0"):
         bn.fit_attention_sweep(x, [p], [1], steps=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 8), seed=st.integers(0, 10**6), shift=st.floats(-50, 50))
+def test_softmax_sees_only_row_centred_scores(n, seed, shift):
+    rng = np.random.default_rng(seed)
+    z = 3 * rng.standard_normal((n, n))
+    shifted = z + shift * rng.standard_normal((n, 1))  # a constant added to each row
+    a = np.exp(z - z.max(1, keepdims=True))
+    a /= a.sum(1, keepdims=True)
+    b = np.exp(shifted - shifted.max(1, keepdims=True))
+    b /= b.sum(1, keepdims=True)
+    np.testing.assert_allclose(a, b, rtol=1e-9)
+    np.testing.assert_allclose(bn.centred_log(a), z - z.mean(1, keepdims=True), atol=1e-9)
+    np.testing.assert_allclose(bn.centred_log(a) @ bn.centering_matrix(n), bn.centred_log(a))
+
+
+def test_attention_from_projections_equals_the_backends_attention_weights():
+    rng = np.random.default_rng(3)
+    x, (w_q, w_k) = rng.standard_normal((6, 10)), rng.standard_normal((2, 10, 4))
+    _, weights = np_backend.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_k)
+    np.testing.assert_allclose(bn.attention_from_projections(x, w_q, w_k), weights, atol=1e-14)
+
+
+def test_one_target_on_one_head_costs_the_squared_floor():
+    p = random_target(7, 5)
+    for d_head in (1, 3, 6):
+        assert bn.best_layer_error(p[None], 1, d_head) == pytest.approx(
+            bn.centred_logit_floor(p, d_head) ** 2, rel=1e-12
+        )

@@ -197,3 +197,17 @@ def test_circuit_singular_values_see_a_rank_deficient_head():
     s = rank.circuit_singular_values(p)["QK"]
     tol = s[:, :1] * rank.default_rtol((8, 8))
     assert list((s > tol).sum(axis=1)) == [3, 4]
+
+
+def test_output_bound_uses_the_rank_of_w_o():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((16, 32))
+    p = mha.init_params(32, 4, bias=False, seed=3)
+    w_o = rng.standard_normal((32, 5)) @ rng.standard_normal((5, 32))  # rank 5
+    p = mha.MHAParams.from_qkv(p.w_q, p.w_k, p.w_v, w_o, 4)
+    heads, concat, out = _ranks(x, p)
+    bounds = rank.rank_bounds(x, p)
+    assert concat == 16 == bounds["concat"]
+    assert out == 5 == bounds["output"]
+    p_bias = mha.MHAParams.from_qkv(p.w_q, p.w_k, p.w_v, w_o, 4, b_o=np.ones(32))
+    assert rank.rank_bounds(x, p_bias)["output"] == 6 == _ranks(x, p_bias)[2]  # + 1 b_o^T

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from mha.rank import _as_matrix, numerical_rank
+from mha.rank import _as_matrix, numerical_rank, one_thread
 
 
 def centering_matrix(n: int) -> np.ndarray:
@@ -122,7 +122,8 @@ def bhojanapalli_projections(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Projections ``W_q, W_k`` with ``softmax(X W_q W_k^T X^T / sqrt(Dh)) = P`` exactly.
 
-    The construction of Bhojanapalli et al. (2020, Theorem 1): pick scores ``M`` with
+    Realises the first part of Theorem 1 of Bhojanapalli et al. (2020), which is stated
+    for ``Dh >= N``, with one dimension fewer when ``centre``: pick scores ``M`` with
     ``softmax(M) = P`` (``M = log(P) C`` when ``centre``, else ``M = log P``), factor
     ``M = U V^T`` with ``r = rank(M)`` columns by an SVD, and pull the factors back
     through ``X`` with its pseudo-inverse ``X^+`` (``X X^+ = I_N`` as ``X`` has rank N):
@@ -313,9 +314,7 @@ def _fit(
     xt, goal_t = torch.tensor(x, dtype=torch.float64), torch.tensor(goals)
     opt = torch.optim.Adam([w], lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: extra threads only add synchronisation
-    try:
+    with one_thread():  # tiny matrices: extra threads only add synchronisation
         for _ in range(steps):
             opt.zero_grad()
             q = xt @ (w[:, 0] * mask[:, None, :])  # (K, N, width)
@@ -326,8 +325,6 @@ def _fit(
             loss.backward()
             opt.step()
             schedule.step()
-    finally:
-        torch.set_num_threads(threads)
     out = w.detach().numpy()
     return [(out[i, 0, :, :d].copy(), out[i, 1, :, :d].copy()) for i, d in enumerate(d_heads)]
 
