@@ -11,7 +11,6 @@ import functools
 import http.server
 import os
 import shutil
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,13 +54,6 @@ def toc_pages(root: Path = ROOT) -> list[str]:
 
     walk({key: value for key, value in toc.items() if key != "root"})
     return [str(Path(page).with_suffix("")) for page in pages]
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

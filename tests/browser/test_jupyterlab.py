@@ -1,0 +1,347 @@
+"""A chapter opened and run in a real JupyterLab, as a reader would, in headless Chromium.
+
+The test starts ``.venv/bin/jupyter lab`` on 127.0.0.1 (free port, known token, no browser,
+root dir = repository root) with temporary Jupyter config, data, runtime and workspace
+directories, so that the user's own settings are neither used nor touched. The environment's
+settings (``scripts/setup_jupyterlab.py``: Jupytext Notebook is the default viewer for ``.md``)
+do apply. Autosave is off in the temporary user settings, so running the chapter never writes
+to it; the test checks that the chapter file is unchanged afterwards.
+
+In the browser: open the lab, double-click ``book`` in the file browser, double-click the
+chapter, check it opened as a notebook (not a text editor), Run -> Run All Cells, wait until
+the kernel is idle and every code cell has an execution count, then check that no cell shows
+an error (except cells tagged ``raises-exception``) and that every Plotly figure is drawn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTER = "book/one-head-to-many.md"
+TOKEN = "mha-book-lab-test"
+START_TIMEOUT_S = 180
+UI_TIMEOUT_MS = 120_000
+RUN_TIMEOUT_MS = 300_000
+USER_SETTINGS = {
+    # Never write the chapter: no autosave while the test runs the cells.
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+    # Keep every cell in the DOM, so the checks below see all of them.
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    # No news or update checks (they would go to the internet).
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
+}
+
+# State of the current notebook, read from JupyterLab's own model (exposed as window.jupyterapp).
+NOTEBOOK_STATE_JS = """
+() => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  if (!panel || !panel.content || !panel.content.widgets) return null;
+  const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
+  const cells = panel.content.widgets.filter((cell) => cell.model.type === "code")
+    .map((cell) => {
+      const outputs = cell.model.sharedModel.outputs || [];
+      const tags = cell.model.getMetadata("tags") || [];
+      const stderr = [...cell.node.querySelectorAll(
+        '.jp-RenderedText[data-mime-type="application/vnd.jupyter.stderr"]')]
+        .map((el) => el.textContent);
+      return {
+        source: cell.model.sharedModel.getSource().slice(0, 80),
+        count: cell.model.executionCount,
+        empty: cell.model.sharedModel.getSource().trim() === "",
+        raises: tags.includes("raises-exception"),
+        errors: outputs.filter((o) => o.output_type === "error")
+                       .map((o) => `${o.ename}: ${o.evalue}`),
+        tracebacks: stderr.filter((text) => /Traceback|Error\\b/.test(text))
+                          .map((text) => text.slice(0, 300)),
+        plotly_outputs: outputs.filter((o) => o.data &&
+                                         o.data["application/vnd.plotly.v1+json"]).length,
+        figures_drawn: [...cell.node.querySelectorAll(".js-plotly-plot")].filter(
+          (gd) => gd.querySelector(".main-svg") &&
+                  gd.querySelector(".main-svg .trace, .main-svg .hm image, .imagelayer image"),
+        ).length,
+        prompt: (cell.node.querySelector(".jp-InputPrompt") || {}).textContent || "",
+      };
+    });
+  return {
+    title: panel.title.label,
+    notebook_panel: panel.node.classList.contains("jp-NotebookPanel"),
+    kernel: kernel ? kernel.status : "no kernel",
+    kernel_name: kernel ? kernel.name : "",
+    cells,
+  };
+}
+"""
+
+
+@dataclass
+class Lab:
+    url: str
+    log: Path
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _write_user_settings(config_dir: Path) -> None:
+    for relative, values in USER_SETTINGS.items():
+        path = config_dir / "lab" / "user-settings" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values, indent=2))
+
+
+def _jupyter() -> Path:
+    candidates = [ROOT / ".venv" / "bin" / "jupyter", Path(sys.executable).with_name("jupyter")]
+    for candidate in candidates:
+        if candidate.exists():
+            return candidate
+    pytest.fail("no `jupyter` in .venv/bin: run `make env` first", pytrace=False)
+
+
+def _tail(path: Path, lines: int = 60) -> str:
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Stop the server we started and its kernels (its own process group), by its id."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=20)
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    """A JupyterLab server at the repository root with throwaway Jupyter dirs; stopped after."""
+    dirs = {
+        name: tmp_path / name for name in ("config", "data", "runtime", "ipython", "workspaces")
+    }
+    for path in dirs.values():
+        path.mkdir()
+    _write_user_settings(dirs["config"])
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(dirs["config"]),
+        JUPYTER_DATA_DIR=str(dirs["data"]),
+        JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+        JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]),
+        IPYTHONDIR=str(dirs["ipython"]),
+        JUPYTER_PLATFORM_DIRS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    port = free_port()
+    log = tmp_path / "jupyterlab.log"
+    command = [
+        str(_jupyter()),
+        "lab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={TOKEN}",
+        f"--ServerApp.root_dir={ROOT}",
+        "--LabApp.expose_app_in_browser=True",
+        "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.extension_manager=readonly",
+    ]
+    if os.geteuid() == 0:  # CI and these machines run as root
+        command.append("--allow-root")
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                pytest.fail(
+                    f"jupyter lab exited with {process.returncode}:\n{_tail(log)}", pytrace=False
+                )
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"jupyter lab did not answer in {START_TIMEOUT_S} s:\n{_tail(log)}",
+                    pytrace=False,
+                )
+            time.sleep(0.5)
+        yield Lab(url=url, log=log)
+    finally:
+        _stop(process)
+
+
+def _summary(state: dict | None) -> str:
+    if not state:
+        return "no notebook is the current widget"
+    head = f"{state['title']}: kernel {state['kernel_name']} {state['kernel']}"
+    cells = [
+        f"  [{cell['count'] if cell['count'] is not None else ' '}] {cell['source']!r}"
+        f" errors={cell['errors']} figures={cell['figures_drawn']}/{cell['plotly_outputs']}"
+        for cell in state["cells"]
+    ]
+    return "\n".join([head, *cells])
+
+
+def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
+    lab: Lab, browser, artifacts_dir: Path
+) -> None:
+    chapter = ROOT / CHAPTER
+    before = hashlib.sha256(chapter.read_bytes()).hexdigest()
+    checkpoints = chapter.parent / ".ipynb_checkpoints"
+    had_checkpoints = checkpoints.exists()
+    origin = urlsplit(lab.url).netloc
+    foreign: list[str] = []
+    page_errors: list[str] = []
+
+    def route(route) -> None:
+        parts = urlsplit(route.request.url)
+        if parts.scheme in {"data", "blob", "about"} or parts.netloc == origin:
+            route.continue_()
+        else:
+            foreign.append(route.request.url)
+            route.abort("blockedbyclient")
+
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.route("**/*", route)
+    page = context.new_page()
+    page.on("pageerror", lambda error: page_errors.append(str(error)))
+    shot = artifacts_dir / "jupyterlab" / f"{Path(CHAPTER).stem}.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    state = None
+    try:
+        page.goto(f"{lab.url}/lab?reset&token={TOKEN}", timeout=UI_TIMEOUT_MS)
+        page.wait_for_function(
+            "() => window.jupyterapp && window.jupyterapp.shell", timeout=UI_TIMEOUT_MS
+        )
+
+        def item(name: str):
+            text = page.locator(".jp-DirListing-itemText", has_text=re.compile(f"^{name}$"))
+            return page.locator(".jp-DirListing-item").filter(has=text)
+
+        item("book").wait_for(timeout=UI_TIMEOUT_MS)
+        item("book").dblclick()
+        item(Path(CHAPTER).name).wait_for(timeout=UI_TIMEOUT_MS)
+        item(Path(CHAPTER).name).dblclick()
+
+        opened = page.locator(
+            "#jp-main-dock-panel .jp-NotebookPanel, #jp-main-dock-panel .jp-FileEditor"
+        )
+        opened.first.wait_for(state="visible", timeout=UI_TIMEOUT_MS)
+        if page.locator("#jp-main-dock-panel .jp-NotebookPanel:visible").count() == 0:
+            pytest.fail(
+                f"{CHAPTER} opened in a text editor, not as a notebook: Jupytext Notebook must "
+                "be the default viewer for .md (run `python scripts/setup_jupyterlab.py .venv`)",
+                pytrace=False,
+            )
+        # Wait until the notebook's kernel is up.
+        page.wait_for_function(
+            "() => { const p = window.jupyterapp.shell.currentWidget; return p && p.sessionContext"
+            " && p.sessionContext.session && p.sessionContext.session.kernel &&"
+            " p.sessionContext.session.kernel.status === 'idle'; }",
+            timeout=UI_TIMEOUT_MS,
+        )
+        state = page.evaluate(NOTEBOOK_STATE_JS)
+        assert state["notebook_panel"], _summary(state)
+        assert state["title"] == Path(CHAPTER).name, _summary(state)
+        assert page.locator("#jp-main-dock-panel .jp-FileEditor:visible").count() == 0
+
+        # Run -> Run All Cells, from the menu bar as a reader does.
+        page.locator(".lm-MenuBar-item", has_text=re.compile("^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
+        page.wait_for_function(
+            f"""() => {{
+              const s = ({NOTEBOOK_STATE_JS})();
+              if (!s || s.kernel !== "idle") return false;
+              const code = s.cells.filter((c) => !c.empty);
+              const done = code.every((c) => c.count !== null && /\\[\\d+\\]/.test(c.prompt));
+              const stopped = code.some((c) => c.errors.length && !c.raises) &&
+                              !code.some((c) => c.prompt.includes("*"));
+              return done || stopped;
+            }}""",
+            timeout=RUN_TIMEOUT_MS,
+            polling=500,
+        )
+        page.wait_for_timeout(1000)  # let the last outputs render
+        state = page.evaluate(NOTEBOOK_STATE_JS)
+    finally:
+        page.screenshot(path=str(shot), full_page=True)
+        if state is None:
+            state = page.evaluate(NOTEBOOK_STATE_JS) if not page.is_closed() else None
+        context.close()
+
+    code = [cell for cell in state["cells"] if not cell["empty"]]
+    problems = [f"not executed: {c['source']!r}" for c in code if c["count"] is None]
+    for cell in code:
+        if cell["raises"]:
+            continue
+        problems += [f"error in {cell['source']!r}: {error}" for error in cell["errors"]]
+        problems += [f"traceback in {cell['source']!r}: {text}" for text in cell["tracebacks"]]
+    expected = sum(cell["plotly_outputs"] for cell in code)
+    drawn = sum(cell["figures_drawn"] for cell in code)
+    if expected == 0:
+        problems.append(f"{CHAPTER} produced no Plotly figure in JupyterLab")
+    if drawn < expected:
+        problems.append(f"{expected} Plotly outputs, {drawn} drawn as .js-plotly-plot .main-svg")
+    problems += [f"page error: {error}" for error in page_errors]
+    problems += [f"request to another host: {url}" for url in dict.fromkeys(foreign)]
+    if hashlib.sha256(chapter.read_bytes()).hexdigest() != before:
+        problems.append(f"{CHAPTER} was modified on disk by opening and running it")
+    if checkpoints.exists() and not had_checkpoints:
+        problems.append(f"JupyterLab created {checkpoints.relative_to(ROOT)}")
+    if problems:
+        pytest.fail(
+            "\n".join(
+                [
+                    *problems,
+                    "",
+                    _summary(state),
+                    "",
+                    f"screenshot: {shot}",
+                    "server log tail:",
+                    _tail(lab.log, 30),
+                ]
+            ),
+            pytrace=False,
+        )
