@@ -31,6 +31,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 pytestmark = pytest.mark.browser
 
@@ -55,6 +56,7 @@ USER_SETTINGS = {
 # State of the current notebook, read from JupyterLab's own model (exposed as window.jupyterapp).
 NOTEBOOK_STATE_JS = """
 () => {
+  if (!window.jupyterapp) return null;
   const panel = window.jupyterapp.shell.currentWidget;
   if (!panel || !panel.content || !panel.content.widgets) return null;
   const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
@@ -250,6 +252,7 @@ def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
     shot = artifacts_dir / "jupyterlab" / f"{Path(CHAPTER).stem}.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     state = None
+    stuck = ""
     try:
         page.goto(f"{lab.url}/lab?reset&token={TOKEN}", timeout=UI_TIMEOUT_MS)
         page.wait_for_function(
@@ -304,15 +307,16 @@ def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
             polling=500,
         )
         page.wait_for_timeout(1000)  # let the last outputs render
-        state = page.evaluate(NOTEBOOK_STATE_JS)
+    except PlaywrightTimeout as error:
+        stuck = str(error).splitlines()[0]
     finally:
         page.screenshot(path=str(shot), full_page=True)
-        if state is None:
-            state = page.evaluate(NOTEBOOK_STATE_JS) if not page.is_closed() else None
+        state = page.evaluate(NOTEBOOK_STATE_JS)
         context.close()
 
-    code = [cell for cell in state["cells"] if not cell["empty"]]
-    problems = [f"not executed: {c['source']!r}" for c in code if c["count"] is None]
+    problems = [f"timed out: {stuck}"] if stuck else []
+    code = [cell for cell in state["cells"] if not cell["empty"]] if state else []
+    problems += [f"not executed: {c['source']!r}" for c in code if c["count"] is None]
     for cell in code:
         if cell["raises"]:
             continue
