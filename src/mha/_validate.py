@@ -15,6 +15,21 @@ from typing import Any
 FORMS = ("per_head", "fused", "packed")
 
 
+def distinct(*named: tuple[str, Any]) -> list[tuple[str, Any]]:
+    """The ``(name, array)`` pairs with repeats of the same object dropped.
+
+    Self-attention passes one array as query, key and value; its content checks (such as
+    finiteness) need to run once, not three times.
+    """
+    seen: set[int] = set()
+    out = []
+    for name, x in named:
+        if id(x) not in seen:
+            seen.add(id(x))
+            out.append((name, x))
+    return out
+
+
 def check_sizes(d_model: Any, num_heads: Any) -> None:
     """Check that ``d_model`` and ``num_heads`` are positive integers and H divides D."""
     for name, value in (("d_model", d_model), ("num_heads", num_heads)):
