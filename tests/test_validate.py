@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mha import _validate as v
+from mha import init_params, np_backend, torch_backend
 
 TARGET = (2, 3, 4, 5)  # (B, H, L, S)
 
@@ -93,3 +94,21 @@ def test_check_layer_norm_params_accepts_positive_numbers(eps: float) -> None:
 def test_check_layer_norm_params_rejects_other_eps(eps: object) -> None:
     with pytest.raises(ValueError, match="eps must be a positive number"):
         v.check_layer_norm_params(4, None, None, eps)
+
+
+def test_distinct_drops_repeats_of_the_same_object_only():
+    a, b = np.zeros(3), np.zeros(3)  # equal values, different objects
+    assert v.distinct(("query", a), ("key", a), ("value", b)) == [("query", a), ("value", b)]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_self_attention_input_checked_once_still_rejects_non_finite(backend, bad):
+    x = np.random.default_rng(0).standard_normal((1, 3, 4))
+    x[0, 2, 1] = bad
+    params = init_params(4, 2)
+    if backend == "torch":
+        x, params = torch.from_numpy(x), params.to_torch()
+    F = np_backend if backend == "numpy" else torch_backend
+    with pytest.raises(ValueError, match="query must be finite"):
+        F.multi_head_attention(x, x, x, params)
