@@ -121,6 +121,18 @@ def test_gate_gradient_matches_finite_differences():
         assert abs(float(fd) - float(grad[layer, head])) < 1e-7
 
 
+def test_gate_gradient_is_the_directional_derivative_along_that_heads_rows_of_w_o():
+    # xi_h scales head h's rows of W^O, so dL/dxi_h = <W^O[rows of h], dL/dW^O[rows of h]>
+    model, b = _model(), _batch()
+    gates = torch.ones(2, 4, dtype=torch.float64, requires_grad=True)
+    loss = tr.next_token_loss(model(b.tokens, gates)[0], b.tokens)
+    w_o = [layer.w_o for layer in model.layers]  # (D, D) each, rows grouped by head
+    grads = torch.autograd.grad(loss, [gates, *w_o])
+    for layer in range(2):
+        rows = (w_o[layer] * grads[1 + layer]).reshape(4, 4, 16).sum(dim=(1, 2))  # (H,)
+        assert torch.allclose(grads[0][layer], rows, rtol=1e-10, atol=1e-14)
+
+
 def test_head_importance_shape_sign_and_normalisation():
     model = _model(torch.float32)
     batches = [_batch(s) for s in range(3)]
@@ -130,12 +142,35 @@ def test_head_importance_shape_sign_and_normalisation():
     assert (raw >= 0).all() and (raw > 0).any()
     assert np.allclose(np.linalg.norm(norm, axis=1), 1.0)
     assert np.allclose(norm, raw / np.linalg.norm(raw, axis=1, keepdims=True))
+
+
+def test_head_importance_is_the_mean_over_sequences_of_each_sequences_gradient():
+    model = _model()  # float64: the two routes agree to rounding
+    batches = [_batch(s) for s in range(2)]
+    raw = tr.head_importance(model, batches, normalize=False)
+    grads = []
+    for b in batches:
+        for seq in b.tokens:  # one sequence at a time, through the model's own forward
+            gates = torch.ones(2, 4, dtype=torch.float64, requires_grad=True)
+            loss = tr.next_token_loss(model(seq[None], gates)[0], seq[None])
+            grads.append(torch.autograd.grad(loss, gates)[0].abs().numpy())
+    assert len(grads) == 16
+    assert np.allclose(raw, np.mean(grads, axis=0), rtol=1e-10, atol=1e-14)
+
+
+def test_head_importance_per_batch_takes_the_absolute_value_of_each_batch_gradient():
+    model = _model(torch.float32)
+    batches = [_batch(s) for s in range(3)]
+    per_batch = tr.head_importance(model, batches, normalize=False, per_sequence=False)
     grads = []
     for b in batches:
         gates = torch.ones(2, 4, requires_grad=True)
         loss = tr.next_token_loss(model(b.tokens, gates)[0], b.tokens)
         grads.append(torch.autograd.grad(loss, gates)[0].abs().double().numpy())
-    assert np.allclose(raw, np.mean(grads, axis=0))
+    assert np.allclose(per_batch, np.mean(grads, axis=0))
+    # |mean of gradients| <= mean of |gradients|: the batch score cancels, never adds
+    per_sequence = tr.head_importance(model, batches, normalize=False)
+    assert (per_batch <= per_sequence + 1e-7).all() and (per_batch < per_sequence).any()
 
 
 def test_next_token_loss_matches_a_manual_cross_entropy():
@@ -180,7 +215,7 @@ def test_a_short_run_reduces_the_loss_and_learns_the_repeats():
     assert list(hist.step) == [0, 100, 200, 300]
     assert hist.previous_token.shape == hist.induction.shape == (4, 2, 4)
     assert ((hist.induction >= 0) & (hist.induction <= 1)).all()
-    assert hist.seconds > 0
+    assert hist.cpu_seconds > 0
 
 
 def test_training_is_deterministic():
@@ -190,6 +225,46 @@ def test_training_is_deterministic():
     assert np.array_equal(a.train_loss, b.train_loss)
     assert np.array_equal(a.induction, b.induction)
     assert not np.array_equal(a.train_loss, c.train_loss)
+
+
+def test_training_runs_on_one_thread_whatever_the_global_setting(monkeypatch):
+    seen = []
+    loss = tr.next_token_loss
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return loss(*args, **kwargs)
+
+    monkeypatch.setattr(tr, "next_token_loss", spy)
+    config = replace(SMALL, steps=10, eval_every=5, batch_size=64)  # big enough to split
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        _, one = tr.train(config)
+        torch.set_num_threads(2)
+        _, two = tr.train(config)
+        _, again = tr.train(config)
+        assert torch.get_num_threads() == 2  # restored after each run
+    finally:
+        torch.set_num_threads(threads)
+    assert set(seen) == {1} and len(seen) >= 30  # every training step, at least
+    # on two threads the float32 sums are split differently, and not even the same way
+    # from one run to the next; inside train they are not split at all
+    assert np.array_equal(one.train_loss, two.train_loss)
+    assert np.array_equal(two.train_loss, again.train_loss)
+    assert np.array_equal(one.induction, two.induction)
+
+
+def test_first_step_above_finds_the_first_crossing():
+    steps = np.array([0, 25, 50, 75, 100])
+    values = np.array([0.1, 0.4, 0.6, 0.3, 0.9])
+    assert tr.first_step_above(steps, values, 0.5) == 50
+    assert tr.first_step_above(steps, values, 0.05) == 0
+    assert tr.first_step_above(steps, values, 0.8) == 100
+    with pytest.raises(ValueError, match=r"values never exceed level=0.95; their maximum is 0.9"):
+        tr.first_step_above(steps, values, 0.95)
+    with pytest.raises(ValueError, match=r"steps and values must have the same shape \(E,\)"):
+        tr.first_step_above(steps, values[:3], 0.5)
 
 
 def test_model_errors():

@@ -15,7 +15,16 @@ outputs equals scaling the rows of ``W^O`` that read them,
 with ``G = diag(xi_1 1_Dh, ..., xi_H 1_Dh)``, so :func:`gated_params` implements the gate
 by scaling ``W^O`` and the attention code is unchanged. With all gates 1 the model is the
 ungated model exactly; ``xi_h = 0`` removes head ``h`` (ablation); ``dL / dxi_h`` at 1 is
-Michel et al.'s head importance.
+the gradient in Michel et al.'s head importance.
+
+The functions that train or evaluate the model (:func:`train`, :func:`segment_losses` and
+the ablation and pruning built on it, :func:`head_scores`, :func:`head_importance`) run on
+one CPU thread (:func:`mha.rank.one_thread`) whatever torch's global setting, and restore
+the setting after; the model's own ``forward`` leaves it alone. The matrices are tiny: on a
+2-core machine two threads took about six times the CPU time of one for the same training
+run, and split the float32 sums differently from one run to the next, so that two runs of
+the same config differed. On one thread the same config gives the same run, bit for bit, on
+a given machine.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from mha import detectors, tasks
 from mha import torch_backend as tb
 from mha.module import MultiHeadAttention
 from mha.params import MHAParams
+from mha.rank import one_thread
 from mha.tasks import RepeatedSegments
 
 
@@ -266,24 +276,30 @@ def next_token_loss(
     return losses[keep].mean()
 
 
+@one_thread()
 def segment_losses(
     model: AttentionOnlyTransformer, batch: RepeatedSegments, gates: torch.Tensor | None = None
 ) -> dict[str, float]:
     """Next-token loss on the first occurrence of each segment, on its repeats, and overall.
 
     Returns:
-        ``{"first": ..., "repeat": ..., "all": ...}``: ``first`` counts query positions
-        ``i < period`` (their next token is not determined by the past), ``repeat`` the
-        positions ``i >= period`` (determined, by induction).
+        ``{"first": ..., "repeat": ..., "all": ...}``: ``repeat`` counts the query positions
+        ``i >= start + period`` (``batch.repeated``: the token at ``i`` occurred before, and
+        induction determines the next one), ``first`` the positions before them (the prefix
+        and the first copy of the segment, whose next token the past does not determine).
     """
     with torch.no_grad():
         logits, _ = model(batch.tokens, gates)
-        rep = batch.repeated
-        return {
-            "first": float(next_token_loss(logits, batch.tokens, ~rep)),
-            "repeat": float(next_token_loss(logits, batch.tokens, rep)),
-            "all": float(next_token_loss(logits, batch.tokens)),
-        }
+    return _split_losses(logits, batch)
+
+
+def _split_losses(logits: torch.Tensor, batch: RepeatedSegments) -> dict[str, float]:
+    rep = batch.repeated  # (B, L)
+    return {
+        "first": float(next_token_loss(logits, batch.tokens, ~rep)),
+        "repeat": float(next_token_loss(logits, batch.tokens, rep)),
+        "all": float(next_token_loss(logits, batch.tokens)),
+    }
 
 
 @dataclass(frozen=True)
@@ -356,7 +372,8 @@ class TrainHistory:
         step ``(E,)`` (the evaluation steps, 0 = initialisation); train_loss ``(steps,)``;
         first_loss and repeat_loss ``(E,)`` (see :func:`segment_losses`);
         previous_token and induction ``(E, num_layers, H)``, each head's score on the
-        evaluation batch.
+        evaluation batch. ``cpu_seconds`` is the CPU time of the whole run
+        (:func:`time.process_time`), measurements included.
     """
 
     step: np.ndarray
@@ -365,9 +382,10 @@ class TrainHistory:
     repeat_loss: np.ndarray
     previous_token: np.ndarray
     induction: np.ndarray
-    seconds: float = field(default=0.0)
+    cpu_seconds: float = field(default=0.0)
 
 
+@one_thread()
 def head_scores(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> dict[str, np.ndarray]:
     """Each head's previous-token and induction score on a batch.
 
@@ -378,6 +396,10 @@ def head_scores(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> dic
     """
     with torch.no_grad():
         _, weights = model(batch.tokens, need_weights=True)
+    return _scores(weights, batch)
+
+
+def _scores(weights: list[torch.Tensor], batch: RepeatedSegments) -> dict[str, np.ndarray]:
     w = np.stack([x.numpy() for x in weights], axis=1)  # (B, layers, H, L, L)
     return {
         "previous_token": detectors.previous_token_score(w).mean(axis=0),  # (layers, H)
@@ -385,17 +407,18 @@ def head_scores(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> dic
     }
 
 
+@one_thread()
 def train(config: TrainConfig) -> tuple[AttentionOnlyTransformer, TrainHistory]:
     """Train a model on the repeated-segment task, measuring the heads as it learns.
 
     Every ``eval_every`` steps (and at step 0 and the end) the model is measured on the
-    evaluation batch: :func:`segment_losses` and :func:`head_scores`.
+    evaluation batch, with one forward pass: :func:`segment_losses` and
+    :func:`head_scores`. Runs on one CPU thread (see the module docstring).
 
     Returns:
         The trained model and its :class:`TrainHistory`.
     """
-    start = time.perf_counter()
-    torch.manual_seed(config.seed)
+    start = time.process_time()
     model = config.model()
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     data = np.random.default_rng([config.seed, 1])
@@ -403,7 +426,9 @@ def train(config: TrainConfig) -> tuple[AttentionOnlyTransformer, TrainHistory]:
     log: dict[str, list] = {k: [] for k in ("step", "first", "repeat", "prev", "ind")}
 
     def measure(step: int) -> None:
-        losses, scores = segment_losses(model, held_out), head_scores(model, held_out)
+        with torch.no_grad():
+            logits, weights = model(held_out.tokens, need_weights=True)
+        losses, scores = _split_losses(logits, held_out), _scores(weights, held_out)
         log["step"].append(step)
         log["first"].append(losses["first"])
         log["repeat"].append(losses["repeat"])
@@ -429,9 +454,36 @@ def train(config: TrainConfig) -> tuple[AttentionOnlyTransformer, TrainHistory]:
         repeat_loss=np.array(log["repeat"]),
         previous_token=np.stack(log["prev"]),
         induction=np.stack(log["ind"]),
-        seconds=time.perf_counter() - start,
+        cpu_seconds=time.process_time() - start,
     )
     return model, history
+
+
+def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int:
+    """The first recorded step at which ``values`` exceeds ``level``.
+
+    Args:
+        steps: the steps at which ``values`` was recorded, e.g. ``TrainHistory.step``.
+        values: one value per recorded step, e.g. a head's score.
+        level: the threshold.
+
+    Shape:
+        steps and values ``(E,)``.
+
+    Raises:
+        ValueError: if the shapes differ or no value exceeds ``level``.
+    """
+    steps, values = np.asarray(steps), np.asarray(values)
+    if steps.ndim != 1 or steps.shape != values.shape:
+        raise ValueError(
+            f"steps and values must have the same shape (E,); got {steps.shape} and {values.shape}"
+        )
+    above = values > level
+    if not above.any():
+        raise ValueError(
+            f"values never exceed level={level}; their maximum is {values.max(initial=-np.inf)}"
+        )
+    return int(steps[np.argmax(above)])
 
 
 def head_gates(
@@ -479,14 +531,27 @@ def ablation_loss(
     return segment_losses(model, batch, gates)[part]
 
 
+@one_thread()
 def head_importance(
-    model: AttentionOnlyTransformer, batches: Sequence[RepeatedSegments], normalize: bool = True
+    model: AttentionOnlyTransformer,
+    batches: Sequence[RepeatedSegments],
+    normalize: bool = True,
+    *,
+    per_sequence: bool = True,
 ) -> np.ndarray:
-    """Michel et al. (2019)'s head importance ``I_h = E |dL / dxi_h|`` at ``xi = 1``.
+    """Michel et al. (2019)'s head importance ``I_h = E_x |dL(x) / dxi_h|`` at ``xi = 1``.
 
-    For each batch, the gradient of the mean next-token loss with respect to the gates,
-    at all gates 1; the absolute values are averaged over batches. With ``normalize``,
-    each layer's scores are divided by their l2 norm, as in the paper.
+    ``L(x)`` is the mean next-token loss of one sequence ``x``, and the expectation is the
+    mean over every sequence of ``batches`` (their equation 2, with a sequence as the
+    sample). With ``per_sequence=False`` the absolute value is taken of each batch's
+    gradient instead (``|dL(batch) / dxi_h|``, averaged over batches), as implementations
+    that accumulate ``|grad|`` batch by batch do; gradients of opposite sign then cancel
+    inside a batch, so this is never larger than the per-sequence score. With
+    ``normalize``, each layer's scores are divided by their l2 norm, as in the paper.
+
+    The per-sequence gradients come from one backward pass per batch: each sequence gets
+    its own gates, ``x <- x + sum_h xi[b, layer, h] head_contribution_h(x) + b_o`` (see
+    :func:`head_contributions`), which at ``xi = 1`` is the model's forward pass.
 
     Shape:
         Returns ``(num_layers, H)``, non-negative.
@@ -497,16 +562,52 @@ def head_importance(
     if len(batches) == 0:
         raise ValueError("batches must hold at least one batch; got none")
     total = torch.zeros(model.num_layers, model.num_heads, dtype=torch.float64)
+    count = 0
     for batch in batches:
-        gates = torch.ones(model.num_layers, model.num_heads, requires_grad=True)
-        logits, _ = model(batch.tokens, gates)
-        (grad,) = torch.autograd.grad(next_token_loss(logits, batch.tokens), gates)
-        total += grad.abs().double()
-    importance = (total / len(batches)).numpy()  # (layers, H)
+        if per_sequence:
+            grad = _per_sequence_gate_gradients(model, batch.tokens)  # (B, layers, H)
+            total += grad.abs().double().sum(dim=0)
+            count += grad.shape[0]
+        else:
+            gates = torch.ones(model.num_layers, model.num_heads, requires_grad=True)
+            logits, _ = model(batch.tokens, gates)
+            (grad,) = torch.autograd.grad(next_token_loss(logits, batch.tokens), gates)
+            total += grad.abs().double()  # (layers, H)
+            count += 1
+    importance = (total / count).numpy()  # (layers, H)
     if normalize:
         norms = np.linalg.norm(importance, axis=1, keepdims=True)  # (layers, 1)
         importance = importance / np.where(norms > 0, norms, 1.0)
     return importance
+
+
+def _per_sequence_gate_gradients(
+    model: AttentionOnlyTransformer, tokens: torch.Tensor
+) -> torch.Tensor:
+    """``dL(x_b) / dxi[b, layer, h]`` at all gates 1, for every sequence ``b``: ``(B, layers, H)``.
+
+    Sequence ``b``'s loss depends only on its own gates, so the gradient of the summed
+    per-sequence losses with respect to per-sequence gates is each sequence's own gradient.
+    """
+    model._check(tokens, None)
+    B, L = tokens.shape
+    gates = torch.ones(B, model.num_layers, model.num_heads, dtype=model.embed.dtype)
+    gates.requires_grad_(True)
+    x = model.embed[tokens] + model.pos[:L]  # (B, L) -> (B, L, D)
+    mask = tb.causal_mask(L)  # (L, L)
+    for i, layer in enumerate(model.layers):
+        params = layer.params()
+        parts = head_contributions(x, params, mask)  # (B, H, L, D)
+        x = x + (gates[:, i, :, None, None] * parts).sum(dim=1)  # (B, H, L, D) -> (B, L, D)
+        if params.b_o is not None:
+            x = x + params.b_o
+    logits = x @ model.unembed  # (B, L, V)
+    V = logits.shape[-1]
+    losses = F.cross_entropy(
+        logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="none"
+    ).view(B, L - 1)  # (B, L - 1)
+    (grad,) = torch.autograd.grad(losses.mean(dim=1).sum(), gates)
+    return grad  # (B, layers, H)
 
 
 def prune_curve(
