@@ -4,8 +4,8 @@ The test starts ``.venv/bin/jupyter lab`` on 127.0.0.1 (free port, known token, 
 root dir = repository root) with temporary Jupyter config, data, runtime and workspace
 directories, so that the user's own settings are neither used nor touched. The environment's
 settings (``scripts/setup_jupyterlab.py``: Jupytext Notebook is the default viewer for ``.md``)
-do apply. Autosave is off in the temporary user settings, so running the chapter never writes
-to it; the test checks that the chapter file is unchanged afterwards.
+do apply. Autosave is off in the temporary user settings and checkpoints go to a temporary
+directory, so running the chapter writes nothing in the repository; the test checks that.
 
 In the browser: open the lab, double-click ``book`` in the file browser, double-click the
 chapter, check it opened as a notebook (not a text editor), Run -> Run All Cells, wait until
@@ -172,6 +172,8 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
         "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={TOKEN}",
         f"--ServerApp.root_dir={ROOT}",
+        # Opening a file makes a checkpoint: keep it out of the repository.
+        f"--FileCheckpoints.checkpoint_dir={tmp_path / 'checkpoints'}",
         "--LabApp.expose_app_in_browser=True",
         "--LabApp.news_url=None",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
