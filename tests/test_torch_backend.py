@@ -290,3 +290,42 @@ def test_attention_block_is_torch_layer_norm_of_x_plus_multi_head(form: str) -> 
         form=form,
     )
     np.testing.assert_allclose(out.detach().numpy(), out_np, rtol=0, atol=1e-12)
+
+
+# ---- the explicit path without autograd ----------------------------------------------
+
+
+@pytest.mark.parametrize("mask_name", list(masks_for(B, H, L, S)))
+def test_attention_without_autograd_equals_the_recorded_computation(mask_name: str) -> None:
+    # Heads split from a projection are strided views, as in multi_head_attention.
+    q = F.split_heads(randn(B, L, D, seed=0), H)
+    k, v = F.split_heads(randn(B, S, 2 * D, seed=1), 2 * H).split(H, dim=1)
+    mask = masks_for(B, H, L, S)[mask_name]
+    kept = [t.clone() for t in (q, k, v)]
+    recorded = [t.clone().requires_grad_() for t in (q, k, v)]
+    out_g, w_g = F.scaled_dot_product_attention(*recorded, mask)
+    assert out_g.requires_grad and w_g.requires_grad
+    with torch.no_grad():
+        out, w = F.scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(out, out_g.detach(), rtol=0, atol=1e-14)
+    torch.testing.assert_close(w, w_g.detach(), rtol=0, atol=1e-15)
+    for t, before in zip((q, k, v), kept, strict=True):
+        assert torch.equal(t, before)  # the inputs are not overwritten
+    if mask_name == "B,H,L,S":
+        assert (w[0, 1, 0] == 0).all() and (out[0, 1, 0] == 0).all()
+    assert not w.isnan().any()
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_weights_in_inference_mode_equal_the_weights_with_autograd(form: str) -> None:
+    q, k, v = inputs("cross")
+    mask = masks_for(B, H, L, S)["B,H,L,S"]
+    p = init_params(D, H, seed=2).to_torch()
+    p_g = p.map(lambda a: a.clone().requires_grad_())
+    out_g, w_g = F.multi_head_attention(q, k, v, p_g, mask, form=form)
+    assert w_g.requires_grad
+    with torch.inference_mode():
+        out, w = F.multi_head_attention(q, k, v, p, mask, form=form)
+    torch.testing.assert_close(out, out_g.detach(), rtol=0, atol=1e-13)
+    torch.testing.assert_close(w, w_g.detach(), rtol=0, atol=1e-15)
+    assert (w[0, 1, 0] == 0).all()
