@@ -329,3 +329,27 @@ def test_weights_in_inference_mode_equal_the_weights_with_autograd(form: str) ->
     torch.testing.assert_close(out, out_g.detach(), rtol=0, atol=1e-13)
     torch.testing.assert_close(w, w_g.detach(), rtol=0, atol=1e-15)
     assert (w[0, 1, 0] == 0).all()
+
+
+# ---- finiteness checks ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_single_non_finite_entry_anywhere_is_rejected(dtype: torch.dtype, bad: float) -> None:
+    p = init_params(4, 2, seed=0).to_torch(dtype)
+    for pos in range(8):
+        # a strided view (a column block), and a tensor that requires grad
+        x = randn(2, 8, 3 * 4, seed=pos, dtype=dtype)[..., 4:8]
+        x[1, pos, pos % 4] = bad
+        with pytest.raises(ValueError, match="query must be finite; got NaN or infinite values"):
+            F.multi_head_attention(x, x, x, p)
+        w_o = p.w_o.clone()
+        w_o.view(-1)[2 * pos] = bad
+        bad_p = type(p)(p.w_qkv, w_o.requires_grad_(), p.b_qkv, p.b_o, p.num_heads)
+        x = randn(2, 8, 4, seed=pos, dtype=dtype)
+        with pytest.raises(ValueError, match="params.w_o must be finite; got NaN or infinite"):
+            F.multi_head_attention(x, x, x, bad_p)
+    with torch.inference_mode():
+        out, _ = F.multi_head_attention(x, x, x, p)  # finite inputs pass
+    assert torch.isfinite(out).all()
