@@ -353,3 +353,25 @@ def test_a_single_non_finite_entry_anywhere_is_rejected(dtype: torch.dtype, bad:
     with torch.inference_mode():
         out, _ = F.multi_head_attention(x, x, x, p)  # finite inputs pass
     assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mask_name", ["none", "S", "B,H,L,S"])
+def test_attention_without_autograd_broadcasts_batches_and_returns_fresh_weights(
+    dtype: torch.dtype, mask_name: str
+) -> None:
+    q = randn(2, 1, 5, 4, seed=0, dtype=dtype)
+    k, v = randn(1, 3, 7, 4, seed=1, dtype=dtype), randn(1, 3, 7, 6, seed=2, dtype=dtype)
+    mask = masks_for(2, 3, 5, 7)[mask_name]
+    recorded = [t.clone().requires_grad_() for t in (q, k, v)]
+    out_g, w_g = F.scaled_dot_product_attention(*recorded, mask)
+    with torch.no_grad():
+        out, w = F.scaled_dot_product_attention(q, k, v, mask)
+        out2, w2 = F.scaled_dot_product_attention(q, k, v, mask)
+    assert out.shape == (2, 3, 5, 6) and w.shape == (2, 3, 5, 7) and w.dtype == dtype
+    tol = 1e-6 if dtype == torch.float32 else 1e-14
+    torch.testing.assert_close(out, out_g.detach(), rtol=0, atol=tol)
+    torch.testing.assert_close(w, w_g.detach(), rtol=0, atol=tol)
+    assert w.data_ptr() != w2.data_ptr()  # each call returns its own weights
+    w2.zero_()
+    assert torch.equal(w @ v, out)  # ... so writing one leaves the other as it was
