@@ -9,14 +9,14 @@ compare like with like on whatever machine runs it. Default shape:
 - PyTorch fast path (no weights): <= 0.75x nn.MultiheadAttention; with weights: <= 1.0x.
 - NumPy reference: <= 1.5x nn.MultiheadAttention.
 - Peak extra memory of the fast path at (1, 4096, 512, 8) below one (B, H, L, S) float32
-  score tensor (measured in a child process from its resident-set high-water mark).
+  score tensor (measured in a child process, from the resident-set high-water mark reset
+  just before the call).
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import resource
 import statistics
 import time
 
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 import mha
-from mha import np_backend, torch_backend
+from mha import cost, np_backend, torch_backend
 
 REF = "nn.MultiheadAttention"
 REF_NATIVE = "nn.MultiheadAttention native"
@@ -100,20 +100,21 @@ def _peak_extra_bytes(B: int, L: int, D: int, H: int, queue) -> None:
     torch.set_grad_enabled(False)
     params = mha.init_params(D, H, seed=0, dtype=np.float32).to_torch()
     x = torch.randn(B, L, D)
-    torch_backend.multi_head_attention(x[:, :8], x[:, :8], x[:, :8], params, need_weights=False)
-    before = _rss_bytes()
-    torch_backend.multi_head_attention(x, x, x, params, form="packed", need_weights=False)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB -> bytes (Linux)
-    queue.put(peak - before)
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize()
+    queue.put(
+        cost.peak_rss_increase(
+            lambda: torch_backend.multi_head_attention(
+                x, x, x, params, form="packed", need_weights=False
+            )
+        )
+    )
 
 
 def peak_extra_memory(B: int, L: int, D: int, H: int) -> int:
-    """Bytes the fast path adds to the resident-set high-water mark, in a fresh process."""
+    """Bytes the fast path adds to resident memory at its peak, in a fresh process.
+
+    :func:`mha.cost.peak_rss_increase` resets the kernel's high-water mark before the
+    call, so what the parent process had resident is not counted.
+    """
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=_peak_extra_bytes, args=(B, L, D, H, queue))
