@@ -237,10 +237,13 @@ def test_peak_rss_increase_needs_proc(monkeypatch, tmp_path):
 
 def test_explicit_attention_stores_score_tensors_and_sdpa_does_not():
     B, L, D, H = 1, 512, 32, 8
-    measured = cost.attention_peak_memory(B, [L], D, H, paths=("explicit", "sdpa"))
+    paths = ("explicit", "explicit, autograd", "sdpa")
+    measured = cost.attention_peak_memory(B, [L], D, H, paths=paths)
     score = cost.score_tensor_bytes(B, L, L, H)
     slack = 2**20  # the kernel's resident-page counters are approximate (per-CPU batches)
-    assert measured["explicit"][0] >= 2 * score - slack  # scores and weights
+    # Without autograd the softmax overwrites the scores: one tensor, not two.
+    assert score - slack <= measured["explicit"][0] < 1.5 * score
+    assert measured["explicit, autograd"][0] >= 2 * score - slack  # scores and weights
     assert measured["sdpa"][0] < score / 4
 
 

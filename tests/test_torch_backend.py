@@ -375,3 +375,47 @@ def test_attention_without_autograd_broadcasts_batches_and_returns_fresh_weights
     assert w.data_ptr() != w2.data_ptr()  # each call returns its own weights
     w2.zero_()
     assert torch.equal(w @ v, out)  # ... so writing one leaves the other as it was
+
+
+# ---- the in-place softmax of the path without autograd -------------------------------
+
+LOW_AND_FULL = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+@pytest.mark.parametrize("dtype", LOW_AND_FULL)
+@pytest.mark.parametrize("mask_name", list(masks_for(B, H, L, S)))
+def test_in_place_softmax_equals_the_recorded_softmax_exactly(
+    dtype: torch.dtype, mask_name: str
+) -> None:
+    scores = randn(B, H, L, S, seed=3, dtype=dtype) * 4
+    mask = masks_for(B, H, L, S)[mask_name]
+    kept = None if mask is None else mask.clone()
+    expected = F._softmax(scores, mask)  # the recording path's softmax, out of place
+    buffer = scores.clone()
+    weights = F._softmax_(buffer, mask)
+    assert weights.data_ptr() == buffer.data_ptr()  # written over the scores
+    assert weights.dtype == dtype and torch.equal(weights, expected)
+    assert mask is None or torch.equal(mask, kept)  # the mask is read, never written
+    if mask_name == "B,H,L,S":
+        assert (weights[0, 1, 0] == 0).all()  # a fully masked row is all zeros
+    assert not weights.isnan().any()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("mask_name", list(masks_for(B, H, L, S)))
+def test_attention_without_autograd_leaves_inputs_alone_and_returns_its_scores_buffer(
+    dtype: torch.dtype, mask_name: str
+) -> None:
+    q = F.split_heads(randn(B, L, D, seed=0, dtype=dtype), H)
+    k, v = F.split_heads(randn(B, S, 2 * D, seed=1, dtype=dtype), 2 * H).split(H, dim=1)
+    mask = masks_for(B, H, L, S)[mask_name]
+    kept = [None if t is None else t.clone() for t in (q, k, v, mask)]
+    with torch.no_grad():
+        out, w = F.scaled_dot_product_attention(q, k, v, mask)
+        scores = (q * (1.0 / math.sqrt(D // H))).contiguous() @ k.contiguous().transpose(-1, -2)
+    assert w.dtype == dtype and w.is_contiguous()
+    assert torch.equal(w, F._softmax(scores, mask))  # the softmax of the same scores, exactly
+    for t, before in zip((q, k, v, mask), kept, strict=True):
+        assert t is None or torch.equal(t, before)
+    if mask_name == "B,H,L,S":
+        assert (w[0, 1, 0] == 0).all() and (out[0, 1, 0] == 0).all()

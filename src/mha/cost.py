@@ -277,8 +277,9 @@ def score_tensor_bytes(
 ) -> int:
     """Bytes of one ``(B, H, L, S)`` score (or weight) tensor: ``B H L S`` times the item size.
 
-    An explicit implementation holds at least one such tensor (scores, then weights, often
-    both at once); ``scaled_dot_product_attention``'s fused CPU kernel works on blocks of
+    An explicit implementation holds at least one such tensor (the scores, overwritten by the
+    weights); two at once when autograd records, since the backward pass needs the softmax's
+    output. ``scaled_dot_product_attention``'s fused CPU kernel works on blocks of
     queries and keys and never stores it.
 
     Raises:
@@ -347,13 +348,26 @@ def peak_rss_increase(fn: Callable[[], Any], *, warmup: bool = True) -> int:
     return _status_bytes("VmHWM") - before
 
 
-MEMORY_PATHS = ("explicit", "per_head", "sdpa", "nn.MultiheadAttention")
+MEMORY_PATHS = ("explicit", "explicit, autograd", "per_head", "sdpa", "nn.MultiheadAttention")
 
 
 def _memory_runner(path: str, params: MHAParams, x: torch.Tensor) -> Callable[[], Any]:
     T = torch_backend
     if path == "explicit":
         return lambda: T.multi_head_attention(x, x, x, params, form="packed")
+    if path == "explicit, autograd":
+        # Parameters that require grad, outside inference mode: autograd records the forward
+        # and keeps the softmax's output for the backward pass. Copies made outside inference
+        # mode are normal tensors, which autograd can record (inference tensors it cannot).
+        with torch.inference_mode(False):
+            p_grad = params.map(lambda t: t.clone().requires_grad_())
+            x_plain = x.clone()
+
+        def recorded() -> Any:
+            with torch.inference_mode(False):
+                return T.multi_head_attention(x_plain, x_plain, x_plain, p_grad, form="packed")
+
+        return recorded
     if path == "per_head":
         return lambda: T.multi_head_attention(x, x, x, params, form="per_head", need_weights=False)
     if path == "sdpa":
@@ -391,10 +405,13 @@ def attention_peak_memory(
 ) -> dict[str, list[int]]:
     """Measured peak extra resident memory of self-attention forwards, in a fresh process.
 
-    Each path runs under ``torch.inference_mode`` on ``x`` of shape ``(B, L, D)``:
-    ``"explicit"`` is the packed form with ``need_weights=True`` (scores and weights
-    stored), ``"per_head"`` the per-head loop, ``"sdpa"`` the packed form with
-    ``need_weights=False`` (``scaled_dot_product_attention``), ``"nn.MultiheadAttention"``
+    Each path runs on ``x`` of shape ``(B, L, D)``, all but one under
+    ``torch.inference_mode``: ``"explicit"`` is the packed form with ``need_weights=True``
+    (the softmax overwrites the scores, so one ``(B, H, L, S)`` tensor is held);
+    ``"explicit, autograd"`` is the same forward with parameters that require grad, outside
+    inference mode (autograd keeps the softmax's output for the backward pass, so scores and
+    weights are held at once); ``"per_head"`` is the per-head loop, ``"sdpa"`` the packed form
+    with ``need_weights=False`` (``scaled_dot_product_attention``), ``"nn.MultiheadAttention"``
     PyTorch's module in eval mode with ``need_weights=False``. Each number comes from
     :func:`peak_rss_increase` in a child Python process, so this process's allocator is
     left alone.

@@ -197,22 +197,34 @@ def _attend(q, k, v_, mask):
         return weights @ v_, weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
     # Without autograd (which cannot record ``out=``) the same arithmetic runs faster: the
     # batched matmuls get contiguous operands (heads split from a projection are strided
-    # views; scaling Q writes it contiguously in the same pass), and the scores and weights
-    # go to buffers from _empty_scores. The softmax is not taken in place: this path holds
-    # scores and weights at once, as mha.cost measures and the book reports.
+    # views; scaling Q writes it contiguously in the same pass), the scores go to a buffer
+    # from _empty_scores, and the softmax overwrites that buffer. Nothing keeps the scores
+    # for a backward pass here, so this path holds one (..., L, S) tensor where the
+    # recording path holds two (scores and weights), as mha.cost measures and the book reports.
     q = torch.mul(q, scale, out=torch.empty(q.shape, dtype=q.dtype, device=q.device))
     shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
     scores = torch.matmul(q, k.contiguous().transpose(-1, -2), out=_empty_scores(shape, q))
-    if q.dtype in (torch.float16, torch.bfloat16):
-        weights = _softmax(scores, mask)  # normalised in float32
-    elif mask is None:
-        weights = torch.softmax(scores, dim=-1, out=_empty_scores(shape, q))
-    else:  # the steps of _softmax, with the scores overwritten instead of copied
-        any_allowed = mask.any(dim=-1, keepdim=True)  # (..., L, 1)
-        scores.masked_fill_(~mask, float("-inf"))
-        scores.masked_fill_(~any_allowed, 0.0)  # fully masked rows: finite, then zeroed
-        weights = torch.softmax(scores, dim=-1, out=_empty_scores(shape, q)).mul_(any_allowed)
+    weights = _softmax_(scores, mask)  # the same tensor as scores, now holding the weights
     return weights @ v_.contiguous(), weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
+
+
+def _softmax_(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The masked softmax of :func:`_softmax`, written over ``scores`` (returned).
+
+    The same operations in the same order, so the result equals ``_softmax``'s exactly.
+    Low-precision scores are normalised in a float32 copy that is then rounded back into
+    ``scores``, as ``_softmax`` rounds its float32 result.
+    """
+    low = scores.dtype in (torch.float16, torch.bfloat16)
+    work = scores.float() if low else scores  # (..., L, S)
+    if mask is not None:
+        any_allowed = mask.any(dim=-1, keepdim=True)  # (..., L, 1)
+        work.masked_fill_(~mask, float("-inf"))
+        work.masked_fill_(~any_allowed, 0.0)  # fully masked rows: finite, then zeroed
+    torch.softmax(work, dim=-1, out=work)  # row by row, each row read before it is written
+    if mask is not None:
+        work.mul_(any_allowed)
+    return scores.copy_(work) if low else work
 
 
 def _attend_fast(q, k, v_, mask):
