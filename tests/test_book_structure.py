@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from booktoc import toc_entries, toc_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -31,24 +32,8 @@ CITE_ROLE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]+)`")
 BIB_KEY = re.compile(r"^@\w+\s*\{\s*([^,\s]+)\s*,", re.M)
 
 
-def toc_entries(toc: dict) -> list[str]:
-    """Every ``file`` of a Jupyter Book ``_toc.yml`` (root first), in reading order."""
-    entries = [toc["root"]]
-
-    def walk(items: list[dict]) -> None:
-        for item in items:
-            if "file" in item:
-                entries.append(item["file"])
-            for key in ("chapters", "sections", "parts"):
-                walk(item.get(key, []))
-
-    walk(toc.get("parts", []))
-    walk(toc.get("chapters", []))
-    return [entry.removesuffix(".md") for entry in entries]
-
-
 def chapters() -> list[str]:
-    return toc_entries(yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf8")))
+    return toc_pages()
 
 
 def chapter_files() -> list[Path]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 import pytest
-import yaml
+from booktoc import toc_pages
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -26,19 +26,7 @@ pytestmark = pytest.mark.chapter
 
 def toc_chapters() -> list[str]:
     """The chapter stems of ``_toc.yml``, root first, in reading order."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf8"))
-    entries = [toc["root"]]
-
-    def walk(items: list[dict]) -> None:
-        for item in items:
-            if "file" in item:
-                entries.append(item["file"])
-            for key in ("chapters", "sections", "parts"):
-                walk(item.get(key, []))
-
-    walk(toc.get("parts", []))
-    walk(toc.get("chapters", []))
-    return [Path(entry).name.removesuffix(".md") for entry in entries]
+    return [Path(page).name for page in toc_pages()]
 
 
 def execute(notebook: nbformat.NotebookNode, cwd: Path) -> nbformat.NotebookNode:

@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
+from booktoc import toc_pages
 
 pytestmark = pytest.mark.slow
 
@@ -27,25 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK_TIMEOUT_S = 60 * 60
 TEST_TIMEOUT_S = 60 * 60
 TAIL_LINES = 80
-
-
-def toc_pages(root: Path) -> list[str]:
-    """Every page of ``root/_toc.yml`` (root first), as ``book/<stem>`` paths."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
-    pages = [toc["root"]]
-
-    def walk(node: object) -> None:
-        if isinstance(node, dict):
-            if "file" in node:
-                pages.append(node["file"])
-            for key in ("parts", "chapters", "sections"):
-                walk(node.get(key, []))
-        elif isinstance(node, list):
-            for child in node:
-                walk(child)
-
-    walk({key: value for key, value in toc.items() if key != "root"})
-    return [str(Path(page).with_suffix("")) for page in pages]
 
 
 def tail(text: str, lines: int = TAIL_LINES) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
+from booktoc import toc_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -37,23 +37,6 @@ def load(name: str, path: Path):
 mha_site = load("mha_site", BOOK / "_ext" / "mha_site.py")
 setup_jupyterlab = load("setup_jupyterlab", ROOT / "scripts" / "setup_jupyterlab.py")
 build_book = load("build_book", ROOT / "scripts" / "build_book.py")
-
-
-def toc_pages() -> list[str]:
-    """The TOC's documents (``book/<stem>``), root first."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf8"))
-    entries = [toc["root"]]
-
-    def walk(items: list[dict]) -> None:
-        for item in items:
-            if "file" in item:
-                entries.append(item["file"])
-            for key in ("chapters", "sections", "parts"):
-                walk(item.get(key, []))
-
-    walk(toc.get("parts", []))
-    walk(toc.get("chapters", []))
-    return [entry.removesuffix(".md") for entry in entries]
 
 
 def makes_plotly_figures(source: str) -> bool:

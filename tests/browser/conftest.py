@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
+from booktoc import toc_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -34,26 +34,6 @@ INSTALL_HINT = (
     f"Chromium is missing at {CHROMIUM}; the browser tests need it. "
     "Install it with `sudo apt-get install -y chromium` (or `make browser`)."
 )
-
-
-def toc_pages(root: Path = ROOT) -> list[str]:
-    """Return every page of ``_toc.yml`` (root first) as ``book/<stem>`` paths, in order."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
-    pages = [toc["root"]]
-
-    def walk(node: object) -> None:
-        if isinstance(node, dict):
-            if "file" in node:
-                pages.append(node["file"])
-            for key in ("parts", "chapters", "sections"):
-                for child in node.get(key, []):
-                    walk(child)
-        elif isinstance(node, list):
-            for child in node:
-                walk(child)
-
-    walk({key: value for key, value in toc.items() if key != "root"})
-    return [str(Path(page).with_suffix("")) for page in pages]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -1,0 +1,34 @@
+"""The pages of the book's ``_toc.yml``, shared by the structure, chapter, site and
+browser tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def toc_entries(toc: dict) -> list[str]:
+    """Every ``file`` of a Jupyter Book table of contents (root first), in reading order.
+
+    Entries are returned without a ``.md`` suffix, as ``book/<stem>``.
+    """
+    entries = [toc["root"]]
+
+    def walk(items: list[dict]) -> None:
+        for item in items:
+            if "file" in item:
+                entries.append(item["file"])
+            for key in ("chapters", "sections", "parts"):
+                walk(item.get(key, []))
+
+    walk(toc.get("parts", []))
+    walk(toc.get("chapters", []))
+    return [entry.removesuffix(".md") for entry in entries]
+
+
+def toc_pages(root: Path = ROOT) -> list[str]:
+    """The pages of ``root/_toc.yml`` as ``book/<stem>`` paths, root first."""
+    return toc_entries(yaml.safe_load((root / "_toc.yml").read_text(encoding="utf8")))
