@@ -5,13 +5,15 @@ loaded with the same weights) reproduces these attention probabilities and hidde
 ``transformers`` is NOT a dependency of the project: it is needed only to run this script,
 for example from a throw-away install directory::
 
-    .venv/bin/pip install --target /tmp/hf_ref transformers
-    PYTHONPATH=/tmp/hf_ref .venv/bin/python scripts/make_minilm_reference.py
+    d=$(mktemp -d)
+    .venv/bin/pip install --target "$d" transformers
+    PYTHONPATH="$d" .venv/bin/python scripts/make_minilm_reference.py
 
-(remove ``/tmp/hf_ref``'s own numpy, safetensors and tokenizers first if pip put newer ones
-there). The reference model is ``BertModel`` in eager attention, evaluation mode (no
-dropout), float32, on a padded batch of two short sentences, so the padding mask is
-tested too. The result is small (about 100 KB): some layers' attention and hidden states.
+(remove the numpy, safetensors and tokenizers that pip puts in ``$d`` first if they are
+newer than the project's). The reference model is ``BertModel`` in eager attention,
+evaluation mode (no dropout), float32, on a padded batch of two short sentences, so the
+padding mask is tested too. The result is small (about 100 KB): some layers' attention
+and hidden states.
 """
 
 from __future__ import annotations
