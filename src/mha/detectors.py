@@ -89,6 +89,16 @@ def _score(x: np.ndarray) -> np.ndarray:
     return np.asarray(np.clip(x, 0.0, 1.0))
 
 
+def _neighbour_score(weights: Any, offset: int, name: str) -> np.ndarray:
+    """Mean weight on the key ``offset`` positions from each query that has one."""
+    w = _check_weights(weights)
+    _check_square(w, "weights", name)
+    if w.shape[-1] < 2:
+        raise ValueError(f"weights must have L >= 2 for {name}; got shape {w.shape}")
+    diag = np.diagonal(w, offset=offset, axis1=-2, axis2=-1)  # (..., L, L) -> (..., L-1)
+    return _score(diag.mean(axis=-1))  # (..., L-1) -> (...)
+
+
 def previous_token_score(weights: Any) -> np.ndarray:
     """Mean weight a query puts on the token just before it.
 
@@ -106,12 +116,7 @@ def previous_token_score(weights: Any) -> np.ndarray:
             distributions.
         TypeError: if ``weights`` is not a floating array.
     """
-    w = _check_weights(weights)
-    _check_square(w, "weights", "previous_token_score")
-    if w.shape[-1] < 2:
-        raise ValueError(f"weights must have L >= 2 for previous_token_score; got shape {w.shape}")
-    prev = np.diagonal(w, offset=-1, axis1=-2, axis2=-1)  # (..., L, L) -> (..., L-1)
-    return _score(prev.mean(axis=-1))  # (..., L-1) -> (...)
+    return _neighbour_score(weights, -1, "previous_token_score")
 
 
 def next_token_score(weights: Any) -> np.ndarray:
@@ -128,12 +133,7 @@ def next_token_score(weights: Any) -> np.ndarray:
             distributions.
         TypeError: if ``weights`` is not a floating array.
     """
-    w = _check_weights(weights)
-    _check_square(w, "weights", "next_token_score")
-    if w.shape[-1] < 2:
-        raise ValueError(f"weights must have L >= 2 for next_token_score; got shape {w.shape}")
-    nxt = np.diagonal(w, offset=1, axis1=-2, axis2=-1)  # (..., L, L) -> (..., L-1)
-    return _score(nxt.mean(axis=-1))  # (..., L-1) -> (...)
+    return _neighbour_score(weights, 1, "next_token_score")
 
 
 def self_score(weights: Any) -> np.ndarray:
