@@ -11,7 +11,7 @@ Shapes: inputs ``(B, L, D)`` and ``(B, S, D)``, per-head tensors ``(B, H, L, Dh)
 weights ``(B, H, L, S)``. Masks are boolean, True = may attend.
 """
 
-from mha import np_backend, torch_backend
+from mha import np_backend, tolerance, torch_backend
 from mha.module import MultiHeadAttention, from_torch_mha, to_torch_attn_mask, to_torch_mha
 from mha.params import MHAParams, init_params
 
@@ -23,6 +23,7 @@ __all__ = [
     "np_backend",
     "to_torch_attn_mask",
     "to_torch_mha",
+    "tolerance",
     "torch_backend",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,238 @@
+"""How far apart two floating-point routes to the same result may be, on any machine.
+
+Two computations of the same quantity that take different routes (a column block of a big
+matrix product against the product with the block, a fused form against a per-head loop,
+NumPy against PyTorch, one BLAS kernel against another) are equal in exact arithmetic and
+differ in floating point by rounding. How much depends on the BLAS kernel, the SIMD width and
+the thread count, so bit-equality observed on one machine says nothing about another. This
+module turns the dtype and the sizes into a bound that holds for every summation order.
+
+The derivation. Let ``u`` be the unit roundoff of the dtype (half its machine epsilon:
+``2**-53`` for float64, ``2**-24`` for float32). A sum of ``n`` products computed in floating
+point, in *any* order and with or without fused multiply-adds, satisfies
+
+    ``|fl(x . y) - x . y| <= gamma_n * sum_k |x_k y_k|``,  ``gamma_n = n u / (1 - n u)``
+
+(Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., eq. 3.5 and
+Lemma 3.1). Blocked and parallel BLAS kernels only reorder the sum, so the bound covers
+them all. Two routes each within the bound differ by at most twice it:
+:func:`matmul_tolerance` returns ``2 gamma_n (|A| |B|)``, entry by entry, for two
+computations of ``A @ B``. For a longer chain (projections, scores, softmax, weighted sum)
+:func:`rounding_tolerance` adds, to first order in ``u``, one such term per stage in which
+the error can grow, with ``scale`` the size of the summands (``sum_k |x_k y_k|``, or a bound
+on it). These are worst-case bounds: typical differences are about ``sqrt(n)`` times
+smaller, so a bound that is met with room to spare is the expected outcome, not a weak test.
+
+Exact equality is right only where the arithmetic is exact: copies, views, reshapes,
+permutations, integer and boolean results, and one call repeated on the same inputs in one
+process. Everything else is compared with :func:`assert_close` or :func:`is_close`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def _as_numpy(x: Any) -> np.ndarray:
+    """``x`` as a NumPy array (a torch tensor is detached and moved to the CPU)."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+        if not x.dtype.is_floating_point or x.dtype.itemsize < 4:
+            x = x.double()  # float16/bfloat16 have no exact NumPy twin for every build
+        return x.numpy()
+    return np.asarray(x)
+
+
+def unit_roundoff(dtype: Any) -> float:
+    """The unit roundoff ``u`` (half the machine epsilon) of a floating dtype.
+
+    Args:
+        dtype: a NumPy or PyTorch floating dtype (``np.float32``, ``torch.bfloat16``, ...),
+            or an array or tensor, whose dtype is used.
+
+    Returns:
+        ``u``: ``2**-53`` for float64, ``2**-24`` for float32, ``2**-11`` for float16 and
+        ``2**-8`` for bfloat16.
+
+    Raises:
+        TypeError: if ``dtype`` is not a floating dtype.
+    """
+    if not isinstance(dtype, type) and hasattr(dtype, "dtype"):
+        dtype = dtype.dtype  # an array or a tensor
+    if hasattr(dtype, "is_floating_point"):  # a torch.dtype
+        import torch
+
+        if not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating dtype; got dtype {dtype}")
+        return float(torch.finfo(dtype).eps) / 2
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError as error:
+        raise TypeError(f"dtype must be a floating dtype; got {dtype!r}") from error
+    if not np.issubdtype(np_dtype, np.floating):
+        raise TypeError(f"dtype must be a floating dtype; got dtype {np_dtype}")
+    return float(np.finfo(np_dtype).eps) / 2
+
+
+def _check_count(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1; got {name}={value}")
+
+
+def gamma(dtype: Any, terms: int) -> float:
+    """``gamma_n = n u / (1 - n u)``: the relative error bound of a sum of ``n`` products.
+
+    Args:
+        dtype: the floating dtype of the arithmetic.
+        terms: ``n``, the number of products summed (the inner dimension of a matmul).
+
+    Returns:
+        ``gamma_n``.
+
+    Raises:
+        TypeError: if ``terms`` is not an int or ``dtype`` is not floating.
+        ValueError: if ``terms < 1``, or ``n u >= 1`` (no bound exists: the sum is too long
+            for the precision).
+    """
+    _check_count("terms", terms)
+    nu = terms * unit_roundoff(dtype)
+    if nu >= 1:
+        raise ValueError(
+            f"terms * unit roundoff must be below 1 for a rounding bound; got terms={terms}, "
+            f"u = {unit_roundoff(dtype):.3g} (n u = {nu:.3g})"
+        )
+    return nu / (1 - nu)
+
+
+def rounding_tolerance(dtype: Any, *, terms: int, scale: float = 1.0, stages: int = 1) -> float:
+    """Largest difference between two routes to a result built from sums of products.
+
+    Args:
+        dtype: the floating dtype of the arithmetic (NumPy or PyTorch, or an array).
+        terms: the length of the longest sum (a matmul's inner dimension, a softmax row).
+        scale: the size of the summands, ``sum_k |x_k y_k|`` or a bound on it; for results
+            that are probabilities, 1.
+        stages: how many chained stages can each contribute their own rounding
+            (e.g. 4 for projection, scores, softmax and weighted sum).
+
+    Returns:
+        ``2 * stages * gamma_n * scale``.
+
+    Raises:
+        TypeError: if ``terms`` or ``stages`` is not an int.
+        ValueError: if ``terms`` or ``stages`` is below 1, ``scale`` is negative or not
+            finite, or the sum is too long for the precision.
+    """
+    _check_count("stages", stages)
+    if isinstance(scale, bool) or not isinstance(scale, int | float | np.floating | np.integer):
+        raise TypeError(f"scale must be a number; got {type(scale).__name__} {scale!r}")
+    if not np.isfinite(scale) or scale < 0:
+        raise ValueError(f"scale must be a finite number >= 0; got scale={scale!r}")
+    return 2.0 * stages * gamma(dtype, terms) * float(scale)
+
+
+def matmul_tolerance(a: Any, b: Any) -> np.ndarray:
+    """Entry-by-entry bound on the difference between two computations of ``a @ b``.
+
+    Any two summation orders (BLAS kernels, blockings, thread counts, a column block taken
+    before or after the product) give results within ``2 gamma_n (|a| @ |b|)`` of each
+    other, ``n`` being the inner dimension.
+
+    Args:
+        a: left factor, NumPy array or torch tensor.
+        b: right factor, of the same dtype.
+
+    Shape:
+        a ``(..., m, n)``, b ``(..., n, p)``; returns ``(..., m, p)`` (as ``a @ b``).
+
+    Returns:
+        The bound as a float64 NumPy array.
+
+    Raises:
+        ValueError: if ``a`` or ``b`` has fewer than 2 dimensions or their inner
+            dimensions differ.
+        TypeError: if their dtype is not floating.
+    """
+    a_np, b_np = _as_numpy(a), _as_numpy(b)
+    for name, x in (("a", a_np), ("b", b_np)):
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have shape (..., rows, cols); got shape {x.shape}")
+    if a_np.shape[-1] != b_np.shape[-2]:
+        raise ValueError(
+            f"a and b must have matching inner dimensions; got a {a_np.shape}, b {b_np.shape}"
+        )
+    g = gamma(a, a_np.shape[-1])
+    return 2.0 * g * (np.abs(a_np.astype(np.float64)) @ np.abs(b_np.astype(np.float64)))
+
+
+def max_abs_diff(actual: Any, expected: Any) -> float:
+    """``max |actual - expected|`` over all entries, computed in float64.
+
+    Raises:
+        ValueError: if the shapes differ.
+    """
+    a, e = _as_numpy(actual), _as_numpy(expected)
+    if a.shape != e.shape:
+        raise ValueError(f"actual and expected must have one shape; got {a.shape} and {e.shape}")
+    if a.size == 0:
+        return 0.0
+    return float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64))))
+
+
+def _excess(actual: Any, expected: Any, tolerance: Any) -> tuple[float, float, float]:
+    """(largest ``|diff| - tol``, the diff there, the tolerance there)."""
+    a, e = _as_numpy(actual).astype(np.float64), _as_numpy(expected).astype(np.float64)
+    if a.shape != e.shape:
+        raise ValueError(f"actual and expected must have one shape; got {a.shape} and {e.shape}")
+    tol = np.broadcast_to(np.asarray(tolerance, dtype=np.float64), a.shape)
+    if np.any(tol < 0) or not np.all(np.isfinite(tol)):
+        raise ValueError("tolerance must be finite and >= 0")
+    if a.size == 0:
+        return -np.inf, 0.0, 0.0
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(e))):
+        same = (a == e) | (np.isnan(a) & np.isnan(e))
+        if not same[~(np.isfinite(a) & np.isfinite(e))].all():
+            return np.inf, np.inf, 0.0
+        a, e = np.where(np.isfinite(a), a, 0.0), np.where(np.isfinite(e), e, 0.0)
+    diff = np.abs(a - e)
+    over = diff - tol
+    i = np.unravel_index(np.argmax(over), over.shape)
+    return float(over[i]), float(diff[i]), float(tol[i])
+
+
+def is_close(actual: Any, expected: Any, tolerance: Any) -> bool:
+    """Whether every entry of ``actual`` is within ``tolerance`` of ``expected``.
+
+    Args:
+        actual: NumPy array or torch tensor.
+        expected: the same shape.
+        tolerance: a number or an array broadcastable to the shape (e.g. from
+            :func:`matmul_tolerance` or :func:`rounding_tolerance`). NaN and infinite
+            entries must agree exactly.
+
+    Raises:
+        ValueError: if the shapes differ or the tolerance is negative or not finite.
+    """
+    return _excess(actual, expected, tolerance)[0] <= 0
+
+
+def assert_close(actual: Any, expected: Any, tolerance: Any, *, name: str = "actual") -> float:
+    """Raise ``AssertionError`` unless :func:`is_close`; return the largest difference.
+
+    The message gives the largest excess: the difference and the tolerance at that entry.
+
+    Raises:
+        AssertionError: if an entry differs by more than its tolerance.
+        ValueError: if the shapes differ or the tolerance is negative or not finite.
+    """
+    over, diff, tol = _excess(actual, expected, tolerance)
+    if over > 0:
+        raise AssertionError(
+            f"{name} differs from the expected values by {diff:.3g}, "
+            f"more than the rounding tolerance {tol:.3g}"
+        )
+    return max_abs_diff(actual, expected)

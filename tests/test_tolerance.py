@@ -1,0 +1,141 @@
+"""The rounding tolerance: its values, that it bounds real rounding, and that it rejects more."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mha import tolerance
+
+
+@pytest.mark.parametrize(
+    ("dtype", "u"),
+    [
+        (np.float64, 2.0**-53),
+        (np.float32, 2.0**-24),
+        (np.float16, 2.0**-11),
+        (torch.float64, 2.0**-53),
+        (torch.float32, 2.0**-24),
+        (torch.float16, 2.0**-11),
+        (torch.bfloat16, 2.0**-8),
+    ],
+)
+def test_unit_roundoff_is_half_the_machine_epsilon(dtype, u) -> None:
+    assert tolerance.unit_roundoff(dtype) == u
+
+
+def test_unit_roundoff_reads_the_dtype_of_an_array_or_tensor() -> None:
+    assert tolerance.unit_roundoff(np.zeros(2, np.float32)) == 2.0**-24
+    assert tolerance.unit_roundoff(torch.zeros(2, dtype=torch.bfloat16)) == 2.0**-8
+
+
+@pytest.mark.parametrize("dtype", [np.int64, torch.int32, bool, "abc"])
+def test_unit_roundoff_rejects_non_float_dtypes(dtype) -> None:
+    with pytest.raises(TypeError, match="dtype must be a floating dtype"):
+        tolerance.unit_roundoff(dtype)
+
+
+def test_gamma_is_n_u_over_one_minus_n_u() -> None:
+    u = 2.0**-24
+    assert tolerance.gamma(np.float32, 100) == pytest.approx(100 * u / (1 - 100 * u), rel=1e-15)
+
+
+def test_gamma_refuses_sums_too_long_for_the_precision() -> None:
+    with pytest.raises(ValueError, match="terms \\* unit roundoff must be below 1"):
+        tolerance.gamma(torch.bfloat16, 256)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"terms": 0}, ValueError, "terms must be at least 1; got terms=0"),
+        ({"terms": 2.0}, TypeError, "terms must be an int; got float 2.0"),
+        ({"terms": True}, TypeError, "terms must be an int; got bool"),
+        ({"terms": 4, "stages": 0}, ValueError, "stages must be at least 1; got stages=0"),
+        ({"terms": 4, "stages": 1.5}, TypeError, "stages must be an int"),
+        ({"terms": 4, "scale": -1.0}, ValueError, "scale must be a finite number >= 0"),
+        ({"terms": 4, "scale": np.inf}, ValueError, "scale must be a finite number >= 0"),
+        ({"terms": 4, "scale": "big"}, TypeError, "scale must be a number; got str"),
+    ],
+)
+def test_rounding_tolerance_names_the_bad_argument(kwargs, error, match) -> None:
+    with pytest.raises(error, match=match):
+        tolerance.rounding_tolerance(np.float64, **kwargs)
+
+
+def test_rounding_tolerance_is_twice_stages_gamma_scale() -> None:
+    got = tolerance.rounding_tolerance(np.float64, terms=64, scale=3.0, stages=4)
+    assert got == pytest.approx(2 * 4 * tolerance.gamma(np.float64, 64) * 3.0, rel=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("seed", range(5))
+def test_matmul_tolerance_bounds_a_column_block_against_the_whole_product(dtype, seed) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((3, 7, 48)).astype(dtype)
+    w = rng.standard_normal((48, 48)).astype(dtype)
+    whole = x @ w  # (3, 7, 48)
+    block = w[:, 12:24]  # a column block, as one head's projection
+    bound = tolerance.matmul_tolerance(x, block)
+    tolerance.assert_close(whole[..., 12:24], x @ block, bound)
+    # Each route is within half the bound of the exact (float64-of-float64) product, too.
+    exact = x.astype(np.float64) @ block.astype(np.float64)
+    if dtype == np.float32:
+        assert tolerance.is_close(x @ block, exact, bound / 2)
+
+
+def test_matmul_tolerance_bounds_float32_against_float64_over_orders_and_sizes() -> None:
+    rng = np.random.default_rng(7)
+    for n in (1, 16, 300, 2000):
+        a = rng.standard_normal((5, n)).astype(np.float32)
+        b = rng.standard_normal((n, 3)).astype(np.float32)
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        reversed_order = (a[:, ::-1] @ b[::-1, :]).astype(np.float64)  # another summation order
+        tolerance.assert_close(a @ b, exact, tolerance.matmul_tolerance(a, b) / 2)
+        tolerance.assert_close(reversed_order, a @ b, tolerance.matmul_tolerance(a, b))
+
+
+def test_matmul_tolerance_accepts_torch_tensors() -> None:
+    a = torch.randn(4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    b = torch.randn(8, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    bound = tolerance.matmul_tolerance(a, b)
+    assert bound.shape == (4, 2) and (bound > 0).all()
+    tolerance.assert_close(a @ b, (a.numpy() @ b.numpy()), bound)
+
+
+def test_matmul_tolerance_rejects_mismatched_shapes() -> None:
+    with pytest.raises(ValueError, match="matching inner dimensions"):
+        tolerance.matmul_tolerance(np.ones((2, 3)), np.ones((4, 2)))
+    with pytest.raises(ValueError, match="a must have shape"):
+        tolerance.matmul_tolerance(np.ones(3), np.ones((3, 2)))
+
+
+def test_assert_close_rejects_a_difference_just_above_the_bound() -> None:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((6, 32)), rng.standard_normal((32, 5))
+    bound = tolerance.matmul_tolerance(a, b)
+    worse = a @ b
+    worse[2, 3] += 1.5 * bound[2, 3]
+    assert not tolerance.is_close(worse, a @ b, bound)
+    with pytest.raises(AssertionError, match="more than the rounding tolerance"):
+        tolerance.assert_close(worse, a @ b, bound, name="worse")
+
+
+def test_assert_close_returns_the_largest_difference() -> None:
+    got = tolerance.assert_close(np.array([1.0, 2.0]), np.array([1.0, 2.5]), 1.0)
+    assert got == 0.5
+
+
+def test_is_close_requires_non_finite_entries_to_agree() -> None:
+    nan = np.array([np.nan, 1.0])
+    assert tolerance.is_close(nan, nan.copy(), 0.0)
+    assert not tolerance.is_close(nan, np.array([0.0, 1.0]), 10.0)
+    assert not tolerance.is_close(np.array([np.inf]), np.array([-np.inf]), 10.0)
+
+
+def test_is_close_rejects_other_shapes_and_bad_tolerances() -> None:
+    with pytest.raises(ValueError, match="one shape"):
+        tolerance.is_close(np.ones(2), np.ones(3), 0.1)
+    with pytest.raises(ValueError, match="tolerance must be finite and >= 0"):
+        tolerance.is_close(np.ones(2), np.ones(2), -0.1)
