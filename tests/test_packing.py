@@ -26,7 +26,9 @@ def test_in_proj_weight_equals_torch_modules_parameter(d_model, num_heads):
     params = mha.init_params(d_model, num_heads, seed=1)
     module = mha.to_torch_mha(params)
     expected = module.in_proj_weight.detach()
+    # exact: a transposed copy
     assert torch.equal(packing.to_in_proj_weight(params.to_torch().w_qkv), expected)
+    # exact: a transposed copy
     np.testing.assert_array_equal(packing.to_in_proj_weight(params.w_qkv), expected.numpy())
 
 
@@ -46,7 +48,7 @@ def test_in_proj_weight_round_trips(sizes, use_torch):
     w = params.to_torch().w_qkv if use_torch else params.w_qkv
     back = packing.from_in_proj_weight(packing.to_in_proj_weight(w))
     assert type(back) is type(w)
-    np.testing.assert_array_equal(np.asarray(back), np.asarray(w))
+    np.testing.assert_array_equal(np.asarray(back), np.asarray(w))  # exact: copies and transposes
 
 
 @given(d_and_h(), st.booleans())
@@ -60,11 +62,11 @@ def test_head_blocks_are_the_per_head_projections_and_round_trip(sizes, use_torc
     assert tuple(blocks.shape) == (3, num_heads, d_model, d_model // num_heads)
     for h in range(num_heads):
         for p, name in enumerate(("w_q", "w_k", "w_v")):
-            np.testing.assert_array_equal(
+            np.testing.assert_array_equal(  # exact: copies
                 np.asarray(blocks[p, h]), np.asarray(params.head(h)[name])
             )
     merged = packing.merge_head_blocks(blocks)
-    np.testing.assert_array_equal(np.asarray(merged), np.asarray(params.w_qkv))
+    np.testing.assert_array_equal(np.asarray(merged), np.asarray(params.w_qkv))  # exact: copies
 
 
 @pytest.mark.parametrize(("d_model", "num_heads"), SIZES)
@@ -85,7 +87,9 @@ def test_head_columns_select_the_head_block_in_both_layouts(d_model, num_heads):
     for h in range(num_heads):
         for proj in packing.PROJECTIONS:
             cols = packing.head_columns(d_model, num_heads, proj, h)
+            # exact: a view
             np.testing.assert_array_equal(params.w_qkv[:, cols], params.head(h)[f"w_{proj}"])
+            # exact: a transposed view
             np.testing.assert_array_equal(w_in[cols, :], params.head(h)[f"w_{proj}"].T)
 
 

@@ -13,7 +13,9 @@ D, H = 12, 3
 
 def test_q_k_v_weights_are_views_of_the_packed_columns() -> None:
     p = init_params(D, H)
+    # exact: views of the packed columns
     np.testing.assert_array_equal(np.hstack([p.w_q, p.w_k, p.w_v]), p.w_qkv)
+    # exact: views of the packed biases
     np.testing.assert_array_equal(np.concatenate([p.b_q, p.b_k, p.b_v]), p.b_qkv)
     for w in (p.w_q, p.w_k, p.w_v):
         assert np.shares_memory(w, p.w_qkv)
@@ -26,10 +28,12 @@ def test_head_returns_the_column_and_row_blocks_of_that_head() -> None:
     for h in range(H):
         blk = p.head(h)
         cols = slice(h * Dh, (h + 1) * Dh)
-        np.testing.assert_array_equal(blk["w_q"], p.w_qkv[:, cols])
+        np.testing.assert_array_equal(blk["w_q"], p.w_qkv[:, cols])  # exact: views
+        # exact: views
         np.testing.assert_array_equal(blk["w_k"], p.w_qkv[:, D + h * Dh : D + (h + 1) * Dh])
+        # exact: views
         np.testing.assert_array_equal(blk["w_v"], p.w_qkv[:, 2 * D + h * Dh : 2 * D + (h + 1) * Dh])
-        np.testing.assert_array_equal(blk["w_o"], p.w_o[cols, :])
+        np.testing.assert_array_equal(blk["w_o"], p.w_o[cols, :])  # exact: views
         assert {k: b.shape for k, b in blk.items()} == {
             "w_q": (D, Dh),
             "w_k": (D, Dh),
@@ -53,8 +57,9 @@ def test_from_qkv_packs_the_separate_weights(lib: str) -> None:
 def test_init_params_is_deterministic_per_seed() -> None:
     a, b, c = init_params(D, H, seed=7), init_params(D, H, seed=7), init_params(D, H, seed=8)
     for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        # exact: the same seeded draw
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
-        assert not np.array_equal(getattr(a, name), getattr(c, name))
+        assert not np.array_equal(getattr(a, name), getattr(c, name))  # exact: the same seeded draw
 
 
 def test_init_params_scales_weights_by_one_over_sqrt_d_model() -> None:
@@ -71,6 +76,7 @@ def test_init_params_without_bias_and_in_float32() -> None:
     p = init_params(D, H, bias=False, dtype=np.float32)
     assert p.b_qkv is None and p.b_o is None
     assert p.w_qkv.dtype == np.float32 and p.w_o.dtype == np.float32
+    # exact: the same values rounded to float32 once
     np.testing.assert_array_equal(p.w_qkv, init_params(D, H).w_qkv.astype(np.float32))
 
 
@@ -82,7 +88,7 @@ def test_to_torch_and_back_keeps_the_values(dtype: torch.dtype) -> None:
     back = t.to_numpy()
     expected = p.map(lambda a: torch.from_numpy(a).to(dtype).double().numpy())
     for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
-        np.testing.assert_array_equal(getattr(back, name), getattr(expected, name))
+        np.testing.assert_array_equal(getattr(back, name), getattr(expected, name))  # exact: copies
 
 
 def test_float64_round_trip_is_exact_and_copies() -> None:
@@ -90,7 +96,7 @@ def test_float64_round_trip_is_exact_and_copies() -> None:
     t = p.to_torch()
     back = t.to_numpy()
     for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
-        np.testing.assert_array_equal(getattr(back, name), getattr(p, name))
+        np.testing.assert_array_equal(getattr(back, name), getattr(p, name))  # exact: copies
         assert not np.shares_memory(getattr(back, name), getattr(p, name))
     t.w_qkv[0, 0] = 123.0  # the torch copy does not alias the NumPy original
     assert p.w_qkv[0, 0] != 123.0
@@ -105,6 +111,7 @@ def test_to_numpy_detaches_parameters_that_require_grad() -> None:
 def test_map_keeps_missing_biases_missing() -> None:
     p = init_params(D, H, bias=False).map(lambda a: 2 * a)
     assert p.b_qkv is None and p.b_o is None
+    # exact: doubling is exact
     np.testing.assert_array_equal(p.w_o, 2 * init_params(D, H, bias=False).w_o)
 
 

@@ -131,11 +131,16 @@ def test_attention_params_are_transposed_bert_linear_weights(model):
     assert isinstance(p, MHAParams)
     assert isinstance(p.w_qkv, np.ndarray) and p.dtype == np.float64
     pre = "encoder.layer.2.attention."
+    # exact: transposed copies of the checkpoint
     np.testing.assert_array_equal(p.w_q, state[pre + "self.query.weight"].T)
+    # exact: transposed copies of the checkpoint
     np.testing.assert_array_equal(p.w_v, state[pre + "self.value.weight"].T)
+    # exact: transposed copies of the checkpoint
     np.testing.assert_array_equal(p.w_o, state[pre + "output.dense.weight"].T)
+    # exact: copies of the checkpoint
     np.testing.assert_array_equal(p.b_k, state[pre + "self.key.bias"])
     # Head h is BERT's output rows h*Dh:(h+1)*Dh of the query Linear, i.e. columns here.
+    # exact: transposed copies of the checkpoint
     np.testing.assert_array_equal(p.head(5)["w_q"], state[pre + "self.query.weight"][160:192].T)
     torch_p = bert_attention_params(state, 2, 12)
     assert torch_p.w_qkv.dtype == torch.float32

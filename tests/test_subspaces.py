@@ -107,6 +107,7 @@ def test_seed_table_rejects_bad_input():
 def test_head_blocks_shapes_and_errors():
     p = mha.init_params(12, 3)
     assert sub.head_blocks(p, "w_v").shape == (3, 12, 4)
+    # exact: a transposed view
     np.testing.assert_array_equal(sub.head_blocks(p, "w_o")[1], p.head(1)["w_o"].T)
     with pytest.raises(ValueError, match="which must be one of"):
         sub.head_blocks(p, "w_x")

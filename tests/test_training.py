@@ -39,13 +39,15 @@ def test_model_is_causal():
     model, b = _model(), _batch()
     changed = b.tokens.clone()
     changed[:, 10:] = (changed[:, 10:] + 1) % 24
+    # exact: earlier positions run the same arithmetic on the same values
     assert torch.equal(model(b.tokens)[0][:, :10], model(changed)[0][:, :10])
 
 
 def test_same_seed_same_model_and_parameter_count_independent_of_heads():
     a, b, c = _model(seed=3), _model(seed=3), _model(seed=4)
+    # exact: the same seeded draws
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
-    assert not torch.equal(a.embed, c.embed)
+    assert not torch.equal(a.embed, c.embed)  # exact: the same seeded draws
     one = tr.AttentionOnlyTransformer(24, 16, 16, 1, 2)
     assert sum(p.numel() for p in one.parameters()) == sum(p.numel() for p in a.parameters())
 
@@ -56,8 +58,9 @@ def test_gate_of_all_ones_equals_the_ungated_model_exactly():
     for need in (False, True):
         plain, w_plain = model(b.tokens, need_weights=need)
         gated, w_gated = model(b.tokens, ones, need_weights=need)
-        assert torch.equal(plain, gated)
+        assert torch.equal(plain, gated)  # exact: gates of one multiply by 1.0
         if need:
+            # exact: gates of one multiply by 1.0
             assert all(torch.equal(x, y) for x, y in zip(w_plain, w_gated, strict=True))
     params = model.layers[0].params()
     assert tr.gated_params(params, None) is params
@@ -66,9 +69,12 @@ def test_gate_of_all_ones_equals_the_ungated_model_exactly():
 def test_gated_params_scales_only_that_heads_rows_of_w_o():
     p = _model().layers[0].params()
     g = tr.gated_params(p, torch.tensor([1.0, 0.0, 2.0, 1.0]))
+    # exact: the gate scales W^O rows by 0, 1 or 2
     assert torch.equal(g.w_qkv, p.w_qkv) and torch.equal(g.b_o, p.b_o)
+    # exact: the gate scales W^O rows by 0, 1 or 2
     assert torch.equal(g.w_o[4:8], torch.zeros(4, 16, dtype=torch.float64))
-    assert torch.equal(g.w_o[8:12], 2 * p.w_o[8:12])
+    assert torch.equal(g.w_o[8:12], 2 * p.w_o[8:12])  # exact: the gate scales W^O rows by 0, 1 or 2
+    # exact: the gate scales W^O rows by 0, 1 or 2
     assert torch.equal(g.w_o[:4], p.w_o[:4]) and torch.equal(g.w_o[12:], p.w_o[12:])
 
 
@@ -89,15 +95,18 @@ def test_ablation_removes_one_head_and_leaves_the_others_untouched(layer):
     mask = torch.ones(16, 16, dtype=torch.bool).tril()
     gates = tr.head_gates(2, 4, [(layer, 2)])
     full, cut = model.residual_stream(b.tokens), model.residual_stream(b.tokens, gates)
+    # exact: the same arithmetic on the same values
     assert torch.equal(full[layer], cut[layer])  # everything before the layer is unchanged
     p = model.layers[layer].params()
     heads_full = tr.head_contributions(full[layer], p, mask)
     heads_cut = tr.head_contributions(cut[layer], tr.gated_params(p, gates[layer]), mask)
     keep = [0, 1, 3]
+    # exact: the same arithmetic on the same values
     assert torch.equal(heads_full[:, keep], heads_cut[:, keep])  # the other heads: exactly
     assert (heads_cut[:, 2] == 0).all()  # the ablated head: exactly nothing
     _, w_full = model(b.tokens, need_weights=True)
     _, w_cut = model(b.tokens, gates, need_weights=True)
+    # exact: the same arithmetic on the same values
     assert torch.equal(w_full[layer], w_cut[layer])  # its layer's patterns are unchanged
     delta = cut[layer + 1] - cut[layer]
     assert torch.allclose(delta, heads_full[:, keep].sum(1) + p.b_o, atol=1e-12)
@@ -222,8 +231,10 @@ def test_training_is_deterministic():
     _, a = tr.train(SMALL)
     _, b = tr.train(SMALL)
     _, c = tr.train(replace(SMALL, seed=1))
+    # exact: the same run, repeated in one process
     assert np.array_equal(a.train_loss, b.train_loss)
-    assert np.array_equal(a.induction, b.induction)
+    assert np.array_equal(a.induction, b.induction)  # exact: the same run, repeated in one process
+    # exact: the same run, repeated in one process
     assert not np.array_equal(a.train_loss, c.train_loss)
 
 
@@ -250,8 +261,11 @@ def test_training_runs_on_one_thread_whatever_the_global_setting(monkeypatch):
     assert set(seen) == {1} and len(seen) >= 30  # every training step, at least
     # on two threads the float32 sums are split differently, and not even the same way
     # from one run to the next; inside train they are not split at all
+    # exact: inside train every run is on one thread: the same arithmetic
     assert np.array_equal(one.train_loss, two.train_loss)
+    # exact: the same run, repeated in one process
     assert np.array_equal(two.train_loss, again.train_loss)
+    # exact: inside train every run is on one thread: the same arithmetic
     assert np.array_equal(one.induction, two.induction)
 
 
