@@ -73,7 +73,9 @@ def _check(name: str, args: tuple[Any, ...]) -> None:
         return
     where = f"{Path(filename).name}:{frame.f_lineno}"
     source = linecache.getline(filename, frame.f_lineno).strip()
-    violations.append(f"{where}: {name} on floating-point arrays without '{MARKER}': {source}")
+    message = f"{where}: {name} on floating-point arrays without '{MARKER}': {source}"
+    if message not in violations:
+        violations.append(message)
 
 
 def _wrap(owner: Any, attr: str, zero_tolerance_only: bool = False) -> None:

@@ -330,3 +330,29 @@ def test_loss_and_pruning_errors():
 def test_train_config_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         replace(SMALL, **kwargs)
+
+
+def test_train_runs_gives_each_config_its_own_run_in_order():
+    configs = [replace(SMALL, steps=20, eval_every=10, seed=s) for s in (0, 1, 2)]
+    parallel = tr.train_runs(configs, processes=2)
+    serial = [tr.train(c) for c in configs]
+    assert len(parallel) == 3
+    for (m_par, h_par), (m_ser, h_ser) in zip(parallel, serial, strict=True):
+        # exact: the same run on one thread, in another process of the same machine
+        assert np.array_equal(h_par.train_loss, h_ser.train_loss)
+        assert torch.equal(m_par.unembed, m_ser.unembed)  # exact: the same run
+    assert not np.array_equal(parallel[0][1].train_loss, parallel[1][1].train_loss)  # exact: ditto
+
+
+@pytest.mark.parametrize(
+    ("configs", "processes", "error", "match"),
+    [
+        ([], None, ValueError, "configs must hold at least one TrainConfig; got none"),
+        ([SMALL, "cfg"], None, TypeError, r"configs\[1\] must be a TrainConfig; got str"),
+        ([SMALL], 0, ValueError, "processes must be a positive int; got processes=0"),
+        ([SMALL], 1.5, ValueError, "processes must be a positive int; got processes=1.5"),
+    ],
+)
+def test_train_runs_rejects_bad_arguments(configs, processes, error, match):
+    with pytest.raises(error, match=match):
+        tr.train_runs(configs, processes)

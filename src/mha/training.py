@@ -30,8 +30,11 @@ a given machine.
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -457,6 +460,47 @@ def train(config: TrainConfig) -> tuple[AttentionOnlyTransformer, TrainHistory]:
         cpu_seconds=time.process_time() - start,
     )
     return model, history
+
+
+def train_runs(
+    configs: Sequence[TrainConfig], processes: int | None = None
+) -> list[tuple[AttentionOnlyTransformer, TrainHistory]]:
+    """:func:`train` every config, in parallel worker processes, results in config order.
+
+    Each run is :func:`train` on one thread in its own process, so a run's result is the
+    one :func:`train` gives in this process on this machine. Claims about training are
+    claims about the method, checked over several seeds: this runs those seeds side by
+    side, one per CPU core.
+
+    Args:
+        configs: the runs, e.g. one :class:`TrainConfig` per seed.
+        processes: worker processes; ``None`` uses one per CPU core, at most one per run.
+            ``1`` trains in this process, one run after the other.
+
+    Returns:
+        ``(model, history)`` for each config, in order.
+
+    Raises:
+        ValueError: if ``configs`` is empty or ``processes`` is not a positive int.
+        TypeError: if a config is not a :class:`TrainConfig`.
+    """
+    configs = list(configs)
+    if not configs:
+        raise ValueError("configs must hold at least one TrainConfig; got none")
+    for i, config in enumerate(configs):
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"configs[{i}] must be a TrainConfig; got {type(config).__name__}")
+    if processes is None:
+        processes = min(len(configs), os.cpu_count() or 1)
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"processes must be a positive int; got processes={processes!r}")
+    if processes == 1:
+        return [train(config) for config in configs]
+    # Workers are spawned (a fresh interpreter each), never forked from a process whose
+    # torch thread pool is already running.
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=processes, mp_context=spawn) as pool:
+        return list(pool.map(train, configs))
 
 
 def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int:
