@@ -330,3 +330,78 @@ def test_bench_forms_script_prints_one_row_of_ratios_per_shape(capsys):
     rows = [line.split() for line in lines[3:]]
     assert [(r[0], r[1]) for r in rows] == [("1", "4"), ("2", "4")]
     assert all(len(r) == 3 + len(cost.FORMS_TIMED) and float(r[4]) == 1.0 for r in rows)
+
+
+# ---- inference: the key/value cache ---------------------------------------------------
+
+
+def test_kv_cache_bytes_is_the_known_half_megabyte_per_token_of_llama_2_7b() -> None:
+    llama = next(c for c in cost.PUBLISHED_CONFIGS if c.name == "Llama 2 7B")
+    per_token = cost.kv_cache_bytes(llama.num_layers, 1, llama.num_kv_heads, llama.d_head)
+    assert per_token == 2 * 32 * 32 * 128 * 2 == 512 * 1024  # float16: 0.5 MiB per token
+    assert cost.kv_cache_bytes(32, 4096, 32, 128, batch_size=2) == 2 * 4096 * per_token
+
+
+def test_kv_cache_bytes_shrinks_by_h_over_h_kv() -> None:
+    mha_bytes = cost.kv_cache_bytes(80, 1000, 64, 128)
+    assert mha_bytes == 8 * cost.kv_cache_bytes(80, 1000, 8, 128)  # Llama 2 70B's GQA
+    assert mha_bytes == 64 * cost.kv_cache_bytes(80, 1000, 1, 128)  # MQA
+
+
+def test_kv_cache_bytes_equals_a_real_cache() -> None:
+    from mha.kv_cache import KVCache
+
+    layers = [KVCache(2, 3, 8, 50, dtype=torch.float32) for _ in range(4)]
+    assert sum(c.nbytes for c in layers) == cost.kv_cache_bytes(
+        4, 50, 3, 8, torch.float32, batch_size=2
+    )
+
+
+def test_published_configs_have_whole_groups() -> None:
+    for c in cost.PUBLISHED_CONFIGS:
+        assert c.num_heads % c.num_kv_heads == 0, c.name
+
+
+@pytest.mark.parametrize("h_kv", [1, 2, 8])
+def test_decode_step_flops_match_flop_counter_mode_for_the_cached_step(h_kv: int) -> None:
+    """One new token attending to S cached positions, written out as matmuls and counted."""
+    D, H, S, B = 32, 8, 20, 3
+    Dh = D // H
+    x = torch.randn(B, 1, D)
+    w_q, w_o = torch.randn(D, D), torch.randn(D, D)
+    w_kv = torch.randn(D, 2 * h_kv * Dh)
+    cache_k, cache_v = torch.randn(B, h_kv, S + 1, Dh), torch.randn(B, h_kv, S + 1, Dh)
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        q = (x @ w_q).view(B, h_kv, H // h_kv, Dh)  # (B, H_kv, G, Dh): one query per head
+        _ = x @ w_kv  # the new token's keys and values
+        scores = q @ cache_k.transpose(-1, -2)  # (B, H_kv, G, S + 1)
+        out = scores.softmax(-1) @ cache_v  # (B, H_kv, G, Dh)
+        _ = out.reshape(B, 1, D) @ w_o
+    assert counter.get_total_flops() == cost.decode_step_cost(D, H, h_kv, S, batch_size=B).flops
+
+
+def test_decode_step_intensity_grows_with_h_over_h_kv_and_the_cache_is_memory_bound() -> None:
+    long = {h: cost.decode_step_cost(4096, 32, h, 1_000_000) for h in (32, 8, 1)}
+    assert long[32].intensity < long[8].intensity < long[1].intensity
+    assert long[32].intensity < 1.05  # MHA: about one FLOP per byte, far below any CPU or GPU
+    # once the cache outweighs the weights, intensity grows as H / H_kv (4 for Llama 2 70B)
+    assert 3.9 < long[8].intensity / long[32].intensity < 4.0
+    short = cost.decode_step_cost(4096, 32, 32, 32_000)
+    uncached = cost.decode_step_cost(4096, 32, 32, 32_000, cached=False)
+    assert uncached.flops > 1000 * short.flops and uncached.intensity > 1000 * short.intensity
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"num_kv_heads": 3}, ValueError, "num_kv_heads must divide num_heads"),
+        ({"kv_len": 0}, ValueError, "kv_len must be positive"),
+        ({"cached": "yes"}, TypeError, "cached must be a bool"),
+    ],
+)
+def test_decode_step_cost_names_the_bad_argument(kwargs, error, match) -> None:
+    args = {"d_model": 32, "num_heads": 8, "num_kv_heads": 2, "kv_len": 5} | kwargs
+    with pytest.raises(error, match=match):
+        cost.decode_step_cost(**args)

@@ -623,3 +623,169 @@ def time_forms(
     finally:
         torch.set_num_threads(old_threads)
     return {name: statistics.median(s) for name, s in samples.items()}
+
+
+# --- Inference: the key/value cache and one decoding step ----------------------------------
+
+
+def kv_cache_bytes(
+    num_layers: int,
+    kv_len: int,
+    num_kv_heads: int,
+    d_head: int,
+    dtype: Any = torch.float16,
+    *,
+    batch_size: int = 1,
+) -> int:
+    """Bytes of a key/value cache: ``2 * layers * B * S * H_kv * Dh`` times the item size.
+
+    The 2 counts keys and values; each layer caches its own. Multi-query attention
+    (``H_kv = 1``) and grouped-query attention (``1 < H_kv < H``) shrink the cache by
+    ``H / H_kv`` against multi-head attention (``H_kv = H``).
+
+    Args:
+        num_layers: attention layers of the model.
+        kv_len: S, the positions cached.
+        num_kv_heads: H_kv.
+        d_head: Dh.
+        dtype: the cache's dtype (NumPy or PyTorch).
+        batch_size: B, the sequences decoded together.
+
+    Returns:
+        The size in bytes.
+
+    Raises:
+        ValueError: if a size is not positive.
+        TypeError: if a size is not an int or ``dtype`` is not a dtype.
+    """
+    for name, value in (
+        ("num_layers", num_layers),
+        ("kv_len", kv_len),
+        ("num_kv_heads", num_kv_heads),
+        ("d_head", d_head),
+        ("batch_size", batch_size),
+    ):
+        _check_count(name, value)
+    return 2 * num_layers * batch_size * kv_len * num_kv_heads * d_head * _itemsize(dtype)
+
+
+@dataclass(frozen=True)
+class PublishedConfig:
+    """The attention sizes of a published model, from its released configuration.
+
+    Attributes:
+        name: the model.
+        num_layers: attention layers.
+        num_heads: H, query heads per layer.
+        num_kv_heads: H_kv, key/value heads per layer.
+        d_head: Dh.
+        source: the citation key of the paper that describes the model.
+    """
+
+    name: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    d_head: int
+    source: str
+
+
+# From each model's released config (num_hidden_layers, num_attention_heads,
+# num_key_value_heads, hidden_size / num_attention_heads).
+PUBLISHED_CONFIGS = (
+    PublishedConfig("Llama 2 7B", 32, 32, 32, 128, "touvron2023llama"),
+    PublishedConfig("Llama 2 70B", 80, 64, 8, 128, "touvron2023llama"),
+    PublishedConfig("Mistral 7B", 32, 32, 8, 128, "jiang2023mistral"),
+    PublishedConfig("TinyLlama 1.1B", 22, 32, 4, 64, "zhang2024tinyllama"),
+)
+
+
+@dataclass(frozen=True)
+class DecodeStepCost:
+    """FLOPs and the least bytes moved by one attention layer for one new token per sequence.
+
+    Attributes:
+        flops: multiply-adds of the matrix products, 2 FLOPs each.
+        bytes: the least traffic between memory and the processor: every weight read
+            once, the cached keys and values read once, the new ones written once, and the
+            layer's input and output.
+    """
+
+    flops: int
+    bytes: int
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity, FLOPs per byte moved."""
+        return self.flops / self.bytes
+
+
+def decode_step_cost(
+    d_model: int,
+    num_heads: int,
+    num_kv_heads: int,
+    kv_len: int,
+    dtype: Any = torch.float16,
+    *,
+    batch_size: int = 1,
+    cached: bool = True,
+) -> DecodeStepCost:
+    """What one attention layer costs to produce the next token, with or without a cache.
+
+    With a cache (``cached=True``), the new token of each sequence is projected
+    (``4 D^2 + 4 D H_kv Dh`` FLOPs: queries, keys and values of width ``H Dh = D``,
+    ``H_kv Dh`` and ``H_kv Dh``, and the output), and attends to the ``S`` cached positions
+    and itself (``4 H (S + 1) Dh``). Without one, the layer runs again on the whole prefix
+    of ``N = S + 1`` tokens: ``N (4 D^2 + 4 D H_kv Dh) + 4 H N^2 Dh``, the cost of a full
+    forward (the explicit score matrix is dense even under a causal mask).
+
+    Bytes: the weights (``2 D^2 + 2 D H_kv Dh`` elements) are read once per step whatever
+    ``B``; with a cache the ``2 B S H_kv Dh`` cached elements are read and ``2 B H_kv Dh``
+    written; without one the ``B N D`` inputs are read and the same outputs written. So a
+    cached step reads every cached element for about ``4 H / H_kv`` FLOPs: its intensity is
+    set by ``H / H_kv``, which is why multi-query and grouped-query attention speed up
+    memory-bound decoding.
+
+    Args:
+        d_model: D.
+        num_heads: H; must divide D.
+        num_kv_heads: H_kv; must divide H.
+        kv_len: S, the positions before the new token.
+        dtype: the dtype of weights and cache.
+        batch_size: B.
+        cached: whether the keys and values of the prefix come from a cache.
+
+    Returns:
+        A :class:`DecodeStepCost`.
+
+    Raises:
+        ValueError: if a size is not positive, H does not divide D or H_kv does not
+            divide H.
+        TypeError: if a size is not an int or ``cached`` is not a bool.
+    """
+    v.check_sizes(d_model, num_heads)
+    for name, value in (
+        ("num_kv_heads", num_kv_heads),
+        ("kv_len", kv_len),
+        ("batch_size", batch_size),
+    ):
+        _check_count(name, value)
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(
+            f"num_kv_heads must divide num_heads; got num_heads={num_heads}, "
+            f"num_kv_heads={num_kv_heads}"
+        )
+    if not isinstance(cached, bool):
+        raise TypeError(f"cached must be a bool; got {type(cached).__name__} {cached!r}")
+    D, H, H_kv, B = d_model, num_heads, num_kv_heads, batch_size
+    Dh, N = D // H, kv_len + 1
+    item = _itemsize(dtype)
+    per_token = 4 * D * D + 4 * D * H_kv * Dh  # q, k, v and output projections
+    weights = 2 * D * D + 2 * D * H_kv * Dh
+    if cached:
+        flops = B * (per_token + 4 * H * N * Dh)
+        moved = weights + 2 * B * kv_len * H_kv * Dh + 2 * B * H_kv * Dh + 2 * B * D
+    else:
+        flops = B * (N * per_token + 4 * H * N * N * Dh)
+        moved = weights + 2 * B * N * D
+    return DecodeStepCost(flops=flops, bytes=moved * item)
