@@ -136,7 +136,7 @@ def scaled_dot_product_attention(
     """
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
     c.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
-    return _sdpa_backward(query, key, value, weights.copy(), d_out)
+    return _sdpa_backward(query, key, value, weights, d_out)
 
 
 def _tiled_backward(q, k, v_, out, lse, d_out, mask, causal, block_q, block_kv):
@@ -465,7 +465,7 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     d_concat, d_w_o, d_b_o = _linear_backward(concat, p.w_o, d_out, bias_out)
     d_heads = merge_heads(d_concat, H)  # (B, L, D) -> (B, H, L, Dh)
     if saved.form == "fused":
-        dq, dk, dv = _sdpa_backward(saved.q, saved.k, saved.v, saved.weights.copy(), d_heads)
+        dq, dk, dv = _sdpa_backward(saved.q, saved.k, saved.v, saved.weights, d_heads)
     else:
         dq, dk, dv = _tiled_backward(
             saved.q, saved.k, saved.v, saved.heads, saved.lse, d_heads, saved.mask, False,

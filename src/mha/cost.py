@@ -401,7 +401,7 @@ def attention_peak_memory(
     *,
     paths: tuple[str, ...] = MEMORY_PATHS,
     dtype: str = "float32",
-    threads: int = 1,
+    threads: int | None = 1,
 ) -> dict[str, list[int]]:
     """Measured peak extra resident memory of self-attention forwards, in a fresh process.
 
@@ -855,18 +855,21 @@ def _tiled_memory_runner(path: str, params: MHAParams, x: np.ndarray) -> Callabl
     return train_step
 
 
-def _child_env(threads: int) -> dict[str, str]:
+def _child_env(threads: int | None) -> dict[str, str]:
+    """This process's environment, with the BLAS thread count set (unless ``threads`` is None)."""
     import os
 
     env = dict(os.environ)
-    env.update({name: str(threads) for name in _BLAS_THREAD_VARIABLES})
+    if threads is not None:
+        env.update({name: str(threads) for name in _BLAS_THREAD_VARIABLES})
     return env
 
 
 def _tiled_memory_child() -> None:
     """Entry point of the child process of :func:`tiled_peak_memory` (JSON on stdin)."""
     spec = json.loads(sys.stdin.read())
-    torch.set_num_threads(spec["threads"])
+    if spec["threads"] is not None:
+        torch.set_num_threads(spec["threads"])
     D, H, B = spec["d_model"], spec["num_heads"], spec["batch_size"]
     params = init_params(D, H, seed=0, dtype=spec["dtype"])
     rng = np.random.default_rng(0)
@@ -878,7 +881,7 @@ def _tiled_memory_child() -> None:
     print(json.dumps(out))
 
 
-def _run_child(entry: str, spec: dict[str, Any], threads: int) -> Any:
+def _run_child(entry: str, spec: dict[str, Any], threads: int | None) -> Any:
     result = subprocess.run(
         [sys.executable, "-c", f"from mha.cost import {entry}; {entry}()"],
         input=json.dumps(spec),
@@ -899,7 +902,7 @@ def tiled_peak_memory(
     *,
     paths: tuple[str, ...] = TILED_MEMORY_PATHS,
     dtype: str = "float32",
-    threads: int = 1,
+    threads: int | None = 1,
 ) -> dict[str, list[int]]:
     """Measured peak extra resident memory of NumPy forward and backward passes, in a child.
 
@@ -919,7 +922,7 @@ def tiled_peak_memory(
         num_heads: number of heads H.
         paths: which of :data:`TILED_MEMORY_PATHS` to run.
         dtype: ``"float32"`` or ``"float64"``.
-        threads: BLAS and PyTorch threads in the child.
+        threads: BLAS and PyTorch threads in the child (``None``: their defaults).
 
     Returns:
         ``{path: [bytes for each L]}``.
@@ -932,7 +935,8 @@ def tiled_peak_memory(
     for L in q_lens:
         _check_count("q_lens[i]", L)
     v.check_sizes(d_model, num_heads)
-    _check_count("threads", threads)
+    if threads is not None:
+        _check_count("threads", threads)
     unknown = [p for p in paths if p not in TILED_MEMORY_PATHS]
     if unknown:
         raise ValueError(f"paths must be among {TILED_MEMORY_PATHS}; got {unknown}")
@@ -999,7 +1003,7 @@ def time_tiled(
     backward: bool = False,
     repeat: int = 5,
     min_time: float = 0.05,
-    threads: int = 1,
+    threads: int | None = 1,
     dtype: str = "float32",
     clock: str = "cpu",
     seed: int = 0,
@@ -1028,7 +1032,7 @@ def time_tiled(
         backward: also time the layer's forward and backward passes.
         repeat: timings per implementation (the median is taken).
         min_time: seconds per timing.
-        threads: BLAS threads in the child.
+        threads: BLAS threads in the child (``None``: the library's default).
         dtype: ``"float32"`` or ``"float64"``.
         clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
         seed: seed of the inputs and weights.
@@ -1040,13 +1044,10 @@ def time_tiled(
         ValueError: on bad sizes, block sizes, clock or dtype.
         RuntimeError: if the child process fails.
     """
-    for name, value in (
-        ("batch_size", batch_size),
-        ("q_len", q_len),
-        ("repeat", repeat),
-        ("threads", threads),
-    ):
+    for name, value in (("batch_size", batch_size), ("q_len", q_len), ("repeat", repeat)):
         _check_count(name, value)
+    if threads is not None:
+        _check_count("threads", threads)
     v.check_sizes(d_model, num_heads)
     for block_q, block_kv in blocks:
         v.check_block_size("block_q", block_q)
