@@ -481,6 +481,62 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     return MHAGradients(grads[0][0], grads[1][0], grads[2][0], d_params)
 
 
+def _sdpa_magnitudes(q, k, v_, weights, d_out):
+    """The backward of attention on magnitudes (all inputs >= 0), and the largest score.
+
+    ``dS`` becomes ``A * (dA + rowsum(dA * A))``: every term that the true ``dS`` adds or
+    subtracts, counted with its absolute value.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    c_max = float(np.matmul(q, k.swapaxes(-1, -2)).max()) * scale
+    d_v = np.matmul(weights.swapaxes(-1, -2), d_out)
+    d_a = np.matmul(d_out, v_.swapaxes(-1, -2))
+    d_s = weights * (d_a + np.einsum("...j,...j->...", d_a, weights)[..., None]) * scale
+    return np.matmul(d_s, k), np.matmul(d_s.swapaxes(-1, -2), q), d_v, c_max
+
+
+def attention_gradient_tolerance(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    weights: np.ndarray,
+    d_out: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How far two routes to the gradients of :func:`scaled_dot_product_attention` may differ.
+
+    The bound of :func:`gradient_tolerance` for attention alone: the backward run in float64
+    on magnitudes (absolute values, and ``A * (dA + rowsum(dA * A))`` for the softmax), times
+    ``2 (8 + 4c + 4) gamma_n``: at most 8 rounded stages, and the weights' own relative error
+    ``(4c + 4) gamma_n`` from the forward, ``c`` the largest score magnitude and ``n`` the
+    longest sum.
+
+    Args:
+        query: the forward's queries.
+        key: its keys.
+        value: its values.
+        weights: its attention weights.
+        d_out: the gradient of the loss with respect to the output.
+
+    Shape:
+        As in :func:`scaled_dot_product_attention`. Returns tolerances of the shapes of
+        query, key and value.
+
+    Raises:
+        The errors of :func:`scaled_dot_product_attention`.
+    """
+    batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
+    c.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
+    q, k, v_, a, d_o = (np.abs(x).astype(np.float64) for x in (query, key, value, weights, d_out))
+    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, v_, a, d_o)
+    n = max(L, S, query.shape[-1], value.shape[-1])
+    factor = 2 * (8 + 4 * c_max + 4) * gamma(query.dtype, n)
+    return (
+        factor * _unbroadcast(d_q, query.shape),
+        factor * _unbroadcast(d_k, key.shape),
+        factor * _unbroadcast(d_v, value.shape),
+    )
+
+
 def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     """How far two routes to the gradients of :func:`multi_head_attention` may differ.
 
@@ -516,7 +572,7 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     c.check_array("d_out", d_out)
     c.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
     p = saved.params.map(lambda a: np.abs(a).astype(np.float64))
-    H, Dh = p.num_heads, p.d_head
+    H = p.num_heads
     weights = saved.weights
     if weights is None:
         weights = np_backend.scaled_dot_product_attention(saved.q, saved.k, saved.v, saved.mask)[1]
@@ -527,15 +583,11 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
         np_backend.split_heads(_linear(x, w, b), H)  # (B, H, L|S, Dh)
         for x, w, b in zip(inputs, (p.w_q, p.w_k, p.w_v), biases, strict=True)
     )
-    c_max = float((q @ k.swapaxes(-1, -2)).max()) / math.sqrt(Dh)
     d_out_abs = np.abs(d_out).astype(np.float64)
     concat = np_backend.merge_heads(A @ val)  # (B, L, D)
     d_concat, d_w_o, d_b_o = _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None)
     d_heads = merge_heads(d_concat, H)  # (B, H, L, Dh)
-    d_v = A.swapaxes(-1, -2) @ d_heads
-    d_a = d_heads @ val.swapaxes(-1, -2)
-    d_s = A * (d_a + np.einsum("...j,...j->...", d_a, A)[..., None]) / math.sqrt(Dh)
-    d_q, d_k = d_s @ k, d_s.swapaxes(-1, -2) @ q
+    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, val, A, d_heads)
     grads = [
         _linear_backward(x, w, split_heads(d), p.b_qkv is not None)
         for x, w, d in zip(inputs, (p.w_q, p.w_k, p.w_v), (d_q, d_k, d_v), strict=True)

@@ -118,7 +118,8 @@ def softmax_stats(
         raise ValueError(f"scores must have shape (..., S); got 0-D shape {scores.shape}")
     if mask is not None:
         c.check_mask(mask, scores.shape, "scores.shape")
-    return _stats(scores, mask)
+    row_max, row_sum = _stats(scores, mask)
+    return np.asarray(row_max), np.asarray(row_sum)  # 0-D arrays, not scalars, for one row
 
 
 def combine_stats(
