@@ -770,8 +770,9 @@ def naive_attention_io(
     pass 2 reads the scores (once if one block spans a row, ``Bc >= S``, otherwise twice:
     statistics, then weights) and writes the ``L S`` weights; pass 3 reads the weights and V
     once per query block and writes the output. Relative to :func:`tiled_attention_io`
-    (no mask), that is ``3 L S`` or ``4 L S`` elements more, whatever M is: the
-    ``Theta(N d + N^2)`` of standard attention in Dao et al. (2022), Theorem 2.
+    (no mask) that is ``(passes + 1) L S`` more reads and ``2 L S - L`` more writes,
+    ``4 L S - L`` or ``5 L S - L`` elements in all, whatever M is: the ``Theta(N d + N^2)``
+    of standard attention in Dao et al. (2022), Theorem 2.
 
     Args:
         q_len: L.
