@@ -39,6 +39,7 @@ lab: $(STAMP)
 ## Print the speed and memory ratios of the implementations (issue targets).
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench_tiled.py
 
 clean:
 	rm -rf _build .pytest_cache test-artifacts

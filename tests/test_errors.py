@@ -390,7 +390,7 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
         "mha_unknown_form",
         mha_call(form="flash"),
         ValueError,
-        r"form must be one of \('per_head', 'fused', 'packed'\); got form='flash'",
+        r"form must be one of \('per_head', 'fused', 'packed', 'tiled'\); got form='flash'",
     ),
     # key padding masks
     (

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from numbers import Integral, Real
 from typing import Any
 
-FORMS = ("per_head", "fused", "packed")
+FORMS = ("per_head", "fused", "packed", "tiled")
 
 
 def distinct(*named: tuple[str, Any]) -> list[tuple[str, Any]]:
@@ -55,7 +55,7 @@ def check_length(name: str, value: Any, symbol: str) -> None:
 
 
 def check_form(form: str) -> None:
-    """Check that ``form`` names one of the three MHA forms."""
+    """Check that ``form`` names one of the MHA forms."""
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}; got form={form!r}")
 
@@ -205,3 +205,18 @@ def check_layer_norm_params(d_model: int, weight: Any, bias: Any, eps: Any) -> N
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and tuple(p.shape) != (d_model,):
             raise ValueError(f"{name} must have shape (D,) = ({d_model},); got {tuple(p.shape)}")
+
+
+def check_form_weights(form: str, need_weights: bool) -> None:
+    """Check that weights are not requested from the tiled form, which never forms them."""
+    if form == "tiled" and need_weights:
+        raise ValueError(
+            "form='tiled' never forms the (B, H, L, S) attention weights; pass need_weights=False"
+        )
+
+
+def check_block_size(name: str, value: Any) -> None:
+    """Check that a block size (rows of a tile) is an int of at least one."""
+    check_int(name, value)
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1; got {name}={value}")

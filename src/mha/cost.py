@@ -401,7 +401,7 @@ def attention_peak_memory(
     *,
     paths: tuple[str, ...] = MEMORY_PATHS,
     dtype: str = "float32",
-    threads: int = 1,
+    threads: int | None = 1,
 ) -> dict[str, list[int]]:
     """Measured peak extra resident memory of self-attention forwards, in a fresh process.
 
@@ -789,3 +789,452 @@ def decode_step_cost(
         flops = B * (N * per_token + 4 * H * N * N * Dh)
         moved = weights + 2 * B * N * D
     return DecodeStepCost(flops=flops, bytes=moved * item)
+
+
+# --- IO: the model (elements moved between slow and fast memory) ---------------------------
+
+
+@dataclass(frozen=True)
+class AttentionIO:
+    """Elements one attention head moves between slow memory and fast memory.
+
+    "Slow" memory holds the inputs and outputs (a GPU's HBM, a CPU's main memory); "fast"
+    memory holds the tiles being worked on (on-chip SRAM, a cache) and has room for
+    ``fast_memory`` elements. Counts are elements, not bytes.
+
+    Attributes:
+        reads: elements loaded from slow memory.
+        writes: elements stored to slow memory.
+    """
+
+    reads: int
+    writes: int
+
+    @property
+    def total(self) -> int:
+        """Reads plus writes."""
+        return self.reads + self.writes
+
+
+def tiled_fast_memory(block_q: int, block_kv: int, d_head: int) -> int:
+    """Elements the tiled forward holds in fast memory at once, per head.
+
+    A query block and its output accumulator (``2 Br Dh``), a key and a value block
+    (``2 Bc Dh``), one tile of scores (``Br Bc``), and the running maximum and sum (``2 Br``).
+
+    Raises:
+        ValueError: if a size is not positive.
+        TypeError: if a size is not an int.
+    """
+    for name, value in (("block_q", block_q), ("block_kv", block_kv), ("d_head", d_head)):
+        _check_count(name, value)
+    return 2 * block_q * d_head + 2 * block_kv * d_head + block_q * block_kv + 2 * block_q
+
+
+def tiled_block_sizes(d_head: int, fast_memory: int) -> tuple[int, int]:
+    """The block sizes ``(Br, Bc)`` that the IO model uses for a fast memory of M elements.
+
+    The key/value block is ``Bc = min(Dh, M // (4 Dh))`` (at least 1), so the score tile
+    takes no more room than a block of queries; the query block ``Br`` is then the largest
+    for which :func:`tiled_fast_memory` fits in M. This mirrors the choice of FlashAttention
+    (Dao et al., 2022), whose outer loop runs over key blocks where this one runs over query
+    blocks: the outer block is the large one, because the inner blocks are read once per
+    outer block.
+
+    Raises:
+        ValueError: if a size is not positive, or M is too small for one row of each block
+            (``M < tiled_fast_memory(1, 1, Dh)``).
+        TypeError: if a size is not an int.
+    """
+    _check_count("d_head", d_head)
+    _check_count("fast_memory", fast_memory)
+    block_kv = max(1, min(d_head, fast_memory // (4 * d_head)))
+    block_q = (fast_memory - 2 * block_kv * d_head) // (2 * d_head + block_kv + 2)
+    if block_q < 1:
+        raise ValueError(
+            f"fast_memory must hold at least one row of each block, "
+            f"{tiled_fast_memory(1, 1, d_head)} elements for d_head={d_head}; "
+            f"got fast_memory={fast_memory}"
+        )
+    return block_q, block_kv
+
+
+def _io_blocks(
+    d_head: int, fast_memory: int | None, blocks: tuple[int, int] | None
+) -> tuple[int, int]:
+    if (fast_memory is None) == (blocks is None):
+        raise ValueError(
+            f"give exactly one of fast_memory and blocks; got fast_memory={fast_memory}, "
+            f"blocks={blocks}"
+        )
+    if blocks is None:
+        return tiled_block_sizes(d_head, fast_memory)
+    block_q, block_kv = blocks
+    _check_count("blocks[0]", block_q)
+    _check_count("blocks[1]", block_kv)
+    return block_q, block_kv
+
+
+def tiled_attention_io(
+    q_len: int,
+    kv_len: int,
+    d_head: int,
+    fast_memory: int | None = None,
+    *,
+    blocks: tuple[int, int] | None = None,
+    causal: bool = False,
+) -> AttentionIO:
+    """Exact element count of one head of :func:`mha.tiled.attention` (``Dv = Dh``).
+
+    Each of the ``ceil(L / Br)`` query blocks is read once and reads every key and value
+    block (with ``causal``, only the blocks that start at or before its last row); the
+    output and the log-sum-exp are written once:
+
+        reads ``= L Dh + 2 Dh sum_i (key rows read by block i)``, writes ``= L Dh + L``.
+
+    Without a mask that is ``L Dh + 2 ceil(L / Br) S Dh`` reads: with
+    ``Br ~ M / (3 Dh)`` from :func:`tiled_block_sizes`, about ``6 L S Dh^2 / M``, the
+    ``Theta(N^2 d^2 / M)`` of Dao et al. (2022), Theorem 2.
+
+    Args:
+        q_len: L.
+        kv_len: S.
+        d_head: Dh.
+        fast_memory: M, in elements; the blocks come from :func:`tiled_block_sizes`.
+        blocks: ``(Br, Bc)`` instead of ``fast_memory``.
+        causal: query ``i`` attends to keys ``j <= i`` and tiles above the diagonal are
+            skipped.
+
+    Raises:
+        ValueError: if a size is not positive, or not exactly one of ``fast_memory`` and
+            ``blocks`` is given.
+        TypeError: if a size is not an int.
+    """
+    for name, value in (("q_len", q_len), ("kv_len", kv_len), ("d_head", d_head)):
+        _check_count(name, value)
+    block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
+    key_rows = 0
+    for start in range(0, q_len, block_q):
+        stop = min(start + block_q, q_len)
+        seen = min(stop, kv_len) if causal else kv_len  # key blocks starting before `seen`
+        key_rows += min(kv_len, math.ceil(seen / block_kv) * block_kv)
+    return AttentionIO(reads=q_len * d_head + 2 * d_head * key_rows, writes=q_len * d_head + q_len)
+
+
+def naive_attention_io(
+    q_len: int,
+    kv_len: int,
+    d_head: int,
+    fast_memory: int | None = None,
+    *,
+    blocks: tuple[int, int] | None = None,
+) -> AttentionIO:
+    """Exact element count of one head of :func:`mha.tiled.three_pass_attention` (``Dv = Dh``).
+
+    The same blocks as the tiled algorithm, but the scores and the weights go through slow
+    memory: pass 1 reads Q once and K once per query block and writes the ``L S`` scores;
+    pass 2 reads the scores (once if one block spans a row, ``Bc >= S``, otherwise twice:
+    statistics, then weights) and writes the ``L S`` weights; pass 3 reads the weights and V
+    once per query block and writes the output. Relative to :func:`tiled_attention_io`
+    (no mask) that is ``(passes + 1) L S`` more reads and ``2 L S - L`` more writes,
+    ``4 L S - L`` or ``5 L S - L`` elements in all, whatever M is: the ``Theta(N d + N^2)``
+    of standard attention in Dao et al. (2022), Theorem 2.
+
+    Args:
+        q_len: L.
+        kv_len: S.
+        d_head: Dh.
+        fast_memory: M, in elements; the blocks come from :func:`tiled_block_sizes`.
+        blocks: ``(Br, Bc)`` instead of ``fast_memory``.
+
+    Raises:
+        ValueError: if a size is not positive, or not exactly one of ``fast_memory`` and
+            ``blocks`` is given.
+        TypeError: if a size is not an int.
+    """
+    for name, value in (("q_len", q_len), ("kv_len", kv_len), ("d_head", d_head)):
+        _check_count(name, value)
+    block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
+    L, S, Dh = q_len, kv_len, d_head
+    passes_over_scores = 1 if block_kv >= S else 2
+    q_blocks = math.ceil(L / block_q)
+    reads = (L * Dh + q_blocks * S * Dh) + passes_over_scores * L * S + (L * S + q_blocks * S * Dh)
+    return AttentionIO(reads=reads, writes=L * S + L * S + L * Dh)
+
+
+def flash_io_bound(q_len: int, kv_len: int, d_head: int, fast_memory: int) -> float:
+    """``L S Dh^2 / M``: the order of FlashAttention's slow-memory traffic, without a constant.
+
+    Dao et al. (2022), Theorem 2, state ``Theta(N^2 d^2 M^-1)`` for ``L = S = N``,
+    ``Dh = d``, ``d <= M <= N d``.
+
+    Raises:
+        ValueError: if a size is not positive.
+        TypeError: if a size is not an int.
+    """
+    for name, value in (
+        ("q_len", q_len),
+        ("kv_len", kv_len),
+        ("d_head", d_head),
+        ("fast_memory", fast_memory),
+    ):
+        _check_count(name, value)
+    return q_len * kv_len * d_head**2 / fast_memory
+
+
+# --- Memory and time of the tiled and backward passes in NumPy: measured -------------------
+
+
+TILED_MEMORY_PATHS = ("numpy", "numpy tiled", "sdpa", "numpy backward", "numpy tiled backward")
+_BLAS_THREAD_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
+
+
+def _tiled_memory_runner(path: str, params: MHAParams, x: np.ndarray) -> Callable[[], Any]:
+    from mha import backward, np_backend
+
+    N = np_backend
+    if path == "numpy":
+        return lambda: N.multi_head_attention(x, x, x, params, form="fused", need_weights=False)
+    if path == "numpy tiled":
+        return lambda: N.multi_head_attention(x, x, x, params, form="tiled", need_weights=False)
+    if path == "sdpa":
+        p_t, x_t = params.to_torch(), torch.from_numpy(x)
+
+        def sdpa() -> Any:
+            with torch.inference_mode():
+                return torch_backend.multi_head_attention(
+                    x_t, x_t, x_t, p_t, form="packed", need_weights=False
+                )
+
+        return sdpa
+    form = "fused" if path == "numpy backward" else "tiled"
+    d_out = np.ones_like(x)
+
+    def train_step() -> Any:
+        _, saved = backward.multi_head_attention_forward(x, x, x, params, form=form)
+        return backward.multi_head_attention(saved, d_out)
+
+    return train_step
+
+
+def _child_env(threads: int | None) -> dict[str, str]:
+    """This process's environment, with the BLAS thread count set (unless ``threads`` is None)."""
+    import os
+
+    env = dict(os.environ)
+    if threads is not None:
+        env.update({name: str(threads) for name in _BLAS_THREAD_VARIABLES})
+    return env
+
+
+def _tiled_memory_child() -> None:
+    """Entry point of the child process of :func:`tiled_peak_memory` (JSON on stdin)."""
+    spec = json.loads(sys.stdin.read())
+    if spec["threads"] is not None:
+        torch.set_num_threads(spec["threads"])
+    D, H, B = spec["d_model"], spec["num_heads"], spec["batch_size"]
+    params = init_params(D, H, seed=0, dtype=spec["dtype"])
+    rng = np.random.default_rng(0)
+    out: dict[str, list[int]] = {path: [] for path in spec["paths"]}
+    for L in spec["q_lens"]:
+        x = rng.standard_normal((B, L, D)).astype(spec["dtype"])
+        for path in spec["paths"]:
+            out[path].append(peak_rss_increase(_tiled_memory_runner(path, params, x)))
+    print(json.dumps(out))
+
+
+def _run_child(entry: str, spec: dict[str, Any], threads: int | None) -> Any:
+    result = subprocess.run(
+        [sys.executable, "-c", f"from mha.cost import {entry}; {entry}()"],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        env=_child_env(threads),
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"measurement failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def tiled_peak_memory(
+    batch_size: int,
+    q_lens: list[int],
+    d_model: int,
+    num_heads: int,
+    *,
+    paths: tuple[str, ...] = TILED_MEMORY_PATHS,
+    dtype: str = "float32",
+    threads: int | None = 1,
+) -> dict[str, list[int]]:
+    """Measured peak extra resident memory of NumPy forward and backward passes, in a child.
+
+    Self-attention of ``x`` of shape ``(B, L, D)`` with :func:`mha.init_params` weights:
+    ``"numpy"`` is :func:`mha.np_backend.multi_head_attention` (fused form, weights not
+    returned: one ``(B, H, L, S)`` tensor, scores then weights, is held); ``"numpy tiled"``
+    the same function with ``form="tiled"``; ``"sdpa"`` the PyTorch packed form without
+    weights (``scaled_dot_product_attention``); ``"numpy backward"`` a forward that stores the
+    weights plus the backward of :mod:`mha.backward`; ``"numpy tiled backward"`` the tiled
+    forward (storing the log-sum-exp) plus the tiled backward. Each number comes from
+    :func:`peak_rss_increase` in a child Python process.
+
+    Args:
+        batch_size: B.
+        q_lens: the lengths L = S to measure.
+        d_model: model width D.
+        num_heads: number of heads H.
+        paths: which of :data:`TILED_MEMORY_PATHS` to run.
+        dtype: ``"float32"`` or ``"float64"``.
+        threads: BLAS and PyTorch threads in the child (``None``: their defaults).
+
+    Returns:
+        ``{path: [bytes for each L]}``.
+
+    Raises:
+        ValueError: on an unknown path or dtype, or bad sizes.
+        RuntimeError: if the child process fails (e.g. not on Linux with glibc).
+    """
+    _check_count("batch_size", batch_size)
+    for L in q_lens:
+        _check_count("q_lens[i]", L)
+    v.check_sizes(d_model, num_heads)
+    if threads is not None:
+        _check_count("threads", threads)
+    unknown = [p for p in paths if p not in TILED_MEMORY_PATHS]
+    if unknown:
+        raise ValueError(f"paths must be among {TILED_MEMORY_PATHS}; got {unknown}")
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
+    spec = {
+        "batch_size": batch_size,
+        "q_lens": list(q_lens),
+        "d_model": d_model,
+        "num_heads": num_heads,
+        "paths": list(paths),
+        "dtype": dtype,
+        "threads": threads,
+    }
+    return _run_child("_tiled_memory_child", spec, threads)
+
+
+def _tiled_time_child() -> None:
+    """Entry point of the child process of :func:`time_tiled` (JSON on stdin)."""
+    from mha import backward, np_backend, tiled
+
+    spec = json.loads(sys.stdin.read())
+    B, L, D, H = spec["batch_size"], spec["q_len"], spec["d_model"], spec["num_heads"]
+    rng = np.random.default_rng(spec["seed"])
+    dtype = np.dtype(spec["dtype"])
+    q, k, val = (rng.standard_normal((B, H, L, D // H)).astype(dtype) for _ in range(3))
+    runners: dict[str, Callable[[], Any]] = {
+        "naive": lambda: np_backend.scaled_dot_product_attention(q, k, val)
+    }
+    for block_q, block_kv in spec["blocks"]:
+        runners[f"tiled {block_q}x{block_kv}"] = lambda bq=block_q, bk=block_kv: tiled.attention(
+            q, k, val, block_q=bq, block_kv=bk
+        )
+    if spec["backward"]:
+        params = init_params(D, H, seed=spec["seed"], dtype=dtype)
+        x = rng.standard_normal((B, L, D)).astype(dtype)
+        d_out = rng.standard_normal((B, L, D)).astype(dtype)
+        saved = {f: backward.multi_head_attention_forward(x, x, x, params, form=f)[1]
+                 for f in ("fused", "tiled")}  # fmt: skip
+        runners["layer forward"] = lambda: np_backend.multi_head_attention(x, x, x, params)
+        for f in ("fused", "tiled"):
+            runners[f"layer forward, {f}, saving"] = lambda f=f: (
+                backward.multi_head_attention_forward(x, x, x, params, form=f)
+            )
+            runners[f"layer backward, {f}"] = lambda f=f: backward.multi_head_attention(
+                saved[f], d_out
+            )
+    tick = _clock(spec["clock"])
+    numbers = {name: _calibrate(fn, spec["min_time"]) for name, fn in runners.items()}
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(spec["repeat"]):
+        for name, fn in runners.items():
+            samples[name].append(_mean_time(fn, numbers[name], tick))
+    print(json.dumps({name: statistics.median(s) for name, s in samples.items()}))
+
+
+def time_tiled(
+    batch_size: int,
+    q_len: int,
+    d_model: int,
+    num_heads: int,
+    *,
+    blocks: list[tuple[int, int]],
+    backward: bool = False,
+    repeat: int = 5,
+    min_time: float = 0.05,
+    threads: int | None = 1,
+    dtype: str = "float32",
+    clock: str = "cpu",
+    seed: int = 0,
+) -> dict[str, float]:
+    """Median seconds of NumPy attention, naive and tiled, measured in a child process.
+
+    On per-head ``q``, ``k``, ``v`` of shape ``(B, H, L, D / H)`` (self-attention, no
+    mask): ``"naive"`` is :func:`mha.np_backend.scaled_dot_product_attention` (forms the
+    scores), ``"tiled BrxBc"`` is :func:`mha.tiled.attention` with those blocks. With
+    ``backward``, also the layer on ``x`` of shape ``(B, L, D)``: ``"layer forward"``
+    (:func:`mha.np_backend.multi_head_attention`), ``"layer forward, fused, saving"`` and
+    ``"layer forward, tiled, saving"`` (:func:`mha.backward.multi_head_attention_forward`),
+    ``"layer backward, fused"`` and ``"layer backward, tiled"``
+    (:func:`mha.backward.multi_head_attention`). Runs are interleaved, so a slow spell of the
+    machine hits all of them. The child's BLAS runs ``threads`` threads (set through the
+    usual environment variables before NumPy loads): on a shared machine, idle BLAS threads
+    waiting for a core can slow the many small products of the tiles far more than the few
+    large products of the naive path.
+
+    Args:
+        batch_size: B.
+        q_len: L = S.
+        d_model: model width D.
+        num_heads: number of heads H.
+        blocks: the ``(Br, Bc)`` pairs to time.
+        backward: also time the layer's forward and backward passes.
+        repeat: timings per implementation (the median is taken).
+        min_time: seconds per timing.
+        threads: BLAS threads in the child (``None``: the library's default).
+        dtype: ``"float32"`` or ``"float64"``.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+        seed: seed of the inputs and weights.
+
+    Returns:
+        ``{name: seconds per call}``.
+
+    Raises:
+        ValueError: on bad sizes, block sizes, clock or dtype.
+        RuntimeError: if the child process fails.
+    """
+    for name, value in (("batch_size", batch_size), ("q_len", q_len), ("repeat", repeat)):
+        _check_count(name, value)
+    if threads is not None:
+        _check_count("threads", threads)
+    v.check_sizes(d_model, num_heads)
+    for block_q, block_kv in blocks:
+        v.check_block_size("block_q", block_q)
+        v.check_block_size("block_kv", block_kv)
+    _clock(clock)
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
+    if not min_time > 0:
+        raise ValueError(f"min_time must be positive; got min_time={min_time}")
+    spec = {
+        "batch_size": batch_size,
+        "q_len": q_len,
+        "d_model": d_model,
+        "num_heads": num_heads,
+        "blocks": [list(b) for b in blocks],
+        "backward": backward,
+        "repeat": repeat,
+        "min_time": min_time,
+        "dtype": dtype,
+        "clock": clock,
+        "seed": seed,
+    }
+    return _run_child("_tiled_time_child", spec, threads)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from mha import _validate as v
+from mha import tiled
 from mha.params import MHAParams
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -241,14 +242,16 @@ def multi_head_attention(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """``Concat(head_1, ..., head_H) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
-    Three mathematically identical forms:
+    Four mathematically identical forms:
 
     - ``"per_head"``: a loop over heads, 3H projections of width Dh;
     - ``"fused"``: three ``(D, D)`` projections, then a reshape into heads;
     - ``"packed"``: one ``(D, 3D)`` projection for self-attention (when ``query``,
       ``key`` and ``value`` are the same array); for cross-attention the query is
       projected alone and key and value (the same array) share one ``(D, 2D)``
-      projection; distinct key and value arrays fall back to three projections.
+      projection; distinct key and value arrays fall back to three projections;
+    - ``"tiled"``: the fused projections, then :func:`mha.tiled.attention`, which never
+      forms the ``(B, H, L, S)`` scores or weights (so ``need_weights`` must be False).
 
     Args:
         query: queries.
@@ -256,8 +259,8 @@ def multi_head_attention(
         value: values.
         params: the layer's parameters, NumPy arrays of the inputs' dtype.
         mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
-        form: ``"per_head"``, ``"fused"`` or ``"packed"``.
-        need_weights: whether to return the attention weights.
+        form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
+        need_weights: whether to return the attention weights (False for ``"tiled"``).
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
@@ -265,11 +268,20 @@ def multi_head_attention(
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
-            broadcast, non-finite inputs or an unknown ``form``.
+            broadcast, non-finite inputs, an unknown ``form``, or weights requested from
+            the tiled form.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
     """
     _check_mha(query, key, value, params, mask, form)
+    v.check_form_weights(form, need_weights)
     H = params.num_heads
+    if form == "tiled":  # one projection at a time, split into heads as it is made
+        q = split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
+        k = split_heads(_linear(key, params.w_k, params.b_k), H)  # (B, H, S, Dh)
+        val = split_heads(_linear(value, params.w_v, params.b_v), H)  # (B, H, S, Dh)
+        out = tiled.attention(q, k, val, mask)[0]  # (B, H, L, Dh)
+        del q, k, val
+        return _linear(merge_heads(out), params.w_o, params.b_o), None  # (B, L, D)
     if form == "per_head":
         heads, weights = [], []
         for h in range(H):

@@ -308,7 +308,8 @@ def multi_head_attention(
 
     The forms and arguments are those of :func:`mha.np_backend.multi_head_attention`.
     With ``need_weights=False`` the fused and packed forms use
-    ``torch.nn.functional.scaled_dot_product_attention`` (the fast path).
+    ``torch.nn.functional.scaled_dot_product_attention`` (the fast path); the ``"tiled"``
+    form is the fused form on that path, whose CPU kernel works tile by tile.
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
@@ -320,6 +321,7 @@ def multi_head_attention(
         TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
     """
     _check_mha(query, key, value, params, mask, form)
+    v.check_form_weights(form, need_weights)
     H, D = params.num_heads, params.d_model
     if form == "per_head":
         heads, weights = [], []
