@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from mha.rank import _as_matrix, numerical_rank, one_thread
+from mha import _linalg
+from mha.rank import numerical_rank
 
 
 def centering_matrix(n: int) -> np.ndarray:
@@ -51,7 +52,7 @@ def check_attention_target(target: Any, atol: float = 1e-10) -> np.ndarray:
             finite), or a row does not sum to one.
         TypeError: if it is not a floating array.
     """
-    p = _as_matrix("target", target)
+    p = _linalg.as_matrix("target", target)
     if p.shape[0] != p.shape[1]:
         raise ValueError(f"target must be square (N, N); got shape {p.shape}")
     if np.any(p <= 0):
@@ -105,7 +106,11 @@ def attention_from_projections(x: Any, w_q: Any, w_k: Any) -> np.ndarray:
         ValueError: if a matrix is not 2-D or not finite, or the shapes do not chain.
         TypeError: if a matrix is not floating.
     """
-    x, w_q, w_k = _as_matrix("x", x), _as_matrix("w_q", w_q), _as_matrix("w_k", w_k)
+    x, w_q, w_k = (
+        _linalg.as_matrix("x", x),
+        _linalg.as_matrix("w_q", w_q),
+        _linalg.as_matrix("w_k", w_k),
+    )
     if w_q.shape != w_k.shape or w_q.shape[0] != x.shape[1]:
         raise ValueError(
             "w_q and w_k must both have shape (D, Dh) with D = x.shape[1] = "
@@ -146,7 +151,7 @@ def bhojanapalli_projections(
             :func:`check_attention_target` or has another size, or ``d_head`` is too small.
         TypeError: if ``d_head`` is not an int, or an array is not floating.
     """
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     p = check_attention_target(target)
     if isinstance(d_head, bool) or not isinstance(d_head, int):
         raise TypeError(f"d_head must be an int; got {type(d_head).__name__} {d_head!r}")
@@ -163,9 +168,9 @@ def bhojanapalli_projections(
     if d_head < r:
         kind = "rank(log(P) C)" if centre else "rank(log P)"
         raise ValueError(f"d_head must be at least {kind} = {r} for this target; got {d_head}")
-    u, s, vt = np.linalg.svd(m)
+    u, s, vt = _linalg.svd(m)
     U, V = u[:, :r] * s[:r], vt[:r].T  # M = U V^T, (N, r) each
-    x_pinv = np.linalg.pinv(x)  # (D, N), x @ x_pinv = I_N
+    x_pinv = _linalg.pinv(x)  # (D, N), x @ x_pinv = I_N
     E = np.eye(r, d_head)  # (r, Dh)
     return np.sqrt(d_head) * x_pinv @ U @ E, x_pinv @ V @ E  # (D, Dh) each
 
@@ -203,7 +208,7 @@ def centred_logit_floor(target: Any, d_head: int) -> float:
     """
     if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head < 0:
         raise ValueError(f"d_head must be a non-negative int; got {d_head!r}")
-    s = np.linalg.svd(centred_log(target), compute_uv=False)
+    s = _linalg.svdvals(centred_log(target))
     return float(np.sqrt(np.sum(s[d_head:] ** 2)))
 
 
@@ -255,7 +260,7 @@ def fit_attention(
         ValueError: if ``d_head`` or ``steps`` is not positive, shapes disagree, or as
             :func:`check_attention_target`.
     """
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     (w,) = _fit(x, [target], [d_head], steps, lr, seed)
     w_q, w_k = w
     return w_q, w_k, centred_logit_error(attention_from_projections(x, w_q, w_k), target)
@@ -281,7 +286,7 @@ def fit_attention_sweep(
     Raises:
         ValueError: as :func:`fit_attention`.
     """
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     pairs = [(t, d) for t in targets for d in d_heads]
     weights = _fit(x, [t for t, _ in pairs], [d for _, d in pairs], steps, lr, seed)
     errors = [
@@ -314,7 +319,7 @@ def _fit(
     xt, goal_t = torch.tensor(x, dtype=torch.float64), torch.tensor(goals)
     opt = torch.optim.Adam([w], lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
-    with one_thread():  # tiny matrices: extra threads only add synchronisation
+    with _linalg.one_thread():  # tiny matrices: extra threads only add synchronisation
         for _ in range(steps):
             opt.zero_grad()
             q = xt @ (w[:, 0] * mask[:, None, :])  # (K, N, width)
@@ -363,7 +368,7 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
     def group_error(group: tuple[int, ...]) -> float:
         mean = logs[list(group)].mean(axis=0)
         scatter = float(np.sum((logs[list(group)] - mean) ** 2))
-        s = np.linalg.svd(mean, compute_uv=False)
+        s = _linalg.svdvals(mean)
         return scatter + len(group) * float(np.sum(s[d_head:] ** 2))
 
     def best(items: tuple[int, ...], groups_left: int) -> float:

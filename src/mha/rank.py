@@ -13,56 +13,20 @@ For one sequence ``X`` (``N`` rows, ``r = rank(X)``, ``u`` distinct rows), a hea
 in self-attention is ``head_i = A_i (X W_v^i + 1 b_v^i^T) = A_i X W_v^i + 1 b_v^i^T``
 (the rows of ``A_i`` sum to one). :func:`rank_bounds` returns the bounds that follow.
 
-Threads: singular values are computed by PyTorch's LAPACK on one CPU thread
-(:func:`singular_values`), not by ``numpy.linalg``. The matrices here are small (a few
-hundred rows at most), so worker threads save little, and NumPy's OpenBLAS thread pool,
-which no NumPy API limits locally, made many small SVDs and products over 20 times slower
-in CPU time when the machine's other core was busy.
+Threads: singular values are computed by PyTorch's LAPACK on one CPU thread, not by
+``numpy.linalg``, whose OpenBLAS thread pool (which no NumPy API limits locally) made many
+small SVDs over 20 times slower in CPU time when the machine's other core was busy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 
-from mha import np_backend
+from mha import _linalg, np_backend
 from mha.params import MHAParams
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Run PyTorch on one CPU thread inside the block; restore the thread count after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _to_torch(a: np.ndarray) -> torch.Tensor:
-    """``a`` as a torch tensor of a LAPACK dtype (float32 stays, others become float64)."""
-    if a.dtype not in (np.float32, np.float64):
-        a = a.astype(np.float64)
-    return torch.from_numpy(np.ascontiguousarray(a))
-
-
-def _as_matrix(name: str, a: Any) -> np.ndarray:
-    if hasattr(a, "detach"):
-        a = a.detach().cpu().numpy()
-    if not isinstance(a, np.ndarray):
-        raise TypeError(f"{name} must be a NumPy array or a torch tensor; got {type(a).__name__}")
-    if a.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D matrix (m, n); got {a.ndim}-D shape {a.shape}")
-    if not np.issubdtype(a.dtype, np.floating):
-        raise TypeError(f"{name} must have a floating dtype; got dtype {a.dtype}")
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} must be finite; got NaN or infinite values")
-    return a
 
 
 def default_rtol(shape: tuple[int, int], dtype: Any = np.float64) -> float:
@@ -76,7 +40,7 @@ def default_rtol(shape: tuple[int, int], dtype: Any = np.float64) -> float:
     Returns:
         ``max(m, n) * eps`` as a float.
     """
-    return float(max(shape) * np.finfo(dtype).eps)
+    return _linalg.default_rtol(shape, dtype)
 
 
 def rank_tolerance(a: Any, rtol: float | None = None, atol: float = 0.0) -> float:
@@ -97,8 +61,8 @@ def rank_tolerance(a: Any, rtol: float | None = None, atol: float = 0.0) -> floa
         ValueError: if ``a`` is not 2-D or not finite, or a tolerance is negative.
         TypeError: if ``a`` is not a floating array or tensor.
     """
-    a = _as_matrix("a", a)
-    return _tolerance(singular_values(a), a.shape, a.dtype, rtol, atol)
+    a = _linalg.as_matrix("a", a)
+    return _linalg.rank_cutoff(singular_values(a), a.shape, a.dtype, rtol, atol)
 
 
 def singular_values(a: Any) -> np.ndarray:
@@ -117,20 +81,8 @@ def singular_values(a: Any) -> np.ndarray:
         ValueError: if ``a`` is not 2-D or not finite.
         TypeError: if ``a`` is not a floating array or tensor.
     """
-    a = _as_matrix("a", a)
-    with one_thread():
-        return torch.linalg.svdvals(_to_torch(a)).numpy()
-
-
-def _tolerance(
-    s: np.ndarray, shape: tuple[int, int], dtype: Any, rtol: float | None, atol: float
-) -> float:
-    if rtol is None:
-        rtol = default_rtol(shape, dtype)
-    if rtol < 0 or atol < 0:
-        raise ValueError(f"rtol and atol must be non-negative; got rtol={rtol}, atol={atol}")
-    s_max = float(s[0]) if s.size else 0.0
-    return max(float(atol), float(rtol) * s_max)
+    a = _linalg.as_matrix("a", a)
+    return _linalg.svdvals(a)
 
 
 def numerical_rank(a: Any, rtol: float | None = None, atol: float = 0.0) -> int:
@@ -154,9 +106,9 @@ def numerical_rank(a: Any, rtol: float | None = None, atol: float = 0.0) -> int:
         ValueError: if ``a`` is not 2-D or not finite, or a tolerance is negative.
         TypeError: if ``a`` is not a floating array or tensor.
     """
-    a = _as_matrix("a", a)
+    a = _linalg.as_matrix("a", a)
     s = singular_values(a)  # descending
-    tol = _tolerance(s, a.shape, a.dtype, rtol, atol)
+    tol = _linalg.rank_cutoff(s, a.shape, a.dtype, rtol, atol)
     return int(np.count_nonzero(s > tol))
 
 
@@ -194,7 +146,7 @@ def count_distinct_rows(x: np.ndarray) -> int:
     Shape:
         x ``(N, D)``.
     """
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     return int(np.unique(x, axis=0).shape[0])
 
 
@@ -228,7 +180,7 @@ def rank_bounds(x: np.ndarray, params: MHAParams) -> dict[str, Any]:
     """
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     if x.shape[1] != params.d_model:
         raise ValueError(
             f"x width must equal d_model={params.d_model}; got x.shape={tuple(x.shape)}"
@@ -273,10 +225,10 @@ def circuit_singular_values(params: MHAParams) -> dict[str, np.ndarray]:
     H, D, Dh = p.num_heads, p.d_model, p.d_head
 
     def per_head(w: np.ndarray) -> torch.Tensor:  # column block h of w is head h's
-        return _to_torch(w).reshape(D, H, Dh).permute(1, 0, 2)  # (D, D) -> (H, D, Dh)
+        return _linalg.to_torch(w).reshape(D, H, Dh).permute(1, 0, 2)  # (D, D) -> (H, D, Dh)
 
-    w_o = _to_torch(p.w_o).reshape(H, Dh, D)  # (D, D) -> (H, Dh, D): row block h
-    with one_thread():
+    w_o = _linalg.to_torch(p.w_o).reshape(H, Dh, D)  # (D, D) -> (H, Dh, D): row block h
+    with _linalg.one_thread():
         qk = per_head(p.w_q) @ per_head(p.w_k).transpose(1, 2)  # (H, D, Dh) @ (H, Dh, D)
         ov = per_head(p.w_v) @ w_o  # (H, D, Dh) @ (H, Dh, D) -> (H, D, D)
         return {"QK": torch.linalg.svdvals(qk).numpy(), "OV": torch.linalg.svdvals(ov).numpy()}

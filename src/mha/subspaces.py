@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from mha import _linalg
 from mha.params import MHAParams
-from mha.rank import _as_matrix, _to_torch, _tolerance, one_thread
 
 
 def orthonormal_basis(a: Any) -> np.ndarray:
@@ -41,20 +41,18 @@ def orthonormal_basis(a: Any) -> np.ndarray:
             does not have full column rank.
         TypeError: if ``a`` is not a floating array or tensor.
     """
-    a = _as_matrix("a", a)
+    a = _linalg.as_matrix("a", a)
     D, k = a.shape
     if k == 0 or k > D:
         raise ValueError(f"a must have between 1 and D={D} columns (D, k); got shape {a.shape}")
-    with one_thread():
-        u, s, _ = torch.linalg.svd(_to_torch(a), full_matrices=False)  # (D, k), (k,)
-    s = s.numpy()
-    r = int(np.count_nonzero(s > _tolerance(s, a.shape, a.dtype, None, 0.0)))
+    u, s, _ = _linalg.svd(a)  # (D, k), (k,)
+    r = int(np.count_nonzero(s > _linalg.rank_cutoff(s, a.shape, a.dtype, None, 0.0)))
     if r < k:
         raise ValueError(
             f"a must have full column rank to span a {k}-dimensional subspace; "
             f"got numerical rank {r}"
         )
-    return u.numpy()
+    return u
 
 
 def principal_cosines(a: Any, b: Any) -> np.ndarray:
@@ -73,8 +71,10 @@ def principal_cosines(a: Any, b: Any) -> np.ndarray:
         TypeError: if either is not a floating array or tensor.
     """
     qa, qb = _bases(a, b)
-    with one_thread():
-        s = torch.linalg.svdvals(_to_torch(qa).T @ _to_torch(qb))  # (p, q) -> (min(p, q),)
+    with _linalg.one_thread():
+        s = torch.linalg.svdvals(
+            _linalg.to_torch(qa).T @ _linalg.to_torch(qb)
+        )  # (p, q) -> (min(p, q),)
     return np.clip(s.numpy(), 0.0, 1.0)
 
 
@@ -112,8 +112,8 @@ def principal_angles(a: Any, b: Any, degrees: bool = False) -> np.ndarray:
     qa, qb = _bases(a, b)
     if qa.shape[1] < qb.shape[1]:
         qa, qb = qb, qa  # now q <= p: the residual of Q_b has min(p, q) singular values
-    ta, tb = _to_torch(qa), _to_torch(qb)
-    with one_thread():
+    ta, tb = _linalg.to_torch(qa), _linalg.to_torch(qb)
+    with _linalg.one_thread():
         m = ta.T @ tb  # (p, q)
         cos = torch.linalg.svdvals(m).numpy()  # descending
         sin = torch.linalg.svdvals(tb - ta @ m).numpy()[::-1]  # ascending
@@ -136,7 +136,7 @@ def frobenius_cosine(a: Any, b: Any) -> float:
         ValueError: if the shapes differ, or a matrix is zero, not 2-D or not finite.
         TypeError: if either is not a floating array or tensor.
     """
-    a, b = _as_matrix("a", a), _as_matrix("b", b)
+    a, b = _linalg.as_matrix("a", a), _linalg.as_matrix("b", b)
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape; got {a.shape} and {b.shape}")
     na, nb = np.sqrt(np.sum(a * a)), np.sqrt(np.sum(b * b))  # no BLAS call: no thread pool
@@ -187,8 +187,8 @@ def pairwise_principal_cosines(blocks: np.ndarray) -> np.ndarray:
         raise ValueError(
             f"blocks must have shape (H, D, Dh); got {np.ndim(blocks)}-D shape {np.shape(blocks)}"
         )
-    bases = _to_torch(np.stack([orthonormal_basis(blk) for blk in blocks]))  # (H, D, k)
-    with one_thread():
+    bases = _linalg.to_torch(np.stack([orthonormal_basis(blk) for blk in blocks]))  # (H, D, k)
+    with _linalg.one_thread():
         gram = torch.einsum("idk,jdl->ijkl", bases, bases)  # Q_i^T Q_j, (H, H, k, k)
         s = torch.linalg.svdvals(gram).numpy()  # (H, H, k)
     return np.clip(s, 0.0, 1.0)
@@ -213,7 +213,7 @@ def seed_frobenius_table(w_q_rows: np.ndarray, num_heads: int) -> np.ndarray:
     Raises:
         ValueError: if the weight is not square or H does not divide D.
     """
-    w = _as_matrix("w_q_rows", w_q_rows)
+    w = _linalg.as_matrix("w_q_rows", w_q_rows)
     D = w.shape[0]
     if w.shape != (D, D):
         raise ValueError(f"w_q_rows must be square (D, D); got shape {w.shape}")

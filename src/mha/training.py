@@ -19,7 +19,7 @@ the gradient in Michel et al.'s head importance.
 
 The functions that train or evaluate the model (:func:`train`, :func:`segment_losses` and
 the ablation and pruning built on it, :func:`head_scores`, :func:`head_importance`) run on
-one CPU thread (:func:`mha.rank.one_thread`) whatever torch's global setting, and restore
+one CPU thread whatever torch's global setting, and restore
 the setting after; the model's own ``forward`` leaves it alone. The matrices are tiny: on a
 2-core machine two threads took about six times the CPU time of one for the same training
 run, and split the float32 sums differently from one run to the next, so that two runs of
@@ -44,9 +44,9 @@ from torch import nn
 
 from mha import detectors, tasks
 from mha import torch_backend as tb
+from mha._linalg import one_thread
 from mha.module import MultiHeadAttention
 from mha.params import MHAParams
-from mha.rank import one_thread
 from mha.tasks import RepeatedSegments
 
 
