@@ -34,12 +34,24 @@ def test_head_returns_the_column_and_row_blocks_of_that_head() -> None:
         # exact: views
         np.testing.assert_array_equal(blk["w_v"], p.w_qkv[:, 2 * D + h * Dh : 2 * D + (h + 1) * Dh])
         np.testing.assert_array_equal(blk["w_o"], p.w_o[cols, :])  # exact: views
+        for i, name in enumerate(("b_q", "b_k", "b_v")):
+            # exact: views
+            np.testing.assert_array_equal(blk[name], p.b_qkv[i * D + h * Dh : i * D + (h + 1) * Dh])
         assert {k: b.shape for k, b in blk.items()} == {
             "w_q": (D, Dh),
             "w_k": (D, Dh),
             "w_v": (D, Dh),
             "w_o": (Dh, D),
+            "b_q": (Dh,),
+            "b_k": (Dh,),
+            "b_v": (Dh,),
         }
+
+
+def test_head_of_params_without_bias_has_none_biases() -> None:
+    blk = init_params(D, H, bias=False).head(1)
+    assert blk["b_q"] is None and blk["b_k"] is None and blk["b_v"] is None
+    assert blk["w_q"].shape == (D, D // H)
 
 
 @pytest.mark.parametrize("lib", ["numpy", "torch"])

@@ -33,18 +33,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from mha import _validate as v
-from mha import torch_backend
+from mha import _validate, torch_backend
 from mha.module import to_torch_mha
 from mha.params import MHAParams, init_params
-
-
-def _check_count(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive; got {name}={value}")
-
 
 # --- FLOPs: the model --------------------------------------------------------------------
 
@@ -150,10 +141,10 @@ def attention_flops(
         TypeError: if a size is not an int.
     """
     for name, value in (("batch_size", batch_size), ("q_len", q_len), ("kv_len", kv_len)):
-        _check_count(name, value)
-    v.check_sizes(d_model, num_heads)
+        _validate.check_positive(name, value)
+    _validate.check_sizes(d_model, num_heads)
     G = num_heads if num_kv_heads is None else num_kv_heads
-    _check_count("num_kv_heads", G)
+    _validate.check_positive("num_kv_heads", G)
     if num_heads % G != 0:
         raise ValueError(
             f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={G}"
@@ -250,8 +241,8 @@ def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> i
         ValueError: on an unknown form or a non-positive ``num_heads``.
         TypeError: if ``num_heads`` is not an int.
     """
-    _check_count("num_heads", num_heads)
-    v.check_form(form)
+    _validate.check_positive("num_heads", num_heads)
+    _validate.check_form(form)
     if form == "per_head":
         return 5 * num_heads + 1
     if form == "fused":
@@ -292,7 +283,7 @@ def score_tensor_bytes(
         ("kv_len", kv_len),
         ("num_heads", num_heads),
     ):
-        _check_count(name, value)
+        _validate.check_positive(name, value)
     return batch_size * num_heads * q_len * kv_len * _itemsize(dtype)
 
 
@@ -432,10 +423,10 @@ def attention_peak_memory(
         ValueError: on an unknown path or dtype, or bad sizes.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
-    _check_count("batch_size", batch_size)
+    _validate.check_positive("batch_size", batch_size)
     for L in q_lens:
-        _check_count("q_lens[i]", L)
-    v.check_sizes(d_model, num_heads)
+        _validate.check_positive("q_lens[i]", L)
+    _validate.check_sizes(d_model, num_heads)
     unknown = [p for p in paths if p not in MEMORY_PATHS]
     if unknown:
         raise ValueError(f"paths must be among {MEMORY_PATHS}; got {unknown}")
@@ -517,14 +508,14 @@ def median_time(
             clock is unknown.
         TypeError: if ``repeat`` or ``number`` is not an int.
     """
-    _check_count("repeat", repeat)
+    _validate.check_positive("repeat", repeat)
     tick = _clock(clock)
     if not min_time > 0:
         raise ValueError(f"min_time must be positive; got min_time={min_time}")
     if number is None:
         number = _calibrate(fn, min_time)
     else:
-        _check_count("number", number)
+        _validate.check_positive("number", number)
         fn()  # warm-up
     return statistics.median(_mean_time(fn, number, tick) for _ in range(repeat))
 
@@ -602,12 +593,12 @@ def time_forms(
     Raises:
         ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or an unknown clock.
     """
-    _check_count("batch_size", batch_size)
-    _check_count("q_len", q_len)
+    _validate.check_positive("batch_size", batch_size)
+    _validate.check_positive("q_len", q_len)
     params = init_params(d_model, num_heads, seed=seed).to_torch(torch.float32)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(batch_size, q_len, d_model, generator=gen)
-    _check_count("repeat", repeat)
+    _validate.check_positive("repeat", repeat)
     tick = _clock(clock)
     runners = form_runners(params, x)
     old_threads = torch.get_num_threads()

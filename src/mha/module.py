@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mha import _validate as v
-from mha import torch_backend
+from mha import _validate, torch_backend
 from mha.params import MHAParams, init_params
 
 
@@ -48,7 +47,7 @@ class MultiHeadAttention(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        v.check_sizes(d_model, num_heads)
+        _validate.check_sizes(d_model, num_heads)
         if dtype not in torch_backend.FLOATS:
             names = ", ".join(str(d) for d in torch_backend.FLOATS)
             raise TypeError(f"dtype must be a floating dtype ({names}); got dtype {dtype}")
@@ -219,9 +218,7 @@ def to_torch_attn_mask(
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"mask must be a boolean tensor (True = may attend); got {got}")
-    v.check_int("num_heads", num_heads)
-    if num_heads <= 0:
-        raise ValueError(f"num_heads must be positive; got num_heads={num_heads}")
+    _validate.check_positive("num_heads", num_heads)
     if mask.ndim == 2:
         if q_len is not None:
             mask = mask.expand(q_len, mask.shape[-1])  # (1|L, S) -> (L, S)

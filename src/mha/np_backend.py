@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mha import _validate as v
+from mha import _validate
 from mha.params import MHAParams
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -29,17 +29,14 @@ def _finite(x: np.ndarray) -> bool:
     return x.size == 0 or bool(np.isfinite(x.min()) and np.isfinite(x.max()))
 
 
-def _check_array(name: str, x: object) -> None:
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray; got {type(x).__name__}")
-    v.check_float(name, x, FLOATS)
-    v.check_finite(name, x, _finite)
-
-
-def _check_mask(mask: object, target: tuple[int, ...], layout: str = "(B, H, L, S)") -> None:
-    if not isinstance(mask, np.ndarray):
-        raise TypeError(f"mask must be a numpy.ndarray of bool; got {type(mask).__name__}")
-    v.check_mask(mask, target, mask.dtype == np.bool_, layout)
+_ARRAYS = _validate.ArrayKind(
+    type_name="numpy.ndarray",
+    array_type=np.ndarray,
+    floats=FLOATS,
+    bool_dtype=np.bool_,
+    all_finite=_finite,
+    convert="to_numpy",
+)
 
 
 def causal_mask(q_len: int, kv_len: int | None = None) -> np.ndarray:
@@ -57,8 +54,8 @@ def causal_mask(q_len: int, kv_len: int | None = None) -> np.ndarray:
         ValueError: if a length is not positive.
     """
     kv_len = q_len if kv_len is None else kv_len
-    v.check_length("q_len", q_len, "L")
-    v.check_length("kv_len", kv_len, "S")
+    _validate.check_length("q_len", q_len, "L")
+    _validate.check_length("kv_len", kv_len, "S")
     return np.tril(np.ones((q_len, kv_len), dtype=bool))
 
 
@@ -77,7 +74,7 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
         TypeError: if ``lengths`` are not integers or ``kv_len`` is not an int.
     """
     lengths = np.asarray(lengths)
-    v.check_length("kv_len", kv_len, "S")
+    _validate.check_length("kv_len", kv_len, "S")
     if lengths.ndim != 1:
         raise ValueError(f"lengths must have shape (B,); got shape {lengths.shape}")
     if not np.issubdtype(lengths.dtype, np.integer):
@@ -101,11 +98,7 @@ def softmax(scores: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         ValueError: if ``mask`` does not broadcast or ``scores`` is not finite.
         TypeError: if ``scores`` is not a float array or ``mask`` is not boolean.
     """
-    _check_array("scores", scores)
-    if scores.ndim < 1:
-        raise ValueError(f"scores must have shape (..., S); got 0-D shape {scores.shape}")
-    if mask is not None:
-        _check_mask(mask, scores.shape, "scores.shape")
+    _validate.check_softmax(scores, mask, _ARRAYS)
     return _softmax_inplace(scores.copy(), mask)
 
 
@@ -146,13 +139,7 @@ def scaled_dot_product_attention(
             broadcast, or non-finite inputs.
         TypeError: on non-float or mixed dtypes, or a non-boolean mask.
     """
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        _check_array(name, x)
-    v.check_same_dtype({"query": query, "key": key, "value": value})
-    L, S, _, _ = v.check_qkv(query, key, value)
-    batch = v.broadcast_batch(query, key, value)
-    if mask is not None:
-        _check_mask(mask, (*batch, L, S), "(..., L, S)")
+    _validate.check_attention(query, key, value, mask, _ARRAYS)
     return _attend(query, key, value, mask)
 
 
@@ -175,9 +162,9 @@ def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
     Raises:
         ValueError: if ``x`` is not 3-D or H does not divide its width.
     """
-    v.check_rank("x", x, 3, "(B, L, D)")
+    _validate.check_rank("x", x, 3, "(B, L, D)")
     B, L, D = x.shape
-    v.check_sizes(D, num_heads)
+    _validate.check_sizes(D, num_heads)
     x = x.reshape(B, L, num_heads, D // num_heads)  # (B, L, D) -> (B, L, H, Dh)
     return np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # -> (B, H, L, Dh)
 
@@ -191,7 +178,7 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
     Raises:
         ValueError: if ``x`` is not 4-D.
     """
-    v.check_rank("x", x, 4, "(B, H, L, Dh)")
+    _validate.check_rank("x", x, 4, "(B, H, L, Dh)")
     B, H, L, Dh = x.shape
     return x.transpose(0, 2, 1, 3).reshape(B, L, H * Dh)  # (B, H, L, Dh) -> (B, L, D)
 
@@ -201,32 +188,6 @@ def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     if b is not None:
         y += b
     return y
-
-
-def _check_mha(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    params: MHAParams,
-    mask: np.ndarray | None,
-    form: str,
-) -> None:
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    v.check_form(form)
-    for name, x in v.distinct(("query", query), ("key", key), ("value", value)):
-        _check_array(name, x)
-    B, L, S = v.check_mha_inputs(query, key, value, params.d_model)
-    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
-        x = getattr(params, name)
-        if x is not None:
-            _check_array(f"params.{name}", x)
-    v.check_same_dtype(
-        {"query": query, "key": key, "value": value, "params.w_qkv": params.w_qkv}
-        | {f"params.{n}": getattr(params, n) for n in ("w_o", "b_qkv", "b_o")}
-    )
-    if mask is not None:
-        _check_mask(mask, (B, params.num_heads, L, S))
 
 
 def multi_head_attention(
@@ -268,21 +229,16 @@ def multi_head_attention(
             broadcast, non-finite inputs or an unknown ``form``.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
     """
-    _check_mha(query, key, value, params, mask, form)
+    _validate.check_mha(query, key, value, params, mask, form, _ARRAYS)
     H = params.num_heads
     if form == "per_head":
         heads, weights = [], []
         for h in range(H):
             blk = params.head(h)
-            cols = slice(h * params.d_head, (h + 1) * params.d_head)
-            b = {
-                n: None if getattr(params, n) is None else getattr(params, n)[cols]
-                for n in ("b_q", "b_k", "b_v")
-            }
-            q = _linear(query, blk["w_q"], b["b_q"])  # (B, L, D) -> (B, L, Dh)
-            k = _linear(key, blk["w_k"], b["b_k"])  # (B, S, D) -> (B, S, Dh)
-            val = _linear(value, blk["w_v"], b["b_v"])  # (B, S, D) -> (B, S, Dh)
-            head_mask = None if mask is None else _head_slice(mask, h)
+            q = _linear(query, blk["w_q"], blk["b_q"])  # (B, L, D) -> (B, L, Dh)
+            k = _linear(key, blk["w_k"], blk["b_k"])  # (B, S, D) -> (B, S, Dh)
+            val = _linear(value, blk["w_v"], blk["b_v"])  # (B, S, D) -> (B, S, Dh)
+            head_mask = None if mask is None else _validate.head_slice(mask, h)
             out_h, w_h = _attend(q, k, val, head_mask)  # (B, L, Dh), (B, L, S)
             heads.append(out_h)
             if need_weights:  # otherwise each head's (B, L, S) weights are freed in turn
@@ -310,24 +266,6 @@ def multi_head_attention(
     return out, (weights if need_weights else None)
 
 
-def _head_slice(mask: np.ndarray, h: int) -> np.ndarray:
-    """The part of a ``(..., H|1, L, S)``-broadcastable mask that applies to head ``h``."""
-    if mask.ndim < 3:
-        return mask  # (L, S) or (S,): the same for every head
-    return mask[..., h if mask.shape[-3] > 1 else 0, :, :]  # (B|1, H|1, L, S) -> (B|1, L, S)
-
-
-def _check_layer_norm(x, weight, bias, eps) -> None:
-    _check_array("x", x)
-    if x.ndim < 1:
-        raise ValueError(f"x must have shape (..., D); got 0-D shape {tuple(x.shape)}")
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None:
-            _check_array(name, p)
-    v.check_same_dtype({"x": x, "weight": weight, "bias": bias})
-    v.check_layer_norm_params(x.shape[-1], weight, bias, eps)
-
-
 def layer_norm(
     x: np.ndarray,
     weight: np.ndarray | None = None,
@@ -344,7 +282,7 @@ def layer_norm(
             ``(D,)``, or an input is not finite.
         TypeError: on non-float or mixed dtypes.
     """
-    _check_layer_norm(x, weight, bias, eps)
+    _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
     var = x.var(axis=-1, keepdims=True)  # (..., 1), biased as in torch
     y = (x - mean) / np.sqrt(var + eps)

@@ -172,16 +172,33 @@ class MHAParams:
         """Value bias ``(D,)`` or ``None``."""
         return self._bias(2)
 
-    def head(self, h: int) -> dict[str, Array]:
-        """The blocks of head ``h``: ``w_q``, ``w_k``, ``w_v`` ``(D, Dh)``, ``w_o`` ``(Dh, D)``."""
+    def head(self, h: int) -> dict[str, Array | None]:
+        """The weight and bias blocks of head ``h`` (views).
+
+        Args:
+            h: head index in ``[0, H)``.
+
+        Shape:
+            Returns ``w_q``, ``w_k``, ``w_v`` ``(D, Dh)`` (columns of head h), ``w_o``
+            ``(Dh, D)`` (its rows of W^O), and ``b_q``, ``b_k``, ``b_v`` ``(Dh,)``, each
+            ``None`` when there is no input bias. The output bias ``b_o`` belongs to no head.
+
+        Raises:
+            ValueError: if ``h`` is not in ``[0, H)``.
+        """
         if not 0 <= h < self.num_heads:
             raise ValueError(f"h must be in [0, num_heads={self.num_heads}); got h={h}")
         cols = slice(h * self.d_head, (h + 1) * self.d_head)
+        biases = (self.b_q, self.b_k, self.b_v)
         return {
             "w_q": self.w_q[:, cols],
             "w_k": self.w_k[:, cols],
             "w_v": self.w_v[:, cols],
             "w_o": self.w_o[cols, :],
+            **{
+                n: None if b is None else b[cols]
+                for n, b in zip(("b_q", "b_k", "b_v"), biases, strict=True)
+            },
         }
 
     def map(self, fn: Any) -> MHAParams:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mha import _validate as v
+from mha import _validate
 from mha.params import MHAParams
 
 FLOATS = (torch.float64, torch.float32, torch.bfloat16)
@@ -44,17 +44,14 @@ def _finite(x: torch.Tensor) -> bool:
     return math.isfinite(lo.item()) and math.isfinite(hi.item())
 
 
-def _check_tensor(name: str, x: object) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
-    v.check_float(name, x, FLOATS)
-    v.check_finite(name, x, _finite)
-
-
-def _check_mask(mask: object, target: tuple[int, ...], layout: str = "(B, H, L, S)") -> None:
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor of bool; got {type(mask).__name__}")
-    v.check_mask(mask, target, mask.dtype == torch.bool, layout)
+_ARRAYS = _validate.ArrayKind(
+    type_name="torch.Tensor",
+    array_type=torch.Tensor,
+    floats=FLOATS,
+    bool_dtype=torch.bool,
+    all_finite=_finite,
+    convert="to_torch",
+)
 
 
 def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | None = None):
@@ -73,8 +70,8 @@ def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | No
         ValueError: if a length is not positive.
     """
     kv_len = q_len if kv_len is None else kv_len
-    v.check_length("q_len", q_len, "L")
-    v.check_length("kv_len", kv_len, "S")
+    _validate.check_length("q_len", q_len, "L")
+    _validate.check_length("kv_len", kv_len, "S")
     return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril()
 
 
@@ -89,7 +86,7 @@ def key_padding_mask(lengths, kv_len: int) -> torch.Tensor:
         TypeError: if ``lengths`` are not integers or ``kv_len`` is not an int.
     """
     lengths = torch.as_tensor(lengths)
-    v.check_length("kv_len", kv_len, "S")
+    _validate.check_length("kv_len", kv_len, "S")
     if lengths.ndim != 1:
         raise ValueError(f"lengths must have shape (B,); got shape {tuple(lengths.shape)}")
     if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
@@ -113,11 +110,7 @@ def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Ten
         ValueError: if ``mask`` does not broadcast or ``scores`` is not finite.
         TypeError: if ``scores`` is not a float tensor or ``mask`` is not boolean.
     """
-    _check_tensor("scores", scores)
-    if scores.ndim < 1:
-        raise ValueError(f"scores must have shape (..., S); got 0-D shape {tuple(scores.shape)}")
-    if mask is not None:
-        _check_mask(mask, tuple(scores.shape), "scores.shape")
+    _validate.check_softmax(scores, mask, _ARRAYS)
     return _softmax(scores, mask)
 
 
@@ -158,13 +151,7 @@ def scaled_dot_product_attention(
             broadcast, or non-finite inputs.
         TypeError: on non-float or mixed dtypes, or a non-boolean mask.
     """
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        _check_tensor(name, x)
-    v.check_same_dtype({"query": query, "key": key, "value": value})
-    L, S, _, _ = v.check_qkv(query, key, value)
-    batch = v.broadcast_batch(query, key, value)
-    if mask is not None:
-        _check_mask(mask, (*batch, L, S), "(..., L, S)")
+    _validate.check_attention(query, key, value, mask, _ARRAYS)
     return _attend(query, key, value, mask)
 
 
@@ -243,9 +230,9 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     Raises:
         ValueError: if ``x`` is not 3-D or H does not divide its width.
     """
-    v.check_rank("x", x, 3, "(B, L, D)")
+    _validate.check_rank("x", x, 3, "(B, L, D)")
     B, L, D = x.shape
-    v.check_sizes(D, num_heads)
+    _validate.check_sizes(D, num_heads)
     return x.reshape(B, L, num_heads, D // num_heads).transpose(1, 2)  # -> (B, H, L, Dh)
 
 
@@ -258,7 +245,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: if ``x`` is not 4-D.
     """
-    v.check_rank("x", x, 4, "(B, H, L, Dh)")
+    _validate.check_rank("x", x, 4, "(B, H, L, Dh)")
     B, H, L, Dh = x.shape
     return x.transpose(1, 2).reshape(B, L, H * Dh)  # (B, H, L, Dh) -> (B, L, D)
 
@@ -269,29 +256,6 @@ def _linear(x, w, b):
         if b is None
         else torch.addmm(b, x.reshape(-1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[-1])
     )
-
-
-def _check_mha(query, key, value, params, mask, form):
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    v.check_form(form)
-    for name, x in v.distinct(("query", query), ("key", key), ("value", value)):
-        _check_tensor(name, x)
-    B, L, S = v.check_mha_inputs(query, key, value, params.d_model)
-    named = {"query": query, "key": key, "value": value}
-    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
-        x = getattr(params, name)
-        if x is not None:
-            if not isinstance(x, torch.Tensor):
-                raise TypeError(
-                    f"params.{name} must be a torch.Tensor; got {type(x).__name__} "
-                    "(convert with params.to_torch())"
-                )
-            _check_tensor(f"params.{name}", x)
-            named[f"params.{name}"] = x
-    v.check_same_dtype(named)
-    if mask is not None:
-        _check_mask(mask, (B, params.num_heads, L, S))
 
 
 def multi_head_attention(
@@ -319,21 +283,16 @@ def multi_head_attention(
             broadcast, non-finite inputs or an unknown ``form``.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
     """
-    _check_mha(query, key, value, params, mask, form)
+    _validate.check_mha(query, key, value, params, mask, form, _ARRAYS)
     H, D = params.num_heads, params.d_model
     if form == "per_head":
         heads, weights = [], []
         for h in range(H):
             blk = params.head(h)
-            cols = slice(h * params.d_head, (h + 1) * params.d_head)
-            b = {
-                n: None if getattr(params, n) is None else getattr(params, n)[cols]
-                for n in ("b_q", "b_k", "b_v")
-            }
-            q = _linear(query, blk["w_q"], b["b_q"])  # (B, L, D) -> (B, L, Dh)
-            k = _linear(key, blk["w_k"], b["b_k"])  # (B, S, D) -> (B, S, Dh)
-            val = _linear(value, blk["w_v"], b["b_v"])  # (B, S, D) -> (B, S, Dh)
-            head_mask = None if mask is None else _head_slice(mask, h)
+            q = _linear(query, blk["w_q"], blk["b_q"])  # (B, L, D) -> (B, L, Dh)
+            k = _linear(key, blk["w_k"], blk["b_k"])  # (B, S, D) -> (B, S, Dh)
+            val = _linear(value, blk["w_v"], blk["b_v"])  # (B, S, D) -> (B, S, Dh)
+            head_mask = None if mask is None else _validate.head_slice(mask, h)
             out_h, w_h = _attend(q, k, val, head_mask)  # (B, L, Dh), (B, L, S)
             heads.append(out_h)
             if need_weights:  # otherwise each head's (B, L, S) weights are freed in turn
@@ -361,24 +320,6 @@ def multi_head_attention(
     return out, weights
 
 
-def _head_slice(mask: torch.Tensor, h: int) -> torch.Tensor:
-    """The part of a ``(..., H|1, L, S)``-broadcastable mask that applies to head ``h``."""
-    if mask.ndim < 3:
-        return mask  # (L, S) or (S,): the same for every head
-    return mask[..., h if mask.shape[-3] > 1 else 0, :, :]  # (B|1, H|1, L, S) -> (B|1, L, S)
-
-
-def _check_layer_norm(x, weight, bias, eps) -> None:
-    _check_tensor("x", x)
-    if x.ndim < 1:
-        raise ValueError(f"x must have shape (..., D); got 0-D shape {tuple(x.shape)}")
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None:
-            _check_tensor(name, p)
-    v.check_same_dtype({"x": x, "weight": weight, "bias": bias})
-    v.check_layer_norm_params(x.shape[-1], weight, bias, eps)
-
-
 def layer_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -395,7 +336,7 @@ def layer_norm(
             ``(D,)``, or an input is not finite.
         TypeError: on non-float or mixed dtypes.
     """
-    _check_layer_norm(x, weight, bias, eps)
+    _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
     return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 
