@@ -29,14 +29,7 @@ def _finite(x: np.ndarray) -> bool:
     return x.size == 0 or bool(np.isfinite(x.min()) and np.isfinite(x.max()))
 
 
-_ARRAYS = _validate.ArrayKind(
-    type_name="numpy.ndarray",
-    array_type=np.ndarray,
-    floats=FLOATS,
-    bool_dtype=np.bool_,
-    all_finite=_finite,
-    convert="to_numpy",
-)
+_ARRAYS = _validate.ArrayKind("numpy.ndarray", np.ndarray, FLOATS, np.bool_, _finite, "to_numpy")
 
 
 def causal_mask(q_len: int, kv_len: int | None = None) -> np.ndarray:

@@ -44,14 +44,7 @@ def _finite(x: torch.Tensor) -> bool:
     return math.isfinite(lo.item()) and math.isfinite(hi.item())
 
 
-_ARRAYS = _validate.ArrayKind(
-    type_name="torch.Tensor",
-    array_type=torch.Tensor,
-    floats=FLOATS,
-    bool_dtype=torch.bool,
-    all_finite=_finite,
-    convert="to_torch",
-)
+_ARRAYS = _validate.ArrayKind("torch.Tensor", torch.Tensor, FLOATS, torch.bool, _finite, "to_torch")
 
 
 def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | None = None):
