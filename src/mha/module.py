@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mha import _validate, torch_backend
+from mha import _validate, packing, torch_backend
 from mha.params import MHAParams, init_params
 
 
@@ -143,8 +143,8 @@ def to_torch_mha(
         p.d_model, p.num_heads, bias=has_bias, batch_first=batch_first, dtype=p.dtype
     )
     with torch.no_grad():
-        m.in_proj_weight.copy_(p.w_qkv.T)  # (D, 3D) -> (3D, D)
-        m.out_proj.weight.copy_(p.w_o.T)  # (D, D), transposed
+        m.in_proj_weight.copy_(packing.to_in_proj_weight(p.w_qkv))  # (D, 3D) -> (3D, D)
+        m.out_proj.weight.copy_(packing.to_linear_weight(p.w_o))  # (D, D), transposed
         if has_bias:
             m.in_proj_bias.copy_(p.b_qkv if p.b_qkv is not None else 0.0)
             m.out_proj.bias.copy_(p.b_o if p.b_o is not None else 0.0)
@@ -174,11 +174,10 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
             "m must not use add_bias_kv or add_zero_attn; got "
             f"add_bias_kv={m.bias_k is not None}, add_zero_attn={m.add_zero_attn}"
         )
-    w = m.in_proj_weight.detach()
     has_bias = m.in_proj_bias is not None
     params = MHAParams(
-        w_qkv=w.T.clone(),  # (3D, D) -> (D, 3D)
-        w_o=m.out_proj.weight.detach().T.clone(),
+        w_qkv=packing.from_in_proj_weight(m.in_proj_weight.detach()).clone(),  # -> (D, 3D)
+        w_o=packing.from_linear_weight(m.out_proj.weight.detach()).clone(),  # (D, D)
         b_qkv=m.in_proj_bias.detach().clone() if has_bias else None,
         b_o=m.out_proj.bias.detach().clone() if has_bias else None,
         num_heads=m.num_heads,

@@ -244,10 +244,8 @@ def multi_head_attention(
         qkv = _linear(query, params.w_qkv, params.b_qkv)  # (B, L, D) -> (B, L, 3D)
         q, k, val = np.split(qkv, 3, axis=-1)  # 3 x (B, L, D)
     elif form == "packed" and key is value:
-        D = params.d_model
-        b_kv = None if params.b_qkv is None else params.b_qkv[D:]
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        kv = _linear(key, params.w_qkv[:, D:], b_kv)  # (B, S, D) -> (B, S, 2D)
+        kv = _linear(key, params.w_kv, params.b_kv)  # (B, S, D) -> (B, S, 2D)
         k, val = np.split(kv, 2, axis=-1)  # 2 x (B, S, D)
     else:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)

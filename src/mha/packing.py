@@ -5,9 +5,14 @@ shape ``(D, Dh)``. This package stores them as one right-multiplied ``(D, 3D)`` 
 ``[W_q | W_k | W_v]``, where ``W_q = [W_0^Q | ... | W_{H-1}^Q]`` puts head ``h`` in columns
 ``h * Dh : (h + 1) * Dh``. ``torch.nn.MultiheadAttention`` stores the same numbers as the
 left-multiplied ``in_proj_weight`` of shape ``(3D, D)``: its transpose, so head ``h``'s query
-block is rows ``h * Dh : (h + 1) * Dh``. The helpers here move between these layouts and say
+block is rows ``h * Dh : (h + 1) * Dh``. The output projection ``W^O`` reads head ``h``'s
+output with its rows ``h * Dh : (h + 1) * Dh``.
+
+This module is the one place that knows these layouts: :class:`mha.params.MHAParams`, the
+PyTorch module and its converters (:mod:`mha.module`) and the analyses of single heads
+take their slices and transposes from here. The helpers move between the layouts and say
 which column belongs to which head and projection. They accept NumPy arrays and PyTorch
-tensors and return the same kind.
+tensors and return the same kind (views where the layouts allow).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from mha._validate import check_sizes
 Array = Any  # a numpy.ndarray or a torch.Tensor
 
 PROJECTIONS = ("q", "k", "v")
+PROJECTION_RUNS = (*PROJECTIONS, "kv")
 
 
 def _check_packed(name: str, w: Any, transposed: bool = False) -> None:
@@ -37,6 +43,51 @@ def _permute(x: Array, axes: tuple[int, ...]) -> Array:
     if isinstance(x, np.ndarray):
         return x.transpose(axes)
     return x.permute(*axes)
+
+
+def _check_matrix(name: str, w: Any) -> None:
+    if not hasattr(w, "shape") or not hasattr(w, "ndim"):
+        raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor; got {type(w).__name__}")
+    if w.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix; got {w.ndim}-D shape {tuple(w.shape)}")
+
+
+def to_linear_weight(w: Array) -> Array:
+    """The ``weight`` of a ``torch.nn.Linear`` computing ``x @ w`` (a transpose, no copy).
+
+    ``nn.Linear`` stores ``(out, in)`` and computes ``x @ weight.T``; this package stores
+    ``(in, out)`` and computes ``x @ w``. This is how ``W^O`` becomes
+    ``nn.MultiheadAttention``'s ``out_proj.weight``.
+
+    Args:
+        w: a right-multiplied weight.
+
+    Shape:
+        ``(in, out)`` -> ``(out, in)``.
+
+    Raises:
+        ValueError: if ``w`` is not 2-D.
+        TypeError: if ``w`` is not an array or tensor.
+    """
+    _check_matrix("w", w)
+    return w.T  # (in, out) -> (out, in)
+
+
+def from_linear_weight(weight: Array) -> Array:
+    """The right-multiplied weight of a ``torch.nn.Linear`` ``weight`` (a transpose).
+
+    Args:
+        weight: an ``nn.Linear`` weight (or ``out_proj.weight``).
+
+    Shape:
+        ``(out, in)`` -> ``(in, out)``.
+
+    Raises:
+        ValueError: if ``weight`` is not 2-D.
+        TypeError: if ``weight`` is not an array or tensor.
+    """
+    _check_matrix("weight", weight)
+    return weight.T  # (out, in) -> (in, out)
 
 
 def to_in_proj_weight(w_qkv: Array) -> Array:
@@ -107,6 +158,57 @@ def merge_head_blocks(blocks: Array) -> Array:
     return w.reshape(D, 3 * D)  # -> (D, 3D)
 
 
+def head_span(d_model: int, num_heads: int, h: int) -> slice:
+    """Head ``h``'s ``Dh`` positions along a width-D axis: ``slice(h * Dh, (h + 1) * Dh)``.
+
+    The columns of head ``h`` in ``W_q``, ``W_k``, ``W_v`` (and its entries of their
+    biases), and its rows of ``W^O``.
+
+    Args:
+        d_model: model width D.
+        num_heads: number of heads H.
+        h: head index in ``[0, H)``.
+
+    Returns:
+        ``slice(h * Dh, (h + 1) * Dh)``.
+
+    Raises:
+        ValueError: if ``h`` is out of range or the sizes are bad.
+        TypeError: if a size is not an int.
+    """
+    check_sizes(d_model, num_heads)
+    if not 0 <= h < num_heads:
+        raise ValueError(f"h must be in [0, num_heads={num_heads}); got h={h}")
+    Dh = d_model // num_heads
+    return slice(h * Dh, (h + 1) * Dh)
+
+
+def projection_columns(d_model: int, projection: str) -> slice:
+    """The columns of the packed ``(D, 3D)`` weights (entries of ``b_qkv``) of projections.
+
+    Args:
+        d_model: model width D.
+        projection: ``"q"``, ``"k"`` or ``"v"`` (one ``(D, D)`` block), or ``"kv"`` (the
+            key and value blocks side by side, which the packed form projects together in
+            cross-attention).
+
+    Returns:
+        ``slice(p * D, (p + n) * D)``, ``p`` the first projection's index and ``n`` the
+        number of projections.
+
+    Raises:
+        ValueError: on an unknown projection or a non-positive width.
+        TypeError: if ``d_model`` is not an int.
+    """
+    check_sizes(d_model, 1)
+    if projection not in PROJECTION_RUNS:
+        raise ValueError(
+            f"projection must be one of {PROJECTION_RUNS}; got projection={projection!r}"
+        )
+    start = PROJECTIONS.index(projection[0]) * d_model
+    return slice(start, start + len(projection) * d_model)
+
+
 def head_columns(d_model: int, num_heads: int, projection: str, h: int) -> slice:
     """The columns of the packed ``(D, 3D)`` weights (rows of ``in_proj_weight``) of one block.
 
@@ -121,19 +223,44 @@ def head_columns(d_model: int, num_heads: int, projection: str, h: int) -> slice
 
     Raises:
         ValueError: on an unknown projection, a head out of range, or bad sizes.
+        TypeError: if a size is not an int.
     """
-    check_sizes(d_model, num_heads)
     if projection not in PROJECTIONS:
         raise ValueError(f"projection must be one of {PROJECTIONS}; got projection={projection!r}")
-    if not 0 <= h < num_heads:
-        raise ValueError(f"h must be in [0, num_heads={num_heads}); got h={h}")
-    Dh = d_model // num_heads
-    start = PROJECTIONS.index(projection) * d_model + h * Dh
-    return slice(start, start + Dh)
+    offset = projection_columns(d_model, projection).start
+    span = head_span(d_model, num_heads, h)
+    return slice(offset + span.start, offset + span.stop)
+
+
+def split_head_rows(w: Array, num_heads: int) -> Array:
+    """Cut a matrix's rows into the ``H`` blocks of ``Dh`` rows, one per head (a view).
+
+    Block ``h`` of ``W^O`` is what head ``h``'s output is multiplied by; block ``h`` of an
+    ``nn.Linear`` query weight ``(D, D)`` is head ``h``'s query projection, transposed.
+
+    Args:
+        w: a matrix whose D rows belong to the heads in order.
+        num_heads: number of heads H; must divide D.
+
+    Shape:
+        ``(D, n)`` -> ``(H, Dh, n)``.
+
+    Raises:
+        ValueError: if ``w`` is not 2-D or H does not divide its number of rows.
+        TypeError: if ``w`` is not an array or tensor, or ``num_heads`` is not an int.
+    """
+    _check_matrix("w", w)
+    D, n = w.shape
+    check_sizes(D, num_heads)
+    return w.reshape(num_heads, D // num_heads, n)  # (D, n) -> (H, Dh, n)
 
 
 def column_owner(d_model: int, num_heads: int) -> tuple[np.ndarray, np.ndarray]:
     """Which projection and which head each column of the packed weights belongs to.
+
+    Args:
+        d_model: model width D.
+        num_heads: number of heads H.
 
     Returns:
         ``(projection, head)``, two int arrays of length 3D: ``projection[c]`` in

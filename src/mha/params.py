@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from mha import packing
 from mha._validate import check_sizes
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
@@ -137,40 +138,53 @@ class MHAParams:
         """The dtype of the weights."""
         return self.w_qkv.dtype
 
+    def _weight(self, projection: str) -> Array:
+        return self.w_qkv[:, packing.projection_columns(self.d_model, projection)]
+
+    def _bias(self, projection: str) -> Array | None:
+        if self.b_qkv is None:
+            return None
+        return self.b_qkv[packing.projection_columns(self.d_model, projection)]
+
     @property
     def w_q(self) -> Array:
         """Query weights ``(D, D)``, a view of ``w_qkv``."""
-        return self.w_qkv[:, : self.d_model]
+        return self._weight("q")
 
     @property
     def w_k(self) -> Array:
         """Key weights ``(D, D)``, a view of ``w_qkv``."""
-        return self.w_qkv[:, self.d_model : 2 * self.d_model]
+        return self._weight("k")
 
     @property
     def w_v(self) -> Array:
         """Value weights ``(D, D)``, a view of ``w_qkv``."""
-        return self.w_qkv[:, 2 * self.d_model :]
+        return self._weight("v")
 
-    def _bias(self, i: int) -> Array | None:
-        if self.b_qkv is None:
-            return None
-        return self.b_qkv[i * self.d_model : (i + 1) * self.d_model]
+    @property
+    def w_kv(self) -> Array:
+        """Key and value weights side by side ``(D, 2D)``, a view of ``w_qkv``."""
+        return self._weight("kv")
 
     @property
     def b_q(self) -> Array | None:
         """Query bias ``(D,)`` or ``None``."""
-        return self._bias(0)
+        return self._bias("q")
 
     @property
     def b_k(self) -> Array | None:
         """Key bias ``(D,)`` or ``None``."""
-        return self._bias(1)
+        return self._bias("k")
 
     @property
     def b_v(self) -> Array | None:
         """Value bias ``(D,)`` or ``None``."""
-        return self._bias(2)
+        return self._bias("v")
+
+    @property
+    def b_kv(self) -> Array | None:
+        """Key and value biases side by side ``(2D,)``, or ``None``."""
+        return self._bias("kv")
 
     def head(self, h: int) -> dict[str, Array | None]:
         """The weight and bias blocks of head ``h`` (views).
@@ -186,9 +200,7 @@ class MHAParams:
         Raises:
             ValueError: if ``h`` is not in ``[0, H)``.
         """
-        if not 0 <= h < self.num_heads:
-            raise ValueError(f"h must be in [0, num_heads={self.num_heads}); got h={h}")
-        cols = slice(h * self.d_head, (h + 1) * self.d_head)
+        cols = packing.head_span(self.d_model, self.num_heads, h)
         biases = (self.b_q, self.b_k, self.b_v)
         return {
             "w_q": self.w_q[:, cols],

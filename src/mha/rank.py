@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha import _linalg, np_backend
+from mha import _linalg, np_backend, packing
 from mha.params import MHAParams
 
 
@@ -187,9 +187,10 @@ def rank_bounds(x: np.ndarray, params: MHAParams) -> dict[str, Any]:
         )
     H, Dh, D = params.num_heads, params.d_head, params.d_model
     u, r = count_distinct_rows(x), numerical_rank(x)
+    head_b_v = [params.head(h)["b_v"] for h in range(H)]  # (Dh,) each, or None
+    beta_h = np.array([b is not None and bool(np.any(np.asarray(b) != 0)) for b in head_b_v])
     b_v = np.zeros(D) if params.b_v is None else np.asarray(params.b_v)
     b_o = np.zeros(D) if params.b_o is None else np.asarray(params.b_o)
-    beta_h = np.array([np.any(b_v[h * Dh : (h + 1) * Dh] != 0) for h in range(H)], dtype=int)
     beta = int(np.any(b_v != 0))
     gamma = int(np.any(b_v @ params.w_o + b_o != 0))
     bias_free_concat = H * min(Dh, r)
@@ -222,13 +223,11 @@ def circuit_singular_values(params: MHAParams) -> dict[str, np.ndarray]:
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
     p = params.to_numpy(np.float64)
-    H, D, Dh = p.num_heads, p.d_model, p.d_head
+    H = p.num_heads
 
-    def per_head(w: np.ndarray) -> torch.Tensor:  # column block h of w is head h's
-        return _linalg.to_torch(w).reshape(D, H, Dh).permute(1, 0, 2)  # (D, D) -> (H, D, Dh)
-
-    w_o = _linalg.to_torch(p.w_o).reshape(H, Dh, D)  # (D, D) -> (H, Dh, D): row block h
+    w_q, w_k, w_v = _linalg.to_torch(packing.split_head_blocks(p.w_qkv, H))  # (H, D, Dh) each
+    w_o = _linalg.to_torch(packing.split_head_rows(p.w_o, H))  # (D, D) -> (H, Dh, D)
     with _linalg.one_thread():
-        qk = per_head(p.w_q) @ per_head(p.w_k).transpose(1, 2)  # (H, D, Dh) @ (H, Dh, D)
-        ov = per_head(p.w_v) @ w_o  # (H, D, Dh) @ (H, Dh, D) -> (H, D, D)
+        qk = w_q @ w_k.transpose(1, 2)  # (H, D, Dh) @ (H, Dh, D) -> (H, D, D)
+        ov = w_v @ w_o  # (H, D, Dh) @ (H, Dh, D) -> (H, D, D)
         return {"QK": torch.linalg.svdvals(qk).numpy(), "OV": torch.linalg.svdvals(ov).numpy()}

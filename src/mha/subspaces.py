@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha import _linalg
+from mha import _linalg, packing
 from mha.params import MHAParams
 
 
@@ -219,7 +219,7 @@ def seed_frobenius_table(w_q_rows: np.ndarray, num_heads: int) -> np.ndarray:
         raise ValueError(f"w_q_rows must be square (D, D); got shape {w.shape}")
     if not isinstance(num_heads, int) or num_heads <= 0 or D % num_heads != 0:
         raise ValueError(f"num_heads must be a positive divisor of D={D}; got {num_heads!r}")
-    blocks = w.reshape(num_heads, D // num_heads, D)  # (D, D) -> (H, Dh, D)
+    blocks = packing.split_head_rows(w, num_heads)  # (D, D) -> (H, Dh, D)
     table = np.empty((num_heads, num_heads))
     for i in range(num_heads):
         for j in range(num_heads):

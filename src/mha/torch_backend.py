@@ -297,9 +297,8 @@ def multi_head_attention(
         qkv = _linear(query, params.w_qkv, params.b_qkv)  # (B, L, D) -> (B, L, 3D)
         q, k, val = qkv.split(D, dim=-1)  # 3 x (B, L, D)
     elif form == "packed" and key is value:
-        b_kv = None if params.b_qkv is None else params.b_qkv[D:]
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        k, val = _linear(key, params.w_qkv[:, D:], b_kv).split(D, dim=-1)  # 2 x (B, S, D)
+        k, val = _linear(key, params.w_kv, params.b_kv).split(D, dim=-1)  # 2 x (B, S, D)
     else:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
         k = _linear(key, params.w_k, params.b_k)  # (B, S, D)

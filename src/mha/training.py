@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha import detectors, tasks
+from mha import detectors, packing, tasks
 from mha import torch_backend as tb
 from mha._linalg import one_thread
 from mha.module import MultiHeadAttention
@@ -85,13 +85,13 @@ def head_contributions(
     Shape:
         x ``(B, L, D)``. Returns ``(B, H, L, D)``.
     """
-    H, D, Dh = params.num_heads, params.d_model, params.d_head
+    H = params.num_heads
     q, k, v = (x @ w for w in (params.w_q, params.w_k, params.w_v))  # 3 x (B, L, D)
     if params.b_qkv is not None:
         q, k, v = q + params.b_q, k + params.b_k, v + params.b_v
     q, k, v = (tb.split_heads(t, H) for t in (q, k, v))  # 3 x (B, H, L, Dh)
     out, _ = tb.scaled_dot_product_attention(q, k, v, mask)  # (B, H, L, Dh)
-    w_o = params.w_o.reshape(H, Dh, D)  # (D, D) -> (H, Dh, D)
+    w_o = packing.split_head_rows(params.w_o, H)  # (D, D) -> (H, Dh, D)
     return torch.einsum("bhld,hde->bhle", out, w_o)  # (B, H, L, D)
 
 
