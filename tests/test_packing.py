@@ -199,15 +199,15 @@ def test_split_head_rows_gives_each_heads_rows_of_w_o(use_torch):
     assert packing.split_head_rows(wide, 2).shape == (2, 3, 4)
 
 
-def test_linear_weight_is_the_transpose_torch_linear_multiplies_on_the_left():
+def test_linear_transpose_gives_the_weight_torch_linear_multiplies_on_the_left():
     w = np.random.default_rng(0).standard_normal((5, 3))  # (in, out)
     linear = torch.nn.Linear(5, 3, bias=False, dtype=torch.float64)
     with torch.no_grad():
-        linear.weight.copy_(torch.from_numpy(packing.to_linear_weight(w)))
+        linear.weight.copy_(torch.from_numpy(packing.linear_transpose(w)))
     x = np.random.default_rng(1).standard_normal((2, 5))
     y = linear(torch.from_numpy(x)).detach().numpy()
     np.testing.assert_allclose(y, x @ w, rtol=0, atol=1e-14)
-    back = packing.from_linear_weight(linear.weight.detach())
+    back = packing.linear_transpose(linear.weight.detach())
     assert torch.equal(back, torch.from_numpy(w))  # exact: two transposes of a copy
 
 
@@ -220,5 +220,5 @@ def test_new_layout_helpers_reject_bad_arguments():
         packing.split_head_rows(np.zeros(8), 2)
     with pytest.raises(ValueError, match="num_heads must divide d_model; got d_model=8"):
         packing.split_head_rows(np.zeros((8, 3)), 3)
-    with pytest.raises(TypeError, match="weight must be a numpy.ndarray or torch.Tensor"):
-        packing.from_linear_weight([[1.0]])
+    with pytest.raises(TypeError, match="w must be a numpy.ndarray or torch.Tensor"):
+        packing.linear_transpose([[1.0]])

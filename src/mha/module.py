@@ -144,7 +144,7 @@ def to_torch_mha(
     )
     with torch.no_grad():
         m.in_proj_weight.copy_(packing.to_in_proj_weight(p.w_qkv))  # (D, 3D) -> (3D, D)
-        m.out_proj.weight.copy_(packing.to_linear_weight(p.w_o))  # (D, D), transposed
+        m.out_proj.weight.copy_(packing.linear_transpose(p.w_o))  # (D, D), transposed
         if has_bias:
             m.in_proj_bias.copy_(p.b_qkv if p.b_qkv is not None else 0.0)
             m.out_proj.bias.copy_(p.b_o if p.b_o is not None else 0.0)
@@ -177,7 +177,7 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
     has_bias = m.in_proj_bias is not None
     params = MHAParams(
         w_qkv=packing.from_in_proj_weight(m.in_proj_weight.detach()).clone(),  # -> (D, 3D)
-        w_o=packing.from_linear_weight(m.out_proj.weight.detach()).clone(),  # (D, D)
+        w_o=packing.linear_transpose(m.out_proj.weight.detach()).clone(),  # (D, D)
         b_qkv=m.in_proj_bias.detach().clone() if has_bias else None,
         b_o=m.out_proj.bias.detach().clone() if has_bias else None,
         num_heads=m.num_heads,

@@ -52,42 +52,26 @@ def _check_matrix(name: str, w: Any) -> None:
         raise ValueError(f"{name} must be a 2-D matrix; got {w.ndim}-D shape {tuple(w.shape)}")
 
 
-def to_linear_weight(w: Array) -> Array:
-    """The ``weight`` of a ``torch.nn.Linear`` computing ``x @ w`` (a transpose, no copy).
+def linear_transpose(w: Array) -> Array:
+    """A linear map's weight in the other layout, ``(in, out)`` <-> ``(out, in)`` (no copy).
 
-    ``nn.Linear`` stores ``(out, in)`` and computes ``x @ weight.T``; this package stores
-    ``(in, out)`` and computes ``x @ w``. This is how ``W^O`` becomes
-    ``nn.MultiheadAttention``'s ``out_proj.weight``.
+    This package stores ``(in, out)`` and computes ``x @ w``; ``torch.nn.Linear`` (and
+    ``nn.MultiheadAttention``'s ``out_proj``) stores ``(out, in)`` and computes
+    ``x @ weight.T``. The transpose converts either way; it is how ``W^O`` becomes
+    ``out_proj.weight`` and back.
 
     Args:
-        w: a right-multiplied weight.
+        w: a weight in either layout.
 
     Shape:
-        ``(in, out)`` -> ``(out, in)``.
+        ``(m, n)`` -> ``(n, m)``.
 
     Raises:
         ValueError: if ``w`` is not 2-D.
         TypeError: if ``w`` is not an array or tensor.
     """
     _check_matrix("w", w)
-    return w.T  # (in, out) -> (out, in)
-
-
-def from_linear_weight(weight: Array) -> Array:
-    """The right-multiplied weight of a ``torch.nn.Linear`` ``weight`` (a transpose).
-
-    Args:
-        weight: an ``nn.Linear`` weight (or ``out_proj.weight``).
-
-    Shape:
-        ``(out, in)`` -> ``(in, out)``.
-
-    Raises:
-        ValueError: if ``weight`` is not 2-D.
-        TypeError: if ``weight`` is not an array or tensor.
-    """
-    _check_matrix("weight", weight)
-    return weight.T  # (out, in) -> (in, out)
+    return w.T  # (in, out) <-> (out, in)
 
 
 def to_in_proj_weight(w_qkv: Array) -> Array:

@@ -80,7 +80,7 @@ def sha256_of(path: str | Path) -> str:
 
 def _linear_t(w: np.ndarray) -> torch.Tensor:
     """An ``nn.Linear`` weight ``(out, in)`` as this package's ``(in, out)``."""
-    return torch.from_numpy(np.ascontiguousarray(packing.from_linear_weight(w)))
+    return torch.from_numpy(np.ascontiguousarray(packing.linear_transpose(w)))
 
 
 def bert_attention_params(state: dict[str, np.ndarray], layer: int, num_heads: int) -> MHAParams:
