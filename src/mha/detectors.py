@@ -19,8 +19,11 @@ Detectors (score, and the pattern that scores 1):
 - :func:`future_score`: mean over queries of the mass on later keys ``j > i``; 0 for a
   causal head, so it tells a causal pattern from a bidirectional one.
 
-:func:`planted_heads` builds multi-head attention parameters whose heads follow given
-patterns, to check that the detectors recover what was planted.
+- :func:`induction_score`: mean over queries with a target of the mass on the key after an
+  earlier copy of the query's token (:func:`induction_targets`); an induction head.
+
+:func:`mha.params.planted_heads` builds multi-head attention parameters whose heads follow
+given patterns, to check that the detectors recover what was planted.
 
 The positional detectors (previous, next, self) need self-attention, ``L == S``. Rows must
 be non-negative and sum to 1 within ``ROW_SUM_ATOL``; scores are computed in float64 from
@@ -35,8 +38,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-
-from mha.params import MHAParams
 
 ROW_SUM_ATOL = 1e-4
 """How far a row of ``weights`` may sum from 1 (float32 softmax rounding is far below it)."""
@@ -400,58 +401,74 @@ def all_scores(
     return out
 
 
-def planted_heads(
-    targets: Sequence[Sequence[int]], d_model: int, *, logit: float = 8.0
-) -> tuple[MHAParams, np.ndarray]:
-    """Multi-head attention whose head ``h`` sends query ``i`` to key ``targets[h][i]``.
+def _as_tokens(tokens: Any) -> np.ndarray:
+    t = np.asarray(tokens)
+    if not np.issubdtype(t.dtype, np.integer):
+        raise TypeError(f"tokens must be an integer array of token ids; got dtype {t.dtype}")
+    if t.ndim != 2:
+        raise ValueError(f"tokens must have shape (B, L); got {t.ndim}-D shape {t.shape}")
+    return t
 
-    The input ``x`` holds one-hot positions: ``x[0, i] = e_i`` (then zeros up to D). Head h
-    gets ``W_q`` mapping ``e_i`` to ``c * e_{t(i)}`` and ``W_k`` mapping ``e_j`` to ``e_j``
-    inside its own Dh columns (``c = logit * sqrt(Dh)``), so its scores are
-    ``q_i . k_j / sqrt(Dh) = logit * [j == t(i)]``: after the softmax, query ``i`` puts
-    ``e^logit / (e^logit + n_i - 1)`` on its target, with ``n_i`` the keys it may attend to.
-    ``W_v`` copies the positions into each head's columns and ``W_o`` is the identity, so
-    the output says which positions each head read. No biases.
+
+def induction_targets(tokens: Any) -> np.ndarray:
+    """Where an induction head should attend: the key after each earlier copy of the query.
+
+    ``targets[b, i, j + 1]`` is True when ``j < i`` and ``tokens[b, j] == tokens[b, i]``:
+    query ``i`` should look at the token that followed the previous occurrence(s) of its
+    own token. Queries whose token has not occurred before have no target. Targets are
+    always at or before the query, so a causal head can reach them.
 
     Args:
-        targets: for each head, the key position each query points to.
-        d_model: model width D; ``num_heads = len(targets)`` must divide it, and the
-            head width Dh must be at least L.
-        logit: the score of a target (the others score 0).
+        tokens: token ids (NumPy or torch).
 
     Shape:
-        Returns params (D = d_model, H = len(targets)) and x ``(1, L, D)``.
+        tokens ``(B, L)``. Returns ``(B, L, L)`` bool, indexed ``[b, query, key]``.
 
     Raises:
-        ValueError: if the heads have different lengths, a target is out of range, or
-            Dh < L.
+        ValueError: if ``tokens`` is not 2-D.
+        TypeError: if ``tokens`` is not an integer array.
     """
-    H = len(targets)
-    if H == 0:
-        raise ValueError("targets must hold one list of positions per head; got none")
-    L = len(targets[0])
-    if any(len(t) != L for t in targets):
+    t = _as_tokens(tokens)
+    same = t[:, :, None] == t[:, None, :]  # (B, L, L): [b, i, j] = tokens[i] == tokens[j]
+    earlier = np.tril(same, k=-1)  # keep j < i
+    targets = np.zeros_like(earlier)
+    targets[:, :, 1:] = earlier[:, :, :-1]  # key j -> key j + 1
+    return targets
+
+
+def induction_score(weights: Any, tokens: Any) -> np.ndarray:
+    """Mean attention mass the queries put on their induction targets.
+
+    Averages, over every (sequence, query) pair that has a target in
+    :func:`induction_targets`, the total weight of that query's row on its targets. A
+    perfect induction head scores 1; a previous-token head scores about 0 on repeated
+    random tokens.
+
+    Args:
+        weights: attention weights, batch first, e.g. ``(B, H, L, L)`` for one layer.
+        tokens: the token ids the weights were computed on.
+
+    Shape:
+        weights ``(B, ..., L, L)``, tokens ``(B, L)``. Returns ``(...)``, e.g. ``(H,)``.
+
+    Raises:
+        ValueError: if the shapes do not match, the rows of ``weights`` are not
+            distributions, or no query has a target (no token repeats).
+        TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
+    """
+    t = _as_tokens(tokens)
+    w = _check_weights(weights)
+    B, L = t.shape
+    if w.ndim < 3 or w.shape[0] != B or w.shape[-2:] != (L, L):
         raise ValueError(
-            "targets must give every head the same number of queries; got "
-            f"{[len(t) for t in targets]}"
+            f"weights must have shape (B, ..., L, L) = ({B}, ..., {L}, {L}) to match tokens; "
+            f"got {w.shape}"
         )
-    if d_model % H != 0 or d_model // H < L:
-        raise ValueError(
-            f"d_model must be a multiple of num_heads={H} with d_head >= L={L}; "
-            f"got d_model={d_model}"
-        )
-    t = np.asarray(targets)
-    if not np.issubdtype(t.dtype, np.integer) or (t < 0).any() or (t >= L).any():
-        raise ValueError(f"targets must be integer positions in [0, L={L}); got {t.tolist()}")
-    Dh = d_model // H
-    c = logit * np.sqrt(Dh)
-    w_q, w_k, w_v = (np.zeros((d_model, d_model)) for _ in range(3))
-    pos = np.arange(L)
-    for h in range(H):
-        w_q[pos, h * Dh + t[h]] = c  # e_i -> c e_{t(i)} in head h's columns
-        w_k[pos, h * Dh + pos] = 1.0  # e_j -> e_j
-        w_v[pos, h * Dh + pos] = 1.0
-    x = np.zeros((1, L, d_model))
-    x[0, pos, pos] = 1.0  # one-hot positions, (1, L, D)
-    params = MHAParams.from_qkv(w_q, w_k, w_v, np.eye(d_model), H)
-    return params, x
+    targets = induction_targets(t)  # (B, L, L)
+    has = targets.any(axis=-1)  # (B, L)
+    if not has.any():
+        raise ValueError("tokens must contain a repeated token; no query has an induction target")
+    extra = (1,) * (w.ndim - 3)
+    mass = (w * targets.reshape(B, *extra, L, L)).sum(axis=-1)  # (B, ..., L)
+    mass = np.moveaxis(mass, 0, -2)  # (..., B, L)
+    return _score(mass[..., has].mean(axis=-1))  # (...)

@@ -2,13 +2,17 @@
 
 ``MHAParams`` holds NumPy arrays or PyTorch tensors. The query, key and value weights
 are stored packed side by side in one ``(D, 3D)`` matrix, so the packed form needs no
-copy; ``w_q``, ``w_k`` and ``w_v`` are views of its three column blocks. Weights multiply
-on the right: ``q = x @ w_q``.
+copy; ``w_q``, ``w_k`` and ``w_v`` are views of its three column blocks (the layout is
+:mod:`mha.packing`'s). Weights multiply on the right: ``q = x @ w_q``.
+
+Parameters are built by :func:`init_params` (random, from one seed, for either backend)
+and :func:`planted_heads` (heads that attend where they are told, for testing detectors).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -287,3 +291,60 @@ def init_params(
     b_o = 0.02 * rng.standard_normal(D) if bias else None
     params = MHAParams(w_qkv, w_o, b_qkv, b_o, num_heads)
     return params.to_numpy(dtype)
+
+
+def planted_heads(
+    targets: Sequence[Sequence[int]], d_model: int, *, logit: float = 8.0
+) -> tuple[MHAParams, np.ndarray]:
+    """Multi-head attention whose head ``h`` sends query ``i`` to key ``targets[h][i]``.
+
+    The input ``x`` holds one-hot positions: ``x[0, i] = e_i`` (then zeros up to D). Head h
+    gets ``W_q`` mapping ``e_i`` to ``c * e_{t(i)}`` and ``W_k`` mapping ``e_j`` to ``e_j``
+    inside its own Dh columns (``c = logit * sqrt(Dh)``), so its scores are
+    ``q_i . k_j / sqrt(Dh) = logit * [j == t(i)]``: after the softmax, query ``i`` puts
+    ``e^logit / (e^logit + n_i - 1)`` on its target, with ``n_i`` the keys it may attend to.
+    ``W_v`` copies the positions into each head's columns and ``W_o`` is the identity, so
+    the output says which positions each head read. No biases.
+
+    Args:
+        targets: for each head, the key position each query points to.
+        d_model: model width D; ``num_heads = len(targets)`` must divide it, and the
+            head width Dh must be at least L.
+        logit: the score of a target (the others score 0).
+
+    Shape:
+        Returns params (D = d_model, H = len(targets)) and x ``(1, L, D)``.
+
+    Raises:
+        ValueError: if the heads have different lengths, a target is out of range, or
+            Dh < L.
+    """
+    H = len(targets)
+    if H == 0:
+        raise ValueError("targets must hold one list of positions per head; got none")
+    L = len(targets[0])
+    if any(len(t) != L for t in targets):
+        raise ValueError(
+            "targets must give every head the same number of queries; got "
+            f"{[len(t) for t in targets]}"
+        )
+    if d_model % H != 0 or d_model // H < L:
+        raise ValueError(
+            f"d_model must be a multiple of num_heads={H} with d_head >= L={L}; "
+            f"got d_model={d_model}"
+        )
+    t = np.asarray(targets)
+    if not np.issubdtype(t.dtype, np.integer) or (t < 0).any() or (t >= L).any():
+        raise ValueError(f"targets must be integer positions in [0, L={L}); got {t.tolist()}")
+    Dh = d_model // H
+    c = logit * np.sqrt(Dh)
+    w_q, w_k, w_v = (np.zeros((d_model, d_model)) for _ in range(3))
+    pos = np.arange(L)
+    for h in range(H):
+        w_q[pos, h * Dh + t[h]] = c  # e_i -> c e_{t(i)} in head h's columns
+        w_k[pos, h * Dh + pos] = 1.0  # e_j -> e_j
+        w_v[pos, h * Dh + pos] = 1.0
+    x = np.zeros((1, L, d_model))
+    x[0, pos, pos] = 1.0  # one-hot positions, (1, L, D)
+    params = MHAParams.from_qkv(w_q, w_k, w_v, np.eye(d_model), H)
+    return params, x

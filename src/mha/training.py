@@ -395,7 +395,7 @@ def head_scores(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> dic
     Returns:
         ``{"previous_token": (num_layers, H), "induction": (num_layers, H)}``: the
         :func:`mha.detectors.previous_token_score` averaged over the batch, and
-        :func:`mha.tasks.induction_score`.
+        :func:`mha.detectors.induction_score`.
     """
     with torch.no_grad():
         _, weights = model(batch.tokens, need_weights=True)
@@ -406,7 +406,7 @@ def _scores(weights: list[torch.Tensor], batch: RepeatedSegments) -> dict[str, n
     w = np.stack([x.numpy() for x in weights], axis=1)  # (B, layers, H, L, L)
     return {
         "previous_token": detectors.previous_token_score(w).mean(axis=0),  # (layers, H)
-        "induction": tasks.induction_score(w, batch.tokens),  # (layers, H)
+        "induction": detectors.induction_score(w, batch.tokens),  # (layers, H)
     }
 
 
