@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha
-from mha import cost, measure
-from mha import torch_backend as T
+from mha import cost, measure, torch_backend
 
 # (B, L, S, D, H): self- and cross-attention, one head and many, Dh = 1 included.
 SHAPES = [(1, 4, 4, 8, 1), (2, 5, 7, 16, 4), (1, 9, 9, 8, 8), (2, 3, 11, 24, 6)]
@@ -34,7 +33,9 @@ def test_matmul_flops_equal_flop_counter_mode_for_every_form(
     params = mha.init_params(D, H, bias=bias, seed=0).to_torch()
     query, kv = _inputs(B, L, S, D)
     counted = measure.count_flops(
-        lambda: T.multi_head_attention(query, kv, kv, params, form=form, need_weights=need_weights)
+        lambda: torch_backend.multi_head_attention(
+            query, kv, kv, params, form=form, need_weights=need_weights
+        )
     )
     assert sum(counted.values()) == cost.attention_flops(B, L, S, D, H, bias=bias).matmul
 
@@ -52,11 +53,11 @@ def test_flops_of_each_stage_equal_flop_counter_mode_of_that_stage(B, L, S, D, H
     params = mha.init_params(D, H, bias=False, seed=0).to_torch()
     query, kv = _inputs(B, L, S, D)
     model = cost.attention_flops(B, L, S, D, H, bias=False)
-    q = T.split_heads(query @ params.w_q, H)
-    k = T.split_heads(kv @ params.w_k, H)
+    q = torch_backend.split_heads(query @ params.w_q, H)
+    k = torch_backend.split_heads(kv @ params.w_k, H)
     weights = torch.softmax(q @ k.transpose(-1, -2), dim=-1)
-    v = T.split_heads(kv @ params.w_v, H)
-    merged = T.merge_heads(weights @ v)  # (B, L, D)
+    v = torch_backend.split_heads(kv @ params.w_v, H)
+    merged = torch_backend.merge_heads(weights @ v)  # (B, L, D)
     stages = {
         "q_proj": lambda: query @ params.w_q,
         "k_proj": lambda: kv @ params.w_k,
@@ -153,7 +154,9 @@ def test_attention_flops_rejects_bad_sizes(kwargs, error, match):
 def test_matmul_calls_equal_dispatched_matrix_products(H, form, self_attention):
     params = mha.init_params(8, H, seed=0).to_torch()
     query, kv = _inputs(2, 3, 3 if self_attention else 5, 8)
-    ops = measure.count_aten_ops(lambda: T.multi_head_attention(query, kv, kv, params, form=form))
+    ops = measure.count_aten_ops(
+        lambda: torch_backend.multi_head_attention(query, kv, kv, params, form=form)
+    )
     counted = sum(ops[name] for name in measure.MATMUL_OPS)
     assert counted == cost.matmul_calls(H, form, self_attention=self_attention)
 

@@ -111,9 +111,9 @@ def test_self_attention_input_checked_once_still_rejects_non_finite(backend, bad
     params = init_params(4, 2)
     if backend == "torch":
         x, params = torch.from_numpy(x), params.to_torch()
-    F = np_backend if backend == "numpy" else torch_backend
+    module = np_backend if backend == "numpy" else torch_backend
     with pytest.raises(ValueError, match="query must be finite"):
-        F.multi_head_attention(x, x, x, params)
+        module.multi_head_attention(x, x, x, params)
 
 
 @pytest.mark.parametrize(

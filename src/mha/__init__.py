@@ -4,8 +4,10 @@ The NumPy reference (:mod:`mha.np_backend`) and the PyTorch implementation
 (:mod:`mha.torch_backend`) share function and argument names, so code switches backend
 by changing one import::
 
-    from mha import np_backend as F     # or: from mha import torch_backend as F
-    out, weights = F.multi_head_attention(x, x, x, params, mask)
+    from mha import np_backend as backend  # or: from mha import torch_backend as backend
+    out, weights = backend.multi_head_attention(x, x, x, params, mask)
+
+(``F`` is kept for ``torch.nn.functional`` throughout the project.)
 
 Shapes: inputs ``(B, L, D)`` and ``(B, S, D)``, per-head tensors ``(B, H, L, Dh)``,
 weights ``(B, H, L, S)``. Masks are boolean, True = may attend.

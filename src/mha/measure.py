@@ -152,9 +152,8 @@ MEMORY_PATHS = ("explicit", "explicit, autograd", "per_head", "sdpa", "nn.Multih
 
 
 def _memory_runner(path: str, params: MHAParams, x: torch.Tensor) -> Callable[[], Any]:
-    T = torch_backend
     if path == "explicit":
-        return lambda: T.multi_head_attention(x, x, x, params, form="packed")
+        return lambda: torch_backend.multi_head_attention(x, x, x, params, form="packed")
     if path == "explicit, autograd":
         # Parameters that require grad, outside inference mode: autograd records the forward
         # and keeps the softmax's output for the backward pass. Copies made outside inference
@@ -165,13 +164,19 @@ def _memory_runner(path: str, params: MHAParams, x: torch.Tensor) -> Callable[[]
 
         def recorded() -> Any:
             with torch.inference_mode(False):
-                return T.multi_head_attention(x_plain, x_plain, x_plain, p_grad, form="packed")
+                return torch_backend.multi_head_attention(
+                    x_plain, x_plain, x_plain, p_grad, form="packed"
+                )
 
         return recorded
     if path == "per_head":
-        return lambda: T.multi_head_attention(x, x, x, params, form="per_head", need_weights=False)
+        return lambda: torch_backend.multi_head_attention(
+            x, x, x, params, form="per_head", need_weights=False
+        )
     if path == "sdpa":
-        return lambda: T.multi_head_attention(x, x, x, params, form="packed", need_weights=False)
+        return lambda: torch_backend.multi_head_attention(
+            x, x, x, params, form="packed", need_weights=False
+        )
     module = to_torch_mha(params).eval()
     return lambda: module(x, x, x, need_weights=False)
 
@@ -398,11 +403,10 @@ def form_runners(params: MHAParams, x: torch.Tensor) -> dict[str, Callable[[], t
     """
     if not isinstance(params, MHAParams) or not isinstance(params.w_qkv, torch.Tensor):
         raise TypeError(f"params must be MHAParams of torch tensors; got {type(params).__name__}")
-    T = torch_backend
     module = to_torch_mha(params).eval()
 
     def run(form: str, need_weights: bool) -> Callable[[], torch.Tensor]:
-        return lambda: T.multi_head_attention(
+        return lambda: torch_backend.multi_head_attention(
             x, x, x, params, form=form, need_weights=need_weights
         )[0]
 

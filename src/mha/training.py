@@ -42,8 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha import detectors, packing, tasks
-from mha import torch_backend as tb
+from mha import detectors, packing, tasks, torch_backend
 from mha._linalg import one_thread
 from mha.module import MultiHeadAttention
 from mha.params import MHAParams
@@ -89,8 +88,8 @@ def head_contributions(
     q, k, v = (x @ w for w in (params.w_q, params.w_k, params.w_v))  # 3 x (B, L, D)
     if params.b_qkv is not None:
         q, k, v = q + params.b_q, k + params.b_k, v + params.b_v
-    q, k, v = (tb.split_heads(t, H) for t in (q, k, v))  # 3 x (B, H, L, Dh)
-    out, _ = tb.scaled_dot_product_attention(q, k, v, mask)  # (B, H, L, Dh)
+    q, k, v = (torch_backend.split_heads(t, H) for t in (q, k, v))  # 3 x (B, H, L, Dh)
+    out, _ = torch_backend.scaled_dot_product_attention(q, k, v, mask)  # (B, H, L, Dh)
     w_o = packing.split_head_rows(params.w_o, H)  # (D, D) -> (H, Dh, D)
     return torch.einsum("bhld,hde->bhle", out, w_o)  # (B, H, L, D)
 
@@ -208,11 +207,11 @@ class AttentionOnlyTransformer(nn.Module):
         self._check(tokens, gates)
         L = tokens.shape[1]
         x = self.embed[tokens] + self.pos[:L]  # (B, L) -> (B, L, D)
-        mask = tb.causal_mask(L)  # (L, L)
+        mask = torch_backend.causal_mask(L)  # (L, L)
         stream, weights = [x], []
         for i, layer in enumerate(self.layers):
             params = gated_params(layer.params(), None if gates is None else gates[i])
-            out, w = tb.multi_head_attention(
+            out, w = torch_backend.multi_head_attention(
                 x, x, x, params, mask, form="fused", need_weights=need_weights
             )  # (B, L, D), (B, H, L, L) or None
             x = x + out
@@ -638,7 +637,7 @@ def _per_sequence_gate_gradients(
     gates = torch.ones(B, model.num_layers, model.num_heads, dtype=model.embed.dtype)
     gates.requires_grad_(True)
     x = model.embed[tokens] + model.pos[:L]  # (B, L) -> (B, L, D)
-    mask = tb.causal_mask(L)  # (L, L)
+    mask = torch_backend.causal_mask(L)  # (L, L)
     for i, layer in enumerate(model.layers):
         params = layer.params()
         parts = head_contributions(x, params, mask)  # (B, H, L, D)
