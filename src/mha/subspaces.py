@@ -125,9 +125,10 @@ def principal_angles(a: Any, b: Any, degrees: bool = False) -> np.ndarray:
 def frobenius_cosine(a: Any, b: Any) -> float:
     """The matrix cosine ``tr(A^T B) / (|A|_F |B|_F)`` of two same-shape matrices.
 
-    This is the seed notebook's "subspace correlation". It is the ordinary cosine of the
-    flattened matrices: it pairs column ``j`` of ``a`` with column ``j`` of ``b``, so it
-    changes when a basis is rotated (``a -> a @ R``) although the subspace does not.
+    It is sometimes offered as a "subspace correlation" of two heads. It is the ordinary
+    cosine of the flattened matrices: it pairs column ``j`` of ``a`` with column ``j`` of
+    ``b``, so it changes when a basis is rotated (``a -> a @ R``) although the subspace
+    does not.
 
     Shape:
         a and b ``(m, n)``, the same shape.
@@ -194,13 +195,14 @@ def pairwise_principal_cosines(blocks: np.ndarray) -> np.ndarray:
     return np.clip(s, 0.0, 1.0)
 
 
-def seed_frobenius_table(w_q_rows: np.ndarray, num_heads: int) -> np.ndarray:
-    """The seed notebook's "orthogonality audit", reproduced as it computed it.
+def pairwise_frobenius_cosines(w_q_rows: np.ndarray, num_heads: int) -> np.ndarray:
+    """The :func:`frobenius_cosine` of every pair of heads' blocks of a ``Linear`` weight.
 
-    The seed takes a PyTorch ``Linear`` weight ``(D_out, D_in)`` (rows are output
-    features), reshapes it to ``(H, Dh, D)`` and computes the Frobenius cosine of every
-    pair of ``(Dh, D)`` blocks. Block ``h`` is ``W_q^h`` transposed in this package's
-    layout (``w_q = linear.weight.T``), so the numbers equal
+    A common "orthogonality audit" of attention heads takes a PyTorch ``Linear`` query
+    weight ``(D_out, D_in)`` (rows are output features), reshapes it to ``(H, Dh, D)`` and
+    compares every pair of ``(Dh, D)`` blocks by their Frobenius cosine; this is that
+    table. Block ``h`` is ``W_q^h`` transposed in this package's layout
+    (``w_q = linear.weight.T``), so the numbers equal
     ``frobenius_cosine(head(i)["w_q"], head(j)["w_q"])``.
 
     Args:
