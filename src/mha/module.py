@@ -111,8 +111,34 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``query`` to ``key``/``value`` (self-attention when they are omitted).
 
+        The defaults differ on purpose from those of the functions
+        (:func:`mha.torch_backend.multi_head_attention`: ``need_weights=True``,
+        ``form="fused"``) and of ``nn.MultiheadAttention.forward`` (``need_weights=True``).
+        The functions are what the book reads, where the weights are the object of study and
+        the fused form is the one the equations write. The module is a layer inside a model
+        (as in :mod:`mha.training`), where the weights are rarely read: returning them forces
+        the explicit path, which stores the ``(B, H, L, S)`` scores, instead of
+        ``scaled_dot_product_attention``, and the packed form projects self-attention's
+        queries, keys and values with one product. Pass ``need_weights=True`` for the
+        weights (per head; ``nn.MultiheadAttention`` averages them over heads by default).
+
+        Args:
+            query: queries.
+            key: keys; ``None`` for ``query`` (self-attention).
+            value: values; ``None`` for ``key``.
+            mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+            need_weights: whether to compute and return the attention weights.
+            form: ``"per_head"``, ``"fused"`` or ``"packed"``.
+
+        Shape:
+            query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
+            and weights ``(B, H, L, S)``.
+
         Returns:
             ``(output, weights)``; ``weights`` is ``None`` unless ``need_weights``.
+
+        Raises:
+            ValueError, TypeError: as :func:`mha.torch_backend.multi_head_attention`.
         """
         key = query if key is None else key
         value = key if value is None else value

@@ -266,6 +266,8 @@ def multi_head_attention(
     The forms and arguments are those of :func:`mha.np_backend.multi_head_attention`.
     With ``need_weights=False`` the fused and packed forms use
     ``torch.nn.functional.scaled_dot_product_attention`` (the fast path).
+    :class:`mha.MultiHeadAttention` defaults to that path (``need_weights=False``,
+    ``form="packed"``); its ``forward`` says why.
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
