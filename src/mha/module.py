@@ -190,7 +190,7 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
     """
     if not isinstance(m, nn.MultiheadAttention):
         raise TypeError(f"m must be a torch.nn.MultiheadAttention; got {type(m).__name__}")
-    if not m._qkv_same_embed_dim:
+    if m.kdim != m.embed_dim or m.vdim != m.embed_dim:
         raise ValueError(
             "m must have kdim == vdim == embed_dim; got "
             f"embed_dim={m.embed_dim}, kdim={m.kdim}, vdim={m.vdim}"
