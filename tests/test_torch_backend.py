@@ -365,10 +365,18 @@ def test_weights_in_inference_mode_equal_the_weights_with_autograd(form: str) ->
 # ---- finiteness checks ---------------------------------------------------------------
 
 
+@pytest.mark.parametrize("shortcuts", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
-def test_a_single_non_finite_entry_anywhere_is_rejected(dtype: torch.dtype, bad: float) -> None:
+def test_a_single_non_finite_entry_anywhere_is_rejected(
+    dtype: torch.dtype, bad: float, shortcuts: bool
+) -> None:
     p = init_params(4, 2, seed=0).to_torch(dtype)
+    with torch_backend.cpu_shortcuts(shortcuts):
+        _check_non_finite_entries_are_rejected(p, dtype, bad)
+
+
+def _check_non_finite_entries_are_rejected(p, dtype: torch.dtype, bad: float) -> None:
     for pos in range(8):
         # a strided view (a column block), and a tensor that requires grad
         x = randn(2, 8, 3 * 4, seed=pos, dtype=dtype)[..., 4:8]
@@ -457,3 +465,60 @@ def test_attention_without_autograd_leaves_inputs_alone_and_returns_its_scores_b
         assert t is None or torch.equal(t, before)  # exact: the inputs are left unchanged
     if mask_name == "B,H,L,S":
         assert (w[0, 1, 0] == 0).all() and (out[0, 1, 0] == 0).all()
+
+
+# ---- the CPU shortcuts and the plain path --------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, f64])
+@pytest.mark.parametrize(("form", "mask_name"), list(product(FORMS, ["none", "S", "B,H,L,S"])))
+def test_plain_path_gives_the_shortcut_paths_results_to_rounding(form, mask_name, dtype) -> None:
+    q, k, v = inputs("cross", dtype=dtype)
+    mask = masks_for(B, H, L, S)[mask_name]
+    p = init_params(D, H, seed=4).to_torch(dtype)
+    with torch.inference_mode():
+        out, w = torch_backend.multi_head_attention(q, k, v, p, mask, form=form)
+        with torch_backend.cpu_shortcuts(False):
+            out_plain, w_plain = torch_backend.multi_head_attention(q, k, v, p, mask, form=form)
+    out_tol, w_tol = tolerance.attention_tolerance(q, k, v, p, mask)
+    tolerance.assert_close(out, out_plain, out_tol)
+    tolerance.assert_close(w, w_plain, w_tol)
+
+
+def test_cpu_shortcuts_decide_which_path_runs(monkeypatch) -> None:
+    calls = {"buffer": 0, "numpy finiteness": 0}
+    real_buffer, real_finite = torch_backend._empty_scores, torch_backend._finite_by_numpy
+
+    def buffer(*args):
+        calls["buffer"] += 1
+        return real_buffer(*args)
+
+    def finite(x):
+        calls["numpy finiteness"] += 1
+        return real_finite(x)
+
+    monkeypatch.setattr(torch_backend, "_empty_scores", buffer)
+    monkeypatch.setattr(torch_backend, "_finite_by_numpy", finite)
+    x = randn(B, L, D, dtype=torch.float32)
+    p = init_params(D, H).to_torch(torch.float32)
+    with torch.inference_mode(), torch_backend.cpu_shortcuts(False):
+        torch_backend.multi_head_attention(x, x, x, p)
+    assert calls == {"buffer": 0, "numpy finiteness": 0}
+    with torch.inference_mode():
+        torch_backend.multi_head_attention(x, x, x, p)
+    assert calls["buffer"] == 1 and calls["numpy finiteness"] == 5  # x and four parameters
+    x_g = x.clone().requires_grad_()
+    torch_backend.multi_head_attention(x_g, x_g, x_g, p)  # autograd records: plain path
+    assert calls["buffer"] == 1
+
+
+def test_cpu_shortcuts_restore_the_setting_and_take_a_bool() -> None:
+    assert torch_backend._SHORTCUTS.get() is True
+    with torch_backend.cpu_shortcuts(False):
+        assert torch_backend._SHORTCUTS.get() is False
+        with torch_backend.cpu_shortcuts(True):
+            assert torch_backend._SHORTCUTS.get() is True
+        assert torch_backend._SHORTCUTS.get() is False
+    assert torch_backend._SHORTCUTS.get() is True
+    with pytest.raises(TypeError, match="enabled must be a bool; got int 0"):
+        torch_backend.cpu_shortcuts(0).__enter__()

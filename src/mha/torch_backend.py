@@ -9,11 +9,20 @@ A fully masked query row gets all-zero weights and a zero attention output, as i
 NumPy backend and in ``scaled_dot_product_attention``. When no weights are requested,
 the fused and packed forms call ``scaled_dot_product_attention``, which never stores the
 ``(B, H, L, S)`` score tensor.
+
+On the CPU, explicit attention without autograd and the finiteness checks take three
+shortcuts that rest on behaviour NumPy and PyTorch do not document (a NumPy-allocated score
+buffer, a softmax written over its input, NumPy's reduction for finiteness). They are
+gathered in one place, :func:`cpu_shortcuts`, which also switches them off; the plain path
+then uses documented operations only and gives the same results to rounding.
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -29,16 +38,13 @@ def _finite(x: torch.Tensor) -> bool:
     """True when ``x`` holds no NaN or infinity.
 
     The extremes of ``x`` are finite exactly when every entry is (min and max propagate
-    NaN), and one ``aminmax`` pass is many times cheaper than ``isfinite(x).all()``.
-    A float32/float64 CPU tensor is reduced by NumPy instead, on the calling thread: a
-    PyTorch reduction of a large tensor waits for every intra-op thread, and on a busy
-    machine that wait can cost milliseconds where the work itself takes a fraction of one.
+    NaN), and one ``aminmax`` pass is many times cheaper than ``isfinite(x).all()``. With
+    the CPU shortcuts, NumPy reduces a float32/float64 CPU tensor instead.
     """
     if x.numel() == 0:
         return True
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        a = x.detach().numpy()  # a view, no copy
-        return math.isfinite(a.min()) and math.isfinite(a.max())
+    if _shortcuts_apply(x) and x.dtype in _NUMPY_FLOATS:
+        return _finite_by_numpy(x)
     with torch.no_grad():
         lo, hi = torch.aminmax(x)
     return math.isfinite(lo.item()) and math.isfinite(hi.item())
@@ -153,35 +159,103 @@ def _recording(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
+def _attend(q, k, v_, mask):
+    """Explicit attention: output ``(..., L, Dv)`` and weights ``(..., L, S)``."""
+    if _recording(q, k, v_) or not _shortcuts_apply(q):
+        return _attend_plain(q, k, v_, mask)
+    return _attend_cpu_shortcut(q, k, v_, mask)
+
+
+def _attend_plain(q, k, v_, mask):
+    """The explicit path in documented operations; autograd records it."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    # Scaling Q (L x Dh entries) costs less than scaling the scores (L x S entries).
+    scores = (q * scale) @ k.transpose(-1, -2)  # (..., L, Dh) @ (..., Dh, S) -> (..., L, S)
+    weights = _softmax(scores, mask)  # (..., L, S)
+    return weights @ v_, weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
+
+
+def _attend_fast(q, k, v_, mask):
+    """SDPA without materialising weights; fully masked rows give zeros, as in ``_attend``."""
+    if mask is not None and mask.ndim < 2:
+        mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))  # (S,) -> (1, S)
+    return F.scaled_dot_product_attention(q, k, v_, attn_mask=mask)  # (B, H, L, Dh)
+
+
+# ---- the CPU shortcuts -------------------------------------------------------------------
+
+_SHORTCUTS = contextvars.ContextVar("mha_torch_backend_cpu_shortcuts", default=True)
 _NUMPY_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-def _empty_scores(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
-    """An uninitialised ``(..., L, S)`` tensor of ``like``'s dtype and device.
+@contextmanager
+def cpu_shortcuts(enabled: bool) -> Iterator[None]:
+    """Switch this module's CPU shortcuts on or off inside the block (they are on by default).
 
-    A float32/float64 CPU buffer is allocated by NumPy, which asks the kernel for huge pages
-    for large arrays: the first writes then fault once per 2 MiB instead of once per 4 KiB
-    page, which for a 32 MiB score tensor saves several milliseconds.
+    Three shortcuts make explicit attention on the CPU faster; each rests on behaviour that
+    NumPy or PyTorch does not document, so each can be switched off here, and the plain
+    path that replaces it uses documented operations only:
+
+    - finiteness: a float32/float64 CPU tensor is reduced by NumPy, on the calling thread,
+      through a view (``Tensor.numpy()``). A PyTorch reduction of a large tensor waits for
+      every intra-op thread, and on a busy machine that wait can cost milliseconds where
+      the work takes a fraction of one. Plain: ``torch.aminmax``. The answer is the same
+      boolean.
+    - the score buffer: when autograd does not record, the ``(..., L, S)`` scores are written
+      into a buffer that NumPy allocates. NumPy asks the kernel for huge pages for large
+      arrays (an allocator and OS behaviour), so the first writes fault once per 2 MiB
+      rather than once per 4 KiB page, which for a 32 MiB score tensor saves milliseconds.
+      The matrix products get contiguous operands (heads split from a projection are
+      strided views), which may take another BLAS kernel and so round differently.
+    - the softmax in place: the softmax is written over the scores
+      (``torch.softmax(x, dim=-1, out=x)``; PyTorch's CPU kernel reads each row before
+      writing it, which PyTorch does not document), so one ``(..., L, S)`` tensor is held
+      where the plain path holds two, the scores and the weights. The values are those of
+      the plain softmax exactly: the same kernel on the same scores.
+
+    Plain: the path autograd records (scores, then an out-of-place softmax). The two paths
+    agree to rounding, which the tests check; :mod:`mha.measure` and the book measure the
+    memory of the default (shortcut) path.
+
+    Args:
+        enabled: ``False`` for the plain path inside the block, ``True`` for the shortcuts.
+
+    Yields:
+        Nothing; the setting applies to this thread (and task) until the block ends.
+
+    Raises:
+        TypeError: if ``enabled`` is not a bool.
     """
-    if like.device.type == "cpu" and like.dtype in _NUMPY_FLOATS:
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool; got {type(enabled).__name__} {enabled!r}")
+    token = _SHORTCUTS.set(enabled)
+    try:
+        yield
+    finally:
+        _SHORTCUTS.reset(token)
+
+
+def _shortcuts_apply(x: torch.Tensor) -> bool:
+    """True when the CPU shortcuts are on and ``x`` lives on the CPU."""
+    return _SHORTCUTS.get() and x.device.type == "cpu"
+
+
+def _finite_by_numpy(x: torch.Tensor) -> bool:
+    a = x.detach().numpy()  # a view, no copy
+    return math.isfinite(a.min()) and math.isfinite(a.max())
+
+
+def _empty_scores(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """An uninitialised CPU tensor of ``like``'s dtype, allocated by NumPy when it can."""
+    if like.dtype in _NUMPY_FLOATS:
         return torch.from_numpy(np.empty(shape, dtype=_NUMPY_FLOATS[like.dtype]))
-    return torch.empty(shape, dtype=like.dtype, device=like.device)
+    return torch.empty(shape, dtype=like.dtype)
 
 
-def _attend(q, k, v_, mask):
+def _attend_cpu_shortcut(q, k, v_, mask):
+    """:func:`_attend_plain`'s arithmetic without autograd, in one ``(..., L, S)`` buffer."""
     scale = 1.0 / math.sqrt(q.shape[-1])
-    if _recording(q, k, v_):
-        # Scaling Q (L x Dh entries) costs less than scaling the scores (L x S entries).
-        scores = (q * scale) @ k.transpose(-1, -2)  # (..., L, Dh) @ (..., Dh, S) -> (..., L, S)
-        weights = _softmax(scores, mask)  # (..., L, S)
-        return weights @ v_, weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
-    # Without autograd (which cannot record ``out=``) the same arithmetic runs faster: the
-    # batched matmuls get contiguous operands (heads split from a projection are strided
-    # views; scaling Q writes it contiguously in the same pass), the scores go to a buffer
-    # from _empty_scores, and the softmax overwrites that buffer. Nothing keeps the scores
-    # for a backward pass here, so this path holds one (..., L, S) tensor where the
-    # recording path holds two (scores and weights), as mha.cost measures and the book reports.
-    q = torch.mul(q, scale, out=torch.empty(q.shape, dtype=q.dtype, device=q.device))
+    q = torch.mul(q, scale, out=torch.empty(q.shape, dtype=q.dtype))  # contiguous
     shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
     scores = torch.matmul(q, k.contiguous().transpose(-1, -2), out=_empty_scores(shape, q))
     weights = _softmax_(scores, mask)  # the same tensor as scores, now holding the weights
@@ -207,11 +281,7 @@ def _softmax_(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return scores.copy_(work) if low else work
 
 
-def _attend_fast(q, k, v_, mask):
-    """SDPA without materialising weights; fully masked rows give zeros, as in ``_attend``."""
-    if mask is not None and mask.ndim < 2:
-        mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))  # (S,) -> (1, S)
-    return F.scaled_dot_product_attention(q, k, v_, attn_mask=mask)  # (B, H, L, Dh)
+# ---- multi-head attention -----------------------------------------------------------------
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
