@@ -28,7 +28,7 @@ def _kind(x: Any) -> str | None:
     """``"numpy"`` or ``"torch"`` for an array of that library, else ``None``."""
     if isinstance(x, np.ndarray):
         return "numpy"
-    torch = sys.modules.get("torch")
+    torch = sys.modules.get("torch")  # never imported here: without torch, nothing is a tensor
     if torch is not None and isinstance(x, torch.Tensor):
         return "torch"
     return None
