@@ -29,6 +29,15 @@ from mha.rank import numerical_rank
 def centering_matrix(n: int) -> np.ndarray:
     """``C = I - 1 1^T / n``, the orthogonal projector that subtracts row means (``M C``).
 
+    Args:
+        n: the number of columns (tokens) N.
+
+    Shape:
+        Returns ``(n, n)``.
+
+    Returns:
+        ``C``, symmetric and idempotent, with ``C 1 = 0``.
+
     Raises:
         ValueError: if ``n`` is not a positive int.
     """
@@ -46,6 +55,9 @@ def check_attention_target(target: Any, atol: float = 1e-10) -> np.ndarray:
 
     Shape:
         target ``(N, N)``.
+
+    Returns:
+        ``target`` as a NumPy array (its rows unchanged).
 
     Raises:
         ValueError: if it is not square, has an entry ``<= 0`` (its logarithm must be
@@ -69,8 +81,14 @@ def check_attention_target(target: Any, atol: float = 1e-10) -> np.ndarray:
 def centred_log(target: Any) -> np.ndarray:
     """The row-centred log target ``log(P) C``: the only part of the scores softmax sees.
 
+    Args:
+        target: positive row-stochastic pattern ``P``.
+
     Shape:
         target ``(N, N)``. Returns ``(N, N)`` with rows summing to zero.
+
+    Returns:
+        ``log(P) C``.
 
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`.
@@ -86,8 +104,15 @@ def required_head_width(target: Any, centre: bool = True) -> int:
     with ``centre=False`` it is ``rank(log P)``, what a construction that factors
     ``log P`` itself (with no row shift) needs. Numerical ranks, default tolerance.
 
+    Args:
+        target: positive row-stochastic pattern ``P``.
+        centre: count the rank of the row-centred ``log(P) C`` rather than of ``log P``.
+
     Shape:
         target ``(N, N)``.
+
+    Returns:
+        The numerical rank, an ``int`` in ``[0, N]`` (at most ``N - 1`` when ``centre``).
 
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`.
@@ -99,8 +124,16 @@ def required_head_width(target: Any, centre: bool = True) -> int:
 def attention_from_projections(x: Any, w_q: Any, w_k: Any) -> np.ndarray:
     """``softmax(X W_q W_k^T X^T / sqrt(Dh))``: one bias-free head's attention weights.
 
+    Args:
+        x: one sequence, a token per row.
+        w_q: query projection.
+        w_k: key projection.
+
     Shape:
         x ``(N, D)``, w_q and w_k ``(D, Dh)``. Returns ``(N, N)``.
+
+    Returns:
+        The attention weights, rows summing to one.
 
     Raises:
         ValueError: if a matrix is not 2-D or not finite, or the shapes do not chain.
@@ -146,6 +179,9 @@ def bhojanapalli_projections(
     Shape:
         x ``(N, D)``, target ``(N, N)``. Returns ``w_q``, ``w_k`` of shape ``(D, Dh)``.
 
+    Returns:
+        ``(w_q, w_k)``, NumPy float64 arrays.
+
     Raises:
         ValueError: if ``x`` does not have rank N, the target fails
             :func:`check_attention_target` or has another size, or ``d_head`` is too small.
@@ -182,8 +218,15 @@ def centred_logit_error(weights: Any, target: Any) -> float:
     matrices, so this is a distance between the scores that produce ``weights`` and
     ``target`` (zero exactly when they are equal).
 
+    Args:
+        weights: positive row-stochastic pattern ``W``.
+        target: positive row-stochastic pattern ``P`` of the same shape.
+
     Shape:
         weights and target ``(N, N)``.
+
+    Returns:
+        The Frobenius norm, a non-negative ``float``.
 
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`, for either matrix.
@@ -200,8 +243,15 @@ def centred_logit_floor(target: Any, d_head: int) -> float:
     ``sqrt(sum_{k > Dh} sigma_k(log(P) C)^2)`` (Eckart-Young): a lower bound for every
     input ``X``, attained when ``X`` has rank N (by the truncated SVD of ``log(P) C``).
 
+    Args:
+        target: positive row-stochastic pattern ``P``.
+        d_head: head width Dh (0 allowed: the whole centred log target is the error).
+
     Shape:
         target ``(N, N)``.
+
+    Returns:
+        The floor, a non-negative ``float`` (0 when ``d_head >= rank(log(P) C)``).
 
     Raises:
         ValueError: if ``d_head`` is negative, or as :func:`check_attention_target`.
@@ -218,6 +268,16 @@ def self_focus_target(n: int, alpha: float) -> np.ndarray:
     ``log(P) C = alpha C`` has ``N - 1`` singular values equal to ``alpha``, so no head
     narrower than ``N - 1`` produces it, on any input, and the best centred-logit error
     at width ``Dh`` is ``alpha * sqrt(N - 1 - Dh)``.
+
+    Args:
+        n: number of tokens N.
+        alpha: the extra score of the diagonal.
+
+    Shape:
+        Returns ``(n, n)``.
+
+    Returns:
+        The positive row-stochastic pattern ``P``.
 
     Raises:
         ValueError: if ``n`` is not a positive int or ``alpha`` is not finite.
@@ -256,6 +316,9 @@ def fit_attention(
         x ``(N, D)``, target ``(N, N)``. Returns ``w_q``, ``w_k`` ``(D, Dh)`` and the
         final :func:`centred_logit_error`.
 
+    Returns:
+        ``(w_q, w_k, error)``: the fitted projections and their final centred-logit error.
+
     Raises:
         ValueError: if ``d_head`` or ``steps`` is not positive, shapes disagree, or as
             :func:`check_attention_target`.
@@ -280,8 +343,19 @@ def fit_attention_sweep(
     The fits are independent (the summed loss decouples and Adam acts elementwise); they
     run as one batch of zero-padded heads, which is much faster than one fit at a time.
 
+    Args:
+        x: one sequence.
+        targets: K positive row-stochastic patterns.
+        d_heads: the head widths to fit, each a positive int.
+        steps: Adam steps.
+        lr: initial learning rate.
+        seed: seed of the initial weights.
+
     Shape:
         x ``(N, D)``, targets ``(K, N, N)``. Returns the final errors ``(K, len(d_heads))``.
+
+    Returns:
+        The final :func:`centred_logit_error` of every (target, head width) fit.
 
     Raises:
         ValueError: as :func:`fit_attention`.
@@ -351,6 +425,9 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
 
     Shape:
         targets ``(K, N, N)``.
+
+    Returns:
+        The least total squared error, a non-negative ``float``.
 
     Raises:
         ValueError: if ``targets`` is not 3-D with 1 to 8 patterns, or a size is not a

@@ -80,7 +80,11 @@ class AttentionFlops:
         return self.matmul + self.elementwise
 
     def as_dict(self) -> dict[str, int]:
-        """Every stage and every total, by name."""
+        """Every stage and every total, by name.
+
+        Returns:
+            ``{name: FLOPs}`` for the nine stages and the five totals.
+        """
         out = asdict(self)
         for name in ("projections", "attention", "matmul", "elementwise", "total"):
             out[name] = getattr(self, name)
@@ -179,6 +183,15 @@ def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> i
     keys and values with one product in self-attention (4 in all) and with two when the
     query differs from the shared key/value tensor (5 in all).
 
+    Args:
+        num_heads: number of heads H.
+        form: ``"per_head"``, ``"fused"`` or ``"packed"``.
+        self_attention: whether query, key and value are one tensor (the packed form then
+            projects them with one product).
+
+    Returns:
+        The number of matrix-multiply operators, an ``int``.
+
     Raises:
         ValueError: on an unknown form or a non-positive ``num_heads``.
         TypeError: if ``num_heads`` is not an int.
@@ -210,12 +223,21 @@ def score_tensor_bytes(
 ) -> int:
     """Bytes of one ``(B, H, L, S)`` score (or weight) tensor: ``B H L S`` times the item size.
 
-    ``dtype`` is a NumPy or a PyTorch dtype (float32 by default).
-
     An explicit implementation holds at least one such tensor (the scores, overwritten by the
     weights); two at once when autograd records, since the backward pass needs the softmax's
     output. ``scaled_dot_product_attention``'s fused CPU kernel works on blocks of
     queries and keys and never stores it.
+
+    Args:
+        batch_size: B.
+        q_len: query length L.
+        kv_len: key/value length S.
+        num_heads: number of heads H.
+        dtype: a NumPy or PyTorch dtype, or anything ``numpy.dtype`` accepts (float32 by
+            default).
+
+    Returns:
+        ``B * H * L * S * itemsize``, an ``int``.
 
     Raises:
         ValueError: if a size is not positive.

@@ -112,6 +112,9 @@ def previous_token_score(weights: Any) -> np.ndarray:
     Shape:
         weights ``(..., L, L)`` with ``L >= 2``. Returns ``(...)``.
 
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
+
     Raises:
         ValueError: if ``weights`` is not square, has ``L < 2``, or its rows are not
             distributions.
@@ -126,8 +129,14 @@ def next_token_score(weights: Any) -> np.ndarray:
     ``score = mean_{i=0..L-2} w[i, i+1]``; the last query has no next token and is left out.
     A causal head scores 0: it cannot see the next token.
 
+    Args:
+        weights: attention weights, rows summing to 1.
+
     Shape:
         weights ``(..., L, L)`` with ``L >= 2``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if ``weights`` is not square, has ``L < 2``, or its rows are not
@@ -140,8 +149,14 @@ def next_token_score(weights: Any) -> np.ndarray:
 def self_score(weights: Any) -> np.ndarray:
     """Mean weight a query puts on its own position: ``mean_i w[i, i]``.
 
+    Args:
+        weights: attention weights, rows summing to 1.
+
     Shape:
         weights ``(..., L, L)``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if ``weights`` is not square or its rows are not distributions.
@@ -159,8 +174,14 @@ def future_score(weights: Any) -> np.ndarray:
     every query but the last looks only ahead scores the largest value, ``(L - 1) / L``
     (the last query has nothing ahead). Use it to say which kind of attention a pattern is.
 
+    Args:
+        weights: attention weights, rows summing to 1.
+
     Shape:
         weights ``(..., L, L)``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, (L - 1) / L]``, one per leading index.
 
     Raises:
         ValueError: if ``weights`` is not square or its rows are not distributions.
@@ -178,8 +199,14 @@ def first_token_score(weights: Any) -> np.ndarray:
     ``score = mean_i w[i, 0]``. Heads that park their attention on a fixed first token
     when nothing else fits score near 1 (Clark et al. 2019; Xiao et al. 2023).
 
+    Args:
+        weights: attention weights, rows summing to 1.
+
     Shape:
         weights ``(..., L, S)``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if the rows of ``weights`` are not distributions.
@@ -220,6 +247,9 @@ def token_class_score(weights: Any, key_in_class: Any) -> np.ndarray:
         weights ``(..., L, S)``; key_in_class ``(S,)`` (or ``(..., S)``, broadcasting with
         the leading shape of ``weights``). Returns ``(...)``.
 
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
+
     Raises:
         ValueError: if ``key_in_class`` does not have S entries, or the rows of
             ``weights`` are not distributions.
@@ -246,6 +276,9 @@ def broadness_score(weights: Any, mask: Any = None) -> np.ndarray:
 
     Shape:
         weights ``(..., L, S)``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if the mask does not broadcast, puts weight on masked keys, leaves
@@ -315,6 +348,9 @@ def arc_score(weights: Any, arcs: Iterable[Sequence[int]]) -> np.ndarray:
     Shape:
         weights ``(..., L, S)``; arcs ``(N, 2)``. Returns ``(...)``.
 
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
+
     Raises:
         ValueError: if ``arcs`` is empty, not pairs, or indexes outside ``[0, L)`` /
             ``[0, S)``; or the rows of ``weights`` are not distributions.
@@ -380,8 +416,17 @@ def all_scores(
     (``mask`` is passed to :func:`broadness_score`); ``token_class`` when ``key_in_class``
     is given and ``arc`` when ``arcs`` are given.
 
+    Args:
+        weights: attention weights, rows summing to 1 (square: self-attention).
+        key_in_class: optional boolean class of keys for :func:`token_class_score`.
+        arcs: optional ``(query_index, key_index)`` pairs for :func:`arc_score`.
+        mask: optional keep-mask for :func:`broadness_score`.
+
     Shape:
         weights ``(..., L, L)``. Each value ``(...)``.
+
+    Returns:
+        ``{detector name: scores}``.
 
     Raises:
         The errors of the detectors it runs.
@@ -424,6 +469,9 @@ def induction_targets(tokens: Any) -> np.ndarray:
     Shape:
         tokens ``(B, L)``. Returns ``(B, L, L)`` bool, indexed ``[b, query, key]``.
 
+    Returns:
+        The boolean targets, ``[b, query, key]``.
+
     Raises:
         ValueError: if ``tokens`` is not 2-D.
         TypeError: if ``tokens`` is not an integer array.
@@ -450,6 +498,9 @@ def induction_score(weights: Any, tokens: Any) -> np.ndarray:
 
     Shape:
         weights ``(B, ..., L, L)``, tokens ``(B, L)``. Returns ``(...)``, e.g. ``(H,)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per middle index (e.g. per head).
 
     Raises:
         ValueError: if the shapes do not match, the rows of ``weights`` are not

@@ -47,6 +47,9 @@ def flop_counter() -> FlopCounterMode:
     the CPU kernel of ``torch.nn.functional.scaled_dot_product_attention``: without help it
     reports 0 FLOPs for it. This counter uses PyTorch's own SDPA formula for that kernel
     (``2 B H L S Dh`` for the scores plus the same for the weighted sum).
+
+    Returns:
+        A ``FlopCounterMode`` to use as a context manager; it prints nothing.
     """
     sdpa_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     return FlopCounterMode(display=False, custom_mapping={sdpa_cpu: _cpu_sdpa_flop})
@@ -54,6 +57,9 @@ def flop_counter() -> FlopCounterMode:
 
 def count_flops(fn: Callable[[], Any]) -> dict[str, int]:
     """Run ``fn()`` under :func:`flop_counter` and return the FLOPs of each operator.
+
+    Args:
+        fn: the work to count, called once with no arguments.
 
     Returns:
         ``{"aten.addmm": ..., "aten.bmm": ..., ...}``; its values sum to the total. Operators
@@ -85,6 +91,12 @@ def count_aten_ops(fn: Callable[[], Any]) -> collections.Counter[str]:
     hides the operators that composite ones (``matmul``, ``softmax``) are made of, and
     ``no_grad`` lets ``nn.MultiheadAttention`` take its inference fast path, as it does in
     the timings.
+
+    Args:
+        fn: the work to count, called once with no arguments.
+
+    Returns:
+        A ``collections.Counter`` of operator names (``"aten.bmm"``, ...).
     """
     with torch.inference_mode(False), torch.no_grad(), _OpCounter() as counter:
         fn()
@@ -397,6 +409,16 @@ def form_runners(params: MHAParams, x: torch.Tensor) -> dict[str, Callable[[], t
     otherwise); ``"sdpa"`` is the packed form with ``need_weights=False``, which calls
     ``torch.nn.functional.scaled_dot_product_attention``. Each returns the output
     ``(B, L, D)``.
+
+    Args:
+        params: PyTorch parameters of the layer.
+        x: the input, attended to itself.
+
+    Shape:
+        x ``(B, L, D)``; each callable returns ``(B, L, D)``.
+
+    Returns:
+        ``{form: callable}`` for every name in :data:`FORMS_TIMED`, in that order.
 
     Raises:
         TypeError: if ``params`` are not PyTorch ``MHAParams``.

@@ -72,6 +72,13 @@ class MultiHeadAttention(nn.Module):
     def from_params(cls, params: MHAParams, dtype: torch.dtype | None = None) -> MultiHeadAttention:
         """A module holding a copy of ``params`` (NumPy or PyTorch), cast to ``dtype``.
 
+        Args:
+            params: the parameters to copy.
+            dtype: the module's dtype; ``None`` keeps the dtype of ``params``.
+
+        Returns:
+            A new ``MultiHeadAttention`` whose parameters equal ``params``.
+
         Raises:
             TypeError: if ``params`` is not ``MHAParams``.
             ValueError: if ``params`` has one of the two biases but not the other.
@@ -96,7 +103,11 @@ class MultiHeadAttention(nn.Module):
         return module
 
     def params(self) -> MHAParams:
-        """The parameters as ``MHAParams`` of this module's tensors (shared, not copied)."""
+        """The parameters as ``MHAParams`` of this module's tensors (shared, not copied).
+
+        Returns:
+            ``MHAParams`` sharing this module's parameters, so gradients reach them.
+        """
         return MHAParams(self.w_qkv, self.w_o, self.b_qkv, self.b_o, self.num_heads)
 
     def forward(
@@ -183,6 +194,12 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
     Our module is always batch first: feed it ``(B, L, D)`` even if ``m`` took
     ``(L, B, D)``.
 
+    Args:
+        m: the PyTorch module to copy.
+
+    Returns:
+        A new ``MultiHeadAttention`` with copied weights, in ``m``'s dtype.
+
     Raises:
         ValueError: if ``m`` uses features this package does not have (separate key and
             value widths, ``add_bias_kv``, ``add_zero_attn``).
@@ -234,6 +251,9 @@ def to_torch_attn_mask(
 
     Shape:
         ``(L, S)`` stays ``(L, S)``; a 4-D mask becomes ``(B * H, L, S)``.
+
+    Returns:
+        A boolean tensor, True = blocked, as ``nn.MultiheadAttention``'s ``attn_mask``.
 
     Raises:
         TypeError: if ``mask`` is not a boolean tensor.

@@ -43,6 +43,9 @@ def causal_mask(q_len: int, kv_len: int | None = None) -> np.ndarray:
     Shape:
         Returns ``(L, S)``.
 
+    Returns:
+        A boolean array, True on and below the diagonal.
+
     Raises:
         ValueError: if a length is not positive.
     """
@@ -61,6 +64,9 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
 
     Shape:
         lengths ``(B,)``; returns ``(B, 1, 1, S)``, which broadcasts to ``(B, H, L, S)``.
+
+    Returns:
+        A boolean array, True for the first ``lengths[b]`` keys of row ``b``.
 
     Raises:
         ValueError: if ``lengths`` is not 1-D or a length is outside ``[0, S]``.
@@ -84,8 +90,16 @@ def softmax(scores: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     Masked entries get weight exactly 0; a row with every entry masked gets all zeros.
     Subtracting the row maximum keeps large logits finite.
 
+    Args:
+        scores: the scores, a floating array.
+        mask: optional boolean keep-mask (True = may attend).
+
     Shape:
         scores ``(..., L, S)``; mask broadcastable to it. Returns ``(..., L, S)``.
+
+    Returns:
+        The weights, a new array of ``scores``' dtype; rows sum to 1, fully masked rows
+        are 0.
 
     Raises:
         ValueError: if ``mask`` does not broadcast or ``scores`` is not finite.
@@ -127,6 +141,9 @@ def scaled_dot_product_attention(
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``.
         Returns output ``(..., L, Dv)`` and weights ``(..., L, S)``.
 
+    Returns:
+        ``(output, weights)``, NumPy arrays of the inputs' dtype.
+
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
             broadcast, or non-finite inputs.
@@ -149,8 +166,15 @@ def _attend(
 def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
     """Split the model width into heads, as a contiguous array.
 
+    Args:
+        x: an array whose width is D.
+        num_heads: number of heads H; must divide D.
+
     Shape:
         ``(B, L, D)`` -> ``(B, H, L, Dh)``.
+
+    Returns:
+        Head ``h`` is the column block ``h * Dh : (h + 1) * Dh`` of ``x``, copied contiguously.
 
     Raises:
         ValueError: if ``x`` is not 3-D or H does not divide its width.
@@ -165,8 +189,14 @@ def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """Concatenate the heads back into the model width (the inverse of ``split_heads``).
 
+    Args:
+        x: per-head arrays stacked along dimension 1.
+
     Shape:
         ``(B, H, L, Dh)`` -> ``(B, L, D)``.
+
+    Returns:
+        The heads side by side, an array of width ``H * Dh``.
 
     Raises:
         ValueError: if ``x`` is not 4-D.
@@ -217,6 +247,10 @@ def multi_head_attention(
         query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
         and weights ``(B, H, L, S)`` (or ``None`` when ``need_weights`` is False).
 
+    Returns:
+        ``(output, weights)``, NumPy arrays of the inputs' dtype; ``weights`` is ``None``
+        when ``need_weights`` is False.
+
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
             broadcast, non-finite inputs or an unknown ``form``.
@@ -265,8 +299,17 @@ def layer_norm(
 ) -> np.ndarray:
     """Layer normalisation over the last axis (the model width), as ``torch.nn.LayerNorm``.
 
+    Args:
+        x: the array to normalise over its last dimension.
+        weight: optional scale ``gamma``.
+        bias: optional shift ``beta``.
+        eps: added to the variance before the square root.
+
     Shape:
         x ``(..., D)``, weight and bias ``(D,)``. Returns ``(..., D)``.
+
+    Returns:
+        ``(x - mean) / sqrt(var + eps) * weight + bias`` (biased variance, as in PyTorch).
 
     Raises:
         ValueError: if ``eps`` is not a positive number, ``weight``/``bias`` are not
@@ -296,8 +339,20 @@ def attention_block(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The residual block ``LayerNorm(X + MultiHead(X))`` (post-norm, as in Vaswani et al.).
 
+    Args:
+        x: the input sequences (NumPy array).
+        params: the layer's parameters, of the kind and dtype of ``x``.
+        mask: optional boolean keep-mask, broadcastable to ``(B, H, L, L)``.
+        ln_weight: LayerNorm's scale, or ``None``.
+        ln_bias: LayerNorm's shift, or ``None``.
+        eps: LayerNorm's epsilon.
+        form: the form of :func:`multi_head_attention`.
+
     Shape:
         x ``(B, L, D)``. Returns output ``(B, L, D)`` and weights ``(B, H, L, L)``.
+
+    Returns:
+        ``(output, weights)``: the normalised residual sum and the attention weights.
 
     Raises:
         The errors of :func:`multi_head_attention` and :func:`layer_norm`.

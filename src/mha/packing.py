@@ -66,6 +66,9 @@ def linear_transpose(w: Array) -> Array:
     Shape:
         ``(m, n)`` -> ``(n, m)``.
 
+    Returns:
+        ``w.T``, a view of ``w``.
+
     Raises:
         ValueError: if ``w`` is not 2-D.
         TypeError: if ``w`` is not an array or tensor.
@@ -80,8 +83,14 @@ def to_in_proj_weight(w_qkv: Array) -> Array:
     ``x @ w_qkv == x @ to_in_proj_weight(w_qkv).T``, which is how
     ``torch.nn.MultiheadAttention`` applies its input projection.
 
+    Args:
+        w_qkv: our packed ``[W_q | W_k | W_v]``.
+
     Shape:
         ``(D, 3D)`` -> ``(3D, D)``.
+
+    Returns:
+        ``w_qkv.T``, a view of ``w_qkv``.
 
     Raises:
         ValueError: if ``w_qkv`` is not ``(D, 3D)``.
@@ -94,8 +103,14 @@ def to_in_proj_weight(w_qkv: Array) -> Array:
 def from_in_proj_weight(in_proj_weight: Array) -> Array:
     """Our packed ``(D, 3D)`` weights from PyTorch's ``in_proj_weight`` (a transpose).
 
+    Args:
+        in_proj_weight: ``nn.MultiheadAttention``'s packed input projection.
+
     Shape:
         ``(3D, D)`` -> ``(D, 3D)``.
+
+    Returns:
+        ``in_proj_weight.T``, a view of it.
 
     Raises:
         ValueError: if ``in_proj_weight`` is not ``(3D, D)``.
@@ -111,8 +126,15 @@ def split_head_blocks(w_qkv: Array, num_heads: int) -> Array:
     ``blocks[p, h]`` is the ``(D, Dh)`` projection of head ``h`` for ``p`` in
     (0, 1, 2) = (query, key, value), so ``x @ blocks[0, h]`` is head ``h``'s queries.
 
+    Args:
+        w_qkv: our packed ``[W_q | W_k | W_v]``.
+        num_heads: number of heads H; must divide D.
+
     Shape:
         ``(D, 3D)`` -> ``(3, H, D, Dh)``.
+
+    Returns:
+        The blocks, a view of ``w_qkv`` (permuted axes, not contiguous).
 
     Raises:
         ValueError: if ``w_qkv`` is not ``(D, 3D)`` or H does not divide D.
@@ -128,8 +150,14 @@ def split_head_blocks(w_qkv: Array, num_heads: int) -> Array:
 def merge_head_blocks(blocks: Array) -> Array:
     """Pack ``3H`` per-head blocks into one ``(D, 3D)`` matrix (inverse of ``split_head_blocks``).
 
+    Args:
+        blocks: ``blocks[p, h]`` the ``(D, Dh)`` projection ``p`` of head ``h``.
+
     Shape:
         ``(3, H, D, Dh)`` -> ``(D, 3D)``.
+
+    Returns:
+        The packed weights ``[W_q | W_k | W_v]``, a new contiguous array or tensor.
 
     Raises:
         ValueError: if ``blocks`` is not ``(3, H, D, Dh)`` with ``H * Dh == D``.
@@ -229,6 +257,9 @@ def split_head_rows(w: Array, num_heads: int) -> Array:
     Shape:
         ``(D, n)`` -> ``(H, Dh, n)``.
 
+    Returns:
+        The blocks, a view of ``w``.
+
     Raises:
         ValueError: if ``w`` is not 2-D or H does not divide its number of rows.
         TypeError: if ``w`` is not an array or tensor, or ``num_heads`` is not an int.
@@ -245,6 +276,9 @@ def column_owner(d_model: int, num_heads: int) -> tuple[np.ndarray, np.ndarray]:
     Args:
         d_model: model width D.
         num_heads: number of heads H.
+
+    Shape:
+        Returns two ``(3D,)`` arrays.
 
     Returns:
         ``(projection, head)``, two int arrays of length 3D: ``projection[c]`` in

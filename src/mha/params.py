@@ -111,6 +111,28 @@ class MHAParams:
         """Build parameters from separate ``(D, D)`` query, key and value weights.
 
         The input biases are given all three or none.
+
+        Args:
+            w_q: query weights.
+            w_k: key weights.
+            w_v: value weights.
+            w_o: output weights ``W^O``.
+            num_heads: number of heads H.
+            b_q: query bias, or ``None`` (then ``b_k`` and ``b_v`` are ``None`` too).
+            b_k: key bias, or ``None``.
+            b_v: value bias, or ``None``.
+            b_o: output bias, or ``None``.
+
+        Shape:
+            w_q, w_k, w_v, w_o ``(D, D)``; b_q, b_k, b_v, b_o ``(D,)``.
+
+        Returns:
+            ``MHAParams`` with the weights packed into a new ``(D, 3D)`` ``w_qkv``.
+
+        Raises:
+            ValueError: if only some of the input biases are given, a weight's shape differs
+                from ``w_o``'s, or as :class:`MHAParams`.
+            TypeError: as :class:`MHAParams`.
         """
         biases = (b_q, b_k, b_v)
         if any(b is None for b in biases) and not all(b is None for b in biases):
@@ -201,6 +223,9 @@ class MHAParams:
             ``(Dh, D)`` (its rows of W^O), and ``b_q``, ``b_k``, ``b_v`` ``(Dh,)``, each
             ``None`` when there is no input bias. The output bias ``b_o`` belongs to no head.
 
+        Returns:
+            ``{name: block}`` for ``w_q``, ``w_k``, ``w_v``, ``w_o``, ``b_q``, ``b_k``, ``b_v``.
+
         Raises:
             ValueError: if ``h`` is not in ``[0, H)``.
         """
@@ -218,7 +243,14 @@ class MHAParams:
         }
 
     def map(self, fn: Any) -> MHAParams:
-        """Apply ``fn`` to every array (e.g. a dtype cast); ``None`` biases stay ``None``."""
+        """Apply ``fn`` to every array (e.g. a dtype cast); ``None`` biases stay ``None``.
+
+        Args:
+            fn: applied to each weight and present bias; returns an array or tensor.
+
+        Returns:
+            New ``MHAParams`` of the results (checked as at construction).
+        """
         return replace(
             self,
             w_qkv=fn(self.w_qkv),
@@ -228,7 +260,14 @@ class MHAParams:
         )
 
     def to_numpy(self, dtype: Any = None) -> MHAParams:
-        """A NumPy copy, cast to ``dtype`` if given."""
+        """A NumPy copy, cast to ``dtype`` if given.
+
+        Args:
+            dtype: NumPy dtype of the copy; ``None`` keeps each array's (bfloat16 becomes float32).
+
+        Returns:
+            ``MHAParams`` of NumPy arrays that share no memory with these.
+        """
 
         def convert(x: Array) -> np.ndarray:
             if not isinstance(x, np.ndarray):
@@ -241,7 +280,15 @@ class MHAParams:
         return self.map(convert)
 
     def to_torch(self, dtype: Any = None, device: Any = None) -> MHAParams:
-        """A PyTorch copy, cast to ``dtype`` and moved to ``device`` if given."""
+        """A PyTorch copy, cast to ``dtype`` and moved to ``device`` if given.
+
+        Args:
+            dtype: torch dtype of the copy; ``None`` keeps each array's.
+            device: where to put the copy; ``None`` for the CPU (or the tensors' device).
+
+        Returns:
+            ``MHAParams`` of PyTorch tensors that share no memory with these, not requiring grad.
+        """
         import torch
 
         def convert(x: Array) -> Any:
@@ -314,6 +361,9 @@ def planted_heads(
 
     Shape:
         Returns params (D = d_model, H = len(targets)) and x ``(1, L, D)``.
+
+    Returns:
+        ``(params, x)``: NumPy float64 parameters without biases, and the one-hot input.
 
     Raises:
         ValueError: if the heads have different lengths, a target is out of range, or

@@ -57,6 +57,9 @@ def rank_tolerance(a: Any, rtol: float | None = None, atol: float = 0.0) -> floa
     Shape:
         a ``(m, n)``.
 
+    Returns:
+        The tolerance, a non-negative ``float``.
+
     Raises:
         ValueError: if ``a`` is not 2-D or not finite, or a tolerance is negative.
         TypeError: if ``a`` is not a floating array or tensor.
@@ -76,6 +79,9 @@ def singular_values(a: Any) -> np.ndarray:
 
     Shape:
         a ``(m, n)``. Returns ``(min(m, n),)``.
+
+    Returns:
+        The singular values, a NumPy array (float32 for a float32 matrix).
 
     Raises:
         ValueError: if ``a`` is not 2-D or not finite.
@@ -127,6 +133,9 @@ def attention_parts(x: np.ndarray, params: MHAParams) -> dict[str, np.ndarray]:
         x ``(B, L, D)``. Returns ``weights (B, H, L, L)``, ``heads (B, H, L, Dh)``,
         ``concat (B, L, D)`` and ``output (B, L, D)``.
 
+    Returns:
+        ``{"weights", "heads", "concat", "output"}`` -> NumPy array.
+
     Raises:
         ValueError, TypeError: as :func:`mha.np_backend.multi_head_attention`.
     """
@@ -143,8 +152,18 @@ def attention_parts(x: np.ndarray, params: MHAParams) -> dict[str, np.ndarray]:
 def count_distinct_rows(x: np.ndarray) -> int:
     """The number of distinct rows of a matrix (exact comparison).
 
+    Args:
+        x: the matrix (a NumPy array or a torch tensor).
+
     Shape:
         x ``(N, D)``.
+
+    Returns:
+        The number of distinct rows, an ``int``.
+
+    Raises:
+        ValueError: if ``x`` is not 2-D or not finite.
+        TypeError: if ``x`` is not a floating array or tensor.
     """
     x = _linalg.as_matrix("x", x)
     return int(np.unique(x, axis=0).shape[0])
@@ -216,6 +235,9 @@ def circuit_singular_values(params: MHAParams) -> dict[str, np.ndarray]:
 
     Shape:
         Returns ``{"QK": (H, D), "OV": (H, D)}``, each row in descending order.
+
+    Returns:
+        ``{"QK": ..., "OV": ...}``, float64 NumPy arrays.
 
     Raises:
         TypeError: if ``params`` is not ``MHAParams``.

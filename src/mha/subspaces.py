@@ -36,6 +36,9 @@ def orthonormal_basis(a: Any) -> np.ndarray:
     Shape:
         a ``(D, k)`` with ``k <= D``. Returns ``(D, k)`` with orthonormal columns.
 
+    Returns:
+        ``Q``, a NumPy array with ``Q^T Q = I`` spanning the columns of ``a``.
+
     Raises:
         ValueError: if ``a`` is not 2-D, has more columns than rows, is not finite, or
             does not have full column rank.
@@ -62,8 +65,15 @@ def principal_cosines(a: Any, b: Any) -> np.ndarray:
     ``Q_a^T Q_b``, clipped to ``[0, 1]`` (rounding can push the cosine of an angle near 0
     slightly above 1).
 
+    Args:
+        a: spans the first subspace.
+        b: spans the second.
+
     Shape:
         a ``(D, p)``, b ``(D, q)``. Returns ``(min(p, q),)``, descending.
+
+    Returns:
+        The cosines in ``[0, 1]``.
 
     Raises:
         ValueError: if the matrices do not have the same number of rows, or either fails
@@ -106,6 +116,9 @@ def principal_angles(a: Any, b: Any, degrees: bool = False) -> np.ndarray:
     Shape:
         a ``(D, p)``, b ``(D, q)``. Returns ``(min(p, q),)``, ascending.
 
+    Returns:
+        The angles in ``[0, pi/2]`` (``[0, 90]`` in degrees).
+
     Raises:
         ValueError, TypeError: as :func:`principal_cosines`.
     """
@@ -130,8 +143,15 @@ def frobenius_cosine(a: Any, b: Any) -> float:
     ``b``, so it changes when a basis is rotated (``a -> a @ R``) although the subspace
     does not.
 
+    Args:
+        a: the first matrix.
+        b: the second, of the same shape.
+
     Shape:
         a and b ``(m, n)``, the same shape.
+
+    Returns:
+        The cosine, a ``float`` in ``[-1, 1]``.
 
     Raises:
         ValueError: if the shapes differ, or a matrix is zero, not 2-D or not finite.
@@ -158,6 +178,9 @@ def head_blocks(params: MHAParams, which: str = "w_q") -> np.ndarray:
     Shape:
         Returns ``(H, D, Dh)``.
 
+    Returns:
+        The blocks, a NumPy array (a copy).
+
     Raises:
         ValueError: if ``which`` is not one of the four names.
         TypeError: if ``params`` is not ``MHAParams``.
@@ -177,9 +200,15 @@ def head_blocks(params: MHAParams, which: str = "w_q") -> np.ndarray:
 def pairwise_principal_cosines(blocks: np.ndarray) -> np.ndarray:
     """Principal cosines between every pair of ``(D, Dh)`` blocks.
 
+    Args:
+        blocks: H blocks of full column rank, e.g. from :func:`head_blocks`.
+
     Shape:
         blocks ``(H, D, Dh)``. Returns ``(H, H, Dh)``, each row descending; the diagonal
         holds ones (a subspace with itself).
+
+    Returns:
+        ``cos[i, j]``, the principal cosines between blocks ``i`` and ``j``.
 
     Raises:
         ValueError: if ``blocks`` is not 3-D, or a block fails :func:`orthonormal_basis`.
@@ -211,6 +240,9 @@ def pairwise_frobenius_cosines(w_q_rows: np.ndarray, num_heads: int) -> np.ndarr
 
     Shape:
         w_q_rows ``(D, D)``. Returns ``(H, H)``.
+
+    Returns:
+        ``table[i, j]``, the Frobenius cosine of heads ``i`` and ``j`` (1 on the diagonal).
 
     Raises:
         ValueError: if the weight is not square or H does not divide D.

@@ -92,6 +92,9 @@ def repeated_segments(
     Shape:
         Returns tokens ``(B, L)``, period and start ``(B,)``.
 
+    Returns:
+        A :class:`RepeatedSegments` batch of torch int64 tensors.
+
     Raises:
         ValueError: if a size is not positive, the periods do not satisfy
             ``min_period <= max_period <= seq_len // 2``, there are too few token ids for

@@ -53,7 +53,9 @@ def _finite(x: torch.Tensor) -> bool:
 _ARRAYS = _validate.ArrayKind("torch.Tensor", torch.Tensor, FLOATS, torch.bool, _finite, "to_torch")
 
 
-def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | None = None):
+def causal_mask(
+    q_len: int, kv_len: int | None = None, device: torch.device | None = None
+) -> torch.Tensor:
     """Boolean causal mask: query ``i`` may attend to keys ``j <= i``.
 
     Args:
@@ -65,6 +67,9 @@ def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | No
     Shape:
         Returns ``(L, S)``.
 
+    Returns:
+        A boolean tensor, True on and below the diagonal.
+
     Raises:
         ValueError: if a length is not positive.
     """
@@ -74,11 +79,18 @@ def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | No
     return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril()
 
 
-def key_padding_mask(lengths, kv_len: int) -> torch.Tensor:
+def key_padding_mask(lengths: torch.Tensor | list[int], kv_len: int) -> torch.Tensor:
     """Boolean mask letting each batch element attend only to its first ``lengths[b]`` keys.
+
+    Args:
+        lengths: number of real (non-padding) keys per batch element, each in ``[0, S]``.
+        kv_len: key length S.
 
     Shape:
         lengths ``(B,)``; returns ``(B, 1, 1, S)``, which broadcasts to ``(B, H, L, S)``.
+
+    Returns:
+        A boolean tensor, True for the first ``lengths[b]`` keys of row ``b``.
 
     Raises:
         ValueError: if ``lengths`` is not 1-D or a length is outside ``[0, S]``.
@@ -102,8 +114,16 @@ def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Ten
     Masked entries get weight exactly 0; a row with every entry masked gets all zeros
     (and zero gradient, never NaN). Low-precision scores are normalised in float32.
 
+    Args:
+        scores: the scores, a floating tensor.
+        mask: optional boolean keep-mask (True = may attend).
+
     Shape:
         scores ``(..., L, S)``; mask broadcastable to it. Returns ``(..., L, S)``.
+
+    Returns:
+        The weights, a new tensor of ``scores``' dtype (differentiable); rows sum to 1,
+        fully masked rows are 0.
 
     Raises:
         ValueError: if ``mask`` does not broadcast or ``scores`` is not finite.
@@ -144,6 +164,9 @@ def scaled_dot_product_attention(
     Shape:
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``.
         Returns output ``(..., L, Dv)`` and weights ``(..., L, S)``.
+
+    Returns:
+        ``(output, weights)``, PyTorch tensors of the inputs' dtype.
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
@@ -287,8 +310,15 @@ def _softmax_(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Split the model width into heads (a view when ``x`` is contiguous in its width).
 
+    Args:
+        x: a tensor whose width is D.
+        num_heads: number of heads H; must divide D.
+
     Shape:
         ``(B, L, D)`` -> ``(B, H, L, Dh)``.
+
+    Returns:
+        Head ``h`` is the column block ``h * Dh : (h + 1) * Dh`` of ``x``.
 
     Raises:
         ValueError: if ``x`` is not 3-D or H does not divide its width.
@@ -302,8 +332,14 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """Concatenate the heads back into the model width (the inverse of ``split_heads``).
 
+    Args:
+        x: per-head tensors stacked along dimension 1.
+
     Shape:
         ``(B, H, L, Dh)`` -> ``(B, L, D)``.
+
+    Returns:
+        The heads side by side, a tensor of width ``H * Dh``.
 
     Raises:
         ValueError: if ``x`` is not 4-D.
@@ -339,9 +375,23 @@ def multi_head_attention(
     :class:`mha.MultiHeadAttention` defaults to that path (``need_weights=False``,
     ``form="packed"``); its ``forward`` says why.
 
+    Args:
+        query: queries.
+        key: keys (pass ``query`` again for self-attention).
+        value: values.
+        params: the layer's parameters, PyTorch tensors of the inputs' dtype and device.
+        mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+        form: ``"per_head"``, ``"fused"`` or ``"packed"``.
+        need_weights: return the attention weights (the explicit path) or not (the fast path).
+
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
         and weights ``(B, H, L, S)`` (or ``None`` when ``need_weights`` is False).
+
+    Returns:
+        ``(output, weights)``, PyTorch tensors of the inputs' dtype (autograd records
+        them when it records the inputs or parameters); ``weights`` is ``None`` when
+        ``need_weights`` is False.
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
@@ -392,8 +442,17 @@ def layer_norm(
 ) -> torch.Tensor:
     """Layer normalisation over the last dimension, as ``torch.nn.LayerNorm``.
 
+    Args:
+        x: the tensor to normalise over its last dimension.
+        weight: the scale ``gamma``, or ``None`` for ones.
+        bias: the shift ``beta``, or ``None`` for zeros.
+        eps: added to the variance before the square root.
+
     Shape:
         x ``(..., D)``, weight and bias ``(D,)``. Returns ``(..., D)``.
+
+    Returns:
+        ``(x - mean) / sqrt(var + eps) * weight + bias`` (biased variance, as in PyTorch).
 
     Raises:
         ValueError: if ``eps`` is not a positive number, ``weight``/``bias`` are not
@@ -416,8 +475,20 @@ def attention_block(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The residual block ``LayerNorm(X + MultiHead(X))`` (post-norm, as in Vaswani et al.).
 
+    Args:
+        x: the input sequences, a tensor.
+        params: PyTorch parameters of ``x``'s dtype and device.
+        mask: optional boolean keep-mask tensor, broadcastable to ``(B, H, L, L)``.
+        ln_weight: the scale of the LayerNorm, or ``None`` for ones.
+        ln_bias: the shift of the LayerNorm, or ``None`` for zeros.
+        eps: added to the variance in the LayerNorm.
+        form: ``"per_head"``, ``"fused"`` or ``"packed"``.
+
     Shape:
         x ``(B, L, D)``. Returns output ``(B, L, D)`` and weights ``(B, H, L, L)``.
+
+    Returns:
+        ``(output, weights)``: the normalised residual sum and the attention weights.
 
     Raises:
         The errors of :func:`multi_head_attention` and :func:`layer_norm`.
