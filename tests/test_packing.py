@@ -179,12 +179,16 @@ def test_head_span_and_projection_columns_compose_into_head_columns(d_model, num
 def test_params_take_their_blocks_from_the_layout(use_torch):
     p = mha.init_params(12, 3, seed=1)
     p = p.to_torch() if use_torch else p
-    cols = packing.projection_columns(12, "kv")
-    for got, expected in [(p.w_kv, p.w_qkv[:, cols]), (p.b_kv, p.b_qkv[cols])]:
-        assert tuple(got.shape) == tuple(expected.shape)
-        assert np.array_equal(np.asarray(got), np.asarray(expected))  # exact: the same view
-    assert p.w_kv.shape == (12, 24) and p.b_kv.shape == (24,)
-    assert mha.init_params(12, 3, bias=False).b_kv is None
+    for projection in ("q", "k", "v", "kv"):
+        cols = packing.projection_columns(12, projection)
+        w, b = p.packed(projection)
+        for got, expected in [(w, p.w_qkv[:, cols]), (b, p.b_qkv[cols])]:
+            assert tuple(got.shape) == tuple(expected.shape)
+            assert np.array_equal(np.asarray(got), np.asarray(expected))  # exact: the same view
+    assert p.packed("kv")[0].shape == (12, 24) and p.packed("kv")[1].shape == (24,)
+    assert mha.init_params(12, 3, bias=False).packed("kv")[1] is None
+    with pytest.raises(ValueError, match="projection must be one of"):
+        p.packed("o")
 
 
 @pytest.mark.parametrize("use_torch", [False, True])

@@ -279,7 +279,7 @@ def multi_head_attention(
         q, k, val = np.split(qkv, 3, axis=-1)  # 3 x (B, L, D)
     elif form == "packed" and key is value:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        kv = _linear(key, params.w_kv, params.b_kv)  # (B, S, D) -> (B, S, 2D)
+        kv = _linear(key, *params.packed("kv"))  # (B, S, D) -> (B, S, 2D)
         k, val = np.split(kv, 2, axis=-1)  # 2 x (B, S, D)
     else:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)

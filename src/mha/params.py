@@ -164,53 +164,56 @@ class MHAParams:
         """The dtype of the weights."""
         return self.w_qkv.dtype
 
-    def _weight(self, projection: str) -> Array:
-        return self.w_qkv[:, packing.projection_columns(self.d_model, projection)]
+    def packed(self, projection: str) -> tuple[Array, Array | None]:
+        """The weights and bias of one projection, or of adjacent ones, as views.
 
-    def _bias(self, projection: str) -> Array | None:
-        if self.b_qkv is None:
-            return None
-        return self.b_qkv[packing.projection_columns(self.d_model, projection)]
+        Args:
+            projection: ``"q"``, ``"k"``, ``"v"``, or ``"kv"`` (the key and value blocks
+                side by side, which the packed form projects together in cross-attention).
+
+        Shape:
+            Returns ``(D, nD)`` weights and an ``(nD,)`` bias, ``n`` the number of
+            projections.
+
+        Returns:
+            ``(w, b)``: views of ``w_qkv`` and ``b_qkv`` (``b`` is ``None`` without input
+            biases).
+
+        Raises:
+            ValueError: on an unknown projection.
+        """
+        cols = packing.projection_columns(self.d_model, projection)
+        return self.w_qkv[:, cols], None if self.b_qkv is None else self.b_qkv[cols]
 
     @property
     def w_q(self) -> Array:
         """Query weights ``(D, D)``, a view of ``w_qkv``."""
-        return self._weight("q")
+        return self.packed("q")[0]
 
     @property
     def w_k(self) -> Array:
         """Key weights ``(D, D)``, a view of ``w_qkv``."""
-        return self._weight("k")
+        return self.packed("k")[0]
 
     @property
     def w_v(self) -> Array:
         """Value weights ``(D, D)``, a view of ``w_qkv``."""
-        return self._weight("v")
-
-    @property
-    def w_kv(self) -> Array:
-        """Key and value weights side by side ``(D, 2D)``, a view of ``w_qkv``."""
-        return self._weight("kv")
+        return self.packed("v")[0]
 
     @property
     def b_q(self) -> Array | None:
         """Query bias ``(D,)`` or ``None``."""
-        return self._bias("q")
+        return self.packed("q")[1]
 
     @property
     def b_k(self) -> Array | None:
         """Key bias ``(D,)`` or ``None``."""
-        return self._bias("k")
+        return self.packed("k")[1]
 
     @property
     def b_v(self) -> Array | None:
         """Value bias ``(D,)`` or ``None``."""
-        return self._bias("v")
-
-    @property
-    def b_kv(self) -> Array | None:
-        """Key and value biases side by side ``(2D,)``, or ``None``."""
-        return self._bias("kv")
+        return self.packed("v")[1]
 
     def head(self, h: int) -> dict[str, Array | None]:
         """The weight and bias blocks of head ``h`` (views).

@@ -420,7 +420,7 @@ def multi_head_attention(
         q, k, val = qkv.split(D, dim=-1)  # 3 x (B, L, D)
     elif form == "packed" and key is value:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        k, val = _linear(key, params.w_kv, params.b_kv).split(D, dim=-1)  # 2 x (B, S, D)
+        k, val = _linear(key, *params.packed("kv")).split(D, dim=-1)  # 2 x (B, S, D)
     else:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
         k = _linear(key, params.w_k, params.b_k)  # (B, S, D)
