@@ -36,7 +36,7 @@ browser:
 lab: $(STAMP)
 	$(BIN)/jupyter lab
 
-## Print the speed and memory ratios of the implementations (issue targets).
+## Print the speed and memory ratios of the implementations against their targets.
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
 	$(BIN)/python scripts/bench_tiled.py

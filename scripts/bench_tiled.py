@@ -1,8 +1,8 @@
 """Memory and speed of tiled attention and of the backward pass in NumPy, against their targets.
 
 Run it with ``make bench`` (or ``.venv/bin/python scripts/bench_tiled.py``; ``--help`` lists the
-options). Each measurement runs in a child process (mha.cost.tiled_peak_memory and
-mha.cost.time_tiled): memory from the resident-set high-water mark reset just before the call,
+options). Each measurement runs in a child process (mha.measure.tiled_peak_memory and
+mha.measure.time_tiled): memory from the resident-set high-water mark reset just before the call,
 times as medians of interleaved rounds in one process, so ratios compare like with like. The
 BLAS of that process runs one thread by default (``--threads``), so that on a busy machine idle
 BLAS threads do not slow the many small products of the tiles more than the few large products
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 
-from mha import cost, tiled
+from mha import cost, measure, tiled
 
 MIB = 2**20
 
@@ -40,7 +40,7 @@ def memory(args: argparse.Namespace) -> None:
     paths = ("numpy tiled", "numpy tiled backward", "sdpa")
     if not args.skip_naive_memory:
         paths += ("numpy", "numpy backward")
-    peak = {p: b[0] for p, b in cost.tiled_peak_memory(B, [L], D, H, paths=paths).items()}
+    peak = {p: b[0] for p, b in measure.tiled_peak_memory(B, [L], D, H, paths=paths).items()}
     print(f"\npeak extra memory at (B, L=S, D, H) = ({B}, {L}, {D}, {H}), float32")
     print(f"  one (B, H, L, S) float32 score tensor: {score / MIB:.0f} MiB")
     print(f"{'path':32s} {'MiB':>9s} {'/ score':>8s} {'target':>12s}")
@@ -61,7 +61,7 @@ def memory(args: argparse.Namespace) -> None:
 def speed(args: argparse.Namespace) -> None:
     L, D, H = args.time_len, args.d_model, args.num_heads
     blocks = parse_blocks(args.blocks)
-    times = cost.time_tiled(
+    times = measure.time_tiled(
         1, L, D, H, blocks=blocks, repeat=args.repeats, min_time=args.min_time,
         threads=args.threads, clock="wall",
     )  # fmt: skip
@@ -78,7 +78,7 @@ def speed(args: argparse.Namespace) -> None:
 
 def backward(args: argparse.Namespace) -> None:
     B, L, D, H = args.backward_shape
-    times = cost.time_tiled(
+    times = measure.time_tiled(
         B, L, D, H, blocks=[], backward=True, repeat=args.repeats, min_time=args.min_time,
         threads=args.threads, clock="wall",
     )  # fmt: skip

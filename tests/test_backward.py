@@ -11,9 +11,7 @@ from hypothesis import strategies as st
 
 import mha
 from mha import backward as G
-from mha import np_backend as N
-from mha import tiled
-from mha import torch_backend as T
+from mha import np_backend, tiled, torch_backend
 from mha.tolerance import assert_close, gamma, matmul_tolerance, unit_roundoff
 
 DTYPES = {np.float64: torch.float64, np.float32: torch.float32}
@@ -37,7 +35,7 @@ def test_softmax_gradient_equals_autograd(dtype) -> None:
     mask = np.random.default_rng(1).random((4, 6)) < 0.6
     mask[1] = False
     s = torch_leaves(scores)[0]
-    w = T.softmax(s, torch.from_numpy(mask))
+    w = torch_backend.softmax(s, torch.from_numpy(mask))
     w.backward(torch.from_numpy(d_weights))
     weights = w.detach().numpy()
     got = G.softmax(weights, d_weights)
@@ -54,12 +52,12 @@ def test_softmax_gradient_equals_autograd(dtype) -> None:
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_sdpa_gradients_equal_autograd_with_masks_and_broadcast_keys(dtype) -> None:
     q, k, v, d_out = arrays((2, 3, 5, 4), (3, 7, 4), (3, 7, 6), (2, 3, 5, 6), dtype=dtype, seed=2)
-    mask = N.causal_mask(5, 7)
+    mask = np_backend.causal_mask(5, 7)
     mask[0] = False  # a fully masked query row
-    out, weights = N.scaled_dot_product_attention(q, k, v, mask)
+    out, weights = np_backend.scaled_dot_product_attention(q, k, v, mask)
     dq, dk, dv = G.scaled_dot_product_attention(q, k, v, weights, d_out)
     tq, tk, tv = torch_leaves(q, k, v)
-    t_out, t_w = T.scaled_dot_product_attention(tq, tk, tv, torch.from_numpy(mask))
+    t_out, t_w = torch_backend.scaled_dot_product_attention(tq, tk, tv, torch.from_numpy(mask))
     t_out.backward(torch.from_numpy(d_out))
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
     bound_q, bound_k, bound_v = G.attention_gradient_tolerance(q, k, v, weights, d_out)
@@ -91,8 +89,8 @@ def test_tiled_backward_equals_the_backward_from_stored_weights(
     out, lse = tiled.attention(q, k, v, mask, causal=causal, block_q=block_q, block_kv=block_kv)
     full = mask
     if causal:
-        full = N.causal_mask(L, S) if mask is None else mask & N.causal_mask(L, S)
-    _, weights = N.scaled_dot_product_attention(q, k, v, full)
+        full = np_backend.causal_mask(L, S) if mask is None else mask & np_backend.causal_mask(L, S)
+    _, weights = np_backend.scaled_dot_product_attention(q, k, v, full)
     ref = G.scaled_dot_product_attention(q, k, v, weights, d_out)
     got = G.tiled_attention(
         q, k, v, out, lse, d_out, mask, causal=causal, block_q=block_q, block_kv=block_kv
@@ -122,7 +120,9 @@ def autograd_gradients(params, query, key, value, mask, d_out):
     p = params.to_torch().map(lambda t: t.requires_grad_())
     xs = {id(x): torch.from_numpy(x.copy()).requires_grad_() for x in (query, key, value)}
     tq, tk, tv = xs[id(query)], xs[id(key)], xs[id(value)]
-    out, _ = T.multi_head_attention(tq, tk, tv, p, None if mask is None else torch.from_numpy(mask))
+    out, _ = torch_backend.multi_head_attention(
+        tq, tk, tv, p, None if mask is None else torch.from_numpy(mask)
+    )
     out.backward(torch.from_numpy(d_out))
     grads = {"w_qkv": p.w_qkv.grad, "w_o": p.w_o.grad, "b_qkv": None, "b_o": None}
     if p.b_qkv is not None:
@@ -144,9 +144,9 @@ LAYER_CASES = [
 
 def make_mask(kind, B, H, L, S):
     if kind == "causal":
-        return N.causal_mask(L, S)
+        return np_backend.causal_mask(L, S)
     if kind == "padding":
-        return N.key_padding_mask([0, S - 2], S)  # batch 0: every row fully masked
+        return np_backend.key_padding_mask([0, S - 2], S)  # batch 0: every row fully masked
     if kind == "rows":
         mask = np.ones((B, H, L, S), bool)
         mask[1, 0, 1] = False  # one fully masked row in one head
@@ -168,7 +168,7 @@ def test_layer_gradients_equal_autograd(B, L, S, D, H, bias, self_attention, kin
     grads = G.multi_head_attention(saved, d_out)
     tol = G.gradient_tolerance(saved, d_out)
     t_out, t_params, t_dq, t_dk, t_dv = autograd_gradients(params, query, key, value, mask, d_out)
-    ref_out, _ = N.multi_head_attention(query, key, value, params, mask)
+    ref_out, _ = np_backend.multi_head_attention(query, key, value, params, mask)
     if form == "fused":
         out_tol, _ = mha.tolerance.attention_tolerance(query, key, value, params, mask)
         mha.tolerance.assert_close(out, ref_out, out_tol)  # the reference's forward
@@ -216,12 +216,12 @@ def test_layer_gradients_match_finite_differences() -> None:
     params, query, key, value, d_out = layer_inputs(
         1, 3, 4, 6, 2, dtype=np.float64, bias=True, seed=7, self_attention=False
     )
-    mask = N.causal_mask(3, 4)
+    mask = np_backend.causal_mask(3, 4)
     _, saved = G.multi_head_attention_forward(query, key, value, params, mask, form="tiled")
     grads = G.multi_head_attention(saved, d_out)
 
     def loss(q_in, k_in, v_in, p):
-        return float((N.multi_head_attention(q_in, k_in, v_in, p, mask)[0] * d_out).sum())
+        return float((np_backend.multi_head_attention(q_in, k_in, v_in, p, mask)[0] * d_out).sum())
 
     rng = np.random.default_rng(0)
     h = unit_roundoff(np.float64) ** (1 / 3)  # central differences: error ~ h^2 + u / h
@@ -270,7 +270,7 @@ def test_linear_and_head_gradients_are_the_transposes() -> None:
 
 def test_backward_functions_reject_bad_arguments() -> None:
     q, k, v, d_out = arrays((3, 2), (4, 2), (4, 2), (3, 2))
-    _, w = N.scaled_dot_product_attention(q, k, v)
+    _, w = np_backend.scaled_dot_product_attention(q, k, v)
     with pytest.raises(ValueError, match=r"d_out must have shape \(\.\.\., L, Dv\) = \(3, 2\)"):
         G.scaled_dot_product_attention(q, k, v, w, d_out[:2])
     with pytest.raises(ValueError, match=r"weights must have shape \(\.\.\., L, S\) = \(3, 4\)"):

@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha import cost, tiled
-from mha import np_backend as N
+from mha import cost, measure, np_backend, tiled
 
 
 def qkv(shape_q, shape_k, *, seed=0):
@@ -61,7 +60,7 @@ def test_a_causal_mask_array_skips_the_same_tiles_as_the_causal_flag() -> None:
     q, k, v = qkv((1, 30, 4), (1, 30, 4), seed=10)
     flag, array = collections.Counter(), collections.Counter()
     tiled.attention(q, k, v, causal=True, block_q=8, block_kv=8, io_counter=flag)
-    tiled.attention(q, k, v, N.causal_mask(30), block_q=8, block_kv=8, io_counter=array)
+    tiled.attention(q, k, v, np_backend.causal_mask(30), block_q=8, block_kv=8, io_counter=array)
     assert flag == array
     assert flag["read"] < cost.tiled_attention_io(30, 30, 4, blocks=(8, 8)).reads
 
@@ -72,7 +71,7 @@ def test_a_causal_mask_array_skips_the_same_tiles_as_the_causal_flag() -> None:
 def test_tiled_forward_never_holds_an_l_by_s_array_measured() -> None:
     L, D, H = 4096, 64, 1
     score = cost.score_tensor_bytes(1, L, L, H)  # 64 MiB: one (L, S) float32 array
-    peak = cost.tiled_peak_memory(1, [L], D, H, paths=("numpy", "numpy tiled"))
+    peak = measure.tiled_peak_memory(1, [L], D, H, paths=("numpy", "numpy tiled"))
     assert peak["numpy"][0] >= 0.9 * score  # the measurement sees an (L, S) array
     assert peak["numpy tiled"][0] < score / 8
 
@@ -83,7 +82,7 @@ def test_tiled_forward_never_holds_an_l_by_s_array_measured() -> None:
 def test_tiled_backward_needs_no_l_by_s_array_measured() -> None:
     L, D, H = 2048, 64, 1
     score = cost.score_tensor_bytes(1, L, L, H)  # 16 MiB: one (L, S) float32 array
-    peak = cost.tiled_peak_memory(1, [L], D, H, paths=("numpy backward", "numpy tiled backward"))
+    peak = measure.tiled_peak_memory(1, [L], D, H, paths=("numpy backward", "numpy tiled backward"))
     assert peak["numpy backward"][0] >= 1.9 * score  # A stored, then dA and dS beside it
     assert peak["numpy tiled backward"][0] < score / 2
 
@@ -149,7 +148,7 @@ def test_io_functions_reject_bad_arguments() -> None:
 
 
 def test_time_tiled_times_every_implementation_in_a_child() -> None:
-    times = cost.time_tiled(1, 32, 16, 2, blocks=[(8, 16), (32, 32)], backward=True,
+    times = measure.time_tiled(1, 32, 16, 2, blocks=[(8, 16), (32, 32)], backward=True,
                             repeat=2, min_time=1e-3)  # fmt: skip
     assert set(times) == {
         "naive",
@@ -166,8 +165,8 @@ def test_time_tiled_times_every_implementation_in_a_child() -> None:
 
 def test_tiled_measurements_reject_bad_arguments() -> None:
     with pytest.raises(ValueError, match="paths must be among"):
-        cost.tiled_peak_memory(1, [8], 8, 2, paths=("flash",))
+        measure.tiled_peak_memory(1, [8], 8, 2, paths=("flash",))
     with pytest.raises(ValueError, match="dtype must be 'float32' or 'float64'"):
-        cost.time_tiled(1, 8, 8, 2, blocks=[], dtype="float16")
+        measure.time_tiled(1, 8, 8, 2, blocks=[], dtype="float16")
     with pytest.raises(ValueError, match="block_q must be at least 1"):
-        cost.time_tiled(1, 8, 8, 2, blocks=[(0, 4)])
+        measure.time_tiled(1, 8, 8, 2, blocks=[(0, 4)])

@@ -11,6 +11,8 @@ from hypothesis.extra import numpy as hnp
 
 from mha import detectors as det
 from mha import np_backend
+from mha.detectors import induction_score, induction_targets
+from mha.tasks import repeated_segments
 
 L = 10
 
@@ -281,45 +283,90 @@ def test_future_score_requires_square_weights():
         det.future_score(np.full((3, 4), 0.25))
 
 
-def test_planted_heads_send_each_query_to_its_target_with_the_softmax_weight():
-    targets = [[0, 0, 1, 2], [1, 2, 3, 3], [0, 0, 0, 0]]
-    params, x = det.planted_heads(targets, d_model=12, logit=5.0)
-    assert (params.num_heads, params.d_model, x.shape) == (3, 12, (1, 4, 12))
-    out, w = np_backend.multi_head_attention(x, x, x, params)  # bidirectional
-    n = 4
-    on_target = np.exp(5.0) / (np.exp(5.0) + n - 1)
-    for h, t in enumerate(targets):
-        np.testing.assert_allclose(w[0, h, np.arange(n), t], on_target)
-        # W_v copies positions and W_o is the identity: the output shows what was read.
-        np.testing.assert_allclose(out[0, np.arange(n), h * 4 + np.array(t)], on_target)
-    assert det.previous_token_score(w[0, 0]) == pytest.approx(on_target)
-    assert det.first_token_score(w[0, 2]) == pytest.approx(on_target)
+# ---- induction heads -------------------------------------------------------------------
 
 
-def test_planted_heads_under_a_causal_mask_share_the_rest_among_earlier_keys():
-    params, x = det.planted_heads([[0, 0, 1, 2]], d_model=4, logit=3.0)
-    _, w = np_backend.multi_head_attention(x, x, x, params, np_backend.causal_mask(4))
-    allowed = np.arange(1, 5)  # query i may attend to i + 1 keys
-    np.testing.assert_allclose(
-        w[0, 0, np.arange(4), [0, 0, 1, 2]], np.exp(3) / (np.exp(3) + allowed - 1)
-    )
-    assert det.future_score(w[0, 0]) == 0.0
+def _batch(seed=0, **kw):
+    args = dict(min_period=4, max_period=8, rng=seed)
+    args.update(kw)
+    return repeated_segments(16, 20, 32, **args)
 
 
-@pytest.mark.parametrize(
-    ("targets", "d_model", "match"),
-    [
-        ([], 8, "targets must hold one list of positions per head"),
-        (
-            [[0, 1], [0]],
-            8,
-            r"targets must give every head the same number of queries; got \[2, 1\]",
-        ),
-        ([[0, 1, 2]], 2, r"d_model must be a multiple of num_heads=1 with d_head >= L=3"),
-        ([[0, 1], [0, 0]], 5, r"d_model must be a multiple of num_heads=2"),
-        ([[0, 3, 1]], 6, r"targets must be integer positions in \[0, L=3\); got \[\[0, 3, 1\]\]"),
-    ],
-)
-def test_planted_heads_errors_name_the_argument(targets, d_model, match):
-    with pytest.raises(ValueError, match=match):
-        det.planted_heads(targets, d_model)
+def test_induction_targets_of_a_hand_example():
+    tokens = np.array([[7, 1, 2, 3, 1, 2, 3]])  # prefix 7, segment (1, 2, 3) twice
+    t = induction_targets(tokens)[0]
+    expected = {(4, 2), (5, 3), (6, 4)}  # query -> the key after the previous copy
+    assert {(int(i), int(j)) for i, j in zip(*np.nonzero(t), strict=True)} == expected
+
+
+def test_induction_targets_match_brute_force_and_stay_causal():
+    tokens = np.random.default_rng(0).integers(0, 4, size=(3, 12))  # many repeats
+    t = induction_targets(tokens)
+    for b in range(3):
+        for i in range(12):
+            for k in range(12):
+                want = k >= 1 and k - 1 < i and tokens[b, k - 1] == tokens[b, i]
+                assert t[b, i, k] == want
+    assert not np.triu(t, k=1).any()  # never a key after the query
+
+
+def test_induction_targets_accept_torch_tokens():
+    b = _batch()
+    assert np.array_equal(induction_targets(b.tokens), induction_targets(b.tokens.numpy()))
+
+
+def _rows(mass):
+    return mass / mass.sum(axis=-1, keepdims=True)
+
+
+def test_perfect_induction_head_scores_one_and_previous_token_head_zero():
+    b = _batch(prefix_prob=0.5)
+    tokens = b.tokens.numpy()
+    L = tokens.shape[1]
+    t = induction_targets(tokens)
+    causal = np.tril(np.ones((L, L)))
+    perfect = _rows(np.where(t.any(-1, keepdims=True), t, causal))  # (B, L, L)
+    previous = np.broadcast_to(_rows(np.eye(L, k=-1) + np.eye(L) * (np.arange(L) == 0)), t.shape)
+    w = np.stack([perfect, previous], axis=1)  # (B, 2, L, L)
+    assert np.allclose(induction_score(w, tokens), [1.0, 0.0], atol=1e-12)
+
+
+def test_induction_score_keeps_the_middle_dimensions():
+    b = _batch()
+    L = b.tokens.shape[1]
+    w = np.broadcast_to(_rows(np.tril(np.ones((L, L)))), (16, 2, 3, L, L))
+    assert induction_score(w, b.tokens).shape == (2, 3)
+    assert induction_score(w[:, 0, 0], b.tokens).shape == ()
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_induction_score_lies_in_unit_interval(seed):
+    rng = np.random.default_rng(seed)
+    b = _batch(seed=seed)
+    L = b.tokens.shape[1]
+    scores = rng.normal(size=(16, 3, L, L)) * 3
+    w = np.exp(np.where(np.tril(np.ones((L, L))) > 0, scores, -np.inf))
+    s = induction_score(_rows(w), b.tokens)
+    assert s.shape == (3,) and ((s >= 0) & (s <= 1)).all()
+
+
+def test_induction_score_errors_name_the_argument():
+    tokens = np.array([[1, 2, 1, 2]])
+    w = np.full((1, 4, 4), 0.25)
+    with pytest.raises(TypeError, match=r"integer array of token ids; got dtype float64"):
+        induction_targets(tokens.astype(float))
+    with pytest.raises(ValueError, match=r"tokens must have shape \(B, L\); got 1-D shape"):
+        induction_targets(tokens[0])
+    with pytest.raises(TypeError, match=r"weights must be a floating array .*; got dtype int64"):
+        induction_score(np.ones((1, 4, 4), dtype=np.int64), tokens)
+    with pytest.raises(ValueError, match=r"weights must have shape \(B, \.\.\., L, L\)"):
+        induction_score(w[:, :3], tokens)
+    with pytest.raises(ValueError, match=r"tokens must contain a repeated token"):
+        induction_score(w, np.array([[1, 2, 3, 4]]))
+    with pytest.raises(ValueError, match=r"weights rows must each sum to 1"):
+        induction_score(2 * w, tokens)
+    negative = w.copy()
+    negative[0, 0, :2] = [-0.25, 0.75]  # still sums to 1
+    with pytest.raises(ValueError, match=r"weights must be non-negative"):
+        induction_score(negative, tokens)

@@ -704,6 +704,12 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         r"m must have kdim == vdim == embed_dim; got embed_dim=8, kdim=4, vdim=4",
     ),
     (
+        "from_torch_mha_vdim_only",
+        lambda: mha.from_torch_mha(nn.MultiheadAttention(D, H, vdim=4)),
+        ValueError,
+        r"m must have kdim == vdim == embed_dim; got embed_dim=8, kdim=8, vdim=4",
+    ),
+    (
         "from_torch_mha_bias_kv",
         lambda: mha.from_torch_mha(nn.MultiheadAttention(D, H, add_bias_kv=True)),
         ValueError,

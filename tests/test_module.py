@@ -17,8 +17,8 @@ from mha import (
     to_torch_attn_mask,
     to_torch_mha,
     tolerance,
+    torch_backend,
 )
-from mha import torch_backend as F
 
 B, L, S, D, H = 3, 5, 6, 12, 4
 f64 = torch.float64
@@ -56,9 +56,11 @@ def test_module_without_bias_has_no_bias_parameters() -> None:
 def test_forward_is_the_torch_backend_on_the_module_params(form: str, need_weights: bool) -> None:
     module = MultiHeadAttention(D, H, seed=1, dtype=f64)
     x, kv = randn(B, L, D), randn(B, S, D, seed=1)
-    mask = F.key_padding_mask([6, 3, 1], S)
+    mask = torch_backend.key_padding_mask([6, 3, 1], S)
     out, w = module(x, kv, kv, mask, need_weights=need_weights, form=form)
-    ref, ref_w = F.multi_head_attention(x, kv, kv, init_params(D, H, seed=1).to_torch(), mask)
+    ref, ref_w = torch_backend.multi_head_attention(
+        x, kv, kv, init_params(D, H, seed=1).to_torch(), mask
+    )
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
     assert (w is None) != need_weights
     if need_weights:
@@ -133,14 +135,14 @@ def test_to_torch_mha_gives_the_same_outputs_and_weights(batch_first, mask_name,
     kw: dict = {}
     mask = None
     if mask_name == "causal":
-        mask = F.causal_mask(L, S_)
+        mask = torch_backend.causal_mask(L, S_)
         kw["attn_mask"] = to_torch_attn_mask(mask, H)
     elif mask_name == "per_batch_head":
         mask = torch.rand(B, H, L, S_, generator=torch.Generator().manual_seed(3)) < 0.7
         mask[..., 0] = True  # nn.MultiheadAttention gives NaN for a fully masked row
         kw["attn_mask"] = to_torch_attn_mask(mask, H)
     elif mask_name == "key_padding":
-        mask = F.key_padding_mask([S_, 2, 1], S_)  # (B, 1, 1, S), True = may attend
+        mask = torch_backend.key_padding_mask([S_, 2, 1], S_)  # (B, 1, 1, S), True = may attend
         kw["key_padding_mask"] = ~mask[:, 0, 0, :]  # (B, S), True = blocked
     out, w = module(q, k, k, mask, need_weights=True)
     t_out, t_w = torch_call(m, q, k, k, batch_first, average_attn_weights=False, **kw)
@@ -154,7 +156,7 @@ def test_to_torch_attn_mask_expands_a_key_padding_mask_like_key_padding_mask() -
     module = MultiHeadAttention(D, H, dtype=f64)
     m = to_torch_mha(module)
     x = randn(B, L, D)
-    keep = F.key_padding_mask([5, 2, 3], L)  # (B, 1, 1, S)
+    keep = torch_backend.key_padding_mask([5, 2, 3], L)  # (B, 1, 1, S)
     attn_mask = to_torch_attn_mask(keep, H, q_len=L)
     assert attn_mask.shape == (B * H, L, L)
     via_attn, _ = m(x, x, x, attn_mask=attn_mask)
@@ -181,7 +183,7 @@ def test_torch_eval_fast_path_agrees_too() -> None:
     module = MultiHeadAttention(D, H, seed=4, dtype=f64)
     m = to_torch_mha(module).eval()
     x = randn(B, L, D)
-    mask = F.causal_mask(L)
+    mask = torch_backend.causal_mask(L)
     with torch.no_grad():
         t_out, _ = m(x, x, x, attn_mask=to_torch_attn_mask(mask, H), need_weights=False)
         out, _ = module(x, mask=mask)
@@ -225,7 +227,7 @@ def test_to_torch_mha_fills_a_missing_bias_with_zeros() -> None:
     m = to_torch_mha(only_in)
     assert torch.equal(m.out_proj.bias, torch.zeros(D, dtype=f64))  # exact: a zero fill
     x = randn(B, L, D)
-    ours, _ = F.multi_head_attention(x, x, x, only_in.to_torch())
+    ours, _ = torch_backend.multi_head_attention(x, x, x, only_in.to_torch())
     torch.testing.assert_close(m(x, x, x)[0], ours, rtol=0, atol=1e-12)
 
 

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from mha import MHAParams, init_params
+from mha import MHAParams, init_params, np_backend
+from mha import detectors as det
+from mha.params import planted_heads
 
 D, H = 12, 3
 
@@ -34,12 +36,24 @@ def test_head_returns_the_column_and_row_blocks_of_that_head() -> None:
         # exact: views
         np.testing.assert_array_equal(blk["w_v"], p.w_qkv[:, 2 * D + h * Dh : 2 * D + (h + 1) * Dh])
         np.testing.assert_array_equal(blk["w_o"], p.w_o[cols, :])  # exact: views
+        for i, name in enumerate(("b_q", "b_k", "b_v")):
+            # exact: views
+            np.testing.assert_array_equal(blk[name], p.b_qkv[i * D + h * Dh : i * D + (h + 1) * Dh])
         assert {k: b.shape for k, b in blk.items()} == {
             "w_q": (D, Dh),
             "w_k": (D, Dh),
             "w_v": (D, Dh),
             "w_o": (Dh, D),
+            "b_q": (Dh,),
+            "b_k": (Dh,),
+            "b_v": (Dh,),
         }
+
+
+def test_head_of_params_without_bias_has_none_biases() -> None:
+    blk = init_params(D, H, bias=False).head(1)
+    assert blk["b_q"] is None and blk["b_k"] is None and blk["b_v"] is None
+    assert blk["w_q"].shape == (D, D // H)
 
 
 @pytest.mark.parametrize("lib", ["numpy", "torch"])
@@ -119,3 +133,50 @@ def test_params_is_frozen() -> None:
     p = init_params(D, H)
     with pytest.raises(AttributeError):
         p.num_heads = 4  # type: ignore[misc]
+
+
+# ---- planted heads -----------------------------------------------------------------
+
+
+def test_planted_heads_send_each_query_to_its_target_with_the_softmax_weight():
+    targets = [[0, 0, 1, 2], [1, 2, 3, 3], [0, 0, 0, 0]]
+    params, x = planted_heads(targets, d_model=12, logit=5.0)
+    assert (params.num_heads, params.d_model, x.shape) == (3, 12, (1, 4, 12))
+    out, w = np_backend.multi_head_attention(x, x, x, params)  # bidirectional
+    n = 4
+    on_target = np.exp(5.0) / (np.exp(5.0) + n - 1)
+    for h, t in enumerate(targets):
+        np.testing.assert_allclose(w[0, h, np.arange(n), t], on_target)
+        # W_v copies positions and W_o is the identity: the output shows what was read.
+        np.testing.assert_allclose(out[0, np.arange(n), h * 4 + np.array(t)], on_target)
+    assert det.previous_token_score(w[0, 0]) == pytest.approx(on_target)
+    assert det.first_token_score(w[0, 2]) == pytest.approx(on_target)
+
+
+def test_planted_heads_under_a_causal_mask_share_the_rest_among_earlier_keys():
+    params, x = planted_heads([[0, 0, 1, 2]], d_model=4, logit=3.0)
+    _, w = np_backend.multi_head_attention(x, x, x, params, np_backend.causal_mask(4))
+    allowed = np.arange(1, 5)  # query i may attend to i + 1 keys
+    np.testing.assert_allclose(
+        w[0, 0, np.arange(4), [0, 0, 1, 2]], np.exp(3) / (np.exp(3) + allowed - 1)
+    )
+    assert det.future_score(w[0, 0]) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("targets", "d_model", "match"),
+    [
+        ([], 8, "targets must hold one list of positions per head"),
+        (
+            [[0, 1], [0]],
+            8,
+            r"targets must give every head the same number of queries; got \[2, 1\]",
+        ),
+        ([[0, 1, 2]], 2, r"d_model must be a multiple of num_heads=1 with d_head >= L=3"),
+        ([[0, 1], [0, 0]], 5, r"d_model must be a multiple of num_heads=2"),
+        ([[0, 3, 1]], 6, r"targets must be integer positions in \[0, L=3\); got \[\[0, 3, 1\]\]"),
+    ],
+)
+def test_planted_heads_errors_name_the_argument(targets, d_model, match):
+    with pytest.raises(ValueError, match=match):
+        planted_heads(targets, d_model)

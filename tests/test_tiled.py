@@ -12,9 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha
-from mha import np_backend as N
-from mha import tiled
-from mha import torch_backend as T
+from mha import np_backend, tiled, torch_backend
 from mha.tolerance import assert_close, rounding_tolerance
 
 DTYPES = (np.float64, np.float32)
@@ -40,7 +38,7 @@ def reference_lse(q, k, mask=None):
 
 
 def assert_attention_close(q, k, v, out, lse, mask=None):
-    ref_out, _ = N.scaled_dot_product_attention(q, k, v, mask)
+    ref_out, _ = np_backend.scaled_dot_product_attention(q, k, v, mask)
     out_tol, lse_tol = tiled.attention_tolerance(q, k, v)
     assert_close(out, ref_out, out_tol, name="tiled output")
     ref_lse = reference_lse(q, k, mask)
@@ -104,7 +102,7 @@ def test_online_softmax_equals_the_softmax_for_every_block_size(dtype, block_siz
     mask = rng.random((5, 8)) < 0.6
     mask[2] = False  # one fully masked row
     got = tiled.online_softmax(s, mask, block_size=block_size)
-    ref = N.softmax(s, mask)
+    ref = np_backend.softmax(s, mask)
     tol = rounding_tolerance(dtype, terms=8, scale=4 * float(np.abs(s).max()) + 3)
     assert_close(got, ref, tol, name="online softmax")
     assert np.all(got[:, 2] == 0) and np.all(got[:, ~mask] == 0)
@@ -143,7 +141,7 @@ def test_tiled_attention_equals_the_reference_for_dividing_and_other_blocks(
 def test_tiled_attention_in_float64_is_within_1e_12_of_the_reference() -> None:
     q, k, v = qkv((1, 4, 40, 8), (1, 4, 30, 8), seed=3)  # unit-scale inputs
     out, _ = tiled.attention(q, k, v, block_q=17, block_kv=7)
-    ref, _ = N.scaled_dot_product_attention(q, k, v)
+    ref, _ = np_backend.scaled_dot_product_attention(q, k, v)
     out_tol, _ = tiled.attention_tolerance(q, k, v)
     # The worst-case bound is about 1e-12 here; typical differences are ~sqrt(n) smaller.
     assert out_tol < 3e-12
@@ -155,8 +153,8 @@ def test_causal_flag_equals_the_causal_mask_and_skips_tiles_above_the_diagonal(d
     q, k, v = qkv((2, 2, 19, 4), (2, 2, 19, 4), dtype=dtype, seed=2)
     trace: list[tiled.TileStep] = []
     out, lse = tiled.attention(q, k, v, causal=True, block_q=4, block_kv=3, trace=trace)
-    assert_attention_close(q, k, v, out, lse, N.causal_mask(19))
-    with_mask, _ = tiled.attention(q, k, v, N.causal_mask(19), block_q=4, block_kv=3)
+    assert_attention_close(q, k, v, out, lse, np_backend.causal_mask(19))
+    with_mask, _ = tiled.attention(q, k, v, np_backend.causal_mask(19), block_q=4, block_kv=3)
     # exact: skipped tiles would add exact zeros
     np.testing.assert_array_equal(out, with_mask)  # the same arithmetic, tile for tile
     for step in trace:
@@ -168,17 +166,17 @@ def test_causal_flag_equals_the_causal_mask_and_skips_tiles_above_the_diagonal(d
 def test_causal_attention_with_more_queries_than_keys_aligns_positions_at_the_start() -> None:
     q, k, v = qkv((1, 12, 4), (1, 5, 4), seed=4)
     out, lse = tiled.attention(q, k, v, causal=True, block_q=5, block_kv=2)
-    assert_attention_close(q, k, v, out, lse, N.causal_mask(12, 5))
+    assert_attention_close(q, k, v, out, lse, np_backend.causal_mask(12, 5))
 
 
 def test_fully_masked_rows_get_zero_output_and_minus_inf_lse() -> None:
     q, k, v = qkv((2, 3, 9, 4), (2, 3, 11, 4), seed=5)
-    mask = N.key_padding_mask([0, 6], 11)  # batch 0 may attend to nothing
+    mask = np_backend.key_padding_mask([0, 6], 11)  # batch 0 may attend to nothing
     out, lse = tiled.attention(q, k, v, mask, block_q=4, block_kv=4)
     np.testing.assert_array_equal(out[0], 0.0)  # exact: fully masked rows are set to zero
     np.testing.assert_array_equal(lse[0], -np.inf)  # exact: fully masked rows are set to -inf
     assert_attention_close(q, k, v, out, lse, mask)
-    ref, weights = N.scaled_dot_product_attention(q, k, v, mask)
+    ref, weights = np_backend.scaled_dot_product_attention(q, k, v, mask)
     # exact: fully masked rows are set to zero
     np.testing.assert_array_equal(ref[0], 0.0)  # the book's result in the reference too
     np.testing.assert_array_equal(weights[0], 0.0)  # exact: fully masked rows are set to zero
@@ -205,7 +203,7 @@ def test_tiled_attention_equals_the_reference_for_random_blocks_and_masks(
     full = None
     if masked or causal:
         full = np.ones((2, L, S), bool) if mask is None else mask
-        full = full & N.causal_mask(L, S) if causal else full
+        full = full & np_backend.causal_mask(L, S) if causal else full
     assert_attention_close(q, k, v, out, lse, full)
     if full is not None:
         empty = ~full.any(-1)
@@ -239,12 +237,12 @@ def test_trace_records_running_max_and_sum_that_end_at_the_lse() -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_three_pass_attention_equals_the_reference_and_returns_its_weights(dtype) -> None:
     q, k, v = qkv((2, 13, 4), (2, 9, 4), dtype=dtype, seed=9)
-    mask = N.causal_mask(13, 9)
+    mask = np_backend.causal_mask(13, 9)
     for blocks in [(4, 3), (13, 9), (5, 20)]:
         out, weights = tiled.three_pass_attention(
             q, k, v, mask, block_q=blocks[0], block_kv=blocks[1]
         )
-        ref_out, ref_w = N.scaled_dot_product_attention(q, k, v, mask)
+        ref_out, ref_w = np_backend.scaled_dot_product_attention(q, k, v, mask)
         out_tol, _ = tiled.attention_tolerance(q, k, v)
         assert_close(out, ref_out, out_tol)
         assert_close(weights, ref_w, out_tol / float(np.abs(v).max()))
@@ -259,24 +257,30 @@ def test_tiled_form_equals_the_fused_form_with_masks_and_cross_attention(dtype) 
     params = mha.init_params(12, 3, seed=1, dtype=dtype)
     x = rng.standard_normal((2, 7, 12)).astype(dtype)
     mem = rng.standard_normal((2, 10, 12)).astype(dtype)
-    mask = N.key_padding_mask([0, 8], 10)  # batch 0: every row fully masked
-    got, none = N.multi_head_attention(x, mem, mem, params, mask, form="tiled", need_weights=False)
-    ref, _ = N.multi_head_attention(x, mem, mem, params, mask, form="fused", need_weights=False)
+    mask = np_backend.key_padding_mask([0, 8], 10)  # batch 0: every row fully masked
+    got, none = np_backend.multi_head_attention(
+        x, mem, mem, params, mask, form="tiled", need_weights=False
+    )
+    ref, _ = np_backend.multi_head_attention(
+        x, mem, mem, params, mask, form="fused", need_weights=False
+    )
     assert none is None
-    q = N.split_heads(x @ params.w_q + params.b_q, 3)
-    k = N.split_heads(mem @ params.w_k + params.b_k, 3)
-    out_tol, _ = tiled.attention_tolerance(q, k, N.split_heads(mem @ params.w_v + params.b_v, 3))
+    q = np_backend.split_heads(x @ params.w_q + params.b_q, 3)
+    k = np_backend.split_heads(mem @ params.w_k + params.b_k, 3)
+    out_tol, _ = tiled.attention_tolerance(
+        q, k, np_backend.split_heads(mem @ params.w_v + params.b_v, 3)
+    )
     # the heads' difference passes through the output projection: |W_o| sums D of them
     tol = out_tol * float(np.abs(params.w_o).sum(0).max()) * 2
     assert_close(got, ref, tol)
     assert_close(got[0], np.broadcast_to(params.b_o, (7, 12)), tol)  # fully masked: the bias
 
 
-@pytest.mark.parametrize("backend", [N, T])
+@pytest.mark.parametrize("backend", [np_backend, torch_backend])
 def test_tiled_form_refuses_to_return_weights(backend) -> None:
     params = mha.init_params(8, 2, seed=0)
     x = np.zeros((1, 3, 8))
-    if backend is T:
+    if backend is torch_backend:
         params, x = params.to_torch(), torch.from_numpy(x)
     with pytest.raises(ValueError, match="form='tiled' never forms the .* pass need_weights=False"):
         backend.multi_head_attention(x, x, x, params, form="tiled")
@@ -285,9 +289,13 @@ def test_tiled_form_refuses_to_return_weights(backend) -> None:
 def test_torch_tiled_form_is_the_fused_form_without_weights() -> None:
     params = mha.init_params(8, 2, seed=0).to_torch()
     x = torch.randn(2, 5, 8, dtype=torch.float64)
-    mask = torch.from_numpy(N.causal_mask(5))
-    got, _ = T.multi_head_attention(x, x, x, params, mask, form="tiled", need_weights=False)
-    ref, _ = T.multi_head_attention(x, x, x, params, mask, form="fused", need_weights=False)
+    mask = torch.from_numpy(np_backend.causal_mask(5))
+    got, _ = torch_backend.multi_head_attention(
+        x, x, x, params, mask, form="tiled", need_weights=False
+    )
+    ref, _ = torch_backend.multi_head_attention(
+        x, x, x, params, mask, form="fused", need_weights=False
+    )
     # exact: the tiled form runs the fused form's code
     torch.testing.assert_close(got, ref, rtol=0, atol=0)  # one code path
 

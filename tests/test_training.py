@@ -317,6 +317,8 @@ def test_loss_and_pruning_errors():
         tr.ablation_loss(model, b, [], part="second")
     with pytest.raises(ValueError, match=r"batches must hold at least one batch"):
         tr.head_importance(model, [])
+    with pytest.raises(ValueError, match=r"importance must have shape \(num_layers, H\); got 1-D"):
+        tr.importance_order(np.zeros(4))
 
 
 @pytest.mark.parametrize(

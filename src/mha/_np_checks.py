@@ -1,7 +1,7 @@
-"""Argument checks for NumPy arrays, shared by the NumPy modules beside the reference backend.
+"""Argument checks for NumPy arrays, shared by every NumPy module.
 
-:mod:`mha.tiled` and :mod:`mha.backward` take the arrays of :mod:`mha.np_backend` and reject
-the same inputs with the same messages: a float32/float64 ``numpy.ndarray``, finite, and a
+:mod:`mha.np_backend`, :mod:`mha.tiled` and :mod:`mha.backward` reject the same inputs with
+the same messages: a float32/float64 ``numpy.ndarray``, finite, and a
 boolean mask (True = may attend) that broadcasts to the target shape.
 """
 
@@ -11,30 +11,36 @@ from typing import Any
 
 import numpy as np
 
-from mha import _validate as v
+from mha import _validate
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def finite(x: np.ndarray) -> bool:
-    """True when ``x`` holds no NaN or infinity (its extremes are finite exactly then)."""
+    """True when ``x`` holds no NaN or infinity.
+
+    The extremes of ``x`` are finite exactly when every entry is (``min`` and ``max``
+    propagate NaN); two reductions cost less than building an ``isfinite`` mask.
+    """
     return x.size == 0 or bool(np.isfinite(x.min()) and np.isfinite(x.max()))
+
+
+ARRAYS = _validate.ArrayKind("numpy.ndarray", np.ndarray, FLOATS, np.bool_, finite, "to_numpy")
 
 
 def check_array(name: str, x: Any, *, check_finite: bool = True) -> None:
     """Check that ``x`` is a float32/float64 NumPy array (and finite, by default)."""
+    if check_finite:
+        ARRAYS.check_array(name, x)
+        return
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray; got {type(x).__name__}")
-    v.check_float(name, x, FLOATS)
-    if check_finite:
-        v.check_finite(name, x, finite)
+    _validate.check_float(name, x, FLOATS)
 
 
 def check_mask(mask: Any, target: tuple[int, ...], layout: str = "(..., L, S)") -> None:
     """Check that ``mask`` is a boolean NumPy array that broadcasts to ``target``."""
-    if not isinstance(mask, np.ndarray):
-        raise TypeError(f"mask must be a numpy.ndarray of bool; got {type(mask).__name__}")
-    v.check_mask(mask, target, mask.dtype == np.bool_, layout)
+    ARRAYS.check_mask(mask, target, layout)
 
 
 def check_shape(name: str, x: np.ndarray, shape: tuple[int, ...], layout: str) -> None:

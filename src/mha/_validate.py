@@ -1,18 +1,57 @@
-"""Argument checks shared by the NumPy and PyTorch backends.
+"""Argument checks and glue shared by the NumPy and PyTorch backends.
 
 Every check raises ``ValueError`` (a shape or value is wrong) or ``TypeError`` (a kind or
 dtype is wrong) with a message that names the argument, the rule and what it got. The
 checks only read ``.shape``, ``.ndim`` and ``.dtype``, so they work on NumPy arrays and on
-PyTorch tensors alike; the backend passes what differs (how to test for finiteness).
+PyTorch tensors alike; each backend describes its arrays once, in an :class:`ArrayKind`
+(the array type, its floating dtypes, its boolean dtype and how to test for finiteness),
+and the checks of a whole call (:func:`check_softmax`, :func:`check_attention`,
+:func:`check_mha`, :func:`check_layer_norm`) take it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
 FORMS = ("per_head", "fused", "packed", "tiled")
+PARAM_ARRAYS = ("w_qkv", "w_o", "b_qkv", "b_o")
+
+
+@dataclass(frozen=True)
+class ArrayKind:
+    """One backend's arrays: what the checks need to know about them.
+
+    Args:
+        type_name: how messages name the type (``"numpy.ndarray"``, ``"torch.Tensor"``).
+        array_type: the type itself.
+        floats: the floating dtypes the backend computes in.
+        bool_dtype: the boolean dtype masks must have.
+        all_finite: ``all_finite(x)`` is True when ``x`` holds no NaN or infinity.
+        convert: the ``MHAParams`` method that makes parameters of this kind.
+    """
+
+    type_name: str
+    array_type: type
+    floats: tuple[Any, ...]
+    bool_dtype: Any
+    all_finite: Callable[[Any], bool]
+    convert: str
+
+    def check_array(self, name: str, x: Any, hint: str = "") -> None:
+        """Check that ``x`` is a finite floating array of this kind."""
+        if not isinstance(x, self.array_type):
+            raise TypeError(f"{name} must be a {self.type_name}; got {type(x).__name__}{hint}")
+        check_float(name, x, self.floats)
+        check_finite(name, x, self.all_finite)
+
+    def check_mask(self, mask: Any, target: tuple[int, ...], layout: str) -> None:
+        """Check that ``mask`` is a boolean array of this kind broadcasting to ``target``."""
+        if not isinstance(mask, self.array_type):
+            raise TypeError(f"mask must be a {self.type_name} of bool; got {type(mask).__name__}")
+        check_mask(mask, target, mask.dtype == self.bool_dtype, layout)
 
 
 def distinct(*named: tuple[str, Any]) -> list[tuple[str, Any]]:
@@ -32,10 +71,8 @@ def distinct(*named: tuple[str, Any]) -> list[tuple[str, Any]]:
 
 def check_sizes(d_model: Any, num_heads: Any) -> None:
     """Check that ``d_model`` and ``num_heads`` are positive integers and H divides D."""
-    for name, value in (("d_model", d_model), ("num_heads", num_heads)):
-        check_int(name, value)
-        if value <= 0:
-            raise ValueError(f"{name} must be positive; got {name}={value}")
+    check_positive("d_model", d_model)
+    check_positive("num_heads", num_heads)
     if d_model % num_heads != 0:
         raise ValueError(
             f"num_heads must divide d_model; got d_model={d_model}, num_heads={num_heads}"
@@ -46,6 +83,13 @@ def check_int(name: str, value: Any) -> None:
     """Check that ``value`` is an integer (a Python or NumPy int, not a bool or float)."""
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
+
+
+def check_positive(name: str, value: Any) -> None:
+    """Check that ``value`` is a positive integer (a count or a size)."""
+    check_int(name, value)
+    if value <= 0:
+        raise ValueError(f"{name} must be positive; got {name}={value}")
 
 
 def check_length(name: str, value: Any, symbol: str) -> None:
@@ -220,3 +264,65 @@ def check_block_size(name: str, value: Any) -> None:
     check_int(name, value)
     if value < 1:
         raise ValueError(f"{name} must be at least 1; got {name}={value}")
+
+
+def head_slice(mask: Any, h: int) -> Any:
+    """The part of a ``(..., H|1, L, S)``-broadcastable mask that applies to head ``h``."""
+    if mask.ndim < 3:
+        return mask  # (L, S) or (S,): the same for every head
+    return mask[..., h if mask.shape[-3] > 1 else 0, :, :]  # (B|1, H|1, L, S) -> (B|1, L, S)
+
+
+def check_softmax(scores: Any, mask: Any, kind: ArrayKind) -> None:
+    """Check the arguments of a backend's ``softmax``."""
+    kind.check_array("scores", scores)
+    if scores.ndim < 1:
+        raise ValueError(f"scores must have shape (..., S); got 0-D shape {tuple(scores.shape)}")
+    if mask is not None:
+        kind.check_mask(mask, tuple(scores.shape), "scores.shape")
+
+
+def check_attention(query: Any, key: Any, value: Any, mask: Any, kind: ArrayKind) -> None:
+    """Check the arguments of a backend's ``scaled_dot_product_attention``."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        kind.check_array(name, x)
+    check_same_dtype({"query": query, "key": key, "value": value})
+    L, S, _, _ = check_qkv(query, key, value)
+    batch = broadcast_batch(query, key, value)
+    if mask is not None:
+        kind.check_mask(mask, (*batch, L, S), "(..., L, S)")
+
+
+def check_mha(
+    query: Any, key: Any, value: Any, params: Any, mask: Any, form: str, kind: ArrayKind
+) -> None:
+    """Check the arguments of a backend's ``multi_head_attention``."""
+    from mha.params import MHAParams  # here, not at the top: mha.params imports this module
+
+    if not isinstance(params, MHAParams):
+        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
+    check_form(form)
+    for name, x in distinct(("query", query), ("key", key), ("value", value)):
+        kind.check_array(name, x)
+    B, L, S = check_mha_inputs(query, key, value, params.d_model)
+    named = {"query": query, "key": key, "value": value}
+    for name in PARAM_ARRAYS:
+        x = getattr(params, name)
+        if x is not None:
+            kind.check_array(f"params.{name}", x, f" (convert with params.{kind.convert}())")
+            named[f"params.{name}"] = x
+    check_same_dtype(named)
+    if mask is not None:
+        kind.check_mask(mask, (B, params.num_heads, L, S), "(B, H, L, S)")
+
+
+def check_layer_norm(x: Any, weight: Any, bias: Any, eps: Any, kind: ArrayKind) -> None:
+    """Check the arguments of a backend's ``layer_norm``."""
+    kind.check_array("x", x)
+    if x.ndim < 1:
+        raise ValueError(f"x must have shape (..., D); got 0-D shape {tuple(x.shape)}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None:
+            kind.check_array(name, p)
+    check_same_dtype({"x": x, "weight": weight, "bias": bias})
+    check_layer_norm_params(x.shape[-1], weight, bias, eps)

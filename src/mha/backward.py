@@ -28,8 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mha import _np_checks as c
-from mha import _validate as v
-from mha import np_backend, tiled
+from mha import _validate, np_backend, tiled
 from mha._tiles import tile_mask
 from mha.params import MHAParams
 from mha.tolerance import gamma
@@ -64,6 +63,9 @@ def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
         weights: the softmax output ``A``.
         d_weights: the gradient of the loss with respect to ``A``.
 
+    Returns:
+        The gradient with respect to the scores.
+
     Shape:
         weights and d_weights ``(..., S)``; returns ``(..., S)``.
 
@@ -73,7 +75,7 @@ def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
     """
     c.check_array("weights", weights)
     c.check_array("d_weights", d_weights)
-    v.check_same_dtype({"weights": weights, "d_weights": d_weights})
+    _validate.check_same_dtype({"weights": weights, "d_weights": d_weights})
     c.check_shape("d_weights", d_weights, weights.shape, "weights.shape")
     return _softmax_backward(weights, d_weights.copy())
 
@@ -95,11 +97,11 @@ def _sdpa_backward(q, k, v_, weights, d_out):
 
 def _check_sdpa_grads(query, key, value, d_out, extra: dict) -> tuple[tuple, int, int]:
     named = {"query": query, "key": key, "value": value, "d_out": d_out} | extra
-    for name, x in v.distinct(*named.items()):
+    for name, x in _validate.distinct(*named.items()):
         c.check_array(name, x, check_finite=name != "lse")
-    v.check_same_dtype(named)
-    L, S, _, Dv = v.check_qkv(query, key, value)
-    batch = v.broadcast_batch(query, key, value)
+    _validate.check_same_dtype(named)
+    L, S, _, Dv = _validate.check_qkv(query, key, value)
+    batch = _validate.broadcast_batch(query, key, value)
     c.check_shape("d_out", d_out, (*batch, L, Dv), "(..., L, Dv)")
     return batch, L, S
 
@@ -124,6 +126,9 @@ def scaled_dot_product_attention(
         value: its values.
         weights: the forward's attention weights ``A`` (as it returned them).
         d_out: the gradient of the loss with respect to the output.
+
+    Returns:
+        ``(d_query, d_key, d_value)``.
 
     Shape:
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``, weights
@@ -213,6 +218,9 @@ def tiled_attention(
         block_q: query rows per tile (need not be the forward's).
         block_kv: key/value rows per tile.
 
+    Returns:
+        ``(d_query, d_key, d_value)``, computed tile by tile from ``lse``.
+
     Shape:
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``, out and d_out
         ``(..., L, Dv)``, lse ``(..., L)``. Returns ``d_query``, ``d_key``, ``d_value`` of the
@@ -230,13 +238,19 @@ def tiled_attention(
         raise ValueError("lse must be finite or -inf; got NaN or +inf values")
     if mask is not None:
         c.check_mask(mask, (*batch, L, S))
-    v.check_block_size("block_q", block_q)
-    v.check_block_size("block_kv", block_kv)
+    _validate.check_block_size("block_q", block_q)
+    _validate.check_block_size("block_kv", block_kv)
     return _tiled_backward(query, key, value, out, lse, d_out, mask, causal, block_q, block_kv)
 
 
 def split_heads(d_heads: np.ndarray) -> np.ndarray:
     """Gradient of :func:`mha.np_backend.split_heads`: a permutation, so its inverse.
+
+    Args:
+        d_heads: the gradient with respect to the split heads.
+
+    Returns:
+        The gradient with respect to the unsplit input.
 
     Shape:
         ``(B, H, L, Dh)`` -> ``(B, L, D)``.
@@ -246,6 +260,13 @@ def split_heads(d_heads: np.ndarray) -> np.ndarray:
 
 def merge_heads(d_x: np.ndarray, num_heads: int) -> np.ndarray:
     """Gradient of :func:`mha.np_backend.merge_heads`: a permutation, so its inverse.
+
+    Args:
+        d_x: the gradient with respect to the merged output.
+        num_heads: H.
+
+    Returns:
+        The gradient with respect to the heads.
 
     Shape:
         ``(B, L, D)`` -> ``(B, H, L, Dh)``.
@@ -266,6 +287,9 @@ def linear(
         d_y: the gradient of the loss with respect to ``y``.
         bias: whether the forward added a bias (``d_bias`` is ``None`` otherwise).
 
+    Returns:
+        ``(d_x, d_weight, d_bias)``; ``d_bias`` is ``None`` without a bias.
+
     Shape:
         x ``(..., D_in)``, weight ``(D_in, D_out)``, d_y ``(..., D_out)``. Returns d_x
         ``(..., D_in)``, d_weight ``(D_in, D_out)`` and d_bias ``(D_out,)``.
@@ -276,8 +300,8 @@ def linear(
     """
     for name, a in (("x", x), ("weight", weight), ("d_y", d_y)):
         c.check_array(name, a)
-    v.check_same_dtype({"x": x, "weight": weight, "d_y": d_y})
-    v.check_rank("weight", weight, 2, "(D_in, D_out)")
+    _validate.check_same_dtype({"x": x, "weight": weight, "d_y": d_y})
+    _validate.check_rank("weight", weight, 2, "(D_in, D_out)")
     c.check_shape("d_y", d_y, (*x.shape[:-1], weight.shape[1]), "(..., D_out)")
     return _linear_backward(x, weight, d_y, bias)
 
@@ -300,16 +324,16 @@ def _check_layer(query, key, value, params, mask) -> None:
     """The argument checks of :func:`mha.np_backend.multi_head_attention`."""
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    for name, x in v.distinct(("query", query), ("key", key), ("value", value)):
+    for name, x in _validate.distinct(("query", query), ("key", key), ("value", value)):
         c.check_array(name, x)
-    B, L, S = v.check_mha_inputs(query, key, value, params.d_model)
+    B, L, S = _validate.check_mha_inputs(query, key, value, params.d_model)
     named = {"query": query, "key": key, "value": value}
     for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
         x = getattr(params, name)
         if x is not None:
             c.check_array(f"params.{name}", x)
             named[f"params.{name}"] = x
-    v.check_same_dtype(named)
+    _validate.check_same_dtype(named)
     if mask is not None:
         c.check_mask(mask, (B, params.num_heads, L, S), "(B, H, L, S)")
 
@@ -413,8 +437,8 @@ def multi_head_attention_forward(
     if form not in BACKWARD_FORMS:
         raise ValueError(f"form must be one of {BACKWARD_FORMS}; got form={form!r}")
     _check_layer(query, key, value, params, mask)
-    v.check_block_size("block_q", block_q)
-    v.check_block_size("block_kv", block_kv)
+    _validate.check_block_size("block_q", block_q)
+    _validate.check_block_size("block_kv", block_kv)
     H = params.num_heads
     q = np_backend.split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
     k = np_backend.split_heads(_linear(key, params.w_k, params.b_k), H)  # (B, H, S, Dh)
@@ -457,7 +481,7 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     if not isinstance(saved, MHASaved):
         raise TypeError(f"saved must be MHASaved; got {type(saved).__name__}")
     c.check_array("d_out", d_out)
-    v.check_same_dtype({"d_out": d_out, "saved.query": saved.query})
+    _validate.check_same_dtype({"d_out": d_out, "saved.query": saved.query})
     c.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
     p, H = saved.params, saved.params.num_heads
     bias_in, bias_out = p.b_qkv is not None, p.b_o is not None
@@ -516,6 +540,10 @@ def attention_gradient_tolerance(
         value: its values.
         weights: its attention weights.
         d_out: the gradient of the loss with respect to the output.
+
+    Returns:
+        ``(query_tolerance, key_tolerance, value_tolerance)``, absolute bounds entry by
+        entry on the gradients of two routes.
 
     Shape:
         As in :func:`scaled_dot_product_attention`. Returns tolerances of the shapes of

@@ -22,11 +22,21 @@ from typing import Any
 
 import numpy as np
 
-from mha.rank import _as_matrix, numerical_rank, one_thread
+from mha import _linalg
+from mha.rank import numerical_rank
 
 
 def centering_matrix(n: int) -> np.ndarray:
     """``C = I - 1 1^T / n``, the orthogonal projector that subtracts row means (``M C``).
+
+    Args:
+        n: the number of columns (tokens) N.
+
+    Shape:
+        Returns ``(n, n)``.
+
+    Returns:
+        ``C``, symmetric and idempotent, with ``C 1 = 0``.
 
     Raises:
         ValueError: if ``n`` is not a positive int.
@@ -46,12 +56,15 @@ def check_attention_target(target: Any, atol: float = 1e-10) -> np.ndarray:
     Shape:
         target ``(N, N)``.
 
+    Returns:
+        ``target`` as a NumPy array (its rows unchanged).
+
     Raises:
         ValueError: if it is not square, has an entry ``<= 0`` (its logarithm must be
             finite), or a row does not sum to one.
         TypeError: if it is not a floating array.
     """
-    p = _as_matrix("target", target)
+    p = _linalg.as_matrix("target", target)
     if p.shape[0] != p.shape[1]:
         raise ValueError(f"target must be square (N, N); got shape {p.shape}")
     if np.any(p <= 0):
@@ -68,8 +81,14 @@ def check_attention_target(target: Any, atol: float = 1e-10) -> np.ndarray:
 def centred_log(target: Any) -> np.ndarray:
     """The row-centred log target ``log(P) C``: the only part of the scores softmax sees.
 
+    Args:
+        target: positive row-stochastic pattern ``P``.
+
     Shape:
         target ``(N, N)``. Returns ``(N, N)`` with rows summing to zero.
+
+    Returns:
+        ``log(P) C``.
 
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`.
@@ -85,8 +104,15 @@ def required_head_width(target: Any, centre: bool = True) -> int:
     with ``centre=False`` it is ``rank(log P)``, what a construction that factors
     ``log P`` itself (with no row shift) needs. Numerical ranks, default tolerance.
 
+    Args:
+        target: positive row-stochastic pattern ``P``.
+        centre: count the rank of the row-centred ``log(P) C`` rather than of ``log P``.
+
     Shape:
         target ``(N, N)``.
+
+    Returns:
+        The numerical rank, an ``int`` in ``[0, N]`` (at most ``N - 1`` when ``centre``).
 
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`.
@@ -98,14 +124,26 @@ def required_head_width(target: Any, centre: bool = True) -> int:
 def attention_from_projections(x: Any, w_q: Any, w_k: Any) -> np.ndarray:
     """``softmax(X W_q W_k^T X^T / sqrt(Dh))``: one bias-free head's attention weights.
 
+    Args:
+        x: one sequence, a token per row.
+        w_q: query projection.
+        w_k: key projection.
+
     Shape:
         x ``(N, D)``, w_q and w_k ``(D, Dh)``. Returns ``(N, N)``.
+
+    Returns:
+        The attention weights, rows summing to one.
 
     Raises:
         ValueError: if a matrix is not 2-D or not finite, or the shapes do not chain.
         TypeError: if a matrix is not floating.
     """
-    x, w_q, w_k = _as_matrix("x", x), _as_matrix("w_q", w_q), _as_matrix("w_k", w_k)
+    x, w_q, w_k = (
+        _linalg.as_matrix("x", x),
+        _linalg.as_matrix("w_q", w_q),
+        _linalg.as_matrix("w_k", w_k),
+    )
     if w_q.shape != w_k.shape or w_q.shape[0] != x.shape[1]:
         raise ValueError(
             "w_q and w_k must both have shape (D, Dh) with D = x.shape[1] = "
@@ -141,12 +179,15 @@ def bhojanapalli_projections(
     Shape:
         x ``(N, D)``, target ``(N, N)``. Returns ``w_q``, ``w_k`` of shape ``(D, Dh)``.
 
+    Returns:
+        ``(w_q, w_k)``, NumPy float64 arrays.
+
     Raises:
         ValueError: if ``x`` does not have rank N, the target fails
             :func:`check_attention_target` or has another size, or ``d_head`` is too small.
         TypeError: if ``d_head`` is not an int, or an array is not floating.
     """
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     p = check_attention_target(target)
     if isinstance(d_head, bool) or not isinstance(d_head, int):
         raise TypeError(f"d_head must be an int; got {type(d_head).__name__} {d_head!r}")
@@ -163,9 +204,9 @@ def bhojanapalli_projections(
     if d_head < r:
         kind = "rank(log(P) C)" if centre else "rank(log P)"
         raise ValueError(f"d_head must be at least {kind} = {r} for this target; got {d_head}")
-    u, s, vt = np.linalg.svd(m)
+    u, s, vt = _linalg.svd(m)
     U, V = u[:, :r] * s[:r], vt[:r].T  # M = U V^T, (N, r) each
-    x_pinv = np.linalg.pinv(x)  # (D, N), x @ x_pinv = I_N
+    x_pinv = _linalg.pinv(x)  # (D, N), x @ x_pinv = I_N
     E = np.eye(r, d_head)  # (r, Dh)
     return np.sqrt(d_head) * x_pinv @ U @ E, x_pinv @ V @ E  # (D, Dh) each
 
@@ -177,8 +218,15 @@ def centred_logit_error(weights: Any, target: Any) -> float:
     matrices, so this is a distance between the scores that produce ``weights`` and
     ``target`` (zero exactly when they are equal).
 
+    Args:
+        weights: positive row-stochastic pattern ``W``.
+        target: positive row-stochastic pattern ``P`` of the same shape.
+
     Shape:
         weights and target ``(N, N)``.
+
+    Returns:
+        The Frobenius norm, a non-negative ``float``.
 
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`, for either matrix.
@@ -195,15 +243,22 @@ def centred_logit_floor(target: Any, d_head: int) -> float:
     ``sqrt(sum_{k > Dh} sigma_k(log(P) C)^2)`` (Eckart-Young): a lower bound for every
     input ``X``, attained when ``X`` has rank N (by the truncated SVD of ``log(P) C``).
 
+    Args:
+        target: positive row-stochastic pattern ``P``.
+        d_head: head width Dh (0 allowed: the whole centred log target is the error).
+
     Shape:
         target ``(N, N)``.
+
+    Returns:
+        The floor, a non-negative ``float`` (0 when ``d_head >= rank(log(P) C)``).
 
     Raises:
         ValueError: if ``d_head`` is negative, or as :func:`check_attention_target`.
     """
     if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head < 0:
         raise ValueError(f"d_head must be a non-negative int; got {d_head!r}")
-    s = np.linalg.svd(centred_log(target), compute_uv=False)
+    s = _linalg.svdvals(centred_log(target))
     return float(np.sqrt(np.sum(s[d_head:] ** 2)))
 
 
@@ -213,6 +268,16 @@ def self_focus_target(n: int, alpha: float) -> np.ndarray:
     ``log(P) C = alpha C`` has ``N - 1`` singular values equal to ``alpha``, so no head
     narrower than ``N - 1`` produces it, on any input, and the best centred-logit error
     at width ``Dh`` is ``alpha * sqrt(N - 1 - Dh)``.
+
+    Args:
+        n: number of tokens N.
+        alpha: the extra score of the diagonal.
+
+    Shape:
+        Returns ``(n, n)``.
+
+    Returns:
+        The positive row-stochastic pattern ``P``.
 
     Raises:
         ValueError: if ``n`` is not a positive int or ``alpha`` is not finite.
@@ -251,11 +316,14 @@ def fit_attention(
         x ``(N, D)``, target ``(N, N)``. Returns ``w_q``, ``w_k`` ``(D, Dh)`` and the
         final :func:`centred_logit_error`.
 
+    Returns:
+        ``(w_q, w_k, error)``: the fitted projections and their final centred-logit error.
+
     Raises:
         ValueError: if ``d_head`` or ``steps`` is not positive, shapes disagree, or as
             :func:`check_attention_target`.
     """
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     (w,) = _fit(x, [target], [d_head], steps, lr, seed)
     w_q, w_k = w
     return w_q, w_k, centred_logit_error(attention_from_projections(x, w_q, w_k), target)
@@ -275,13 +343,24 @@ def fit_attention_sweep(
     The fits are independent (the summed loss decouples and Adam acts elementwise); they
     run as one batch of zero-padded heads, which is much faster than one fit at a time.
 
+    Args:
+        x: one sequence.
+        targets: K positive row-stochastic patterns.
+        d_heads: the head widths to fit, each a positive int.
+        steps: Adam steps.
+        lr: initial learning rate.
+        seed: seed of the initial weights.
+
     Shape:
         x ``(N, D)``, targets ``(K, N, N)``. Returns the final errors ``(K, len(d_heads))``.
+
+    Returns:
+        The final :func:`centred_logit_error` of every (target, head width) fit.
 
     Raises:
         ValueError: as :func:`fit_attention`.
     """
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     pairs = [(t, d) for t in targets for d in d_heads]
     weights = _fit(x, [t for t, _ in pairs], [d for _, d in pairs], steps, lr, seed)
     errors = [
@@ -314,7 +393,7 @@ def _fit(
     xt, goal_t = torch.tensor(x, dtype=torch.float64), torch.tensor(goals)
     opt = torch.optim.Adam([w], lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
-    with one_thread():  # tiny matrices: extra threads only add synchronisation
+    with _linalg.one_thread():  # tiny matrices: extra threads only add synchronisation
         for _ in range(steps):
             opt.zero_grad()
             q = xt @ (w[:, 0] * mask[:, None, :])  # (K, N, width)
@@ -347,6 +426,9 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
     Shape:
         targets ``(K, N, N)``.
 
+    Returns:
+        The least total squared error, a non-negative ``float``.
+
     Raises:
         ValueError: if ``targets`` is not 3-D with 1 to 8 patterns, or a size is not a
             positive int, or a pattern fails :func:`check_attention_target`.
@@ -363,7 +445,7 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
     def group_error(group: tuple[int, ...]) -> float:
         mean = logs[list(group)].mean(axis=0)
         scatter = float(np.sum((logs[list(group)] - mean) ** 2))
-        s = np.linalg.svd(mean, compute_uv=False)
+        s = _linalg.svdvals(mean)
         return scatter + len(group) * float(np.sum(s[d_head:] ** 2))
 
     def best(items: tuple[int, ...], groups_left: int) -> float:

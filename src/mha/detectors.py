@@ -19,8 +19,11 @@ Detectors (score, and the pattern that scores 1):
 - :func:`future_score`: mean over queries of the mass on later keys ``j > i``; 0 for a
   causal head, so it tells a causal pattern from a bidirectional one.
 
-:func:`planted_heads` builds multi-head attention parameters whose heads follow given
-patterns, to check that the detectors recover what was planted.
+- :func:`induction_score`: mean over queries with a target of the mass on the key after an
+  earlier copy of the query's token (:func:`induction_targets`); an induction head.
+
+:func:`mha.params.planted_heads` builds multi-head attention parameters whose heads follow
+given patterns, to check that the detectors recover what was planted.
 
 The positional detectors (previous, next, self) need self-attention, ``L == S``. Rows must
 be non-negative and sum to 1 within ``ROW_SUM_ATOL``; scores are computed in float64 from
@@ -35,8 +38,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-
-from mha.params import MHAParams
 
 ROW_SUM_ATOL = 1e-4
 """How far a row of ``weights`` may sum from 1 (float32 softmax rounding is far below it)."""
@@ -111,6 +112,9 @@ def previous_token_score(weights: Any) -> np.ndarray:
     Shape:
         weights ``(..., L, L)`` with ``L >= 2``. Returns ``(...)``.
 
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
+
     Raises:
         ValueError: if ``weights`` is not square, has ``L < 2``, or its rows are not
             distributions.
@@ -125,8 +129,14 @@ def next_token_score(weights: Any) -> np.ndarray:
     ``score = mean_{i=0..L-2} w[i, i+1]``; the last query has no next token and is left out.
     A causal head scores 0: it cannot see the next token.
 
+    Args:
+        weights: attention weights, rows summing to 1.
+
     Shape:
         weights ``(..., L, L)`` with ``L >= 2``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if ``weights`` is not square, has ``L < 2``, or its rows are not
@@ -139,8 +149,14 @@ def next_token_score(weights: Any) -> np.ndarray:
 def self_score(weights: Any) -> np.ndarray:
     """Mean weight a query puts on its own position: ``mean_i w[i, i]``.
 
+    Args:
+        weights: attention weights, rows summing to 1.
+
     Shape:
         weights ``(..., L, L)``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if ``weights`` is not square or its rows are not distributions.
@@ -158,8 +174,14 @@ def future_score(weights: Any) -> np.ndarray:
     every query but the last looks only ahead scores the largest value, ``(L - 1) / L``
     (the last query has nothing ahead). Use it to say which kind of attention a pattern is.
 
+    Args:
+        weights: attention weights, rows summing to 1.
+
     Shape:
         weights ``(..., L, L)``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, (L - 1) / L]``, one per leading index.
 
     Raises:
         ValueError: if ``weights`` is not square or its rows are not distributions.
@@ -177,8 +199,14 @@ def first_token_score(weights: Any) -> np.ndarray:
     ``score = mean_i w[i, 0]``. Heads that park their attention on a fixed first token
     when nothing else fits score near 1 (Clark et al. 2019; Xiao et al. 2023).
 
+    Args:
+        weights: attention weights, rows summing to 1.
+
     Shape:
         weights ``(..., L, S)``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if the rows of ``weights`` are not distributions.
@@ -219,6 +247,9 @@ def token_class_score(weights: Any, key_in_class: Any) -> np.ndarray:
         weights ``(..., L, S)``; key_in_class ``(S,)`` (or ``(..., S)``, broadcasting with
         the leading shape of ``weights``). Returns ``(...)``.
 
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
+
     Raises:
         ValueError: if ``key_in_class`` does not have S entries, or the rows of
             ``weights`` are not distributions.
@@ -245,6 +276,9 @@ def broadness_score(weights: Any, mask: Any = None) -> np.ndarray:
 
     Shape:
         weights ``(..., L, S)``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if the mask does not broadcast, puts weight on masked keys, leaves
@@ -314,6 +348,9 @@ def arc_score(weights: Any, arcs: Iterable[Sequence[int]]) -> np.ndarray:
     Shape:
         weights ``(..., L, S)``; arcs ``(N, 2)``. Returns ``(...)``.
 
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
+
     Raises:
         ValueError: if ``arcs`` is empty, not pairs, or indexes outside ``[0, L)`` /
             ``[0, S)``; or the rows of ``weights`` are not distributions.
@@ -379,8 +416,17 @@ def all_scores(
     (``mask`` is passed to :func:`broadness_score`); ``token_class`` when ``key_in_class``
     is given and ``arc`` when ``arcs`` are given.
 
+    Args:
+        weights: attention weights, rows summing to 1 (square: self-attention).
+        key_in_class: optional boolean class of keys for :func:`token_class_score`.
+        arcs: optional ``(query_index, key_index)`` pairs for :func:`arc_score`.
+        mask: optional keep-mask for :func:`broadness_score`.
+
     Shape:
         weights ``(..., L, L)``. Each value ``(...)``.
+
+    Returns:
+        ``{detector name: scores}``.
 
     Raises:
         The errors of the detectors it runs.
@@ -400,58 +446,80 @@ def all_scores(
     return out
 
 
-def planted_heads(
-    targets: Sequence[Sequence[int]], d_model: int, *, logit: float = 8.0
-) -> tuple[MHAParams, np.ndarray]:
-    """Multi-head attention whose head ``h`` sends query ``i`` to key ``targets[h][i]``.
+def _as_tokens(tokens: Any) -> np.ndarray:
+    t = np.asarray(tokens)
+    if not np.issubdtype(t.dtype, np.integer):
+        raise TypeError(f"tokens must be an integer array of token ids; got dtype {t.dtype}")
+    if t.ndim != 2:
+        raise ValueError(f"tokens must have shape (B, L); got {t.ndim}-D shape {t.shape}")
+    return t
 
-    The input ``x`` holds one-hot positions: ``x[0, i] = e_i`` (then zeros up to D). Head h
-    gets ``W_q`` mapping ``e_i`` to ``c * e_{t(i)}`` and ``W_k`` mapping ``e_j`` to ``e_j``
-    inside its own Dh columns (``c = logit * sqrt(Dh)``), so its scores are
-    ``q_i . k_j / sqrt(Dh) = logit * [j == t(i)]``: after the softmax, query ``i`` puts
-    ``e^logit / (e^logit + n_i - 1)`` on its target, with ``n_i`` the keys it may attend to.
-    ``W_v`` copies the positions into each head's columns and ``W_o`` is the identity, so
-    the output says which positions each head read. No biases.
+
+def induction_targets(tokens: Any) -> np.ndarray:
+    """Where an induction head should attend: the key after each earlier copy of the query.
+
+    ``targets[b, i, j + 1]`` is True when ``j < i`` and ``tokens[b, j] == tokens[b, i]``:
+    query ``i`` should look at the token that followed the previous occurrence(s) of its
+    own token. Queries whose token has not occurred before have no target. Targets are
+    always at or before the query, so a causal head can reach them.
 
     Args:
-        targets: for each head, the key position each query points to.
-        d_model: model width D; ``num_heads = len(targets)`` must divide it, and the
-            head width Dh must be at least L.
-        logit: the score of a target (the others score 0).
+        tokens: token ids (NumPy or torch).
 
     Shape:
-        Returns params (D = d_model, H = len(targets)) and x ``(1, L, D)``.
+        tokens ``(B, L)``. Returns ``(B, L, L)`` bool, indexed ``[b, query, key]``.
+
+    Returns:
+        The boolean targets, ``[b, query, key]``.
 
     Raises:
-        ValueError: if the heads have different lengths, a target is out of range, or
-            Dh < L.
+        ValueError: if ``tokens`` is not 2-D.
+        TypeError: if ``tokens`` is not an integer array.
     """
-    H = len(targets)
-    if H == 0:
-        raise ValueError("targets must hold one list of positions per head; got none")
-    L = len(targets[0])
-    if any(len(t) != L for t in targets):
+    t = _as_tokens(tokens)
+    same = t[:, :, None] == t[:, None, :]  # (B, L, L): [b, i, j] = tokens[i] == tokens[j]
+    earlier = np.tril(same, k=-1)  # keep j < i
+    targets = np.zeros_like(earlier)
+    targets[:, :, 1:] = earlier[:, :, :-1]  # key j -> key j + 1
+    return targets
+
+
+def induction_score(weights: Any, tokens: Any) -> np.ndarray:
+    """Mean attention mass the queries put on their induction targets.
+
+    Averages, over every (sequence, query) pair that has a target in
+    :func:`induction_targets`, the total weight of that query's row on its targets. A
+    perfect induction head scores 1; a previous-token head scores about 0 on repeated
+    random tokens.
+
+    Args:
+        weights: attention weights, batch first, e.g. ``(B, H, L, L)`` for one layer.
+        tokens: the token ids the weights were computed on.
+
+    Shape:
+        weights ``(B, ..., L, L)``, tokens ``(B, L)``. Returns ``(...)``, e.g. ``(H,)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per middle index (e.g. per head).
+
+    Raises:
+        ValueError: if the shapes do not match, the rows of ``weights`` are not
+            distributions, or no query has a target (no token repeats).
+        TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
+    """
+    t = _as_tokens(tokens)
+    w = _check_weights(weights)
+    B, L = t.shape
+    if w.ndim < 3 or w.shape[0] != B or w.shape[-2:] != (L, L):
         raise ValueError(
-            "targets must give every head the same number of queries; got "
-            f"{[len(t) for t in targets]}"
+            f"weights must have shape (B, ..., L, L) = ({B}, ..., {L}, {L}) to match tokens; "
+            f"got {w.shape}"
         )
-    if d_model % H != 0 or d_model // H < L:
-        raise ValueError(
-            f"d_model must be a multiple of num_heads={H} with d_head >= L={L}; "
-            f"got d_model={d_model}"
-        )
-    t = np.asarray(targets)
-    if not np.issubdtype(t.dtype, np.integer) or (t < 0).any() or (t >= L).any():
-        raise ValueError(f"targets must be integer positions in [0, L={L}); got {t.tolist()}")
-    Dh = d_model // H
-    c = logit * np.sqrt(Dh)
-    w_q, w_k, w_v = (np.zeros((d_model, d_model)) for _ in range(3))
-    pos = np.arange(L)
-    for h in range(H):
-        w_q[pos, h * Dh + t[h]] = c  # e_i -> c e_{t(i)} in head h's columns
-        w_k[pos, h * Dh + pos] = 1.0  # e_j -> e_j
-        w_v[pos, h * Dh + pos] = 1.0
-    x = np.zeros((1, L, d_model))
-    x[0, pos, pos] = 1.0  # one-hot positions, (1, L, D)
-    params = MHAParams.from_qkv(w_q, w_k, w_v, np.eye(d_model), H)
-    return params, x
+    targets = induction_targets(t)  # (B, L, L)
+    has = targets.any(axis=-1)  # (B, L)
+    if not has.any():
+        raise ValueError("tokens must contain a repeated token; no query has an induction target")
+    extra = (1,) * (w.ndim - 3)
+    mass = (w * targets.reshape(B, *extra, L, L)).sum(axis=-1)  # (B, ..., L)
+    mass = np.moveaxis(mass, 0, -2)  # (..., B, L)
+    return _score(mass[..., has].mean(axis=-1))  # (...)

@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mha import _validate as v
-from mha import torch_backend
+from mha import _validate, packing, torch_backend
 from mha.params import MHAParams, init_params
 
 
@@ -48,7 +47,7 @@ class MultiHeadAttention(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        v.check_sizes(d_model, num_heads)
+        _validate.check_sizes(d_model, num_heads)
         if dtype not in torch_backend.FLOATS:
             names = ", ".join(str(d) for d in torch_backend.FLOATS)
             raise TypeError(f"dtype must be a floating dtype ({names}); got dtype {dtype}")
@@ -72,6 +71,13 @@ class MultiHeadAttention(nn.Module):
     @classmethod
     def from_params(cls, params: MHAParams, dtype: torch.dtype | None = None) -> MultiHeadAttention:
         """A module holding a copy of ``params`` (NumPy or PyTorch), cast to ``dtype``.
+
+        Args:
+            params: the parameters to copy.
+            dtype: the module's dtype; ``None`` keeps the dtype of ``params``.
+
+        Returns:
+            A new ``MultiHeadAttention`` whose parameters equal ``params``.
 
         Raises:
             TypeError: if ``params`` is not ``MHAParams``.
@@ -97,7 +103,11 @@ class MultiHeadAttention(nn.Module):
         return module
 
     def params(self) -> MHAParams:
-        """The parameters as ``MHAParams`` of this module's tensors (shared, not copied)."""
+        """The parameters as ``MHAParams`` of this module's tensors (shared, not copied).
+
+        Returns:
+            ``MHAParams`` sharing this module's parameters, so gradients reach them.
+        """
         return MHAParams(self.w_qkv, self.w_o, self.b_qkv, self.b_o, self.num_heads)
 
     def forward(
@@ -112,8 +122,34 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``query`` to ``key``/``value`` (self-attention when they are omitted).
 
+        The defaults differ on purpose from those of the functions
+        (:func:`mha.torch_backend.multi_head_attention`: ``need_weights=True``,
+        ``form="fused"``) and of ``nn.MultiheadAttention.forward`` (``need_weights=True``).
+        The functions are what the book reads, where the weights are the object of study and
+        the fused form is the one the equations write. The module is a layer inside a model
+        (as in :mod:`mha.training`), where the weights are rarely read: returning them forces
+        the explicit path, which stores the ``(B, H, L, S)`` scores, instead of
+        ``scaled_dot_product_attention``, and the packed form projects self-attention's
+        queries, keys and values with one product. Pass ``need_weights=True`` for the
+        weights (per head; ``nn.MultiheadAttention`` averages them over heads by default).
+
+        Args:
+            query: queries.
+            key: keys; ``None`` for ``query`` (self-attention).
+            value: values; ``None`` for ``key``.
+            mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+            need_weights: whether to compute and return the attention weights.
+            form: ``"per_head"``, ``"fused"`` or ``"packed"``.
+
+        Shape:
+            query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
+            and weights ``(B, H, L, S)``.
+
         Returns:
             ``(output, weights)``; ``weights`` is ``None`` unless ``need_weights``.
+
+        Raises:
+            ValueError, TypeError: as :func:`mha.torch_backend.multi_head_attention`.
         """
         key = query if key is None else key
         value = key if value is None else value
@@ -144,8 +180,8 @@ def to_torch_mha(
         p.d_model, p.num_heads, bias=has_bias, batch_first=batch_first, dtype=p.dtype
     )
     with torch.no_grad():
-        m.in_proj_weight.copy_(p.w_qkv.T)  # (D, 3D) -> (3D, D)
-        m.out_proj.weight.copy_(p.w_o.T)  # (D, D), transposed
+        m.in_proj_weight.copy_(packing.to_in_proj_weight(p.w_qkv))  # (D, 3D) -> (3D, D)
+        m.out_proj.weight.copy_(packing.linear_transpose(p.w_o))  # (D, D), transposed
         if has_bias:
             m.in_proj_bias.copy_(p.b_qkv if p.b_qkv is not None else 0.0)
             m.out_proj.bias.copy_(p.b_o if p.b_o is not None else 0.0)
@@ -158,6 +194,12 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
     Our module is always batch first: feed it ``(B, L, D)`` even if ``m`` took
     ``(L, B, D)``.
 
+    Args:
+        m: the PyTorch module to copy.
+
+    Returns:
+        A new ``MultiHeadAttention`` with copied weights, in ``m``'s dtype.
+
     Raises:
         ValueError: if ``m`` uses features this package does not have (separate key and
             value widths, ``add_bias_kv``, ``add_zero_attn``).
@@ -165,7 +207,7 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
     """
     if not isinstance(m, nn.MultiheadAttention):
         raise TypeError(f"m must be a torch.nn.MultiheadAttention; got {type(m).__name__}")
-    if not m._qkv_same_embed_dim:
+    if m.kdim != m.embed_dim or m.vdim != m.embed_dim:
         raise ValueError(
             "m must have kdim == vdim == embed_dim; got "
             f"embed_dim={m.embed_dim}, kdim={m.kdim}, vdim={m.vdim}"
@@ -175,11 +217,10 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
             "m must not use add_bias_kv or add_zero_attn; got "
             f"add_bias_kv={m.bias_k is not None}, add_zero_attn={m.add_zero_attn}"
         )
-    w = m.in_proj_weight.detach()
     has_bias = m.in_proj_bias is not None
     params = MHAParams(
-        w_qkv=w.T.clone(),  # (3D, D) -> (D, 3D)
-        w_o=m.out_proj.weight.detach().T.clone(),
+        w_qkv=packing.from_in_proj_weight(m.in_proj_weight.detach()).clone(),  # -> (D, 3D)
+        w_o=packing.linear_transpose(m.out_proj.weight.detach()).clone(),  # (D, D)
         b_qkv=m.in_proj_bias.detach().clone() if has_bias else None,
         b_o=m.out_proj.bias.detach().clone() if has_bias else None,
         num_heads=m.num_heads,
@@ -211,6 +252,9 @@ def to_torch_attn_mask(
     Shape:
         ``(L, S)`` stays ``(L, S)``; a 4-D mask becomes ``(B * H, L, S)``.
 
+    Returns:
+        A boolean tensor, True = blocked, as ``nn.MultiheadAttention``'s ``attn_mask``.
+
     Raises:
         TypeError: if ``mask`` is not a boolean tensor.
         ValueError: if ``mask`` is neither 2-D nor 4-D, or its head dimension is
@@ -219,9 +263,7 @@ def to_torch_attn_mask(
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"mask must be a boolean tensor (True = may attend); got {got}")
-    v.check_int("num_heads", num_heads)
-    if num_heads <= 0:
-        raise ValueError(f"num_heads must be positive; got num_heads={num_heads}")
+    _validate.check_positive("num_heads", num_heads)
     if mask.ndim == 2:
         if q_len is not None:
             mask = mask.expand(q_len, mask.shape[-1])  # (1|L, S) -> (L, S)

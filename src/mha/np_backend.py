@@ -14,33 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from mha import _validate as v
-from mha import tiled
+from mha import _validate, tiled
+from mha._np_checks import ARRAYS
 from mha.params import MHAParams
 
-FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _finite(x: np.ndarray) -> bool:
-    """True when ``x`` holds no NaN or infinity.
-
-    The extremes of ``x`` are finite exactly when every entry is (``min`` and ``max``
-    propagate NaN); two reductions cost less than building an ``isfinite`` mask.
-    """
-    return x.size == 0 or bool(np.isfinite(x.min()) and np.isfinite(x.max()))
-
-
-def _check_array(name: str, x: object) -> None:
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray; got {type(x).__name__}")
-    v.check_float(name, x, FLOATS)
-    v.check_finite(name, x, _finite)
-
-
-def _check_mask(mask: object, target: tuple[int, ...], layout: str = "(B, H, L, S)") -> None:
-    if not isinstance(mask, np.ndarray):
-        raise TypeError(f"mask must be a numpy.ndarray of bool; got {type(mask).__name__}")
-    v.check_mask(mask, target, mask.dtype == np.bool_, layout)
+_ARRAYS = ARRAYS  # the checks this backend's arguments get (mha._np_checks)
 
 
 def causal_mask(q_len: int, kv_len: int | None = None) -> np.ndarray:
@@ -54,12 +32,15 @@ def causal_mask(q_len: int, kv_len: int | None = None) -> np.ndarray:
     Shape:
         Returns ``(L, S)``.
 
+    Returns:
+        A boolean array, True on and below the diagonal.
+
     Raises:
         ValueError: if a length is not positive.
     """
     kv_len = q_len if kv_len is None else kv_len
-    v.check_length("q_len", q_len, "L")
-    v.check_length("kv_len", kv_len, "S")
+    _validate.check_length("q_len", q_len, "L")
+    _validate.check_length("kv_len", kv_len, "S")
     return np.tril(np.ones((q_len, kv_len), dtype=bool))
 
 
@@ -73,12 +54,15 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
     Shape:
         lengths ``(B,)``; returns ``(B, 1, 1, S)``, which broadcasts to ``(B, H, L, S)``.
 
+    Returns:
+        A boolean array, True for the first ``lengths[b]`` keys of row ``b``.
+
     Raises:
         ValueError: if ``lengths`` is not 1-D or a length is outside ``[0, S]``.
         TypeError: if ``lengths`` are not integers or ``kv_len`` is not an int.
     """
     lengths = np.asarray(lengths)
-    v.check_length("kv_len", kv_len, "S")
+    _validate.check_length("kv_len", kv_len, "S")
     if lengths.ndim != 1:
         raise ValueError(f"lengths must have shape (B,); got shape {lengths.shape}")
     if not np.issubdtype(lengths.dtype, np.integer):
@@ -95,18 +79,22 @@ def softmax(scores: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     Masked entries get weight exactly 0; a row with every entry masked gets all zeros.
     Subtracting the row maximum keeps large logits finite.
 
+    Args:
+        scores: the scores, a floating array.
+        mask: optional boolean keep-mask (True = may attend).
+
     Shape:
         scores ``(..., L, S)``; mask broadcastable to it. Returns ``(..., L, S)``.
+
+    Returns:
+        The weights, a new array of ``scores``' dtype; rows sum to 1, fully masked rows
+        are 0.
 
     Raises:
         ValueError: if ``mask`` does not broadcast or ``scores`` is not finite.
         TypeError: if ``scores`` is not a float array or ``mask`` is not boolean.
     """
-    _check_array("scores", scores)
-    if scores.ndim < 1:
-        raise ValueError(f"scores must have shape (..., S); got 0-D shape {scores.shape}")
-    if mask is not None:
-        _check_mask(mask, scores.shape, "scores.shape")
+    _validate.check_softmax(scores, mask, _ARRAYS)
     return _softmax_inplace(scores.copy(), mask)
 
 
@@ -142,18 +130,15 @@ def scaled_dot_product_attention(
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``.
         Returns output ``(..., L, Dv)`` and weights ``(..., L, S)``.
 
+    Returns:
+        ``(output, weights)``, NumPy arrays of the inputs' dtype.
+
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
             broadcast, or non-finite inputs.
         TypeError: on non-float or mixed dtypes, or a non-boolean mask.
     """
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        _check_array(name, x)
-    v.check_same_dtype({"query": query, "key": key, "value": value})
-    L, S, _, _ = v.check_qkv(query, key, value)
-    batch = v.broadcast_batch(query, key, value)
-    if mask is not None:
-        _check_mask(mask, (*batch, L, S), "(..., L, S)")
+    _validate.check_attention(query, key, value, mask, _ARRAYS)
     return _attend(query, key, value, mask)
 
 
@@ -170,15 +155,22 @@ def _attend(
 def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
     """Split the model width into heads, as a contiguous array.
 
+    Args:
+        x: an array whose width is D.
+        num_heads: number of heads H; must divide D.
+
     Shape:
         ``(B, L, D)`` -> ``(B, H, L, Dh)``.
+
+    Returns:
+        Head ``h`` is the column block ``h * Dh : (h + 1) * Dh`` of ``x``, copied contiguously.
 
     Raises:
         ValueError: if ``x`` is not 3-D or H does not divide its width.
     """
-    v.check_rank("x", x, 3, "(B, L, D)")
+    _validate.check_rank("x", x, 3, "(B, L, D)")
     B, L, D = x.shape
-    v.check_sizes(D, num_heads)
+    _validate.check_sizes(D, num_heads)
     x = x.reshape(B, L, num_heads, D // num_heads)  # (B, L, D) -> (B, L, H, Dh)
     return np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # -> (B, H, L, Dh)
 
@@ -186,13 +178,19 @@ def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """Concatenate the heads back into the model width (the inverse of ``split_heads``).
 
+    Args:
+        x: per-head arrays stacked along dimension 1.
+
     Shape:
         ``(B, H, L, Dh)`` -> ``(B, L, D)``.
+
+    Returns:
+        The heads side by side, an array of width ``H * Dh``.
 
     Raises:
         ValueError: if ``x`` is not 4-D.
     """
-    v.check_rank("x", x, 4, "(B, H, L, Dh)")
+    _validate.check_rank("x", x, 4, "(B, H, L, Dh)")
     B, H, L, Dh = x.shape
     return x.transpose(0, 2, 1, 3).reshape(B, L, H * Dh)  # (B, H, L, Dh) -> (B, L, D)
 
@@ -202,32 +200,6 @@ def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     if b is not None:
         y += b
     return y
-
-
-def _check_mha(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    params: MHAParams,
-    mask: np.ndarray | None,
-    form: str,
-) -> None:
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    v.check_form(form)
-    for name, x in v.distinct(("query", query), ("key", key), ("value", value)):
-        _check_array(name, x)
-    B, L, S = v.check_mha_inputs(query, key, value, params.d_model)
-    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
-        x = getattr(params, name)
-        if x is not None:
-            _check_array(f"params.{name}", x)
-    v.check_same_dtype(
-        {"query": query, "key": key, "value": value, "params.w_qkv": params.w_qkv}
-        | {f"params.{n}": getattr(params, n) for n in ("w_o", "b_qkv", "b_o")}
-    )
-    if mask is not None:
-        _check_mask(mask, (B, params.num_heads, L, S))
 
 
 def multi_head_attention(
@@ -266,14 +238,18 @@ def multi_head_attention(
         query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
         and weights ``(B, H, L, S)`` (or ``None`` when ``need_weights`` is False).
 
+    Returns:
+        ``(output, weights)``, NumPy arrays of the inputs' dtype; ``weights`` is ``None``
+        when ``need_weights`` is False.
+
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
             broadcast, non-finite inputs, an unknown ``form``, or weights requested from
             the tiled form.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
     """
-    _check_mha(query, key, value, params, mask, form)
-    v.check_form_weights(form, need_weights)
+    _validate.check_mha(query, key, value, params, mask, form, _ARRAYS)
+    _validate.check_form_weights(form, need_weights)
     H = params.num_heads
     if form == "tiled":  # one projection at a time, split into heads as it is made
         q = split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
@@ -286,15 +262,10 @@ def multi_head_attention(
         heads, weights = [], []
         for h in range(H):
             blk = params.head(h)
-            cols = slice(h * params.d_head, (h + 1) * params.d_head)
-            b = {
-                n: None if getattr(params, n) is None else getattr(params, n)[cols]
-                for n in ("b_q", "b_k", "b_v")
-            }
-            q = _linear(query, blk["w_q"], b["b_q"])  # (B, L, D) -> (B, L, Dh)
-            k = _linear(key, blk["w_k"], b["b_k"])  # (B, S, D) -> (B, S, Dh)
-            val = _linear(value, blk["w_v"], b["b_v"])  # (B, S, D) -> (B, S, Dh)
-            head_mask = None if mask is None else _head_slice(mask, h)
+            q = _linear(query, blk["w_q"], blk["b_q"])  # (B, L, D) -> (B, L, Dh)
+            k = _linear(key, blk["w_k"], blk["b_k"])  # (B, S, D) -> (B, S, Dh)
+            val = _linear(value, blk["w_v"], blk["b_v"])  # (B, S, D) -> (B, S, Dh)
+            head_mask = None if mask is None else _validate.head_slice(mask, h)
             out_h, w_h = _attend(q, k, val, head_mask)  # (B, L, Dh), (B, L, S)
             heads.append(out_h)
             if need_weights:  # otherwise each head's (B, L, S) weights are freed in turn
@@ -307,10 +278,8 @@ def multi_head_attention(
         qkv = _linear(query, params.w_qkv, params.b_qkv)  # (B, L, D) -> (B, L, 3D)
         q, k, val = np.split(qkv, 3, axis=-1)  # 3 x (B, L, D)
     elif form == "packed" and key is value:
-        D = params.d_model
-        b_kv = None if params.b_qkv is None else params.b_qkv[D:]
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        kv = _linear(key, params.w_qkv[:, D:], b_kv)  # (B, S, D) -> (B, S, 2D)
+        kv = _linear(key, *params.packed("kv"))  # (B, S, D) -> (B, S, 2D)
         k, val = np.split(kv, 2, axis=-1)  # 2 x (B, S, D)
     else:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
@@ -322,24 +291,6 @@ def multi_head_attention(
     return out, (weights if need_weights else None)
 
 
-def _head_slice(mask: np.ndarray, h: int) -> np.ndarray:
-    """The part of a ``(..., H|1, L, S)``-broadcastable mask that applies to head ``h``."""
-    if mask.ndim < 3:
-        return mask  # (L, S) or (S,): the same for every head
-    return mask[..., h if mask.shape[-3] > 1 else 0, :, :]  # (B|1, H|1, L, S) -> (B|1, L, S)
-
-
-def _check_layer_norm(x, weight, bias, eps) -> None:
-    _check_array("x", x)
-    if x.ndim < 1:
-        raise ValueError(f"x must have shape (..., D); got 0-D shape {tuple(x.shape)}")
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None:
-            _check_array(name, p)
-    v.check_same_dtype({"x": x, "weight": weight, "bias": bias})
-    v.check_layer_norm_params(x.shape[-1], weight, bias, eps)
-
-
 def layer_norm(
     x: np.ndarray,
     weight: np.ndarray | None = None,
@@ -348,15 +299,24 @@ def layer_norm(
 ) -> np.ndarray:
     """Layer normalisation over the last axis (the model width), as ``torch.nn.LayerNorm``.
 
+    Args:
+        x: the array to normalise over its last dimension.
+        weight: optional scale ``gamma``.
+        bias: optional shift ``beta``.
+        eps: added to the variance before the square root.
+
     Shape:
         x ``(..., D)``, weight and bias ``(D,)``. Returns ``(..., D)``.
+
+    Returns:
+        ``(x - mean) / sqrt(var + eps) * weight + bias`` (biased variance, as in PyTorch).
 
     Raises:
         ValueError: if ``eps`` is not a positive number, ``weight``/``bias`` are not
             ``(D,)``, or an input is not finite.
         TypeError: on non-float or mixed dtypes.
     """
-    _check_layer_norm(x, weight, bias, eps)
+    _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
     var = x.var(axis=-1, keepdims=True)  # (..., 1), biased as in torch
     y = (x - mean) / np.sqrt(var + eps)
@@ -379,8 +339,20 @@ def attention_block(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The residual block ``LayerNorm(X + MultiHead(X))`` (post-norm, as in Vaswani et al.).
 
+    Args:
+        x: the input sequences (NumPy array).
+        params: the layer's parameters, of the kind and dtype of ``x``.
+        mask: optional boolean keep-mask, broadcastable to ``(B, H, L, L)``.
+        ln_weight: LayerNorm's scale, or ``None``.
+        ln_bias: LayerNorm's shift, or ``None``.
+        eps: LayerNorm's epsilon.
+        form: the form of :func:`multi_head_attention`.
+
     Shape:
         x ``(B, L, D)``. Returns output ``(B, L, D)`` and weights ``(B, H, L, L)``.
+
+    Returns:
+        ``(output, weights)``: the normalised residual sum and the attention weights.
 
     Raises:
         The errors of :func:`multi_head_attention` and :func:`layer_norm`.

@@ -5,9 +5,14 @@ shape ``(D, Dh)``. This package stores them as one right-multiplied ``(D, 3D)`` 
 ``[W_q | W_k | W_v]``, where ``W_q = [W_0^Q | ... | W_{H-1}^Q]`` puts head ``h`` in columns
 ``h * Dh : (h + 1) * Dh``. ``torch.nn.MultiheadAttention`` stores the same numbers as the
 left-multiplied ``in_proj_weight`` of shape ``(3D, D)``: its transpose, so head ``h``'s query
-block is rows ``h * Dh : (h + 1) * Dh``. The helpers here move between these layouts and say
+block is rows ``h * Dh : (h + 1) * Dh``. The output projection ``W^O`` reads head ``h``'s
+output with its rows ``h * Dh : (h + 1) * Dh``.
+
+This module is the one place that knows these layouts: :class:`mha.params.MHAParams`, the
+PyTorch module and its converters (:mod:`mha.module`) and the analyses of single heads
+take their slices and transposes from here. The helpers move between the layouts and say
 which column belongs to which head and projection. They accept NumPy arrays and PyTorch
-tensors and return the same kind.
+tensors and return the same kind (views where the layouts allow).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from mha._validate import check_sizes
 Array = Any  # a numpy.ndarray or a torch.Tensor
 
 PROJECTIONS = ("q", "k", "v")
+PROJECTION_RUNS = (*PROJECTIONS, "kv")
 
 
 def _check_packed(name: str, w: Any, transposed: bool = False) -> None:
@@ -39,14 +45,52 @@ def _permute(x: Array, axes: tuple[int, ...]) -> Array:
     return x.permute(*axes)
 
 
+def _check_matrix(name: str, w: Any) -> None:
+    if not hasattr(w, "shape") or not hasattr(w, "ndim"):
+        raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor; got {type(w).__name__}")
+    if w.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix; got {w.ndim}-D shape {tuple(w.shape)}")
+
+
+def linear_transpose(w: Array) -> Array:
+    """A linear map's weight in the other layout, ``(in, out)`` <-> ``(out, in)`` (no copy).
+
+    This package stores ``(in, out)`` and computes ``x @ w``; ``torch.nn.Linear`` (and
+    ``nn.MultiheadAttention``'s ``out_proj``) stores ``(out, in)`` and computes
+    ``x @ weight.T``. The transpose converts either way; it is how ``W^O`` becomes
+    ``out_proj.weight`` and back.
+
+    Args:
+        w: a weight in either layout.
+
+    Shape:
+        ``(m, n)`` -> ``(n, m)``.
+
+    Returns:
+        ``w.T``, a view of ``w``.
+
+    Raises:
+        ValueError: if ``w`` is not 2-D.
+        TypeError: if ``w`` is not an array or tensor.
+    """
+    _check_matrix("w", w)
+    return w.T  # (in, out) <-> (out, in)
+
+
 def to_in_proj_weight(w_qkv: Array) -> Array:
     """PyTorch's ``in_proj_weight`` from our packed weights (a transpose, no copy).
 
     ``x @ w_qkv == x @ to_in_proj_weight(w_qkv).T``, which is how
     ``torch.nn.MultiheadAttention`` applies its input projection.
 
+    Args:
+        w_qkv: our packed ``[W_q | W_k | W_v]``.
+
     Shape:
         ``(D, 3D)`` -> ``(3D, D)``.
+
+    Returns:
+        ``w_qkv.T``, a view of ``w_qkv``.
 
     Raises:
         ValueError: if ``w_qkv`` is not ``(D, 3D)``.
@@ -59,8 +103,14 @@ def to_in_proj_weight(w_qkv: Array) -> Array:
 def from_in_proj_weight(in_proj_weight: Array) -> Array:
     """Our packed ``(D, 3D)`` weights from PyTorch's ``in_proj_weight`` (a transpose).
 
+    Args:
+        in_proj_weight: ``nn.MultiheadAttention``'s packed input projection.
+
     Shape:
         ``(3D, D)`` -> ``(D, 3D)``.
+
+    Returns:
+        ``in_proj_weight.T``, a view of it.
 
     Raises:
         ValueError: if ``in_proj_weight`` is not ``(3D, D)``.
@@ -76,8 +126,15 @@ def split_head_blocks(w_qkv: Array, num_heads: int) -> Array:
     ``blocks[p, h]`` is the ``(D, Dh)`` projection of head ``h`` for ``p`` in
     (0, 1, 2) = (query, key, value), so ``x @ blocks[0, h]`` is head ``h``'s queries.
 
+    Args:
+        w_qkv: our packed ``[W_q | W_k | W_v]``.
+        num_heads: number of heads H; must divide D.
+
     Shape:
         ``(D, 3D)`` -> ``(3, H, D, Dh)``.
+
+    Returns:
+        The blocks, a view of ``w_qkv`` (permuted axes, not contiguous).
 
     Raises:
         ValueError: if ``w_qkv`` is not ``(D, 3D)`` or H does not divide D.
@@ -93,8 +150,14 @@ def split_head_blocks(w_qkv: Array, num_heads: int) -> Array:
 def merge_head_blocks(blocks: Array) -> Array:
     """Pack ``3H`` per-head blocks into one ``(D, 3D)`` matrix (inverse of ``split_head_blocks``).
 
+    Args:
+        blocks: ``blocks[p, h]`` the ``(D, Dh)`` projection ``p`` of head ``h``.
+
     Shape:
         ``(3, H, D, Dh)`` -> ``(D, 3D)``.
+
+    Returns:
+        The packed weights ``[W_q | W_k | W_v]``, a new contiguous array or tensor.
 
     Raises:
         ValueError: if ``blocks`` is not ``(3, H, D, Dh)`` with ``H * Dh == D``.
@@ -105,6 +168,57 @@ def merge_head_blocks(blocks: Array) -> Array:
     D = shape[2]
     w = _permute(blocks, (2, 0, 1, 3))  # (3, H, D, Dh) -> (D, 3, H, Dh)
     return w.reshape(D, 3 * D)  # -> (D, 3D)
+
+
+def head_span(d_model: int, num_heads: int, h: int) -> slice:
+    """Head ``h``'s ``Dh`` positions along a width-D axis: ``slice(h * Dh, (h + 1) * Dh)``.
+
+    The columns of head ``h`` in ``W_q``, ``W_k``, ``W_v`` (and its entries of their
+    biases), and its rows of ``W^O``.
+
+    Args:
+        d_model: model width D.
+        num_heads: number of heads H.
+        h: head index in ``[0, H)``.
+
+    Returns:
+        ``slice(h * Dh, (h + 1) * Dh)``.
+
+    Raises:
+        ValueError: if ``h`` is out of range or the sizes are bad.
+        TypeError: if a size is not an int.
+    """
+    check_sizes(d_model, num_heads)
+    if not 0 <= h < num_heads:
+        raise ValueError(f"h must be in [0, num_heads={num_heads}); got h={h}")
+    Dh = d_model // num_heads
+    return slice(h * Dh, (h + 1) * Dh)
+
+
+def projection_columns(d_model: int, projection: str) -> slice:
+    """The columns of the packed ``(D, 3D)`` weights (entries of ``b_qkv``) of projections.
+
+    Args:
+        d_model: model width D.
+        projection: ``"q"``, ``"k"`` or ``"v"`` (one ``(D, D)`` block), or ``"kv"`` (the
+            key and value blocks side by side, which the packed form projects together in
+            cross-attention).
+
+    Returns:
+        ``slice(p * D, (p + n) * D)``, ``p`` the first projection's index and ``n`` the
+        number of projections.
+
+    Raises:
+        ValueError: on an unknown projection or a non-positive width.
+        TypeError: if ``d_model`` is not an int.
+    """
+    check_sizes(d_model, 1)
+    if projection not in PROJECTION_RUNS:
+        raise ValueError(
+            f"projection must be one of {PROJECTION_RUNS}; got projection={projection!r}"
+        )
+    start = PROJECTIONS.index(projection[0]) * d_model
+    return slice(start, start + len(projection) * d_model)
 
 
 def head_columns(d_model: int, num_heads: int, projection: str, h: int) -> slice:
@@ -121,19 +235,50 @@ def head_columns(d_model: int, num_heads: int, projection: str, h: int) -> slice
 
     Raises:
         ValueError: on an unknown projection, a head out of range, or bad sizes.
+        TypeError: if a size is not an int.
     """
-    check_sizes(d_model, num_heads)
     if projection not in PROJECTIONS:
         raise ValueError(f"projection must be one of {PROJECTIONS}; got projection={projection!r}")
-    if not 0 <= h < num_heads:
-        raise ValueError(f"h must be in [0, num_heads={num_heads}); got h={h}")
-    Dh = d_model // num_heads
-    start = PROJECTIONS.index(projection) * d_model + h * Dh
-    return slice(start, start + Dh)
+    offset = projection_columns(d_model, projection).start
+    span = head_span(d_model, num_heads, h)
+    return slice(offset + span.start, offset + span.stop)
+
+
+def split_head_rows(w: Array, num_heads: int) -> Array:
+    """Cut a matrix's rows into the ``H`` blocks of ``Dh`` rows, one per head (a view).
+
+    Block ``h`` of ``W^O`` is what head ``h``'s output is multiplied by; block ``h`` of an
+    ``nn.Linear`` query weight ``(D, D)`` is head ``h``'s query projection, transposed.
+
+    Args:
+        w: a matrix whose D rows belong to the heads in order.
+        num_heads: number of heads H; must divide D.
+
+    Shape:
+        ``(D, n)`` -> ``(H, Dh, n)``.
+
+    Returns:
+        The blocks, a view of ``w``.
+
+    Raises:
+        ValueError: if ``w`` is not 2-D or H does not divide its number of rows.
+        TypeError: if ``w`` is not an array or tensor, or ``num_heads`` is not an int.
+    """
+    _check_matrix("w", w)
+    D, n = w.shape
+    check_sizes(D, num_heads)
+    return w.reshape(num_heads, D // num_heads, n)  # (D, n) -> (H, Dh, n)
 
 
 def column_owner(d_model: int, num_heads: int) -> tuple[np.ndarray, np.ndarray]:
     """Which projection and which head each column of the packed weights belongs to.
+
+    Args:
+        d_model: model width D.
+        num_heads: number of heads H.
+
+    Shape:
+        Returns two ``(3D,)`` arrays.
 
     Returns:
         ``(projection, head)``, two int arrays of length 3D: ``projection[c]`` in

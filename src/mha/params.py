@@ -2,18 +2,23 @@
 
 ``MHAParams`` holds NumPy arrays or PyTorch tensors. The query, key and value weights
 are stored packed side by side in one ``(D, 3D)`` matrix, so the packed form needs no
-copy; ``w_q``, ``w_k`` and ``w_v`` are views of its three column blocks. Weights multiply
-on the right: ``q = x @ w_q``.
+copy; ``w_q``, ``w_k`` and ``w_v`` are views of its three column blocks (the layout is
+:mod:`mha.packing`'s). Weights multiply on the right: ``q = x @ w_q``.
+
+Parameters are built by :func:`init_params` (random, from one seed, for either backend)
+and :func:`planted_heads` (heads that attend where they are told, for testing detectors).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from mha import packing
 from mha._validate import check_sizes
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
@@ -23,7 +28,7 @@ def _kind(x: Any) -> str | None:
     """``"numpy"`` or ``"torch"`` for an array of that library, else ``None``."""
     if isinstance(x, np.ndarray):
         return "numpy"
-    torch = sys.modules.get("torch")
+    torch = sys.modules.get("torch")  # never imported here: without torch, nothing is a tensor
     if torch is not None and isinstance(x, torch.Tensor):
         return "torch"
     return None
@@ -106,6 +111,28 @@ class MHAParams:
         """Build parameters from separate ``(D, D)`` query, key and value weights.
 
         The input biases are given all three or none.
+
+        Args:
+            w_q: query weights.
+            w_k: key weights.
+            w_v: value weights.
+            w_o: output weights ``W^O``.
+            num_heads: number of heads H.
+            b_q: query bias, or ``None`` (then ``b_k`` and ``b_v`` are ``None`` too).
+            b_k: key bias, or ``None``.
+            b_v: value bias, or ``None``.
+            b_o: output bias, or ``None``.
+
+        Shape:
+            w_q, w_k, w_v, w_o ``(D, D)``; b_q, b_k, b_v, b_o ``(D,)``.
+
+        Returns:
+            ``MHAParams`` with the weights packed into a new ``(D, 3D)`` ``w_qkv``.
+
+        Raises:
+            ValueError: if only some of the input biases are given, a weight's shape differs
+                from ``w_o``'s, or as :class:`MHAParams`.
+            TypeError: as :class:`MHAParams`.
         """
         biases = (b_q, b_k, b_v)
         if any(b is None for b in biases) and not all(b is None for b in biases):
@@ -137,55 +164,96 @@ class MHAParams:
         """The dtype of the weights."""
         return self.w_qkv.dtype
 
+    def packed(self, projection: str) -> tuple[Array, Array | None]:
+        """The weights and bias of one projection, or of adjacent ones, as views.
+
+        Args:
+            projection: ``"q"``, ``"k"``, ``"v"``, or ``"kv"`` (the key and value blocks
+                side by side, which the packed form projects together in cross-attention).
+
+        Shape:
+            Returns ``(D, nD)`` weights and an ``(nD,)`` bias, ``n`` the number of
+            projections.
+
+        Returns:
+            ``(w, b)``: views of ``w_qkv`` and ``b_qkv`` (``b`` is ``None`` without input
+            biases).
+
+        Raises:
+            ValueError: on an unknown projection.
+        """
+        cols = packing.projection_columns(self.d_model, projection)
+        return self.w_qkv[:, cols], None if self.b_qkv is None else self.b_qkv[cols]
+
     @property
     def w_q(self) -> Array:
         """Query weights ``(D, D)``, a view of ``w_qkv``."""
-        return self.w_qkv[:, : self.d_model]
+        return self.packed("q")[0]
 
     @property
     def w_k(self) -> Array:
         """Key weights ``(D, D)``, a view of ``w_qkv``."""
-        return self.w_qkv[:, self.d_model : 2 * self.d_model]
+        return self.packed("k")[0]
 
     @property
     def w_v(self) -> Array:
         """Value weights ``(D, D)``, a view of ``w_qkv``."""
-        return self.w_qkv[:, 2 * self.d_model :]
-
-    def _bias(self, i: int) -> Array | None:
-        if self.b_qkv is None:
-            return None
-        return self.b_qkv[i * self.d_model : (i + 1) * self.d_model]
+        return self.packed("v")[0]
 
     @property
     def b_q(self) -> Array | None:
         """Query bias ``(D,)`` or ``None``."""
-        return self._bias(0)
+        return self.packed("q")[1]
 
     @property
     def b_k(self) -> Array | None:
         """Key bias ``(D,)`` or ``None``."""
-        return self._bias(1)
+        return self.packed("k")[1]
 
     @property
     def b_v(self) -> Array | None:
         """Value bias ``(D,)`` or ``None``."""
-        return self._bias(2)
+        return self.packed("v")[1]
 
-    def head(self, h: int) -> dict[str, Array]:
-        """The blocks of head ``h``: ``w_q``, ``w_k``, ``w_v`` ``(D, Dh)``, ``w_o`` ``(Dh, D)``."""
-        if not 0 <= h < self.num_heads:
-            raise ValueError(f"h must be in [0, num_heads={self.num_heads}); got h={h}")
-        cols = slice(h * self.d_head, (h + 1) * self.d_head)
+    def head(self, h: int) -> dict[str, Array | None]:
+        """The weight and bias blocks of head ``h`` (views).
+
+        Args:
+            h: head index in ``[0, H)``.
+
+        Shape:
+            Returns ``w_q``, ``w_k``, ``w_v`` ``(D, Dh)`` (columns of head h), ``w_o``
+            ``(Dh, D)`` (its rows of W^O), and ``b_q``, ``b_k``, ``b_v`` ``(Dh,)``, each
+            ``None`` when there is no input bias. The output bias ``b_o`` belongs to no head.
+
+        Returns:
+            ``{name: block}`` for ``w_q``, ``w_k``, ``w_v``, ``w_o``, ``b_q``, ``b_k``, ``b_v``.
+
+        Raises:
+            ValueError: if ``h`` is not in ``[0, H)``.
+        """
+        cols = packing.head_span(self.d_model, self.num_heads, h)
+        biases = (self.b_q, self.b_k, self.b_v)
         return {
             "w_q": self.w_q[:, cols],
             "w_k": self.w_k[:, cols],
             "w_v": self.w_v[:, cols],
             "w_o": self.w_o[cols, :],
+            **{
+                n: None if b is None else b[cols]
+                for n, b in zip(("b_q", "b_k", "b_v"), biases, strict=True)
+            },
         }
 
     def map(self, fn: Any) -> MHAParams:
-        """Apply ``fn`` to every array (e.g. a dtype cast); ``None`` biases stay ``None``."""
+        """Apply ``fn`` to every array (e.g. a dtype cast); ``None`` biases stay ``None``.
+
+        Args:
+            fn: applied to each weight and present bias; returns an array or tensor.
+
+        Returns:
+            New ``MHAParams`` of the results (checked as at construction).
+        """
         return replace(
             self,
             w_qkv=fn(self.w_qkv),
@@ -195,7 +263,14 @@ class MHAParams:
         )
 
     def to_numpy(self, dtype: Any = None) -> MHAParams:
-        """A NumPy copy, cast to ``dtype`` if given."""
+        """A NumPy copy, cast to ``dtype`` if given.
+
+        Args:
+            dtype: NumPy dtype of the copy; ``None`` keeps each array's (bfloat16 becomes float32).
+
+        Returns:
+            ``MHAParams`` of NumPy arrays that share no memory with these.
+        """
 
         def convert(x: Array) -> np.ndarray:
             if not isinstance(x, np.ndarray):
@@ -208,7 +283,15 @@ class MHAParams:
         return self.map(convert)
 
     def to_torch(self, dtype: Any = None, device: Any = None) -> MHAParams:
-        """A PyTorch copy, cast to ``dtype`` and moved to ``device`` if given."""
+        """A PyTorch copy, cast to ``dtype`` and moved to ``device`` if given.
+
+        Args:
+            dtype: torch dtype of the copy; ``None`` keeps each array's.
+            device: where to put the copy; ``None`` for the CPU (or the tensors' device).
+
+        Returns:
+            ``MHAParams`` of PyTorch tensors that share no memory with these, not requiring grad.
+        """
         import torch
 
         def convert(x: Array) -> Any:
@@ -258,3 +341,63 @@ def init_params(
     b_o = 0.02 * rng.standard_normal(D) if bias else None
     params = MHAParams(w_qkv, w_o, b_qkv, b_o, num_heads)
     return params.to_numpy(dtype)
+
+
+def planted_heads(
+    targets: Sequence[Sequence[int]], d_model: int, *, logit: float = 8.0
+) -> tuple[MHAParams, np.ndarray]:
+    """Multi-head attention whose head ``h`` sends query ``i`` to key ``targets[h][i]``.
+
+    The input ``x`` holds one-hot positions: ``x[0, i] = e_i`` (then zeros up to D). Head h
+    gets ``W_q`` mapping ``e_i`` to ``c * e_{t(i)}`` and ``W_k`` mapping ``e_j`` to ``e_j``
+    inside its own Dh columns (``c = logit * sqrt(Dh)``), so its scores are
+    ``q_i . k_j / sqrt(Dh) = logit * [j == t(i)]``: after the softmax, query ``i`` puts
+    ``e^logit / (e^logit + n_i - 1)`` on its target, with ``n_i`` the keys it may attend to.
+    ``W_v`` copies the positions into each head's columns and ``W_o`` is the identity, so
+    the output says which positions each head read. No biases.
+
+    Args:
+        targets: for each head, the key position each query points to.
+        d_model: model width D; ``num_heads = len(targets)`` must divide it, and the
+            head width Dh must be at least L.
+        logit: the score of a target (the others score 0).
+
+    Shape:
+        Returns params (D = d_model, H = len(targets)) and x ``(1, L, D)``.
+
+    Returns:
+        ``(params, x)``: NumPy float64 parameters without biases, and the one-hot input.
+
+    Raises:
+        ValueError: if the heads have different lengths, a target is out of range, or
+            Dh < L.
+    """
+    H = len(targets)
+    if H == 0:
+        raise ValueError("targets must hold one list of positions per head; got none")
+    L = len(targets[0])
+    if any(len(t) != L for t in targets):
+        raise ValueError(
+            "targets must give every head the same number of queries; got "
+            f"{[len(t) for t in targets]}"
+        )
+    if d_model % H != 0 or d_model // H < L:
+        raise ValueError(
+            f"d_model must be a multiple of num_heads={H} with d_head >= L={L}; "
+            f"got d_model={d_model}"
+        )
+    t = np.asarray(targets)
+    if not np.issubdtype(t.dtype, np.integer) or (t < 0).any() or (t >= L).any():
+        raise ValueError(f"targets must be integer positions in [0, L={L}); got {t.tolist()}")
+    Dh = d_model // H
+    c = logit * np.sqrt(Dh)
+    w_q, w_k, w_v = (np.zeros((d_model, d_model)) for _ in range(3))
+    pos = np.arange(L)
+    for h in range(H):
+        w_q[pos, h * Dh + t[h]] = c  # e_i -> c e_{t(i)} in head h's columns
+        w_k[pos, h * Dh + pos] = 1.0  # e_j -> e_j
+        w_v[pos, h * Dh + pos] = 1.0
+    x = np.zeros((1, L, d_model))
+    x[0, pos, pos] = 1.0  # one-hot positions, (1, L, D)
+    params = MHAParams.from_qkv(w_q, w_k, w_v, np.eye(d_model), H)
+    return params, x

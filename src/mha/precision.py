@@ -53,6 +53,9 @@ def spacing(value: float, dtype: Any) -> float:
         value: a nonzero, finite number.
         dtype: a NumPy or PyTorch floating dtype.
 
+    Returns:
+        The spacing, as a float.
+
     Raises:
         ValueError: if ``value`` is zero or not finite.
         TypeError: if ``dtype`` is not a floating dtype.
@@ -94,6 +97,12 @@ def running_sum_limit(dtype: Any) -> float:
 
     At ``2 / eps`` the spacing is 2, so adding 1 is a tie that rounds back to the even sum.
 
+    Args:
+        dtype: a NumPy or PyTorch floating dtype.
+
+    Returns:
+        ``2 / eps`` of ``dtype``.
+
     Raises:
         TypeError: if ``dtype`` is not a floating dtype.
     """
@@ -110,6 +119,9 @@ def sequential_sum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     Args:
         values: the terms.
         dtype: the floating dtype of the accumulator.
+
+    Returns:
+        The sums, in ``dtype``.
 
     Shape:
         values ``(..., n)``; returns ``(...)``.

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mha import _np_checks as c
-from mha import _validate as v
+from mha import _validate
 from mha._tiles import safe_max, tile_mask
 from mha.tolerance import rounding_tolerance
 
@@ -137,6 +137,9 @@ def combine_stats(
         max_b: row maxima of block b.
         sum_b: row sums of block b.
 
+    Returns:
+        ``(max, sum)`` of the two blocks together.
+
     Shape:
         All four broadcast to one shape ``(...,)``; returns two arrays of that shape.
 
@@ -152,7 +155,7 @@ def combine_stats(
         c.check_array(name, s)
         if (s < 0).any():
             raise ValueError(f"{name} must be >= 0; got a negative sum")
-    v.check_same_dtype({"max_a": max_a, "sum_a": sum_a, "max_b": max_b, "sum_b": sum_b})
+    _validate.check_same_dtype({"max_a": max_a, "sum_a": sum_a, "max_b": max_b, "sum_b": sum_b})
     return _combine(max_a, sum_a, max_b, sum_b)
 
 
@@ -171,6 +174,9 @@ def online_softmax(
         mask: boolean, True = may attend; broadcastable to ``scores``.
         block_size: columns per block.
 
+    Returns:
+        The softmax weights.
+
     Shape:
         scores ``(..., S)``; returns ``(..., S)``.
 
@@ -186,7 +192,7 @@ def online_softmax(
     if mask is not None:
         c.check_mask(mask, scores.shape, "scores.shape")
         mask = np.broadcast_to(mask, scores.shape)  # a view: no copy
-    v.check_block_size("block_size", block_size)
+    _validate.check_block_size("block_size", block_size)
     S = scores.shape[-1]
     blocks = [slice(j, min(j + block_size, S)) for j in range(0, S, block_size)]
     row_max = np.full(scores.shape[:-1], -np.inf, dtype=scores.dtype)  # (...,)
@@ -233,15 +239,15 @@ def _rows(rows: slice) -> tuple:
 def _check_attention(
     query, key, value, mask, block_q, block_kv
 ) -> tuple[tuple[int, ...], int, int]:
-    for name, x in v.distinct(("query", query), ("key", key), ("value", value)):
+    for name, x in _validate.distinct(("query", query), ("key", key), ("value", value)):
         c.check_array(name, x)
-    v.check_same_dtype({"query": query, "key": key, "value": value})
-    L, S, _, _ = v.check_qkv(query, key, value)
-    batch = v.broadcast_batch(query, key, value)
+    _validate.check_same_dtype({"query": query, "key": key, "value": value})
+    L, S, _, _ = _validate.check_qkv(query, key, value)
+    batch = _validate.broadcast_batch(query, key, value)
     if mask is not None:
         c.check_mask(mask, (*batch, L, S))
-    v.check_block_size("block_q", block_q)
-    v.check_block_size("block_kv", block_kv)
+    _validate.check_block_size("block_q", block_q)
+    _validate.check_block_size("block_kv", block_kv)
     return batch, L, S
 
 
@@ -374,6 +380,9 @@ def three_pass_attention(
         block_kv: key/value columns per tile (Bc).
         io_counter: as in :func:`attention`; scores and weights are counted as they are
             written and read back.
+
+    Returns:
+        ``(output, weights)``.
 
     Shape:
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``. Returns output

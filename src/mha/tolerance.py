@@ -172,6 +172,13 @@ def matmul_tolerance(a: Any, b: Any) -> np.ndarray:
 def max_abs_diff(actual: Any, expected: Any) -> float:
     """``max |actual - expected|`` over all entries, computed in float64.
 
+    Args:
+        actual: NumPy array or torch tensor.
+        expected: the same shape.
+
+    Returns:
+        The largest absolute difference, a ``float`` (0 for empty arrays).
+
     Raises:
         ValueError: if the shapes differ.
     """
@@ -214,6 +221,9 @@ def is_close(actual: Any, expected: Any, tolerance: Any) -> bool:
             :func:`matmul_tolerance` or :func:`rounding_tolerance`). NaN and infinite
             entries must agree exactly.
 
+    Returns:
+        ``True`` when every ``|actual - expected| <= tolerance`` entry by entry.
+
     Raises:
         ValueError: if the shapes differ or the tolerance is negative or not finite.
     """
@@ -224,6 +234,15 @@ def assert_close(actual: Any, expected: Any, tolerance: Any, *, name: str = "act
     """Raise ``AssertionError`` unless :func:`is_close`; return the largest difference.
 
     The message gives the largest excess: the difference and the tolerance at that entry.
+
+    Args:
+        actual: NumPy array or torch tensor.
+        expected: the same shape.
+        tolerance: a number or an array broadcastable to the shape, as in :func:`is_close`.
+        name: what the message calls ``actual``.
+
+    Returns:
+        The largest ``|actual - expected|``, a ``float``.
 
     Raises:
         AssertionError: if an entry differs by more than its tolerance.

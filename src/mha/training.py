@@ -19,7 +19,7 @@ the gradient in Michel et al.'s head importance.
 
 The functions that train or evaluate the model (:func:`train`, :func:`segment_losses` and
 the ablation and pruning built on it, :func:`head_scores`, :func:`head_importance`) run on
-one CPU thread (:func:`mha.rank.one_thread`) whatever torch's global setting, and restore
+one CPU thread whatever torch's global setting, and restore
 the setting after; the model's own ``forward`` leaves it alone. The matrices are tiny: on a
 2-core machine two threads took about six times the CPU time of one for the same training
 run, and split the float32 sums differently from one run to the next, so that two runs of
@@ -42,11 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha import detectors, tasks
-from mha import torch_backend as tb
+from mha import detectors, packing, tasks, torch_backend
+from mha._linalg import one_thread
 from mha.module import MultiHeadAttention
 from mha.params import MHAParams
-from mha.rank import one_thread
 from mha.tasks import RepeatedSegments
 
 
@@ -62,6 +61,9 @@ def gated_params(params: MHAParams, gate: torch.Tensor | None) -> MHAParams:
 
     Shape:
         gate ``(H,)``.
+
+    Returns:
+        New ``MHAParams`` sharing every tensor but ``w_o`` (or ``params`` itself).
 
     Raises:
         ValueError: if ``gate`` does not have shape ``(H,)``.
@@ -82,16 +84,27 @@ def head_contributions(
 
     The layer output is ``sum_h contributions[:, h] + b_o``.
 
+    Args:
+        x: the layer's input.
+        params: the layer's parameters (torch tensors).
+        mask: optional boolean keep-mask, broadcastable to ``(B, H, L, L)``.
+
     Shape:
         x ``(B, L, D)``. Returns ``(B, H, L, D)``.
+
+    Returns:
+        ``contributions[:, h]``, head ``h``'s share of the output.
+
+    Raises:
+        ValueError, TypeError: as :func:`mha.torch_backend.scaled_dot_product_attention`.
     """
-    H, D, Dh = params.num_heads, params.d_model, params.d_head
+    H = params.num_heads
     q, k, v = (x @ w for w in (params.w_q, params.w_k, params.w_v))  # 3 x (B, L, D)
     if params.b_qkv is not None:
         q, k, v = q + params.b_q, k + params.b_k, v + params.b_v
-    q, k, v = (tb.split_heads(t, H) for t in (q, k, v))  # 3 x (B, H, L, Dh)
-    out, _ = tb.scaled_dot_product_attention(q, k, v, mask)  # (B, H, L, Dh)
-    w_o = params.w_o.reshape(H, Dh, D)  # (D, D) -> (H, Dh, D)
+    q, k, v = (torch_backend.split_heads(t, H) for t in (q, k, v))  # 3 x (B, H, L, Dh)
+    out, _ = torch_backend.scaled_dot_product_attention(q, k, v, mask)  # (B, H, L, Dh)
+    w_o = packing.split_head_rows(params.w_o, H)  # (D, D) -> (H, Dh, D)
     return torch.einsum("bhld,hde->bhle", out, w_o)  # (B, H, L, D)
 
 
@@ -199,8 +212,18 @@ class AttentionOnlyTransformer(nn.Module):
     ) -> list[torch.Tensor]:
         """The residual stream before each layer and after the last.
 
+        Args:
+            tokens: token ids.
+            gates: head gates ``(num_layers, H)``; ``None`` is the ungated model.
+
         Shape:
             tokens ``(B, L)``. Returns ``num_layers + 1`` tensors ``(B, L, D)``.
+
+        Returns:
+            The stream before layer 0, ..., and after the last layer.
+
+        Raises:
+            ValueError, TypeError: as :meth:`forward`.
         """
         return self._run(tokens, gates, need_weights=False)[1]
 
@@ -208,11 +231,11 @@ class AttentionOnlyTransformer(nn.Module):
         self._check(tokens, gates)
         L = tokens.shape[1]
         x = self.embed[tokens] + self.pos[:L]  # (B, L) -> (B, L, D)
-        mask = tb.causal_mask(L)  # (L, L)
+        mask = torch_backend.causal_mask(L)  # (L, L)
         stream, weights = [x], []
         for i, layer in enumerate(self.layers):
             params = gated_params(layer.params(), None if gates is None else gates[i])
-            out, w = tb.multi_head_attention(
+            out, w = torch_backend.multi_head_attention(
                 x, x, x, params, mask, form="fused", need_weights=need_weights
             )  # (B, L, D), (B, H, L, L) or None
             x = x + out
@@ -233,6 +256,13 @@ class AttentionOnlyTransformer(nn.Module):
             tokens: token ids.
             gates: head gates; ``None`` is the ungated model (equal to all ones).
             need_weights: also return the weights of every layer.
+
+        Shape:
+            tokens ``(B, L)`` int64 with ``L <= max_len``; gates ``(num_layers, H)``. Returns logits
+            ``(B, L, V)`` and, if asked, ``num_layers`` weights ``(B, H, L, L)``.
+
+        Returns:
+            ``(logits, weights)``; ``weights`` is ``None`` unless ``need_weights``.
 
         Raises:
             ValueError: if ``tokens`` has the wrong shape or ids, or ``gates`` the wrong shape.
@@ -260,6 +290,9 @@ def next_token_loss(
     Shape:
         logits ``(B, L, V)``, tokens and where ``(B, L)``. Returns a scalar.
 
+    Returns:
+        The mean loss, a scalar tensor (differentiable).
+
     Raises:
         ValueError: if the shapes do not match, or ``where`` selects no position.
     """
@@ -284,6 +317,14 @@ def segment_losses(
     model: AttentionOnlyTransformer, batch: RepeatedSegments, gates: torch.Tensor | None = None
 ) -> dict[str, float]:
     """Next-token loss on the first occurrence of each segment, on its repeats, and overall.
+
+    Args:
+        model: the model.
+        batch: the data.
+        gates: head gates ``(num_layers, H)``; ``None`` is the ungated model.
+
+    Shape:
+        gates ``(num_layers, H)``; each loss is a ``float``.
 
     Returns:
         ``{"first": ..., "repeat": ..., "all": ...}``: ``repeat`` counts the query positions
@@ -313,6 +354,26 @@ class TrainConfig:
     step from a generator seeded with ``(seed, 1)``; the evaluation batch comes from
     ``(seed, 2)``. Model: :class:`AttentionOnlyTransformer` seeded with ``seed``.
     Optimiser: AdamW with constant learning rate ``lr``.
+
+    Attributes:
+        vocab_size: number of token ids V.
+        seq_len: sequence length L.
+        min_period: shortest repeated segment.
+        max_period: longest repeated segment.
+        prefix_prob: probability that a sequence starts with unrelated tokens.
+        d_model: model width D.
+        num_heads: heads per layer H.
+        num_layers: number of attention blocks.
+        batch_size: sequences per training step.
+        steps: training steps.
+        lr: AdamW's learning rate.
+        weight_decay: AdamW's weight decay.
+        seed: seed of the model and of both data generators.
+        eval_every: steps between two measurements.
+        eval_size: sequences in the evaluation batch.
+
+    Raises:
+        ValueError: if a count is not a positive int or ``lr`` is not positive.
     """
 
     vocab_size: int = 64
@@ -340,7 +401,11 @@ class TrainConfig:
             raise ValueError(f"lr must be positive; got lr={self.lr}")
 
     def model(self) -> AttentionOnlyTransformer:
-        """The model at initialisation."""
+        """The model at initialisation.
+
+        Returns:
+            A new :class:`AttentionOnlyTransformer` with this config's sizes and seed.
+        """
         return AttentionOnlyTransformer(
             self.vocab_size,
             self.seq_len,
@@ -351,7 +416,15 @@ class TrainConfig:
         )
 
     def batch(self, rng: np.random.Generator | int, batch_size: int) -> RepeatedSegments:
-        """A batch of the task with this config's sizes."""
+        """A batch of the task with this config's sizes.
+
+        Args:
+            rng: a NumPy generator, or a seed for one.
+            batch_size: number of sequences.
+
+        Returns:
+            A :class:`mha.tasks.RepeatedSegments` batch.
+        """
         return tasks.repeated_segments(
             batch_size,
             self.seq_len,
@@ -363,13 +436,26 @@ class TrainConfig:
         )
 
     def eval_batch(self) -> RepeatedSegments:
-        """The fixed held-out batch the history is measured on."""
+        """The fixed held-out batch the history is measured on.
+
+        Returns:
+            The same batch on every call, drawn from ``(seed, 2)``.
+        """
         return self.batch(np.random.default_rng([self.seed, 2]), self.eval_size)
 
 
 @dataclass(frozen=True)
 class TrainHistory:
     """What was measured during training.
+
+    Attributes:
+        step: the evaluation steps.
+        train_loss: the loss of every training step.
+        first_loss: loss on first occurrences, at each evaluation.
+        repeat_loss: loss on repeats, at each evaluation.
+        previous_token: each head's previous-token score, at each evaluation.
+        induction: each head's induction score, at each evaluation.
+        cpu_seconds: CPU time of the whole run.
 
     Shape:
         step ``(E,)`` (the evaluation steps, 0 = initialisation); train_loss ``(steps,)``;
@@ -392,10 +478,17 @@ class TrainHistory:
 def head_scores(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> dict[str, np.ndarray]:
     """Each head's previous-token and induction score on a batch.
 
+    Args:
+        model: the model.
+        batch: the data.
+
+    Shape:
+        Returns two ``(num_layers, H)`` arrays.
+
     Returns:
         ``{"previous_token": (num_layers, H), "induction": (num_layers, H)}``: the
         :func:`mha.detectors.previous_token_score` averaged over the batch, and
-        :func:`mha.tasks.induction_score`.
+        :func:`mha.detectors.induction_score`.
     """
     with torch.no_grad():
         _, weights = model(batch.tokens, need_weights=True)
@@ -406,7 +499,7 @@ def _scores(weights: list[torch.Tensor], batch: RepeatedSegments) -> dict[str, n
     w = np.stack([x.numpy() for x in weights], axis=1)  # (B, layers, H, L, L)
     return {
         "previous_token": detectors.previous_token_score(w).mean(axis=0),  # (layers, H)
-        "induction": tasks.induction_score(w, batch.tokens),  # (layers, H)
+        "induction": detectors.induction_score(w, batch.tokens),  # (layers, H)
     }
 
 
@@ -417,6 +510,9 @@ def train(config: TrainConfig) -> tuple[AttentionOnlyTransformer, TrainHistory]:
     Every ``eval_every`` steps (and at step 0 and the end) the model is measured on the
     evaluation batch, with one forward pass: :func:`segment_losses` and
     :func:`head_scores`. Runs on one CPU thread (see the module docstring).
+
+    Args:
+        config: everything that determines the run.
 
     Returns:
         The trained model and its :class:`TrainHistory`.
@@ -514,6 +610,9 @@ def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int
     Shape:
         steps and values ``(E,)``.
 
+    Returns:
+        The first ``steps[e]`` with ``values[e] > level``, an ``int``.
+
     Raises:
         ValueError: if the shapes differ or no value exceeds ``level``.
     """
@@ -535,8 +634,16 @@ def head_gates(
 ) -> torch.Tensor:
     """Gates with every head on except the ``(layer, head)`` pairs in ``off``.
 
+    Args:
+        num_layers: number of layers.
+        num_heads: heads per layer H.
+        off: ``(layer, head)`` pairs whose gate is 0.
+
     Shape:
         Returns ``(num_layers, num_heads)`` float32 of ones and zeros.
+
+    Returns:
+        The gates, a float32 tensor.
 
     Raises:
         ValueError: if a pair in ``off`` is outside the model.
@@ -565,6 +672,9 @@ def ablation_loss(
         batch: the data.
         off: ``(layer, head)`` pairs to remove.
         part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`segment_losses`).
+
+    Returns:
+        The mean next-token loss over ``part``, a ``float``.
 
     Raises:
         ValueError: if ``part`` is unknown or a pair is outside the model.
@@ -597,8 +707,18 @@ def head_importance(
     its own gates, ``x <- x + sum_h xi[b, layer, h] head_contribution_h(x) + b_o`` (see
     :func:`head_contributions`), which at ``xi = 1`` is the model's forward pass.
 
+    Args:
+        model: the model.
+        batches: the data; every sequence counts once.
+        normalize: divide each layer's scores by their l2 norm.
+        per_sequence: take the absolute value per sequence (the paper's definition) rather
+            than per batch.
+
     Shape:
         Returns ``(num_layers, H)``, non-negative.
+
+    Returns:
+        ``I[layer, h]``, a float NumPy array.
 
     Raises:
         ValueError: if ``batches`` is empty.
@@ -638,7 +758,7 @@ def _per_sequence_gate_gradients(
     gates = torch.ones(B, model.num_layers, model.num_heads, dtype=model.embed.dtype)
     gates.requires_grad_(True)
     x = model.embed[tokens] + model.pos[:L]  # (B, L) -> (B, L, D)
-    mask = tb.causal_mask(L)  # (L, L)
+    mask = torch_backend.causal_mask(L)  # (L, L)
     for i, layer in enumerate(model.layers):
         params = layer.params()
         parts = head_contributions(x, params, mask)  # (B, H, L, D)
@@ -662,9 +782,21 @@ def prune_curve(
 ) -> np.ndarray:
     """The loss as the heads in ``order`` are removed one by one.
 
+    Args:
+        model: the model.
+        batch: the data.
+        order: ``(layer, head)`` pairs in the order they are removed.
+        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`segment_losses`).
+
     Shape:
         Returns ``(len(order) + 1,)``: entry ``k`` is the loss with the first ``k`` heads
         of ``order`` removed.
+
+    Returns:
+        The losses, a float NumPy array.
+
+    Raises:
+        ValueError: as :func:`ablation_loss`.
     """
     return np.array([ablation_loss(model, batch, order[:k], part) for k in range(len(order) + 1)])
 
@@ -672,10 +804,23 @@ def prune_curve(
 def importance_order(importance: np.ndarray) -> list[tuple[int, int]]:
     """Every ``(layer, head)``, least important first (ties broken by position).
 
+    Args:
+        importance: one score per head, e.g. from :func:`head_importance`.
+
     Shape:
         importance ``(num_layers, H)``.
+
+    Returns:
+        The ``(layer, head)`` pairs in ascending order of importance.
+
+    Raises:
+        ValueError: if ``importance`` is not 2-D.
     """
     imp = np.asarray(importance)
+    if imp.ndim != 2:
+        raise ValueError(
+            f"importance must have shape (num_layers, H); got {imp.ndim}-D shape {imp.shape}"
+        )
     flat = np.argsort(imp, axis=None, kind="stable")
     return [(int(i) // imp.shape[1], int(i) % imp.shape[1]) for i in flat]
 
@@ -687,6 +832,17 @@ def greedy_prune_order(
 
     The expensive reference the importance score approximates: it evaluates every
     remaining head at every step, ``N (N + 1) / 2`` forward passes for ``N`` heads.
+
+    Args:
+        model: the model.
+        batch: the data.
+        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`segment_losses`).
+
+    Returns:
+        Every ``(layer, head)``, in the order removed.
+
+    Raises:
+        ValueError: as :func:`ablation_loss`.
     """
     remaining = [(i, h) for i in range(model.num_layers) for h in range(model.num_heads)]
     order: list[tuple[int, int]] = []
