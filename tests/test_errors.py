@@ -225,6 +225,18 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
         TypeError,
         r"q_len must be an int; got float 2.5",
     ),
+    (
+        "causal_mask_unknown_align",
+        fn_call("causal_mask", 2, 3, align="bottom-right"),
+        ValueError,
+        re.escape("align must be one of ('top_left', 'bottom_right'); got align='bottom-right'"),
+    ),
+    (
+        "causal_mask_align_not_a_string",
+        fn_call("causal_mask", 2, 3, align=None),
+        ValueError,
+        re.escape("align must be one of ('top_left', 'bottom_right'); got align=None"),
+    ),
     # masks
     (
         "mha_mask_does_not_broadcast",

@@ -159,6 +159,44 @@ def test_causal_mask_blocks_future_positions() -> None:
     np.testing.assert_array_equal(F.causal_mask(4), np.tril(np.ones((4, 4), bool)))
 
 
+def test_causal_mask_bottom_right_puts_the_queries_at_the_last_positions() -> None:
+    m = F.causal_mask(2, 5, align="bottom_right")  # queries at positions 3 and 4
+    expected = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], bool)
+    np.testing.assert_array_equal(m, expected)
+    tall = F.causal_mask(4, 2, align="bottom_right")  # queries at positions -2, -1, 0, 1
+    np.testing.assert_array_equal(tall, np.array([[0, 0], [0, 0], [1, 0], [1, 1]], bool))
+
+
+@pytest.mark.parametrize(("L", "S"), [(1, 1), (3, 3), (2, 5), (5, 2), (1, 7), (7, 1)])
+def test_causal_mask_alignments_follow_the_position_rule(L: int, S: int) -> None:
+    i, j = np.arange(L)[:, None], np.arange(S)[None, :]
+    np.testing.assert_array_equal(F.causal_mask(L, S, align="top_left"), j <= i)
+    np.testing.assert_array_equal(F.causal_mask(L, S, align="bottom_right"), j <= S - L + i)
+    np.testing.assert_array_equal(F.causal_mask(L, S), F.causal_mask(L, S, align="top_left"))
+    if L == S:  # square: the two alignments are the same lower triangle
+        np.testing.assert_array_equal(
+            F.causal_mask(L, S, align="top_left"), F.causal_mask(L, S, align="bottom_right")
+        )
+
+
+def test_decoding_the_last_queries_with_bottom_right_equals_full_causal_attention() -> None:
+    """A key/value cache: the last L of S queries, bottom-right aligned, see what they saw."""
+    S_, L_, p = 7, 3, init_params(D, H, seed=4)
+    x = rng(5).standard_normal((B, S_, D))
+    full, w_full = F.multi_head_attention(x, x, x, p, F.causal_mask(S_))
+    np.testing.assert_array_equal(  # the mask of the new queries is the square mask's last rows
+        F.causal_mask(L_, S_, align="bottom_right"), F.causal_mask(S_)[-L_:]
+    )
+    new, w_new = F.multi_head_attention(
+        x[:, -L_:], x, x, p, F.causal_mask(L_, S_, align="bottom_right")
+    )
+    out_tol, w_tol = tolerance.attention_tolerance(x, x, x, p, F.causal_mask(S_))
+    tolerance.assert_close(new, full[:, -L_:], out_tol[:, -L_:], name="cached decoding")
+    tolerance.assert_close(w_new, w_full[:, :, -L_:], w_tol[:, :, -L_:], name="cached weights")
+    wrong, _ = F.multi_head_attention(x[:, -L_:], x, x, p, F.causal_mask(L_, S_))
+    assert np.abs(wrong - full[:, -L_:]).max() > 0.1  # top-left hides keys the queries saw
+
+
 def test_key_padding_mask_keeps_the_first_lengths_keys() -> None:
     m = F.key_padding_mask([2, 0, 4], 4)
     assert m.shape == (3, 1, 1, 4) and m.dtype == bool

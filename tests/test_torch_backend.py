@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import warnings
 from itertools import product
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
+from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from mha import init_params, np_backend, tolerance
 from mha import torch_backend as F
@@ -142,9 +144,53 @@ def test_fully_masked_row_is_zero_in_both_backends_and_in_torch_sdpa() -> None:
 def test_causal_and_key_padding_masks_equal_the_numpy_ones() -> None:
     assert torch.equal(F.causal_mask(3, 5), torch.from_numpy(np_backend.causal_mask(3, 5)))
     assert torch.equal(F.causal_mask(4), torch.from_numpy(np_backend.causal_mask(4)))
+    for L_, S_ in ((3, 5), (5, 3), (4, 4)):
+        pt = F.causal_mask(L_, S_, align="bottom_right")
+        assert torch.equal(
+            pt, torch.from_numpy(np_backend.causal_mask(L_, S_, align="bottom_right"))
+        )
     kp = F.key_padding_mask(torch.tensor([2, 0, 4]), 4)
     assert kp.dtype == torch.bool and kp.shape == (3, 1, 1, 4)
     assert torch.equal(kp, torch.from_numpy(np_backend.key_padding_mask([2, 0, 4], 4)))
+
+
+SHAPES_LS = [(1, 1), (3, 3), (2, 5), (5, 2), (1, 7), (7, 1)]
+
+
+@pytest.mark.parametrize(("L_", "S_"), SHAPES_LS)
+def test_causal_mask_alignments_equal_pytorchs_causal_biases(L_: int, S_: int) -> None:
+    with warnings.catch_warnings():  # PyTorch warns that lower-right with L > S gives NaN rows
+        warnings.simplefilter("ignore", UserWarning)
+        lower_right = causal_lower_right(L_, S_)._materialize()
+    assert torch.equal(
+        F.causal_mask(L_, S_, align="top_left"), causal_upper_left(L_, S_)._materialize()
+    )
+    assert torch.equal(F.causal_mask(L_, S_, align="bottom_right"), lower_right)
+
+
+@pytest.mark.parametrize(("L_", "S_"), SHAPES_LS)
+def test_top_left_is_the_alignment_of_is_causal(L_: int, S_: int) -> None:
+    """``scaled_dot_product_attention(is_causal=True)`` is documented as top-left aligned."""
+    q, k, v = randn(2, H, L_, 4, seed=1), randn(2, H, S_, 4, seed=2), randn(2, H, S_, 4, seed=3)
+    expected = TF.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out, _ = F.scaled_dot_product_attention(q, k, v, F.causal_mask(L_, S_))
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("L_", "S_"), [(1, 7), (2, 5), (3, 3)])
+def test_bottom_right_equals_pytorchs_lower_right_bias_in_attention(L_: int, S_: int) -> None:
+    q, k, v = randn(2, H, L_, 4, seed=1), randn(2, H, S_, 4, seed=2), randn(2, H, S_, 4, seed=3)
+    expected = TF.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(L_, S_))
+    out, _ = F.scaled_dot_product_attention(q, k, v, F.causal_mask(L_, S_, align="bottom_right"))
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+
+
+def test_bottom_right_with_more_queries_than_keys_gives_zero_rows_not_nan() -> None:
+    q, k, v = randn(1, 1, 5, 4, seed=1), randn(1, 1, 2, 4, seed=2), randn(1, 1, 2, 4, seed=3)
+    out, w = F.scaled_dot_product_attention(q, k, v, F.causal_mask(5, 2, align="bottom_right"))
+    assert (w[..., :3, :] == 0).all() and (out[..., :3, :] == 0).all()  # positions -3..-1
+    assert not out.isnan().any()
+    torch.testing.assert_close(w[..., 3:, :].sum(-1), torch.ones(1, 1, 2, dtype=w.dtype))
 
 
 # ---- multi-head attention: the three forms -------------------------------------------

@@ -18,6 +18,7 @@ from mha import _validate as v
 from mha.params import MHAParams
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
 
 
 def _finite(x: np.ndarray) -> bool:
@@ -42,24 +43,40 @@ def _check_mask(mask: object, target: tuple[int, ...], layout: str = "(B, H, L, 
     v.check_mask(mask, target, mask.dtype == np.bool_, layout)
 
 
-def causal_mask(q_len: int, kv_len: int | None = None) -> np.ndarray:
-    """Boolean causal mask: query ``i`` may attend to keys ``j <= i``.
+def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left") -> np.ndarray:
+    """Boolean causal mask: query ``i`` may attend to the keys at or before its position.
+
+    With ``L = S`` both alignments give the lower triangle, keys ``j <= i``. They differ
+    when ``L != S``:
+
+    - ``"top_left"`` (the default): query ``i`` sits at position ``i``, and sees keys
+      ``j <= i``. This is ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``
+      and ``torch.nn.attention.bias.causal_upper_left``.
+    - ``"bottom_right"``: the queries are the *last* ``L`` of ``S`` positions, query ``i``
+      at position ``S - L + i``, and it sees keys ``j <= S - L + i``. This is what decoding
+      with a key/value cache needs (the new queries come after the cached keys), and
+      ``torch.nn.attention.bias.causal_lower_right``. With ``L > S`` its first ``L - S``
+      rows are fully masked.
 
     Args:
         q_len: query length L.
-        kv_len: key length S (defaults to L). Positions are aligned at the start, as in
-            ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``.
+        kv_len: key length S (defaults to L).
+        align: ``"top_left"`` or ``"bottom_right"``, where query 0 sits.
 
     Shape:
         Returns ``(L, S)``.
 
     Raises:
-        ValueError: if a length is not positive.
+        ValueError: if a length is not positive or ``align`` is not one of the two.
+        TypeError: if a length is not an int.
     """
     kv_len = q_len if kv_len is None else kv_len
     v.check_length("q_len", q_len, "L")
     v.check_length("kv_len", kv_len, "S")
-    return np.tril(np.ones((q_len, kv_len), dtype=bool))
+    if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
+        raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
+    offset = 0 if align == "top_left" else kv_len - q_len  # query i sits at i + offset
+    return np.tril(np.ones((q_len, kv_len), dtype=bool), k=offset)
 
 
 def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray:
