@@ -480,6 +480,12 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
         r"x must have shape \(\.\.\., D\); got 0-D shape \(\)",
     ),
     (
+        "attention_block_norm_first_not_bool",
+        fn_call("attention_block", Q, P, norm_first="pre"),
+        TypeError,
+        re.escape("norm_first must be a bool; got str 'pre'"),
+    ),
+    (
         "attention_block_ln_weight",
         fn_call("attention_block", Q, P, ln_weight=np.ones(3)),
         ValueError,

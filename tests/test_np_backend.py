@@ -8,7 +8,7 @@ from itertools import product
 import numpy as np
 import pytest
 
-from mha import init_params, tolerance
+from mha import MHAParams, init_params, tolerance
 from mha import np_backend as F
 
 F64 = np.float64
@@ -338,3 +338,27 @@ def test_attention_block_is_layer_norm_of_x_plus_multi_head(form: str) -> None:
     by_hand = (y - y.mean(-1, keepdims=True)) / np.sqrt(y.var(-1, keepdims=True) + 1e-6) * g + beta
     np.testing.assert_allclose(out, by_hand, rtol=0, atol=1e-12)
     np.testing.assert_allclose(w, ref_w, atol=1e-12)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_pre_norm_attention_block_is_x_plus_multi_head_of_layer_norm(form: str) -> None:
+    x = rng().standard_normal((B, L, D))
+    p = init_params(D, H)
+    g, beta = rng(1).standard_normal(D), rng(2).standard_normal(D)
+    mask = F.causal_mask(L)
+    out, w = F.attention_block(x, p, mask, ln_weight=g, ln_bias=beta, form=form, norm_first=True)
+    normed = F.layer_norm(x, g, beta)
+    attn, ref_w = reference_mha(normed, normed, normed, p, mask)
+    np.testing.assert_allclose(out, x + attn, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(w, ref_w, rtol=0, atol=1e-12)
+
+
+def test_with_a_zero_output_projection_pre_norm_is_the_identity_and_post_norm_is_not() -> None:
+    x = rng().standard_normal((B, L, D))
+    p = init_params(D, H)
+    silent = MHAParams(p.w_qkv, np.zeros_like(p.w_o), p.b_qkv, np.zeros(D), H)
+    pre, _ = F.attention_block(x, silent, norm_first=True)
+    post, _ = F.attention_block(x, silent)
+    np.testing.assert_array_equal(pre, x)  # exact: x + (zero rows @ 0 + 0)
+    np.testing.assert_array_equal(post, F.layer_norm(x))  # exact: x + 0 is x, then the same call
+    assert np.abs(post - x).max() > 0.1

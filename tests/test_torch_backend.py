@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as TF
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
-from mha import init_params, np_backend, tolerance
+from mha import init_params, np_backend, to_torch_attn_mask, to_torch_mha, tolerance
 from mha import torch_backend as F
 
 FORMS = ("per_head", "fused", "packed")
@@ -347,6 +347,37 @@ def test_attention_block_is_torch_layer_norm_of_x_plus_multi_head(form: str) -> 
         form=form,
     )
     np.testing.assert_allclose(out.detach().numpy(), out_np, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_pre_norm_block_is_x_plus_torch_multihead_attention_of_torch_layer_norm(form: str) -> None:
+    x = randn(B, L, D)
+    params = init_params(D, H)
+    p = params.to_torch()
+    ln = torch.nn.LayerNorm(D, dtype=f64)
+    with torch.no_grad():
+        ln.weight.copy_(randn(D, seed=1))
+        ln.bias.copy_(randn(D, seed=2))
+        mask = F.causal_mask(L)
+        out, w = F.attention_block(
+            x, p, mask, ln_weight=ln.weight, ln_bias=ln.bias, form=form, norm_first=True
+        )
+        normed = ln(x)
+        attn, _ = to_torch_mha(params)(
+            normed, normed, normed, attn_mask=to_torch_attn_mask(mask, H), need_weights=False
+        )
+    torch.testing.assert_close(out, x + attn, rtol=0, atol=1e-12)
+    out_np, w_np = np_backend.attention_block(
+        x.numpy(),
+        params,
+        mask.numpy(),
+        ln_weight=ln.weight.detach().numpy(),
+        ln_bias=ln.bias.detach().numpy(),
+        form=form,
+        norm_first=True,
+    )
+    np.testing.assert_allclose(out.numpy(), out_np, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(w.numpy(), w_np, rtol=0, atol=1e-12)
 
 
 # ---- the explicit path without autograd ----------------------------------------------

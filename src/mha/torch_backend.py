@@ -430,14 +430,42 @@ def attention_block(
     ln_bias: torch.Tensor | None = None,
     eps: float = 1e-5,
     form: str = "fused",
+    norm_first: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The residual block ``LayerNorm(X + MultiHead(X))`` (post-norm, as in Vaswani et al.).
+    """A residual block around self-attention, with layer normalisation after or before it.
+
+    - ``norm_first=False`` (post-norm, Vaswani et al.): ``LayerNorm(X + MultiHead(X))``.
+    - ``norm_first=True`` (pre-norm, GPT-2 and most later models):
+      ``X + MultiHead(LayerNorm(X))``; the residual path carries ``X`` unchanged, and the
+      output is not normalised.
+
+    The argument has the name and meaning of ``norm_first`` in
+    ``torch.nn.TransformerEncoderLayer``.
+
+    Args:
+        x: the block's input, which is the queries, keys and values.
+        params: the attention layer's parameters.
+        mask: boolean, True = may attend; broadcastable to ``(B, H, L, L)``.
+        ln_weight: the layer norm's scale (``None``: 1).
+        ln_bias: the layer norm's shift (``None``: 0).
+        eps: the layer norm's epsilon.
+        form: the form of :func:`multi_head_attention`.
+        norm_first: normalise before the attention (pre-norm) instead of after the sum.
 
     Shape:
         x ``(B, L, D)``. Returns output ``(B, L, D)`` and weights ``(B, H, L, L)``.
 
     Raises:
+        TypeError: if ``norm_first`` is not a bool.
         The errors of :func:`multi_head_attention` and :func:`layer_norm`.
     """
+    if not isinstance(norm_first, bool):
+        raise TypeError(
+            f"norm_first must be a bool; got {type(norm_first).__name__} {norm_first!r}"
+        )
+    if norm_first:
+        normed = layer_norm(x, ln_weight, ln_bias, eps)
+        attn, weights = multi_head_attention(normed, normed, normed, params, mask, form=form)
+        return x + attn, weights
     attn, weights = multi_head_attention(x, x, x, params, mask, form=form)
     return layer_norm(x + attn, ln_weight, ln_bias, eps), weights
