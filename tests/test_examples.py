@@ -53,3 +53,16 @@ def test_fit_two_targets_is_reproducible_in_one_process() -> None:
     a = examples.fit_two_targets(2, 3, steps=5)
     b = examples.fit_two_targets(2, 3, steps=5)
     np.testing.assert_array_equal(a.weights, b.weights)  # exact: the same call repeated
+
+
+def test_residual_stack_applies_each_block_to_the_previous_stream() -> None:
+    from mha import init_params
+
+    x = np.random.default_rng(0).standard_normal((1, 5, 8))
+    streams = examples.residual_stack(x, 3, num_heads=2, seed=1, norm_first=True)
+    assert len(streams) == 4 and streams[0] is x
+    second, _ = np_backend.attention_block(streams[1], init_params(8, 2, seed=101), norm_first=True)
+    np.testing.assert_array_equal(streams[2], second)  # exact: the same call repeated
+    post = examples.residual_stack(x, 2, num_heads=2, seed=1, norm_first=False)
+    for s in post[1:]:  # post-norm: every block's output rows are normalised
+        np.testing.assert_allclose(s.mean(-1), 0.0, rtol=0, atol=1e-12)

@@ -112,3 +112,34 @@ def fit_two_targets(
             _, weights = layer(x, need_weights=True)
     num_params = sum(p.numel() for p in layer.parameters())
     return TwoTargetFit(weights=weights[0].numpy(), num_params=num_params)
+
+
+def residual_stack(
+    x: np.ndarray, num_blocks: int, *, num_heads: int, seed: int, norm_first: bool
+) -> list[np.ndarray]:
+    """Run ``x`` through ``num_blocks`` residual attention blocks with random layers.
+
+    Block ``k`` is :func:`mha.np_backend.attention_block` with the layer
+    ``init_params(D, num_heads, seed=100 * seed + k)``, post-norm or pre-norm, without
+    the layer norm's scale and shift (and without a final layer norm).
+
+    Args:
+        x: the input stream.
+        num_blocks: how many blocks.
+        num_heads: H of every layer.
+        seed: picks the layers.
+        norm_first: pre-norm (``True``) or post-norm blocks.
+
+    Shape:
+        x ``(B, L, D)``. Returns ``num_blocks + 1`` arrays ``(B, L, D)``: the input, then
+        the stream after each block.
+    """
+    from mha import np_backend
+    from mha.params import init_params
+
+    streams = [x]
+    for k in range(num_blocks):
+        params = init_params(x.shape[-1], num_heads, seed=100 * seed + k)
+        out, _ = np_backend.attention_block(streams[-1], params, norm_first=norm_first)
+        streams.append(out)
+    return streams

@@ -407,8 +407,8 @@ def attention_block(
         x ``(B, L, D)``. Returns output ``(B, L, D)`` and weights ``(B, H, L, L)``.
 
     Raises:
-        TypeError: if ``norm_first`` is not a bool.
-        The errors of :func:`multi_head_attention` and :func:`layer_norm`.
+        TypeError: if ``norm_first`` is not a bool; and the errors of
+            :func:`multi_head_attention` and :func:`layer_norm`.
     """
     if not isinstance(norm_first, bool):
         raise TypeError(
