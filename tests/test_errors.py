@@ -225,6 +225,18 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
         TypeError,
         r"q_len must be an int; got float 2.5",
     ),
+    (
+        "causal_mask_unknown_align",
+        fn_call("causal_mask", 2, 3, align="bottom-right"),
+        ValueError,
+        re.escape("align must be one of ('top_left', 'bottom_right'); got align='bottom-right'"),
+    ),
+    (
+        "causal_mask_align_not_a_string",
+        fn_call("causal_mask", 2, 3, align=None),
+        ValueError,
+        re.escape("align must be one of ('top_left', 'bottom_right'); got align=None"),
+    ),
     # masks
     (
         "mha_mask_does_not_broadcast",
@@ -466,6 +478,12 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
         fn_call("layer_norm", np.array(1.0)),
         ValueError,
         r"x must have shape \(\.\.\., D\); got 0-D shape \(\)",
+    ),
+    (
+        "attention_block_norm_first_not_bool",
+        fn_call("attention_block", Q, P, norm_first="pre"),
+        TypeError,
+        re.escape("norm_first must be a bool; got str 'pre'"),
     ),
     (
         "attention_block_ln_weight",

@@ -8,7 +8,7 @@ from itertools import product
 import numpy as np
 import pytest
 
-from mha import init_params, np_backend, tolerance
+from mha import MHAParams, init_params, np_backend, tolerance
 
 F64 = np.float64
 
@@ -164,6 +164,49 @@ def test_causal_mask_blocks_future_positions() -> None:
     np.testing.assert_array_equal(np_backend.causal_mask(4), np.tril(np.ones((4, 4), bool)))
 
 
+def test_causal_mask_bottom_right_puts_the_queries_at_the_last_positions() -> None:
+    m = np_backend.causal_mask(2, 5, align="bottom_right")  # queries at positions 3 and 4
+    expected = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], bool)
+    np.testing.assert_array_equal(m, expected)
+    tall = np_backend.causal_mask(4, 2, align="bottom_right")  # queries at positions -2, -1, 0, 1
+    np.testing.assert_array_equal(tall, np.array([[0, 0], [0, 0], [1, 0], [1, 1]], bool))
+
+
+@pytest.mark.parametrize(("L", "S"), [(1, 1), (3, 3), (2, 5), (5, 2), (1, 7), (7, 1)])
+def test_causal_mask_alignments_follow_the_position_rule(L: int, S: int) -> None:
+    i, j = np.arange(L)[:, None], np.arange(S)[None, :]
+    np.testing.assert_array_equal(np_backend.causal_mask(L, S, align="top_left"), j <= i)
+    np.testing.assert_array_equal(
+        np_backend.causal_mask(L, S, align="bottom_right"), j <= S - L + i
+    )
+    np.testing.assert_array_equal(
+        np_backend.causal_mask(L, S), np_backend.causal_mask(L, S, align="top_left")
+    )
+    if L == S:  # square: the two alignments are the same lower triangle
+        np.testing.assert_array_equal(
+            np_backend.causal_mask(L, S, align="top_left"),
+            np_backend.causal_mask(L, S, align="bottom_right"),
+        )
+
+
+def test_decoding_the_last_queries_with_bottom_right_equals_full_causal_attention() -> None:
+    """A key/value cache: the last L of S queries, bottom-right aligned, see what they saw."""
+    S_, L_, p = 7, 3, init_params(D, H, seed=4)
+    x = rng(5).standard_normal((B, S_, D))
+    full, w_full = np_backend.multi_head_attention(x, x, x, p, np_backend.causal_mask(S_))
+    np.testing.assert_array_equal(  # the mask of the new queries is the square mask's last rows
+        np_backend.causal_mask(L_, S_, align="bottom_right"), np_backend.causal_mask(S_)[-L_:]
+    )
+    new, w_new = np_backend.multi_head_attention(
+        x[:, -L_:], x, x, p, np_backend.causal_mask(L_, S_, align="bottom_right")
+    )
+    out_tol, w_tol = tolerance.attention_tolerance(x, x, x, p, np_backend.causal_mask(S_))
+    tolerance.assert_close(new, full[:, -L_:], out_tol[:, -L_:], name="cached decoding")
+    tolerance.assert_close(w_new, w_full[:, :, -L_:], w_tol[:, :, -L_:], name="cached weights")
+    wrong, _ = np_backend.multi_head_attention(x[:, -L_:], x, x, p, np_backend.causal_mask(L_, S_))
+    assert np.abs(wrong - full[:, -L_:]).max() > 0.1  # top-left hides keys the queries saw
+
+
 def test_key_padding_mask_keeps_the_first_lengths_keys() -> None:
     m = np_backend.key_padding_mask([2, 0, 4], 4)
     assert m.shape == (3, 1, 1, 4) and m.dtype == bool
@@ -317,3 +360,31 @@ def test_attention_block_is_layer_norm_of_x_plus_multi_head(form: str) -> None:
     by_hand = (y - y.mean(-1, keepdims=True)) / np.sqrt(y.var(-1, keepdims=True) + 1e-6) * g + beta
     np.testing.assert_allclose(out, by_hand, rtol=0, atol=1e-12)
     np.testing.assert_allclose(w, ref_w, atol=1e-12)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_pre_norm_attention_block_is_x_plus_multi_head_of_layer_norm(form: str) -> None:
+    x = rng().standard_normal((B, L, D))
+    p = init_params(D, H)
+    g, beta = rng(1).standard_normal(D), rng(2).standard_normal(D)
+    mask = np_backend.causal_mask(L)
+    out, w = np_backend.attention_block(
+        x, p, mask, ln_weight=g, ln_bias=beta, form=form, norm_first=True
+    )
+    normed = np_backend.layer_norm(x, g, beta)
+    attn, ref_w = reference_mha(normed, normed, normed, p, mask)
+    np.testing.assert_allclose(out, x + attn, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(w, ref_w, rtol=0, atol=1e-12)
+
+
+def test_with_a_zero_output_projection_pre_norm_is_the_identity_and_post_norm_is_not() -> None:
+    x = rng().standard_normal((B, L, D))
+    p = init_params(D, H)
+    silent = MHAParams(p.w_qkv, np.zeros_like(p.w_o), p.b_qkv, np.zeros(D), H)
+    pre, _ = np_backend.attention_block(x, silent, norm_first=True)
+    post, _ = np_backend.attention_block(x, silent)
+    np.testing.assert_array_equal(pre, x)  # exact: x + (zero rows @ 0 + 0)
+    np.testing.assert_array_equal(
+        post, np_backend.layer_norm(x)
+    )  # exact: x + 0 is x, then the same call
+    assert np.abs(post - x).max() > 0.1

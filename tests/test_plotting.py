@@ -89,3 +89,49 @@ def test_head_slider_shows_one_head_per_step() -> None:
     assert slider.steps[2].args[1]["title.text"] == "layer 0, head 2"
     with pytest.raises(ValueError, match=r"head_names must name every head \(4\); got 2"):
         plotting.head_slider(w, title="t", head_names=["a", "b"])
+
+
+def test_attention_panels_puts_maps_of_different_shapes_side_by_side() -> None:
+    maps = [weights(1, 3, 3)[0], weights(1, 3, 5)[0]]
+    fig = plotting.attention_panels(
+        maps, title="self and cross", titles=["self", "cross"], keys=[None, list("abcde")]
+    )
+    assert [np.array(t.z).shape for t in fig.data] == [(3, 3), (3, 5)]
+    assert [t.showscale for t in fig.data] == [True, False]
+    assert list(fig.data[1].x) == list("abcde") and list(fig.data[0].x) == ["0", "1", "2"]
+    assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis2.autorange == "reversed"
+    assert fig.layout.width is None and fig.layout.autosize
+    with pytest.raises(ValueError, match=r"titles must give one entry per map \(2\); got 1"):
+        plotting.attention_panels(maps, title="t", titles=["a"])
+    with pytest.raises(ValueError, match=r"weights\[1\] must be a numeric array of shape \(L, S\)"):
+        plotting.attention_panels([maps[0], np.ones(3)], title="t", titles=["a", "b"])
+
+
+def test_layer_edges_carry_each_tensor_of_the_layer_with_its_layout() -> None:
+    edges = plotting.layer_edges(3)
+    assert len(edges) == 9 * 3 + 1
+    assert {e.head for e in edges} == {1, 2, 3, None}  # heads from 1, as in the equations
+    into_scores = {(e.source, e.layout) for e in edges if e.target == "scores_2"}
+    assert into_scores == {("Q_2", "(B, L, Dh)"), ("K_2", "(B, S, Dh)")}
+    assert [e.layout for e in edges if e.target == "MultiHead"] == ["(B, L, H*Dh)"]
+    with pytest.raises(ValueError, match="num_heads must be a positive int; got num_heads=0"):
+        plotting.layer_edges(0)
+
+
+def test_layer_diagram_labels_every_arrow_and_colours_each_head() -> None:
+    from mha import shapes
+
+    sizes = shapes.shape_sizes(batch_size=1, q_len=3, kv_len=5, d_model=4, num_heads=2)
+    fig = plotting.layer_diagram(num_heads=2, sizes=sizes)
+    arrows = [a for a in fig.layout.annotations if a.showarrow]
+    edges = plotting.layer_edges(2)
+    assert len(arrows) == len(edges)
+    labels = [a.text for a in fig.layout.annotations if not a.showarrow and "=" in a.text]
+    assert "(B, L, S) = (1, 3, 5)" in labels and "(B, S, D<sub>h</sub>) = (1, 5, 2)" in labels
+    arrow_colours = {a.arrowcolor for a in arrows}
+    assert set(plotting.HEAD_COLOURS[:2]) <= arrow_colours  # one colour per head
+    assert [t.name for t in fig.data if t.name] == ["head 1", "head 2"]
+    assert fig.data[0].hovertext and fig.layout.title.text
+    assert fig.layout.width is None and fig.layout.autosize
+    with pytest.raises(ValueError, match="num_heads must be at most 6 to draw; got num_heads=7"):
+        plotting.layer_diagram(num_heads=7)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+import warnings
 from itertools import product
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
-from mha import init_params, np_backend, tolerance, torch_backend
+from mha import init_params, np_backend, to_torch_attn_mask, to_torch_mha, tolerance, torch_backend
 
 FORMS = ("per_head", "fused", "packed")
 B, L, S, D, H = 2, 5, 7, 12, 3
@@ -145,9 +147,58 @@ def test_causal_and_key_padding_masks_equal_the_numpy_ones() -> None:
         torch_backend.causal_mask(3, 5), torch.from_numpy(np_backend.causal_mask(3, 5))
     )
     assert torch.equal(torch_backend.causal_mask(4), torch.from_numpy(np_backend.causal_mask(4)))
+    for L_, S_ in ((3, 5), (5, 3), (4, 4)):
+        pt = torch_backend.causal_mask(L_, S_, align="bottom_right")
+        assert torch.equal(
+            pt, torch.from_numpy(np_backend.causal_mask(L_, S_, align="bottom_right"))
+        )
     kp = torch_backend.key_padding_mask(torch.tensor([2, 0, 4]), 4)
     assert kp.dtype == torch.bool and kp.shape == (3, 1, 1, 4)
     assert torch.equal(kp, torch.from_numpy(np_backend.key_padding_mask([2, 0, 4], 4)))
+
+
+SHAPES_LS = [(1, 1), (3, 3), (2, 5), (5, 2), (1, 7), (7, 1)]
+
+
+@pytest.mark.parametrize(("L_", "S_"), SHAPES_LS)
+def test_causal_mask_alignments_equal_pytorchs_causal_biases(L_: int, S_: int) -> None:
+    with warnings.catch_warnings():  # PyTorch warns that lower-right with L > S gives NaN rows
+        warnings.simplefilter("ignore", UserWarning)
+        lower_right = causal_lower_right(L_, S_)._materialize()
+    assert torch.equal(
+        torch_backend.causal_mask(L_, S_, align="top_left"),
+        causal_upper_left(L_, S_)._materialize(),
+    )
+    assert torch.equal(torch_backend.causal_mask(L_, S_, align="bottom_right"), lower_right)
+
+
+@pytest.mark.parametrize(("L_", "S_"), SHAPES_LS)
+def test_top_left_is_the_alignment_of_is_causal(L_: int, S_: int) -> None:
+    """``scaled_dot_product_attention(is_causal=True)`` is documented as top-left aligned."""
+    q, k, v = randn(2, H, L_, 4, seed=1), randn(2, H, S_, 4, seed=2), randn(2, H, S_, 4, seed=3)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out, _ = torch_backend.scaled_dot_product_attention(q, k, v, torch_backend.causal_mask(L_, S_))
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("L_", "S_"), [(1, 7), (2, 5), (3, 3)])
+def test_bottom_right_equals_pytorchs_lower_right_bias_in_attention(L_: int, S_: int) -> None:
+    q, k, v = randn(2, H, L_, 4, seed=1), randn(2, H, S_, 4, seed=2), randn(2, H, S_, 4, seed=3)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(L_, S_))
+    out, _ = torch_backend.scaled_dot_product_attention(
+        q, k, v, torch_backend.causal_mask(L_, S_, align="bottom_right")
+    )
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+
+
+def test_bottom_right_with_more_queries_than_keys_gives_zero_rows_not_nan() -> None:
+    q, k, v = randn(1, 1, 5, 4, seed=1), randn(1, 1, 2, 4, seed=2), randn(1, 1, 2, 4, seed=3)
+    out, w = torch_backend.scaled_dot_product_attention(
+        q, k, v, torch_backend.causal_mask(5, 2, align="bottom_right")
+    )
+    assert (w[..., :3, :] == 0).all() and (out[..., :3, :] == 0).all()  # positions -3..-1
+    assert not out.isnan().any()
+    torch.testing.assert_close(w[..., 3:, :].sum(-1), torch.ones(1, 1, 2, dtype=w.dtype))
 
 
 # ---- multi-head attention: the three forms -------------------------------------------
@@ -312,6 +363,37 @@ def test_attention_block_is_torch_layer_norm_of_x_plus_multi_head(form: str) -> 
         form=form,
     )
     np.testing.assert_allclose(out.detach().numpy(), out_np, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_pre_norm_block_is_x_plus_torch_multihead_attention_of_torch_layer_norm(form: str) -> None:
+    x = randn(B, L, D)
+    params = init_params(D, H)
+    p = params.to_torch()
+    ln = torch.nn.LayerNorm(D, dtype=f64)
+    with torch.no_grad():
+        ln.weight.copy_(randn(D, seed=1))
+        ln.bias.copy_(randn(D, seed=2))
+        mask = torch_backend.causal_mask(L)
+        out, w = torch_backend.attention_block(
+            x, p, mask, ln_weight=ln.weight, ln_bias=ln.bias, form=form, norm_first=True
+        )
+        normed = ln(x)
+        attn, _ = to_torch_mha(params)(
+            normed, normed, normed, attn_mask=to_torch_attn_mask(mask, H), need_weights=False
+        )
+    torch.testing.assert_close(out, x + attn, rtol=0, atol=1e-12)
+    out_np, w_np = np_backend.attention_block(
+        x.numpy(),
+        params,
+        mask.numpy(),
+        ln_weight=ln.weight.detach().numpy(),
+        ln_bias=ln.bias.detach().numpy(),
+        form=form,
+        norm_first=True,
+    )
+    np.testing.assert_allclose(out.numpy(), out_np, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(w.numpy(), w_np, rtol=0, atol=1e-12)
 
 
 # ---- the explicit path without autograd ----------------------------------------------

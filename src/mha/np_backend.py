@@ -19,15 +19,28 @@ from mha._np_checks import ARRAYS
 from mha.params import MHAParams
 
 _ARRAYS = ARRAYS  # the checks this backend's arguments get (mha._np_checks)
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
 
 
-def causal_mask(q_len: int, kv_len: int | None = None) -> np.ndarray:
-    """Boolean causal mask: query ``i`` may attend to keys ``j <= i``.
+def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left") -> np.ndarray:
+    """Boolean causal mask: query ``i`` may attend to the keys at or before its position.
+
+    With ``L = S`` both alignments give the lower triangle, keys ``j <= i``. They differ
+    when ``L != S``:
+
+    - ``"top_left"`` (the default): query ``i`` sits at position ``i``, and sees keys
+      ``j <= i``. This is ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``
+      and ``torch.nn.attention.bias.causal_upper_left``.
+    - ``"bottom_right"``: the queries are the *last* ``L`` of ``S`` positions, query ``i``
+      at position ``S - L + i``, and it sees keys ``j <= S - L + i``. This is what decoding
+      with a key/value cache needs (the new queries come after the cached keys), and
+      ``torch.nn.attention.bias.causal_lower_right``. With ``L > S`` its first ``L - S``
+      rows are fully masked.
 
     Args:
         q_len: query length L.
-        kv_len: key length S (defaults to L). Positions are aligned at the start, as in
-            ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``.
+        kv_len: key length S (defaults to L).
+        align: ``"top_left"`` or ``"bottom_right"``, where query 0 sits.
 
     Shape:
         Returns ``(L, S)``.
@@ -36,12 +49,16 @@ def causal_mask(q_len: int, kv_len: int | None = None) -> np.ndarray:
         A boolean array, True on and below the diagonal.
 
     Raises:
-        ValueError: if a length is not positive.
+        ValueError: if a length is not positive or ``align`` is not one of the two.
+        TypeError: if a length is not an int.
     """
     kv_len = q_len if kv_len is None else kv_len
     _validate.check_length("q_len", q_len, "L")
     _validate.check_length("kv_len", kv_len, "S")
-    return np.tril(np.ones((q_len, kv_len), dtype=bool))
+    if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
+        raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
+    offset = 0 if align == "top_left" else kv_len - q_len  # query i sits at i + offset
+    return np.tril(np.ones((q_len, kv_len), dtype=bool), k=offset)
 
 
 def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray:
@@ -336,8 +353,27 @@ def attention_block(
     ln_bias: np.ndarray | None = None,
     eps: float = 1e-5,
     form: str = "fused",
+    norm_first: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The residual block ``LayerNorm(X + MultiHead(X))`` (post-norm, as in Vaswani et al.).
+    """A residual block around self-attention, with layer normalisation after or before it.
+
+    - ``norm_first=False`` (post-norm, Vaswani et al.): ``LayerNorm(X + MultiHead(X))``.
+    - ``norm_first=True`` (pre-norm, GPT-2 and most later models):
+      ``X + MultiHead(LayerNorm(X))``; the residual path carries ``X`` unchanged, and the
+      output is not normalised.
+
+    The argument has the name and meaning of ``norm_first`` in
+    ``torch.nn.TransformerEncoderLayer``.
+
+    Args:
+        x: the block's input, which is the queries, keys and values.
+        params: the attention layer's parameters.
+        mask: boolean, True = may attend; broadcastable to ``(B, H, L, L)``.
+        ln_weight: the layer norm's scale (``None``: 1).
+        ln_bias: the layer norm's shift (``None``: 0).
+        eps: the layer norm's epsilon.
+        form: the form of :func:`multi_head_attention`.
+        norm_first: normalise before the attention (pre-norm) instead of after the sum.
 
     Args:
         x: the input sequences (NumPy array).
@@ -355,7 +391,16 @@ def attention_block(
         ``(output, weights)``: the normalised residual sum and the attention weights.
 
     Raises:
-        The errors of :func:`multi_head_attention` and :func:`layer_norm`.
+        TypeError: if ``norm_first`` is not a bool; and the errors of
+            :func:`multi_head_attention` and :func:`layer_norm`.
     """
+    if not isinstance(norm_first, bool):
+        raise TypeError(
+            f"norm_first must be a bool; got {type(norm_first).__name__} {norm_first!r}"
+        )
+    if norm_first:
+        normed = layer_norm(x, ln_weight, ln_bias, eps)
+        attn, weights = multi_head_attention(normed, normed, normed, params, mask, form=form)
+        return x + attn, weights
     attn, weights = multi_head_attention(x, x, x, params, mask, form=form)
     return layer_norm(x + attn, ln_weight, ln_bias, eps), weights

@@ -15,7 +15,8 @@ Colour scales (all readable with the common colour-vision deficiencies):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -307,5 +308,299 @@ def head_slider(
         yaxis=dict(title=dict(text="query"), autorange="reversed"),
         height=max(420, 220 + 22 * w.shape[1]),
         autosize=True,
+    )
+    return fig
+
+
+def attention_panels(
+    weights: Sequence[Any],
+    *,
+    title: str,
+    titles: Sequence[str],
+    queries: Sequence[Sequence[str] | None] | None = None,
+    keys: Sequence[Sequence[str] | None] | None = None,
+    value_name: str = "weight",
+    zmin: float | None = 0.0,
+    zmax: float | None = 1.0,
+    colorscale: str = WEIGHTS,
+    xaxis_titles: Sequence[str] | None = None,
+    yaxis_titles: Sequence[str] | None = None,
+    height: int | None = None,
+) -> go.Figure:
+    """Attention maps of different shapes side by side, one colour scale.
+
+    Unlike :func:`attention_grid`, each map has its own size and labels: a self-attention
+    map ``(L, L)`` next to a cross-attention map ``(L, S)``, for example.
+
+    Args:
+        weights: the maps, each a 2-D NumPy array or torch tensor.
+        title: the figure's title.
+        titles: one subplot title per map.
+        queries: row labels per map (``None``, or ``None`` for a map: positions).
+        keys: column labels per map.
+        value_name: what a cell holds.
+        zmin: the value at the light end of the scale.
+        zmax: the value at the dark end.
+        colorscale: one of :data:`COLORSCALES`.
+        xaxis_titles: the columns' axis title per map (default ``"key"``).
+        yaxis_titles: the rows' axis title per map (default ``"query"``).
+        height: in pixels (default: grows with the largest map).
+
+    Shape:
+        weights: a sequence of ``(L_k, S_k)`` maps.
+
+    Returns:
+        A Plotly figure with the maps in one row.
+
+    Raises:
+        ValueError: if a map is not 2-D, a per-map list does not have one entry per map,
+            a label list is wrong, or the colour scale is not one of the book's.
+    """
+    maps = [_matrix_stack(f"weights[{k}]", w, 2) for k, w in enumerate(weights)]
+    _check_colorscale(colorscale)
+    n = len(maps)
+    per_map = {
+        "titles": titles,
+        "queries": [None] * n if queries is None else queries,
+        "keys": [None] * n if keys is None else keys,
+        "xaxis_titles": ["key"] * n if xaxis_titles is None else xaxis_titles,
+        "yaxis_titles": ["query"] * n if yaxis_titles is None else yaxis_titles,
+    }
+    for name, values in per_map.items():
+        if len(values) != n:
+            raise ValueError(f"{name} must give one entry per map ({n}); got {len(values)}")
+    fig = make_subplots(rows=1, cols=n, subplot_titles=list(titles), horizontal_spacing=0.1)
+    for k, w in enumerate(maps):
+        y = _labels(f"queries[{k}]", per_map["queries"][k], w.shape[0])
+        x = _labels(f"keys[{k}]", per_map["keys"][k], w.shape[1])
+        trace = _heatmap(
+            w, x, y, zmin=zmin, zmax=zmax, colorscale=colorscale, value_name=value_name,
+            showscale=k == 0,
+        )  # fmt: skip
+        fig.add_trace(trace, row=1, col=k + 1)
+        fig.update_xaxes(title_text=per_map["xaxis_titles"][k], row=1, col=k + 1)
+        fig.update_yaxes(
+            title_text=per_map["yaxis_titles"][k], autorange="reversed", row=1, col=k + 1
+        )
+    rows = max(w.shape[0] for w in maps)
+    fig.update_layout(
+        title=dict(text=title), height=height or max(360, 160 + 24 * rows), autosize=True
+    )
+    return fig
+
+
+# Okabe and Ito's palette: distinguishable with the common colour-vision deficiencies.
+HEAD_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
+
+
+@dataclass(frozen=True)
+class DiagramEdge:
+    """One arrow of :func:`layer_diagram`: the tensor that flows from one step to the next.
+
+    Attributes:
+        source: the step the arrow leaves.
+        target: the step it enters.
+        layout: the shape of the tensor on the arrow, in the book's symbols.
+        head: the head (1 to H) whose lane the arrow is in, or ``None`` outside the heads.
+    """
+
+    source: str
+    target: str
+    layout: str
+    head: int | None
+
+
+def layer_edges(num_heads: int) -> list[DiagramEdge]:
+    """The arrows of a multi-head attention layer, ``MultiHead(X, Y)``, head by head.
+
+    Heads are numbered from 1, as in the book's equations. Self-attention is ``Y = X``
+    (then ``S = L``).
+
+    Args:
+        num_heads: H, the number of head lanes.
+
+    Returns:
+        Every arrow, with the layout of the tensor it carries.
+
+    Raises:
+        ValueError: if ``num_heads`` is not a positive int.
+    """
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive int; got num_heads={num_heads!r}")
+    edges = []
+    for h in range(1, num_heads + 1):
+        edges += [
+            DiagramEdge("X", f"Q_{h}", "(B, L, D)", h),
+            DiagramEdge("Y", f"K_{h}", "(B, S, D)", h),
+            DiagramEdge("Y", f"V_{h}", "(B, S, D)", h),
+            DiagramEdge(f"Q_{h}", f"scores_{h}", "(B, L, Dh)", h),
+            DiagramEdge(f"K_{h}", f"scores_{h}", "(B, S, Dh)", h),
+            DiagramEdge(f"scores_{h}", f"A_{h}", "(B, L, S)", h),
+            DiagramEdge(f"A_{h}", f"head_{h}", "(B, L, S)", h),
+            DiagramEdge(f"V_{h}", f"head_{h}", "(B, S, Dh)", h),
+            DiagramEdge(f"head_{h}", "Concat", "(B, L, Dh)", h),
+        ]
+    edges.append(DiagramEdge("Concat", "MultiHead", "(B, L, H*Dh)", None))
+    return edges
+
+
+def _diagram_nodes(num_heads: int) -> dict[str, tuple[float, float, float, str, str]]:
+    """Each step's centre ``(x, y)``, half width, label and hover text (Plotly's HTML)."""
+    lane = 6.0
+    mid = lane * num_heads / 2
+    sub = "<sub>{}</sub>".format
+    nodes = {
+        "X": (mid - 2.0, 11.0, 0.8, "<b>X</b>", "X: the positions that ask (queries' source)"),
+        "Y": (
+            mid + 2.0, 11.0, 0.8, "<b>Y</b>",
+            "Y: the positions that answer (keys' and values' source); Y = X in self-attention",
+        ),
+        "Concat": (
+            mid, 0.0, 2.4, f"Concat(head{sub(1)}, …, head{sub('H')})",
+            "the heads' outputs side by side",
+        ),
+        "MultiHead": (
+            mid, -2.0, 2.4, "<b>MultiHead(X, Y)</b> = Concat(…) W<sup>O</sup>",
+            "the output projection mixes the heads back into the model width",
+        ),
+    }  # fmt: skip
+    for h in range(1, num_heads + 1):
+        x0, i = lane * (h - 1), sub(h)
+        nodes |= {
+            f"Q_{h}": (x0 + 1.0, 8.4, 0.85, f"Q{i}=XW<sup>Q</sup>{i}", f"head {h}'s queries"),
+            f"K_{h}": (x0 + 3.0, 8.4, 0.85, f"K{i}=YW<sup>K</sup>{i}", f"head {h}'s keys"),
+            f"V_{h}": (x0 + 5.0, 8.4, 0.85, f"V{i}=YW<sup>V</sup>{i}", f"head {h}'s values"),
+            f"scores_{h}": (
+                x0 + 2.0, 6.2, 1.0, f"Q{i}K{i}<sup>T</sup>/√D{sub('h')}",
+                f"head {h}'s scores, one row per query",
+            ),
+            f"A_{h}": (
+                x0 + 2.0, 4.2, 1.0, f"A{i}=softmax",
+                f"head {h}'s weights: softmax over the keys, masked keys get 0",
+            ),
+            f"head_{h}": (
+                x0 + 3.5, 2.2, 1.0, f"head{i}=A{i}V{i}",
+                f"head {h}'s output: weighted averages of its values",
+            ),
+        }  # fmt: skip
+    return nodes
+
+
+def _layout_text(layout: str, sizes: Mapping[str, int] | None) -> str:
+    text = layout.replace("Dh", "D<sub>h</sub>").replace("*", "·")
+    if sizes is None:
+        return text
+    from mha.shapes import resolve_layout
+
+    return f"{text} = {resolve_layout(layout, sizes)}"
+
+
+def layer_diagram(
+    *,
+    num_heads: int = 2,
+    title: str = "One multi-head attention layer, shapes on the arrows",
+    sizes: Mapping[str, int] | None = None,
+) -> go.Figure:
+    """A data-flow diagram of one multi-head attention layer, one colour per head.
+
+    Boxes are the steps of the book's equations (``Q_h = X W^Q_h``, ...,
+    ``MultiHead(X, Y) = Concat(head_1, ..., head_H) W^O``); every arrow carries the layout
+    of its tensor (see :func:`layer_edges`), and, with ``sizes``, its shape. Each head's
+    lane has its own colour from :data:`HEAD_COLOURS`.
+
+    Args:
+        num_heads: the number of lanes drawn (at most ``len(HEAD_COLOURS)``).
+        title: the figure's title.
+        sizes: symbol sizes (:func:`mha.shapes.shape_sizes`) to print each arrow's shape.
+
+    Returns:
+        A Plotly figure (shapes and annotations, and one hover point per step).
+
+    Raises:
+        ValueError: if ``num_heads`` is not an int from 1 to ``len(HEAD_COLOURS)``, or
+            ``sizes`` lacks a symbol.
+    """
+    edges = layer_edges(num_heads)
+    if num_heads > len(HEAD_COLOURS):
+        raise ValueError(
+            f"num_heads must be at most {len(HEAD_COLOURS)} to draw; got num_heads={num_heads}"
+        )
+    nodes = _diagram_nodes(num_heads)
+    neutral = "#555555"
+    fig = go.Figure()
+
+    def colour(name: str) -> str:
+        head = name.rsplit("_", 1)[-1]
+        return HEAD_COLOURS[int(head) - 1] if head.isdigit() else neutral
+
+    half_height = 0.42
+    for name, (x, y, half_width, label, _) in nodes.items():
+        fig.add_shape(
+            type="rect",
+            x0=x - half_width,
+            x1=x + half_width,
+            y0=y - half_height,
+            y1=y + half_height,
+            line=dict(color=colour(name), width=2),
+            fillcolor="rgba(0,0,0,0)",
+        )
+        fig.add_annotation(x=x, y=y, text=label, showarrow=False, font=dict(size=11))
+    fanned = set()
+    for edge in edges:
+        x0, y0 = nodes[edge.source][:2]
+        x1, y1 = nodes[edge.target][:2]
+        c = colour(edge.target) if edge.head is not None else neutral
+        fig.add_annotation(
+            x=x1, y=y1 + half_height, ax=x0, ay=y0 - half_height,
+            xref="x", yref="y", axref="x", ayref="y",
+            showarrow=True, arrowhead=2, arrowwidth=1.5, arrowcolor=c, text="",
+        )  # fmt: skip
+        if edge.source in ("X", "Y"):  # one tensor fans out to every head: label it once
+            if edge.source not in fanned:
+                fanned.add(edge.source)
+                fig.add_annotation(
+                    x=x0, y=y0 - half_height, yshift=-2, yanchor="top",
+                    text=_layout_text(edge.layout, sizes), showarrow=False,
+                    font=dict(size=10, color=neutral), bgcolor="rgba(128,128,128,0.12)",
+                )  # fmt: skip
+            continue
+        t = 0.45
+        side = -1 if x1 > x0 else 1  # left of an arrow going right, else right of it
+        fig.add_annotation(
+            x=x0 + t * (x1 - x0),
+            y=(y0 - half_height) + t * ((y1 + half_height) - (y0 - half_height)),
+            text=_layout_text(edge.layout, sizes),
+            showarrow=False,
+            font=dict(size=9, color=c),
+            xshift=6 * side,
+            xanchor="right" if side < 0 else "left",
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=[node[0] for node in nodes.values()],
+            y=[node[1] for node in nodes.values()],
+            mode="markers",
+            marker=dict(size=18, opacity=0),
+            hovertext=[node[4] for node in nodes.values()],
+            hoverinfo="text",
+            showlegend=False,
+        )
+    )
+    for h in range(1, num_heads + 1):  # a legend entry per head colour
+        fig.add_trace(
+            go.Scatter(
+                x=[None], y=[None], mode="lines", line=dict(color=HEAD_COLOURS[h - 1], width=3),
+                name=f"head {h}",
+            )
+        )  # fmt: skip
+    axis = dict(visible=False, fixedrange=True)
+    fig.update_layout(
+        title=dict(text=title),
+        xaxis=axis | dict(range=[-0.6, 6.0 * num_heads + 0.6]),
+        yaxis=axis | dict(range=[-3.0, 11.8]),
+        height=640,
+        autosize=True,
+        legend=dict(orientation="h", y=-0.02),
+        margin=dict(l=10, r=10, t=60, b=30),
     )
     return fig
