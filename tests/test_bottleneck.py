@@ -176,3 +176,73 @@ def test_one_target_on_one_head_costs_the_squared_floor():
         assert bn.best_layer_error(p[None], 1, d_head) == pytest.approx(
             bn.centred_logit_floor(p, d_head) ** 2, rel=1e-12
         )
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 12), seed=st.integers(0, 10**6))
+def test_probability_errors_are_zero_on_equal_patterns_and_obey_pinsker(n, seed):
+    p, a = random_target(n, seed), random_target(n, seed + 1)
+    assert np.all(bn.total_variation(p, p) == 0) and np.allclose(bn.kl_divergence(p, p), 0)
+    tv, kl = bn.total_variation(a, p), bn.kl_divergence(a, p)
+    assert tv.shape == kl.shape == (n,)
+    assert np.all((tv >= 0) & (tv <= 1)) and np.all(kl >= 2 * tv**2 - 1e-12)  # Pinsker
+
+
+def test_total_variation_bounds_the_change_of_the_head_output():
+    p, a = random_target(8, 1), random_target(8, 2)
+    v = np.random.default_rng(3).standard_normal((8, 5))  # values (S, Dh)
+    change = np.linalg.norm((a - p) @ v, axis=1)  # (N,)
+    assert np.all(change <= 2 * bn.total_variation(a, p) * np.linalg.norm(v, axis=1).max())
+
+
+def test_kl_divergence_is_infinite_where_the_head_ignores_a_key_the_target_uses():
+    p = np.full((2, 2), 0.5)
+    a = np.array([[1.0, 0.0], [0.5, 0.5]])
+    kl = bn.kl_divergence(a, p)
+    assert np.isinf(kl[0]) and kl[1] == 0.0
+    assert bn.total_variation(a, p).tolist() == [0.5, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("weights", "target", "match"),
+    [
+        (np.eye(2), np.eye(3), "same shape"),
+        (np.full((2, 2), 0.7), np.full((2, 2), 0.5), "weights rows must be distributions"),
+    ],
+)
+def test_probability_errors_reject_bad_patterns(weights, target, match):
+    with pytest.raises(ValueError, match=match):
+        bn.total_variation(weights, target)
+
+
+@pytest.mark.parametrize("n", [2, 5, 16, 64])
+@pytest.mark.parametrize("offset", [-1, 0, 1])
+def test_offset_head_puts_at_least_the_bound_on_the_offset_key(n, offset):
+    gap = 6.0
+    x, w_q, w_k = bn.offset_head(n, offset, gap)
+    assert x.shape == (n, 2) and w_q.shape == w_k.shape == (2, 2)
+    a = bn.attention_from_projections(x, w_q, w_k)
+    i = np.arange(n)
+    on_target = a[i, np.clip(i + offset, 0, n - 1)]  # out of range: the nearest end
+    assert on_target.min() >= 1 / (1 + (n - 1) * np.exp(-gap)) - 1e-12
+    assert (a.argmax(axis=1) == np.clip(i + offset, 0, n - 1)).all()
+
+
+def test_offset_head_reaches_the_weights_of_the_rank_chapter():
+    for n, gap, least in ((16, 7.0, 0.98), (512, 16.0, 0.9999)):
+        a = bn.attention_from_projections(*bn.offset_head(n, -1, gap))
+        assert a[np.arange(1, n), np.arange(n - 1)].min() >= least
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        ((1, 0, 1.0), ValueError, "n must be an int >= 2"),
+        ((4, 0.5, 1.0), TypeError, "offset must be an int"),
+        ((4, 1, 0.0), ValueError, "gap must be positive"),
+        ((4, 1, np.inf), ValueError, "gap must be positive"),
+    ],
+)
+def test_offset_head_errors_name_the_argument(args, error, match):
+    with pytest.raises(error, match=match):
+        bn.offset_head(*args)

@@ -381,3 +381,94 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
         return result
 
     return float(best(tuple(range(len(logs))), num_heads))
+
+
+def _check_pair(weights: Any, target: Any, positive: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Two row-stochastic matrices of one shape; ``target`` positive when ``positive``."""
+    p = check_attention_target(target) if positive else _as_matrix("target", target)
+    w = _as_matrix("weights", weights)
+    if w.shape != p.shape:
+        raise ValueError(f"weights and target must have the same shape; got {w.shape}, {p.shape}")
+    for name, m in (("weights", w), ("target", p)):
+        if (m < 0).any() or np.any(np.abs(m.sum(axis=1) - 1.0) > 1e-10):
+            raise ValueError(f"{name} rows must be distributions (>= 0, summing to 1)")
+    return w, p
+
+
+def total_variation(weights: Any, target: Any) -> np.ndarray:
+    """Row by row, ``TV_i = (1/2) sum_j |A_ij - P_ij|``, the total variation distance.
+
+    It bounds what the difference does to the head's output: for any values ``v_j``,
+    ``|sum_j (A_ij - P_ij) v_j| <= 2 TV_i max_j |v_j|``. It is at most 1, and it is small
+    when the weights are close, whatever happens to weights that are tiny in both.
+
+    Shape:
+        weights and target ``(N, S)``. Returns ``(N,)``.
+
+    Raises:
+        ValueError: if the shapes differ or a row is not a distribution.
+        TypeError: if a matrix is not floating.
+    """
+    w, p = _check_pair(weights, target, positive=False)
+    return 0.5 * np.abs(w - p).sum(axis=1)
+
+
+def kl_divergence(weights: Any, target: Any) -> np.ndarray:
+    """Row by row, ``KL(P_i || A_i) = sum_j P_ij log(P_ij / A_ij)``, in nats.
+
+    The extra cross-entropy paid for predicting the target's rows with the head's:
+    0 exactly when they are equal, infinite where the head gives 0 weight to a key the
+    target uses. Pinsker's inequality, ``KL >= 2 TV^2``, makes a small KL imply a small
+    :func:`total_variation`.
+
+    Shape:
+        weights and target ``(N, S)``; the target positive. Returns ``(N,)``.
+
+    Raises:
+        ValueError: as :func:`check_attention_target` for the target, or if the shapes
+            differ or a row of ``weights`` is not a distribution.
+        TypeError: if a matrix is not floating.
+    """
+    w, p = _check_pair(weights, target, positive=True)
+    with np.errstate(divide="ignore"):
+        return (p * (np.log(p) - np.log(w))).sum(axis=1)
+
+
+def offset_head(n: int, offset: int, gap: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A head of width 2 in which query ``i`` attends to key ``i + offset``: a rotation on a circle.
+
+    Token ``j`` sits at angle ``j theta`` on a half circle, ``x_j = (cos j theta,
+    sin j theta)`` with ``theta = pi / N``; ``W^K = I`` and ``W^Q`` rotates by
+    ``offset * theta`` and scales by ``c``, so ``q_i`` points at key ``i + offset`` and the
+    scores are ``c cos((i + offset - j) theta)``. Every other key scores at least
+    ``c (1 - cos theta) = gap`` below the target, so the weight on the target is at least
+    ``1 / (1 + (N - 1) e^-gap)``, at every ``N``, with a width of 2; sharper patterns and
+    longer sequences need a larger ``c`` (larger weights), not a wider head. A query whose
+    key ``i + offset`` is outside ``[0, N)`` attends mostly to the nearest end.
+
+    Args:
+        n: sequence length N.
+        offset: ``-1`` for the previous token, ``0`` for itself, ``+1`` for the next.
+        gap: the score margin of the target over every other key.
+
+    Shape:
+        Returns x ``(N, 2)``, w_q and w_k ``(2, 2)``, for :func:`attention_from_projections`.
+
+    Raises:
+        ValueError: if ``n`` is not an int >= 2, or ``gap`` is not positive and finite.
+        TypeError: if ``offset`` is not an int.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ValueError(f"n must be an int >= 2; got {n!r}")
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int; got {type(offset).__name__} {offset!r}")
+    if not (np.isfinite(gap) and gap > 0):
+        raise ValueError(f"gap must be positive and finite; got {gap!r}")
+    theta = np.pi / n
+    angle = np.arange(n) * theta
+    x = np.stack([np.cos(angle), np.sin(angle)], axis=1)  # (N, 2)
+    phi = offset * theta
+    rotation = np.array([[np.cos(phi), np.sin(phi)], [-np.sin(phi), np.cos(phi)]])
+    scale = gap / (1.0 - np.cos(theta))
+    # scores = x W^Q (x W^K)^T / sqrt(2): put sqrt(2) into W^Q
+    return x, np.sqrt(2.0) * scale * rotation, np.eye(2)
