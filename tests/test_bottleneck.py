@@ -201,6 +201,8 @@ def test_kl_divergence_is_infinite_where_the_head_ignores_a_key_the_target_uses(
     kl = bn.kl_divergence(a, p)
     assert np.isinf(kl[0]) and kl[1] == 0.0
     assert bn.total_variation(a, p).tolist() == [0.5, 0.0]
+    one_hot = np.array([[1.0, 0.0], [0.0, 1.0]])  # keys with target weight 0 add nothing
+    np.testing.assert_allclose(bn.kl_divergence(p, one_hot), [np.log(2)] * 2, rtol=1e-15)
 
 
 @pytest.mark.parametrize(
@@ -246,3 +248,36 @@ def test_offset_head_reaches_the_weights_of_the_rank_chapter():
 def test_offset_head_errors_name_the_argument(args, error, match):
     with pytest.raises(error, match=match):
         bn.offset_head(*args)
+
+
+def test_truncated_centred_log_reaches_the_floor_and_agrees_with_the_construction():
+    p, x = random_target(8, 4), full_rank_input(8, 10)
+    for d_head in (1, 3, 7):
+        z = bn.truncated_centred_log(p, d_head)
+        assert np.linalg.matrix_rank(z) == d_head
+        errors = bn.attention_errors(z, p)
+        assert errors["centred_logit"] == pytest.approx(bn.centred_logit_floor(p, d_head))
+    w_q, w_k = bn.bhojanapalli_projections(x, p, 7)
+    z = x @ w_q @ (x @ w_k).T / np.sqrt(7)
+    np.testing.assert_allclose(z, bn.truncated_centred_log(p, 7), atol=1e-9)
+    with pytest.raises(ValueError, match="d_head must be a non-negative int"):
+        bn.truncated_centred_log(p, -1)
+
+
+def test_attention_errors_match_the_errors_of_the_weights_and_survive_underflow():
+    p, a = random_target(6, 7), random_target(6, 8)
+    errors = bn.attention_errors(np.log(a) + 3.0, p)  # a constant per row is invisible
+    assert errors["centred_logit"] == pytest.approx(bn.centred_logit_error(a, p))
+    np.testing.assert_allclose(errors["total_variation"], bn.total_variation(a, p), rtol=1e-12)
+    np.testing.assert_allclose(errors["kl"], bn.kl_divergence(a, p), rtol=1e-10)
+    sharp = 2000.0 * np.eye(6)  # off-diagonal weights e^-2000: 0 in float64
+    e = bn.attention_errors(sharp, bn.self_focus_target(6, 3.0))
+    assert np.isfinite(e["kl"]).all() and e["kl"].min() > 100  # finite, large
+    assert e["centred_logit"] == pytest.approx((2000.0 - 3.0) * np.sqrt(5))
+    sharp_one_hot = bn.attention_errors(sharp, np.eye(6))  # a one-hot target
+    assert np.isinf(sharp_one_hot["centred_logit"])
+    assert sharp_one_hot["kl"].max() < 1e-300 and sharp_one_hot["total_variation"].max() < 1e-300
+    with pytest.raises(ValueError, match="same shape"):
+        bn.attention_errors(np.zeros((2, 2)), p)
+    with pytest.raises(ValueError, match="target rows must be distributions"):
+        bn.attention_errors(np.zeros((2, 2)), np.eye(2) * 2)

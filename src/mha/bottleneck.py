@@ -383,10 +383,9 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
     return float(best(tuple(range(len(logs))), num_heads))
 
 
-def _check_pair(weights: Any, target: Any, positive: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Two row-stochastic matrices of one shape; ``target`` positive when ``positive``."""
-    p = check_attention_target(target) if positive else _as_matrix("target", target)
-    w = _as_matrix("weights", weights)
+def _check_pair(weights: Any, target: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Two row-stochastic matrices of one shape."""
+    p, w = _as_matrix("target", target), _as_matrix("weights", weights)
     if w.shape != p.shape:
         raise ValueError(f"weights and target must have the same shape; got {w.shape}, {p.shape}")
     for name, m in (("weights", w), ("target", p)):
@@ -409,7 +408,7 @@ def total_variation(weights: Any, target: Any) -> np.ndarray:
         ValueError: if the shapes differ or a row is not a distribution.
         TypeError: if a matrix is not floating.
     """
-    w, p = _check_pair(weights, target, positive=False)
+    w, p = _check_pair(weights, target)
     return 0.5 * np.abs(w - p).sum(axis=1)
 
 
@@ -418,20 +417,28 @@ def kl_divergence(weights: Any, target: Any) -> np.ndarray:
 
     The extra cross-entropy paid for predicting the target's rows with the head's:
     0 exactly when they are equal, infinite where the head gives 0 weight to a key the
-    target uses. Pinsker's inequality, ``KL >= 2 TV^2``, makes a small KL imply a small
-    :func:`total_variation`.
+    target uses. Keys the target gives 0 add nothing, so a one-hot target row is allowed:
+    its KL is ``-log A_it``, the loss of the head on the target key. Pinsker's inequality,
+    ``KL >= 2 TV^2``, makes a small KL imply a small :func:`total_variation`.
 
     Shape:
-        weights and target ``(N, S)``; the target positive. Returns ``(N,)``.
+        weights and target ``(N, S)``. Returns ``(N,)``.
 
     Raises:
-        ValueError: as :func:`check_attention_target` for the target, or if the shapes
-            differ or a row of ``weights`` is not a distribution.
+        ValueError: if the shapes differ or a row is not a distribution.
         TypeError: if a matrix is not floating.
     """
-    w, p = _check_pair(weights, target, positive=True)
+    w, p = _check_pair(weights, target)
     with np.errstate(divide="ignore"):
-        return (p * (np.log(p) - np.log(w))).sum(axis=1)
+        log_w = np.log(w)
+    return _kl(p, log_w)
+
+
+def _kl(p: np.ndarray, log_a: np.ndarray) -> np.ndarray:
+    """``sum_j p_j (log p_j - log a_j)`` per row, with ``0 log 0 = 0``."""
+    used = p > 0
+    terms = np.where(used, p * (np.log(np.where(used, p, 1.0)) - np.where(used, log_a, 0.0)), 0.0)
+    return terms.sum(axis=1)
 
 
 def offset_head(n: int, offset: int, gap: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -472,3 +479,63 @@ def offset_head(n: int, offset: int, gap: float) -> tuple[np.ndarray, np.ndarray
     scale = gap / (1.0 - np.cos(theta))
     # scores = x W^Q (x W^K)^T / sqrt(2): put sqrt(2) into W^Q
     return x, np.sqrt(2.0) * scale * rotation, np.eye(2)
+
+
+def truncated_centred_log(target: Any, d_head: int) -> np.ndarray:
+    """The scores of the head of width ``d_head`` that is best in centred logits.
+
+    The rank-``Dh`` truncated SVD of ``log(P) C``: by the Eckart-Young theorem no head of
+    that width has a smaller :func:`centred_logit_error` (the error is
+    :func:`centred_logit_floor`), and on an input of rank N some head has exactly these
+    scores (the construction of :func:`bhojanapalli_projections`).
+
+    Shape:
+        target ``(N, N)``. Returns ``(N, N)`` scores, rows summing to zero.
+
+    Raises:
+        ValueError: if ``d_head`` is not a non-negative int, or as
+            :func:`check_attention_target`.
+    """
+    if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head < 0:
+        raise ValueError(f"d_head must be a non-negative int; got {d_head!r}")
+    u, s, vt = np.linalg.svd(centred_log(target))
+    return (u[:, :d_head] * s[:d_head]) @ vt[:d_head]  # (N, Dh) @ (Dh, N)
+
+
+def attention_errors(scores: Any, target: Any) -> dict[str, Any]:
+    """How far the attention ``softmax(scores)`` is from ``target``, by three measures.
+
+    Computed from the scores, so that weights too small for float64 (``e^-800``) keep
+    their finite logarithms:
+
+    - ``"centred_logit"``: ``|(log A - log P) C|_F`` (:func:`centred_logit_error`), the
+      distance between the scores softmax sees; it grows with ``|log A_ij - log P_ij|``
+      even where both weights are tiny, and is infinite when the target has a zero;
+    - ``"total_variation"``: per row, :func:`total_variation`, at most 1;
+    - ``"kl"``: per row, :func:`kl_divergence`, ``KL(P_i || A_i)`` in nats.
+
+    Shape:
+        scores and target ``(N, N)``. Returns a float and two ``(N,)`` arrays.
+
+    Raises:
+        ValueError: if the shapes differ, the scores are not finite, or a row of the
+            target is not a distribution.
+        TypeError: if a matrix is not floating.
+    """
+    z, p = _as_matrix("scores", scores), _as_matrix("target", target)
+    if z.shape != p.shape:
+        raise ValueError(f"scores and target must have the same shape; got {z.shape}, {p.shape}")
+    if (p < 0).any() or np.any(np.abs(p.sum(axis=1) - 1.0) > 1e-10):
+        raise ValueError("target rows must be distributions (>= 0, summing to 1)")
+    shifted = z - z.max(axis=1, keepdims=True)
+    log_a = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))  # log softmax
+    if (p > 0).all():
+        diff = log_a - np.log(p)
+        centred = float(np.linalg.norm(diff - diff.mean(axis=1, keepdims=True)))
+    else:
+        centred = np.inf  # log 0: no finite scores produce a zero weight
+    return {
+        "centred_logit": centred,
+        "total_variation": 0.5 * np.abs(np.exp(log_a) - p).sum(axis=1),
+        "kl": _kl(p, log_a),
+    }
