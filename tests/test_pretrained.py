@@ -15,6 +15,7 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
+from mha import detectors as det
 from mha import np_backend
 from mha.params import MHAParams
 from mha.pretrained import (
@@ -23,6 +24,7 @@ from mha.pretrained import (
     bert_attention_params,
     load_minilm,
     model_dir,
+    sentence_scores,
     sha256_of,
 )
 
@@ -206,3 +208,23 @@ def test_bad_arguments_raise_errors_naming_them(model):
         model.forward(torch.zeros(5, dtype=torch.int64))
     with pytest.raises(ValueError, match=r"attention_mask must have the shape of input_ids"):
         model.forward(torch.zeros(1, 5, dtype=torch.int64), torch.ones(1, 4, dtype=torch.bool))
+
+
+def test_sentence_scores_of_a_uniform_head_are_its_baseline_and_of_an_arc_head_one():
+    tokens = ["[CLS]", "the", "dog", "bark", "##s", ".", "[SEP]"]
+    word_ids = [None, 0, 1, 2, 2, 3, None]
+    heads = [1, 2, None, None]  # the -> dog -> barks
+    L = len(tokens)
+    uniform = sentence_scores(np.full((L, L), 1 / L), tokens, word_ids, heads)
+    for name in ("cls", "sep", "full_stop", "previous_token", "self"):
+        assert uniform[name] == pytest.approx(1 / L), name
+    assert uniform["dep_to_head"] == pytest.approx(np.mean([1 / L, 2 / L]))  # 'barks': 2 pieces
+    arcs = np.zeros((L, L))
+    arcs[[1, 2, 3, 4, 5, 6, 0], [2, 3, 3, 3, 5, 6, 0]] = 1.0  # the->dog, dog->bark, others
+    s = sentence_scores(np.stack([arcs, arcs]), tokens, word_ids, heads)
+    assert s["dep_to_head"].shape == (2,) and s["dep_to_head"][0] == pytest.approx(1.0)
+    assert s["dep_to_head_accuracy"][0] == 1.0
+    words = det.word_attention(arcs, word_ids)
+    assert s["head_to_dep_accuracy"][0] == det.head_accuracy(words, heads, direction="head")
+    with pytest.raises(ValueError, match="one entry per position"):
+        sentence_scores(arcs, tokens[:-1], word_ids, heads)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from mha import detectors as det
 from mha import training as tr
 from mha.tasks import repeated_segments
 
@@ -358,3 +359,29 @@ def test_train_runs_gives_each_config_its_own_run_in_order():
 def test_train_runs_rejects_bad_arguments(configs, processes, error, match):
     with pytest.raises(error, match=match):
         tr.train_runs(configs, processes)
+
+
+def test_copying_scores_are_one_for_heads_that_copy_through_the_embedding():
+    model = tr.AttentionOnlyTransformer(8, 4, 8, 2, num_layers=2, seed=0)
+    with torch.no_grad():
+        model.embed.copy_(torch.eye(8))  # token t -> e_t
+        model.unembed.copy_(torch.eye(8))
+        layer = model.layers[1]
+        w_qkv = layer.w_qkv.clone()
+        w_qkv[:, 16:] = torch.eye(8)  # W^V = I
+        layer.w_qkv.copy_(w_qkv)
+        layer.w_o.copy_(-torch.eye(8))  # W^O = -I: each head of layer 1 anti-copies
+    scores = tr.copying_scores(model)
+    assert scores.shape == (2, 2)
+    np.testing.assert_allclose(scores[1], [-1.0, -1.0], rtol=1e-12)
+    assert np.abs(scores[0]).max() < 1.0  # a random layer does neither
+    expected = [
+        det.copying_score(
+            model.embed.detach().double().numpy(),
+            model.layers[0].params().to_numpy(np.float64).head(h)["w_v"],
+            model.layers[0].params().to_numpy(np.float64).head(h)["w_o"],
+            model.unembed.detach().double().numpy(),
+        )
+        for h in range(2)
+    ]
+    np.testing.assert_allclose(scores[0], expected, rtol=1e-12)

