@@ -294,9 +294,20 @@ def check_attention(query: Any, key: Any, value: Any, mask: Any, kind: ArrayKind
 
 
 def check_mha(
-    query: Any, key: Any, value: Any, params: Any, mask: Any, form: str, kind: ArrayKind
+    query: Any,
+    key: Any,
+    value: Any,
+    params: Any,
+    mask: Any,
+    form: str,
+    kind: ArrayKind,
+    cache: Any = None,
 ) -> None:
-    """Check the arguments of a backend's ``multi_head_attention``."""
+    """Check the arguments of a backend's ``multi_head_attention``.
+
+    With a key/value ``cache``, the keys and values are the new positions only: the mask
+    must cover the cached positions and the new ones, ``S = cache.length + key length``.
+    """
     from mha.params import MHAParams  # here, not at the top: mha.params imports this module
 
     if not isinstance(params, MHAParams):
@@ -312,8 +323,63 @@ def check_mha(
             kind.check_array(f"params.{name}", x, f" (convert with params.{kind.convert}())")
             named[f"params.{name}"] = x
     check_same_dtype(named)
+    if cache is not None:
+        S = check_cache(cache, params, B, S, query.dtype, form, kind)
     if mask is not None:
         kind.check_mask(mask, (B, params.num_heads, L, S), "(B, H, L, S)")
+
+
+def check_cache(
+    cache: Any, params: Any, batch_size: int, new: int, dtype: Any, form: str, kind: ArrayKind
+) -> int:
+    """Check that a key/value cache fits this call; return S, the positions after appending."""
+    from mha.kv_cache import KVCache  # here: mha.kv_cache imports this module
+
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a mha.kv_cache.KVCache; got {type(cache).__name__}")
+    if form == "per_head":
+        raise ValueError(
+            "form='per_head' does not take a cache; use form='fused', 'packed' or 'tiled'"
+        )
+    if not isinstance(cache.keys, kind.array_type):
+        raise TypeError(
+            f"cache must hold {kind.type_name} buffers like the inputs; got "
+            f"{type(cache.keys).__name__}"
+        )
+    want = (batch_size, params.num_kv_heads, params.d_head, dtype)
+    got = (cache.batch_size, cache.num_kv_heads, cache.d_head, cache.dtype)
+    if want != got:
+        raise ValueError(
+            "cache must have the inputs' batch size, the layer's num_kv_heads and d_head, "
+            f"and the inputs' dtype: want (B, H_kv, Dh, dtype) = {want}; got {got}"
+        )
+    if cache.length + new > cache.capacity:
+        raise ValueError(
+            f"the cache holds at most capacity={cache.capacity} positions; it holds "
+            f"{cache.length} and got {new} more"
+        )
+    return cache.length + new
+
+
+def group_queries(q: Any, num_kv_heads: int) -> Any:
+    """Query heads ``(B, H, L, Dh)`` as ``(B, H_kv, G, L, Dh)``: group ``g`` shares a key head.
+
+    Consecutive query heads form a group (head ``h`` is in group ``h // G``), so the grouped
+    product with keys ``(B, H_kv, 1, S, Dh)`` broadcasts over ``G`` and equals attention with
+    each key head repeated ``G`` times (``repeat_interleave``), without the copies.
+    """
+    B, H, L, Dh = q.shape
+    return q.reshape(B, num_kv_heads, H // num_kv_heads, L, Dh)  # (B, H_kv, G, L, Dh)
+
+
+def group_mask(mask: Any, num_kv_heads: int) -> Any:
+    """A ``(..., H|1, L, S)`` mask laid out like the grouped scores ``(..., H_kv, G, L, S)``."""
+    if mask is None or mask.ndim < 3:
+        return mask  # (L, S) or (S,): the same for every head
+    *lead, H, L, S = mask.shape
+    if H == 1:
+        return mask.reshape(*lead, 1, 1, L, S)
+    return mask.reshape(*lead, num_kv_heads, H // num_kv_heads, L, S)
 
 
 def check_layer_norm(x: Any, weight: Any, bias: Any, eps: Any, kind: ArrayKind) -> None:

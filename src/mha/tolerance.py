@@ -278,7 +278,7 @@ def attention_tolerance(
             arithmetic being compared.
         key: ``(B, S, D)`` keys.
         value: ``(B, S, D)`` values.
-        params: the layer's :class:`mha.MHAParams`.
+        params: the layer's :class:`mha.MHAParams` (multi-head or grouped-query).
         mask: boolean keep-mask broadcastable to ``(B, H, L, S)``, or ``None``.
 
     Shape:
@@ -292,7 +292,11 @@ def attention_tolerance(
     f64 = np.float64
     x_q, x_k, x_v = (_as_numpy(t).astype(f64) for t in (query, key, value))
     keep = None if mask is None else _as_numpy(mask).astype(bool)
-    p = params.to_numpy(f64)
+    from mha.params import repeat_kv_heads
+
+    # Grouped-query attention computes each head as multi-head attention with its key and
+    # value head repeated does: the same bound.
+    p = repeat_kv_heads(params.to_numpy(f64))
     H, Dh, S = p.num_heads, p.d_head, x_k.shape[-2]
     g_d, g_h, g_s, g_w = (gamma(query, n) for n in (p.d_model, Dh, S, S + 2))
     root = np.sqrt(Dh)
