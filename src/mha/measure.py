@@ -754,3 +754,75 @@ def time_tiled(
         "seed": seed,
     }
     return _run_child("_tiled_time_child", spec, threads)
+
+
+# --- Decoding: time per generated token with and without a key/value cache ----------------
+
+
+def decode_times(
+    model: Any,
+    context_lens: list[int],
+    *,
+    steps: int = 4,
+    repeat: int = 3,
+    clock: str = "cpu",
+    seed: int = 0,
+) -> dict[str, list[float]]:
+    """Seconds per generated token at each context length, with and without a cache.
+
+    At context length S a sequence of S random tokens is in hand. With the cache
+    (``"cached"``), the S tokens are prefilled once into the model's caches (not timed),
+    then ``steps`` tokens are decoded one at a time, each attending to the cached keys and
+    values; the time is per token. Without (``"uncached"``), generating the next token
+    runs the whole model on the S + 1 tokens again, as a model without a cache must. Each
+    figure is the median of ``repeat`` timings; PyTorch runs on one thread, with gradients
+    off.
+
+    Args:
+        model: an :class:`mha.training.AttentionOnlyTransformer` (any model with
+            ``new_caches``, ``vocab_size``, ``max_len`` and ``forward(tokens, caches=...)``).
+        context_lens: the context lengths S.
+        steps: tokens decoded per cached timing.
+        repeat: timings per figure.
+        clock: ``"cpu"`` (process time) or ``"wall"``.
+        seed: seed of the random tokens.
+
+    Returns:
+        ``{"cached": [...], "uncached": [...]}``, seconds per token, one per context length.
+
+    Raises:
+        ValueError: if a length or count is not positive, or ``S + steps`` passes the
+            model's ``max_len``.
+        TypeError: if a length or count is not an int.
+    """
+    from mha._linalg import one_thread
+
+    for name, value in (("steps", steps), ("repeat", repeat)):
+        _validate.check_positive(name, value)
+    for i, S in enumerate(context_lens):
+        _validate.check_positive(f"context_lens[{i}]", S)
+        if S + steps > model.max_len:
+            raise ValueError(
+                f"context_lens[{i}] + steps must stay within max_len={model.max_len}; "
+                f"got {S} + {steps}"
+            )
+    tick = _clock(clock)
+    gen = torch.Generator().manual_seed(seed)
+    out: dict[str, list[float]] = {"cached": [], "uncached": []}
+    with one_thread(), torch.no_grad():
+        for S in context_lens:
+            tokens = torch.randint(model.vocab_size, (1, S + steps), generator=gen)
+            cached, uncached = [], []
+            for _ in range(repeat):
+                caches = model.new_caches(1)
+                model(tokens[:, :S], caches=caches)  # prefill, not timed
+                start = tick()
+                for t in range(S, S + steps):
+                    model(tokens[:, t : t + 1], caches=caches)
+                cached.append((tick() - start) / steps)
+                start = tick()
+                model(tokens[:, : S + 1])  # the whole prefix again, for one more token
+                uncached.append(tick() - start)
+            out["cached"].append(statistics.median(cached))
+            out["uncached"].append(statistics.median(uncached))
+    return out
