@@ -641,25 +641,32 @@ def train(
 
 
 def train_runs(
-    configs: Sequence[TrainConfig], processes: int | None = None
+    configs: Sequence[TrainConfig],
+    processes: int | None = None,
+    *,
+    models: Sequence[AttentionOnlyTransformer | None] | None = None,
 ) -> list[tuple[AttentionOnlyTransformer, TrainHistory]]:
     """:func:`train` every config, in parallel worker processes, results in config order.
 
     Each run is :func:`train` on one thread in its own process, so a run's result is the
     one :func:`train` gives in this process on this machine. Claims about training are
     claims about the method, checked over several seeds: this runs those seeds side by
-    side, one per CPU core.
+    side, one per CPU core. The workers are spawned, so in a script call this under
+    ``if __name__ == "__main__":`` (a notebook needs nothing).
 
     Args:
         configs: the runs, e.g. one :class:`TrainConfig` per seed.
         processes: worker processes; ``None`` uses one per CPU core, at most one per run.
             ``1`` trains in this process, one run after the other.
+        models: for each config, a model to continue training (as :func:`train`'s
+            ``model``) or ``None`` for a fresh one; ``None`` for all fresh.
 
     Returns:
         ``(model, history)`` for each config, in order.
 
     Raises:
-        ValueError: if ``configs`` is empty or ``processes`` is not a positive int.
+        ValueError: if ``configs`` is empty, ``models`` has another length, or
+            ``processes`` is not a positive int.
         TypeError: if a config is not a :class:`TrainConfig`.
     """
     configs = list(configs)
@@ -668,17 +675,23 @@ def train_runs(
     for i, config in enumerate(configs):
         if not isinstance(config, TrainConfig):
             raise TypeError(f"configs[{i}] must be a TrainConfig; got {type(config).__name__}")
+    models = [None] * len(configs) if models is None else list(models)
+    if len(models) != len(configs):
+        raise ValueError(
+            f"models must give one model (or None) per config; got {len(models)} for "
+            f"{len(configs)} configs"
+        )
     if processes is None:
         processes = min(len(configs), os.cpu_count() or 1)
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise ValueError(f"processes must be a positive int; got processes={processes!r}")
     if processes == 1:
-        return [train(config) for config in configs]
+        return [train(config, model) for config, model in zip(configs, models, strict=True)]
     # Workers are spawned (a fresh interpreter each), never forked from a process whose
     # torch thread pool is already running.
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=processes, mp_context=spawn) as pool:
-        return list(pool.map(train, configs))
+        return list(pool.map(train, configs, models))
 
 
 def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int:
