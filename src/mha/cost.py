@@ -822,6 +822,14 @@ def tiled_fast_memory(block_q: int, block_kv: int, d_head: int) -> int:
     A query block and its output accumulator (``2 Br Dh``), a key and a value block
     (``2 Bc Dh``), one tile of scores (``Br Bc``), and the running maximum and sum (``2 Br``).
 
+    Args:
+        block_q: Br.
+        block_kv: Bc.
+        d_head: Dh.
+
+    Returns:
+        ``2 Br Dh + 2 Bc Dh + Br Bc + 2 Br``.
+
     Raises:
         ValueError: if a size is not positive.
         TypeError: if a size is not an int.
@@ -834,12 +842,24 @@ def tiled_fast_memory(block_q: int, block_kv: int, d_head: int) -> int:
 def tiled_block_sizes(d_head: int, fast_memory: int) -> tuple[int, int]:
     """The block sizes ``(Br, Bc)`` that the IO model uses for a fast memory of M elements.
 
-    The key/value block is ``Bc = min(Dh, M // (4 Dh))`` (at least 1), so the score tile
-    takes no more room than a block of queries; the query block ``Br`` is then the largest
-    for which :func:`tiled_fast_memory` fits in M. This mirrors the choice of FlashAttention
-    (Dao et al., 2022), whose outer loop runs over key blocks where this one runs over query
-    blocks: the outer block is the large one, because the inner blocks are read once per
-    outer block.
+    The key/value block is ``Bc = min(Dh, M // (4 Dh))`` (at least 1): ``Bc = Dh`` once
+    ``M >= 4 Dh^2``, so that the score tile ``(Br, Bc)`` takes no more room than the query
+    block ``(Br, Dh)``. The query block ``Br`` is then the largest for which
+    :func:`tiled_fast_memory` fits in M:
+
+        ``Br = floor((M - 2 Bc Dh) / (2 Dh + Bc + 2))``, i.e.
+        ``floor((M - 2 Dh^2) / (3 Dh + 2))`` when ``Bc = Dh``.
+
+    The outer (query) block is the large one, because the inner blocks are read once per
+    outer block; FlashAttention (Dao et al., 2022) makes the same choice with its loops the
+    other way round.
+
+    Args:
+        d_head: Dh.
+        fast_memory: M, in elements.
+
+    Returns:
+        ``(Br, Bc)``.
 
     Raises:
         ValueError: if a size is not positive, or M is too small for one row of each block
@@ -892,9 +912,13 @@ def tiled_attention_io(
 
         reads ``= L Dh + 2 Dh sum_i (key rows read by block i)``, writes ``= L Dh + L``.
 
-    Without a mask that is ``L Dh + 2 ceil(L / Br) S Dh`` reads: with
-    ``Br ~ M / (3 Dh)`` from :func:`tiled_block_sizes`, about ``6 L S Dh^2 / M``, the
-    ``Theta(N^2 d^2 / M)`` of Dao et al. (2022), Theorem 2.
+    Without a mask that is ``2 L Dh + L + 2 ceil(L / Br) S Dh`` in all. With the blocks of
+    :func:`tiled_block_sizes` (``Bc = Dh``, ``Br = floor((M - 2 Dh^2) / (3 Dh + 2))``) its
+    ratio to ``L S Dh^2 / M`` (:func:`flash_io_bound`, the order of Dao et al., 2022,
+    Theorem 2) is about ``6 (1 + 2 / (3 Dh)) M / (M - 2 Dh^2)`` plus the rounding up of
+    ``L / Br``: it tends to 6 when ``M >> Dh^2`` and ``L >> Br``, and is about 7 to 10 for
+    ``8 Dh^2 <= M <= N Dh`` at ``N = 4096``, ``Dh = 64`` (more for smaller M, where the
+    ``2 Dh^2`` of the key and value blocks take much of the fast memory).
 
     Args:
         q_len: L.
@@ -904,6 +928,9 @@ def tiled_attention_io(
         blocks: ``(Br, Bc)`` instead of ``fast_memory``.
         causal: query ``i`` attends to keys ``j <= i`` and tiles above the diagonal are
             skipped.
+
+    Returns:
+        The reads and writes, an :class:`AttentionIO`.
 
     Raises:
         ValueError: if a size is not positive, or not exactly one of ``fast_memory`` and
@@ -928,38 +955,82 @@ def naive_attention_io(
     fast_memory: int | None = None,
     *,
     blocks: tuple[int, int] | None = None,
+    softmax_rows: int | None = None,
 ) -> AttentionIO:
     """Exact element count of one head of :func:`mha.tiled.three_pass_attention` (``Dv = Dh``).
 
-    The same blocks as the tiled algorithm, but the scores and the weights go through slow
-    memory: pass 1 reads Q once and K once per query block and writes the ``L S`` scores;
-    pass 2 reads the scores (once if one block spans a row, ``Bc >= S``, otherwise twice:
-    statistics, then weights) and writes the ``L S`` weights; pass 3 reads the weights and V
-    once per query block and writes the output. Relative to :func:`tiled_attention_io`
-    (no mask) that is ``(passes + 1) L S`` more reads and ``2 L S - L`` more writes,
-    ``4 L S - L`` or ``5 L S - L`` elements in all, whatever M is: the ``Theta(N d + N^2)``
-    of standard attention in Dao et al. (2022), Theorem 2.
+    Standard attention with its two matrix products done in the tiles of the tiled
+    algorithm, plus the materialisation of the scores and weights. Pass 1 reads Q once and
+    K once per query block and writes the ``L S`` scores; pass 2 reads them, once when a
+    block of whole rows fits in fast memory (``softmax_rows``; from ``fast_memory``,
+    :func:`naive_softmax_rows`: ``M // (S + 2)`` rows, each with its maximum and sum) or when
+    one tile spans a row (``Bc >= S``), twice otherwise (statistics, then weights), and
+    writes the ``L S`` weights; pass 3 reads the weights and V once per query block and
+    writes the output. So it is :func:`tiled_attention_io` (no mask) plus exactly
+    ``4 L S - L`` elements (``5 L S - L`` when the scores are read twice): the tiled count's
+    re-reading of K and V, ``2 ceil(L / Br) S Dh``, is shared. Standard attention's
+    ``Theta(N d + N^2)`` of Dao et al. (2022), Theorem 2, holds when that shared term is at
+    most of order ``N^2``, i.e. ``M`` of order ``Dh^2`` or more; with a smaller fast memory
+    the products themselves dominate both counts.
 
     Args:
         q_len: L.
         kv_len: S.
         d_head: Dh.
-        fast_memory: M, in elements; the blocks come from :func:`tiled_block_sizes`.
+        fast_memory: M, in elements; the blocks come from :func:`tiled_block_sizes` and the
+            softmax rows from M.
         blocks: ``(Br, Bc)`` instead of ``fast_memory``.
+        softmax_rows: with ``blocks``, the rows per block of the softmax pass (``None``: the
+            tiles), as in :func:`mha.tiled.three_pass_attention`.
+
+    Returns:
+        The reads and writes, an :class:`AttentionIO`.
 
     Raises:
-        ValueError: if a size is not positive, or not exactly one of ``fast_memory`` and
-            ``blocks`` is given.
+        ValueError: if a size is not positive, not exactly one of ``fast_memory`` and
+            ``blocks`` is given, or ``softmax_rows`` is given with ``fast_memory``.
         TypeError: if a size is not an int.
     """
     for name, value in (("q_len", q_len), ("kv_len", kv_len), ("d_head", d_head)):
         _check_count(name, value)
     block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
+    if softmax_rows is not None:
+        if fast_memory is not None:
+            raise ValueError(
+                f"softmax_rows goes with blocks, not fast_memory (it follows from M); got "
+                f"fast_memory={fast_memory}, softmax_rows={softmax_rows}"
+            )
+        _check_count("softmax_rows", softmax_rows)
     L, S, Dh = q_len, kv_len, d_head
-    passes_over_scores = 1 if block_kv >= S else 2
+    if fast_memory is not None:
+        softmax_rows = naive_softmax_rows(S, fast_memory)
+    rows_fit = softmax_rows is not None
+    passes_over_scores = 1 if rows_fit or block_kv >= S else 2
     q_blocks = math.ceil(L / block_q)
     reads = (L * Dh + q_blocks * S * Dh) + passes_over_scores * L * S + (L * S + q_blocks * S * Dh)
     return AttentionIO(reads=reads, writes=L * S + L * S + L * Dh)
+
+
+def naive_softmax_rows(kv_len: int, fast_memory: int) -> int | None:
+    """Rows of scores the standard algorithm's softmax pass holds at once: ``M // (S + 2)``.
+
+    Args:
+        kv_len: S.
+        fast_memory: M, in elements.
+
+    Returns:
+        The number of whole rows (with their maximum and sum) that fit in M, or ``None``
+        when not even one does (then the softmax goes tile by tile and reads each score
+        twice).
+
+    Raises:
+        ValueError: if a size is not positive.
+        TypeError: if a size is not an int.
+    """
+    _check_count("kv_len", kv_len)
+    _check_count("fast_memory", fast_memory)
+    rows = fast_memory // (kv_len + 2)
+    return rows if rows >= 1 else None
 
 
 def flash_io_bound(q_len: int, kv_len: int, d_head: int, fast_memory: int) -> float:
@@ -1121,17 +1192,37 @@ def tiled_peak_memory(
     return _run_child("_tiled_memory_child", spec, threads)
 
 
+def _deferred_attention(q: np.ndarray, k: np.ndarray, v_: np.ndarray) -> np.ndarray:
+    """Naive attention with the two savings of the tiled form: Q scaled, output divided once.
+
+    The ``(..., L, S)`` scores are still formed, but not scaled (the queries are) and not
+    normalised (the output is divided by the row sums, as FlashAttention-2 does).
+    """
+    scores = np.matmul(q * q.dtype.type(1.0 / math.sqrt(q.shape[-1])), k.swapaxes(-1, -2))
+    scores -= scores.max(axis=-1, keepdims=True)  # (..., L, S)
+    np.exp(scores, out=scores)
+    total = scores.sum(axis=-1, keepdims=True)  # (..., L, 1)
+    out = np.matmul(scores, v_)  # (..., L, Dv)
+    out /= total
+    return out
+
+
 def _tiled_time_child() -> None:
     """Entry point of the child process of :func:`time_tiled` (JSON on stdin)."""
     from mha import backward, np_backend, tiled
 
     spec = json.loads(sys.stdin.read())
+    if spec["threads"] is not None:
+        torch.set_num_threads(spec["threads"])
     B, L, D, H = spec["batch_size"], spec["q_len"], spec["d_model"], spec["num_heads"]
     rng = np.random.default_rng(spec["seed"])
     dtype = np.dtype(spec["dtype"])
     q, k, val = (rng.standard_normal((B, H, L, D // H)).astype(dtype) for _ in range(3))
+    q_t, k_t, v_t = (torch.from_numpy(x) for x in (q, k, val))
     runners: dict[str, Callable[[], Any]] = {
-        "naive": lambda: np_backend.scaled_dot_product_attention(q, k, val)
+        "naive": lambda: np_backend.scaled_dot_product_attention(q, k, val),
+        "naive, deferred": lambda: _deferred_attention(q, k, val),
+        "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(q_t, k_t, v_t),
     }
     for block_q, block_kv in spec["blocks"]:
         runners[f"tiled {block_q}x{block_kv}"] = lambda bq=block_q, bk=block_kv: tiled.attention(
@@ -1179,7 +1270,11 @@ def time_tiled(
 
     On per-head ``q``, ``k``, ``v`` of shape ``(B, H, L, D / H)`` (self-attention, no
     mask): ``"naive"`` is :func:`mha.np_backend.scaled_dot_product_attention` (forms the
-    scores), ``"tiled BrxBc"`` is :func:`mha.tiled.attention` with those blocks. With
+    scores, scales them, normalises the weights); ``"naive, deferred"`` forms the scores too,
+    but scales the queries instead and divides the output by the row sums once, as the tiled
+    form does; ``"sdpa"`` is PyTorch's ``scaled_dot_product_attention`` on the same float32
+    or float64 arrays (a compiled loop over tiles); ``"tiled BrxBc"`` is
+    :func:`mha.tiled.attention` with those blocks. With
     ``backward``, also the layer on ``x`` of shape ``(B, L, D)``: ``"layer forward"``
     (:func:`mha.np_backend.multi_head_attention`), ``"layer forward, fused, saving"`` and
     ``"layer forward, tiled, saving"`` (:func:`mha.backward.multi_head_attention_forward`),
@@ -1199,7 +1294,7 @@ def time_tiled(
         backward: also time the layer's forward and backward passes.
         repeat: timings per implementation (the median is taken).
         min_time: seconds per timing.
-        threads: BLAS threads in the child (``None``: the library's default).
+        threads: BLAS and PyTorch threads in the child (``None``: the libraries' defaults).
         dtype: ``"float32"`` or ``"float64"``.
         clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
         seed: seed of the inputs and weights.
@@ -1236,5 +1331,6 @@ def time_tiled(
         "dtype": dtype,
         "clock": clock,
         "seed": seed,
+        "threads": threads,
     }
     return _run_child("_tiled_time_child", spec, threads)
