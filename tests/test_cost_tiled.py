@@ -199,6 +199,9 @@ def test_time_tiled_times_every_implementation_in_a_child() -> None:
         "layer backward, tiled",
     }
     assert all(t > 0 for t in times.values())
+    only_layer = cost.time_tiled(1, 16, 8, 2, blocks=[], backward=True, attention=False,
+                                 repeat=1, min_time=1e-3)  # fmt: skip
+    assert set(only_layer) == {name for name in times if name.startswith("layer")}
 
 
 def test_tiled_measurements_reject_bad_arguments() -> None:

@@ -1219,11 +1219,11 @@ def _tiled_time_child() -> None:
     dtype = np.dtype(spec["dtype"])
     q, k, val = (rng.standard_normal((B, H, L, D // H)).astype(dtype) for _ in range(3))
     q_t, k_t, v_t = (torch.from_numpy(x) for x in (q, k, val))
-    runners: dict[str, Callable[[], Any]] = {
-        "naive": lambda: np_backend.scaled_dot_product_attention(q, k, val),
-        "naive, deferred": lambda: _deferred_attention(q, k, val),
-        "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(q_t, k_t, v_t),
-    }
+    runners: dict[str, Callable[[], Any]] = {}
+    if spec["attention"]:
+        runners["naive"] = lambda: np_backend.scaled_dot_product_attention(q, k, val)
+        runners["naive, deferred"] = lambda: _deferred_attention(q, k, val)
+        runners["sdpa"] = lambda: torch.nn.functional.scaled_dot_product_attention(q_t, k_t, v_t)
     for block_q, block_kv in spec["blocks"]:
         runners[f"tiled {block_q}x{block_kv}"] = lambda bq=block_q, bk=block_kv: tiled.attention(
             q, k, val, block_q=bq, block_kv=bk
@@ -1259,6 +1259,7 @@ def time_tiled(
     *,
     blocks: list[tuple[int, int]],
     backward: bool = False,
+    attention: bool = True,
     repeat: int = 5,
     min_time: float = 0.05,
     threads: int | None = 1,
@@ -1292,6 +1293,8 @@ def time_tiled(
         num_heads: number of heads H.
         blocks: the ``(Br, Bc)`` pairs to time.
         backward: also time the layer's forward and backward passes.
+        attention: time ``"naive"``, ``"naive, deferred"`` and ``"sdpa"`` (False: only the
+            tiled blocks and, with ``backward``, the layer).
         repeat: timings per implementation (the median is taken).
         min_time: seconds per timing.
         threads: BLAS and PyTorch threads in the child (``None``: the libraries' defaults).
@@ -1326,6 +1329,7 @@ def time_tiled(
         "num_heads": num_heads,
         "blocks": [list(b) for b in blocks],
         "backward": backward,
+        "attention": attention,
         "repeat": repeat,
         "min_time": min_time,
         "dtype": dtype,
