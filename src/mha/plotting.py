@@ -521,13 +521,13 @@ def tile_steps(
     outlines = [rect(q, k, color="#333", width=1) for q, k in tiles]
 
     def panel_titles(st: Any, t: int) -> list[dict[str, Any]]:
-        what = "computed" if st.computed else "skipped: nothing in it may be attended"
+        what = "computed" if st.computed else "skipped (nothing allowed)"
         return [
-            dict(text=f"step {t + 1}: queries {st.q_block[0]}-{st.q_block[1] - 1}, keys "
-                      f"{st.kv_block[0]}-{st.kv_block[1] - 1}, {what}",
+            dict(text=f"step {t + 1}: queries {st.q_block[0]}–{st.q_block[1] - 1}, keys "
+                      f"{st.kv_block[0]}–{st.kv_block[1] - 1}: {what}",
                  xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", xanchor="left",
                  showarrow=False, font=dict(size=12)),
-            dict(text="per query row: m, ℓ, rescale = e<sup>m_old − m_new</sup>, accumulator õ",
+            dict(text="per row: m, ℓ, rescale e<sup>m_old − m_new</sup>, õ",
                  xref="paper", yref="paper", x=0, y=0.44, yanchor="bottom", xanchor="left",
                  showarrow=False, font=dict(size=12)),
         ]  # fmt: skip
