@@ -70,6 +70,9 @@ def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
     Shape:
         weights and d_weights ``(..., S)``; returns ``(..., S)``.
 
+    Returns:
+        ``dZ``, the gradient with respect to the scores.
+
     Raises:
         ValueError: if the shapes differ or an input is not finite.
         TypeError: if an input is not a float array, or the dtypes differ.
@@ -132,6 +135,9 @@ def scaled_dot_product_attention(
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``, weights
         ``(..., L, S)``, d_out ``(..., L, Dv)``. Returns ``d_query``, ``d_key``, ``d_value``
         of the shapes of query, key and value.
+
+    Returns:
+        ``(d_query, d_key, d_value)``.
 
     Raises:
         ValueError: on mismatched shapes or non-finite inputs.
@@ -222,6 +228,9 @@ def tiled_attention(
         ``(..., L, Dv)``, lse ``(..., L)``. Returns ``d_query``, ``d_key``, ``d_value`` of the
         shapes of query, key and value.
 
+    Returns:
+        ``(d_query, d_key, d_value)``.
+
     Raises:
         ValueError: on mismatched shapes, non-finite inputs (``lse`` may be ``-inf``), a mask
             that does not broadcast or a block size below 1.
@@ -242,8 +251,14 @@ def tiled_attention(
 def split_heads(d_heads: np.ndarray) -> np.ndarray:
     """Gradient of :func:`mha.np_backend.split_heads`: a permutation, so its inverse.
 
+    Args:
+        d_heads: the gradient with respect to the per-head tensor.
+
     Shape:
         ``(B, H, L, Dh)`` -> ``(B, L, D)``.
+
+    Returns:
+        The gradient with respect to the tensor before the split.
     """
     return np_backend.merge_heads(d_heads)
 
@@ -251,8 +266,15 @@ def split_heads(d_heads: np.ndarray) -> np.ndarray:
 def merge_heads(d_x: np.ndarray, num_heads: int) -> np.ndarray:
     """Gradient of :func:`mha.np_backend.merge_heads`: a permutation, so its inverse.
 
+    Args:
+        d_x: the gradient with respect to the merged tensor.
+        num_heads: H.
+
     Shape:
         ``(B, L, D)`` -> ``(B, H, L, Dh)``.
+
+    Returns:
+        The gradient with respect to the per-head tensor.
     """
     return np_backend.split_heads(d_x, num_heads)
 
@@ -273,6 +295,9 @@ def linear(
     Shape:
         x ``(..., D_in)``, weight ``(D_in, D_out)``, d_y ``(..., D_out)``. Returns d_x
         ``(..., D_in)``, d_weight ``(D_in, D_out)`` and d_bias ``(D_out,)``.
+
+    Returns:
+        ``(d_x, d_weight, d_bias)``.
 
     Raises:
         ValueError: on mismatched shapes or non-finite inputs.
@@ -524,6 +549,9 @@ def attention_gradient_tolerance(
     Shape:
         As in :func:`scaled_dot_product_attention`. Returns tolerances of the shapes of
         query, key and value.
+
+    Returns:
+        Float64 tolerances ``(for d_query, for d_key, for d_value)``, entry by entry.
 
     Raises:
         The errors of :func:`scaled_dot_product_attention`.

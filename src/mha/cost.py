@@ -1039,6 +1039,15 @@ def flash_io_bound(q_len: int, kv_len: int, d_head: int, fast_memory: int) -> fl
     Dao et al. (2022), Theorem 2, state ``Theta(N^2 d^2 M^-1)`` for ``L = S = N``,
     ``Dh = d``, ``d <= M <= N d``.
 
+    Args:
+        q_len: L.
+        kv_len: S.
+        d_head: Dh.
+        fast_memory: M, in elements.
+
+    Returns:
+        ``L S Dh^2 / M``.
+
     Raises:
         ValueError: if a size is not positive.
         TypeError: if a size is not an int.

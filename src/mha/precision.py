@@ -59,6 +59,9 @@ def spacing(value: float, dtype: Any) -> float:
         value: a nonzero, finite number.
         dtype: a NumPy or PyTorch floating dtype.
 
+    Returns:
+        The spacing, a power of two.
+
     Raises:
         ValueError: if ``value`` is zero or not finite.
         TypeError: if ``dtype`` is not a floating dtype.
@@ -100,6 +103,12 @@ def running_sum_limit(dtype: Any) -> float:
 
     At ``2 / eps`` the spacing is 2, so adding 1 is a tie that rounds back to the even sum.
 
+    Args:
+        dtype: a NumPy or PyTorch floating dtype.
+
+    Returns:
+        ``2 / eps``.
+
     Raises:
         TypeError: if ``dtype`` is not a floating dtype.
     """
@@ -119,6 +128,9 @@ def sequential_sum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
     Shape:
         values ``(..., n)``; returns ``(...)``.
+
+    Returns:
+        The sum, of ``dtype``.
 
     Raises:
         ValueError: if ``values`` is 0-D.

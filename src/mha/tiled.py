@@ -164,6 +164,9 @@ def combine_stats(
     Shape:
         All four broadcast to one shape ``(...,)``; returns two arrays of that shape.
 
+    Returns:
+        ``(m, l)`` of the union of the two blocks.
+
     Raises:
         ValueError: if a maximum is NaN or ``+inf``, or a sum is negative or not finite.
         TypeError: if an input is not a float array, or the dtypes differ.
@@ -197,6 +200,9 @@ def online_softmax(
 
     Shape:
         scores ``(..., S)``; returns ``(..., S)``.
+
+    Returns:
+        The weights, each row summing to 1 (0 for a fully masked row).
 
     Raises:
         ValueError: if ``scores`` is 0-D or not finite, ``mask`` does not broadcast, or
@@ -475,6 +481,9 @@ def three_pass_attention(
     Shape:
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``. Returns output
         ``(..., L, Dv)`` and weights ``(..., L, S)``.
+
+    Returns:
+        The output and the weights (as they were stored in "slow memory").
 
     Raises:
         ValueError: the errors of :func:`attention`, or ``softmax_rows < 1``.
