@@ -464,3 +464,14 @@ def test_train_runs_continues_given_models_in_parallel_as_train_does():
     assert np.array_equal(parallel[0][1].train_loss, serial[1].train_loss)
     with pytest.raises(ValueError, match="models must give one model \\(or None\\) per config"):
         tr.train_runs(configs, models=[None])
+
+
+def test_random_key_value_heads_keep_queries_and_outputs_and_draw_new_keys():
+    model = _model(torch.float32)
+    rand = tr.with_kv_heads(model, 2, init="random", seed=5)
+    pooled = tr.with_kv_heads(model, 2)
+    a, b = rand.layers[0].params(), pooled.layers[0].params()
+    assert torch.equal(a.w_q, b.w_q) and torch.equal(a.w_o, b.w_o)  # exact: copies
+    assert not torch.allclose(a.w_k, b.w_k)
+    with pytest.raises(ValueError, match="init must be 'mean' or 'random'; got init='first'"):
+        tr.with_kv_heads(model, 2, init="first")

@@ -308,7 +308,11 @@ class PublishedConfig:
         num_heads: H, query heads per layer.
         num_kv_heads: H_kv, key/value heads per layer.
         d_head: Dh.
+        max_context: the longest context the model was built for, in tokens.
+        window: the sliding-window length of its attention, whose rolling cache never
+            holds more positions; ``None`` when every position attends to all before it.
         source: the citation key of the paper that describes the model.
+        config_url: the released ``config.json`` the sizes come from.
     """
 
     name: str
@@ -316,16 +320,88 @@ class PublishedConfig:
     num_heads: int
     num_kv_heads: int
     d_head: int
+    max_context: int
+    window: int | None
     source: str
+    config_url: str
+
+    def cache_positions(self, kv_len: int) -> int:
+        """Positions the cache holds after ``kv_len`` tokens: all, or the window's.
+
+        Args:
+            kv_len: tokens seen.
+
+        Returns:
+            ``min(kv_len, window)``, or ``kv_len`` without a window.
+
+        Raises:
+            ValueError: if ``kv_len`` is not positive.
+            TypeError: if ``kv_len`` is not an int.
+        """
+        _validate.check_positive("kv_len", kv_len)
+        return kv_len if self.window is None else min(kv_len, self.window)
 
 
-# From each model's released config (num_hidden_layers, num_attention_heads,
-# num_key_value_heads, hidden_size / num_attention_heads).
+_HUB = "https://huggingface.co/{}/blob/main/config.json"
+# From each model's released config.json: num_hidden_layers, num_attention_heads,
+# num_key_value_heads, hidden_size / num_attention_heads (head_dim), max_position_embeddings
+# (Mistral 7B: the paper's context and window, Table 1).
 PUBLISHED_CONFIGS = (
-    PublishedConfig("Llama 2 7B", 32, 32, 32, 128, "touvron2023llama"),
-    PublishedConfig("Llama 2 70B", 80, 64, 8, 128, "touvron2023llama"),
-    PublishedConfig("Mistral 7B", 32, 32, 8, 128, "jiang2023mistral"),
-    PublishedConfig("TinyLlama 1.1B", 22, 32, 4, 64, "zhang2024tinyllama"),
+    PublishedConfig(
+        "Llama 2 7B",
+        32,
+        32,
+        32,
+        128,
+        4096,
+        None,
+        "touvron2023llama",
+        _HUB.format("meta-llama/Llama-2-7b-hf"),
+    ),
+    PublishedConfig(
+        "Llama 2 70B",
+        80,
+        64,
+        8,
+        128,
+        4096,
+        None,
+        "touvron2023llama",
+        _HUB.format("meta-llama/Llama-2-70b-hf"),
+    ),
+    PublishedConfig(
+        "Mistral 7B",
+        32,
+        32,
+        8,
+        128,
+        8192,
+        4096,
+        "jiang2023mistral",
+        _HUB.format("mistralai/Mistral-7B-v0.1"),
+    ),
+    PublishedConfig(
+        "Llama 3.1 8B",
+        32,
+        32,
+        8,
+        128,
+        131072,
+        None,
+        "grattafiori2024llama",
+        _HUB.format("meta-llama/Llama-3.1-8B"),
+    ),
+    PublishedConfig(
+        "TinyLlama 1.1B",
+        22,
+        32,
+        4,
+        64,
+        2048,
+        None,
+        "zhang2024tinyllama",
+        _HUB.format("TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T"),
+    ),
 )
 
 

@@ -855,3 +855,69 @@ def decode_times(
             out["cached"].append(statistics.median(cached))
             out["uncached"].append(statistics.median(uncached))
     return out
+
+
+def cached_step_times(
+    d_model: int,
+    num_heads: int,
+    kv_heads: list[int],
+    kv_len: int,
+    *,
+    steps: int = 5,
+    clock: str = "cpu",
+    seed: int = 0,
+) -> dict[int, float]:
+    """Seconds of one cached decoding step of one layer, for each number of key/value heads.
+
+    A :class:`mha.kv_cache.KVCache` is filled with ``kv_len`` random keys and values (not
+    timed); then one new token at a time runs :func:`mha.torch_backend.multi_head_attention`
+    with the cache (projections, attention over everything cached, output projection),
+    in float32 on one thread, ``steps`` times; the median is reported. The step reads the
+    whole cache, ``2 S H_kv Dh`` elements, so with a cache larger than the CPU's caches its
+    time shows what reading memory costs.
+
+    Args:
+        d_model: D.
+        num_heads: H.
+        kv_heads: the values of H_kv to time, each dividing H.
+        kv_len: S, the positions cached before the timed steps.
+        steps: timed steps per H_kv.
+        clock: ``"cpu"`` or ``"wall"``.
+        seed: seed of the layer and the cached values.
+
+    Returns:
+        ``{H_kv: seconds per step}``.
+
+    Raises:
+        ValueError: if a size is not positive or an H_kv does not divide H.
+        TypeError: if a size is not an int.
+    """
+    from mha._linalg import one_thread
+    from mha.kv_cache import KVCache
+    from mha.params import init_params
+
+    _validate.check_sizes(d_model, num_heads)
+    for name, value in (("kv_len", kv_len), ("steps", steps)):
+        _validate.check_positive(name, value)
+    tick = _clock(clock)
+    gen = torch.Generator().manual_seed(seed)
+    Dh = d_model // num_heads
+    out = {}
+    with one_thread(), torch.no_grad():
+        for h_kv in kv_heads:
+            params = init_params(d_model, num_heads, num_kv_heads=h_kv, seed=seed).to_torch(
+                torch.float32
+            )
+            cache = KVCache(1, h_kv, Dh, kv_len + steps, dtype=torch.float32)
+            filler = torch.randn(1, h_kv, kv_len, Dh, generator=gen)
+            cache.append(filler, filler)
+            del filler
+            x = torch.randn(1, 1, d_model, generator=gen)
+            times = []
+            for _ in range(steps):
+                start = tick()
+                torch_backend.multi_head_attention(x, x, x, params, cache=cache, need_weights=False)
+                times.append(tick() - start)
+            out[h_kv] = statistics.median(times)
+            del cache
+    return out

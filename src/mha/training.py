@@ -47,7 +47,7 @@ from mha import detectors, packing, tasks, torch_backend
 from mha._linalg import one_thread
 from mha.kv_cache import KVCache
 from mha.module import MultiHeadAttention
-from mha.params import MHAParams, mean_pool_kv_heads, repeat_kv_heads
+from mha.params import MHAParams, init_params, mean_pool_kv_heads, repeat_kv_heads
 from mha.tasks import RepeatedSegments
 
 
@@ -1023,29 +1023,47 @@ def greedy_decode(
     return tokens
 
 
-def with_kv_heads(model: AttentionOnlyTransformer, num_kv_heads: int) -> AttentionOnlyTransformer:
-    """A copy of ``model`` whose layers have ``num_kv_heads`` key/value heads, mean-pooled.
+def with_kv_heads(
+    model: AttentionOnlyTransformer, num_kv_heads: int, *, init: str = "mean", seed: int = 0
+) -> AttentionOnlyTransformer:
+    """A copy of ``model`` whose layers have ``num_kv_heads`` key/value heads.
 
-    Every layer's parameters go through :func:`mha.params.mean_pool_kv_heads`, the
-    conversion of Ainslie et al. (2023); embeddings and unembedding are copied.
+    ``init="mean"`` mean-pools the key and value projections of each group
+    (:func:`mha.params.mean_pool_kv_heads`), the conversion of Ainslie et al. (2023);
+    ``"random"`` draws them afresh (as :func:`mha.params.init_params` would, from ``seed``),
+    the control their ablation compares with. Query and output projections, embeddings and
+    unembedding are copied.
 
     Args:
         model: the model to convert.
         num_kv_heads: the new H_kv; must divide the model's H_kv.
+        init: ``"mean"`` or ``"random"``.
+        seed: seed of the random key/value projections (``init="random"``).
 
     Returns:
         A new :class:`AttentionOnlyTransformer` (the original is left alone).
 
     Raises:
-        ValueError: if ``num_kv_heads`` does not divide the model's key/value heads.
+        ValueError: if ``num_kv_heads`` does not divide the model's key/value heads, or
+            ``init`` is unknown.
         TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`.
     """
     if not isinstance(model, AttentionOnlyTransformer):
         raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
-    pooled = [
-        mean_pool_kv_heads(layer.params().map(torch.Tensor.detach), num_kv_heads)
-        for layer in model.layers
-    ]
+    if init not in ("mean", "random"):
+        raise ValueError(f"init must be 'mean' or 'random'; got init={init!r}")
+    converted = []
+    for i, layer in enumerate(model.layers):
+        p = mean_pool_kv_heads(layer.params().map(torch.Tensor.detach), num_kv_heads)
+        if init == "random":
+            fresh = init_params(
+                p.d_model, p.num_heads, num_kv_heads=num_kv_heads, seed=_layer_seed(seed, i)
+            ).to_torch(p.dtype)
+            w_qkv, b_qkv = p.w_qkv.clone(), p.b_qkv.clone()
+            kv = slice(p.d_model, None)  # the key and value columns
+            w_qkv[:, kv], b_qkv[kv] = fresh.w_qkv[:, kv], fresh.b_qkv[kv]
+            p = replace(p, w_qkv=w_qkv, b_qkv=b_qkv)
+        converted.append(p)
     new = copy.deepcopy(model)
-    new.layers = nn.ModuleList(MultiHeadAttention.from_params(p) for p in pooled)
+    new.layers = nn.ModuleList(MultiHeadAttention.from_params(p) for p in converted)
     return new
