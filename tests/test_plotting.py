@@ -151,6 +151,12 @@ def test_attention_grid_greys_out_masked_cells_instead_of_drawing_them_as_small_
         plotting.attention_grid(w, title="t", titles=["a", "b"], mask=np.ones(3, dtype=bool))
 
 
+def test_attention_heatmap_greys_out_masked_cells() -> None:
+    fig = plotting.attention_heatmap(weights()[0], title="t", mask=np.array([True] * 4 + [False]))
+    assert [t.name for t in fig.data] == ["masked", None]
+    assert np.isnan(np.array(fig.data[1].z, dtype=float)[:, 4]).all()
+
+
 def test_attention_panels_grey_out_masked_cells_per_map() -> None:
     maps = [weights(1, 3, 3)[0], weights(1, 3, 5)[0]]
     fig = plotting.attention_panels(

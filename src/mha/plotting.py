@@ -164,6 +164,7 @@ def attention_heatmap(
     xaxis_title: str = "key",
     yaxis_title: str = "query",
     height: int | None = None,
+    mask: Any = None,
 ) -> go.Figure:
     """One attention map (or any query-by-key matrix) as a heatmap.
 
@@ -179,22 +180,28 @@ def attention_heatmap(
         xaxis_title: the columns' axis title.
         yaxis_title: the rows' axis title.
         height: in pixels (default: grows with the number of rows).
+        mask: boolean, True = may attend; masked cells are drawn in grey, as in
+            :func:`attention_grid` (default: no cell is masked).
 
     Shape:
-        weights ``(L, S)``.
+        weights ``(L, S)``; mask broadcastable to it.
 
     Returns:
         A Plotly figure.
 
     Raises:
         ValueError: if ``weights`` is not 2-D, a label list has the wrong length or
-            repeats, or the colour scale is not one of the book's.
+            repeats, the colour scale is not one of the book's, or ``mask`` does not
+            broadcast to ``weights``.
+        TypeError: if ``mask`` is not boolean.
     """
     w = _matrix_stack("weights", weights, 2)
     _check_colorscale(colorscale)
     y, x = _labels("queries", queries, w.shape[0]), _labels("keys", keys, w.shape[1])
-    fig = go.Figure(
-        _heatmap(w, x, y, zmin=zmin, zmax=zmax, colorscale=colorscale, value_name=value_name)
+    shown, grey = _masked_layer("mask", mask, w)
+    fig = go.Figure([] if grey is None else [_grey_heatmap(grey, x, y)])
+    fig.add_trace(
+        _heatmap(shown, x, y, zmin=zmin, zmax=zmax, colorscale=colorscale, value_name=value_name)
     )
     fig.update_layout(
         title=dict(text=title),
