@@ -239,3 +239,10 @@ def test_plain_path_holds_scores_and_weights_and_the_loop_one_head_at_a_time():
     assert measured["explicit, plain"][0] >= 2 * score - 2**20  # the softmax's own output
     # The loop frees each head's (B, L, S) weights before the next head's scores exist.
     assert measured["per_head"][0] < 1.5 * score / H + 2**20
+
+
+def test_cached_step_times_times_each_number_of_key_value_heads():
+    times = measure.cached_step_times(32, 4, [4, 1], 64, steps=2)
+    assert sorted(times) == [1, 4] and min(times.values()) > 0
+    with pytest.raises(ValueError, match="num_kv_heads must divide num_heads"):
+        measure.cached_step_times(32, 4, [3], 64)
