@@ -226,6 +226,15 @@ def test_trivial_op_time_is_a_small_positive_time_per_call():
         measure.trivial_op_time(calls=0)
 
 
+def test_projection_times_times_both_ways_of_projecting():
+    times = measure.projection_times(8, 16, 4, repeat=3, min_time=1e-4)
+    assert sorted(times) == ["narrow", "wide"] and min(times.values()) > 0
+    with pytest.raises(ValueError, match="min_time must be positive"):
+        measure.projection_times(8, 16, 4, min_time=0)
+    with pytest.raises(ValueError, match="num_heads must divide d_model"):
+        measure.projection_times(8, 16, 3)
+
+
 def test_cpu_model_names_the_processor():
     name = measure.cpu_model()
     assert isinstance(name, str) and name.strip() == name and name

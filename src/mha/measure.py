@@ -609,6 +609,68 @@ def trivial_op_time(*, calls: int = 2000, repeat: int = 5, clock: str = "cpu") -
         return statistics.median(_mean_time(loop, 1, tick) for _ in range(repeat)) / calls
 
 
+def projection_times(
+    q_len: int,
+    d_model: int,
+    num_heads: int,
+    *,
+    repeat: int = 5,
+    min_time: float = 2e-3,
+    seed: int = 0,
+    clock: str = "cpu",
+) -> dict[str, float]:
+    """Seconds for a layer's three projections: one product per head, or one per projection.
+
+    ``"narrow"`` runs the per-head loop's ``3H`` products ``(L, D) @ (D, Dh)``; ``"wide"``
+    the fused form's three ``(L, D) @ (D, D)`` products of the same weights (float32,
+    inference mode, one thread, interleaved as in :func:`interleaved_times`). The same
+    FLOPs, so the difference is what ``3H - 3`` more calls and narrower products cost.
+
+    Args:
+        q_len: L.
+        d_model: model width D.
+        num_heads: number of heads H.
+        repeat: timings per variant (the median is taken).
+        min_time: seconds per timing.
+        seed: seed of ``x`` and the weights.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+
+    Shape:
+        x ``(L, D)``; wide weights ``(D, D)``; narrow weights ``(D, Dh)``.
+
+    Returns:
+        ``{"narrow": seconds, "wide": seconds}`` per set of three projections.
+
+    Raises:
+        ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or
+            an unknown clock.
+    """
+    from mha._linalg import one_thread
+
+    _validate.check_positive("q_len", q_len)
+    _validate.check_sizes(d_model, num_heads)
+    if not min_time > 0:
+        raise ValueError(f"min_time must be positive; got {min_time}")
+    d_head = d_model // num_heads
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(q_len, d_model, generator=g)  # (L, D)
+    wide = [torch.randn(d_model, d_model, generator=g) for _ in range(3)]  # 3 x (D, D)
+    narrow = [
+        w[:, h * d_head : (h + 1) * d_head].contiguous() for w in wide for h in range(num_heads)
+    ]  # 3H x (D, Dh)
+    with one_thread(), torch.inference_mode():
+        times = interleaved_times(
+            {
+                "narrow": lambda: [x @ w for w in narrow],
+                "wide": lambda: [x @ w for w in wide],
+            },
+            repeat=repeat,
+            min_time=min_time,
+            clock=clock,
+        )
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def cpu_model() -> str:
     """The name of this machine's CPU, as the operating system reports it.
 
