@@ -211,6 +211,45 @@ def test_decode_times_rejects_contexts_past_the_positional_embedding():
         measure.decode_times(model, [4], steps=0)
 
 
+def test_time_form_rounds_returns_every_round_of_every_form():
+    rounds = measure.time_form_rounds(1, 4, 8, 2, repeat=3, min_time=1e-4, clock="cpu")
+    assert list(rounds) == list(measure.FORMS_TIMED)
+    assert all(len(r) == 3 and min(r) > 0 for r in rounds.values())
+    with pytest.raises(ValueError, match="min_time must be positive"):
+        measure.time_form_rounds(1, 4, 8, 2, min_time=0)
+
+
+def test_trivial_op_time_is_a_small_positive_time_per_call():
+    t = measure.trivial_op_time(calls=200, repeat=3)
+    assert 0 < t < 1e-3  # far below a millisecond on any machine
+    with pytest.raises(ValueError, match="calls must be positive"):
+        measure.trivial_op_time(calls=0)
+
+
+def test_projection_times_times_both_ways_of_projecting():
+    times = measure.projection_times(8, 16, 4, repeat=3, min_time=1e-4)
+    assert sorted(times) == ["narrow", "wide"] and min(times.values()) > 0
+    with pytest.raises(ValueError, match="min_time must be positive"):
+        measure.projection_times(8, 16, 4, min_time=0)
+    with pytest.raises(ValueError, match="num_heads must divide d_model"):
+        measure.projection_times(8, 16, 3)
+
+
+def test_cpu_model_names_the_processor():
+    name = measure.cpu_model()
+    assert isinstance(name, str) and name.strip() == name and name
+
+
+def test_plain_path_holds_scores_and_weights_and_the_loop_one_head_at_a_time():
+    B, L, D, H = 1, 512, 32, 8
+    paths = ("explicit, plain", "per_head")
+    measured = measure.attention_peak_memory(B, [L], D, H, paths=paths)
+    score = cost.score_tensor_bytes(B, L, L, H)
+    assert measured["explicit, plain"][0] >= 2 * score - 2**20  # the softmax's own output
+    # The loop frees each head's (B, L, S) weights before the next head's scores exist.
+    assert measured["per_head"][0] < 1.5 * score / H + 2**20
+
+
 def test_cached_step_times_times_each_number_of_key_value_heads():
     times = measure.cached_step_times(32, 4, [4, 1], 64, steps=2)
     assert sorted(times) == [1, 4] and min(times.values()) > 0

@@ -161,12 +161,31 @@ def peak_rss_increase(fn: Callable[[], Any], *, warmup: bool = True) -> int:
     return _status_bytes("VmHWM") - before
 
 
-MEMORY_PATHS = ("explicit", "explicit, autograd", "per_head", "sdpa", "nn.MultiheadAttention")
+MEMORY_PATHS = (
+    "explicit",
+    "explicit, autograd",
+    "per_head",
+    "sdpa",
+    "nn.MultiheadAttention",
+    "explicit, plain",
+)
+
+
+def _plain_runner(params: MHAParams, x: torch.Tensor) -> Callable[[], Any]:
+    """The packed form with weights, the CPU shortcuts off: scores, then a softmax copy."""
+
+    def plain() -> Any:
+        with torch_backend.cpu_shortcuts(False):
+            return torch_backend.multi_head_attention(x, x, x, params, form="packed")
+
+    return plain
 
 
 def _memory_runner(path: str, params: MHAParams, x: torch.Tensor) -> Callable[[], Any]:
     if path == "explicit":
         return lambda: torch_backend.multi_head_attention(x, x, x, params, form="packed")
+    if path == "explicit, plain":
+        return _plain_runner(params, x)
     if path == "explicit, autograd":
         # Parameters that require grad, outside inference mode: autograd records the forward
         # and keeps the softmax's output for the backward pass. Copies made outside inference
@@ -230,7 +249,10 @@ def attention_peak_memory(
     inference mode (autograd keeps the softmax's output for the backward pass, so scores and
     weights are held at once); ``"per_head"`` is the per-head loop, ``"sdpa"`` the packed form
     with ``need_weights=False`` (``scaled_dot_product_attention``), ``"nn.MultiheadAttention"``
-    PyTorch's module in eval mode with ``need_weights=False``. Each number comes from
+    PyTorch's module in eval mode with ``need_weights=False``; ``"explicit, plain"`` is
+    ``"explicit"`` with :func:`mha.torch_backend.cpu_shortcuts` off, the documented
+    operations a plain ``softmax(q @ k.T)`` uses (scores, then the weights in a tensor of
+    their own: two are held). Each number comes from
     :func:`peak_rss_increase` in a child Python process, so this process's allocator is
     left alone.
 
@@ -496,6 +518,174 @@ def time_forms(
     finally:
         torch.set_num_threads(old_threads)
     return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def time_form_rounds(
+    batch_size: int,
+    q_len: int,
+    d_model: int,
+    num_heads: int,
+    *,
+    repeat: int = 5,
+    min_time: float = 2e-3,
+    seed: int = 0,
+    clock: str = "cpu",
+) -> dict[str, list[float]]:
+    """Every round of :func:`time_forms`' timings, not only their medians.
+
+    The forms of :func:`form_runners` on ``x`` of shape ``(B, L, D)`` (float32, inference
+    mode, one PyTorch thread), interleaved as in :func:`interleaved_times`: round ``k`` of
+    every form ran at about the same moment, so per-round ratios of two forms cancel a slow
+    spell of a shared machine, and their spread over the rounds shows how well a ratio is
+    measured.
+
+    Args:
+        batch_size: B.
+        q_len: L = S.
+        d_model: model width D.
+        num_heads: number of heads H.
+        repeat: rounds.
+        min_time: seconds per timing.
+        seed: seed of the weights and of ``x``.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+
+    Returns:
+        ``{form: [seconds per call in round 1, round 2, ...]}`` for every name in
+        :data:`FORMS_TIMED`.
+
+    Raises:
+        ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or an
+            unknown clock.
+    """
+    from mha._linalg import one_thread
+
+    _validate.check_positive("batch_size", batch_size)
+    _validate.check_positive("q_len", q_len)
+    _validate.check_positive("repeat", repeat)
+    _clock(clock)
+    if not min_time > 0:
+        raise ValueError(f"min_time must be positive; got min_time={min_time}")
+    params = init_params(d_model, num_heads, seed=seed).to_torch(torch.float32)
+    x = torch.randn(batch_size, q_len, d_model, generator=torch.Generator().manual_seed(seed))
+    runners = form_runners(params, x)
+    with one_thread(), torch.inference_mode():
+        return interleaved_times(runners, repeat, min_time=min_time, warmup=0, clock=clock)
+
+
+def trivial_op_time(*, calls: int = 2000, repeat: int = 5, clock: str = "cpu") -> float:
+    """Seconds per call of a PyTorch operator that does almost no arithmetic.
+
+    The median over ``repeat`` timings of ``calls`` calls of ``torch.add`` on two
+    one-element float32 tensors (inference mode, one thread): what one operator costs in
+    Python, argument parsing, dispatch and allocating its output, with nothing to compute.
+    Multiplied by a count of operators (:func:`count_aten_ops`), it predicts the part of a
+    time difference that dispatch alone explains.
+
+    Args:
+        calls: operator calls per timing.
+        repeat: timings (the median is taken).
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+
+    Returns:
+        Seconds per operator call.
+
+    Raises:
+        ValueError, TypeError: if ``calls`` or ``repeat`` is not a positive int, or the clock
+            is unknown.
+    """
+    from mha._linalg import one_thread
+
+    _validate.check_positive("calls", calls)
+    _validate.check_positive("repeat", repeat)
+    tick = _clock(clock)
+    a, b = torch.ones(1), torch.ones(1)
+
+    def loop() -> None:
+        for _ in range(calls):
+            torch.add(a, b)
+
+    with one_thread(), torch.inference_mode():
+        loop()  # warm-up
+        return statistics.median(_mean_time(loop, 1, tick) for _ in range(repeat)) / calls
+
+
+def projection_times(
+    q_len: int,
+    d_model: int,
+    num_heads: int,
+    *,
+    repeat: int = 5,
+    min_time: float = 2e-3,
+    seed: int = 0,
+    clock: str = "cpu",
+) -> dict[str, float]:
+    """Seconds for a layer's three projections: one product per head, or one per projection.
+
+    ``"narrow"`` runs the per-head loop's ``3H`` products ``(L, D) @ (D, Dh)``; ``"wide"``
+    the fused form's three ``(L, D) @ (D, D)`` products of the same weights (float32,
+    inference mode, one thread, interleaved as in :func:`interleaved_times`). The same
+    FLOPs, so the difference is what ``3H - 3`` more calls and narrower products cost.
+
+    Args:
+        q_len: L.
+        d_model: model width D.
+        num_heads: number of heads H.
+        repeat: timings per variant (the median is taken).
+        min_time: seconds per timing.
+        seed: seed of ``x`` and the weights.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+
+    Shape:
+        x ``(L, D)``; wide weights ``(D, D)``; narrow weights ``(D, Dh)``.
+
+    Returns:
+        ``{"narrow": seconds, "wide": seconds}`` per set of three projections.
+
+    Raises:
+        ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or
+            an unknown clock.
+    """
+    from mha._linalg import one_thread
+
+    _validate.check_positive("q_len", q_len)
+    _validate.check_sizes(d_model, num_heads)
+    if not min_time > 0:
+        raise ValueError(f"min_time must be positive; got {min_time}")
+    d_head = d_model // num_heads
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(q_len, d_model, generator=g)  # (L, D)
+    wide = [torch.randn(d_model, d_model, generator=g) for _ in range(3)]  # 3 x (D, D)
+    narrow = [
+        w[:, h * d_head : (h + 1) * d_head].contiguous() for w in wide for h in range(num_heads)
+    ]  # 3H x (D, Dh)
+    with one_thread(), torch.inference_mode():
+        times = interleaved_times(
+            {
+                "narrow": lambda: [x @ w for w in narrow],
+                "wide": lambda: [x @ w for w in wide],
+            },
+            repeat=repeat,
+            min_time=min_time,
+            clock=clock,
+        )
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def cpu_model() -> str:
+    """The name of this machine's CPU, as the operating system reports it.
+
+    Returns:
+        The ``model name`` of ``/proc/cpuinfo`` on Linux, else :func:`platform.processor`
+        or :func:`platform.machine`; ``"unknown CPU"`` if none says.
+    """
+    import platform
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 # --- Memory and time of the tiled and backward passes in NumPy: measured -------------------
