@@ -209,6 +209,17 @@ def test_decode_times_rejects_contexts_past_the_positional_embedding():
         measure.decode_times(model, [4, 8], steps=4)
     with pytest.raises(ValueError, match="steps must be positive"):
         measure.decode_times(model, [4], steps=0)
+    with pytest.raises(ValueError, match="statistic must be 'median' or 'min'"):
+        measure.decode_times(model, [4], statistic="mean")
+
+
+def test_decode_times_takes_the_minimum_on_request_and_accepts_no_lengths():
+    from mha.training import AttentionOnlyTransformer
+
+    model = AttentionOnlyTransformer(16, 80, 16, 4, 2)
+    fastest = measure.decode_times(model, [32], steps=2, repeat=3, statistic="min")
+    assert all(len(v) == 1 and v[0] > 0 for v in fastest.values())
+    assert measure.decode_times(model, [], statistic="min") == {"cached": [], "uncached": []}
 
 
 def test_time_form_rounds_returns_every_round_of_every_form():

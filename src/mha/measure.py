@@ -986,6 +986,7 @@ def decode_times(
     repeat: int = 3,
     clock: str = "cpu",
     seed: int = 0,
+    statistic: str = "median",
 ) -> dict[str, list[float]]:
     """Seconds per generated token at each context length, with and without a cache.
 
@@ -994,8 +995,10 @@ def decode_times(
     then ``steps`` tokens are decoded one at a time, each attending to the cached keys and
     values; the time is per token. Without (``"uncached"``), generating the next token
     runs the whole model on the S + 1 tokens again, as a model without a cache must. Each
-    figure is the median of ``repeat`` timings; PyTorch runs on one thread, with gradients
-    off.
+    figure is the median (or the minimum) of ``repeat`` timings, after two untimed rounds at
+    the first length (the first calls pay for allocation and set-up); PyTorch runs on one
+    thread, with gradients off. On a busy machine the minimum is the steadier estimate of
+    the work itself: other processes only ever add time.
 
     Args:
         model: an :class:`mha.training.AttentionOnlyTransformer` (any model with
@@ -1005,19 +1008,24 @@ def decode_times(
         repeat: timings per figure.
         clock: ``"cpu"`` (process time) or ``"wall"``.
         seed: seed of the random tokens.
+        statistic: ``"median"`` or ``"min"`` of the ``repeat`` timings.
 
     Returns:
         ``{"cached": [...], "uncached": [...]}``, seconds per token, one per context length.
 
     Raises:
-        ValueError: if a length or count is not positive, or ``S + steps`` passes the
-            model's ``max_len``.
+        ValueError: if a length or count is not positive, ``S + steps`` passes the
+            model's ``max_len``, or ``statistic`` is unknown.
         TypeError: if a length or count is not an int.
     """
     from mha._linalg import one_thread
 
     for name, value in (("steps", steps), ("repeat", repeat)):
         _validate.check_positive(name, value)
+    reducers = {"median": statistics.median, "min": min}
+    if statistic not in reducers:
+        raise ValueError(f"statistic must be 'median' or 'min'; got statistic={statistic!r}")
+    reduce = reducers[statistic]
     for i, S in enumerate(context_lens):
         _validate.check_positive(f"context_lens[{i}]", S)
         if S + steps > model.max_len:
@@ -1029,6 +1037,14 @@ def decode_times(
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, list[float]] = {"cached": [], "uncached": []}
     with one_thread(), torch.no_grad():
+        first = context_lens[0] if context_lens else 1
+        warm = torch.randint(model.vocab_size, (1, first + steps), generator=gen)
+        for _ in range(2 if context_lens else 0):  # untimed: the first calls pay for set-up
+            caches = model.new_caches(1)
+            model(warm[:, :first], caches=caches)
+            for t in range(first, first + steps):
+                model(warm[:, t : t + 1], caches=caches)
+            model(warm[:, : first + 1])
         for S in context_lens:
             tokens = torch.randint(model.vocab_size, (1, S + steps), generator=gen)
             cached, uncached = [], []
@@ -1042,8 +1058,8 @@ def decode_times(
                 start = tick()
                 model(tokens[:, : S + 1])  # the whole prefix again, for one more token
                 uncached.append(tick() - start)
-            out["cached"].append(statistics.median(cached))
-            out["uncached"].append(statistics.median(uncached))
+            out["cached"].append(reduce(cached))
+            out["uncached"].append(reduce(uncached))
     return out
 
 
