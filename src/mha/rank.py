@@ -273,9 +273,9 @@ def query_bias_shares(model: Any, texts: list[str]) -> dict[str, Any]:
         texts: the texts, each run on its own.
 
     Returns:
-        ``{"share": (layers, H) mean over the texts, "error_with_bias": float,
-        "error_without_bias": float}``: the largest absolute difference from the model's
-        weights of the softmax with and without the query-bias term.
+        A dict with ``share``, the ``(layers, H)`` mean of the ratio over the texts, and
+        ``error_with_bias`` and ``error_without_bias``, the largest absolute difference
+        from the model's weights of the softmax with and without the query-bias term.
 
     Raises:
         ValueError: if ``texts`` is empty.
