@@ -246,3 +246,20 @@ def test_a_mask_must_cover_the_cached_positions_too() -> None:
     ):
         backend.multi_head_attention(chunk, chunk, chunk, params, wrong, cache=cache)
     assert cache.length == 3
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_truncate_drops_the_last_positions_and_appends_after_them(kind: str) -> None:
+    cache = make(kind)
+    k, v = block(kind, 5), block(kind, 5, 1)
+    cache.append(k, v)
+    cache.truncate(3)  # e.g. two rejected draft tokens
+    assert cache.length == 3
+    equal = np.array_equal if kind == "numpy" else torch.equal
+    assert equal(cache.keys, k[:, :, :3])  # exact: a view of what was written
+    cache.append(block(kind, 2, 2), block(kind, 2, 3))
+    assert cache.length == 5 and equal(cache.values[:, :, :3], v[:, :, :3])  # exact: kept
+    with pytest.raises(ValueError, match=r"length must be in \[0, 5\], the positions cached"):
+        cache.truncate(6)
+    with pytest.raises(TypeError, match="length must be an int"):
+        cache.truncate(2.0)

@@ -209,3 +209,10 @@ def test_decode_times_rejects_contexts_past_the_positional_embedding():
         measure.decode_times(model, [4, 8], steps=4)
     with pytest.raises(ValueError, match="steps must be positive"):
         measure.decode_times(model, [4], steps=0)
+
+
+def test_cached_step_times_times_each_number_of_key_value_heads():
+    times = measure.cached_step_times(32, 4, [4, 1], 64, steps=2)
+    assert sorted(times) == [1, 4] and min(times.values()) > 0
+    with pytest.raises(ValueError, match="num_kv_heads must divide num_heads"):
+        measure.cached_step_times(32, 4, [3], 64)

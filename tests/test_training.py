@@ -571,3 +571,27 @@ def test_importance_cancellation_is_at_most_one_and_orders_every_head():
     assert sorted(c["order"]) == [(i, h) for i in range(2) for h in range(4)]
     per_seq = tr.head_importance(model, batches, normalize=False)
     assert np.array_equal(c["per_sequence"], per_seq)  # exact: the same call
+
+
+def test_train_runs_continues_given_models_in_parallel_as_train_does():
+    start, _ = tr.train(replace(SMALL, steps=10))
+    configs = [replace(SMALL, steps=5, eval_every=5, seed=s) for s in (0, 1)]
+    models = [tr.with_kv_heads(start, 1), None]
+    parallel = tr.train_runs(configs, processes=2, models=models)
+    serial = tr.train(configs[0], models[0])
+    assert parallel[0][0].num_kv_heads == 1 and parallel[1][0].num_kv_heads == 4
+    # exact: the same run on one thread, in another process of the same machine
+    assert np.array_equal(parallel[0][1].train_loss, serial[1].train_loss)
+    with pytest.raises(ValueError, match="models must give one model \\(or None\\) per config"):
+        tr.train_runs(configs, models=[None])
+
+
+def test_random_key_value_heads_keep_queries_and_outputs_and_draw_new_keys():
+    model = _model(torch.float32)
+    rand = tr.with_kv_heads(model, 2, init="random", seed=5)
+    pooled = tr.with_kv_heads(model, 2)
+    a, b = rand.layers[0].params(), pooled.layers[0].params()
+    assert torch.equal(a.w_q, b.w_q) and torch.equal(a.w_o, b.w_o)  # exact: copies
+    assert not torch.allclose(a.w_k, b.w_k)
+    with pytest.raises(ValueError, match="init must be 'mean' or 'random'; got init='first'"):
+        tr.with_kv_heads(model, 2, init="first")

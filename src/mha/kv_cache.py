@@ -2,9 +2,9 @@
 
 When a causal model generates a sequence one token at a time, the keys and values of the
 positions already seen do not change: each step needs only the new token's projections.
-:class:`KVCache` keeps the *projected* keys and values of every layer's heads, ``K_h = Y W^K_h``
-and ``V_h = Y W^V_h``, so that a step projects one token instead of the whole prefix, and
-attends from it to everything cached.
+:class:`KVCache` keeps the *projected* keys and values of a layer's key/value heads,
+``K_g = Y W^K_g`` and ``V_g = Y W^V_g`` (``g = 1, ..., H_kv``), so that a step projects one
+token instead of the whole prefix, and attends from it to everything cached.
 
 The buffers are allocated once, at their full ``capacity``; appending writes the new
 positions into the next free slots and copies nothing else, so an append moves
@@ -188,3 +188,20 @@ class KVCache:
     def reset(self) -> None:
         """Forget every cached position (the buffers are kept for reuse)."""
         self._length = 0
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first ``length`` positions, e.g. to drop rejected draft tokens.
+
+        Args:
+            length: positions to keep, at most :attr:`length`.
+
+        Raises:
+            ValueError: if ``length`` is negative or more than the cache holds.
+            TypeError: if ``length`` is not an int.
+        """
+        _validate.check_int("length", length)
+        if not 0 <= length <= self._length:
+            raise ValueError(
+                f"length must be in [0, {self._length}], the positions cached; got length={length}"
+            )
+        self._length = length

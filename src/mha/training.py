@@ -47,7 +47,7 @@ from mha import detectors, packing, tasks, torch_backend
 from mha._linalg import one_thread
 from mha.kv_cache import KVCache
 from mha.module import MultiHeadAttention
-from mha.params import MHAParams, mean_pool_kv_heads, repeat_kv_heads
+from mha.params import MHAParams, init_params, mean_pool_kv_heads, repeat_kv_heads
 from mha.tasks import RepeatedSegments
 
 
@@ -641,25 +641,32 @@ def train(
 
 
 def train_runs(
-    configs: Sequence[TrainConfig], processes: int | None = None
+    configs: Sequence[TrainConfig],
+    processes: int | None = None,
+    *,
+    models: Sequence[AttentionOnlyTransformer | None] | None = None,
 ) -> list[tuple[AttentionOnlyTransformer, TrainHistory]]:
     """:func:`train` every config, in parallel worker processes, results in config order.
 
     Each run is :func:`train` on one thread in its own process, so a run's result is the
     one :func:`train` gives in this process on this machine. Claims about training are
     claims about the method, checked over several seeds: this runs those seeds side by
-    side, one per CPU core.
+    side, one per CPU core. The workers are spawned, so in a script call this under
+    ``if __name__ == "__main__":`` (a notebook needs nothing).
 
     Args:
         configs: the runs, e.g. one :class:`TrainConfig` per seed.
         processes: worker processes; ``None`` uses one per CPU core, at most one per run.
             ``1`` trains in this process, one run after the other.
+        models: for each config, a model to continue training (as :func:`train`'s
+            ``model``) or ``None`` for a fresh one; ``None`` for all fresh.
 
     Returns:
         ``(model, history)`` for each config, in order.
 
     Raises:
-        ValueError: if ``configs`` is empty or ``processes`` is not a positive int.
+        ValueError: if ``configs`` is empty, ``models`` has another length, or
+            ``processes`` is not a positive int.
         TypeError: if a config is not a :class:`TrainConfig`.
     """
     configs = list(configs)
@@ -668,17 +675,23 @@ def train_runs(
     for i, config in enumerate(configs):
         if not isinstance(config, TrainConfig):
             raise TypeError(f"configs[{i}] must be a TrainConfig; got {type(config).__name__}")
+    models = [None] * len(configs) if models is None else list(models)
+    if len(models) != len(configs):
+        raise ValueError(
+            f"models must give one model (or None) per config; got {len(models)} for "
+            f"{len(configs)} configs"
+        )
     if processes is None:
         processes = min(len(configs), os.cpu_count() or 1)
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise ValueError(f"processes must be a positive int; got processes={processes!r}")
     if processes == 1:
-        return [train(config) for config in configs]
+        return [train(config, model) for config, model in zip(configs, models, strict=True)]
     # Workers are spawned (a fresh interpreter each), never forked from a process whose
     # torch thread pool is already running.
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=processes, mp_context=spawn) as pool:
-        return list(pool.map(train, configs))
+        return list(pool.map(train, configs, models))
 
 
 def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int:
@@ -1010,31 +1023,49 @@ def greedy_decode(
     return tokens
 
 
-def with_kv_heads(model: AttentionOnlyTransformer, num_kv_heads: int) -> AttentionOnlyTransformer:
-    """A copy of ``model`` whose layers have ``num_kv_heads`` key/value heads, mean-pooled.
+def with_kv_heads(
+    model: AttentionOnlyTransformer, num_kv_heads: int, *, init: str = "mean", seed: int = 0
+) -> AttentionOnlyTransformer:
+    """A copy of ``model`` whose layers have ``num_kv_heads`` key/value heads.
 
-    Every layer's parameters go through :func:`mha.params.mean_pool_kv_heads`, the
-    conversion of Ainslie et al. (2023); embeddings and unembedding are copied.
+    ``init="mean"`` mean-pools the key and value projections of each group
+    (:func:`mha.params.mean_pool_kv_heads`), the conversion of Ainslie et al. (2023);
+    ``"random"`` draws them afresh (as :func:`mha.params.init_params` would, from ``seed``),
+    the control their ablation compares with. Query and output projections, embeddings and
+    unembedding are copied.
 
     Args:
         model: the model to convert.
         num_kv_heads: the new H_kv; must divide the model's H_kv.
+        init: ``"mean"`` or ``"random"``.
+        seed: seed of the random key/value projections (``init="random"``).
 
     Returns:
         A new :class:`AttentionOnlyTransformer` (the original is left alone).
 
     Raises:
-        ValueError: if ``num_kv_heads`` does not divide the model's key/value heads.
+        ValueError: if ``num_kv_heads`` does not divide the model's key/value heads, or
+            ``init`` is unknown.
         TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`.
     """
     if not isinstance(model, AttentionOnlyTransformer):
         raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
-    pooled = [
-        mean_pool_kv_heads(layer.params().map(torch.Tensor.detach), num_kv_heads)
-        for layer in model.layers
-    ]
+    if init not in ("mean", "random"):
+        raise ValueError(f"init must be 'mean' or 'random'; got init={init!r}")
+    converted = []
+    for i, layer in enumerate(model.layers):
+        p = mean_pool_kv_heads(layer.params().map(torch.Tensor.detach), num_kv_heads)
+        if init == "random":
+            fresh = init_params(
+                p.d_model, p.num_heads, num_kv_heads=num_kv_heads, seed=_layer_seed(seed, i)
+            ).to_torch(p.dtype)
+            w_qkv, b_qkv = p.w_qkv.clone(), p.b_qkv.clone()
+            kv = slice(p.d_model, None)  # the key and value columns
+            w_qkv[:, kv], b_qkv[kv] = fresh.w_qkv[:, kv], fresh.b_qkv[kv]
+            p = replace(p, w_qkv=w_qkv, b_qkv=b_qkv)
+        converted.append(p)
     new = copy.deepcopy(model)
-    new.layers = nn.ModuleList(MultiHeadAttention.from_params(p) for p in pooled)
+    new.layers = nn.ModuleList(MultiHeadAttention.from_params(p) for p in converted)
     return new
 
 
