@@ -3,8 +3,9 @@
 These tools say what a real run did, to check the arithmetic of :mod:`mha.cost` against:
 :func:`count_flops` (``FlopCounterMode``, taught to count the CPU kernel of
 ``scaled_dot_product_attention``), :func:`count_aten_ops` (how many PyTorch operators a
-forward dispatches), :func:`peak_rss_increase` and :func:`attention_peak_memory` (resident
-memory high-water marks, Linux only, the latter in a child process), and the timers:
+forward dispatches), :func:`peak_rss_increase`, :func:`attention_peak_memory` and
+:func:`kv_cache_peak_memory` (resident memory high-water marks, Linux only, the latter two
+in a child process), and the timers:
 :func:`median_time` for one callable, :func:`interleaved_times` for several taking turns (so
 that a slow spell of a shared machine hits all of them) and :func:`time_forms` for the
 forms of one layer.
