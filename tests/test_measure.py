@@ -266,3 +266,27 @@ def test_cached_step_times_times_each_number_of_key_value_heads():
     assert sorted(times) == [1, 4] and min(times.values()) > 0
     with pytest.raises(ValueError, match="num_kv_heads must divide num_heads"):
         measure.cached_step_times(32, 4, [3], 64)
+
+
+def test_kv_cache_peak_memory_counts_the_positions_written_not_the_capacity():
+    layers, h_kv, d_head, positions = 2, 4, 16, 8192
+    resident = cost.kv_cache_bytes(layers, positions, h_kv, d_head, torch.float32)
+    reserved = cost.kv_cache_bytes(layers, 32 * positions, h_kv, d_head, torch.float32)
+    block = h_kv * positions * d_head * 4  # the block appended, held while filling
+    slack = 2**20  # the kernel's resident-page counters are approximate (per-CPU batches)
+    full, partial = measure.kv_cache_peak_memory(
+        layers, h_kv, d_head, [(positions, positions), (32 * positions, positions)]
+    )
+    assert resident - slack <= full <= resident + block + slack
+    # Pages never written stay unbacked; huge pages may back up to 2 MiB per head and buffer.
+    huge_pages = 2 * layers * h_kv * 2**21
+    assert resident - slack <= partial <= resident + block + huge_pages + slack < reserved / 4
+
+
+def test_kv_cache_peak_memory_rejects_bad_fills():
+    with pytest.raises(ValueError, match=r"fills\[0\] positions must not pass capacity"):
+        measure.kv_cache_peak_memory(1, 1, 8, [(4, 5)])
+    with pytest.raises(ValueError, match=r"fills\[1\] capacity must be positive"):
+        measure.kv_cache_peak_memory(1, 1, 8, [(4, 4), (0, 1)])
+    with pytest.raises(ValueError, match="num_layers must be positive"):
+        measure.kv_cache_peak_memory(0, 1, 8, [(4, 4)])

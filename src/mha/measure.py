@@ -3,8 +3,9 @@
 These tools say what a real run did, to check the arithmetic of :mod:`mha.cost` against:
 :func:`count_flops` (``FlopCounterMode``, taught to count the CPU kernel of
 ``scaled_dot_product_attention``), :func:`count_aten_ops` (how many PyTorch operators a
-forward dispatches), :func:`peak_rss_increase` and :func:`attention_peak_memory` (resident
-memory high-water marks, Linux only, the latter in a child process), and the timers:
+forward dispatches), :func:`peak_rss_increase`, :func:`attention_peak_memory` and
+:func:`kv_cache_peak_memory` (resident memory high-water marks, Linux only, the latter two
+in a child process), and the timers:
 :func:`median_time` for one callable, :func:`interleaved_times` for several taking turns (so
 that a slow spell of a shared machine hits all of them) and :func:`time_forms` for the
 forms of one layer.
@@ -1127,3 +1128,81 @@ def cached_step_times(
             out[h_kv] = statistics.median(times)
             del cache
     return out
+
+
+def _kv_cache_fill(
+    num_layers: int, num_kv_heads: int, d_head: int, capacity: int, positions: int
+) -> list[Any]:
+    """Caches of ``num_layers`` layers of ``capacity``, each holding ``positions`` (float32)."""
+    from mha.kv_cache import KVCache
+
+    caches = [
+        KVCache(1, num_kv_heads, d_head, capacity, dtype=torch.float32) for _ in range(num_layers)
+    ]
+    block = torch.ones(1, num_kv_heads, positions, d_head)  # one layer's keys (and values)
+    for cache in caches:
+        cache.append(block, block)
+    return caches
+
+
+def _kv_cache_memory_child() -> None:
+    """Entry point of the child process of :func:`kv_cache_peak_memory` (JSON on stdin)."""
+    spec = json.loads(sys.stdin.read())
+    sizes = (spec["num_layers"], spec["num_kv_heads"], spec["d_head"])
+    out = [
+        peak_rss_increase(lambda c=capacity, n=positions: _kv_cache_fill(*sizes, c, n))
+        for capacity, positions in spec["fills"]
+    ]
+    print(json.dumps(out))
+
+
+def kv_cache_peak_memory(
+    num_layers: int,
+    num_kv_heads: int,
+    d_head: int,
+    fills: list[tuple[int, int]],
+) -> list[int]:
+    """Measured resident memory that filling key/value caches adds, in a fresh process.
+
+    For each ``(capacity, positions)``, ``num_layers`` float32 :class:`mha.kv_cache.KVCache`
+    of batch 1 and ``capacity`` positions are allocated, and one block of ``positions``
+    keys and values, ``(1, H_kv, positions, Dh)``, is appended to each; the figure is
+    :func:`peak_rss_increase` of that, so it holds the pages written (not the capacity
+    reserved) and the block itself. It runs in a child Python process, so that this
+    process's allocator, and any timing done in it afterwards, are left alone.
+
+    Args:
+        num_layers: caches (one per layer).
+        num_kv_heads: H_kv.
+        d_head: Dh.
+        fills: the ``(capacity, positions)`` pairs to measure, ``positions <= capacity``.
+
+    Returns:
+        Peak resident bytes added, one per pair.
+
+    Raises:
+        ValueError: if a size is not positive or ``positions`` passes ``capacity``.
+        TypeError: if a size is not an int.
+        RuntimeError: if the child process fails (e.g. not on Linux with glibc).
+    """
+    for name, value in (
+        ("num_layers", num_layers),
+        ("num_kv_heads", num_kv_heads),
+        ("d_head", d_head),
+    ):
+        _validate.check_positive(name, value)
+    for i, (capacity, positions) in enumerate(fills):
+        _validate.check_positive(f"fills[{i}] capacity", capacity)
+        _validate.check_positive(f"fills[{i}] positions", positions)
+        if positions > capacity:
+            raise ValueError(
+                f"fills[{i}] positions must not pass capacity; got capacity={capacity}, "
+                f"positions={positions}"
+            )
+    spec = {
+        "num_layers": num_layers,
+        "num_kv_heads": num_kv_heads,
+        "d_head": d_head,
+        "fills": [list(pair) for pair in fills],
+    }
+    return _run_child("_kv_cache_memory_child", spec, 1)
