@@ -34,7 +34,7 @@ as a CPU ``torch.Tensor``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -509,22 +509,9 @@ def induction_score(weights: Any, tokens: Any) -> np.ndarray:
             distributions, or no query has a target (no token repeats).
         TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
     """
-    t = _as_tokens(tokens)
-    w = _check_weights(weights)
-    B, L = t.shape
-    if w.ndim < 3 or w.shape[0] != B or w.shape[-2:] != (L, L):
-        raise ValueError(
-            f"weights must have shape (B, ..., L, L) = ({B}, ..., {L}, {L}) to match tokens; "
-            f"got {w.shape}"
-        )
-    targets = induction_targets(t)  # (B, L, L)
-    has = targets.any(axis=-1)  # (B, L)
-    if not has.any():
-        raise ValueError("tokens must contain a repeated token; no query has an induction target")
-    extra = (1,) * (w.ndim - 3)
-    mass = (w * targets.reshape(B, *extra, L, L)).sum(axis=-1)  # (B, ..., L)
-    mass = np.moveaxis(mass, 0, -2)  # (..., B, L)
-    return _score(mass[..., has].mean(axis=-1))  # (...)
+    return _token_target_score(
+        weights, tokens, induction_targets, "no query has an induction target"
+    )
 
 
 def uniform_attention(mask: Any) -> np.ndarray:
@@ -960,6 +947,16 @@ def duplicate_token_score(weights: Any, tokens: Any) -> np.ndarray:
             distributions, or no token occurs twice.
         TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
     """
+    return _token_target_score(weights, tokens, duplicate_targets, "no query has a duplicate")
+
+
+def _token_target_score(
+    weights: Any, tokens: Any, targets_of: Callable[[np.ndarray], np.ndarray], none: str
+) -> np.ndarray:
+    """Mean weight on the targets ``targets_of(tokens)`` over the queries that have one.
+
+    ``none`` ends the error raised when no query has a target.
+    """
     t = _as_tokens(tokens)
     w = _check_weights(weights)
     B, L = t.shape
@@ -968,10 +965,10 @@ def duplicate_token_score(weights: Any, tokens: Any) -> np.ndarray:
             f"weights must have shape (B, ..., L, L) = ({B}, ..., {L}, {L}) to match tokens; "
             f"got {w.shape}"
         )
-    targets = duplicate_targets(t)  # (B, L, L)
+    targets = targets_of(t)  # (B, L, L)
     has = targets.any(axis=-1)  # (B, L)
     if not has.any():
-        raise ValueError("tokens must contain a repeated token; no query has a duplicate")
+        raise ValueError(f"tokens must contain a repeated token; {none}")
     extra = (1,) * (w.ndim - 3)
     mass = (w * targets.reshape(B, *extra, L, L)).sum(axis=-1)  # (B, ..., L)
     mass = np.moveaxis(mass, 0, -2)  # (..., B, L)

@@ -21,7 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -273,24 +273,7 @@ def attention_peak_memory(
         ValueError: on an unknown path or dtype, or bad sizes.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
-    _validate.check_positive("batch_size", batch_size)
-    for L in q_lens:
-        _validate.check_positive("q_lens[i]", L)
-    _validate.check_sizes(d_model, num_heads)
-    unknown = [p for p in paths if p not in MEMORY_PATHS]
-    if unknown:
-        raise ValueError(f"paths must be among {MEMORY_PATHS}; got {unknown}")
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
-    spec = {
-        "batch_size": batch_size,
-        "q_lens": list(q_lens),
-        "d_model": d_model,
-        "num_heads": num_heads,
-        "paths": list(paths),
-        "dtype": dtype,
-        "threads": threads,
-    }
+    spec = _memory_spec(batch_size, q_lens, d_model, num_heads, paths, dtype, threads, MEMORY_PATHS)
     result = subprocess.run(
         [sys.executable, "-c", "from mha.measure import _memory_child; _memory_child()"],
         input=json.dumps(spec),
@@ -805,26 +788,9 @@ def tiled_peak_memory(
         ValueError: on an unknown path or dtype, or bad sizes.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
-    _validate.check_positive("batch_size", batch_size)
-    for L in q_lens:
-        _validate.check_positive("q_lens[i]", L)
-    _validate.check_sizes(d_model, num_heads)
-    if threads is not None:
-        _validate.check_positive("threads", threads)
-    unknown = [p for p in paths if p not in TILED_MEMORY_PATHS]
-    if unknown:
-        raise ValueError(f"paths must be among {TILED_MEMORY_PATHS}; got {unknown}")
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
-    spec = {
-        "batch_size": batch_size,
-        "q_lens": list(q_lens),
-        "d_model": d_model,
-        "num_heads": num_heads,
-        "paths": list(paths),
-        "dtype": dtype,
-        "threads": threads,
-    }
+    spec = _memory_spec(
+        batch_size, q_lens, d_model, num_heads, paths, dtype, threads, TILED_MEMORY_PATHS
+    )
     return _run_child("_tiled_memory_child", spec, threads)
 
 
@@ -1206,3 +1172,36 @@ def kv_cache_peak_memory(
         "fills": [list(pair) for pair in fills],
     }
     return _run_child("_kv_cache_memory_child", spec, 1)
+
+
+def _memory_spec(
+    batch_size: int,
+    q_lens: Sequence[int],
+    d_model: int,
+    num_heads: int,
+    paths: Sequence[str],
+    dtype: str,
+    threads: int | None,
+    known: Sequence[str],
+) -> dict[str, Any]:
+    """The checked arguments of a memory measurement, as the child process reads them."""
+    _validate.check_positive("batch_size", batch_size)
+    for L in q_lens:
+        _validate.check_positive("q_lens[i]", L)
+    _validate.check_sizes(d_model, num_heads)
+    if threads is not None:
+        _validate.check_positive("threads", threads)
+    unknown = [p for p in paths if p not in known]
+    if unknown:
+        raise ValueError(f"paths must be among {tuple(known)}; got {unknown}")
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
+    return {
+        "batch_size": batch_size,
+        "q_lens": list(q_lens),
+        "d_model": d_model,
+        "num_heads": num_heads,
+        "paths": list(paths),
+        "dtype": dtype,
+        "threads": threads,
+    }
