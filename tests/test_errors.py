@@ -47,6 +47,7 @@ def with_value(a: np.ndarray, index: tuple[int, ...], value: float) -> np.ndarra
 P = init_params(D, H)
 Q = x(2, 3, D)
 KV = x(2, 4, D)
+TQKV = (torch.from_numpy(Q), torch.from_numpy(KV), torch.from_numpy(KV))
 
 
 def mha_call(
@@ -440,13 +441,19 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
         "layer_norm_eps_zero",
         fn_call("layer_norm", x(2, 3, D), eps=0.0),
         ValueError,
-        r"eps must be a positive number; got eps=0\.0",
+        r"eps must be positive and finite; got eps=0\.0",
+    ),
+    (
+        "layer_norm_eps_infinite",
+        fn_call("layer_norm", x(2, 3, D), eps=np.inf),
+        ValueError,
+        r"eps must be positive and finite; got eps=inf",
     ),
     (
         "layer_norm_eps_string",
         fn_call("layer_norm", x(2, 3, D), eps="1e-5"),
-        ValueError,
-        r"eps must be a positive number; got eps='1e-5'",
+        TypeError,
+        r"eps must be a real number \(int or float\); got str '1e-5'",
     ),
     (
         "layer_norm_weight_shape",
@@ -490,6 +497,120 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
         fn_call("attention_block", Q, P, ln_weight=np.ones(3)),
         ValueError,
         r"weight must have shape \(D,\) = \(8,\); got \(3,\)",
+    ),
+    # options: flags are bools, positive numbers finite and positive
+    (
+        "mha_need_weights_string",
+        mha_call(need_weights="no"),
+        TypeError,
+        re.escape("need_weights must be a bool; got str 'no'"),
+    ),
+    (
+        "mha_need_weights_none",
+        mha_call(need_weights=None),
+        TypeError,
+        re.escape("need_weights must be a bool; got NoneType None"),
+    ),
+    (
+        "mha_need_weights_int",
+        mha_call(need_weights=1),
+        TypeError,
+        re.escape("need_weights must be a bool; got int 1"),
+    ),
+    (
+        "key_padding_ragged_lengths",
+        fn_call("key_padding_mask", [[1, 2], [3]], 5),
+        TypeError,
+        r"lengths must be a 1-D sequence or (array|tensor) of integers; got list",
+    ),
+    # overflow: finite inputs whose results leave the dtype's range
+    (
+        "mha_inputs_1e30_overflow_the_scores",
+        mha_call(*(a.astype(np.float32) * 1e30 for a in (Q, KV, KV)), P.to_numpy(np.float32)),
+        ValueError,
+        r"multi_head_attention output overflowed (torch\.)?float32 although every input is "
+        r"finite: the scores Q K\^T / sqrt\(Dh\) reach .* in float64, beyond its largest "
+        r"finite value 3\.4e\+38",
+    ),
+    (
+        "mha_weights_1e20_overflow_the_scores",
+        mha_call(
+            *(a.astype(np.float32) for a in (Q, KV, KV)),
+            P.to_numpy(np.float32).map(lambda a: a * np.float32(1e20)),
+            need_weights=False,
+        ),
+        ValueError,
+        r"multi_head_attention output overflowed (torch\.)?float32 .*the scores",
+    ),
+    (
+        "mha_projections_overflow",
+        mha_call(
+            *(a.astype(np.float32) * 1e30 for a in (Q, KV, KV)),
+            P.to_numpy(np.float32).map(lambda a: a * np.float32(1e10)),
+        ),
+        ValueError,
+        r"overflowed (torch\.)?float32 .*: the projections x W \+ b reach",
+    ),
+    (
+        "mha_float64_overflow",
+        mha_call(Q * 1e160, KV * 1e160, KV * 1e160),
+        ValueError,
+        r"overflowed (torch\.)?float64 .*the scores Q K\^T / sqrt\(Dh\) reach inf in float64",
+    ),
+    (
+        "sdpa_scores_overflow",
+        sdpa_call(
+            x(3, 4, dtype=np.float32) * 1e20,
+            x(5, 4, dtype=np.float32) * 1e20,
+            x(5, 4).astype(np.float32),
+        ),
+        ValueError,
+        r"scaled_dot_product_attention output overflowed (torch\.)?float32 .*the scores",
+    ),
+    (
+        "layer_norm_variance_overflow",
+        fn_call("layer_norm", x(2, 3, D, dtype=np.float32) * 1e20),
+        ValueError,
+        r"x must have rows whose variance fits (torch\.)?float32: D \(max - min\)\^2 = .* "
+        r"reaches its largest finite value",
+    ),
+    (
+        "layer_norm_output_overflow",
+        fn_call("layer_norm", x(2, 3, D, dtype=np.float32), np.full(D, 3e38, dtype=np.float32)),
+        ValueError,
+        r"layer_norm output overflowed (torch\.)?float32 although every input is finite",
+    ),
+    # ambiguous masks
+    (
+        "mha_3d_mask_leading_size_is_both_b_and_h",
+        mha_call(mask=np.ones((2, 3, 4), dtype=bool)),
+        ValueError,
+        re.escape(
+            "mask of shape (2, 3, 4) is ambiguous: its leading size 2 equals both B and H. "
+            "Pass mask[:, None] (B, 1, L, S) for one mask per batch element, or mask[None] "
+            "(1, H, L, S) for one mask per head"
+        ),
+    ),
+    (
+        "mha_3d_mask_per_batch",
+        mha_call(x(3, 3, D), x(3, 4, D), x(3, 4, D), mask=np.ones((3, 3, 4), dtype=bool)),
+        ValueError,
+        re.escape(
+            "mask must broadcast to (B, H, L, S) = (3, 2, 3, 4); got shape (3, 3, 4). A 3-D "
+            "mask is read as (H, L, S), one per head; for one mask per batch element "
+            "(B, L, S) pass mask[:, None], shape (B, 1, L, S)"
+        ),
+    ),
+    (
+        "mha_2d_key_padding_mask",
+        mha_call(mask=np.ones((2, 4), dtype=bool)),
+        ValueError,
+        re.escape(
+            "mask must broadcast to (B, H, L, S) = (2, 2, 3, 4); got shape (2, 4). A 2-D mask "
+            "is read as (L, S), one row per query; for one row of keys per batch element "
+            "(B, S) use key_padding_mask(lengths, S) or mask[:, None, None, :], shape "
+            "(B, 1, 1, S)"
+        ),
     ),
 ]
 
@@ -556,6 +677,168 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         TypeError,
         r"lengths must be integers; got dtype torch\.bool",
     ),
+    # devices: inputs, parameters and mask on one device (meta tensors have no values)
+    (
+        "torch_mask_on_another_device",
+        lambda: torch_backend.multi_head_attention(
+            *TQKV, P.to_torch(), torch.ones(2, 1, 3, 4, dtype=torch.bool, device="meta")
+        ),
+        TypeError,
+        re.escape(
+            "mask must be on the device of query (cpu); got mask on meta (inputs, parameters "
+            "and mask must share one device)"
+        ),
+    ),
+    (
+        "torch_mask_on_another_device_fast_path",
+        lambda: torch_backend.multi_head_attention(
+            *TQKV,
+            P.to_torch(),
+            torch.ones(2, 1, 3, 4, dtype=torch.bool, device="meta"),
+            need_weights=False,
+        ),
+        TypeError,
+        r"mask must be on the device of query \(cpu\); got mask on meta",
+    ),
+    (
+        "torch_params_on_another_device",
+        lambda: torch_backend.multi_head_attention(*TQKV, P.to_torch(device="meta")),
+        TypeError,
+        r"params\.w_qkv must be on the device of query \(cpu\); got params\.w_qkv on meta",
+    ),
+    (
+        "torch_inputs_on_other_devices",
+        lambda: torch_backend.multi_head_attention(
+            TQKV[0], TQKV[1].to("meta"), TQKV[1].to("meta"), P.to_torch()
+        ),
+        TypeError,
+        r"key must be on the device of query \(cpu\); got key on meta",
+    ),
+    (
+        "torch_sdpa_value_on_another_device",
+        lambda: torch_backend.scaled_dot_product_attention(
+            torch.ones(3, 4), torch.ones(5, 4), torch.ones(5, 4, device="meta")
+        ),
+        TypeError,
+        r"value must be on the device of query \(cpu\); got value on meta",
+    ),
+    (
+        "torch_softmax_mask_on_another_device",
+        lambda: torch_backend.softmax(
+            torch.ones(3, 4), torch.ones(3, 4, dtype=torch.bool, device="meta")
+        ),
+        TypeError,
+        r"mask must be on the device of scores \(cpu\); got mask on meta",
+    ),
+    (
+        "torch_layer_norm_weight_on_another_device",
+        lambda: torch_backend.layer_norm(torch.ones(2, D), torch.ones(D, device="meta")),
+        TypeError,
+        r"weight must be on the device of x \(cpu\); got weight on meta",
+    ),
+    (
+        "torch_causal_mask_unknown_device",
+        lambda: torch_backend.causal_mask(3, device="nodevice"),
+        ValueError,
+        re.escape(
+            "device must name a torch device such as 'cpu', 'cuda:0' or 'meta'; "
+            "got device='nodevice'"
+        ),
+    ),
+    (
+        "torch_causal_mask_device_of_another_kind",
+        lambda: torch_backend.causal_mask(3, device=1.5),
+        TypeError,
+        r"device must be a torch\.device, a device name such as 'cpu', or None; got float 1\.5",
+    ),
+    (
+        "torch_key_padding_meta_lengths",
+        lambda: torch_backend.key_padding_mask(torch.tensor([1, 2], device="meta"), 3),
+        TypeError,
+        r"lengths must hold values; got a meta tensor",
+    ),
+    # tensors the backend cannot compute with
+    (
+        "torch_sparse_query",
+        lambda: torch_backend.multi_head_attention(
+            TQKV[0].to_sparse(), TQKV[1], TQKV[1], P.to_torch()
+        ),
+        TypeError,
+        re.escape(
+            "query must be a dense (strided) torch.Tensor; got layout torch.sparse_coo "
+            "(convert with query.to_dense())"
+        ),
+    ),
+    (
+        "torch_sparse_mask",
+        lambda: torch_backend.softmax(
+            torch.ones(3, 4), torch.ones(3, 4, dtype=torch.bool).to_sparse()
+        ),
+        TypeError,
+        r"mask must be a dense \(strided\) torch\.Tensor; got layout torch\.sparse_coo",
+    ),
+    (
+        "torch_sparse_csr_params",
+        lambda: torch_backend.multi_head_attention(
+            *TQKV, P.to_torch().map(lambda t: t.to_sparse_csr() if t.ndim == 2 else t)
+        ),
+        TypeError,
+        r"params\.w_qkv must be a dense \(strided\) torch\.Tensor; got layout "
+        r"torch\.sparse_csr",
+    ),
+    (
+        "torch_nested_query",
+        lambda: torch_backend.softmax(
+            torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)])
+        ),
+        TypeError,
+        r"scores must be a dense torch\.Tensor; got a nested tensor",
+    ),
+    (
+        "torch_need_weights_tensor",
+        lambda: torch_backend.multi_head_attention(
+            *TQKV, P.to_torch(), need_weights=torch.tensor([True, False])
+        ),
+        TypeError,
+        re.escape("need_weights must be a bool; got Tensor tensor([ True, False])"),
+    ),
+    (
+        "torch_layer_norm_tensor_eps",
+        lambda: torch_backend.layer_norm(torch.ones(2, D), eps=torch.tensor(1e-5)),
+        TypeError,
+        re.escape(
+            "eps must be a real number (int or float); got Tensor tensor(1.0000e-05); "
+            "pass eps.item()"
+        ),
+    ),
+    (
+        "torch_cpu_shortcuts_not_bool",
+        lambda: torch_backend.cpu_shortcuts("off").__enter__(),
+        TypeError,
+        re.escape("enabled must be a bool; got str 'off'"),
+    ),
+    # NumPy arrays whose arithmetic differs from a plain array's
+    (
+        "numpy_masked_array_query",
+        lambda: np_backend.multi_head_attention(np.ma.masked_invalid(Q), KV, KV, P),
+        TypeError,
+        r"query must be a plain numpy\.ndarray; got a numpy\.ma\.MaskedArray, whose masked "
+        r"entries would still be computed with",
+    ),
+    (
+        "numpy_masked_array_with_nan_under_the_mask",
+        lambda: np_backend.multi_head_attention(
+            np.ma.masked_invalid(with_value(Q, (0, 0, 0), np.nan)), KV, KV, P
+        ),
+        TypeError,
+        r"query must be a plain numpy\.ndarray; got a numpy\.ma\.MaskedArray",
+    ),
+    (
+        "numpy_matrix_scores",
+        lambda: np_backend.softmax(np.asmatrix(np.ones((3, 4)))),
+        TypeError,
+        r"scores must be a plain numpy\.ndarray; got a numpy\.matrix",
+    ),
     # sizes and parameters
     (
         "init_params_indivisible",
@@ -592,6 +875,82 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         lambda: init_params(8, 2, dtype=np.int32),
         TypeError,
         r"dtype must be float32 or float64; got dtype int32",
+    ),
+    (
+        "init_params_bias_not_bool",
+        lambda: init_params(8, 2, bias="no"),
+        TypeError,
+        re.escape("bias must be a bool; got str 'no'"),
+    ),
+    (
+        "init_params_float_seed",
+        lambda: init_params(8, 2, seed=1.5),
+        TypeError,
+        re.escape("seed must be an int; got float 1.5"),
+    ),
+    (
+        "init_params_string_seed",
+        lambda: init_params(8, 2, seed="abc"),
+        TypeError,
+        re.escape("seed must be an int; got str 'abc'"),
+    ),
+    (
+        "init_params_numpy_float_seed",
+        lambda: init_params(8, 2, seed=np.float64(3.0)),
+        TypeError,
+        re.escape("seed must be an int; got float64 np.float64(3.0)"),
+    ),
+    (
+        "init_params_tensor_seed",
+        lambda: init_params(8, 2, seed=torch.tensor(3)),
+        TypeError,
+        re.escape("seed must be an int; got Tensor tensor(3)"),
+    ),
+    (
+        "init_params_negative_seed",
+        lambda: init_params(8, 2, seed=-1),
+        ValueError,
+        re.escape("seed must be a non-negative int; got seed=-1"),
+    ),
+    (
+        "init_params_torch_dtype",
+        lambda: init_params(8, 2, dtype=torch.float32),
+        TypeError,
+        re.escape(
+            "dtype must be a NumPy dtype (float32 or float64); got torch.float32, a torch dtype "
+            "(convert afterwards with .to_torch(torch.float32))"
+        ),
+    ),
+    (
+        "init_params_unknown_dtype",
+        lambda: init_params(8, 2, dtype="float33"),
+        TypeError,
+        re.escape("dtype must be float32 or float64; got str 'float33'"),
+    ),
+    (
+        "params_to_numpy_integer_dtype",
+        lambda: P.to_numpy(np.int32),
+        TypeError,
+        re.escape("dtype must be float16 or float32 or float64; got dtype int32"),
+    ),
+    (
+        "params_to_torch_numpy_dtype",
+        lambda: P.to_torch(np.float32),
+        TypeError,
+        r"dtype must be a floating torch\.dtype or None; got the type numpy\.float32",
+    ),
+    (
+        "params_to_torch_unknown_device",
+        lambda: P.to_torch(device="nodevice"),
+        ValueError,
+        r"device must name a torch device such as 'cpu', 'cuda:0' or 'meta'; got "
+        r"device='nodevice'",
+    ),
+    (
+        "params_head_not_an_int",
+        lambda: P.head(1.0),
+        TypeError,
+        re.escape("h must be an int; got float 1.0"),
     ),
     (
         "params_w_qkv_shape",
@@ -742,6 +1101,83 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         r"add_zero_attn=True",
     ),
     (
+        "module_float_seed",
+        lambda: mha.MultiHeadAttention(8, 2, seed=0.5),
+        TypeError,
+        re.escape("seed must be an int; got float 0.5"),
+    ),
+    (
+        "module_bias_not_bool",
+        lambda: mha.MultiHeadAttention(8, 2, "yes"),
+        TypeError,
+        re.escape("bias must be a bool; got str 'yes'"),
+    ),
+    (
+        "module_unknown_device",
+        lambda: mha.MultiHeadAttention(8, 2, device="nodevice"),
+        ValueError,
+        r"device must name a torch device such as 'cpu', 'cuda:0' or 'meta'; got "
+        r"device='nodevice'",
+    ),
+    (
+        "module_need_weights_not_bool",
+        lambda: mha.MultiHeadAttention(8, 2)(torch.ones(1, 2, 8), need_weights="yes"),
+        TypeError,
+        re.escape("need_weights must be a bool; got str 'yes'"),
+    ),
+    (
+        "to_torch_mha_none",
+        lambda: mha.to_torch_mha(None),
+        TypeError,
+        r"source must be a mha\.MultiHeadAttention or MHAParams; got NoneType",
+    ),
+    (
+        "to_torch_mha_string",
+        lambda: mha.to_torch_mha("params"),
+        TypeError,
+        r"source must be a mha\.MultiHeadAttention or MHAParams; got str",
+    ),
+    (
+        "to_torch_mha_torch_module",
+        lambda: mha.to_torch_mha(nn.MultiheadAttention(D, H)),
+        TypeError,
+        r"source must be a mha\.MultiHeadAttention or MHAParams; got a "
+        r"torch\.nn\.MultiheadAttention, which is PyTorch's module already \(from_torch_mha "
+        r"converts it to this package's\)",
+    ),
+    (
+        "to_torch_mha_batch_first_not_bool",
+        lambda: mha.to_torch_mha(P, batch_first="yes"),
+        TypeError,
+        re.escape("batch_first must be a bool; got str 'yes'"),
+    ),
+    (
+        "from_torch_mha_dropout",
+        lambda: mha.from_torch_mha(nn.MultiheadAttention(D, H, dropout=0.5)),
+        ValueError,
+        re.escape(
+            "m must have dropout=0.0: MultiHeadAttention has no attention dropout, so in "
+            "training mode it would compute another map; got dropout=0.5 (set m.dropout = 0.0 "
+            "to convert the map m computes in eval mode)"
+        ),
+    ),
+    (
+        "from_torch_mha_float16",
+        lambda: mha.from_torch_mha(nn.MultiheadAttention(D, H, dtype=torch.float16)),
+        TypeError,
+        r"m must have a floating dtype \(torch\.float64, torch\.float32, torch\.bfloat16\); "
+        r"got m\.in_proj_weight\.dtype torch\.float16 \(convert with m\.to\(torch\.float32\)\)",
+    ),
+    (
+        "from_torch_mha_one_bias",
+        lambda: mha.from_torch_mha(_without_out_proj_bias(nn.MultiheadAttention(D, H))),
+        ValueError,
+        re.escape(
+            "m must have both biases or neither (in_proj_bias and out_proj.bias); got "
+            "in_proj_bias=present, out_proj.bias=None"
+        ),
+    ),
+    (
         "to_torch_attn_mask_float",
         lambda: mha.to_torch_attn_mask(torch.zeros(3, 3), H),
         TypeError,
@@ -766,12 +1202,65 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         r"mask head dimension must be 1 or num_heads=2; got shape \(1, 3, 3, 3\)",
     ),
     (
+        "to_torch_attn_mask_zero_q_len",
+        lambda: mha.to_torch_attn_mask(torch.ones(1, 4, dtype=torch.bool), H, q_len=0),
+        ValueError,
+        re.escape("q_len must be positive; got q_len=0"),
+    ),
+    (
+        "to_torch_attn_mask_q_len_mismatch",
+        lambda: mha.to_torch_attn_mask(torch.ones(1, 1, 3, 4, dtype=torch.bool), H, q_len=5),
+        ValueError,
+        re.escape("mask query dimension must be 1 or q_len=5; got shape (1, 1, 3, 4)"),
+    ),
+    (
+        "to_torch_attn_mask_2d_q_len_mismatch",
+        lambda: mha.to_torch_attn_mask(torch.ones(3, 4, dtype=torch.bool), H, q_len=5),
+        ValueError,
+        re.escape("mask query dimension must be 1 or q_len=5; got shape (3, 4)"),
+    ),
+    (
+        "to_torch_attn_mask_negative_batch",
+        lambda: mha.to_torch_attn_mask(torch.ones(1, 1, 1, 4, dtype=torch.bool), H, batch_size=-1),
+        ValueError,
+        re.escape("batch_size must be positive; got batch_size=-1"),
+    ),
+    (
+        "to_torch_attn_mask_float_batch",
+        lambda: mha.to_torch_attn_mask(torch.ones(1, 1, 1, 4, dtype=torch.bool), H, batch_size=2.0),
+        TypeError,
+        re.escape("batch_size must be an int; got float 2.0"),
+    ),
+    (
+        "to_torch_attn_mask_batch_mismatch",
+        lambda: mha.to_torch_attn_mask(torch.ones(2, 1, 1, 4, dtype=torch.bool), H, batch_size=3),
+        ValueError,
+        re.escape("mask batch dimension must be 1 or batch_size=3; got shape (2, 1, 1, 4)"),
+    ),
+    (
+        "to_torch_attn_mask_kv_len_mismatch",
+        lambda: mha.to_torch_attn_mask(torch.ones(2, 2, 3, 4, dtype=torch.bool), H, kv_len=5),
+        ValueError,
+        re.escape("mask key dimension must be 1 or kv_len=5; got shape (2, 2, 3, 4)"),
+    ),
+    (
+        "to_torch_attn_mask_sparse",
+        lambda: mha.to_torch_attn_mask(torch.ones(3, 4, dtype=torch.bool).to_sparse(), H),
+        TypeError,
+        r"mask must be a dense \(strided\) torch\.Tensor; got layout torch\.sparse_coo",
+    ),
+    (
         "to_torch_attn_mask_zero_heads",
         lambda: mha.to_torch_attn_mask(torch.ones(3, 3, dtype=torch.bool), 0),
         ValueError,
         r"num_heads must be positive; got num_heads=0",
     ),
 ]
+
+
+def _without_out_proj_bias(m: nn.MultiheadAttention) -> nn.MultiheadAttention:
+    m.out_proj.bias = None
+    return m
 
 
 @pytest.mark.parametrize(

@@ -323,15 +323,15 @@ def test_loss_and_pruning_errors():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"),
+    ("kwargs", "error", "match"),
     [
-        (dict(steps=0), r"steps must be a positive int; got steps=0"),
-        (dict(eval_every=1.5), r"eval_every must be a positive int; got eval_every=1.5"),
-        (dict(lr=0.0), r"lr must be positive; got lr=0.0"),
+        (dict(steps=0), ValueError, r"steps must be positive; got steps=0"),
+        (dict(eval_every=1.5), TypeError, r"eval_every must be an int; got float 1.5"),
+        (dict(lr=0.0), ValueError, r"lr must be positive; got lr=0.0"),
     ],
 )
-def test_train_config_errors(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_train_config_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
         replace(SMALL, **kwargs)
 
 
@@ -352,8 +352,8 @@ def test_train_runs_gives_each_config_its_own_run_in_order():
     [
         ([], None, ValueError, "configs must hold at least one TrainConfig; got none"),
         ([SMALL, "cfg"], None, TypeError, r"configs\[1\] must be a TrainConfig; got str"),
-        ([SMALL], 0, ValueError, "processes must be a positive int; got processes=0"),
-        ([SMALL], 1.5, ValueError, "processes must be a positive int; got processes=1.5"),
+        ([SMALL], 0, ValueError, "processes must be positive; got processes=0"),
+        ([SMALL], 1.5, TypeError, "processes must be an int; got float 1.5"),
     ],
 )
 def test_train_runs_rejects_bad_arguments(configs, processes, error, match):

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from mha import _linalg
+from mha import _linalg, _validate
 from mha.rank import numerical_rank
 
 
@@ -41,8 +41,7 @@ def centering_matrix(n: int) -> np.ndarray:
     Raises:
         ValueError: if ``n`` is not a positive int.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int; got {n!r}")
+    _validate.check_positive("n", n)
     return np.eye(n) - np.full((n, n), 1.0 / n)
 
 
@@ -189,8 +188,7 @@ def bhojanapalli_projections(
     """
     x = _linalg.as_matrix("x", x)
     p = check_attention_target(target)
-    if isinstance(d_head, bool) or not isinstance(d_head, int):
-        raise TypeError(f"d_head must be an int; got {type(d_head).__name__} {d_head!r}")
+    _validate.check_int("d_head", d_head)
     N = x.shape[0]
     if p.shape[0] != N:
         raise ValueError(f"target must be ({N}, {N}) for x with N={N} rows; got {p.shape}")
@@ -256,8 +254,7 @@ def centred_logit_floor(target: Any, d_head: int) -> float:
     Raises:
         ValueError: if ``d_head`` is negative, or as :func:`check_attention_target`.
     """
-    if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head < 0:
-        raise ValueError(f"d_head must be a non-negative int; got {d_head!r}")
+    _validate.check_at_least("d_head", d_head, 0)
     s = _linalg.svdvals(centred_log(target))
     return float(np.sqrt(np.sum(s[d_head:] ** 2)))
 
@@ -380,8 +377,7 @@ def _fit(
     if goals.shape[1] != N:
         raise ValueError(f"target must be (N, N) with N = x.shape[0] = {N}; got {goals.shape[1:]}")
     for name, value in [("steps", steps)] + [("d_head", d) for d in d_heads]:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {value!r}")
+        _validate.check_positive(name, value)
     K, width = len(d_heads), max(d_heads)
     rng = np.random.default_rng(seed)
     init = np.zeros((K, 2, D, width))
@@ -438,8 +434,7 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
             f"targets must have shape (K, N, N) with 1 <= K <= 8; got {np.shape(targets)}"
         )
     for name, value in (("num_heads", num_heads), ("d_head", d_head)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {value!r}")
+        _validate.check_positive(name, value)
     logs = np.stack([centred_log(t) for t in targets])  # (K, N, N)
 
     def group_error(group: tuple[int, ...]) -> float:
@@ -571,10 +566,8 @@ def offset_head(n: int, offset: int, gap: float) -> tuple[np.ndarray, np.ndarray
         ValueError: if ``n`` is not an int >= 2, or ``gap`` is not positive and finite.
         TypeError: if ``offset`` is not an int.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ValueError(f"n must be an int >= 2; got {n!r}")
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int; got {type(offset).__name__} {offset!r}")
+    _validate.check_at_least("n", n, 2)
+    _validate.check_int("offset", offset)
     if not (np.isfinite(gap) and gap > 0):
         raise ValueError(f"gap must be positive and finite; got {gap!r}")
     theta = np.pi / n
@@ -609,8 +602,7 @@ def truncated_centred_log(target: Any, d_head: int) -> np.ndarray:
         ValueError: if ``d_head`` is not a non-negative int, or as
             :func:`check_attention_target`.
     """
-    if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head < 0:
-        raise ValueError(f"d_head must be a non-negative int; got {d_head!r}")
+    _validate.check_at_least("d_head", d_head, 0)
     u, s, vt = np.linalg.svd(centred_log(target))
     return (u[:, :d_head] * s[:d_head]) @ vt[:d_head]  # (N, Dh) @ (Dh, N)
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from mha import _validate
+from mha._np_checks import numpy_float_dtype
 
 
 def _is_torch_dtype(dtype: Any) -> bool:
@@ -39,14 +40,17 @@ class KVCache:
         capacity: the most positions the cache can hold.
         dtype: ``np.float32``/``np.float64`` for NumPy buffers, or a floating
             ``torch.dtype`` for PyTorch buffers.
-        device: where PyTorch buffers live (ignored for NumPy).
+        device: where PyTorch buffers live (``None`` for the default); NumPy buffers live on
+            the CPU (``None`` or ``"cpu"``).
 
     Shape:
         :attr:`keys` and :attr:`values` ``(B, H_kv, S, Dh)``, ``S`` = :attr:`length`.
 
     Raises:
-        ValueError: if a size is not positive.
-        TypeError: if a size is not an int, or ``dtype`` is not a floating dtype.
+        ValueError: if a size is not positive, or ``device`` names no device available here
+            or one other than the CPU for NumPy buffers.
+        TypeError: if a size is not an int, ``dtype`` is not a floating dtype, or ``device``
+            is not a device or a name.
     """
 
     def __init__(
@@ -65,24 +69,23 @@ class KVCache:
             ("d_head", d_head),
             ("capacity", capacity),
         ):
-            _validate.check_int(name, value)
-            if value <= 0:
-                raise ValueError(f"{name} must be positive; got {name}={value}")
+            _validate.check_positive(name, value)
         shape = (batch_size, num_kv_heads, capacity, d_head)
         if _is_torch_dtype(dtype):
             import torch
 
             if not dtype.is_floating_point:
                 raise TypeError(f"dtype must be a floating dtype; got dtype {dtype}")
+            device = _validate.check_device("device", device)
             self._k = torch.empty(shape, dtype=dtype, device=device)
             self._v = torch.empty(shape, dtype=dtype, device=device)
         else:
-            try:
-                np_dtype = np.dtype(dtype)
-            except TypeError as error:
-                raise TypeError(f"dtype must be a floating dtype; got {dtype!r}") from error
-            if np_dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-                raise TypeError(f"dtype must be float32 or float64; got dtype {np_dtype}")
+            if device is not None and str(device) != "cpu":
+                raise ValueError(
+                    "device must be None or 'cpu' for NumPy buffers (pass a torch dtype for "
+                    f"PyTorch buffers elsewhere); got device={device!r} with dtype {dtype!r}"
+                )
+            np_dtype = numpy_float_dtype("dtype", dtype, (np.float32, np.float64))
             self._k = np.empty(shape, dtype=np_dtype)
             self._v = np.empty(shape, dtype=np_dtype)
         self._length = 0

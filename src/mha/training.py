@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha import detectors, packing, tasks, torch_backend
+from mha import _validate, detectors, packing, tasks, torch_backend
 from mha._linalg import one_thread
 from mha.module import MultiHeadAttention
 from mha.params import MHAParams
@@ -151,10 +151,7 @@ class AttentionOnlyTransformer(nn.Module):
             ("max_len", max_len),
             ("num_layers", num_layers),
         ):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
-            if value <= 0:
-                raise ValueError(f"{name} must be positive; got {name}={value}")
+            _validate.check_positive(name, value)
         gen = torch.Generator().manual_seed(seed)
         scale = 1.0 / math.sqrt(d_model)
 
@@ -395,8 +392,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "eval_every", "eval_size", "batch_size"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int; got {name}={value!r}")
+            _validate.check_positive(name, value)
         if not self.lr > 0:
             raise ValueError(f"lr must be positive; got lr={self.lr}")
 
@@ -588,8 +584,7 @@ def train_runs(
             raise TypeError(f"configs[{i}] must be a TrainConfig; got {type(config).__name__}")
     if processes is None:
         processes = min(len(configs), os.cpu_count() or 1)
-    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        raise ValueError(f"processes must be a positive int; got processes={processes!r}")
+    _validate.check_positive("processes", processes)
     if processes == 1:
         return [train(config) for config in configs]
     # Workers are spawned (a fresh interpreter each), never forked from a process whose
