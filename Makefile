@@ -40,6 +40,7 @@ lab: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
 	$(BIN)/python scripts/bench_tiled.py
+	$(BIN)/python scripts/bench_decode.py
 
 clean:
 	rm -rf _build .pytest_cache test-artifacts

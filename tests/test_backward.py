@@ -301,3 +301,37 @@ def test_backward_functions_reject_bad_arguments() -> None:
         G.multi_head_attention((), x)
     with pytest.raises(ValueError, match="weight must have shape"):
         G.linear(x, np.zeros(4), x)
+
+
+@pytest.mark.parametrize("form", G.BACKWARD_FORMS)
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_compare_with_autograd_reports_every_gradient_within_its_tolerance(form, self_attention):
+    params, query, key, value, d_out = layer_inputs(
+        2, 5, 5 if self_attention else 7, 8, 2, dtype=np.float64, bias=True, seed=3,
+        self_attention=self_attention,
+    )  # fmt: skip
+    mask = np_backend.causal_mask(5) if self_attention else np_backend.key_padding_mask([0, 6], 7)
+    checks = G.compare_with_autograd(
+        query, key, value, params, d_out, mask, form=form, block_q=2, block_kv=3
+    )
+    inputs = ["d inputs"] if self_attention else ["d query", "d key", "d value"]
+    assert list(checks) == [*inputs, "d w_qkv", "d w_o", "d b_qkv", "d b_o"]
+    for name, check in checks.items():
+        assert check.within and 0 <= check.used <= 1, name
+        assert check.largest > 0 and check.relative == check.difference / check.largest
+
+
+def test_compare_with_autograd_leaves_out_missing_biases_and_sums_a_repeated_input() -> None:
+    params, query, key, _, d_out = layer_inputs(
+        1, 4, 6, 8, 2, dtype=np.float32, bias=False, seed=4, self_attention=False
+    )
+    checks = G.compare_with_autograd(query, key, key, params, d_out)  # key is value
+    assert list(checks) == ["d query", "d key", "d w_qkv", "d w_o"]
+    assert all(c.within for c in checks.values())
+
+
+def test_a_gradient_check_fails_outside_its_tolerance() -> None:
+    ours, theirs = np.array([1.0, 2.0]), np.array([1.0, 2.5])
+    check = G._check_against(ours, theirs, np.array([0.1, 0.1]))
+    assert not check.within and check.used == pytest.approx(5.0)
+    assert check.difference == 0.5 and check.largest == 2.5  # exact: 2.5 - 2.0 in binary

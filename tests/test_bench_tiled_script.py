@@ -28,6 +28,8 @@ def test_bench_tiled_prints_memory_sweep_and_backward_targets():
     for path in ("numpy tiled backward", "sdpa", "numpy", "numpy backward"):
         assert re.search(rf"^{path}\s+{number}\s+{number}\s*$", out, re.M), (path, out)
     assert re.search(r"naive path needs \d+\.\d+ GiB .*; > 4 GiB (ok|MISS)$", out, re.M), out
+    assert re.search(rf"^  naive with Q scaled and O divided once: {number} ms", out, re.M), out
+    assert re.search(rf"^  PyTorch scaled_dot_product_attention: {number} ms", out, re.M), out
     for blocks in ("16x16", "32x64"):
         assert re.search(rf"^tiled {blocks}\s+{number}\s+{number}$", out, re.M), out
     assert re.search(

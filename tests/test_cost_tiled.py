@@ -47,13 +47,31 @@ def test_tiled_io_counted_in_a_run_equals_the_model(L, S, Dh, block_q, block_kv,
     Dh=st.integers(1, 6),
     block_q=st.integers(1, 35),
     block_kv=st.integers(1, 35),
+    softmax_rows=st.one_of(st.none(), st.integers(1, 35)),
 )
-def test_three_pass_io_counted_in_a_run_equals_the_model(L, S, Dh, block_q, block_kv):
+def test_three_pass_io_counted_in_a_run_equals_the_model(L, S, Dh, block_q, block_kv, softmax_rows):
     q, k, v = qkv((L, Dh), (S, Dh), seed=L + S)
     io = collections.Counter()
-    tiled.three_pass_attention(q, k, v, block_q=block_q, block_kv=block_kv, io_counter=io)
-    model = cost.naive_attention_io(L, S, Dh, blocks=(block_q, block_kv))
+    tiled.three_pass_attention(q, k, v, block_q=block_q, block_kv=block_kv,
+                               softmax_rows=softmax_rows, io_counter=io)  # fmt: skip
+    model = cost.naive_attention_io(L, S, Dh, blocks=(block_q, block_kv), softmax_rows=softmax_rows)
     assert (io["read"], io["write"]) == (model.reads, model.writes)
+
+
+@pytest.mark.parametrize("fast_memory", [300, 2**12, 2**15])
+def test_three_pass_io_from_fast_memory_equals_a_run_with_the_rows_that_fit(fast_memory):
+    L, Dh = 200, 16
+    q, k, v = qkv((L, Dh), (L, Dh), seed=fast_memory)
+    blocks = cost.tiled_block_sizes(Dh, fast_memory)
+    rows = cost.naive_softmax_rows(L, fast_memory)
+    assert rows == (None if fast_memory < L + 2 else fast_memory // (L + 2))
+    io = collections.Counter()
+    tiled.three_pass_attention(q, k, v, block_q=blocks[0], block_kv=blocks[1],
+                               softmax_rows=rows, io_counter=io)  # fmt: skip
+    model = cost.naive_attention_io(L, L, Dh, fast_memory)
+    assert (io["read"], io["write"]) == (model.reads, model.writes)
+    extra = model.total - cost.tiled_attention_io(L, L, Dh, fast_memory).total
+    assert extra == (4 if rows else 5) * L * L - L  # scores read once when a row fits
 
 
 def test_a_causal_mask_array_skips_the_same_tiles_as_the_causal_flag() -> None:
@@ -131,9 +149,20 @@ def test_tiled_io_falls_as_one_over_m_and_follows_the_flash_bound() -> None:
         io = cost.tiled_attention_io(N, N, d, M)
         ratios.append(io.total / cost.flash_io_bound(N, N, d, M))
         assert cost.naive_attention_io(N, N, d, M).total > 3 * N * N  # about flat in M
-    # Theta(N^2 d^2 / M) with Br ~ M / (3d): about 6 (1 + 2 d^2 / M), plus the rounding up
-    # of N / Br to whole blocks.
-    assert all(6 <= r <= 9 for r in ratios)
+    # Theta(N^2 d^2 / M) with Br = (M - 2 d^2) / (3 d + 2): about
+    # 6 (1 + 2 / (3 d)) M / (M - 2 d^2), plus the rounding up of N / Br to whole blocks.
+    for M, r in zip((2**15, 2**16, 2**17, 2**18), ratios, strict=True):
+        approx = 6 * (1 + 2 / (3 * d)) * M / (M - 2 * d * d)
+        block_q, _ = cost.tiled_block_sizes(d, M)
+        rounding = 2 * (math.ceil(N / block_q) - N / block_q) * M / (N * d)  # whole blocks
+        edges = (2 * N * d + N) * M / (N * N * d * d)  # Q read and O, lse written once
+        assert approx <= r <= approx * (1 + 3 * d / M) + rounding + edges + 1e-9
+
+
+def test_tiled_io_ratio_tends_to_six_for_long_rows_and_a_large_fast_memory() -> None:
+    N, d, M = 2**22, 128, 2**24  # M = 1024 d^2, N / Br about 97
+    ratio = cost.tiled_attention_io(N, N, d, M).total / cost.flash_io_bound(N, N, d, M)
+    assert 6 < ratio < 6.2
 
 
 def test_io_functions_reject_bad_arguments() -> None:
@@ -145,6 +174,12 @@ def test_io_functions_reject_bad_arguments() -> None:
         cost.tiled_attention_io(4, 4, 2, blocks=(2, 0))
     with pytest.raises(TypeError, match="q_len must be an int"):
         cost.flash_io_bound(4.0, 4, 2, 100)
+    with pytest.raises(ValueError, match="softmax_rows goes with blocks, not fast_memory"):
+        cost.naive_attention_io(4, 4, 2, 100, softmax_rows=2)
+    with pytest.raises(ValueError, match="softmax_rows must be positive; got softmax_rows=0"):
+        cost.naive_attention_io(4, 4, 2, blocks=(2, 2), softmax_rows=0)
+    with pytest.raises(ValueError, match="fast_memory must be positive"):
+        cost.naive_softmax_rows(4, 0)
 
 
 def test_time_tiled_times_every_implementation_in_a_child() -> None:
@@ -152,6 +187,8 @@ def test_time_tiled_times_every_implementation_in_a_child() -> None:
                             repeat=2, min_time=1e-3)  # fmt: skip
     assert set(times) == {
         "naive",
+        "naive, deferred",
+        "sdpa",
         "tiled 8x16",
         "tiled 32x32",
         "layer forward",
@@ -161,6 +198,9 @@ def test_time_tiled_times_every_implementation_in_a_child() -> None:
         "layer backward, tiled",
     }
     assert all(t > 0 for t in times.values())
+    only_layer = measure.time_tiled(1, 16, 8, 2, blocks=[], backward=True, attention=False,
+                                 repeat=1, min_time=1e-3)  # fmt: skip
+    assert set(only_layer) == {name for name in times if name.startswith("layer")}
 
 
 def test_tiled_measurements_reject_bad_arguments() -> None:

@@ -954,15 +954,15 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "params_w_qkv_shape",
-        lambda: MHAParams(np.ones((4, 8)), np.ones((4, 4)), None, None, 2),
+        lambda: MHAParams(np.ones((4, 7)), np.ones((4, 4)), None, None, 2),
         ValueError,
-        r"w_qkv must have shape \(D, 3D\); got \(4, 8\)",
+        r"w_qkv must have shape \(D, D \+ 2 H_kv Dh\) with Dh = 2; got \(4, 7\)",
     ),
     (
         "params_w_qkv_rank",
         lambda: MHAParams(np.ones(12), np.ones((4, 4)), None, None, 2),
         ValueError,
-        r"w_qkv must have shape \(D, 3D\); got \(12,\)",
+        r"w_qkv must have shape \(D, D \+ 2 H_kv Dh\); got \(12,\)",
     ),
     (
         "params_w_o_shape",
@@ -974,7 +974,7 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         "params_b_qkv_shape",
         lambda: MHAParams(np.ones((4, 12)), np.ones((4, 4)), np.ones(8), None, 2),
         ValueError,
-        r"b_qkv must have shape \(3D,\) = \(12,\); got \(8,\)",
+        r"b_qkv must have shape \(D \+ 2 H_kv Dh,\) = \(12,\); got \(8,\)",
     ),
     (
         "params_b_o_shape",
@@ -1016,7 +1016,8 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         "from_qkv_weight_shape",
         lambda: MHAParams.from_qkv(np.eye(4), np.ones((4, 2)), np.eye(4), np.eye(4), 2),
         ValueError,
-        r"w_k must have the shape of w_o \(4, 4\); got \(4, 2\)",
+        r"w_k and w_v must have one shape \(D, H_kv Dh\) with the rows of w_q; got "
+        r"w_q \(4, 4\), w_k \(4, 2\), w_v \(4, 4\)",
     ),
     (
         "params_head_out_of_range",

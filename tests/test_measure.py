@@ -188,3 +188,31 @@ def test_interleaved_times_rejects_bad_arguments():
         measure.interleaved_times({}, 1, warmup=-1)
     with pytest.raises(ValueError, match="clock must be one of"):
         measure.interleaved_times({}, 1, clock="gpu")
+
+
+def test_decode_times_reports_cached_and_uncached_seconds_per_token():
+    from mha.training import AttentionOnlyTransformer
+
+    model = AttentionOnlyTransformer(16, 80, 16, 4, 2, num_kv_heads=2)
+    times = measure.decode_times(model, [8, 64], steps=2, repeat=2)
+    assert set(times) == {"cached", "uncached"}
+    assert all(len(v) == 2 and min(v) > 0 for v in times.values())
+    # recomputing 65 positions costs more than one cached step at the same length
+    assert times["uncached"][1] > times["cached"][1]
+
+
+def test_decode_times_rejects_contexts_past_the_positional_embedding():
+    from mha.training import AttentionOnlyTransformer
+
+    model = AttentionOnlyTransformer(16, 10, 16, 4, 2)
+    with pytest.raises(ValueError, match=r"context_lens\[1\] \+ steps must stay within max_len=10"):
+        measure.decode_times(model, [4, 8], steps=4)
+    with pytest.raises(ValueError, match="steps must be positive"):
+        measure.decode_times(model, [4], steps=0)
+
+
+def test_cached_step_times_times_each_number_of_key_value_heads():
+    times = measure.cached_step_times(32, 4, [4, 1], 64, steps=2)
+    assert sorted(times) == [1, 4] and min(times.values()) > 0
+    with pytest.raises(ValueError, match="num_kv_heads must divide num_heads"):
+        measure.cached_step_times(32, 4, [3], 64)

@@ -135,3 +135,82 @@ def test_layer_diagram_labels_every_arrow_and_colours_each_head() -> None:
     assert fig.layout.width is None and fig.layout.autosize
     with pytest.raises(ValueError, match="num_heads must be at most 6 to draw; got num_heads=7"):
         plotting.layer_diagram(num_heads=7)
+
+
+# ---- line charts and the tile figure ------------------------------------------------------
+
+
+def test_lines_put_the_legend_below_and_label_log_axes_by_powers_of_ten() -> None:
+    fig = plotting.lines(
+        [256, 512, 1024], {"measured": [1.0, 2.0, 4.0], "model": [1.1, 2.1, 4.1]},
+        title="t", xaxis_title="N", yaxis_title="MiB", log_x=True, log_y=True,
+        x_ticks=[256, 512, 1024], dashed=["model"],
+    )  # fmt: skip
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.y < 0
+    assert fig.layout.width is None and fig.layout.autosize
+    assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.tickvals) == [256, 512, 1024]
+    assert list(fig.layout.xaxis.ticktext) == ["256", "512", "1,024"]
+    assert fig.layout.yaxis.dtick == 1 and fig.layout.yaxis.exponentformat == "power"
+    measured, model = fig.data
+    assert measured.mode == "lines+markers" and model.line.dash == "dash"
+    assert measured.line.color == plotting.OKABE_ITO[0]
+
+
+@pytest.mark.parametrize(
+    ("series", "dashed", "match"),
+    [
+        ({}, (), "series must hold at least one curve"),
+        ({"a": [1.0]}, (), r"series 'a' must have one value per x \(2\); got 1"),
+        ({"a": [1.0, 2.0]}, ("b",), "dashed must name series"),
+    ],
+)
+def test_lines_reject_bad_series(series, dashed, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        plotting.lines([1, 2], series, title="t", xaxis_title="x", yaxis_title="y", dashed=dashed)
+
+
+def tile_trace(L=10, S=10, Br=4, Bc=3, causal=True):
+    from mha import tiled
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((n, 4)) for n in (L, S, S))
+    steps = []
+    tiled.attention(q, k, v, causal=causal, block_q=Br, block_kv=Bc, trace=steps)
+    return steps
+
+
+def test_tile_steps_has_one_slider_step_per_tile_with_the_tiles_drawn_as_rectangles() -> None:
+    steps = tile_trace()
+    fig = plotting.tile_steps(steps, 10, 10, title="tiles<br>L = S = 10")
+    (slider,) = fig.layout.sliders
+    assert len(slider.steps) == len(steps) == 12
+    assert fig.layout.title.text == "tiles<br>L = S = 10" and fig.layout.width is None
+    assert fig.layout.legend.orientation == "h"
+    assert [t.name for t in fig.data[2:]] == list(plotting.TILE_STATUSES)
+    for step, tile in zip(slider.steps, steps, strict=True):
+        data, layout, traces = step.args
+        assert list(traces) == [0, 1]
+        shapes = layout["shapes"]
+        assert len(shapes) == 12 + 1  # every tile, and the live one outlined
+        live = shapes[-1]
+        assert (live["x0"], live["x1"]) == (tile.kv_block[0] - 0.5, tile.kv_block[1] - 0.5)
+        assert (live["y0"], live["y1"]) == (tile.q_block[0] - 0.5, tile.q_block[1] - 0.5)
+        assert ("skipped" in layout["annotations"][0]["text"]) == (not tile.computed)
+    last_grid = np.array(slider.steps[-1].args[0]["z"][0])
+    skipped = [t for t in steps if not t.computed]
+    assert len(skipped) == 3
+    for t in skipped:  # whole tiles above the diagonal
+        assert np.all(last_grid[slice(*t.q_block), slice(*t.kv_block)] == 3)
+    assert np.all(last_grid[np.triu_indices(10, 1)] >= 3)  # skipped or masked: j > i
+    stats = slider.steps[-1].args[0]["text"][1]
+    assert len(stats) == 10 and len(stats[0]) == 3 + 4  # m, l, rescale and 4 of the acc
+    assert list(fig.data[1].x) == ["m", "ℓ", "rescale", "õ1", "õ2", "õ3", "õ4"]
+    first_rescale = slider.steps[0].args[0]["text"][1][0][2]
+    assert first_rescale == "0.00"  # nothing was attended before the first tile
+
+
+def test_tile_steps_rejects_bad_steps() -> None:
+    with pytest.raises(ValueError, match="steps must hold at least one tile step"):
+        plotting.tile_steps([], 4, 4, title="t")
+    with pytest.raises(ValueError, match=r"steps\[4\] must be a tile of one head inside"):
+        plotting.tile_steps(tile_trace(), 5, 10, title="t")

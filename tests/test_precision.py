@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from mha import precision as P
+from mha import tiled
+from mha.tolerance import assert_close
 
 TORCH_LOW = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -79,3 +81,68 @@ def test_precision_functions_reject_bad_arguments() -> None:
         P.sequential_sum([1.0], torch.float16)
     with pytest.raises(ValueError, match="values must have shape"):
         P.sequential_sum(torch.tensor(1.0), torch.float16)
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
+def test_pairwise_sum_of_ones_is_exact_where_a_running_sum_stalls(dtype) -> None:
+    n = int(4 * P.running_sum_limit(dtype))  # every partial sum a power of two: exact
+    ones = torch.ones(n)
+    assert float(P.pairwise_sum(ones, dtype)) == n
+    assert float(P.sequential_sum(ones, dtype)) == P.running_sum_limit(dtype)
+
+
+def test_pairwise_sum_rounds_each_level_to_the_format() -> None:
+    x = torch.tensor([1.0, 2.0**-11, 3.0, 5.0, 7.0])  # odd length: the last term is carried
+    assert float(P.pairwise_sum(x, torch.float64)) == 16.0 + 2.0**-11  # exact: float64 holds it
+    assert float(P.pairwise_sum(x, torch.float16)) == 16.0  # exact: 1 + 2^-11 rounds to 1
+    rows = torch.ones(3, 7)
+    assert P.pairwise_sum(rows, torch.float16).tolist() == [7.0, 7.0, 7.0]
+
+
+def test_pairwise_float16_sum_differs_from_a_float32_accumulation_on_random_data() -> None:
+    x = torch.from_numpy(np.random.default_rng(2).uniform(0, 1, 4096)).to(torch.float16)
+    exact = float(x.double().sum())  # float64 holds every partial sum of these float16 numbers
+    pairwise = float(P.pairwise_sum(x, torch.float16))
+    # float32 accumulation in any order is off by at most gamma_n * sum |x| < 0.5, and the
+    # interval exact +- 0.5 rounds to one float16 number (spacing 2 there): torch.sum's answer
+    # if it accumulates in float32.
+    one = float(torch.tensor(exact, dtype=torch.float64).to(torch.float16))
+    assert abs(exact - one) + 4096 * 2**-24 * exact < P.spacing(exact, torch.float16) / 2
+    assert float(x.sum()) == one != pairwise  # exact: float16 results of the same sum
+
+
+def test_rounded_attention_without_rounding_is_the_float64_softmax() -> None:
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, n, 8, generator=g, dtype=torch.float64) for n in (5, 7, 7))
+    ref = torch.softmax(q @ k.transpose(-1, -2) / 8**0.5, -1) @ v
+    out_tol, _ = tiled.attention_tolerance(q.numpy(), k.numpy(), v.numpy())  # two routes
+    assert_close(P.rounded_attention(q, k, v), ref, out_tol)
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
+def test_casting_the_weights_stays_within_u_max_v_and_storing_large_scores_does_not(dtype) -> None:
+    g = torch.Generator().manual_seed(1)
+    q = 4 * torch.randn(64, 32, generator=g, dtype=torch.float64)
+    k = 4 * torch.randn(256, 32, generator=g, dtype=torch.float64)
+    v = torch.randn(256, 32, generator=g, dtype=torch.float64)
+    ref = P.rounded_attention(q, k, v)
+    cast = P.rounded_attention(q, k, v, weights_dtype=dtype)
+    stored = P.rounded_attention(q, k, v, scores_dtype=dtype)
+    info = torch.finfo(dtype)
+    bound = (info.eps / 2 + 256 * info.smallest_normal * info.eps / 2) * float(v.abs().max())
+    assert float((cast - ref).abs().max()) <= bound
+    assert float((stored - ref).abs().max()) > 4 * float((cast - ref).abs().max())
+
+
+def test_new_precision_functions_reject_bad_arguments() -> None:
+    with pytest.raises(ValueError, match=r"values must have shape \(..., n\), n >= 1"):
+        P.pairwise_sum(torch.ones(0), torch.float16)
+    with pytest.raises(TypeError, match="values must be a torch.Tensor; got list"):
+        P.pairwise_sum([1.0], torch.float16)
+    with pytest.raises(TypeError, match="query must be a floating torch.Tensor"):
+        P.rounded_attention(np.ones((2, 2)), torch.ones(2, 2), torch.ones(2, 2))
+    with pytest.raises(ValueError, match="query and key must have one width"):
+        P.rounded_attention(torch.ones(2, 3), torch.ones(2, 2), torch.ones(2, 2))
+    with pytest.raises(TypeError, match="dtype must be a floating dtype"):
+        P.rounded_attention(torch.ones(2, 2), torch.ones(2, 2), torch.ones(2, 2),
+                            weights_dtype=torch.int8)  # fmt: skip

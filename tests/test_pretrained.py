@@ -16,7 +16,7 @@ import torch
 from safetensors.numpy import load_file
 
 from mha import detectors as det
-from mha import np_backend
+from mha import np_backend, tolerance
 from mha.params import MHAParams
 from mha.pretrained import (
     INSTALL_HINT,
@@ -228,3 +228,33 @@ def test_sentence_scores_of_a_uniform_head_are_its_baseline_and_of_an_arc_head_o
     assert s["head_to_dep_accuracy"][0] == det.head_accuracy(words, heads, direction="head")
     with pytest.raises(ValueError, match="one entry per position"):
         sentence_scores(arcs, tokens[:-1], word_ids, heads)
+
+
+def test_sentence_embeddings_are_the_unit_mean_of_the_real_tokens(model):
+    texts = ["A short one.", "A much longer sentence, padded to nothing in the batch."]
+    emb = model.sentence_embeddings(texts)
+    assert emb.shape == (2, 384)
+    tolerance.assert_close(emb.norm(dim=-1), torch.ones(2), 1e-6)
+    alone = model.sentence_embeddings(texts[0])  # no padding at all
+    out, _ = model.run(texts[0])
+    mean = out.hidden_states[-1][0].mean(0)
+    tolerance.assert_close(alone[0], mean / mean.norm(), 1e-6)
+    tolerance.assert_close(emb[0], alone[0], 1e-5)  # the padding changes nothing
+
+
+def test_converting_to_fewer_key_value_heads_pools_every_layer_and_keeps_the_rest(model):
+    same = model.with_kv_heads(12)
+    text = "The model keeps its query and output projections."
+    assert torch.equal(
+        same.sentence_embeddings(text), model.sentence_embeddings(text)
+    )  # exact: a copy
+    mqa = model.with_kv_heads(1)
+    assert [layer.attn.num_kv_heads for layer in mqa.layers] == [1] * 6
+    assert [layer.attn.num_kv_heads for layer in model.layers] == [12] * 6  # left alone
+    assert mqa.layers[0].ln1_weight is model.layers[0].ln1_weight  # shared, not copied
+    cos = float(mqa.sentence_embeddings(text) @ model.sentence_embeddings(text)[0])
+    assert cos < 0.99
+    with pytest.raises(
+        ValueError, match="num_kv_heads must divide num_heads; got num_heads=12, num_kv_heads=5"
+    ):
+        model.with_kv_heads(5)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import mha
 from mha import np_backend, tiled, torch_backend
-from mha.tolerance import assert_close, rounding_tolerance
+from mha.tolerance import assert_close, gamma, rounding_tolerance
 
 DTYPES = (np.float64, np.float32)
 
@@ -85,13 +85,11 @@ def test_combining_block_stats_in_any_grouping_gives_the_stats_of_the_whole_row(
     right = stats[-1]
     for s in reversed(stats[:-1]):  # a (b (c d)), with the arguments swapped
         right = tiled.combine_stats(*right, *s)
-    terms = sum(widths)
+    sum_tol, _ = tiled.softmax_tolerance(np.float64, terms=sum(widths), merges=len(widths) - 1)
     for combined in (left, right):
         # exact: the max of the maxima is the max
         np.testing.assert_array_equal(combined[0], whole[0])  # max is exact
-        # each sum term is exp(s - m_b) exp(m_b - m): relative error u (|s - m_b| + |m_b - m|)
-        tol = rounding_tolerance(np.float64, terms=terms, scale=terms * (1 + 4 * spread * 6))
-        assert_close(combined[1], whole[1], tol, name="combined sum")
+        assert_close(combined[1], whole[1], sum_tol * whole[1], name="combined sum")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -103,7 +101,7 @@ def test_online_softmax_equals_the_softmax_for_every_block_size(dtype, block_siz
     mask[2] = False  # one fully masked row
     got = tiled.online_softmax(s, mask, block_size=block_size)
     ref = np_backend.softmax(s, mask)
-    tol = rounding_tolerance(dtype, terms=8, scale=4 * float(np.abs(s).max()) + 3)
+    _, tol = tiled.softmax_tolerance(dtype, terms=8, merges=-(-8 // block_size) - 1)
     assert_close(got, ref, tol, name="online softmax")
     assert np.all(got[:, 2] == 0) and np.all(got[:, ~mask] == 0)
 
@@ -334,3 +332,77 @@ def test_tiled_functions_reject_bad_inputs() -> None:
         tiled.combine_stats(np.zeros(2), np.ones(2), np.zeros(2, np.float32), np.ones(2))
     with pytest.raises(ValueError, match="scores must have shape"):
         tiled.softmax_stats(np.array(1.0))
+
+
+def test_softmax_tolerance_does_not_grow_with_the_spread_of_the_scores() -> None:
+    rng = np.random.default_rng(5)
+    sum_tol, weight_tol = tiled.softmax_tolerance(np.float64, terms=200, merges=9)
+    u = np.finfo(np.float64).eps / 2
+    assert sum_tol == 2 * (u * 200 / np.e + 69 * u + gamma(np.float64, 200))  # exact: same sum
+    for spread in (1.0, 1e3, 1e6):
+        s = spread * rng.standard_normal((6, 200))
+        whole = tiled.softmax_stats(s)
+        parts = [tiled.softmax_stats(s[:, j : j + 20]) for j in range(0, 200, 20)]
+        merged = parts[0]
+        for part in parts[1:]:
+            merged = tiled.combine_stats(*merged, *part)
+        assert_close(merged[1], whole[1], sum_tol * whole[1])
+        assert_close(tiled.online_softmax(s, block_size=20), np_backend.softmax(s), weight_tol)
+    with pytest.raises(ValueError, match="merges must be at least 0; got merges=-1"):
+        tiled.softmax_tolerance(np.float64, terms=3, merges=-1)
+    with pytest.raises(TypeError, match="merges must be an int"):
+        tiled.softmax_tolerance(np.float64, terms=3, merges=1.0)
+
+
+def test_the_empty_block_is_the_identity_of_the_combination_rule() -> None:
+    m_b, l_b = np.array([2.5, -np.inf]), np.array([3.0, 0.0])
+    empty = (np.full(2, -np.inf), np.zeros(2))
+    with np.errstate(invalid="raise"):  # no -inf - (-inf) is formed
+        for combined in (
+            tiled.combine_stats(*empty, m_b, l_b),
+            tiled.combine_stats(m_b, l_b, *empty),
+        ):
+            np.testing.assert_array_equal(combined[0], m_b)  # exact: max with -inf
+            np.testing.assert_array_equal(combined[1], l_b)  # exact: l_b * exp(0) + 0
+
+
+def test_trace_records_the_rescale_factor_and_the_accumulator() -> None:
+    q, k, v = qkv((7, 4), (9, 4), d_value=3, seed=12, scale=2.0)
+    trace: list[tiled.TileStep] = []
+    out, _ = tiled.attention(q, k, v, causal=True, block_q=4, block_kv=3, trace=trace)
+    z = q @ k.T / 2.0
+    out_tol, lse_tol = tiled.attention_tolerance(q, k, v)
+    acc_tol = 9 * out_tol  # acc = output * l, and l <= 9 (at most 9 terms of at most 1)
+    previous = {}
+    for step in trace:
+        rows, cols = slice(*step.q_block), slice(*step.kv_block)
+        assert step.acc.shape == (rows.stop - rows.start, 3)
+        if not step.computed:  # skipped: nothing changes
+            np.testing.assert_array_equal(step.rescale, 1.0)  # exact: ones
+            np.testing.assert_array_equal(step.acc, previous[rows.start].acc)  # exact: a copy
+        elif rows.start in previous:  # the factor is exp(m_old - m_new) of the two steps
+            before = previous[rows.start]
+            assert_close(step.rescale, np.exp(before.row_max - step.row_max), lse_tol)
+        else:  # the first tile of a block: nothing was attended before
+            np.testing.assert_array_equal(step.rescale, 0.0)  # exact: exp(-inf)
+        keep = np.tril(np.ones((7, 9), bool))[rows, : cols.stop]
+        p = np.where(keep, np.exp(z[rows, : cols.stop] - step.row_max[:, None]), 0.0)
+        assert_close(step.acc, p @ v[: cols.stop], acc_tol)  # the sum over the keys so far
+        previous[rows.start] = step
+    for step in (previous[0], previous[4]):  # the last step of each query block
+        rows = slice(*step.q_block)
+        assert_close(step.acc / step.row_sum[:, None], out[rows], out_tol)
+
+
+@pytest.mark.parametrize("softmax_rows", [1, 3, 13, 40])
+def test_three_pass_attention_with_whole_rows_in_the_softmax_pass(softmax_rows) -> None:
+    q, k, v = qkv((2, 13, 4), (2, 9, 4), seed=10)
+    mask = np_backend.causal_mask(13, 9)
+    out, weights = tiled.three_pass_attention(q, k, v, mask, block_q=4, block_kv=3,
+                                              softmax_rows=softmax_rows)  # fmt: skip
+    ref_out, ref_w = np_backend.scaled_dot_product_attention(q, k, v, mask)
+    out_tol, _ = tiled.attention_tolerance(q, k, v)
+    assert_close(out, ref_out, out_tol)
+    assert_close(weights, ref_w, out_tol / float(np.abs(v).max()))
+    with pytest.raises(ValueError, match="softmax_rows must be at least 1"):
+        tiled.three_pass_attention(q, k, v, softmax_rows=0)

@@ -49,10 +49,10 @@ def test_gamma_refuses_sums_too_long_for_the_precision() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"terms": 0}, ValueError, "terms must be at least 1; got terms=0"),
+        ({"terms": 0}, ValueError, "terms must be positive; got terms=0"),
         ({"terms": 2.0}, TypeError, "terms must be an int; got float 2.0"),
         ({"terms": True}, TypeError, "terms must be an int; got bool"),
-        ({"terms": 4, "stages": 0}, ValueError, "stages must be at least 1; got stages=0"),
+        ({"terms": 4, "stages": 0}, ValueError, "stages must be positive; got stages=0"),
         ({"terms": 4, "stages": 1.5}, TypeError, "stages must be an int"),
         ({"terms": 4, "scale": -1.0}, ValueError, "scale must be a finite number >= 0"),
         ({"terms": 4, "scale": np.inf}, ValueError, "scale must be a finite number >= 0"),

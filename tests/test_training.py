@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from mha import detectors as det
+from mha import tolerance
 from mha import training as tr
 from mha.tasks import repeated_segments
 
@@ -385,3 +386,92 @@ def test_copying_scores_are_one_for_heads_that_copy_through_the_embedding():
         for h in range(2)
     ]
     np.testing.assert_allclose(scores[0], expected, rtol=1e-12)
+
+
+# ---- inference: caches, greedy decoding, conversion to fewer key/value heads -------------
+
+
+@pytest.mark.parametrize("h_kv", [4, 2, 1])
+def test_decoding_with_caches_gives_the_full_forwards_logits_at_every_position(h_kv):
+    model = tr.AttentionOnlyTransformer(24, 16, 16, 4, 2, num_kv_heads=h_kv, seed=3)
+    tokens = _batch().tokens[:, :12]
+    full, _ = model(tokens)
+    caches = model.new_caches(tokens.shape[0])
+    with torch.no_grad():
+        first, _ = model(tokens[:, :5], caches=caches)  # prefill
+        steps = [model(tokens[:, t : t + 1], caches=caches)[0] for t in range(5, 12)]
+    got = torch.cat([first, *steps], dim=1)
+    assert [c.length for c in caches] == [12, 12]
+    # one route per position against another: well inside float32 rounding of logits ~ 1
+    tol = tolerance.rounding_tolerance(torch.float32, terms=16, scale=8.0, stages=6)
+    tolerance.assert_close(got, full.detach(), tol)
+
+
+def test_greedy_decoding_with_and_without_the_cache_agree():
+    model, _ = tr.train(replace(SMALL, steps=40))
+    prompt = _batch().tokens[:3, :6]
+    with_cache = tr.greedy_decode(model, prompt, 8)
+    without = tr.greedy_decode(model, prompt, 8, use_cache=False)
+    assert with_cache.shape == (3, 14)
+    assert torch.equal(with_cache[:, :6], prompt)  # the prompt is kept
+    assert (with_cache == without).float().mean() > 0.9  # ties may break differently
+
+
+def test_decoding_refuses_to_pass_the_positional_embedding():
+    model = tr.AttentionOnlyTransformer(24, 8, 16, 4, 2)
+    with pytest.raises(ValueError, match="prompt length \\+ steps must stay within max_len=8"):
+        tr.greedy_decode(model, torch.zeros(1, 5, dtype=torch.int64), 4)
+    caches = model.new_caches(1)
+    model(torch.zeros(1, 6, dtype=torch.int64), caches=caches)
+    with pytest.raises(ValueError, match="positions must stay below max_len=8; got 6 cached"):
+        model(torch.zeros(1, 3, dtype=torch.int64), caches=caches)
+    with pytest.raises(TypeError, match="caches must be a list of num_layers=2 KVCache"):
+        model(torch.zeros(1, 1, dtype=torch.int64), caches=caches[:1])
+
+
+def test_converting_to_as_many_key_value_heads_copies_and_to_fewer_changes_the_model():
+    model = _model(torch.float32)
+    b = _batch()
+    same = tr.with_kv_heads(model, model.num_heads)
+    assert torch.equal(same(b.tokens)[0], model(b.tokens)[0])  # exact: the same parameters
+    fewer = tr.with_kv_heads(model, 1)
+    assert fewer.num_kv_heads == 1 and model.num_kv_heads == 4  # the original is left alone
+    assert fewer.layers[0].w_qkv.shape == (16, 16 + 2 * 4)
+    assert not torch.allclose(fewer(b.tokens)[0], model(b.tokens)[0])
+
+
+def test_training_continues_from_a_given_model_and_leaves_it_alone():
+    start, _ = tr.train(replace(SMALL, steps=10))
+    before = start.unembed.detach().clone()
+    mqa = tr.with_kv_heads(start, 1)
+    after, hist = tr.train(replace(SMALL, steps=10), mqa)
+    assert after.num_kv_heads == 1 and after is not mqa
+    assert torch.equal(start.unembed, before)  # exact: not trained
+    assert not torch.equal(after.unembed, mqa.unembed)
+    assert hist.train_loss.shape == (10,)
+    with pytest.raises(TypeError, match="model must be an AttentionOnlyTransformer; got str"):
+        tr.train(SMALL, "model")
+
+
+def test_train_runs_continues_given_models_in_parallel_as_train_does():
+    start, _ = tr.train(replace(SMALL, steps=10))
+    configs = [replace(SMALL, steps=5, eval_every=5, seed=s) for s in (0, 1)]
+    models = [tr.with_kv_heads(start, 1), None]
+    parallel = tr.train_runs(configs, processes=2, models=models)
+    serial = tr.train(configs[0], models[0])
+    assert parallel[0][0].num_kv_heads == 1 and parallel[1][0].num_kv_heads == 4
+    # exact: the same run on one thread, in another process of the same machine
+    assert np.array_equal(parallel[0][1].train_loss, serial[1].train_loss)
+    with pytest.raises(ValueError, match="models must give one model \\(or None\\) per config"):
+        tr.train_runs(configs, models=[None])
+
+
+def test_random_key_value_heads_keep_queries_and_outputs_and_draw_new_keys():
+    model = _model(torch.float32)
+    rand = tr.with_kv_heads(model, 2, init="random", seed=5)
+    pooled = tr.with_kv_heads(model, 2)
+    a, b = rand.layers[0].params(), pooled.layers[0].params()
+    assert torch.equal(a.w_q, b.w_q) and torch.equal(a.w_o, b.w_o)  # exact: copies
+    assert not torch.allclose(a.w_k, b.w_k)
+    with pytest.raises(ValueError, match="init must be 'mean' or 'random'; got init='first'"):
+        tr.with_kv_heads(model, 2, init="first")

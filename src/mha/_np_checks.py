@@ -206,31 +206,41 @@ def attention_overflow(
 
 
 def mha_overflow(
-    query: np.ndarray, key: np.ndarray, value: np.ndarray, params: Any, mask: Any, largest: float
-) -> str:
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: Any,
+    mask: Any,
+    cached: tuple[np.ndarray, np.ndarray] | None = None,
+    *,
+    largest: float,
+) -> str | None:
     """Which stage of multi-head attention exceeds ``largest``, from float64 copies.
 
-    ``params`` are float64 NumPy :class:`mha.MHAParams`.
+    ``params`` are float64 NumPy :class:`mha.MHAParams`; ``cached`` the float64 keys and
+    values ``(B, H_kv, S0, Dh)`` a key/value cache held before this call, which the new
+    positions' keys and values follow. With ``H_kv < H`` each key/value head is repeated
+    for its group (only on this error path).
     """
-    H = params.num_heads
+    H, H_kv = params.num_heads, params.num_kv_heads
 
-    def heads(x: np.ndarray, w: np.ndarray, b: Any) -> np.ndarray:
-        y = x @ w + (0.0 if b is None else b)  # (B, N, D)
-        return y.reshape(*y.shape[:-1], H, -1).swapaxes(-2, -3)  # (B, N, D) -> (B, H, N, Dh)
+    def heads(x: np.ndarray, w: np.ndarray, b: Any, n: int) -> np.ndarray:
+        y = x @ w + (0.0 if b is None else b)  # (B, N, n Dh)
+        return y.reshape(*y.shape[:-1], n, -1).swapaxes(-2, -3)  # (B, n, N, Dh)
 
-    q, k, v = (
-        heads(x, w, b)
-        for x, w, b in (
-            (query, params.w_q, params.b_q),
-            (key, params.w_k, params.b_k),
-            (value, params.w_v, params.b_v),
-        )
-    )
+    q = heads(query, params.w_q, params.b_q, H)  # (B, H, L, Dh)
+    k = heads(key, params.w_k, params.b_k, H_kv)  # (B, H_kv, S, Dh)
+    v = heads(value, params.w_v, params.b_v, H_kv)
+    projected = max(_max_abs(q), _max_abs(k), _max_abs(v))
+    if cached is not None:
+        k = np.concatenate([cached[0], k], axis=2)  # (B, H_kv, S0 + S, Dh)
+        v = np.concatenate([cached[1], v], axis=2)
+    k, v = (np.repeat(t, H // H_kv, axis=1) for t in (k, v))  # (B, H, S, Dh)
     top, attended = _attention64(q, k, v, mask)  # (B, H, L, Dh)
     concat = attended.swapaxes(-2, -3).reshape(*query.shape)  # (B, H, L, Dh) -> (B, L, D)
     return _validate.overflow_stage(
         [
-            ("the projections x W + b", lambda: max(_max_abs(q), _max_abs(k), _max_abs(v))),
+            ("the projections x W + b", lambda: projected),
             ("the scores Q K^T / sqrt(Dh)", lambda: top),
             ("the weighted sums of the values", lambda: _max_abs(attended)),
             (

@@ -304,10 +304,15 @@ def mha_bound(magnitudes: dict[str, float], d_model: int, num_heads: int) -> flo
     ``magnitudes`` maps ``query``, ``key``, ``value`` and ``params.<name>`` to the largest
     ``|x|`` of each (absent biases count as 0). A projection sums ``D`` products, so
     ``|x W + b| <= D |x|max |W|max + |b|max``; then :func:`attention_bound`; then the output
-    projection of the attended values, ``D |v|max |W_o|max + |b_o|max``.
+    projection of the attended values, ``D |v|max |W_o|max + |b_o|max``. An optional
+    ``cache`` entry (:attr:`mha.kv_cache.KVCache.max_abs`) bounds the keys and values
+    attended from a key/value cache. Grouped-query attention shares key heads, which changes
+    none of these bounds.
     """
     w, b = magnitudes["params.w_qkv"], magnitudes.get("params.b_qkv", 0.0)
     q, k, v = (d_model * magnitudes[name] * w + b for name in ("query", "key", "value"))
+    cached = magnitudes.get("cache", 0.0)  # the keys and values already in a cache
+    k, v = max(k, cached), max(v, cached)
     out = d_model * v * magnitudes["params.w_o"] + magnitudes.get("params.b_o", 0.0)
     return max(q, k, attention_bound(q, k, v, d_model // num_heads), out)
 
@@ -641,9 +646,19 @@ def check_mha_mask(mask: Any, target: tuple[int, int, int, int], kind: ArrayKind
 
 
 def check_mha(
-    query: Any, key: Any, value: Any, params: Any, mask: Any, form: str, kind: ArrayKind
+    query: Any,
+    key: Any,
+    value: Any,
+    params: Any,
+    mask: Any,
+    form: str,
+    kind: ArrayKind,
+    cache: Any = None,
 ) -> dict[str, float]:
     """Check the arguments of a backend's ``multi_head_attention``.
+
+    With a key/value ``cache``, the keys and values are the new positions only: the mask
+    must cover the cached positions and the new ones, ``S = cache.length + key length``.
 
     Returns:
         The largest magnitude of each input and parameter array, by name (for
@@ -664,11 +679,66 @@ def check_mha(
             magnitudes[f"params.{name}"] = kind.check_array(f"params.{name}", x, hint)
             named[f"params.{name}"] = x
     check_same_dtype(named)
+    if cache is not None:
+        S = check_cache(cache, params, B, S, query.dtype, form, kind)
     if mask is not None:
         check_mha_mask(mask, (B, params.num_heads, L, S), kind)
         named["mask"] = mask
     kind.check_devices(named)
     return magnitudes
+
+
+def check_cache(
+    cache: Any, params: Any, batch_size: int, new: int, dtype: Any, form: str, kind: ArrayKind
+) -> int:
+    """Check that a key/value cache fits this call; return S, the positions after appending."""
+    from mha.kv_cache import KVCache  # here: mha.kv_cache imports this module
+
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a mha.kv_cache.KVCache; got {type(cache).__name__}")
+    if form == "per_head":
+        raise ValueError(
+            "form='per_head' does not take a cache; use form='fused', 'packed' or 'tiled'"
+        )
+    if not isinstance(cache.keys, kind.array_type):
+        raise TypeError(
+            f"cache must hold {kind.type_name} buffers like the inputs; got "
+            f"{type(cache.keys).__name__}"
+        )
+    want = (batch_size, params.num_kv_heads, params.d_head, dtype)
+    got = (cache.batch_size, cache.num_kv_heads, cache.d_head, cache.dtype)
+    if want != got:
+        raise ValueError(
+            "cache must have the inputs' batch size, the layer's num_kv_heads and d_head, "
+            f"and the inputs' dtype: want (B, H_kv, Dh, dtype) = {want}; got {got}"
+        )
+    if cache.length + new > cache.capacity:
+        raise ValueError(
+            f"the cache holds at most capacity={cache.capacity} positions; it holds "
+            f"{cache.length} and got {new} more"
+        )
+    return cache.length + new
+
+
+def group_queries(q: Any, num_kv_heads: int) -> Any:
+    """Query heads ``(B, H, L, Dh)`` as ``(B, H_kv, G, L, Dh)``: group ``g`` shares a key head.
+
+    Consecutive query heads form a group (head ``h`` is in group ``h // G``), so the grouped
+    product with keys ``(B, H_kv, 1, S, Dh)`` broadcasts over ``G`` and equals attention with
+    each key head repeated ``G`` times (``repeat_interleave``), without the copies.
+    """
+    B, H, L, Dh = q.shape
+    return q.reshape(B, num_kv_heads, H // num_kv_heads, L, Dh)  # (B, H_kv, G, L, Dh)
+
+
+def group_mask(mask: Any, num_kv_heads: int) -> Any:
+    """A ``(..., H|1, L, S)`` mask laid out like the grouped scores ``(..., H_kv, G, L, S)``."""
+    if mask is None or mask.ndim < 3:
+        return mask  # (L, S) or (S,): the same for every head
+    *lead, H, L, S = mask.shape
+    if H == 1:
+        return mask.reshape(*lead, 1, 1, L, S)
+    return mask.reshape(*lead, num_kv_heads, H // num_kv_heads, L, S)
 
 
 def check_layer_norm(x: Any, weight: Any, bias: Any, eps: Any, kind: ArrayKind) -> dict[str, float]:

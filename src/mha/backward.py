@@ -3,10 +3,11 @@
 Each function is the gradient of the forward function of the same name: given the gradient
 of a loss with respect to a forward function's output (``d_out``), it returns the gradients
 with respect to that function's inputs. For scaled dot-product attention
-``O = A V``, ``A = softmax(S)``, ``S = Q K^T / sqrt(Dh)``:
+``O = A V``, ``A = softmax(Z)``, ``Z = Q K^T / sqrt(Dh)`` (``Z`` the scores; ``S`` is the
+key/value length, as everywhere in the book):
 
-    ``dV = A^T dO``,  ``dA = dO V^T``,  ``dS = A * (dA - rowsum(dA * A))``,
-    ``dQ = dS K / sqrt(Dh)``,  ``dK = dS^T Q / sqrt(Dh)``.
+    ``dV = A^T dO``,  ``dA = dO V^T``,  ``dZ = A * (dA - rowsum(dA * A))``,
+    ``dQ = dZ K / sqrt(Dh)``,  ``dK = dZ^T Q / sqrt(Dh)``.
 
 :func:`softmax` and :func:`scaled_dot_product_attention` differentiate the functions of
 :mod:`mha.np_backend` from the stored weights ``A``; :func:`tiled_attention` differentiates
@@ -14,7 +15,9 @@ with respect to that function's inputs. For scaled dot-product attention
 time (``rowsum(dA * A)`` equals ``rowsum(dO * O)``, which needs no ``A``).
 :func:`multi_head_attention` differentiates the whole layer of
 :func:`mha.np_backend.multi_head_attention` (projections and biases, head split and merge,
-output projection, masks) from what :func:`multi_head_attention_forward` saved.
+output projection, masks) from what :func:`multi_head_attention_forward` saved, and
+:func:`compare_with_autograd` checks it against PyTorch autograd within
+:func:`gradient_tolerance`.
 
 Masked entries have zero weight and so zero gradient; a fully masked query row has zero
 output and passes no gradient to the queries, keys or values.
@@ -56,8 +59,8 @@ def _softmax_backward(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
 def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
     """Gradient of :func:`mha.np_backend.softmax` with respect to its scores.
 
-    With ``A = softmax(S)`` row by row, ``dA_ij / dS_ik = A_ij (delta_jk - A_ik)``, so
-    ``dS = A * (dA - rowsum(dA * A))``. A masked entry (weight 0) gets gradient 0.
+    With ``A = softmax(Z)`` row by row, ``dA_ij / dZ_ik = A_ij (delta_jk - A_ik)``, so
+    ``dZ = A * (dA - rowsum(dA * A))``. A masked entry (weight 0) gets gradient 0.
 
     Args:
         weights: the softmax output ``A``.
@@ -68,6 +71,9 @@ def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
 
     Shape:
         weights and d_weights ``(..., S)``; returns ``(..., S)``.
+
+    Returns:
+        ``dZ``, the gradient with respect to the scores.
 
     Raises:
         ValueError: if the shapes differ, an input is not finite, or the gradient overflows
@@ -118,8 +124,8 @@ def scaled_dot_product_attention(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of :func:`mha.np_backend.scaled_dot_product_attention` from its weights.
 
-    ``dV = A^T dO``, ``dA = dO V^T``, ``dS = A * (dA - rowsum(dA * A))``,
-    ``dQ = dS K / sqrt(Dh)``, ``dK = dS^T Q / sqrt(Dh)``. The mask acts through ``A``
+    ``dV = A^T dO``, ``dA = dO V^T``, ``dZ = A * (dA - rowsum(dA * A))``,
+    ``dQ = dZ K / sqrt(Dh)``, ``dK = dZ^T Q / sqrt(Dh)``. The mask acts through ``A``
     (zero where masked), so it is not an argument. Leading (batch) dimensions that were
     broadcast are summed over.
 
@@ -137,6 +143,9 @@ def scaled_dot_product_attention(
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``, weights
         ``(..., L, S)``, d_out ``(..., L, Dv)``. Returns ``d_query``, ``d_key``, ``d_value``
         of the shapes of query, key and value.
+
+    Returns:
+        ``(d_query, d_key, d_value)``.
 
     Raises:
         ValueError: on mismatched shapes, non-finite inputs, or gradients that overflow the
@@ -188,7 +197,7 @@ def _tiled_backward(q, k, v_, out, lse, d_out, mask, causal, block_q, block_kv):
             dp = np.matmul(do_i, v_j.swapaxes(-1, -2))  # (..., Br, Dv) @ (..., Dv, Bc)
             dp -= delta[..., rows, :]
             dp *= p
-            dp *= scale  # dS / sqrt(Dh)
+            dp *= scale  # dZ / sqrt(Dh)
             d_query[..., rows, :] += np.matmul(dp, k_j)  # (..., Br, Bc) @ (..., Bc, Dh)
             dk_j += np.matmul(dp.swapaxes(-1, -2), q_i)  # (..., Bc, Br) @ (..., Br, Dh)
     return (
@@ -213,11 +222,12 @@ def tiled_attention(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of :func:`mha.tiled.attention` from its output and log-sum-exp, tile by tile.
 
-    No ``(L, S)`` array is formed. For each block of keys and values (outer loop) and each
-    block of queries (inner loop) the tile of weights is recomputed as
-    ``P = exp(Q_i K_j^T / sqrt(Dh) - lse_i)``; then ``dV_j += P^T dO_i``,
-    ``dP = dO_i V_j^T``, ``dS = P * (dP - delta_i)`` with ``delta = rowsum(dO * O)`` (equal
-    to ``rowsum(dA * A)``), ``dQ_i += dS K_j / sqrt(Dh)`` and ``dK_j += dS^T Q_i / sqrt(Dh)``.
+    No ``(L, S)`` array is formed. For each block ``K^(j)``, ``V^(j)`` of keys and values
+    (outer loop) and each block ``Q^(i)`` of queries (inner loop) the tile ``P`` of the
+    weights ``A`` is recomputed as ``P = exp(Q^(i) K^(j)^T / sqrt(Dh) - lse^(i))``; then
+    ``dV^(j) += P^T dO^(i)``, ``dP = dO^(i) V^(j)^T``, ``dZ = P * (dP - delta^(i))`` with
+    ``delta = rowsum(dO * O)`` (equal to ``rowsum(dA * A)``),
+    ``dQ^(i) += dZ K^(j) / sqrt(Dh)`` and ``dK^(j) += dZ^T Q^(i) / sqrt(Dh)``.
 
     Args:
         query: the forward's queries.
@@ -238,6 +248,9 @@ def tiled_attention(
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``, out and d_out
         ``(..., L, Dv)``, lse ``(..., L)``. Returns ``d_query``, ``d_key``, ``d_value`` of the
         shapes of query, key and value.
+
+    Returns:
+        ``(d_query, d_key, d_value)``.
 
     Raises:
         ValueError: on mismatched shapes, non-finite inputs (``lse`` may be ``-inf``), a mask
@@ -264,13 +277,13 @@ def split_heads(d_heads: np.ndarray) -> np.ndarray:
     """Gradient of :func:`mha.np_backend.split_heads`: a permutation, so its inverse.
 
     Args:
-        d_heads: the gradient with respect to the split heads.
-
-    Returns:
-        The gradient with respect to the unsplit input.
+        d_heads: the gradient with respect to the per-head tensor.
 
     Shape:
         ``(B, H, L, Dh)`` -> ``(B, L, D)``.
+
+    Returns:
+        The gradient with respect to the tensor before the split.
     """
     return np_backend.merge_heads(d_heads)
 
@@ -279,14 +292,14 @@ def merge_heads(d_x: np.ndarray, num_heads: int) -> np.ndarray:
     """Gradient of :func:`mha.np_backend.merge_heads`: a permutation, so its inverse.
 
     Args:
-        d_x: the gradient with respect to the merged output.
+        d_x: the gradient with respect to the merged tensor.
         num_heads: H.
-
-    Returns:
-        The gradient with respect to the heads.
 
     Shape:
         ``(B, L, D)`` -> ``(B, H, L, Dh)``.
+
+    Returns:
+        The gradient with respect to the per-head tensor.
     """
     return np_backend.split_heads(d_x, num_heads)
 
@@ -310,6 +323,9 @@ def linear(
     Shape:
         x ``(..., D_in)``, weight ``(D_in, D_out)``, d_y ``(..., D_out)``. Returns d_x
         ``(..., D_in)``, d_weight ``(D_in, D_out)`` and d_bias ``(D_out,)``.
+
+    Returns:
+        ``(d_x, d_weight, d_bias)``.
 
     Raises:
         ValueError: on mismatched shapes, non-finite inputs, or gradients that overflow the
@@ -537,7 +553,7 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
 def _sdpa_magnitudes(q, k, v_, weights, d_out):
     """The backward of attention on magnitudes (all inputs >= 0), and the largest score.
 
-    ``dS`` becomes ``A * (dA + rowsum(dA * A))``: every term that the true ``dS`` adds or
+    ``dZ`` becomes ``A * (dA + rowsum(dA * A))``: every term that the true ``dZ`` adds or
     subtracts, counted with its absolute value.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -578,6 +594,9 @@ def attention_gradient_tolerance(
         As in :func:`scaled_dot_product_attention`. Returns tolerances of the shapes of
         query, key and value.
 
+    Returns:
+        Float64 tolerances ``(for d_query, for d_key, for d_value)``, entry by entry.
+
     Raises:
         The errors of :func:`scaled_dot_product_attention`.
     """
@@ -600,7 +619,7 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     A first-order rounding bound, entry by entry, for any two summation orders (this module
     against autograd, the fused against the tiled backward, another BLAS). The backward
     pass is run once more in float64 on magnitudes: every input, weight and bias replaced by
-    its absolute value and ``dS = A * (dA - rowsum(dA * A))`` by ``A * (dA + rowsum(dA * A))``,
+    its absolute value and ``dZ = A * (dA - rowsum(dA * A))`` by ``A * (dA + rowsum(dA * A))``,
     so that each result bounds the sum of the absolute values of everything added into the
     gradient. Each of the at most 10 rounded stages of the chain errs by ``gamma_n`` relative
     to those magnitudes (``n`` the longest sum, :func:`mha.tolerance.gamma`), and the
@@ -660,3 +679,120 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
         H,
     )
     return MHAGradients(*(factor * g[0] for g in grads), d_params)
+
+
+@dataclass(frozen=True)
+class GradientCheck:
+    """One gradient by hand against autograd's (see :func:`compare_with_autograd`).
+
+    Attributes:
+        difference: the largest ``|by hand - autograd|`` over the entries.
+        largest: the largest ``|autograd|`` entry (the gradient's size).
+        used: the largest ``|by hand - autograd| / tolerance`` over the entries, the share of
+            :func:`gradient_tolerance` used (at most 1 when the check passes).
+    """
+
+    difference: float
+    largest: float
+    used: float
+
+    @property
+    def relative(self) -> float:
+        """``difference / largest``."""
+        return self.difference / self.largest if self.largest else self.difference
+
+    @property
+    def within(self) -> bool:
+        """Whether every entry is within its tolerance."""
+        return self.used <= 1.0
+
+
+def _check_against(ours: np.ndarray, theirs: np.ndarray, tol: np.ndarray) -> GradientCheck:
+    diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
+    tol = np.asarray(tol, dtype=np.float64)
+    used = np.where(tol > 0, diff / np.where(tol > 0, tol, 1.0), np.where(diff > 0, np.inf, 0.0))
+    return GradientCheck(float(diff.max()), float(np.abs(theirs).max()), float(used.max()))
+
+
+def compare_with_autograd(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: MHAParams,
+    d_out: np.ndarray,
+    mask: np.ndarray | None = None,
+    *,
+    form: str = "fused",
+    block_q: int = tiled.DEFAULT_BLOCK_Q,
+    block_kv: int = tiled.DEFAULT_BLOCK_KV,
+) -> dict[str, GradientCheck]:
+    """Every gradient of :func:`multi_head_attention` against PyTorch autograd, in one dtype.
+
+    The gradients by hand come from :func:`multi_head_attention_forward` (with ``form``)
+    and :func:`multi_head_attention`; autograd's from the same layer in
+    :func:`mha.torch_backend.multi_head_attention` on copies of the inputs and parameters in
+    the same dtype. Each is compared entry by entry with :func:`gradient_tolerance`. When
+    one array is passed as query, key and value (self-attention, ``query is key is value``)
+    autograd sees one input and returns one gradient, the sum of the three by hand.
+
+    Args:
+        query: queries.
+        key: keys.
+        value: values.
+        params: the layer's parameters (NumPy, the inputs' dtype).
+        d_out: the gradient of the loss with respect to the output.
+        mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+        form: ``"fused"`` (weights stored) or ``"tiled"`` (recomputed from the log-sum-exp).
+        block_q: query rows per tile (tiled form).
+        block_kv: key/value rows per tile (tiled form).
+
+    Shape:
+        query ``(B, L, D)``, key and value ``(B, S, D)``, d_out ``(B, L, D)``.
+
+    Returns:
+        ``{name: GradientCheck}`` for ``"d query"``, ``"d key"``, ``"d value"`` (or one
+        ``"d inputs"`` for self-attention), ``"d w_qkv"``, ``"d w_o"`` and, when the layer has
+        biases, ``"d b_qkv"`` and ``"d b_o"``.
+
+    Raises:
+        The errors of :func:`multi_head_attention_forward` and :func:`multi_head_attention`.
+    """
+    import torch
+
+    from mha import torch_backend
+
+    out, saved = multi_head_attention_forward(
+        query, key, value, params, mask, form=form, block_q=block_q, block_kv=block_kv
+    )
+    ours = multi_head_attention(saved, d_out)
+    tol = gradient_tolerance(saved, d_out)
+    p_t = params.to_torch().map(lambda t: t.requires_grad_())
+    leaves = {id(x): torch.from_numpy(x.copy()).requires_grad_() for x in (query, key, value)}
+    y_t, _ = torch_backend.multi_head_attention(
+        leaves[id(query)], leaves[id(key)], leaves[id(value)], p_t,
+        None if mask is None else torch.from_numpy(np.asarray(mask)),
+    )  # fmt: skip
+    y_t.backward(torch.from_numpy(d_out))
+    checks = {}
+    if query is key is value:
+        checks["d inputs"] = _check_against(
+            ours.d_query + ours.d_key + ours.d_value,
+            leaves[id(query)].grad.numpy(),
+            tol.d_query + tol.d_key + tol.d_value,
+        )
+    else:
+        sums: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # an array passed twice
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            g, t = getattr(ours, f"d_{name}"), getattr(tol, f"d_{name}")
+            g0, t0 = sums.get(id(x), (0, 0))
+            sums[id(x)] = (g0 + g, t0 + t)
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if id(x) in sums:
+                g, t = sums.pop(id(x))
+                checks[f"d {name}"] = _check_against(g, leaves[id(x)].grad.numpy(), t)
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        g = getattr(ours.d_params, name)
+        if g is not None:
+            ref = getattr(p_t, name).grad.numpy()
+            checks[f"d {name}"] = _check_against(g, ref, getattr(tol.d_params, name))
+    return checks

@@ -310,7 +310,11 @@ class PublishedConfig:
         num_heads: H, query heads per layer.
         num_kv_heads: H_kv, key/value heads per layer.
         d_head: Dh.
+        max_context: the longest context the model was built for, in tokens.
+        window: the sliding-window length of its attention, whose rolling cache never
+            holds more positions; ``None`` when every position attends to all before it.
         source: the citation key of the paper that describes the model.
+        config_url: the released ``config.json`` the sizes come from.
     """
 
     name: str
@@ -318,16 +322,88 @@ class PublishedConfig:
     num_heads: int
     num_kv_heads: int
     d_head: int
+    max_context: int
+    window: int | None
     source: str
+    config_url: str
+
+    def cache_positions(self, kv_len: int) -> int:
+        """Positions the cache holds after ``kv_len`` tokens: all, or the window's.
+
+        Args:
+            kv_len: tokens seen.
+
+        Returns:
+            ``min(kv_len, window)``, or ``kv_len`` without a window.
+
+        Raises:
+            ValueError: if ``kv_len`` is not positive.
+            TypeError: if ``kv_len`` is not an int.
+        """
+        _validate.check_positive("kv_len", kv_len)
+        return kv_len if self.window is None else min(kv_len, self.window)
 
 
-# From each model's released config (num_hidden_layers, num_attention_heads,
-# num_key_value_heads, hidden_size / num_attention_heads).
+_HUB = "https://huggingface.co/{}/blob/main/config.json"
+# From each model's released config.json: num_hidden_layers, num_attention_heads,
+# num_key_value_heads, hidden_size / num_attention_heads (head_dim), max_position_embeddings
+# (Mistral 7B: the paper's context and window, Table 1).
 PUBLISHED_CONFIGS = (
-    PublishedConfig("Llama 2 7B", 32, 32, 32, 128, "touvron2023llama"),
-    PublishedConfig("Llama 2 70B", 80, 64, 8, 128, "touvron2023llama"),
-    PublishedConfig("Mistral 7B", 32, 32, 8, 128, "jiang2023mistral"),
-    PublishedConfig("TinyLlama 1.1B", 22, 32, 4, 64, "zhang2024tinyllama"),
+    PublishedConfig(
+        "Llama 2 7B",
+        32,
+        32,
+        32,
+        128,
+        4096,
+        None,
+        "touvron2023llama",
+        _HUB.format("meta-llama/Llama-2-7b-hf"),
+    ),
+    PublishedConfig(
+        "Llama 2 70B",
+        80,
+        64,
+        8,
+        128,
+        4096,
+        None,
+        "touvron2023llama",
+        _HUB.format("meta-llama/Llama-2-70b-hf"),
+    ),
+    PublishedConfig(
+        "Mistral 7B",
+        32,
+        32,
+        8,
+        128,
+        8192,
+        4096,
+        "jiang2023mistral",
+        _HUB.format("mistralai/Mistral-7B-v0.1"),
+    ),
+    PublishedConfig(
+        "Llama 3.1 8B",
+        32,
+        32,
+        8,
+        128,
+        131072,
+        None,
+        "grattafiori2024llama",
+        _HUB.format("meta-llama/Llama-3.1-8B"),
+    ),
+    PublishedConfig(
+        "TinyLlama 1.1B",
+        22,
+        32,
+        4,
+        64,
+        2048,
+        None,
+        "zhang2024tinyllama",
+        _HUB.format("TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T"),
+    ),
 )
 
 
@@ -472,12 +548,24 @@ def tiled_fast_memory(block_q: int, block_kv: int, d_head: int) -> int:
 def tiled_block_sizes(d_head: int, fast_memory: int) -> tuple[int, int]:
     """The block sizes ``(Br, Bc)`` that the IO model uses for a fast memory of M elements.
 
-    The key/value block is ``Bc = min(Dh, M // (4 Dh))`` (at least 1), so the score tile
-    takes no more room than a block of queries; the query block ``Br`` is then the largest
-    for which :func:`tiled_fast_memory` fits in M. This mirrors the choice of FlashAttention
-    (Dao et al., 2022), whose outer loop runs over key blocks where this one runs over query
-    blocks: the outer block is the large one, because the inner blocks are read once per
-    outer block.
+    The key/value block is ``Bc = min(Dh, M // (4 Dh))`` (at least 1): ``Bc = Dh`` once
+    ``M >= 4 Dh^2``, so that the score tile ``(Br, Bc)`` takes no more room than the query
+    block ``(Br, Dh)``. The query block ``Br`` is then the largest for which
+    :func:`tiled_fast_memory` fits in M:
+
+        ``Br = floor((M - 2 Bc Dh) / (2 Dh + Bc + 2))``, i.e.
+        ``floor((M - 2 Dh^2) / (3 Dh + 2))`` when ``Bc = Dh``.
+
+    The outer (query) block is the large one, because the inner blocks are read once per
+    outer block; FlashAttention (Dao et al., 2022) makes the same choice with its loops the
+    other way round.
+
+    Args:
+        d_head: Dh.
+        fast_memory: M, in elements.
+
+    Returns:
+        ``(Br, Bc)``.
 
     Args:
         d_head: Dh.
@@ -539,9 +627,13 @@ def tiled_attention_io(
 
         reads ``= L Dh + 2 Dh sum_i (key rows read by block i)``, writes ``= L Dh + L``.
 
-    Without a mask that is ``L Dh + 2 ceil(L / Br) S Dh`` reads: with
-    ``Br ~ M / (3 Dh)`` from :func:`tiled_block_sizes`, about ``6 L S Dh^2 / M``, the
-    ``Theta(N^2 d^2 / M)`` of Dao et al. (2022), Theorem 2.
+    Without a mask that is ``2 L Dh + L + 2 ceil(L / Br) S Dh`` in all. With the blocks of
+    :func:`tiled_block_sizes` (``Bc = Dh``, ``Br = floor((M - 2 Dh^2) / (3 Dh + 2))``) its
+    ratio to ``L S Dh^2 / M`` (:func:`flash_io_bound`, the order of Dao et al., 2022,
+    Theorem 2) is about ``6 (1 + 2 / (3 Dh)) M / (M - 2 Dh^2)`` plus the rounding up of
+    ``L / Br``: it tends to 6 when ``M >> Dh^2`` and ``L >> Br``, and is about 7 to 10 for
+    ``8 Dh^2 <= M <= N Dh`` at ``N = 4096``, ``Dh = 64`` (more for smaller M, where the
+    ``2 Dh^2`` of the key and value blocks take much of the fast memory).
 
     Args:
         q_len: L.
@@ -580,41 +672,85 @@ def naive_attention_io(
     fast_memory: int | None = None,
     *,
     blocks: tuple[int, int] | None = None,
+    softmax_rows: int | None = None,
 ) -> AttentionIO:
     """Exact element count of one head of :func:`mha.tiled.three_pass_attention` (``Dv = Dh``).
 
-    The same blocks as the tiled algorithm, but the scores and the weights go through slow
-    memory: pass 1 reads Q once and K once per query block and writes the ``L S`` scores;
-    pass 2 reads the scores (once if one block spans a row, ``Bc >= S``, otherwise twice:
-    statistics, then weights) and writes the ``L S`` weights; pass 3 reads the weights and V
-    once per query block and writes the output. Relative to :func:`tiled_attention_io`
-    (no mask) that is ``(passes + 1) L S`` more reads and ``2 L S - L`` more writes,
-    ``4 L S - L`` or ``5 L S - L`` elements in all, whatever M is: the ``Theta(N d + N^2)``
-    of standard attention in Dao et al. (2022), Theorem 2.
+    Standard attention with its two matrix products done in the tiles of the tiled
+    algorithm, plus the materialisation of the scores and weights. Pass 1 reads Q once and
+    K once per query block and writes the ``L S`` scores; pass 2 reads them, once when a
+    block of whole rows fits in fast memory (``softmax_rows``; from ``fast_memory``,
+    :func:`naive_softmax_rows`: ``M // (S + 2)`` rows, each with its maximum and sum) or when
+    one tile spans a row (``Bc >= S``), twice otherwise (statistics, then weights), and
+    writes the ``L S`` weights; pass 3 reads the weights and V once per query block and
+    writes the output. So it is :func:`tiled_attention_io` (no mask) plus exactly
+    ``4 L S - L`` elements (``5 L S - L`` when the scores are read twice): the tiled count's
+    re-reading of K and V, ``2 ceil(L / Br) S Dh``, is shared. Standard attention's
+    ``Theta(N d + N^2)`` of Dao et al. (2022), Theorem 2, holds when that shared term is at
+    most of order ``N^2``, i.e. ``M`` of order ``Dh^2`` or more; with a smaller fast memory
+    the products themselves dominate both counts.
 
     Args:
         q_len: L.
         kv_len: S.
         d_head: Dh.
-        fast_memory: M, in elements; the blocks come from :func:`tiled_block_sizes`.
+        fast_memory: M, in elements; the blocks come from :func:`tiled_block_sizes` and the
+            softmax rows from M.
         blocks: ``(Br, Bc)`` instead of ``fast_memory``.
+        softmax_rows: with ``blocks``, the rows per block of the softmax pass (``None``: the
+            tiles), as in :func:`mha.tiled.three_pass_attention`.
+
+    Returns:
+        The reads and writes, an :class:`AttentionIO`.
 
     Returns:
         The :class:`AttentionIO` of the three passes.
 
     Raises:
-        ValueError: if a size is not positive, or not exactly one of ``fast_memory`` and
-            ``blocks`` is given.
+        ValueError: if a size is not positive, not exactly one of ``fast_memory`` and
+            ``blocks`` is given, or ``softmax_rows`` is given with ``fast_memory``.
         TypeError: if a size is not an int.
     """
     for name, value in (("q_len", q_len), ("kv_len", kv_len), ("d_head", d_head)):
         _validate.check_positive(name, value)
     block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
+    if softmax_rows is not None:
+        if fast_memory is not None:
+            raise ValueError(
+                f"softmax_rows goes with blocks, not fast_memory (it follows from M); got "
+                f"fast_memory={fast_memory}, softmax_rows={softmax_rows}"
+            )
+        _validate.check_positive("softmax_rows", softmax_rows)
     L, S, Dh = q_len, kv_len, d_head
-    passes_over_scores = 1 if block_kv >= S else 2
+    if fast_memory is not None:
+        softmax_rows = naive_softmax_rows(S, fast_memory)
+    rows_fit = softmax_rows is not None
+    passes_over_scores = 1 if rows_fit or block_kv >= S else 2
     q_blocks = math.ceil(L / block_q)
     reads = (L * Dh + q_blocks * S * Dh) + passes_over_scores * L * S + (L * S + q_blocks * S * Dh)
     return AttentionIO(reads=reads, writes=L * S + L * S + L * Dh)
+
+
+def naive_softmax_rows(kv_len: int, fast_memory: int) -> int | None:
+    """Rows of scores the standard algorithm's softmax pass holds at once: ``M // (S + 2)``.
+
+    Args:
+        kv_len: S.
+        fast_memory: M, in elements.
+
+    Returns:
+        The number of whole rows (with their maximum and sum) that fit in M, or ``None``
+        when not even one does (then the softmax goes tile by tile and reads each score
+        twice).
+
+    Raises:
+        ValueError: if a size is not positive.
+        TypeError: if a size is not an int.
+    """
+    _validate.check_positive("kv_len", kv_len)
+    _validate.check_positive("fast_memory", fast_memory)
+    rows = fast_memory // (kv_len + 2)
+    return rows if rows >= 1 else None
 
 
 def flash_io_bound(q_len: int, kv_len: int, d_head: int, fast_memory: int) -> float:

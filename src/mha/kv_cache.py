@@ -2,9 +2,9 @@
 
 When a causal model generates a sequence one token at a time, the keys and values of the
 positions already seen do not change: each step needs only the new token's projections.
-:class:`KVCache` keeps the *projected* keys and values of every layer's heads, ``K_h = Y W^K_h``
-and ``V_h = Y W^V_h``, so that a step projects one token instead of the whole prefix, and
-attends from it to everything cached.
+:class:`KVCache` keeps the *projected* keys and values of a layer's key/value heads,
+``K_g = Y W^K_g`` and ``V_g = Y W^V_g`` (``g = 1, ..., H_kv``), so that a step projects one
+token instead of the whole prefix, and attends from it to everything cached.
 
 The buffers are allocated once, at their full ``capacity``; appending writes the new
 positions into the next free slots and copies nothing else, so an append moves
@@ -27,6 +27,16 @@ from mha._np_checks import numpy_float_dtype
 
 def _is_torch_dtype(dtype: Any) -> bool:
     return type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype"
+
+
+def _magnitude(x: Any) -> float:
+    """The largest ``|x|`` (``inf`` for NaN or infinity, 0 for no values, as on ``meta``)."""
+    size = x.numel() if hasattr(x, "numel") else x.size
+    if size == 0 or getattr(x, "is_meta", False):
+        return 0.0
+    if hasattr(x, "detach"):
+        x = x.detach()
+    return _validate.extremes_max_abs(x.min(), x.max())
 
 
 class KVCache:
@@ -89,6 +99,7 @@ class KVCache:
             self._k = np.empty(shape, dtype=np_dtype)
             self._v = np.empty(shape, dtype=np_dtype)
         self._length = 0
+        self._max_abs = 0.0
 
     @property
     def batch_size(self) -> int:
@@ -132,6 +143,13 @@ class KVCache:
     def values(self) -> Any:
         """The cached values ``(B, H_kv, S, Dh)``: a view of the buffer, not a copy."""
         return self._v[:, :, : self._length]
+
+    @property
+    def max_abs(self) -> float:
+        """The largest ``|entry|`` appended since the cache was made or reset: a bound on
+        every cached key and value, so that a layer can tell that attending to them cannot
+        overflow without reading them again."""
+        return self._max_abs
 
     @property
     def nbytes(self) -> int:
@@ -184,6 +202,7 @@ class KVCache:
                 f"{self._length} and got {n} more"
             )
         end = self._length + n
+        self._max_abs = max(self._max_abs, _magnitude(key), _magnitude(value))
         self._k[:, :, self._length : end] = key
         self._v[:, :, self._length : end] = value
         self._length = end
@@ -191,3 +210,21 @@ class KVCache:
     def reset(self) -> None:
         """Forget every cached position (the buffers are kept for reuse)."""
         self._length = 0
+        self._max_abs = 0.0
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first ``length`` positions, e.g. to drop rejected draft tokens.
+
+        Args:
+            length: positions to keep, at most :attr:`length`.
+
+        Raises:
+            ValueError: if ``length`` is negative or more than the cache holds.
+            TypeError: if ``length`` is not an int.
+        """
+        _validate.check_int("length", length)
+        if not 0 <= length <= self._length:
+            raise ValueError(
+                f"length must be in [0, {self._length}], the positions cached; got length={length}"
+            )
+        self._length = length

@@ -637,18 +637,38 @@ def tiled_peak_memory(
     return _run_child("_tiled_memory_child", spec, threads)
 
 
+def _deferred_attention(q: np.ndarray, k: np.ndarray, v_: np.ndarray) -> np.ndarray:
+    """Naive attention with the two savings of the tiled form: Q scaled, output divided once.
+
+    The ``(..., L, S)`` scores are still formed, but not scaled (the queries are) and not
+    normalised (the output is divided by the row sums, as FlashAttention-2 does).
+    """
+    scores = np.matmul(q * q.dtype.type(1.0 / math.sqrt(q.shape[-1])), k.swapaxes(-1, -2))
+    scores -= scores.max(axis=-1, keepdims=True)  # (..., L, S)
+    np.exp(scores, out=scores)
+    total = scores.sum(axis=-1, keepdims=True)  # (..., L, 1)
+    out = np.matmul(scores, v_)  # (..., L, Dv)
+    out /= total
+    return out
+
+
 def _tiled_time_child() -> None:
     """Entry point of the child process of :func:`time_tiled` (JSON on stdin)."""
     from mha import backward, np_backend, tiled
 
     spec = json.loads(sys.stdin.read())
+    if spec["threads"] is not None:
+        torch.set_num_threads(spec["threads"])
     B, L, D, H = spec["batch_size"], spec["q_len"], spec["d_model"], spec["num_heads"]
     rng = np.random.default_rng(spec["seed"])
     dtype = np.dtype(spec["dtype"])
     q, k, val = (rng.standard_normal((B, H, L, D // H)).astype(dtype) for _ in range(3))
-    runners: dict[str, Callable[[], Any]] = {
-        "naive": lambda: np_backend.scaled_dot_product_attention(q, k, val)
-    }
+    q_t, k_t, v_t = (torch.from_numpy(x) for x in (q, k, val))
+    runners: dict[str, Callable[[], Any]] = {}
+    if spec["attention"]:
+        runners["naive"] = lambda: np_backend.scaled_dot_product_attention(q, k, val)
+        runners["naive, deferred"] = lambda: _deferred_attention(q, k, val)
+        runners["sdpa"] = lambda: torch.nn.functional.scaled_dot_product_attention(q_t, k_t, v_t)
     for block_q, block_kv in spec["blocks"]:
         runners[f"tiled {block_q}x{block_kv}"] = lambda bq=block_q, bk=block_kv: tiled.attention(
             q, k, val, block_q=bq, block_kv=bk
@@ -684,6 +704,7 @@ def time_tiled(
     *,
     blocks: list[tuple[int, int]],
     backward: bool = False,
+    attention: bool = True,
     repeat: int = 5,
     min_time: float = 0.05,
     threads: int | None = 1,
@@ -695,7 +716,11 @@ def time_tiled(
 
     On per-head ``q``, ``k``, ``v`` of shape ``(B, H, L, D / H)`` (self-attention, no
     mask): ``"naive"`` is :func:`mha.np_backend.scaled_dot_product_attention` (forms the
-    scores), ``"tiled BrxBc"`` is :func:`mha.tiled.attention` with those blocks. With
+    scores, scales them, normalises the weights); ``"naive, deferred"`` forms the scores too,
+    but scales the queries instead and divides the output by the row sums once, as the tiled
+    form does; ``"sdpa"`` is PyTorch's ``scaled_dot_product_attention`` on the same float32
+    or float64 arrays (a compiled loop over tiles); ``"tiled BrxBc"`` is
+    :func:`mha.tiled.attention` with those blocks. With
     ``backward``, also the layer on ``x`` of shape ``(B, L, D)``: ``"layer forward"``
     (:func:`mha.np_backend.multi_head_attention`), ``"layer forward, fused, saving"`` and
     ``"layer forward, tiled, saving"`` (:func:`mha.backward.multi_head_attention_forward`),
@@ -713,9 +738,11 @@ def time_tiled(
         num_heads: number of heads H.
         blocks: the ``(Br, Bc)`` pairs to time.
         backward: also time the layer's forward and backward passes.
+        attention: time ``"naive"``, ``"naive, deferred"`` and ``"sdpa"`` (False: only the
+            tiled blocks and, with ``backward``, the layer).
         repeat: timings per implementation (the median is taken).
         min_time: seconds per timing.
-        threads: BLAS threads in the child (``None``: the library's default).
+        threads: BLAS and PyTorch threads in the child (``None``: the libraries' defaults).
         dtype: ``"float32"`` or ``"float64"``.
         clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
         seed: seed of the inputs and weights.
@@ -747,10 +774,150 @@ def time_tiled(
         "num_heads": num_heads,
         "blocks": [list(b) for b in blocks],
         "backward": backward,
+        "attention": attention,
         "repeat": repeat,
         "min_time": min_time,
         "dtype": dtype,
         "clock": clock,
         "seed": seed,
+        "threads": threads,
     }
     return _run_child("_tiled_time_child", spec, threads)
+
+
+# --- Decoding: time per generated token with and without a key/value cache ----------------
+
+
+def decode_times(
+    model: Any,
+    context_lens: list[int],
+    *,
+    steps: int = 4,
+    repeat: int = 3,
+    clock: str = "cpu",
+    seed: int = 0,
+) -> dict[str, list[float]]:
+    """Seconds per generated token at each context length, with and without a cache.
+
+    At context length S a sequence of S random tokens is in hand. With the cache
+    (``"cached"``), the S tokens are prefilled once into the model's caches (not timed),
+    then ``steps`` tokens are decoded one at a time, each attending to the cached keys and
+    values; the time is per token. Without (``"uncached"``), generating the next token
+    runs the whole model on the S + 1 tokens again, as a model without a cache must. Each
+    figure is the median of ``repeat`` timings; PyTorch runs on one thread, with gradients
+    off.
+
+    Args:
+        model: an :class:`mha.training.AttentionOnlyTransformer` (any model with
+            ``new_caches``, ``vocab_size``, ``max_len`` and ``forward(tokens, caches=...)``).
+        context_lens: the context lengths S.
+        steps: tokens decoded per cached timing.
+        repeat: timings per figure.
+        clock: ``"cpu"`` (process time) or ``"wall"``.
+        seed: seed of the random tokens.
+
+    Returns:
+        ``{"cached": [...], "uncached": [...]}``, seconds per token, one per context length.
+
+    Raises:
+        ValueError: if a length or count is not positive, or ``S + steps`` passes the
+            model's ``max_len``.
+        TypeError: if a length or count is not an int.
+    """
+    from mha._linalg import one_thread
+
+    for name, value in (("steps", steps), ("repeat", repeat)):
+        _validate.check_positive(name, value)
+    for i, S in enumerate(context_lens):
+        _validate.check_positive(f"context_lens[{i}]", S)
+        if S + steps > model.max_len:
+            raise ValueError(
+                f"context_lens[{i}] + steps must stay within max_len={model.max_len}; "
+                f"got {S} + {steps}"
+            )
+    tick = _clock(clock)
+    gen = torch.Generator().manual_seed(seed)
+    out: dict[str, list[float]] = {"cached": [], "uncached": []}
+    with one_thread(), torch.no_grad():
+        for S in context_lens:
+            tokens = torch.randint(model.vocab_size, (1, S + steps), generator=gen)
+            cached, uncached = [], []
+            for _ in range(repeat):
+                caches = model.new_caches(1)
+                model(tokens[:, :S], caches=caches)  # prefill, not timed
+                start = tick()
+                for t in range(S, S + steps):
+                    model(tokens[:, t : t + 1], caches=caches)
+                cached.append((tick() - start) / steps)
+                start = tick()
+                model(tokens[:, : S + 1])  # the whole prefix again, for one more token
+                uncached.append(tick() - start)
+            out["cached"].append(statistics.median(cached))
+            out["uncached"].append(statistics.median(uncached))
+    return out
+
+
+def cached_step_times(
+    d_model: int,
+    num_heads: int,
+    kv_heads: list[int],
+    kv_len: int,
+    *,
+    steps: int = 5,
+    clock: str = "cpu",
+    seed: int = 0,
+) -> dict[int, float]:
+    """Seconds of one cached decoding step of one layer, for each number of key/value heads.
+
+    A :class:`mha.kv_cache.KVCache` is filled with ``kv_len`` random keys and values (not
+    timed); then one new token at a time runs :func:`mha.torch_backend.multi_head_attention`
+    with the cache (projections, attention over everything cached, output projection),
+    in float32 on one thread, ``steps`` times; the median is reported. The step reads the
+    whole cache, ``2 S H_kv Dh`` elements, so with a cache larger than the CPU's caches its
+    time shows what reading memory costs.
+
+    Args:
+        d_model: D.
+        num_heads: H.
+        kv_heads: the values of H_kv to time, each dividing H.
+        kv_len: S, the positions cached before the timed steps.
+        steps: timed steps per H_kv.
+        clock: ``"cpu"`` or ``"wall"``.
+        seed: seed of the layer and the cached values.
+
+    Returns:
+        ``{H_kv: seconds per step}``.
+
+    Raises:
+        ValueError: if a size is not positive or an H_kv does not divide H.
+        TypeError: if a size is not an int.
+    """
+    from mha._linalg import one_thread
+    from mha.kv_cache import KVCache
+    from mha.params import init_params
+
+    _validate.check_sizes(d_model, num_heads)
+    for name, value in (("kv_len", kv_len), ("steps", steps)):
+        _validate.check_positive(name, value)
+    tick = _clock(clock)
+    gen = torch.Generator().manual_seed(seed)
+    Dh = d_model // num_heads
+    out = {}
+    with one_thread(), torch.no_grad():
+        for h_kv in kv_heads:
+            params = init_params(d_model, num_heads, num_kv_heads=h_kv, seed=seed).to_torch(
+                torch.float32
+            )
+            cache = KVCache(1, h_kv, Dh, kv_len + steps, dtype=torch.float32)
+            filler = torch.randn(1, h_kv, kv_len, Dh, generator=gen)
+            cache.append(filler, filler)
+            del filler
+            x = torch.randn(1, 1, d_model, generator=gen)
+            times = []
+            for _ in range(steps):
+                start = tick()
+                torch_backend.multi_head_attention(x, x, x, params, cache=cache, need_weights=False)
+                times.append(tick() - start)
+            out[h_kv] = statistics.median(times)
+            del cache
+    return out

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from mha import _validate, packing, torch_backend
+from mha.kv_cache import KVCache
 from mha.params import MHAParams, init_params
 
 
@@ -23,6 +24,8 @@ class MultiHeadAttention(nn.Module):
         d_model: model width D.
         num_heads: number of heads H; must divide D.
         bias: whether the input and output projections have biases.
+        num_kv_heads: key/value heads H_kv, dividing H (``None``: H, multi-head
+            attention; 1: multi-query attention).
         seed: seed of the initial parameters (see :func:`mha.params.init_params`); the
             NumPy backend gets the same model from ``init_params(..., seed=seed)``.
         dtype: parameter dtype (float64, float32 or bfloat16).
@@ -48,6 +51,7 @@ class MultiHeadAttention(nn.Module):
         num_heads: int,
         bias: bool = True,
         *,
+        num_kv_heads: int | None = None,
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
@@ -57,11 +61,14 @@ class MultiHeadAttention(nn.Module):
         if dtype not in torch_backend.FLOATS:
             names = ", ".join(str(d) for d in torch_backend.FLOATS)
             raise TypeError(f"dtype must be a floating dtype ({names}); got dtype {dtype}")
-        params = init_params(d_model, num_heads, bias=bias, seed=seed).to_torch(dtype, device)
+        params = init_params(
+            d_model, num_heads, num_kv_heads=num_kv_heads, bias=bias, seed=seed
+        ).to_torch(dtype, device)
         self.num_heads = num_heads
-        self.w_qkv = nn.Parameter(params.w_qkv)  # (D, 3D)
+        self.num_kv_heads = params.num_kv_heads
+        self.w_qkv = nn.Parameter(params.w_qkv)  # (D, D + 2 H_kv Dh)
         self.w_o = nn.Parameter(params.w_o)  # (D, D)
-        self.b_qkv = nn.Parameter(params.b_qkv) if bias else None  # (3D,)
+        self.b_qkv = nn.Parameter(params.b_qkv) if bias else None  # (D + 2 H_kv Dh,)
         self.b_o = nn.Parameter(params.b_o) if bias else None  # (D,)
 
     @property
@@ -103,6 +110,7 @@ class MultiHeadAttention(nn.Module):
             params.d_model,
             params.num_heads,
             bias=t.b_qkv is not None,
+            num_kv_heads=params.num_kv_heads,
             dtype=t.dtype,
             device=t.w_qkv.device,
         )
@@ -121,7 +129,9 @@ class MultiHeadAttention(nn.Module):
         Returns:
             ``MHAParams`` sharing this module's parameters, so gradients reach them.
         """
-        return MHAParams(self.w_qkv, self.w_o, self.b_qkv, self.b_o, self.num_heads)
+        return MHAParams(
+            self.w_qkv, self.w_o, self.b_qkv, self.b_o, self.num_heads, self.num_kv_heads
+        )
 
     def forward(
         self,
@@ -132,6 +142,7 @@ class MultiHeadAttention(nn.Module):
         *,
         need_weights: bool = False,
         form: str = "packed",
+        cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``query`` to ``key``/``value`` (self-attention when they are omitted).
 
@@ -152,7 +163,9 @@ class MultiHeadAttention(nn.Module):
             value: values; ``None`` for ``key``.
             mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
             need_weights: whether to compute and return the attention weights.
-            form: ``"per_head"``, ``"fused"`` or ``"packed"``.
+            form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
+            cache: a :class:`mha.kv_cache.KVCache` for incremental decoding (see
+                :func:`mha.torch_backend.multi_head_attention`).
 
         Shape:
             query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
@@ -167,7 +180,14 @@ class MultiHeadAttention(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         return torch_backend.multi_head_attention(
-            query, key, value, self.params(), mask, form=form, need_weights=need_weights
+            query,
+            key,
+            value,
+            self.params(),
+            mask,
+            form=form,
+            need_weights=need_weights,
+            cache=cache,
         )
 
 
@@ -191,6 +211,9 @@ def to_torch_mha(
         TypeError: if ``source`` is neither a :class:`MultiHeadAttention` nor
             ``MHAParams`` (an ``nn.MultiheadAttention`` included: :func:`from_torch_mha`
             converts the other way), or ``batch_first`` is not a bool.
+        ValueError: if ``source`` is grouped-query attention (``nn.MultiheadAttention`` has
+            one key/value head per query head); :func:`mha.params.repeat_kv_heads` gives
+            the equivalent multi-head layer.
     """
     if isinstance(source, nn.MultiheadAttention):
         raise TypeError(
@@ -204,6 +227,12 @@ def to_torch_mha(
         )
     _validate.check_bool("batch_first", batch_first)
     p = source.params() if isinstance(source, MultiHeadAttention) else source
+    if p.num_kv_heads != p.num_heads:
+        raise ValueError(
+            "source must be multi-head attention: nn.MultiheadAttention has no grouped-query "
+            f"layout; got num_heads={p.num_heads}, num_kv_heads={p.num_kv_heads} (convert "
+            "with mha.params.repeat_kv_heads(params) first)"
+        )
     p = p.to_torch()
     has_bias = p.b_qkv is not None or p.b_o is not None
     m = nn.MultiheadAttention(

@@ -31,10 +31,13 @@ would hold infinities or NaN, or wrong finite values from overflowed scores, rai
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from mha import _np_checks, _validate, tiled
 from mha._np_checks import ARRAYS
+from mha.kv_cache import KVCache
 from mha.params import MHAParams
 
 _ARRAYS = ARRAYS  # the checks this backend's arguments get (mha._np_checks)
@@ -275,6 +278,7 @@ def multi_head_attention(
     *,
     form: str = "fused",
     need_weights: bool = True,
+    cache: KVCache | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """``Concat(head_1, ..., head_H) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
@@ -297,10 +301,16 @@ def multi_head_attention(
         mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
         form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
         need_weights: whether to return the attention weights (False for ``"tiled"``).
+        cache: a :class:`mha.kv_cache.KVCache` of this layer's projected keys and values:
+            the projections of ``key`` and ``value`` (the new positions) are appended to
+            it, and the queries attend to everything it then holds. Its batch size,
+            ``num_kv_heads``, ``d_head`` and dtype must match; not with ``"per_head"``.
 
     Shape:
-        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
-        and weights ``(B, H, L, S)`` (or ``None`` when ``need_weights`` is False).
+        query ``(B, L, D)``, key and value ``(B, S, D)`` (with a cache: ``(B, n, D)``, the
+        ``n`` new positions, and ``S`` is the cache's length after appending them). Returns
+        output ``(B, L, D)`` and weights ``(B, H, L, S)`` (or ``None`` when
+        ``need_weights`` is False).
 
     Returns:
         ``(output, weights)``, NumPy arrays of the inputs' dtype; ``weights`` is ``None``
@@ -312,17 +322,18 @@ def multi_head_attention(
             the tiled form.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
     """
-    magnitudes = _validate.check_mha(query, key, value, params, mask, form, _ARRAYS)
+    magnitudes = _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
     _validate.check_form_weights(form, need_weights)
-    H = params.num_heads
+    H, H_kv = params.num_heads, params.num_kv_heads
     if form == "tiled":  # one projection at a time, split into heads as it is made
         q = split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
-        k = split_heads(_linear(key, params.w_k, params.b_k), H)  # (B, H, S, Dh)
-        val = split_heads(_linear(value, params.w_v, params.b_v), H)  # (B, H, S, Dh)
-        out = tiled.attention(q, k, val, mask)[0]  # (B, H, L, Dh)
+        k = split_heads(_linear(key, params.w_k, params.b_k), H_kv)  # (B, H_kv, S, Dh)
+        val = split_heads(_linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
+        k, val = _with_cache(k, val, cache)
+        out = _grouped(tiled.attention, q, k, val, mask, H_kv)[0]  # (B, H, L, Dh)
         del q, k, val
         out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
-        _check_mha_range(magnitudes, out, query, key, value, params, mask)
+        _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
         return out, None
     if form == "per_head":
         heads, weights = [], []
@@ -338,40 +349,92 @@ def multi_head_attention(
                 weights.append(w_h)
         concat = np.concatenate(heads, axis=-1)  # H x (B, L, Dh) -> (B, L, D)
         out = _linear(concat, params.w_o, params.b_o)
-        _check_mha_range(magnitudes, out, query, key, value, params, mask)
+        _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
         return out, (np.stack(weights, axis=1) if need_weights else None)  # (B, H, L, S)
 
+    D, kv_cols = params.d_model, params.kv_width
     if form == "packed" and query is key and key is value:
-        qkv = _linear(query, params.w_qkv, params.b_qkv)  # (B, L, D) -> (B, L, 3D)
-        q, k, val = np.split(qkv, 3, axis=-1)  # 3 x (B, L, D)
+        qkv = _linear(query, params.w_qkv, params.b_qkv)  # (B, L, D) -> (B, L, D + 2 H_kv Dh)
+        q, k, val = np.split(qkv, [D, D + kv_cols], axis=-1)  # (B, L, D), 2 x (B, L, H_kv Dh)
     elif form == "packed" and key is value:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        kv = _linear(key, *params.packed("kv"))  # (B, S, D) -> (B, S, 2D)
-        k, val = np.split(kv, 2, axis=-1)  # 2 x (B, S, D)
+        kv = _linear(key, *params.packed("kv"))  # (B, S, D) -> (B, S, 2 H_kv Dh)
+        k, val = np.split(kv, 2, axis=-1)  # 2 x (B, S, H_kv Dh)
     else:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        k = _linear(key, params.w_k, params.b_k)  # (B, S, D)
-        val = _linear(value, params.w_v, params.b_v)  # (B, S, D)
-    q, k, val = (split_heads(t, H) for t in (q, k, val))  # (B, H, L|S, Dh)
-    out, weights = _attend(q, k, val, mask)  # (B, H, L, Dh), (B, H, L, S)
+        k = _linear(key, params.w_k, params.b_k)  # (B, S, H_kv Dh)
+        val = _linear(value, params.w_v, params.b_v)  # (B, S, H_kv Dh)
+    q = split_heads(q, H)  # (B, L, D) -> (B, H, L, Dh)
+    k, val = split_heads(k, H_kv), split_heads(val, H_kv)  # (B, H_kv, S, Dh)
+    k, val = _with_cache(k, val, cache)  # with a cache: all its positions, (B, H_kv, S, Dh)
+    out, weights = _grouped(_attend, q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
     out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
-    _check_mha_range(magnitudes, out, query, key, value, params, mask)
+    _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
     return out, (weights if need_weights else None)
 
 
-def _check_mha_range(magnitudes, out, query, key, value, params, mask) -> None:
+def _check_mha_range(
+    magnitudes: dict[str, float],
+    out: np.ndarray,
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: MHAParams,
+    mask: Any,
+    cache: KVCache | None,
+) -> None:
     """Raise if the layer overflowed (no pass over any array while the bound holds)."""
+    if cache is not None:
+        magnitudes = {**magnitudes, "cache": cache.max_abs}
+
+    def locate() -> str | None:
+        cached = None
+        if cache is not None:  # the positions cached before this call's keys were appended
+            before = cache.length - key.shape[1]
+            cached = tuple(
+                x[:, :, :before].astype(np.float64) for x in (cache.keys, cache.values)
+            )
+        return _np_checks.mha_overflow(
+            *(a.astype(np.float64) for a in (query, key, value)),
+            params.to_numpy(np.float64),
+            mask,
+            cached,
+            largest=_largest(out),
+        )
+
     _validate.check_range(
         "multi_head_attention output",
         _validate.mha_bound(magnitudes, params.d_model, params.num_heads),
         out,
         _ARRAYS,
-        lambda: _np_checks.mha_overflow(
-            *(a.astype(np.float64) for a in (query, key, value)),
-            params.to_numpy(np.float64),
-            mask,
-            _largest(out),
-        ),
+        locate,
+    )
+
+
+def _with_cache(k: np.ndarray, val: np.ndarray, cache: KVCache | None) -> tuple[Any, Any]:
+    """The keys and values to attend to: these, or the cache's after appending these."""
+    if cache is None:
+        return k, val
+    cache.append(k, val)
+    return cache.keys, cache.values
+
+
+def _grouped(attend: Any, q: Any, k: Any, val: Any, mask: Any, num_kv_heads: int) -> Any:
+    """``attend`` over heads; with ``H_kv < H``, each key/value head serves its group.
+
+    Multi-head attention (``H_kv = H``) runs ``attend`` on the ``(B, H, ...)`` heads as they
+    are. Otherwise the queries are grouped ``(B, H_kv, G, L, Dh)`` against keys and values
+    ``(B, H_kv, 1, S, Dh)``, which broadcast over the group instead of being copied, and the
+    results are laid out per query head again.
+    """
+    B, H = q.shape[:2]
+    if num_kv_heads == H:
+        return attend(q, k, val, mask)
+    qg = _validate.group_queries(q, num_kv_heads)  # (B, H_kv, G, L, Dh)
+    grouped = _validate.group_mask(mask, num_kv_heads)
+    out, *rest = attend(qg, k[:, :, None], val[:, :, None], grouped)  # (B, H_kv, G, L, ...)
+    return tuple(  # (B, H_kv, G, ...) -> (B, H, ...): output, and weights or lse
+        None if r is None else r.reshape(B, H, *r.shape[3:]) for r in (out, *rest)
     )
 
 

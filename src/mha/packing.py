@@ -8,6 +8,13 @@ left-multiplied ``in_proj_weight`` of shape ``(3D, D)``: its transpose, so head 
 block is rows ``h * Dh : (h + 1) * Dh``. The output projection ``W^O`` reads head ``h``'s
 output with its rows ``h * Dh : (h + 1) * Dh``.
 
+Grouped-query attention (``H_kv`` key/value heads for ``H`` query heads, ``H_kv`` dividing
+``H``) narrows the key and value blocks to ``H_kv Dh`` columns each: the packed weights are
+``(D, D + 2 H_kv Dh)``, key/value head ``g`` owns columns ``g * Dh : (g + 1) * Dh`` of
+``W_k`` and ``W_v``, and serves query heads ``g G ... (g + 1) G - 1``, ``G = H / H_kv``.
+Multi-head attention is ``H_kv = H`` (``(D, 3D)``), multi-query attention ``H_kv = 1``.
+PyTorch's ``nn.MultiheadAttention`` has only the square layout.
+
 This module is the one place that knows these layouts: :class:`mha.params.MHAParams`, the
 PyTorch module and its converters (:mod:`mha.module`) and the analyses of single heads
 take their slices and transposes from here. The helpers move between the layouts and say
@@ -27,6 +34,50 @@ Array = Any  # a numpy.ndarray or a torch.Tensor
 
 PROJECTIONS = ("q", "k", "v")
 PROJECTION_RUNS = (*PROJECTIONS, "kv")
+
+
+def check_kv_heads(num_heads: int, num_kv_heads: int) -> None:
+    """Check that ``num_kv_heads`` is a positive int dividing ``num_heads``.
+
+    Args:
+        num_heads: H, the query heads.
+        num_kv_heads: H_kv, the key/value heads.
+
+    Raises:
+        ValueError: if ``num_kv_heads`` is not positive or does not divide ``num_heads``.
+        TypeError: if ``num_kv_heads`` is not an int.
+    """
+    from mha._validate import check_positive
+
+    check_positive("num_kv_heads", num_kv_heads)
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(
+            f"num_kv_heads must divide num_heads; got num_heads={num_heads}, "
+            f"num_kv_heads={num_kv_heads}"
+        )
+
+
+def kv_width(d_model: int, num_heads: int, num_kv_heads: int | None = None) -> int:
+    """``H_kv Dh``: the columns of each of ``W_k`` and ``W_v`` (``D`` for multi-head attention).
+
+    Args:
+        d_model: model width D.
+        num_heads: H; must divide D.
+        num_kv_heads: H_kv; must divide H (``None``: H, multi-head attention).
+
+    Returns:
+        ``num_kv_heads * d_model // num_heads``.
+
+    Raises:
+        ValueError: if the sizes are not positive, H does not divide D or H_kv does not
+            divide H.
+        TypeError: if a size is not an int.
+    """
+    check_sizes(d_model, num_heads)
+    if num_kv_heads is None:
+        return d_model
+    check_kv_heads(num_heads, num_kv_heads)
+    return num_kv_heads * (d_model // num_heads)
 
 
 def _check_packed(name: str, w: Any, transposed: bool = False) -> None:
@@ -196,43 +247,53 @@ def head_span(d_model: int, num_heads: int, h: int) -> slice:
     return slice(h * Dh, (h + 1) * Dh)
 
 
-def projection_columns(d_model: int, projection: str) -> slice:
-    """The columns of the packed ``(D, 3D)`` weights (entries of ``b_qkv``) of projections.
+def projection_columns(d_model: int, projection: str, *, kv_cols: int | None = None) -> slice:
+    """The columns of the packed weights (entries of ``b_qkv``) of one or two projections.
 
     Args:
         d_model: model width D.
-        projection: ``"q"``, ``"k"`` or ``"v"`` (one ``(D, D)`` block), or ``"kv"`` (the
-            key and value blocks side by side, which the packed form projects together in
+        projection: ``"q"``, ``"k"`` or ``"v"`` (one block), or ``"kv"`` (the key and
+            value blocks side by side, which the packed form projects together in
             cross-attention).
+        kv_cols: the width ``H_kv Dh`` of each of the key and value blocks
+            (:func:`kv_width`; ``None``: D, multi-head attention).
 
     Returns:
-        ``slice(p * D, (p + n) * D)``, ``p`` the first projection's index and ``n`` the
-        number of projections.
+        The query block ``slice(0, D)``; the key block ``slice(D, D + kv_cols)``; the value
+        block after it; ``"kv"`` both.
 
     Raises:
         ValueError: on an unknown projection or a non-positive width.
-        TypeError: if ``d_model`` is not an int.
+        TypeError: if ``d_model`` or ``kv_cols`` is not an int.
     """
     check_sizes(d_model, 1)
+    if kv_cols is None:
+        kv_cols = d_model
+    check_sizes(kv_cols, 1)
     if projection not in PROJECTION_RUNS:
         raise ValueError(
             f"projection must be one of {PROJECTION_RUNS}; got projection={projection!r}"
         )
-    start = PROJECTIONS.index(projection[0]) * d_model
-    return slice(start, start + len(projection) * d_model)
+    starts = {"q": 0, "k": d_model, "v": d_model + kv_cols, "kv": d_model}
+    widths = {"q": d_model, "k": kv_cols, "v": kv_cols, "kv": 2 * kv_cols}
+    return slice(starts[projection], starts[projection] + widths[projection])
 
 
-def head_columns(d_model: int, num_heads: int, projection: str, h: int) -> slice:
-    """The columns of the packed ``(D, 3D)`` weights (rows of ``in_proj_weight``) of one block.
+def head_columns(
+    d_model: int, num_heads: int, projection: str, h: int, *, num_kv_heads: int | None = None
+) -> slice:
+    """The columns of the packed weights (rows of ``in_proj_weight``) of one head's block.
 
     Args:
         d_model: model width D.
-        num_heads: number of heads H.
+        num_heads: number of query heads H.
         projection: ``"q"``, ``"k"`` or ``"v"``.
-        h: head index in ``[0, H)``.
+        h: a query head in ``[0, H)`` for ``"q"``; a key/value head in ``[0, H_kv)`` for
+            ``"k"`` and ``"v"``.
+        num_kv_heads: H_kv (``None``: H).
 
     Returns:
-        ``slice(p * D + h * Dh, p * D + (h + 1) * Dh)`` with ``p`` the projection's index.
+        The block's ``Dh`` columns.
 
     Raises:
         ValueError: on an unknown projection, a head out of range, or bad sizes.
@@ -240,8 +301,10 @@ def head_columns(d_model: int, num_heads: int, projection: str, h: int) -> slice
     """
     if projection not in PROJECTIONS:
         raise ValueError(f"projection must be one of {PROJECTIONS}; got projection={projection!r}")
-    offset = projection_columns(d_model, projection).start
-    span = head_span(d_model, num_heads, h)
+    kv_cols = kv_width(d_model, num_heads, num_kv_heads)
+    offset = projection_columns(d_model, projection, kv_cols=kv_cols).start
+    heads = num_heads if projection == "q" or num_kv_heads is None else num_kv_heads
+    span = head_span(heads * (d_model // num_heads), heads, h)
     return slice(offset + span.start, offset + span.stop)
 
 
@@ -271,23 +334,30 @@ def split_head_rows(w: Array, num_heads: int) -> Array:
     return w.reshape(num_heads, D // num_heads, n)  # (D, n) -> (H, Dh, n)
 
 
-def column_owner(d_model: int, num_heads: int) -> tuple[np.ndarray, np.ndarray]:
+def column_owner(
+    d_model: int, num_heads: int, num_kv_heads: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Which projection and which head each column of the packed weights belongs to.
 
     Args:
         d_model: model width D.
-        num_heads: number of heads H.
+        num_heads: number of query heads H.
+        num_kv_heads: H_kv (``None``: H).
 
     Shape:
-        Returns two ``(3D,)`` arrays.
+        Returns two ``(D + 2 H_kv Dh,)`` arrays.
 
     Returns:
-        ``(projection, head)``, two int arrays of length 3D: ``projection[c]`` in
-        (0, 1, 2) = (query, key, value) and ``head[c]`` in ``[0, H)`` for column ``c``.
+        ``(projection, head)``: ``projection[c]`` in (0, 1, 2) = (query, key, value), and
+        ``head[c]`` the query head (query columns) or key/value head (the others).
 
     Raises:
-        ValueError, TypeError: if the sizes are not positive ints with H dividing D.
+        ValueError, TypeError: if the sizes are not positive ints with H dividing D and
+            H_kv dividing H.
     """
-    check_sizes(d_model, num_heads)
-    cols = np.arange(3 * d_model)
-    return cols // d_model, (cols % d_model) // (d_model // num_heads)
+    kv_cols = kv_width(d_model, num_heads, num_kv_heads)
+    Dh = d_model // num_heads
+    cols = np.arange(d_model + 2 * kv_cols)
+    projection = np.where(cols < d_model, 0, np.where(cols < d_model + kv_cols, 1, 2))
+    within = np.where(cols < d_model, cols, (cols - d_model) % kv_cols)
+    return projection, within // Dh

@@ -604,3 +604,272 @@ def layer_diagram(
         margin=dict(l=10, r=10, t=60, b=30),
     )
     return fig
+
+
+# --- Line charts and the tiles of the tiled forward ----------------------------------------
+
+OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+_LEGEND_BELOW = dict(orientation="h", x=0.0, xanchor="left", y=-0.22, yanchor="top")
+
+
+def _log_axis(title: str, values: Sequence[float] | None) -> dict[str, Any]:
+    """A log axis with readable ticks: the given values, or one tick per power of ten."""
+    axis: dict[str, Any] = dict(title=dict(text=title), type="log", exponentformat="power")
+    if values is not None:
+        axis |= dict(tickvals=list(values), ticktext=[f"{v:,g}" for v in values])
+    else:
+        axis |= dict(dtick=1)
+    return axis
+
+
+def lines(
+    x: Sequence[float],
+    series: dict[str, Sequence[float]],
+    *,
+    title: str,
+    xaxis_title: str,
+    yaxis_title: str,
+    log_x: bool = False,
+    log_y: bool = False,
+    x_ticks: Sequence[float] | None = None,
+    dashed: Sequence[str] = (),
+    markers: bool = True,
+    height: int = 420,
+) -> go.Figure:
+    """Curves over one x axis, with the legend below the plot so a phone keeps the width.
+
+    Colours come from the Okabe-Ito palette (colour-blind safe), in the order of ``series``;
+    a series named in ``dashed`` is drawn as a black dashed line without markers (a model or
+    a bound next to measurements). Log axes get one tick per power of ten (or ``x_ticks``),
+    labelled as powers, never Plotly's unlabelled minor ticks.
+
+    Args:
+        x: the x values, shared by every series.
+        series: ``{name: y values}``, in legend order.
+        title: the figure's title (keep it short: it must fit a phone).
+        xaxis_title: the x axis title.
+        yaxis_title: the y axis title.
+        log_x: a logarithmic x axis.
+        log_y: a logarithmic y axis.
+        x_ticks: the x values to label (default: powers of ten on a log axis).
+        dashed: names of series drawn dashed.
+        markers: mark the points of the other series.
+        height: in pixels.
+
+    Shape:
+        x ``(n,)``; each series ``(n,)``.
+
+    Returns:
+        A Plotly figure with no fixed width.
+
+    Raises:
+        ValueError: if there is no series, a series does not have one value per x, or a
+            name in ``dashed`` is not a series.
+    """
+    n = len(x)
+    if not series:
+        raise ValueError("series must hold at least one curve; got none")
+    for name, y in series.items():
+        if len(y) != n:
+            raise ValueError(f"series {name!r} must have one value per x ({n}); got {len(y)}")
+    unknown = [d for d in dashed if d not in series]
+    if unknown:
+        raise ValueError(f"dashed must name series; got {unknown}, series {list(series)}")
+    fig = go.Figure()
+    colours = iter(OKABE_ITO)
+    for name, y in series.items():
+        style = (
+            dict(mode="lines", line=dict(dash="dash", color="black"))
+            if name in dashed
+            else dict(mode="lines+markers" if markers else "lines", line=dict(color=next(colours)))
+        )
+        fig.add_trace(go.Scatter(x=list(x), y=[float(v) for v in y], name=name, **style))
+    xaxis = (
+        _log_axis(xaxis_title, x_ticks)
+        if log_x
+        else dict(
+            title=dict(text=xaxis_title),
+            **({} if x_ticks is None else dict(tickvals=list(x_ticks))),
+        )
+    )
+    yaxis = _log_axis(yaxis_title, None) if log_y else dict(title=dict(text=yaxis_title))
+    fig.update_layout(
+        title=dict(text=title),
+        xaxis=xaxis,
+        yaxis=yaxis,
+        legend=_LEGEND_BELOW,
+        margin=dict(l=60, r=20, t=70, b=140),
+        height=height,
+        autosize=True,
+    )
+    return fig
+
+
+TILE_STATUSES = ("not reached", "done", "live tile", "skipped tile", "masked (j > i)")
+_TILE_COLOURS = ("#f0f0f0", "#0072B2", "#E69F00", "#CC79A7", "#bdbdbd")  # Okabe-Ito
+
+
+def _column(x: np.ndarray) -> list[float | None]:
+    return [float(v) if np.isfinite(v) else None for v in x]
+
+
+def tile_steps(
+    steps: Sequence[Any],
+    q_len: int,
+    kv_len: int,
+    *,
+    title: str,
+    causal: bool = True,
+    acc_columns: int = 4,
+) -> go.Figure:
+    """The steps of :func:`mha.tiled.attention` on one head, one slider position per tile.
+
+    The upper panel is the ``(L, S)`` grid of scores that is never formed: every tile drawn as
+    a rectangle, the live tile outlined, and each entry coloured by what has happened to it
+    (not reached, done, in the live tile, skipped because the whole tile may not be attended,
+    masked). The lower panel has one row per query: its running maximum ``m``, running sum
+    ``l``, the factor ``exp(m_old - m_new)`` by which this step rescaled the row's earlier sum
+    and accumulator, and the first components of the accumulator itself (rows not reached
+    yet are blank). Panels are stacked, so the figure keeps its width on a phone.
+
+    Args:
+        steps: the ``trace`` of :func:`mha.tiled.attention` on 2-D query, key and value
+            (:class:`mha.tiled.TileStep` items, in order).
+        q_len: L.
+        kv_len: S.
+        title: the figure's title (short; ``<br>`` starts a second line).
+        causal: whether the run was causal (entries with ``j > i`` shown as masked).
+        acc_columns: how many components of the accumulator to show.
+
+    Returns:
+        A Plotly figure with a slider over the steps and no fixed width.
+
+    Raises:
+        ValueError: if there are no steps, a step is not of one head (2-D accumulator), or a
+            block lies outside ``(L, S)``.
+    """
+    if not steps:
+        raise ValueError("steps must hold at least one tile step; got none")
+    for k, st in enumerate(steps):
+        if np.ndim(st.acc) != 2 or st.q_block[1] > q_len or st.kv_block[1] > kv_len:
+            raise ValueError(
+                f"steps[{k}] must be a tile of one head inside (L, S) = ({q_len}, {kv_len}); "
+                f"got blocks {st.q_block}, {st.kv_block} and accumulator shape {np.shape(st.acc)}"
+            )
+    pending, done, live, skipped, masked = range(5)
+    allowed = np.tril(np.ones((q_len, kv_len), bool)) if causal else np.ones((q_len, kv_len), bool)
+    n_acc = min(acc_columns, np.shape(steps[0].acc)[1])
+    stat_names = ["m", "ℓ", "rescale", *[f"õ{c + 1}" for c in range(n_acc)]]
+    status = np.full((q_len, kv_len), pending)
+    stats = np.full((q_len, len(stat_names)), np.nan)
+    frames = []
+    for st in steps:
+        rq, rk = slice(*st.q_block), slice(*st.kv_block)
+        status[status == live] = done
+        status[rq, rk] = np.where(allowed[rq, rk], live, masked) if st.computed else skipped
+        stats[rq] = np.column_stack([st.row_max, st.row_sum, st.rescale, st.acc[:, :n_acc]])
+        frames.append((status.copy(), stats.copy()))
+    final = frames[-1][1]
+    low, high = np.nanmin(final, axis=0), np.nanmax(final, axis=0)
+    width = np.where(high > low, high - low, 1.0)
+
+    def stat_z(values: np.ndarray) -> list[list[float | None]]:
+        return [_column(row) for row in np.clip((values - low) / width, 0, 1)]  # per column
+
+    def stat_text(values: np.ndarray) -> list[list[str]]:
+        return [["" if not np.isfinite(v) else f"{v + 0.0:.2f}".replace("-0.00", "0.00")
+                 for v in row] for row in values]  # fmt: skip
+
+    def status_text(grid: np.ndarray) -> list[list[str]]:
+        return [
+            [f"query {i}, key {j}: {TILE_STATUSES[grid[i, j]]}" for j in range(kv_len)]
+            for i in range(q_len)
+        ]
+
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.12, row_heights=[0.5, 0.5])
+    scale = [[p, c] for n, c in enumerate(_TILE_COLOURS) for p in (n / 5, (n + 1) / 5)]
+    grid0, stats0 = frames[0]
+    fig.add_trace(
+        go.Heatmap(z=grid0.tolist(), text=status_text(grid0), hoverinfo="text", zmin=-0.5,
+                   zmax=4.5, colorscale=scale, showscale=False, xgap=1, ygap=1),
+        row=1, col=1,
+    )  # fmt: skip
+    fig.add_trace(
+        go.Heatmap(z=stat_z(stats0), x=stat_names, text=stat_text(stats0),
+                   texttemplate="%{text}", hoverinfo="text", colorscale="Cividis", zmin=0,
+                   zmax=1, showscale=False, xgap=1, ygap=1, textfont=dict(size=10)),
+        row=2, col=1,
+    )  # fmt: skip
+    for name, colour in zip(TILE_STATUSES, _TILE_COLOURS, strict=True):  # the legend
+        fig.add_trace(
+            go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                       marker=dict(symbol="square", size=12, color=colour,
+                                   line=dict(color="#555", width=1))),
+            row=1, col=1,
+        )  # fmt: skip
+    tiles = sorted({(st.q_block, st.kv_block) for st in steps})
+
+    def rect(q_block, kv_block, **line) -> dict[str, Any]:
+        return dict(type="rect", xref="x", yref="y", x0=kv_block[0] - 0.5, x1=kv_block[1] - 0.5,
+                    y0=q_block[0] - 0.5, y1=q_block[1] - 0.5, line=line)  # fmt: skip
+
+    outlines = [rect(q, k, color="#333", width=1) for q, k in tiles]
+
+    def panel_titles(st: Any, t: int) -> list[dict[str, Any]]:
+        what = "computed" if st.computed else "skipped (nothing allowed)"
+        return [
+            dict(text=f"step {t + 1}: queries {st.q_block[0]}–{st.q_block[1] - 1}, keys "
+                      f"{st.kv_block[0]}–{st.kv_block[1] - 1}: {what}",
+                 xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", xanchor="left",
+                 showarrow=False, font=dict(size=12)),
+            dict(text="per row: m, ℓ, rescale e<sup>m_old − m_new</sup>, õ",
+                 xref="paper", yref="paper", x=0, y=0.44, yanchor="bottom", xanchor="left",
+                 showarrow=False, font=dict(size=12)),
+        ]  # fmt: skip
+
+    sliders = [
+        dict(
+            active=0,
+            currentvalue=dict(visible=False),
+            pad=dict(t=40),
+            steps=[
+                dict(
+                    method="update",
+                    label=str(t + 1),
+                    args=[
+                        {
+                            "z": [grid.tolist(), stat_z(values)],
+                            "text": [status_text(grid), stat_text(values)],
+                        },
+                        {
+                            "shapes": [
+                                *outlines,
+                                rect(st.q_block, st.kv_block, color="#000", width=3),
+                            ],
+                            "annotations": panel_titles(st, t),
+                        },
+                        [0, 1],
+                    ],  # fmt: skip
+                )
+                for t, (st, (grid, values)) in enumerate(zip(steps, frames, strict=True))
+            ],
+        )
+    ]
+    top, bottom, legend_gap = 90, 230, 120  # the slider under the plots, the legend under it
+    height = top + bottom + 2 * (30 + 26 * q_len)
+    plot_height = height - top - bottom
+    fig.update_yaxes(autorange="reversed", title_text="query i", row=1, col=1)
+    fig.update_yaxes(autorange="reversed", title_text="query i", row=2, col=1)
+    fig.update_xaxes(title_text="key j", row=1, col=1)
+    fig.update_layout(
+        title=dict(text=title),
+        shapes=[*outlines, rect(steps[0].q_block, steps[0].kv_block, color="#000", width=3)],
+        annotations=panel_titles(steps[0], 0),
+        sliders=sliders,
+        legend=dict(orientation="h", x=0.0, xanchor="left", y=-legend_gap / plot_height,
+                    yanchor="top"),
+        margin=dict(l=50, r=10, t=top, b=bottom),
+        height=height,
+        autosize=True,
+    )  # fmt: skip
+    return fig

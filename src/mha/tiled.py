@@ -6,14 +6,19 @@ block by block (Milakov and Gimelshein, 2018): a block of scores gives its own m
 
     ``m = max(m_a, m_b)``,  ``l = l_a exp(m_a - m) + l_b exp(m_b - m)``
 
-(:func:`softmax_stats`, :func:`combine_stats`, :func:`online_softmax`). The same rescaling
-applied to the running weighted sum of values gives attention one tile at a time
-(:func:`attention`, the forward pass of FlashAttention, Dao et al., 2022): queries in blocks
-of ``block_q`` rows (Br), keys and values in blocks of ``block_kv`` rows (Bc). Per query
-block it keeps only an output accumulator ``(..., Br, Dv)``, the running maximum and sum
-``(..., Br)`` and one ``(..., Br, Bc)`` tile of scores, and it returns the output together
-with the log-sum-exp of every row, ``lse = m + log l``, from which the backward pass
-recomputes the weights (:func:`mha.backward.tiled_attention`).
+(:func:`softmax_stats`, :func:`combine_stats`, :func:`online_softmax`). A row with nothing
+attended has ``m = -inf`` and ``l = 0``; the rule then takes ``exp(-inf - m) = 0`` even when
+``m = -inf`` too (it subtracts 0 instead of an infinite maximum), so ``(-inf, 0)`` is its
+identity. The same rescaling applied to the running weighted sum of values gives attention
+one tile at a time (:func:`attention`, the forward pass of FlashAttention, Dao et al., 2022):
+queries in blocks of ``block_q`` rows (Br), keys and values in blocks of ``block_kv`` rows
+(Bc). Per query block it keeps only an output accumulator ``(..., Br, Dv)`` (``Dv`` is the
+width of the values, ``Dh`` in a multi-head layer), the running maximum and sum ``(..., Br)``
+and one ``(..., Br, Bc)`` tile of scores, and it returns the output together with the
+log-sum-exp of every row, ``lse = m + log l``, from which the backward pass recomputes the
+weights (:func:`mha.backward.tiled_attention`). Like FlashAttention-2 (Dao, 2024) it scales
+the queries rather than the scores and divides the accumulator by ``l`` once, after the last
+block, instead of normalising every tile of weights.
 
 Masks follow the book's convention (boolean, True = may attend, broadcastable to
 ``(..., L, S)``). A tile in which nothing may be attended is skipped without loading its
@@ -26,7 +31,8 @@ zero weights and zero output.
 scores written to "slow" memory, read back for the softmax, weights written and read back
 for the weighted sum. Both functions can count the elements they move between slow memory
 (the arrays passed in and returned) and the working tiles (``io_counter``), which is how the
-IO model in :mod:`mha.cost` is checked.
+IO model in :mod:`mha.cost` is checked. :func:`softmax_tolerance` bounds how far two
+blockings of the same softmax may differ.
 """
 
 from __future__ import annotations
@@ -34,16 +40,20 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from mha import _np_checks as c
 from mha import _validate
 from mha._tiles import safe_max, tile_mask
-from mha.tolerance import rounding_tolerance
+from mha.tolerance import gamma, rounding_tolerance, unit_roundoff
 
-DEFAULT_BLOCK_Q = 256
-DEFAULT_BLOCK_KV = 512
+# Default tiles of 128 x 128: per (batch, head) one float32 tile of scores is 64 KiB, small
+# next to a score tensor from a few hundred positions on, and large enough that the Python
+# loop costs little beside the products (a few hundred tiles at L = S = 2048).
+DEFAULT_BLOCK_Q = 128
+DEFAULT_BLOCK_KV = 128
 
 IOCounter = collections.Counter  # keys "read" and "write": elements moved
 
@@ -56,8 +66,13 @@ class TileStep:
         q_block: ``(start, stop)`` of the query rows.
         kv_block: ``(start, stop)`` of the key/value rows.
         computed: False when the tile was skipped (nothing in it may be attended).
-        row_max: the running maximum of each query row after this tile, ``(..., Br)``.
-        row_sum: the running sum ``sum exp(s - row_max)`` of each row after it, ``(..., Br)``.
+        row_max: the running maximum ``m`` of each query row after this tile, ``(..., Br)``.
+        row_sum: the running sum ``l = sum exp(z - m)`` of each row after it, ``(..., Br)``.
+        rescale: the factor ``exp(m_old - m_new)`` that this tile applied to the row's
+            earlier sum and accumulator, ``(..., Br)``: 1 where the maximum did not grow
+            (and for a skipped tile), 0 where nothing had been attended before.
+        acc: the unnormalised output accumulator ``sum exp(z - m) v`` of each row after this
+            tile, ``(..., Br, Dv)``; the output is ``acc / l`` after the last tile.
     """
 
     q_block: tuple[int, int]
@@ -65,6 +80,8 @@ class TileStep:
     computed: bool
     row_max: np.ndarray
     row_sum: np.ndarray
+    rescale: np.ndarray
+    acc: np.ndarray
 
 
 # --- The online softmax ------------------------------------------------------------------
@@ -131,6 +148,13 @@ def combine_stats(
     is rescaled to the common maximum. The rule is exact (in exact arithmetic), commutative
     and associative, so blocks may be combined in any order and grouping.
 
+    A block with nothing allowed has ``(m, l) = (-inf, 0)``. The factors are computed as
+    ``exp(m_a - c)`` with ``c = m`` if ``m`` is finite and ``c = 0`` if ``m = -inf``, so a
+    factor is 0 for an empty block even when both blocks are empty (``-inf - (-inf)`` is never
+    formed): ``(-inf, 0)`` is the identity of the rule, and combining it with ``(m_b, l_b)``
+    returns ``(m_b, l_b)`` exactly. The FlashAttention implementation uses the same convention
+    (it subtracts 0 when a row's maximum is ``-inf``).
+
     Args:
         max_a: row maxima of block a (``-inf`` for a row with nothing allowed).
         sum_a: row sums ``sum exp(s - max_a)`` of block a.
@@ -142,6 +166,9 @@ def combine_stats(
 
     Shape:
         All four broadcast to one shape ``(...,)``; returns two arrays of that shape.
+
+    Returns:
+        ``(m, l)`` of the union of the two blocks.
 
     Raises:
         ValueError: if a maximum is NaN or ``+inf``, a sum is negative or not finite, or the
@@ -183,6 +210,9 @@ def online_softmax(
     Shape:
         scores ``(..., S)``; returns ``(..., S)``.
 
+    Returns:
+        The weights, each row summing to 1 (0 for a fully masked row).
+
     Raises:
         ValueError: if ``scores`` is 0-D or not finite, ``mask`` does not broadcast, or
             ``block_size < 1``.
@@ -214,6 +244,48 @@ def online_softmax(
         )
         weights[..., cols] = np.exp(block - shift) / total
     return weights
+
+
+def softmax_tolerance(dtype: Any, *, terms: int, merges: int) -> tuple[float, float]:
+    """How far two blockings of the same softmax may differ: the sum ``l`` and each weight.
+
+    Both routes see the same scores ``z``; they differ in how the row is cut into blocks and
+    merged (:func:`combine_stats`). A term ``exp(z_j - m)`` is computed as a product of at
+    most ``merges + 1`` exponentials whose arguments, each rounded once, add up to
+    ``x_j = z_j - m <= 0``; so it is off by a relative ``u |x_j| + (7 merges + 6) u``: each
+    ``exp`` within 3 ulp (``6u``, ``u`` the unit roundoff; NumPy's own tests allow 3 ulp in
+    float32, 1 in float64) and each product ``u``. Every addition on the way (in a block's sum
+    or in a merge) is one of at most ``n - 1`` along any term's path. Since
+    ``|x| exp(x) <= 1/e`` for ``x <= 0``, the size of the scores drops out: with ``n`` terms and
+    ``l >= 1`` (its largest term is ``exp(0) = 1``) the sum is off by at most a relative
+
+        ``r = u n / e + (7 merges + 6) u + gamma_n``,
+
+    and a weight ``exp(x_j) / l <= 1`` by at most ``u / e + (7 merges + 7) u + r`` absolutely.
+    Two routes differ by at most twice each bound.
+
+    Args:
+        dtype: the floating dtype of the arithmetic.
+        terms: ``n``, the length of the row (allowed entries or all).
+        merges: the largest number of combinations any block passes through (``k - 1`` for
+            ``k`` blocks merged left to right; 0 for one block).
+
+    Returns:
+        ``(relative tolerance of l, absolute tolerance of each weight)``.
+
+    Raises:
+        TypeError: if ``terms`` or ``merges`` is not an int, or ``dtype`` is not floating.
+        ValueError: if ``terms < 1``, ``merges < 0``, or the row is too long for the dtype.
+    """
+    g = gamma(dtype, terms)
+    if isinstance(merges, bool) or not isinstance(merges, int | np.integer):
+        raise TypeError(f"merges must be an int; got {type(merges).__name__} {merges!r}")
+    if merges < 0:
+        raise ValueError(f"merges must be at least 0; got merges={merges}")
+    u = unit_roundoff(dtype)
+    row_sum = u * terms / math.e + (7 * merges + 6) * u + g
+    weight = u / math.e + (7 * merges + 7) * u + row_sum
+    return 2 * row_sum, 2 * weight
 
 
 # --- The tiled forward -------------------------------------------------------------------
@@ -283,12 +355,14 @@ def attention(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``softmax(Q K^T / sqrt(Dh)) V`` one tile at a time, never forming an ``(L, S)`` array.
 
-    For each block of ``block_q`` query rows, the blocks of ``block_kv`` keys and values are
-    visited in turn: the tile of scores ``S_ij = Q_i K_j^T / sqrt(Dh)`` updates the running
-    row maximum ``m`` and sum ``l`` by the rule of :func:`combine_stats`, and the output
-    accumulator is rescaled the same way, ``O <- O exp(m_old - m_new) + exp(S_ij - m_new) V_j``.
-    After the last block, ``O / l`` is the attention output and ``m + log l`` the
-    log-sum-exp of the row.
+    For each block ``Q^(i)`` of ``block_q`` query rows, the blocks ``K^(j)``, ``V^(j)`` of
+    ``block_kv`` keys and values are visited in turn: the tile of scores
+    ``Z^(ij) = Q^(i) K^(j)^T / sqrt(Dh)`` (the queries are scaled, not the tile) updates the
+    running row maximum ``m`` and sum ``l`` by the rule of :func:`combine_stats`, and the
+    output accumulator is rescaled the same way,
+    ``acc <- acc exp(m_old - m_new) + exp(Z^(ij) - m_new) V^(j)``. After the last block,
+    ``acc / l`` is the attention output (one division per output entry, FlashAttention-2's
+    deferred normalisation) and ``m + log l`` the log-sum-exp of the row.
 
     Args:
         query: queries.
@@ -357,6 +431,7 @@ def attention(
                 acc += np.matmul(s, v_j)  # (..., Br, Bc) @ (..., Bc, Dv) -> (..., Br, Dv)
                 row_max = new_max
             if trace is not None:
+                factor = rescale if keep is not False else np.ones_like(row_max)
                 trace.append(
                     TileStep(
                         (rows.start, rows.stop),
@@ -364,6 +439,8 @@ def attention(
                         keep is not False,
                         row_max[..., 0].copy(),
                         row_sum[..., 0].copy(),
+                        factor[..., 0].copy(),
+                        acc.copy(),
                     )
                 )
         empty = row_sum == 0  # (..., Br, 1): fully masked rows
@@ -375,6 +452,27 @@ def attention(
     return out, lse
 
 
+def _softmax_tiles(scores, weights, mask, rows, col_blocks, io) -> None:
+    """Pass 2 of :func:`three_pass_attention` for one row block, with the (Br, Bc) tiles."""
+    keeps = {j.start: None if mask is None else mask[..., rows, j] for j in col_blocks}
+    if len(col_blocks) == 1:  # one tile spans the row: read once
+        tile = _load(scores, (..., rows, col_blocks[0]), io)  # (..., Br, S)
+        _store(weights, (..., rows, col_blocks[0]), _normalise(tile, keeps[0]), io)
+        return
+    row_max = np.full(scores.shape[:-2] + (rows.stop - rows.start,), -np.inf, scores.dtype)
+    row_sum = np.zeros_like(row_max)  # (..., Br)
+    for cols in col_blocks:  # first read: the statistics, by the online rule
+        tile = _load(scores, (..., rows, cols), io)  # (..., Br, Bc)
+        row_max, row_sum = _combine(row_max, row_sum, *_stats(tile, keeps[cols.start]))
+    shift = safe_max(row_max)[..., None]  # (..., Br, 1)
+    total = np.where(row_sum == 0, 1, row_sum)[..., None]  # (..., Br, 1)
+    for cols in col_blocks:  # second read: the weights
+        tile = _load(scores, (..., rows, cols), io)
+        if mask is not None:
+            tile = np.where(keeps[cols.start], tile, -np.inf)
+        _store(weights, (..., rows, cols), np.exp(tile - shift) / total, io)
+
+
 def three_pass_attention(
     query: np.ndarray,
     key: np.ndarray,
@@ -383,15 +481,19 @@ def three_pass_attention(
     *,
     block_q: int = DEFAULT_BLOCK_Q,
     block_kv: int = DEFAULT_BLOCK_KV,
+    softmax_rows: int | None = None,
     io_counter: IOCounter | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Standard attention in three passes through slow memory, tile by tile.
 
-    Pass 1 writes the scores ``Q K^T / sqrt(Dh)`` to an ``(..., L, S)`` array, one
-    ``(Br, Bc)`` tile at a time. Pass 2 reads them back and writes the weights: a row block
-    is read once when one tile spans all S columns, otherwise twice (statistics by the
-    online rule, then normalisation). Pass 3 reads the weights and the values back and
-    writes the output. The result equals :func:`attention` and
+    Pass 1 writes the scores ``Z = Q K^T / sqrt(Dh)`` to an ``(..., L, S)`` array, one
+    ``(Br, Bc)`` tile at a time (the product done with the tiles of :func:`attention`, so it
+    reads K once per query block). Pass 2 reads them back and writes the weights: with
+    ``softmax_rows``, in blocks of that many whole rows, each read once (the rows fit in fast
+    memory); otherwise with the ``(Br, Bc)`` tiles, each score read once when one tile spans
+    all S columns and twice when not (statistics by the online rule, then normalisation).
+    Pass 3 reads the weights and the values back, again tile by tile, and writes the output.
+    The result equals :func:`attention` and
     :func:`mha.np_backend.scaled_dot_product_attention` to rounding; it exists to count
     (``io_counter``) what materialising the scores and weights moves.
 
@@ -402,8 +504,9 @@ def three_pass_attention(
         mask: boolean, True = may attend; broadcastable to ``(..., L, S)``.
         block_q: query rows per tile (Br).
         block_kv: key/value columns per tile (Bc).
+        softmax_rows: rows per block of the softmax pass, or ``None`` for the tiles.
         io_counter: as in :func:`attention`; scores and weights are counted as they are
-            written and read back.
+            written and read back (the mask is not counted).
 
     Returns:
         ``(output, weights)``.
@@ -412,10 +515,16 @@ def three_pass_attention(
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``. Returns output
         ``(..., L, Dv)`` and weights ``(..., L, S)``.
 
+    Returns:
+        The output and the weights (as they were stored in "slow memory").
+
     Raises:
-        The errors of :func:`attention`.
+        ValueError: the errors of :func:`attention`, or ``softmax_rows < 1``.
+        TypeError: the errors of :func:`attention`, or a ``softmax_rows`` that is not an int.
     """
     batch, L, S, bound = _check_attention(query, key, value, mask, block_q, block_kv, io_counter)
+    if softmax_rows is not None:
+        _validate.check_block_size("softmax_rows", softmax_rows)
     user_mask = mask
     dtype = query.dtype
     scale = dtype.type(1.0 / math.sqrt(query.shape[-1]))
@@ -430,24 +539,14 @@ def three_pass_attention(
             k_j = _load(key, _rows(cols), io_counter)  # (..., Bc, Dh)
             _store(scores, (..., rows, cols), np.matmul(q_i, k_j.swapaxes(-1, -2)), io_counter)
     weights = np.empty_like(scores)  # (..., L, S) in slow memory
-    for rows in row_blocks:  # pass 2: softmax
-        keeps = {j.start: None if mask is None else mask[..., rows, j] for j in col_blocks}
-        if len(col_blocks) == 1:  # one tile spans the row: read once
-            tile = _load(scores, (..., rows, col_blocks[0]), io_counter)  # (..., Br, S)
-            _store(weights, (..., rows, col_blocks[0]), _normalise(tile, keeps[0]), io_counter)
-            continue
-        row_max = np.full((*batch, rows.stop - rows.start), -np.inf, dtype=dtype)  # (..., Br)
-        row_sum = np.zeros_like(row_max)
-        for cols in col_blocks:  # first read: the statistics, by the online rule
-            tile = _load(scores, (..., rows, cols), io_counter)  # (..., Br, Bc)
-            row_max, row_sum = _combine(row_max, row_sum, *_stats(tile, keeps[cols.start]))
-        shift = safe_max(row_max)[..., None]  # (..., Br, 1)
-        total = np.where(row_sum == 0, 1, row_sum)[..., None]  # (..., Br, 1)
-        for cols in col_blocks:  # second read: the weights
-            tile = _load(scores, (..., rows, cols), io_counter)
-            if mask is not None:
-                tile = np.where(keeps[cols.start], tile, -np.inf)
-            _store(weights, (..., rows, cols), np.exp(tile - shift) / total, io_counter)
+    if softmax_rows is None:  # pass 2: softmax by tiles
+        for rows in row_blocks:
+            _softmax_tiles(scores, weights, mask, rows, col_blocks, io_counter)
+    else:  # pass 2: softmax of blocks of whole rows, each score read once
+        for i0 in range(0, L, softmax_rows):
+            whole = (..., slice(i0, min(i0 + softmax_rows, L)), slice(None))
+            keep = None if mask is None else mask[whole]
+            _store(weights, whole, _normalise(_load(scores, whole, io_counter), keep), io_counter)
     del scores
     out = np.empty((*batch, L, value.shape[-1]), dtype=dtype)  # (..., L, Dv)
     for rows in row_blocks:  # pass 3: weighted sum

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from mha._validate import check_at_least
+from mha._validate import check_positive
 
 
 def _as_numpy(x: Any) -> np.ndarray:
@@ -82,10 +82,6 @@ def unit_roundoff(dtype: Any) -> float:
     return float(np.finfo(np_dtype).eps) / 2
 
 
-def _check_count(name: str, value: Any) -> None:
-    check_at_least(name, value, 1)
-
-
 def gamma(dtype: Any, terms: int) -> float:
     """``gamma_n = n u / (1 - n u)``: the relative error bound of a sum of ``n`` products.
 
@@ -101,7 +97,7 @@ def gamma(dtype: Any, terms: int) -> float:
         ValueError: if ``terms < 1``, or ``n u >= 1`` (no bound exists: the sum is too long
             for the precision).
     """
-    _check_count("terms", terms)
+    check_positive("terms", terms)
     nu = terms * unit_roundoff(dtype)
     if nu >= 1:
         raise ValueError(
@@ -130,7 +126,7 @@ def rounding_tolerance(dtype: Any, *, terms: int, scale: float = 1.0, stages: in
         ValueError: if ``terms`` or ``stages`` is below 1, ``scale`` is negative or not
             finite, or the sum is too long for the precision.
     """
-    _check_count("stages", stages)
+    check_positive("stages", stages)
     if isinstance(scale, bool) or not isinstance(scale, int | float | np.floating | np.integer):
         raise TypeError(f"scale must be a number; got {type(scale).__name__} {scale!r}")
     if not np.isfinite(scale) or scale < 0:
@@ -173,8 +169,8 @@ def softmax_tolerance(dtype: Any, *, logit_scale: float, d_head: int, kv_len: in
         ValueError: if ``d_head`` or ``kv_len`` is below 1, ``logit_scale`` is negative or
             not finite, or a sum is too long for the precision.
     """
-    _check_count("d_head", d_head)
-    _check_count("kv_len", kv_len)
+    check_positive("d_head", d_head)
+    check_positive("kv_len", kv_len)
     if isinstance(logit_scale, bool) or not isinstance(logit_scale, int | float | np.number):
         raise TypeError(f"logit_scale must be a number; got {type(logit_scale).__name__}")
     if not np.isfinite(logit_scale) or logit_scale < 0:
@@ -327,7 +323,7 @@ def attention_tolerance(
             arithmetic being compared.
         key: ``(B, S, D)`` keys.
         value: ``(B, S, D)`` values.
-        params: the layer's :class:`mha.MHAParams`.
+        params: the layer's :class:`mha.MHAParams` (multi-head or grouped-query).
         mask: boolean keep-mask broadcastable to ``(B, H, L, S)``, or ``None``.
 
     Shape:
@@ -341,7 +337,11 @@ def attention_tolerance(
     f64 = np.float64
     x_q, x_k, x_v = (_as_numpy(t).astype(f64) for t in (query, key, value))
     keep = None if mask is None else _as_numpy(mask).astype(bool)
-    p = params.to_numpy(f64)
+    from mha.params import repeat_kv_heads
+
+    # Grouped-query attention computes each head as multi-head attention with its key and
+    # value head repeated does: the same bound.
+    p = repeat_kv_heads(params.to_numpy(f64))
     H, Dh, S = p.num_heads, p.d_head, x_k.shape[-2]
     g_d, g_h, g_s, g_w = (gamma(query, n) for n in (p.d_model, Dh, S, S + 2))
     root = np.sqrt(Dh)

@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from mha import _np_checks, _validate
+from mha.kv_cache import KVCache
 from mha.params import MHAParams
 
 FLOATS = (torch.float64, torch.float32, torch.bfloat16)
@@ -308,12 +309,14 @@ def _locate(find: Any, result: torch.Tensor, *args: Any) -> str | None:
     def copy(a: Any) -> Any:
         if isinstance(a, MHAParams):
             return a.to_numpy(np.float64)
+        if isinstance(a, tuple):
+            return tuple(map(copy, a))
         if isinstance(a, torch.Tensor):
             a = a.detach().cpu()
             return a.numpy() if a.dtype == torch.bool else a.double().numpy()
         return a
 
-    return find(*map(copy, args), _largest(result.dtype))
+    return find(*map(copy, args), largest=_largest(result.dtype))
 
 
 def _recording(*tensors: torch.Tensor) -> bool:
@@ -338,10 +341,31 @@ def _attend_plain(q, k, v_, mask):
 
 
 def _attend_fast(q, k, v_, mask):
-    """SDPA without materialising weights; fully masked rows give zeros, as in ``_attend``."""
+    """SDPA without materialising weights; fully masked rows give zeros, as in ``_attend``.
+
+    With fewer key/value heads than query heads, SDPA's ``enable_gqa`` lets each key/value
+    head serve its group of query heads.
+    """
     if mask is not None and mask.ndim < 2:
         mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))  # (S,) -> (1, S)
-    return F.scaled_dot_product_attention(q, k, v_, attn_mask=mask)  # (B, H, L, Dh)
+    gqa = k.shape[-3] != q.shape[-3]
+    return F.scaled_dot_product_attention(q, k, v_, attn_mask=mask, enable_gqa=gqa)
+
+
+def _grouped_attend(q, k, v_, mask, num_kv_heads: int):
+    """:func:`_attend` over heads; with ``H_kv < H``, each key/value head serves its group.
+
+    As :func:`mha.np_backend.multi_head_attention` does: grouped queries
+    ``(B, H_kv, G, L, Dh)`` against keys and values ``(B, H_kv, 1, S, Dh)``, broadcast over
+    the group instead of copied, then laid out per query head again.
+    """
+    B, H = q.shape[:2]
+    if num_kv_heads == H:
+        return _attend(q, k, v_, mask)
+    qg = _validate.group_queries(q, num_kv_heads)  # (B, H_kv, G, L, Dh)
+    grouped = _validate.group_mask(mask, num_kv_heads)
+    out, weights = _attend(qg, k[:, :, None], v_[:, :, None], grouped)  # (B, H_kv, G, L, .)
+    return out.reshape(B, H, *out.shape[3:]), weights.reshape(B, H, *weights.shape[3:])
 
 
 # ---- the CPU shortcuts -------------------------------------------------------------------
@@ -507,6 +531,7 @@ def multi_head_attention(
     *,
     form: str = "fused",
     need_weights: bool = True,
+    cache: KVCache | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``Concat(head_1, ..., head_H) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
@@ -525,10 +550,14 @@ def multi_head_attention(
         mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
         form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
         need_weights: return the attention weights (the explicit path) or not (the fast path).
+        cache: a :class:`mha.kv_cache.KVCache` of PyTorch buffers, as in
+            :func:`mha.np_backend.multi_head_attention`.
 
     Shape:
-        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
-        and weights ``(B, H, L, S)`` (or ``None`` when ``need_weights`` is False).
+        query ``(B, L, D)``, key and value ``(B, S, D)`` (with a cache: the ``n`` new
+        positions, and ``S`` is the cache's length after appending them). Returns output
+        ``(B, L, D)`` and weights ``(B, H, L, S)`` (or ``None`` when ``need_weights`` is
+        False).
 
     Returns:
         ``(output, weights)``, PyTorch tensors of the inputs' dtype (autograd records
@@ -540,9 +569,9 @@ def multi_head_attention(
             broadcast, non-finite inputs or an unknown ``form``.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
     """
-    magnitudes = _validate.check_mha(query, key, value, params, mask, form, _ARRAYS)
+    magnitudes = _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
     _validate.check_form_weights(form, need_weights)
-    H, D = params.num_heads, params.d_model
+    H, H_kv, D, kv_cols = params.num_heads, params.num_kv_heads, params.d_model, params.kv_width
     if form == "per_head":
         heads, weights = [], []
         for h in range(H):
@@ -556,37 +585,55 @@ def multi_head_attention(
             if need_weights:  # otherwise each head's (B, L, S) weights are freed in turn
                 weights.append(w_h)
         out = _linear(torch.cat(heads, dim=-1), params.w_o, params.b_o)  # (B, L, D)
-        _check_mha_range(magnitudes, out, query, key, value, params, mask)
+        _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
         return out, (torch.stack(weights, dim=1) if need_weights else None)  # (B, H, L, S)
 
     if form == "packed" and query is key and key is value:
-        qkv = _linear(query, params.w_qkv, params.b_qkv)  # (B, L, D) -> (B, L, 3D)
-        q, k, val = qkv.split(D, dim=-1)  # 3 x (B, L, D)
+        qkv = _linear(query, params.w_qkv, params.b_qkv)  # (B, L, D) -> (B, L, D + 2 H_kv Dh)
+        q, k, val = qkv.split([D, kv_cols, kv_cols], dim=-1)  # (B, L, D), 2 x (B, L, H_kv Dh)
     elif form == "packed" and key is value:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        k, val = _linear(key, *params.packed("kv")).split(D, dim=-1)  # 2 x (B, S, D)
+        k, val = _linear(key, *params.packed("kv")).split(kv_cols, dim=-1)  # 2 x (B, S, .)
     else:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        k = _linear(key, params.w_k, params.b_k)  # (B, S, D)
-        val = _linear(value, params.w_v, params.b_v)  # (B, S, D)
-    q, k, val = (split_heads(t, H) for t in (q, k, val))  # (B, H, L|S, Dh)
+        k = _linear(key, params.w_k, params.b_k)  # (B, S, H_kv Dh)
+        val = _linear(value, params.w_v, params.b_v)  # (B, S, H_kv Dh)
+    q = split_heads(q, H)  # (B, L, D) -> (B, H, L, Dh)
+    k, val = split_heads(k, H_kv), split_heads(val, H_kv)  # (B, H_kv, S, Dh)
+    if cache is not None:  # attend to every cached position, these new ones included
+        cache.append(k, val)
+        k, val = cache.keys, cache.values  # (B, H_kv, S, Dh)
     if need_weights:
-        out, weights = _attend(q, k, val, mask)  # (B, H, L, Dh), (B, H, L, S)
+        out, weights = _grouped_attend(q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
     else:
         out, weights = _attend_fast(q, k, val, mask), None  # (B, H, L, Dh)
     out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
-    _check_mha_range(magnitudes, out, query, key, value, params, mask)
+    _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
     return out, weights
 
 
-def _check_mha_range(magnitudes, out, query, key, value, params, mask) -> None:
+def _check_mha_range(
+    magnitudes: dict[str, float],
+    out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    params: MHAParams,
+    mask: torch.Tensor | None,
+    cache: KVCache | None,
+) -> None:
     """Raise if the layer overflowed (no pass over any array while the bound holds)."""
+    cached = None
+    if cache is not None:
+        magnitudes = {**magnitudes, "cache": cache.max_abs}
+        before = cache.length - key.shape[1]  # the positions cached before this call
+        cached = (cache.keys[:, :, :before], cache.values[:, :, :before])
     _validate.check_range(
         "multi_head_attention output",
         _validate.mha_bound(magnitudes, params.d_model, params.num_heads),
         out,
         _ARRAYS,
-        lambda: _locate(_np_checks.mha_overflow, out, query, key, value, params, mask),
+        lambda: _locate(_np_checks.mha_overflow, out, query, key, value, params, mask, cached),
     )
 
 

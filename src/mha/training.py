@@ -29,6 +29,7 @@ a given machine.
 
 from __future__ import annotations
 
+import copy
 import math
 import multiprocessing
 import os
@@ -44,8 +45,9 @@ from torch import nn
 
 from mha import _validate, detectors, packing, tasks, torch_backend
 from mha._linalg import one_thread
+from mha.kv_cache import KVCache
 from mha.module import MultiHeadAttention
-from mha.params import MHAParams
+from mha.params import MHAParams, init_params, mean_pool_kv_heads, repeat_kv_heads
 from mha.tasks import RepeatedSegments
 
 
@@ -98,6 +100,7 @@ def head_contributions(
     Raises:
         ValueError, TypeError: as :func:`mha.torch_backend.scaled_dot_product_attention`.
     """
+    params = repeat_kv_heads(params)  # grouped-query heads: each head with its key/value head
     H = params.num_heads
     q, k, v = (x @ w for w in (params.w_q, params.w_k, params.w_v))  # 3 x (B, L, D)
     if params.b_qkv is not None:
@@ -121,6 +124,8 @@ class AttentionOnlyTransformer(nn.Module):
         d_model: model width D.
         num_heads: heads per layer H; must divide D.
         num_layers: number of attention blocks.
+        num_kv_heads: key/value heads per layer H_kv, dividing H (``None``: H, multi-head
+            attention, and the draws of every earlier version of this class).
         seed: seed of every initial parameter.
         dtype: parameter dtype.
 
@@ -142,6 +147,7 @@ class AttentionOnlyTransformer(nn.Module):
         num_heads: int,
         num_layers: int = 2,
         *,
+        num_kv_heads: int | None = None,
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
     ) -> None:
@@ -165,7 +171,13 @@ class AttentionOnlyTransformer(nn.Module):
             for p in (self.embed, self.pos, self.unembed):
                 p.mul_(scale)
         self.layers = nn.ModuleList(
-            MultiHeadAttention(d_model, num_heads, seed=_layer_seed(seed, layer), dtype=dtype)
+            MultiHeadAttention(
+                d_model,
+                num_heads,
+                num_kv_heads=num_kv_heads,
+                seed=_layer_seed(seed, layer),
+                dtype=dtype,
+            )
             for layer in range(num_layers)
         )
 
@@ -180,9 +192,40 @@ class AttentionOnlyTransformer(nn.Module):
         return self.layers[0].num_heads
 
     @property
+    def num_kv_heads(self) -> int:
+        """Key/value heads per layer H_kv."""
+        return self.layers[0].num_kv_heads
+
+    @property
     def vocab_size(self) -> int:
         """Number of token ids V."""
         return self.embed.shape[0]
+
+    @property
+    def max_len(self) -> int:
+        """The longest sequence the positional embedding covers."""
+        return self.pos.shape[0]
+
+    def new_caches(self, batch_size: int, capacity: int | None = None) -> list[KVCache]:
+        """One empty :class:`mha.kv_cache.KVCache` per layer, for :meth:`forward`'s ``caches``.
+
+        Args:
+            batch_size: B, the sequences decoded together.
+            capacity: positions each cache can hold (default: ``max_len``).
+
+        Returns:
+            ``num_layers`` caches of the model's dtype, ``H_kv`` heads of width ``Dh``.
+
+        Raises:
+            ValueError: if a size is not positive.
+            TypeError: if a size is not an int.
+        """
+        capacity = self.max_len if capacity is None else capacity
+        layer = self.layers[0]
+        return [
+            KVCache(batch_size, layer.num_kv_heads, layer.d_head, capacity, dtype=self.embed.dtype)
+            for _ in self.layers
+        ]
 
     def _check(self, tokens: torch.Tensor, gates: torch.Tensor | None) -> None:
         if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.int64:
@@ -224,21 +267,41 @@ class AttentionOnlyTransformer(nn.Module):
         """
         return self._run(tokens, gates, need_weights=False)[1]
 
-    def _run(self, tokens, gates, need_weights):
+    def _run(self, tokens, gates, need_weights, caches=None):
         self._check(tokens, gates)
         L = tokens.shape[1]
-        x = self.embed[tokens] + self.pos[:L]  # (B, L) -> (B, L, D)
-        mask = torch_backend.causal_mask(L)  # (L, L)
+        start = 0 if caches is None else self._check_caches(caches, tokens)
+        x = self.embed[tokens] + self.pos[start : start + L]  # (B, L) -> (B, L, D)
+        # The new positions are the last L of start + L: bottom-right aligned (L = 1: all).
+        mask = None if L == 1 else torch_backend.causal_mask(L, start + L, align="bottom_right")
         stream, weights = [x], []
         for i, layer in enumerate(self.layers):
             params = gated_params(layer.params(), None if gates is None else gates[i])
+            cache = None if caches is None else caches[i]
             out, w = torch_backend.multi_head_attention(
-                x, x, x, params, mask, form="fused", need_weights=need_weights
-            )  # (B, L, D), (B, H, L, L) or None
+                x, x, x, params, mask, form="fused", need_weights=need_weights, cache=cache
+            )  # (B, L, D), (B, H, L, start + L) or None
             x = x + out
             stream.append(x)
             weights.append(w)
         return x @ self.unembed, stream, weights  # (B, L, V)
+
+    def _check_caches(self, caches: Sequence[KVCache], tokens: torch.Tensor) -> int:
+        """Check one cache per layer, all of one length; return that length."""
+        if len(caches) != self.num_layers or not all(isinstance(c, KVCache) for c in caches):
+            raise TypeError(
+                f"caches must be a list of num_layers={self.num_layers} KVCache (see new_caches)"
+            )
+        lengths = {c.length for c in caches}
+        if len(lengths) != 1:
+            raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")
+        start = lengths.pop()
+        if start + tokens.shape[1] > self.max_len:
+            raise ValueError(
+                f"positions must stay below max_len={self.max_len}; got {start} cached and "
+                f"{tokens.shape[1]} new"
+            )
+        return start
 
     def forward(
         self,
@@ -246,13 +309,19 @@ class AttentionOnlyTransformer(nn.Module):
         gates: torch.Tensor | None = None,
         *,
         need_weights: bool = False,
+        caches: Sequence[KVCache] | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """Next-token logits, and each layer's attention weights if ``need_weights``.
+
+        With ``caches`` (one per layer, from :meth:`new_caches`), ``tokens`` are the next
+        positions after those cached: they are embedded at those positions, their keys and
+        values are appended, and they attend to everything cached (incremental decoding).
 
         Args:
             tokens: token ids.
             gates: head gates; ``None`` is the ungated model (equal to all ones).
             need_weights: also return the weights of every layer.
+            caches: one key/value cache per layer, or ``None``.
 
         Shape:
             tokens ``(B, L)`` int64 with ``L <= max_len``; gates ``(num_layers, H)``. Returns logits
@@ -265,7 +334,7 @@ class AttentionOnlyTransformer(nn.Module):
             ValueError: if ``tokens`` has the wrong shape or ids, or ``gates`` the wrong shape.
             TypeError: if ``tokens`` is not an int64 tensor.
         """
-        logits, _, weights = self._run(tokens, gates, need_weights)
+        logits, _, weights = self._run(tokens, gates, need_weights, caches)
         return logits, (weights if need_weights else None)
 
 
@@ -500,7 +569,9 @@ def _scores(weights: list[torch.Tensor], batch: RepeatedSegments) -> dict[str, n
 
 
 @one_thread()
-def train(config: TrainConfig) -> tuple[AttentionOnlyTransformer, TrainHistory]:
+def train(
+    config: TrainConfig, model: AttentionOnlyTransformer | None = None
+) -> tuple[AttentionOnlyTransformer, TrainHistory]:
     """Train a model on the repeated-segment task, measuring the heads as it learns.
 
     Every ``eval_every`` steps (and at step 0 and the end) the model is measured on the
@@ -509,12 +580,23 @@ def train(config: TrainConfig) -> tuple[AttentionOnlyTransformer, TrainHistory]:
 
     Args:
         config: everything that determines the run.
+        model: a model to continue training (a copy is trained; this one is left alone),
+            e.g. one converted by :func:`with_kv_heads`; ``None`` starts from
+            ``config.model()``. The data still come from ``config``'s seed.
 
     Returns:
         The trained model and its :class:`TrainHistory`.
+
+    Raises:
+        TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`.
     """
     start = time.process_time()
-    model = config.model()
+    if model is None:
+        model = config.model()
+    elif not isinstance(model, AttentionOnlyTransformer):
+        raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
+    else:
+        model = copy.deepcopy(model)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     data = np.random.default_rng([config.seed, 1])
     held_out = config.eval_batch()
@@ -555,25 +637,32 @@ def train(config: TrainConfig) -> tuple[AttentionOnlyTransformer, TrainHistory]:
 
 
 def train_runs(
-    configs: Sequence[TrainConfig], processes: int | None = None
+    configs: Sequence[TrainConfig],
+    processes: int | None = None,
+    *,
+    models: Sequence[AttentionOnlyTransformer | None] | None = None,
 ) -> list[tuple[AttentionOnlyTransformer, TrainHistory]]:
     """:func:`train` every config, in parallel worker processes, results in config order.
 
     Each run is :func:`train` on one thread in its own process, so a run's result is the
     one :func:`train` gives in this process on this machine. Claims about training are
     claims about the method, checked over several seeds: this runs those seeds side by
-    side, one per CPU core.
+    side, one per CPU core. The workers are spawned, so in a script call this under
+    ``if __name__ == "__main__":`` (a notebook needs nothing).
 
     Args:
         configs: the runs, e.g. one :class:`TrainConfig` per seed.
         processes: worker processes; ``None`` uses one per CPU core, at most one per run.
             ``1`` trains in this process, one run after the other.
+        models: for each config, a model to continue training (as :func:`train`'s
+            ``model``) or ``None`` for a fresh one; ``None`` for all fresh.
 
     Returns:
         ``(model, history)`` for each config, in order.
 
     Raises:
-        ValueError: if ``configs`` is empty or ``processes`` is not a positive int.
+        ValueError: if ``configs`` is empty, ``models`` has another length, or
+            ``processes`` is not a positive int.
         TypeError: if a config is not a :class:`TrainConfig`.
     """
     configs = list(configs)
@@ -582,16 +671,22 @@ def train_runs(
     for i, config in enumerate(configs):
         if not isinstance(config, TrainConfig):
             raise TypeError(f"configs[{i}] must be a TrainConfig; got {type(config).__name__}")
+    models = [None] * len(configs) if models is None else list(models)
+    if len(models) != len(configs):
+        raise ValueError(
+            f"models must give one model (or None) per config; got {len(models)} for "
+            f"{len(configs)} configs"
+        )
     if processes is None:
         processes = min(len(configs), os.cpu_count() or 1)
     _validate.check_positive("processes", processes)
     if processes == 1:
-        return [train(config) for config in configs]
+        return [train(config, model) for config, model in zip(configs, models, strict=True)]
     # Workers are spawned (a fresh interpreter each), never forked from a process whose
     # torch thread pool is already running.
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=processes, mp_context=spawn) as pool:
-        return list(pool.map(train, configs))
+        return list(pool.map(train, configs, models))
 
 
 def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int:
@@ -875,3 +970,95 @@ def copying_scores(model: AttentionOnlyTransformer) -> np.ndarray:
         w_o = np.stack([b["w_o"] for b in blocks])  # (H, Dh, D)
         out.append(detectors.copying_score(w_e, w_v, w_o, w_u))
     return np.stack(out)  # (num_layers, H)
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: AttentionOnlyTransformer, prompt: torch.Tensor, steps: int, *, use_cache: bool = True
+) -> torch.Tensor:
+    """Extend ``prompt`` by ``steps`` tokens, each the most likely next token.
+
+    With ``use_cache`` the prompt is run once (prefill) and each step runs only the new
+    token, attending to the cached keys and values; without, every step runs the whole
+    sequence again. Both give the same tokens, up to ties broken by rounding.
+
+    Args:
+        model: the model.
+        prompt: the first tokens of each sequence.
+        steps: how many tokens to add.
+        use_cache: whether to decode with key/value caches.
+
+    Shape:
+        prompt ``(B, L)``; returns ``(B, L + steps)``.
+
+    Returns:
+        The prompt followed by the generated tokens.
+
+    Raises:
+        ValueError: if ``steps`` is negative or the sequence would pass ``max_len``.
+        TypeError: as :meth:`AttentionOnlyTransformer.forward`.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be an int >= 0; got steps={steps!r}")
+    tokens = prompt
+    if steps == 0:
+        return tokens
+    if tokens.shape[1] + steps > model.max_len:
+        raise ValueError(
+            f"prompt length + steps must stay within max_len={model.max_len}; got "
+            f"{tokens.shape[1]} + {steps}"
+        )
+    caches = model.new_caches(tokens.shape[0]) if use_cache else None
+    new = tokens
+    for _ in range(steps):
+        logits, _ = model(new if use_cache else tokens, caches=caches)
+        nxt = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+        tokens = torch.cat([tokens, nxt], dim=1)
+        new = nxt
+    return tokens
+
+
+def with_kv_heads(
+    model: AttentionOnlyTransformer, num_kv_heads: int, *, init: str = "mean", seed: int = 0
+) -> AttentionOnlyTransformer:
+    """A copy of ``model`` whose layers have ``num_kv_heads`` key/value heads.
+
+    ``init="mean"`` mean-pools the key and value projections of each group
+    (:func:`mha.params.mean_pool_kv_heads`), the conversion of Ainslie et al. (2023);
+    ``"random"`` draws them afresh (as :func:`mha.params.init_params` would, from ``seed``),
+    the control their ablation compares with. Query and output projections, embeddings and
+    unembedding are copied.
+
+    Args:
+        model: the model to convert.
+        num_kv_heads: the new H_kv; must divide the model's H_kv.
+        init: ``"mean"`` or ``"random"``.
+        seed: seed of the random key/value projections (``init="random"``).
+
+    Returns:
+        A new :class:`AttentionOnlyTransformer` (the original is left alone).
+
+    Raises:
+        ValueError: if ``num_kv_heads`` does not divide the model's key/value heads, or
+            ``init`` is unknown.
+        TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`.
+    """
+    if not isinstance(model, AttentionOnlyTransformer):
+        raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
+    if init not in ("mean", "random"):
+        raise ValueError(f"init must be 'mean' or 'random'; got init={init!r}")
+    converted = []
+    for i, layer in enumerate(model.layers):
+        p = mean_pool_kv_heads(layer.params().map(torch.Tensor.detach), num_kv_heads)
+        if init == "random":
+            fresh = init_params(
+                p.d_model, p.num_heads, num_kv_heads=num_kv_heads, seed=_layer_seed(seed, i)
+            ).to_torch(p.dtype)
+            w_qkv, b_qkv = p.w_qkv.clone(), p.b_qkv.clone()
+            kv = slice(p.d_model, None)  # the key and value columns
+            w_qkv[:, kv], b_qkv[kv] = fresh.w_qkv[:, kv], fresh.b_qkv[kv]
+            p = replace(p, w_qkv=w_qkv, b_qkv=b_qkv)
+        converted.append(p)
+    new = copy.deepcopy(model)
+    new.layers = nn.ModuleList(MultiHeadAttention.from_params(p) for p in converted)
+    return new
