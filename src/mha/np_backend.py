@@ -391,9 +391,7 @@ def _check_mha_range(
         cached = None
         if cache is not None:  # the positions cached before this call's keys were appended
             before = cache.length - key.shape[1]
-            cached = tuple(
-                x[:, :, :before].astype(np.float64) for x in (cache.keys, cache.values)
-            )
+            cached = tuple(x[:, :, :before].astype(np.float64) for x in (cache.keys, cache.values))
         return _np_checks.mha_overflow(
             *(a.astype(np.float64) for a in (query, key, value)),
             params.to_numpy(np.float64),
