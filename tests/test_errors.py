@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 import mha
+import mha.kv_cache
 from mha import MHAParams, init_params, np_backend, torch_backend
 
 BACKENDS = {"numpy": np_backend, "torch": torch_backend}
@@ -48,6 +49,19 @@ P = init_params(D, H)
 Q = x(2, 3, D)
 KV = x(2, 4, D)
 TQKV = (torch.from_numpy(Q), torch.from_numpy(KV), torch.from_numpy(KV))
+
+
+def _step(kind: str) -> tuple[Any, Any, Any]:
+    """One new position of self-attention ``(B, 1, D)``, for calls with a cache."""
+    step = Q[:, :1]
+    if kind == "torch":
+        step = torch.from_numpy(np.ascontiguousarray(step))
+    return step, step, step
+
+
+def _cache(dtype: Any, num_kv_heads: int = H, device: Any = None) -> Any:
+    """A key/value cache for ``P`` (B = 2, Dh = D / H) of the given dtype."""
+    return mha.kv_cache.KVCache(2, num_kv_heads, D // H, 4, dtype=dtype, device=device)
 
 
 def mha_call(
@@ -685,8 +699,8 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         ),
         TypeError,
         re.escape(
-            "mask must be on the device of query (cpu); got mask on meta (inputs, parameters "
-            "and mask must share one device)"
+            "mask must be on the device of query (cpu); got mask on meta (inputs, parameters, "
+            "mask and cache must share one device)"
         ),
     ),
     (
@@ -1249,6 +1263,121 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         lambda: mha.to_torch_attn_mask(torch.ones(3, 4, dtype=torch.bool).to_sparse(), H),
         TypeError,
         r"mask must be a dense \(strided\) torch\.Tensor; got layout torch\.sparse_coo",
+    ),
+    # grouped-query attention and the key/value cache get the same checks
+    (
+        "torch_cache_on_another_device",
+        lambda: torch_backend.multi_head_attention(
+            *_step("torch"), P.to_torch(), cache=_cache(torch.float64, device="meta")
+        ),
+        TypeError,
+        re.escape(
+            "cache must be on the device of query (cpu); got cache on meta (inputs, "
+            "parameters, mask and cache must share one device)"
+        ),
+    ),
+    (
+        "module_cache_on_another_device",
+        lambda: mha.MultiHeadAttention(D, H, dtype=torch.float64)(
+            *_step("torch"), cache=_cache(torch.float64, device="meta")
+        ),
+        TypeError,
+        r"cache must be on the device of query \(cpu\); got cache on meta",
+    ),
+    (
+        "torch_cache_of_another_dtype",
+        lambda: torch_backend.multi_head_attention(
+            *_step("torch"), P.to_torch(), cache=_cache(torch.float32)
+        ),
+        TypeError,
+        re.escape(
+            "cache must have the inputs' dtype torch.float64; got a cache of dtype torch.float32"
+        ),
+    ),
+    (
+        "numpy_cache_of_another_dtype",
+        lambda: np_backend.multi_head_attention(*_step("numpy"), P, cache=_cache(np.float32)),
+        TypeError,
+        "cache must have the inputs' dtype float64; got a cache of dtype float32",
+    ),
+    (
+        "numpy_cache_with_the_wrong_kv_heads",
+        lambda: np_backend.multi_head_attention(
+            *_step("numpy"), P, cache=_cache(np.float64, num_kv_heads=1)
+        ),
+        ValueError,
+        re.escape(
+            "cache must have the inputs' batch size and the layer's num_kv_heads and d_head: "
+            "want (B, H_kv, Dh) = (2, 2, 4); got (2, 1, 4)"
+        ),
+    ),
+    (
+        "torch_cache_with_the_wrong_kv_heads",
+        lambda: torch_backend.multi_head_attention(
+            *_step("torch"), P.to_torch(), cache=_cache(torch.float64, num_kv_heads=1)
+        ),
+        ValueError,
+        re.escape("want (B, H_kv, Dh) = (2, 2, 4); got (2, 1, 4)"),
+    ),
+    (
+        "numpy_cache_of_torch_buffers",
+        lambda: np_backend.multi_head_attention(*_step("numpy"), P, cache=_cache(torch.float64)),
+        TypeError,
+        "cache must hold numpy.ndarray buffers like the inputs; got Tensor",
+    ),
+    (
+        "kv_cache_bool_batch_size",
+        lambda: mha.kv_cache.KVCache(True, H, D // H, 4),
+        TypeError,
+        re.escape("batch_size must be an int; got bool True"),
+    ),
+    (
+        "kv_cache_unknown_device",
+        lambda: mha.kv_cache.KVCache(2, H, D // H, 4, dtype=torch.float32, device="nodevice"),
+        ValueError,
+        "device must name a torch device such as 'cpu', 'cuda:0' or 'meta'; got device='nodevice'",
+    ),
+    (
+        "kv_cache_truncate_bool",
+        lambda: mha.kv_cache.KVCache(2, H, D // H, 4).truncate(True),
+        TypeError,
+        re.escape("length must be an int; got bool True"),
+    ),
+    (
+        "init_params_bool_kv_heads",
+        lambda: init_params(D, H, num_kv_heads=True),
+        TypeError,
+        re.escape("num_kv_heads must be an int; got bool True"),
+    ),
+    (
+        "init_params_kv_heads_not_dividing",
+        lambda: init_params(D, H, num_kv_heads=3),
+        ValueError,
+        re.escape("num_kv_heads must divide num_heads; got num_heads=2, num_kv_heads=3"),
+    ),
+    (
+        "init_params_float_kv_heads",
+        lambda: init_params(D, H, num_kv_heads=np.float64(1.0)),
+        TypeError,
+        r"num_kv_heads must be an int; got float64 (np\.float64\()?1\.0",
+    ),
+    (
+        "module_float_kv_heads",
+        lambda: mha.MultiHeadAttention(D, H, num_kv_heads=1.0),
+        TypeError,
+        re.escape("num_kv_heads must be an int; got float 1.0"),
+    ),
+    (
+        "module_kv_heads_not_dividing",
+        lambda: mha.MultiHeadAttention(D, H, num_kv_heads=3),
+        ValueError,
+        re.escape("num_kv_heads must divide num_heads; got num_heads=2, num_kv_heads=3"),
+    ),
+    (
+        "params_bool_kv_heads",
+        lambda: MHAParams(P.w_qkv, P.w_o, P.b_qkv, P.b_o, H, True),
+        TypeError,
+        re.escape("num_kv_heads must be an int; got bool True"),
     ),
     (
         "to_torch_attn_mask_zero_heads",

@@ -108,7 +108,7 @@ class ArrayKind:
             elif device != first[1]:
                 raise TypeError(
                     f"{name} must be on the device of {first[0]} ({first[1]}); got {name} on "
-                    f"{device} (inputs, parameters and mask must share one device)"
+                    f"{device} (inputs, parameters, mask and cache must share one device)"
                 )
 
 
@@ -681,6 +681,7 @@ def check_mha(
     check_same_dtype(named)
     if cache is not None:
         S = check_cache(cache, params, B, S, query.dtype, form, kind)
+        named["cache"] = cache.keys  # its buffers must live with the inputs
     if mask is not None:
         check_mha_mask(mask, (B, params.num_heads, L, S), kind)
         named["mask"] = mask
@@ -705,12 +706,16 @@ def check_cache(
             f"cache must hold {kind.type_name} buffers like the inputs; got "
             f"{type(cache.keys).__name__}"
         )
-    want = (batch_size, params.num_kv_heads, params.d_head, dtype)
-    got = (cache.batch_size, cache.num_kv_heads, cache.d_head, cache.dtype)
+    if cache.dtype != dtype:
+        raise TypeError(
+            f"cache must have the inputs' dtype {dtype}; got a cache of dtype {cache.dtype}"
+        )
+    want = (batch_size, params.num_kv_heads, params.d_head)
+    got = (cache.batch_size, cache.num_kv_heads, cache.d_head)
     if want != got:
         raise ValueError(
-            "cache must have the inputs' batch size, the layer's num_kv_heads and d_head, "
-            f"and the inputs' dtype: want (B, H_kv, Dh, dtype) = {want}; got {got}"
+            "cache must have the inputs' batch size and the layer's num_kv_heads and d_head: "
+            f"want (B, H_kv, Dh) = {want}; got {got}"
         )
     if cache.length + new > cache.capacity:
         raise ValueError(
