@@ -8,12 +8,16 @@ argument, the rule and what was received.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import mha
@@ -1413,3 +1417,131 @@ def test_no_assert_statements_in_src(repo_root) -> None:
         if re.match(r"\s*assert\b", line)
     ]
     assert offenders == []
+
+
+# ---- generated inputs: every call is answered correctly or refused by our own error -------
+
+_MHA_DIR = Path(mha.__file__).parent
+
+
+def _raised_by_mha(error: BaseException) -> bool:
+    """True when the innermost frame that raised ``error`` is in the ``mha`` package."""
+    tb = error.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return Path(tb.tb_frame.f_code.co_filename).parent == _MHA_DIR
+
+
+def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
+    """``("ok", output)`` or ``("error", exception type)``; anything not ours fails the test."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", mha.np_backend.AmbiguousMaskWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)  # overflow inside, then our error
+            out, _ = call()
+    except (ValueError, TypeError) as error:
+        assert _raised_by_mha(error), f"{type(error).__name__} from outside mha: {error}"
+        return "error", type(error)
+    return "ok", out
+
+
+def _mostly(draw: st.DrawFn, bad: list[str], what: str, valid: list, invalid: list) -> Any:
+    """One of ``valid`` seven times in eight, else one of ``invalid`` (then ``what`` joins
+    ``bad``, the reasons the call must be refused)."""
+    if draw(st.integers(0, 7)):
+        return draw(st.sampled_from(valid))
+    bad.append(what)
+    return draw(st.sampled_from(invalid))
+
+
+@st.composite
+def _bad_calls(draw: st.DrawFn) -> dict[str, Any]:
+    """Arguments of ``multi_head_attention``, valid or not in shape, dtype, mask and options,
+    with ``bad``: the reasons a call must be refused (empty when it may be accepted)."""
+    bad: list[str] = []
+    B = draw(st.sampled_from([0, 1, 2, 3]))  # B = 0 is valid: empty outputs
+    L, S = _mostly(draw, bad, "L", [1, 2, 3], [0]), _mostly(draw, bad, "S", [1, 3], [0])
+    D, Hp = draw(st.sampled_from([4, 6])), draw(st.sampled_from([1, 2]))
+    Hkv = _mostly(draw, [], "num_kv_heads", [None, 1, Hp], [True, 2.0, 3, 0])
+    dtype = _mostly(draw, bad, "dtype", [np.float64, np.float32], [np.float16, np.int64, np.bool_])
+    q_shape = _mostly(
+        draw, bad, "query shape", [(B, L, D)], [(L, D), (B, L, D + 1), (B, L, D, 1), (B + 1, L, D)]
+    )
+    mask_shape = _mostly(
+        draw,
+        bad,
+        "mask shape",
+        # (B, S) and (B, L, S) broadcast as (L, S) and (H, L, S) when the sizes allow (then
+        # both backends read them so, or refuse the ambiguous ones); the last two never do
+        [None, (L, S), (B, 1, 1, S), (B, Hp, L, S), (1, Hp, L, S), (S,), (Hp, L, S), (B, S)]
+        + [(B, L, S)],
+        [(2, 7), (B, Hp + 1, L, S)],
+    )
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    scale = _mostly(draw, [], "magnitude", [1.0], [1e20, 1e30])  # overflows float32 only
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e30 overflows float16 on purpose
+        query = (scale * rng.standard_normal(q_shape)).astype(dtype)
+    kv = rng.standard_normal((B, S, D)).astype(dtype)
+    mask = None
+    if mask_shape is not None:
+        mask = rng.random(mask_shape) < 0.7
+        if not draw(st.integers(0, 5)):
+            mask = mask.astype(np.float64)  # a float mask, which must be refused
+            bad.append("mask dtype")
+    return {
+        "sizes": (D, Hp, Hkv),
+        "query": query,
+        "kv": kv,
+        "mask": mask,
+        "need_weights": _mostly(
+            draw, bad, "need_weights", [True, False], [None, "no", 0, np.bool_(True)]
+        ),
+        "form": _mostly(
+            draw, bad, "form", ["fused", "packed", "per_head", "tiled"], ["bogus", None]
+        ),
+        "mask_on_meta": draw(st.booleans()),
+        "bad": bad,
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=_bad_calls())
+def test_generated_calls_are_answered_correctly_or_refused_by_our_errors(case) -> None:
+    D, Hp, Hkv = case["sizes"]
+    params = _outcome(lambda: (init_params(D, Hp, num_kv_heads=Hkv, seed=1), None))
+    if params[0] == "error":
+        event(f"init_params refused: {params[1].__name__}")
+        return  # refused by our own error: the sizes are checked once, here
+    query, kv, mask = case["query"], case["kv"], case["mask"]
+    params = params[1].to_numpy(query.dtype) if query.dtype.kind == "f" else params[1]
+    options = {"need_weights": case["need_weights"], "form": case["form"]}
+    ours = _outcome(lambda: np_backend.multi_head_attention(query, kv, kv, params, mask, **options))
+    tq, tkv = torch.from_numpy(query), torch.from_numpy(kv)
+    tmask = None if mask is None else torch.from_numpy(mask)
+    theirs = _outcome(
+        lambda: torch_backend.multi_head_attention(
+            tq, tkv, tkv, params.to_torch(), tmask, **options
+        )
+    )
+    event(f"{ours[0]}: {ours[1].__name__ if ours[0] == 'error' else 'accepted'}")
+    assert ours[0] == theirs[0], f"NumPy {ours}, PyTorch {theirs}"
+    if case["bad"]:  # a wrong shape, dtype, magnitude or option: never an answer
+        assert ours[0] == "error", f"accepted although {case['bad']} are wrong"
+    if ours[0] == "error":
+        assert ours[1] == theirs[1]  # the same kind of error in both backends
+        return
+    out, tout = ours[1], theirs[1].numpy()
+    assert np.isfinite(out).all() and np.isfinite(tout).all()
+    if out.size:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", mha.np_backend.AmbiguousMaskWarning)
+            tol, _ = mha.tolerance.attention_tolerance(query, kv, kv, params, mask)
+        mha.tolerance.assert_close(tout, out, tol, name="PyTorch output")
+    if mask is not None and case["mask_on_meta"]:  # the same call with the mask elsewhere
+        meta = torch.from_numpy(mask).to("meta")
+        moved = _outcome(
+            lambda: torch_backend.multi_head_attention(
+                tq, tkv, tkv, params.to_torch(), meta, **options
+            )
+        )
+        assert moved == ("error", TypeError)
