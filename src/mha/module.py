@@ -34,7 +34,8 @@ class MultiHeadAttention(nn.Module):
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)``, mask broadcastable to
-        ``(B, H, L, S)``. Output ``(B, L, D)``, weights ``(B, H, L, S)``.
+        ``(B, H, L, S)`` from the right (``(L, S)``, ``(H, L, S)``, ``(B, 1, 1, S)``,
+        ``(B, 1, L, S)``; see ``forward``). Output ``(B, L, D)``, weights ``(B, H, L, S)``.
 
     Raises:
         ValueError: if a size is not positive, H does not divide D, ``seed`` is negative,
@@ -161,7 +162,10 @@ class MultiHeadAttention(nn.Module):
             query: queries.
             key: keys; ``None`` for ``query`` (self-attention).
             value: values; ``None`` for ``key``.
-            mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+            mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)`` from the
+                right, as in :func:`mha.torch_backend.multi_head_attention`: ``(L, S)`` for
+                all, ``(H, L, S)`` per head, ``(B, 1, 1, S)`` or ``(B, 1, L, S)`` per batch
+                element (a ``(B, S)`` or ``(B, L, S)`` mask is not read per batch element).
             need_weights: whether to compute and return the attention weights.
             form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
             cache: a :class:`mha.kv_cache.KVCache` for incremental decoding (see

@@ -547,7 +547,12 @@ def multi_head_attention(
         key: keys (pass ``query`` again for self-attention).
         value: values.
         params: the layer's parameters, PyTorch tensors of the inputs' dtype and device.
-        mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+        mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)`` by NumPy's rule,
+            aligned from the right: ``(L, S)`` for every batch element and head, ``(H, L, S)``
+            per head, ``(B, 1, 1, S)`` (:func:`key_padding_mask`) or ``(B, 1, L, S)`` per
+            batch element. A ``(B, S)`` or ``(B, L, S)`` mask is *not* read per batch
+            element; a 3-D mask whose leading size equals both B and H is refused, and a
+            padding-like 2-D mask with B = L warns (see the module's "How a mask is read").
         form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
         need_weights: return the attention weights (the explicit path) or not (the fast path).
         cache: a :class:`mha.kv_cache.KVCache` of PyTorch buffers, as in
