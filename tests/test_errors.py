@@ -63,6 +63,24 @@ def _step(kind: str) -> tuple[Any, Any, Any]:
     return step, step, step
 
 
+def _attend_to_huge_cached_keys(kind: str) -> Any:
+    """A float32 step whose query is harmless but whose cached keys make scores of ~1e42.
+
+    The new position's magnitudes alone bound the scores far below float32's range; only
+    the cache's own bound (``KVCache.max_abs``) shows that they may overflow.
+    """
+    params = init_params(D, H, num_kv_heads=1)
+    if kind == "numpy":
+        params, ones, dtype = params.to_numpy(np.float32), np.ones, np.float32
+    else:
+        params, ones, dtype = params.to_torch(torch.float32), torch.ones, torch.float32
+    cache = mha.kv_cache.KVCache(1, 1, D // H, 4, dtype=dtype)
+    cache.append(1e34 * ones((1, 1, 2, D // H), dtype=dtype), ones((1, 1, 2, D // H), dtype=dtype))
+    step = 1e8 * ones((1, 1, D), dtype=dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return BACKENDS[kind].multi_head_attention(step, step, step, params, cache=cache)
+
+
 def _cache(dtype: Any, num_kv_heads: int = H, device: Any = None) -> Any:
     """A key/value cache for ``P`` (B = 2, Dh = D / H) of the given dtype."""
     return mha.kv_cache.KVCache(2, num_kv_heads, D // H, 4, dtype=dtype, device=device)
@@ -1328,6 +1346,19 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         lambda: np_backend.multi_head_attention(*_step("numpy"), P, cache=_cache(torch.float64)),
         TypeError,
         "cache must hold numpy.ndarray buffers like the inputs; got Tensor",
+    ),
+    (
+        "numpy_cached_keys_overflow_the_scores",
+        lambda: _attend_to_huge_cached_keys("numpy"),
+        ValueError,
+        r"multi_head_attention output overflowed float32 although every input is finite: the "
+        r"scores Q K\^T / sqrt\(Dh\) reach 1\.6e\+42 in float64",
+    ),
+    (
+        "torch_cached_keys_overflow_the_scores",
+        lambda: _attend_to_huge_cached_keys("torch"),
+        ValueError,
+        r"overflowed torch\.float32 although every input is finite: the scores Q K\^T",
     ),
     (
         "kv_cache_bool_batch_size",

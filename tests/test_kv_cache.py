@@ -268,3 +268,17 @@ def test_truncate_drops_the_last_positions_and_appends_after_them(kind: str) -> 
         cache.truncate(6)
     with pytest.raises(TypeError, match="length must be an int"):
         cache.truncate(2.0)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_max_abs_bounds_everything_appended_until_reset(kind: str) -> None:
+    cache = make(kind)
+    assert cache.max_abs == 0.0  # exact: nothing appended
+    k, v = block(kind, 2), block(kind, 2, 1)
+    cache.append(k, v)
+    largest = max(float(abs(k).max()), float(abs(v).max()))
+    assert cache.max_abs == largest  # exact: the largest entry itself
+    cache.truncate(1)
+    assert cache.max_abs == largest  # exact: still a bound on what is left
+    cache.reset()
+    assert cache.max_abs == 0.0  # exact: nothing cached
