@@ -21,7 +21,15 @@ from hypothesis import strategies as st
 from torch import nn
 
 import mha
+import mha.bottleneck
+import mha.examples
 import mha.kv_cache
+import mha.measure
+import mha.plotting
+import mha.pretrained
+import mha.subspaces
+import mha.tasks
+import mha.training
 from mha import MHAParams, init_params, np_backend, torch_backend
 
 BACKENDS = {"numpy": np_backend, "torch": torch_backend}
@@ -1576,3 +1584,82 @@ def test_generated_calls_are_answered_correctly_or_refused_by_our_errors(case) -
             )
         )
         assert moved == ("error", TypeError)
+
+
+# ---- flags and positive numbers of the other public functions ------------------------------
+
+
+FLAG_AND_NUMBER_CASES = [
+    ("required_head_width_centre", lambda: mha.bottleneck.required_head_width(np.eye(3), "no")),
+    (
+        "bhojanapalli_projections_centre",
+        lambda: mha.bottleneck.bhojanapalli_projections(np.eye(3), np.eye(3), 2, centre=1),
+    ),
+    (
+        "residual_stack_norm_first",
+        lambda: mha.examples.residual_stack(Q, 1, num_heads=H, seed=0, norm_first=None),
+    ),
+    ("peak_rss_increase_warmup", lambda: mha.measure.peak_rss_increase(lambda: None, warmup=0)),
+    (
+        "time_tiled_backward",
+        lambda: mha.measure.time_tiled(1, 4, D, H, blocks=[(2, 2)], backward="yes"),
+    ),
+    (
+        "time_tiled_attention",
+        lambda: mha.measure.time_tiled(1, 4, D, H, blocks=[(2, 2)], attention=np.bool_(True)),
+    ),
+    (
+        "lines_log_y",
+        lambda: mha.plotting.lines(
+            [1, 2], {"a": [1, 2]}, title="t", xaxis_title="x", yaxis_title="y", log_y="yes"
+        ),
+    ),
+    ("tile_steps_causal", lambda: mha.plotting.tile_steps([], 4, 4, title="t", causal=1)),
+    ("load_minilm_check_hash", lambda: mha.pretrained.load_minilm(check_hash="no")),
+    ("principal_angles_degrees", lambda: mha.subspaces.principal_angles(np.eye(3), np.eye(3), 1)),
+    ("head_importance_normalize", lambda: mha.training.head_importance(None, [], "yes")),
+    ("greedy_decode_use_cache", lambda: mha.training.greedy_decode(None, None, 1, use_cache=1)),
+]
+
+
+@pytest.mark.parametrize("call", [pytest.param(c, id=i) for i, c in FLAG_AND_NUMBER_CASES])
+def test_flags_of_every_public_function_must_be_bools(call: Callable[[], Any]) -> None:
+    with pytest.raises(TypeError, match=r"must be a bool; got "):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (
+            lambda: mha.bottleneck.fit_attention(np.eye(3), np.full((3, 3), 1 / 3), 2, lr=np.inf),
+            ValueError,
+            r"lr must be positive and finite; got lr=inf",
+        ),
+        (
+            lambda: mha.bottleneck.fit_attention(np.eye(3), np.full((3, 3), 1 / 3), 2, lr="big"),
+            TypeError,
+            r"lr must be a real number \(int or float\); got str 'big'",
+        ),
+        (
+            lambda: mha.tasks.repeated_segments(
+                4, 8, 10, min_period=2, max_period=3, prefix_prob=True, rng=0
+            ),
+            TypeError,
+            r"prefix_prob must be a real number; got bool True",
+        ),
+        (
+            lambda: mha.training.greedy_decode(None, None, 1.0),
+            TypeError,
+            r"steps must be an int; got float 1\.0",
+        ),
+        (
+            lambda: mha.training.greedy_decode(None, None, -1),
+            ValueError,
+            r"steps must be at least 0; got steps=-1",
+        ),
+    ],
+)
+def test_numbers_of_other_public_functions_are_checked(call, exc, match) -> None:
+    with pytest.raises(exc, match=match):
+        call()

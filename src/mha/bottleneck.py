@@ -115,7 +115,9 @@ def required_head_width(target: Any, centre: bool = True) -> int:
 
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`.
+        TypeError: if ``centre`` is not a bool.
     """
+    _validate.check_bool("centre", centre)
     m = centred_log(target) if centre else np.log(check_attention_target(target))
     return numerical_rank(m)
 
@@ -184,8 +186,10 @@ def bhojanapalli_projections(
     Raises:
         ValueError: if ``x`` does not have rank N, the target fails
             :func:`check_attention_target` or has another size, or ``d_head`` is too small.
-        TypeError: if ``d_head`` is not an int, or an array is not floating.
+        TypeError: if ``d_head`` is not an int, ``centre`` is not a bool, or an array is not
+            floating.
     """
+    _validate.check_bool("centre", centre)
     x = _linalg.as_matrix("x", x)
     p = check_attention_target(target)
     _validate.check_int("d_head", d_head)
@@ -317,8 +321,9 @@ def fit_attention(
         ``(w_q, w_k, error)``: the fitted projections and their final centred-logit error.
 
     Raises:
-        ValueError: if ``d_head`` or ``steps`` is not positive, shapes disagree, or as
-            :func:`check_attention_target`.
+        ValueError: if ``d_head`` or ``steps`` is not positive, ``lr`` is not positive and
+            finite, shapes disagree, or as :func:`check_attention_target`.
+        TypeError: if ``d_head`` or ``steps`` is not an int, or ``lr`` not a real number.
     """
     x = _linalg.as_matrix("x", x)
     (w,) = _fit(x, [target], [d_head], steps, lr, seed)
@@ -355,7 +360,7 @@ def fit_attention_sweep(
         The final :func:`centred_logit_error` of every (target, head width) fit.
 
     Raises:
-        ValueError: as :func:`fit_attention`.
+        ValueError, TypeError: as :func:`fit_attention`.
     """
     x = _linalg.as_matrix("x", x)
     pairs = [(t, d) for t in targets for d in d_heads]
@@ -378,6 +383,7 @@ def _fit(
         raise ValueError(f"target must be (N, N) with N = x.shape[0] = {N}; got {goals.shape[1:]}")
     for name, value in [("steps", steps)] + [("d_head", d) for d in d_heads]:
         _validate.check_positive(name, value)
+    _validate.check_positive_number("lr", lr)
     K, width = len(d_heads), max(d_heads)
     rng = np.random.default_rng(seed)
     init = np.zeros((K, 2, D, width))

@@ -665,7 +665,11 @@ def lines(
     Raises:
         ValueError: if there is no series, a series does not have one value per x, or a
             name in ``dashed`` is not a series.
+        TypeError: if ``log_x``, ``log_y`` or ``markers`` is not a bool.
     """
+    _validate.check_bool("log_x", log_x)
+    _validate.check_bool("log_y", log_y)
+    _validate.check_bool("markers", markers)
     n = len(x)
     if not series:
         raise ValueError("series must hold at least one curve; got none")
@@ -747,7 +751,9 @@ def tile_steps(
     Raises:
         ValueError: if there are no steps, a step is not of one head (2-D accumulator), or a
             block lies outside ``(L, S)``.
+        TypeError: if ``causal`` is not a bool.
     """
+    _validate.check_bool("causal", causal)
     if not steps:
         raise ValueError("steps must hold at least one tile step; got none")
     for k, st in enumerate(steps):

@@ -467,8 +467,9 @@ def load_minilm(
     Raises:
         ModuleNotFoundError: if the weights package is not installed.
         ValueError: if the weights file does not have the expected SHA-256.
-        TypeError: if ``dtype`` is not a floating torch dtype.
+        TypeError: if ``dtype`` is not a floating torch dtype or ``check_hash`` is not a bool.
     """
+    _validate.check_bool("check_hash", check_hash)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype; got {dtype!r}")
     from safetensors.numpy import load_file

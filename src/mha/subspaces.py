@@ -121,7 +121,9 @@ def principal_angles(a: Any, b: Any, degrees: bool = False) -> np.ndarray:
 
     Raises:
         ValueError, TypeError: as :func:`principal_cosines`.
+        TypeError: if ``degrees`` is not a bool.
     """
+    _validate.check_bool("degrees", degrees)
     qa, qb = _bases(a, b)
     if qa.shape[1] < qb.shape[1]:
         qa, qb = qb, qa  # now q <= p: the residual of Q_b has min(p, q) singular values

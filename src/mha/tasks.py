@@ -19,6 +19,7 @@ there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -99,7 +100,7 @@ def repeated_segments(
             ``min_period <= max_period <= seq_len // 2``, there are too few token ids for
             distinct tokens (``vocab_size < seq_len - min_period``), or ``prefix_prob`` is
             outside ``[0, 1]``.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int or ``prefix_prob`` is not a real number.
     """
     sizes = {
         "batch_size": batch_size,
@@ -120,6 +121,8 @@ def repeated_segments(
             "vocab_size must be at least seq_len - min_period (distinct tokens); got "
             f"vocab_size={vocab_size}, seq_len={seq_len}, min_period={min_period}"
         )
+    if isinstance(prefix_prob, bool) or not isinstance(prefix_prob, Real):
+        raise TypeError(f"prefix_prob must be a real number; got {_validate.describe(prefix_prob)}")
     if not 0.0 <= prefix_prob <= 1.0:
         raise ValueError(f"prefix_prob must lie in [0, 1]; got prefix_prob={prefix_prob}")
     gen = np.random.default_rng(rng)

@@ -812,7 +812,10 @@ def head_importance(
 
     Raises:
         ValueError: if ``batches`` is empty.
+        TypeError: if ``normalize`` or ``per_sequence`` is not a bool.
     """
+    _validate.check_bool("normalize", normalize)
+    _validate.check_bool("per_sequence", per_sequence)
     if len(batches) == 0:
         raise ValueError("batches must hold at least one batch; got none")
     total = torch.zeros(model.num_layers, model.num_heads, dtype=torch.float64)
@@ -996,10 +999,11 @@ def greedy_decode(
 
     Raises:
         ValueError: if ``steps`` is negative or the sequence would pass ``max_len``.
-        TypeError: as :meth:`AttentionOnlyTransformer.forward`.
+        TypeError: if ``steps`` is not an int or ``use_cache`` not a bool; otherwise as
+            :meth:`AttentionOnlyTransformer.forward`.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an int >= 0; got steps={steps!r}")
+    _validate.check_bool("use_cache", use_cache)
+    _validate.check_at_least("steps", steps, 0)
     tokens = prompt
     if steps == 0:
         return tokens
