@@ -475,3 +475,15 @@ def test_random_key_value_heads_keep_queries_and_outputs_and_draw_new_keys():
     assert not torch.allclose(a.w_k, b.w_k)
     with pytest.raises(ValueError, match="init must be 'mean' or 'random'; got init='first'"):
         tr.with_kv_heads(model, 2, init="first")
+
+
+@pytest.mark.parametrize("init", ["mean", "random"])
+def test_converted_models_keep_the_training_mode_and_refuse_bad_seeds(init: str) -> None:
+    model = _model(torch.float32).eval()
+    fewer = tr.with_kv_heads(model, 2, init=init)
+    assert not fewer.training and not any(m.training for m in fewer.modules())
+    assert fewer.layers[0].w_qkv.dtype == torch.float32
+    with pytest.raises(TypeError, match=r"seed must be an int; got float 1\.5"):
+        tr.with_kv_heads(model, 2, init=init, seed=1.5)
+    with pytest.raises(ValueError, match="seed must be a non-negative int; got seed=-1"):
+        tr.with_kv_heads(model, 2, init=init, seed=-1)

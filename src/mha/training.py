@@ -1040,29 +1040,40 @@ def with_kv_heads(
         seed: seed of the random key/value projections (``init="random"``).
 
     Returns:
-        A new :class:`AttentionOnlyTransformer` (the original is left alone).
+        A new :class:`AttentionOnlyTransformer` (the original is left alone), in the
+        original's dtype, device and training mode.
 
     Raises:
-        ValueError: if ``num_kv_heads`` does not divide the model's key/value heads, or
-            ``init`` is unknown.
-        TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`.
+        ValueError: if ``num_kv_heads`` does not divide the model's key/value heads,
+            ``init`` is unknown, or ``seed`` is negative.
+        TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`, or
+            ``num_kv_heads`` or ``seed`` is not an int.
     """
     if not isinstance(model, AttentionOnlyTransformer):
         raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
     if init not in ("mean", "random"):
         raise ValueError(f"init must be 'mean' or 'random'; got init={init!r}")
+    _validate.check_seed("seed", seed)
     converted = []
     for i, layer in enumerate(model.layers):
         p = mean_pool_kv_heads(layer.params().map(torch.Tensor.detach), num_kv_heads)
         if init == "random":
             fresh = init_params(
-                p.d_model, p.num_heads, num_kv_heads=num_kv_heads, seed=_layer_seed(seed, i)
-            ).to_torch(p.dtype)
-            w_qkv, b_qkv = p.w_qkv.clone(), p.b_qkv.clone()
+                p.d_model,
+                p.num_heads,
+                num_kv_heads=num_kv_heads,
+                bias=p.b_qkv is not None,
+                seed=_layer_seed(seed, i),
+            ).to_torch(p.dtype, p.w_qkv.device)
             kv = slice(p.d_model, None)  # the key and value columns
-            w_qkv[:, kv], b_qkv[kv] = fresh.w_qkv[:, kv], fresh.b_qkv[kv]
+            w_qkv = p.w_qkv.clone()
+            w_qkv[:, kv] = fresh.w_qkv[:, kv]
+            b_qkv = None if p.b_qkv is None else p.b_qkv.clone()
+            if b_qkv is not None:
+                b_qkv[kv] = fresh.b_qkv[kv]
             p = replace(p, w_qkv=w_qkv, b_qkv=b_qkv)
         converted.append(p)
     new = copy.deepcopy(model)
     new.layers = nn.ModuleList(MultiHeadAttention.from_params(p) for p in converted)
+    new.train(model.training)  # the new layers follow the model's mode, as the copied rest
     return new
