@@ -278,10 +278,7 @@ def softmax_tolerance(dtype: Any, *, terms: int, merges: int) -> tuple[float, fl
         ValueError: if ``terms < 1``, ``merges < 0``, or the row is too long for the dtype.
     """
     g = gamma(dtype, terms)
-    if isinstance(merges, bool) or not isinstance(merges, int | np.integer):
-        raise TypeError(f"merges must be an int; got {type(merges).__name__} {merges!r}")
-    if merges < 0:
-        raise ValueError(f"merges must be at least 0; got merges={merges}")
+    _validate.check_at_least("merges", merges, 0)
     u = unit_roundoff(dtype)
     row_sum = u * terms / math.e + (7 * merges + 6) * u + g
     weight = u / math.e + (7 * merges + 7) * u + row_sum
