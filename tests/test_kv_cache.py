@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import tracemalloc
 from itertools import product
@@ -282,3 +283,11 @@ def test_max_abs_bounds_everything_appended_until_reset(kind: str) -> None:
     assert cache.max_abs == largest  # exact: still a bound on what is left
     cache.reset()
     assert cache.max_abs == 0.0  # exact: nothing cached
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_a_layer_appends_with_a_bound_on_what_it_caches(kind: str) -> None:
+    backend, params, x, cache = _setup(kind, 2)
+    backend.multi_head_attention(x[:, :3], x[:, :3], x[:, :3], params, cache=cache)
+    held = max(float(abs(cache.keys).max()), float(abs(cache.values).max()))
+    assert held <= cache.max_abs < math.inf  # a bound from the inputs' magnitudes

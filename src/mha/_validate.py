@@ -298,6 +298,17 @@ def attention_bound(q_max: float, k_max: float, v_max: float, d_head: int) -> fl
     return max(math.sqrt(d_head) * q_max * k_max, v_max)
 
 
+def key_value_bound(magnitudes: dict[str, float], d_model: int) -> float:
+    """A bound on every projected key and value, ``D max(|key|, |value|)max |W|max + |b|max``.
+
+    ``magnitudes`` is as in :func:`mha_bound`. A layer hands it to
+    :meth:`mha.kv_cache.KVCache.append`, so that the cache bounds what it holds without
+    measuring it.
+    """
+    w, b = magnitudes["params.w_qkv"], magnitudes.get("params.b_qkv", 0.0)
+    return d_model * max(magnitudes["key"], magnitudes["value"]) * w + b
+
+
 def mha_bound(magnitudes: dict[str, float], d_model: int, num_heads: int) -> float:
     """A bound on every intermediate of multi-head attention from input magnitudes.
 

@@ -156,12 +156,15 @@ class KVCache:
         """Bytes held by the two buffers (allocated at full capacity)."""
         return 2 * int(self._k.nbytes)
 
-    def append(self, key: Any, value: Any) -> None:
+    def append(self, key: Any, value: Any, *, max_abs: float | None = None) -> None:
         """Write the projected keys and values of ``n`` new positions after the cached ones.
 
         Args:
             key: new keys, of the cache's library and dtype.
             value: new values, the same shape.
+            max_abs: a bound on every ``|key|`` and ``|value|`` entry already known to the
+                caller (a layer knows one from its inputs' magnitudes); ``None`` measures
+                them. It keeps :attr:`max_abs` a bound without another pass over the data.
 
         Shape:
             key and value ``(B, H_kv, n, Dh)``.
@@ -202,7 +205,9 @@ class KVCache:
                 f"{self._length} and got {n} more"
             )
         end = self._length + n
-        self._max_abs = max(self._max_abs, _magnitude(key), _magnitude(value))
+        if max_abs is None:
+            max_abs = max(_magnitude(key), _magnitude(value))
+        self._max_abs = max(self._max_abs, float(max_abs))
         self._k[:, :, self._length : end] = key
         self._v[:, :, self._length : end] = value
         self._length = end

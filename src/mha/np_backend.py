@@ -334,7 +334,7 @@ def multi_head_attention(
         q = split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
         k = split_heads(_linear(key, params.w_k, params.b_k), H_kv)  # (B, H_kv, S, Dh)
         val = split_heads(_linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
-        k, val = _with_cache(k, val, cache)
+        k, val = _with_cache(k, val, cache, magnitudes, params.d_model)
         out = _grouped(tiled.attention, q, k, val, mask, H_kv)[0]  # (B, H, L, Dh)
         del q, k, val
         out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
@@ -371,7 +371,9 @@ def multi_head_attention(
         val = _linear(value, params.w_v, params.b_v)  # (B, S, H_kv Dh)
     q = split_heads(q, H)  # (B, L, D) -> (B, H, L, Dh)
     k, val = split_heads(k, H_kv), split_heads(val, H_kv)  # (B, H_kv, S, Dh)
-    k, val = _with_cache(k, val, cache)  # with a cache: all its positions, (B, H_kv, S, Dh)
+    k, val = _with_cache(
+        k, val, cache, magnitudes, D
+    )  # with a cache: all its positions, (B, H_kv, S, Dh)
     out, weights = _grouped(_attend, q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
     out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
     _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
@@ -414,11 +416,17 @@ def _check_mha_range(
     )
 
 
-def _with_cache(k: np.ndarray, val: np.ndarray, cache: KVCache | None) -> tuple[Any, Any]:
+def _with_cache(
+    k: np.ndarray,
+    val: np.ndarray,
+    cache: KVCache | None,
+    magnitudes: dict[str, float],
+    d_model: int,
+) -> tuple[Any, Any]:
     """The keys and values to attend to: these, or the cache's after appending these."""
     if cache is None:
         return k, val
-    cache.append(k, val)
+    cache.append(k, val, max_abs=_validate.key_value_bound(magnitudes, d_model))
     return cache.keys, cache.values
 
 

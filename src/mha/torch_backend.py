@@ -606,7 +606,7 @@ def multi_head_attention(
     q = split_heads(q, H)  # (B, L, D) -> (B, H, L, Dh)
     k, val = split_heads(k, H_kv), split_heads(val, H_kv)  # (B, H_kv, S, Dh)
     if cache is not None:  # attend to every cached position, these new ones included
-        cache.append(k, val)
+        cache.append(k, val, max_abs=_validate.key_value_bound(magnitudes, D))
         k, val = cache.keys, cache.values  # (B, H_kv, S, Dh)
     if need_weights:
         out, weights = _grouped_attend(q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
