@@ -282,3 +282,49 @@ def test_attention_errors_match_the_errors_of_the_weights_and_survive_underflow(
         bn.attention_errors(np.zeros((2, 2)), p)
     with pytest.raises(ValueError, match="target rows must be distributions"):
         bn.attention_errors(np.zeros((2, 2)), np.eye(2) * 2)
+
+
+def test_positional_patterns_are_the_four_sharp_patterns_and_their_mixtures():
+    sharp = bn.positional_patterns(5)
+    assert sharp.shape == (4, 5, 5)
+    assert bn.POSITIONAL_PATTERNS == ("previous", "next", "self", "first")
+    assert sharp[0].argmax(1).tolist() == [0, 0, 1, 2, 3]  # token 0 attends to itself
+    assert sharp[1].argmax(1).tolist() == [1, 2, 3, 4, 4]  # the last token attends to itself
+    assert sharp[2].argmax(1).tolist() == [0, 1, 2, 3, 4] and sharp[3].argmax(1).tolist() == [0] * 5
+    mixed = bn.positional_patterns(5, mix=0.1)
+    np.testing.assert_allclose(mixed, 0.9 * sharp + 0.02, rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match=r"mix must be in \[0, 1\); got mix=1.0"):
+        bn.positional_patterns(5, mix=1.0)
+
+
+@pytest.mark.parametrize("num_heads", [4, 8, 16])
+def test_positional_layer_forms_the_four_patterns_in_its_first_heads(num_heads):
+    gap = 9.0
+    x, params = bn.positional_layer(16, 32, num_heads, gap)
+    _, w = np_backend.multi_head_attention(x[None], x[None], x[None], params)  # (1, H, N, N)
+    sharp = bn.positional_patterns(16)
+    bound = 1 / (1 + 15 * np.exp(-gap))
+    for k in range(4):
+        on_target = (w[0, k] * sharp[k]).sum(axis=1)  # each query's weight on its target
+        assert on_target.min() >= bound - 1e-12
+    np.testing.assert_allclose(w[0, 4:], 1 / 16, rtol=0, atol=1e-15)  # spare heads: uniform
+    with pytest.raises(ValueError, match="d_model / num_heads >= 2"):
+        bn.positional_layer(16, 32, 32, gap)
+
+
+def test_sharp_target_bounds_hold_for_layers_that_share_heads_or_have_width_one():
+    sharp = bn.positional_patterns(8)
+    pair = [bn.total_variation(a, b).mean() for i, a in enumerate(sharp) for b in sharp[i + 1 :]]
+    one = bn.sharp_target_bounds(sharp, 1, 8)
+    assert one["total_variation"] == max(pair) / 2 and one["kl"] == 2 * (max(pair) / 2) ** 2
+    assert bn.sharp_target_bounds(sharp, 4, 2) == {"total_variation": 0.0, "kl": 0.0}
+    narrow = bn.sharp_target_bounds(sharp, 4, 1)
+    assert narrow["total_variation"] == (8 - 2) / 8 / 2  # self: every key is one row's favourite
+    # Any width-1 head: its favourite keys are argmax b and argmin b, so the bound holds.
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a, b = rng.standard_normal(8), 5 * rng.standard_normal(8)
+        weights = np_backend.softmax(np.outer(a, b))
+        assert bn.total_variation(weights, sharp[2]).mean() >= narrow["total_variation"]
+    with pytest.raises(ValueError, match="targets must have one-hot rows"):
+        bn.sharp_target_bounds(bn.positional_patterns(8, mix=0.1), 2, 2)

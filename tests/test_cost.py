@@ -265,3 +265,56 @@ def test_decode_step_cost_names_the_bad_argument(kwargs, error, match) -> None:
     args = {"d_model": 32, "num_heads": 8, "num_kv_heads": 2, "kv_len": 5} | kwargs
     with pytest.raises(error, match=match):
         cost.decode_step_cost(**args)
+
+
+# ---- published configurations: weights, caches, and where one outweighs the other ----------
+
+
+@pytest.mark.parametrize(
+    ("name", "billions"),
+    [
+        ("Llama 2 7B", 6.74),
+        ("Llama 2 70B", 68.98),
+        ("Mistral 7B", 7.24),
+        ("Llama 3.1 8B", 8.03),
+        ("TinyLlama 1.1B", 1.10),
+    ],
+)
+def test_published_parameter_counts_match_the_models_announced_sizes(name, billions) -> None:
+    config = next(c for c in cost.PUBLISHED_CONFIGS if c.name == name)
+    assert abs(config.num_params() / 1e9 - billions) < 0.01
+    assert config.weight_bytes() == 2 * config.num_params()  # float16
+
+
+def test_cache_bytes_stop_growing_at_the_sliding_window() -> None:
+    mistral = next(c for c in cost.PUBLISHED_CONFIGS if c.name == "Mistral 7B")
+    assert mistral.cache_bytes(4096) == mistral.cache_bytes(8192) == 4096 * mistral.cache_bytes(1)
+    llama = next(c for c in cost.PUBLISHED_CONFIGS if c.name == "Llama 2 7B")
+    assert llama.cache_bytes(4096) == 4096 * llama.cache_bytes(1)
+
+
+def test_the_cache_outweighs_the_weights_only_where_the_context_allows() -> None:
+    by_name = {c.name: c for c in cost.PUBLISHED_CONFIGS}
+    llama = by_name["Llama 2 7B"]
+    S = llama.cache_outweighs_weights_at()
+    assert S == 25_706 > llama.max_context  # 13.5 GB of weights / 0.5 MiB per token
+    assert llama.cache_bytes(S) > llama.weight_bytes() >= llama.cache_bytes(S - 1)
+    assert by_name["Mistral 7B"].cache_outweighs_weights_at() is None  # window of 4,096
+    llama3 = by_name["Llama 3.1 8B"]
+    S3 = llama3.cache_outweighs_weights_at()
+    assert S3 is not None and llama3.cache_bytes(S3) > llama3.weight_bytes()
+
+
+def test_roofline_takes_the_slower_of_compute_and_memory() -> None:
+    a100 = cost.A100_80GB
+    assert abs(a100.ridge - 312e12 / 2039e9) < 1e-9
+    step = cost.decode_step_cost(4096, 32, 32, 4096)
+    t = cost.roofline_time(step, a100)
+    assert t.bound == "memory" and t.seconds == t.memory == step.bytes / a100.bandwidth
+    prefill = cost.decode_step_cost(4096, 32, 32, 4095, cached=False)
+    t = cost.roofline_time(prefill, a100)
+    assert t.bound == "compute" and t.seconds == t.compute == prefill.flops / a100.peak_flops
+    with pytest.raises(TypeError, match="work must be a DecodeStepCost"):
+        cost.roofline_time(1.0, a100)
+    with pytest.raises(TypeError, match="accelerator must be an Accelerator"):
+        cost.roofline_time(step, "A100")

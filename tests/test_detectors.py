@@ -568,3 +568,38 @@ def test_copying_score_errors_name_the_shapes():
         det.copying_score(np.eye(4), np.eye(3)[:, :2], np.eye(4)[:2], np.eye(4))
     with pytest.raises(ValueError, match="non-zero eigenvalue"):
         det.copying_score(np.eye(4), np.zeros((4, 2)), np.eye(4)[:2], np.eye(4))
+
+
+# ---- duplicate-token heads ---------------------------------------------------------------
+
+
+def test_duplicate_targets_mark_every_other_copy_in_both_directions():
+    t = det.duplicate_targets(np.array([[5, 6, 5, 7, 5]]))[0]
+    assert t[0].tolist() == [False, False, True, False, True]
+    assert t[2].tolist() == [True, False, False, False, True]
+    assert not t[1].any() and not t[3].any()
+    assert not np.diagonal(t).any()
+
+
+def test_duplicate_head_scores_one_and_induction_head_zero():
+    rng = np.random.default_rng(0)
+    seg = np.stack([rng.permutation(20)[:6] for _ in range(3)])
+    tokens = np.concatenate([seg, seg], axis=1)  # (3, 12): a segment repeated once
+    dup = det.duplicate_targets(tokens).astype(float)  # every token has exactly one copy
+    assert np.array_equal(dup.sum(-1), np.ones((3, 12)))  # exact: integer counts
+    ind_t = induction_targets(tokens).astype(float)
+    ind = np.where(ind_t.any(-1, keepdims=True), ind_t, np.eye(12))
+    w = np.stack([dup, ind], axis=1)  # (3, 2, 12, 12)
+    score = det.duplicate_token_score(w, tokens)
+    assert np.isclose(score[0], 1.0) and np.isclose(score[1], 0.0)
+    assert np.isclose(induction_score(w, tokens)[1], 1.0)
+
+
+def test_duplicate_token_score_errors():
+    w = np.full((1, 4, 4), 0.25)
+    with pytest.raises(ValueError, match="no query has a duplicate"):
+        det.duplicate_token_score(w, np.array([[1, 2, 3, 4]]))
+    with pytest.raises(ValueError, match="weights must have shape \\(B, ..., L, L\\)"):
+        det.duplicate_token_score(w, np.array([[1, 1, 3]]))
+    with pytest.raises(TypeError, match="tokens must be an integer array"):
+        det.duplicate_token_score(w, np.array([[1.0, 1.0, 3.0, 4.0]]))

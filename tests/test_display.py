@@ -57,3 +57,12 @@ def test_markdown_table_rejects_rows_and_formats_of_the_wrong_length() -> None:
         display.markdown_table(["a", "b"], [(1, 2), (3,)])
     with pytest.raises(ValueError, match=r"formats must give one entry per column \(2\); got 1"):
         display.markdown_table(["a", "b"], [], formats=["{}"])
+
+
+def test_error_message_shows_the_class_and_message_of_the_expected_error() -> None:
+    text = display.error_message(lambda: int("x"), ValueError)
+    assert text.startswith("```text\nValueError: invalid literal") and text.endswith("\n```")
+    with pytest.raises(RuntimeError, match="the call returned 3"):
+        display.error_message(lambda: 3, ValueError)
+    with pytest.raises(KeyError):  # an error of another kind is not swallowed
+        display.error_message(lambda: {}["k"], ValueError)

@@ -66,3 +66,40 @@ def test_residual_stack_applies_each_block_to_the_previous_stream() -> None:
     post = examples.residual_stack(x, 2, num_heads=2, seed=1, norm_first=False)
     for s in post[1:]:  # post-norm: every block's output rows are normalised
         np.testing.assert_allclose(s.mean(-1), 0.0, rtol=0, atol=1e-12)
+
+
+def test_two_output_task_puts_the_previous_content_and_the_first_into_two_halves() -> None:
+    x, target, p, q = examples.two_output_task(0, 3, q_len=5, d_model=10)
+    assert x.shape == (3, 5, 10) and target.shape == (3, 3, 10) and p.shape == q.shape == (5, 5)
+    content, position = x[..., :5], x[..., 5:]
+    np.testing.assert_array_equal(position[1], np.eye(5))  # exact: one-hot positions
+    for i in (2, 3, 4):  # query i: [c_{i-1} P, c_0 Q]
+        np.testing.assert_allclose(target[:, i - 2, :5], content[:, i - 1] @ p, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(target[:, i - 2, 5:], content[:, 0] @ q, rtol=0, atol=1e-12)
+    x2, _, p2, _ = examples.two_output_task(0, 4, q_len=5, d_model=10)
+    np.testing.assert_array_equal(p2, p)  # exact: the maps depend on the seed alone
+    assert not np.allclose(x2[:3, :, :5], content)  # other sentences
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"d_model": 9}, "d_model must be even; got d_model=9"),
+        ({"q_len": 9}, r"q_len must be between 3 and d_model / 2 = 8; got q_len=9"),
+        ({"q_len": 0}, "q_len must be a positive int; got q_len=0"),
+    ],
+)
+def test_two_output_task_rejects_bad_sizes(kwargs, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        examples.two_output_task(0, 2, **kwargs)
+
+
+def test_two_heads_explain_the_two_outputs_and_one_head_cannot() -> None:
+    one = examples.fit_two_outputs(1, 0)
+    two = examples.fit_two_outputs(2, 0)
+    assert one.num_params == two.num_params == 4 * 16**2 + 4 * 16
+    assert one.weights.shape == (1, 8, 8) and two.weights.shape == (2, 8, 8)
+    assert 0.3 < one.fixed_weight_floor <= 0.5  # min / sum of two similar norms
+    assert one.unexplained > 0.2 and two.unexplained < 0.02  # wide margins, one seed
+    with pytest.raises(ValueError, match="held_out must differ from num_sentences"):
+        examples.fit_two_outputs(2, 0, num_sentences=8, held_out=8)

@@ -209,6 +209,56 @@ def test_decode_times_rejects_contexts_past_the_positional_embedding():
         measure.decode_times(model, [4, 8], steps=4)
     with pytest.raises(ValueError, match="steps must be positive"):
         measure.decode_times(model, [4], steps=0)
+    with pytest.raises(ValueError, match="statistic must be 'median' or 'min'"):
+        measure.decode_times(model, [4], statistic="mean")
+
+
+def test_decode_times_takes_the_minimum_on_request_and_accepts_no_lengths():
+    from mha.training import AttentionOnlyTransformer
+
+    model = AttentionOnlyTransformer(16, 80, 16, 4, 2)
+    fastest = measure.decode_times(model, [32], steps=2, repeat=3, statistic="min")
+    assert all(len(v) == 1 and v[0] > 0 for v in fastest.values())
+    assert measure.decode_times(model, [], statistic="min") == {"cached": [], "uncached": []}
+
+
+def test_time_form_rounds_returns_every_round_of_every_form():
+    rounds = measure.time_form_rounds(1, 4, 8, 2, repeat=3, min_time=1e-4, clock="cpu")
+    assert list(rounds) == list(measure.FORMS_TIMED)
+    assert all(len(r) == 3 and min(r) > 0 for r in rounds.values())
+    with pytest.raises(ValueError, match="min_time must be positive"):
+        measure.time_form_rounds(1, 4, 8, 2, min_time=0)
+
+
+def test_trivial_op_time_is_a_small_positive_time_per_call():
+    t = measure.trivial_op_time(calls=200, repeat=3)
+    assert 0 < t < 1e-3  # far below a millisecond on any machine
+    with pytest.raises(ValueError, match="calls must be positive"):
+        measure.trivial_op_time(calls=0)
+
+
+def test_projection_times_times_both_ways_of_projecting():
+    times = measure.projection_times(8, 16, 4, repeat=3, min_time=1e-4)
+    assert sorted(times) == ["narrow", "wide"] and min(times.values()) > 0
+    with pytest.raises(ValueError, match="min_time must be positive"):
+        measure.projection_times(8, 16, 4, min_time=0)
+    with pytest.raises(ValueError, match="num_heads must divide d_model"):
+        measure.projection_times(8, 16, 3)
+
+
+def test_cpu_model_names_the_processor():
+    name = measure.cpu_model()
+    assert isinstance(name, str) and name.strip() == name and name
+
+
+def test_plain_path_holds_scores_and_weights_and_the_loop_one_head_at_a_time():
+    B, L, D, H = 1, 512, 32, 8
+    paths = ("explicit, plain", "per_head")
+    measured = measure.attention_peak_memory(B, [L], D, H, paths=paths)
+    score = cost.score_tensor_bytes(B, L, L, H)
+    assert measured["explicit, plain"][0] >= 2 * score - 2**20  # the softmax's own output
+    # The loop frees each head's (B, L, S) weights before the next head's scores exist.
+    assert measured["per_head"][0] < 1.5 * score / H + 2**20
 
 
 def test_cached_step_times_times_each_number_of_key_value_heads():
@@ -216,3 +266,27 @@ def test_cached_step_times_times_each_number_of_key_value_heads():
     assert sorted(times) == [1, 4] and min(times.values()) > 0
     with pytest.raises(ValueError, match="num_kv_heads must divide num_heads"):
         measure.cached_step_times(32, 4, [3], 64)
+
+
+def test_kv_cache_peak_memory_counts_the_positions_written_not_the_capacity():
+    layers, h_kv, d_head, positions = 2, 4, 16, 8192
+    resident = cost.kv_cache_bytes(layers, positions, h_kv, d_head, torch.float32)
+    reserved = cost.kv_cache_bytes(layers, 32 * positions, h_kv, d_head, torch.float32)
+    block = h_kv * positions * d_head * 4  # the block appended, held while filling
+    slack = 2**20  # the kernel's resident-page counters are approximate (per-CPU batches)
+    full, partial = measure.kv_cache_peak_memory(
+        layers, h_kv, d_head, [(positions, positions), (32 * positions, positions)]
+    )
+    assert resident - slack <= full <= resident + block + slack
+    # Pages never written stay unbacked; huge pages may back up to 2 MiB per head and buffer.
+    huge_pages = 2 * layers * h_kv * 2**21
+    assert resident - slack <= partial <= resident + block + huge_pages + slack < reserved / 4
+
+
+def test_kv_cache_peak_memory_rejects_bad_fills():
+    with pytest.raises(ValueError, match=r"fills\[0\] positions must not pass capacity"):
+        measure.kv_cache_peak_memory(1, 1, 8, [(4, 5)])
+    with pytest.raises(ValueError, match=r"fills\[1\] capacity must be positive"):
+        measure.kv_cache_peak_memory(1, 1, 8, [(4, 4), (0, 1)])
+    with pytest.raises(ValueError, match="num_layers must be positive"):
+        measure.kv_cache_peak_memory(0, 1, 8, [(4, 4)])

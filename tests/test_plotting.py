@@ -137,6 +137,88 @@ def test_layer_diagram_labels_every_arrow_and_colours_each_head() -> None:
         plotting.layer_diagram(num_heads=7)
 
 
+def test_attention_grid_greys_out_masked_cells_instead_of_drawing_them_as_small_weights() -> None:
+    w = weights(2, 4, 4)
+    causal = np.tril(np.ones((4, 4), dtype=bool))
+    fig = plotting.attention_grid(w, title="t", titles=["a", "b"], mask=causal)
+    grey, shown = fig.data[0], fig.data[1]  # per map: the grey layer, then the weights
+    assert len(fig.data) == 4 and grey.name == "masked" and not grey.showscale
+    assert np.isnan(np.array(shown.z, dtype=float)[0, 1]) and np.array(grey.z)[0, 1] == 1.0
+    assert np.isnan(np.array(grey.z, dtype=float)[1, 0]) and np.array(shown.z)[1, 0] == w[0, 1, 0]
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        plotting.attention_grid(w, title="t", titles=["a", "b"], mask=causal.astype(float))
+    with pytest.raises(ValueError, match=r"mask must broadcast to the map's shape \(2, 4, 4\)"):
+        plotting.attention_grid(w, title="t", titles=["a", "b"], mask=np.ones(3, dtype=bool))
+
+
+def test_attention_heatmap_greys_out_masked_cells() -> None:
+    fig = plotting.attention_heatmap(weights()[0], title="t", mask=np.array([True] * 4 + [False]))
+    assert [t.name for t in fig.data] == ["masked", None]
+    assert np.isnan(np.array(fig.data[1].z, dtype=float)[:, 4]).all()
+
+
+def test_attention_panels_grey_out_masked_cells_per_map() -> None:
+    maps = [weights(1, 3, 3)[0], weights(1, 3, 5)[0]]
+    fig = plotting.attention_panels(
+        maps, title="t", titles=["a", "b"], masks=[None, np.array([True] * 4 + [False])]
+    )
+    assert [t.name for t in fig.data] == [None, "masked", None]
+    assert np.isnan(np.array(fig.data[2].z, dtype=float)[:, 4]).all()
+
+
+def test_legend_below_puts_a_horizontal_legend_under_the_plot() -> None:
+    fig = plotting.legend_below(plotting.attention_heatmap(weights()[0], title="t"))
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.yref == "container"
+
+
+def test_weight_ownership_colours_every_column_and_row_by_its_head_from_one() -> None:
+    import mha
+
+    params = mha.init_params(12, 3, seed=0)
+    fig = plotting.weight_ownership(params)
+    packed, theirs = fig.data
+    owner = np.array(packed.z)[0]  # one code per (projection, head) block
+    assert owner.tolist() == [p * 3 + h for p in range(3) for h in range(3) for _ in range(4)]
+    np.testing.assert_array_equal(np.array(theirs.z)[:, 0], owner)  # exact: transposed owners
+    assert "Q, head 1 (code: head(0))" in packed.text[0][0]
+    assert list(fig.layout.xaxis.ticktext) == ["Q1", "Q2", "Q3", "K1", "K2", "K3", "V1", "V2", "V3"]
+    assert fig.layout.title.text and fig.layout.width is None
+    with pytest.raises(ValueError, match="num_kv_heads = num_heads"):
+        plotting.weight_ownership(mha.init_params(12, 4, num_kv_heads=2))
+
+
+def test_form_timings_draws_every_form_on_log_axes_in_one_panel_per_head_count() -> None:
+    forms = ("fused", "per_head")
+    times = {(h, n): {f: 1e-4 * n * (h if f == "per_head" else 1) for f in forms}
+             for h in (1, 8) for n in (16, 64)}  # fmt: skip
+    fig = plotting.form_timings(times, title="t")
+    assert len(fig.data) == 4 and [t.showlegend for t in fig.data] == [True, True, False, False]
+    assert fig.layout.yaxis.type == fig.layout.yaxis2.type == "log"  # every panel
+    assert fig.layout.xaxis2.type == "log" and list(fig.layout.xaxis.tickvals) == [16, 64]
+    assert list(fig.data[1].y) == [1e3 * 1e-4 * 16, 1e3 * 1e-4 * 64]  # per_head at H = 1, ms
+    assert fig.layout.legend.orientation == "h"
+    with pytest.raises(ValueError, match="every cell of times must time the same forms"):
+        plotting.form_timings({(1, 16): {"fused": 1.0}, (1, 64): {"packed": 1.0}})
+    with pytest.raises(ValueError, match="times must hold at least one"):
+        plotting.form_timings({})
+
+
+def test_head_pair_panels_blank_the_diagonal_and_put_each_colour_bar_below() -> None:
+    a = np.random.default_rng(0).random((3, 3))
+    fig = plotting.head_pair_panels(
+        [a, -a], title="t", titles=["x", "y"], zranges=[(0, 1), (-1, 1)],
+        colorscales=[plotting.SEQUENTIAL, plotting.DIVERGING],
+    )  # fmt: skip
+    z = np.array(fig.data[0].z, dtype=float)
+    assert np.isnan(np.diag(z)).all() and z[0, 1] == a[0, 1]
+    assert list(fig.data[0].x) == ["1", "2", "3"]  # heads from 1
+    assert all(t.colorbar.orientation == "h" for t in fig.data)
+    with pytest.raises(ValueError, match=r"zranges must give one entry per panel \(2\); got 1"):
+        plotting.head_pair_panels(
+            [a, a], title="t", titles=["x", "y"], zranges=[(0, 1)], colorscales=["Blues"] * 2
+        )
+
+
 # ---- line charts and the tile figure ------------------------------------------------------
 
 

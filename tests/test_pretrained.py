@@ -21,9 +21,15 @@ from mha.params import MHAParams
 from mha.pretrained import (
     INSTALL_HINT,
     MODEL_SHA256,
+    SYNTAX_SCORES,
     bert_attention_params,
+    held_out_comparison,
     load_minilm,
     model_dir,
+    offset_baselines,
+    pair_attention_weights,
+    repeated_random_ids,
+    repeated_token_scores,
     sentence_scores,
     sha256_of,
 )
@@ -258,3 +264,71 @@ def test_converting_to_fewer_key_value_heads_pools_every_layer_and_keeps_the_res
         ValueError, match="num_kv_heads must divide num_heads; got num_heads=12, num_kv_heads=5"
     ):
         model.with_kv_heads(5)
+
+
+# ---- baselines, held-out choice, other inputs ----------------------------------------
+
+
+def test_offset_baselines_on_a_hand_example():
+    # [CLS] the dog barks [SEP]: the -> dog, dog -> barks, barks is the root
+    word_ids, heads = [None, 0, 1, 2, None], [1, 2, None]
+    b = offset_baselines(word_ids, heads, offsets=(-1, 1))
+    assert set(b) == set(SYNTAX_SCORES)
+    assert b["dep_to_head_accuracy"].tolist() == [0.0, 1.0]  # every head is the next word
+    assert b["head_to_dep_accuracy"].tolist() == [1.0, 0.0]  # the word after attends back
+    assert b["dep_to_head"].tolist() == [0.0, 1.0]  # the next-token pattern follows both arcs
+    assert b["head_to_dep"].tolist() == [1.0, 0.0]  # the previous-token pattern, the reverse
+    with pytest.raises(ValueError, match="word_heads must give at least one word a head"):
+        offset_baselines(word_ids, [None, None, None])
+
+
+def test_held_out_comparison_chooses_on_one_part_and_scores_on_the_other():
+    s = np.zeros((4, 2, 3))
+    s[:2, 1, 2] = 1.0  # head (1, 2) is best on the first two sentences
+    s[2:, 0, 0] = 0.8  # head (0, 0) on the last two
+    s[2:, 1, 2] = 0.5
+    b = np.array([[0.2, 0.4], [0.2, 0.4], [0.6, 0.1], [0.6, 0.1]])
+    r = held_out_comparison(s, b, np.array([True, True, False, False]))
+    assert r == {"head": (1, 2), "offset": 1, "head_score": 0.5, "offset_score": 0.1}
+    with pytest.raises(ValueError, match="pick must be boolean and choose some sentences"):
+        held_out_comparison(s, b, np.ones(4, dtype=bool))
+    with pytest.raises(ValueError, match="must share N"):
+        held_out_comparison(s, b[:3], np.array([True, True, False, False]))
+
+
+def test_pair_input_has_two_segments(model):
+    tokens, w = pair_attention_weights(model, "the dog barks.", "a cat sleeps.")
+    assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2 and tokens[-1] == "[SEP]"
+    assert w.shape == (6, 12, len(tokens), len(tokens))
+    single = model.tokenize("the dog barks.")[2][0]  # [CLS] the dog barks . [SEP]
+    assert tokens[: len(single)] == single and tokens[len(single) :] == [
+        "a",
+        "cat",
+        "sleeps",
+        ".",
+        "[SEP]",
+    ]
+    with pytest.raises(TypeError, match="first and second must be str"):
+        pair_attention_weights(model, "a", 3)
+
+
+def test_repeated_random_ids_repeat_a_segment_of_distinct_words(model):
+    ids = repeated_random_ids(model, 3, 10, seed=1)
+    assert ids.shape == (3, 22) and ids.dtype == torch.int64
+    assert (ids[:, 0] == 101).all() and (ids[:, -1] == 102).all()  # [CLS], [SEP]
+    assert torch.equal(ids[:, 1:11], ids[:, 11:21])
+    assert all(len(set(row[1:11].tolist())) == 10 for row in ids)
+    words = [model.tokenizer.id_to_token(int(i)) for i in ids[0, 1:11]]
+    assert all(w.isalpha() for w in words)
+    assert torch.equal(ids, repeated_random_ids(model, 3, 10, seed=1))  # exact: seeded
+    with pytest.raises(ValueError, match="length must satisfy 2 \\* length \\+ 2 <= 512"):
+        repeated_random_ids(model, 1, 300)
+    with pytest.raises(ValueError, match="num_sequences must be a positive int"):
+        repeated_random_ids(model, 0, 3)
+
+
+def test_repeated_token_scores_shapes_and_baselines(model):
+    r = repeated_token_scores(model, num_sequences=2, length=6)
+    assert r["induction"].shape == r["duplicate"].shape == (6, 12)
+    assert np.isclose(r["uniform_induction"], 1 / 14) and np.isclose(r["uniform_duplicate"], 1 / 14)
+    assert ((r["duplicate"] >= 0) & (r["duplicate"] <= 1)).all()

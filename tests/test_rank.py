@@ -201,3 +201,34 @@ def test_output_bound_uses_the_rank_of_w_o():
     assert out == 5 == bounds["output"]
     p_bias = mha.MHAParams.from_qkv(p.w_q, p.w_k, p.w_v, w_o, 4, b_o=np.ones(32))
     assert rank.rank_bounds(x, p_bias)["output"] == 6 == _ranks(x, p_bias)[2]  # + 1 b_o^T
+
+
+class _BiasedModel:
+    """A stand-in for MiniLM: one biased layer of mha, run on random embeddings."""
+
+    num_layers, num_heads = 1, 2
+
+    def __init__(self) -> None:
+        self.params = mha.init_params(8, 2, seed=3)
+        self.params = mha.MHAParams(
+            self.params.w_qkv, self.params.w_o, self.params.b_qkv + 0.5, self.params.b_o, 2
+        )
+
+    def attention_params(self, layer: int) -> mha.MHAParams:
+        return self.params
+
+    def run(self, text: str):
+        from types import SimpleNamespace
+
+        x = np.random.default_rng(len(text)).standard_normal((1, len(text), 8))
+        _, w = mha.np_backend.multi_head_attention(x, x, x, self.params)
+        out = SimpleNamespace(hidden_states=[torch.from_numpy(x)], attentions=[torch.from_numpy(w)])
+        return out, [list(text)]
+
+
+def test_query_bias_shares_reproduce_the_weights_only_with_the_query_bias_term():
+    result = rank.query_bias_shares(_BiasedModel(), ["abcde", "abcdefg"])
+    assert result["share"].shape == (1, 2) and (result["share"] > 0).all()
+    assert result["error_with_bias"] < 1e-12 < 1e-3 < result["error_without_bias"]
+    with pytest.raises(ValueError, match="texts must hold at least one text"):
+        rank.query_bias_shares(_BiasedModel(), [])

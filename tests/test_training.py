@@ -12,6 +12,7 @@ from mha import detectors as det
 from mha import tolerance
 from mha import training as tr
 from mha.tasks import repeated_segments
+from mha.torch_backend import causal_mask
 
 SMALL = tr.TrainConfig(
     vocab_size=24, seq_len=16, min_period=4, max_period=8, prefix_prob=0.0, d_model=32,
@@ -451,6 +452,125 @@ def test_training_continues_from_a_given_model_and_leaves_it_alone():
     assert hist.train_loss.shape == (10,)
     with pytest.raises(TypeError, match="model must be an AttentionOnlyTransformer; got str"):
         tr.train(SMALL, "model")
+
+
+# ---- path ablation, timing, cancellation ---------------------------------------------
+
+
+def test_path_ablation_of_every_path_is_the_gated_model():
+    model, b = _model(), _batch()
+    off = [(0, 1), (1, 2)]
+    logits, weights = tr.path_ablation(model, b.tokens, off)
+    gated, gated_w = model(b.tokens, tr.head_gates(2, 4, off), need_weights=True)
+    # two routes (per-head terms against a gated W^O) to float64 logits of size ~ 1
+    tol = tolerance.rounding_tolerance(torch.float64, terms=16, scale=8.0, stages=6)
+    tolerance.assert_close(logits, gated.detach(), tol)
+    for w, g in zip(weights, gated_w, strict=True):
+        tolerance.assert_close(w, g.detach(), tol)
+
+
+def test_path_ablation_of_no_head_is_the_model():
+    model, b = _model(), _batch()
+    logits, weights = tr.path_ablation(model, b.tokens, [])
+    tol = tolerance.rounding_tolerance(torch.float64, terms=16, scale=8.0, stages=6)
+    tolerance.assert_close(logits, model(b.tokens)[0].detach(), tol)
+
+
+def test_path_ablation_removes_a_head_only_from_the_named_paths():
+    model, b = _model(), _batch()
+    full_logits, full_w = model(b.tokens, need_weights=True)
+    tol = tolerance.rounding_tolerance(torch.float64, terms=16, scale=8.0, stages=6)
+    # from the keys only: layer 1's weights change, its values and the logits' direct path not
+    _, w_key = tr.path_ablation(model, b.tokens, [(0, 1)], ["key"])
+    tolerance.assert_close(w_key[0], full_w[0].detach(), tol)  # layer 0 is upstream
+    assert (w_key[1] - full_w[1]).abs().max() > 1e-3
+    # from the logits only: every attention pattern is the model's, the logits are not
+    logits, w_direct = tr.path_ablation(model, b.tokens, [(0, 1)], ["logits"])
+    for w, f in zip(w_direct, full_w, strict=True):
+        tolerance.assert_close(w, f.detach(), tol)
+    assert (logits - full_logits).abs().max() > 1e-3
+    # the direct path of head (0, 1) is its term times W_U: removing it subtracts exactly that
+    x0 = model.embed[b.tokens] + model.pos[:16]
+    term = tr.head_contributions(x0, model.layers[0].params(), causal_mask(16))[:, 1]
+    tolerance.assert_close(full_logits - logits, (term @ model.unembed).detach(), tol)
+
+
+def test_mean_ablation_replaces_a_term_by_its_batch_mean():
+    model, b = _model(), _batch()
+    tol = tolerance.rounding_tolerance(torch.float64, terms=16, scale=8.0, stages=6)
+    logits, _ = tr.path_ablation(model, b.tokens, [(1, 0)], ["logits"], replacement="mean")
+    full, _ = model(b.tokens)
+    x1 = model.residual_stream(b.tokens)[1]
+    term = tr.head_contributions(x1, model.layers[1].params(), causal_mask(16))[:, 0]
+    expected = full - (term - term.mean(dim=0)) @ model.unembed
+    tolerance.assert_close(logits, expected.detach(), tol)
+    zero, _ = tr.path_ablation(model, b.tokens, [(1, 0)], ["logits"])
+    assert (zero - logits).abs().max() > 1e-3
+
+
+def test_path_ablation_losses_and_single_ablations():
+    model, b = _model(torch.float32), _batch()
+    losses = tr.path_ablation_losses(model, b, [(0, 2)])
+    assert set(losses) == {"first", "repeat", "all"}
+    single = tr.single_ablation_losses(model, b, "repeat")
+    assert single.shape == (2, 4)
+    assert single[1, 3] == tr.ablation_loss(model, b, [(1, 3)], "repeat")  # exact: same call
+
+
+def test_path_ablation_errors():
+    model, b = _model(), _batch()
+    with pytest.raises(ValueError, match="paths must be drawn from"):
+        tr.path_ablation(model, b.tokens, [(0, 0)], ["keys"])
+    with pytest.raises(ValueError, match="replacement must be 'zero' or 'mean'; got"):
+        tr.path_ablation(model, b.tokens, [(0, 0)], replacement="resample")
+    with pytest.raises(ValueError, match="off must hold \\(layer, head\\)"):
+        tr.path_ablation(model, b.tokens, [(2, 0)])
+
+
+def test_seen_guess_loss_is_the_log_of_the_tokens_seen():
+    b = repeated_segments(4, 16, 24, min_period=4, max_period=4, prefix_prob=0.0, rng=0)
+    assert (b.start == 0).all() and (b.period == 4).all()
+    assert np.isclose(tr.seen_guess_loss(b), np.log(4))
+    no_repeat = replace(b, start=torch.full((4,), 12))  # the repeat would begin at the end
+    with pytest.raises(ValueError, match="batch must have a repeated position"):
+        tr.seen_guess_loss(no_repeat)
+
+
+def _history(prev, ind, repeat):
+    E = len(prev)
+    scores = np.zeros((E, 2, 2))
+    p, i = scores.copy(), scores.copy()
+    p[:, 0, 1], i[:, 1, 0] = prev, ind
+    return tr.TrainHistory(
+        step=np.arange(E) * 25, train_loss=np.zeros(1), first_loss=np.zeros(E),
+        repeat_loss=np.array(repeat), previous_token=p, induction=i,
+    )  # fmt: skip
+
+
+def test_phase_timing_reads_the_curves():
+    h = _history(
+        prev=[0.1, 0.1, 0.2, 0.6, 0.9, 0.9],
+        ind=[0.0, 0.1, 0.4, 0.7, 0.85, 0.9],
+        repeat=[4.0, 3.5, 3.0, 1.5, 0.5, 0.1],
+    )
+    t = tr.phase_timing(h)
+    assert (t["prev"], t["ind"], t["loss"], t["plateau"]) == (75, 75, 75, 50)
+    assert t["rise"] == 100 - 25 and t["start"] == 4.0 and t["plateau_loss"] == 3.5
+    with pytest.raises(ValueError, match="values never exceed level=0.5"):
+        tr.phase_timing(_history([0.1] * 3, [0.9] * 3, [1.0] * 3))
+    one_layer = replace(h, previous_token=h.previous_token[:, :1], induction=h.induction[:, :1])
+    with pytest.raises(ValueError, match="history must come from a model with at least two"):
+        tr.phase_timing(one_layer)
+
+
+def test_importance_cancellation_is_at_most_one_and_orders_every_head():
+    model, _ = tr.train(replace(SMALL, steps=20))
+    batches = [_batch(1), _batch(2)]
+    c = tr.importance_cancellation(model, batches)
+    assert (c["ratio"] <= 1 + 1e-6).all()  # |mean| <= mean |.|
+    assert sorted(c["order"]) == [(i, h) for i in range(2) for h in range(4)]
+    per_seq = tr.head_importance(model, batches, normalize=False)
+    assert np.array_equal(c["per_sequence"], per_seq)  # exact: the same call
 
 
 def test_train_runs_continues_given_models_in_parallel_as_train_does():

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from mha import _linalg, _validate
+from mha.params import MHAParams
 from mha.rank import numerical_rank
 
 
@@ -657,3 +658,149 @@ def attention_errors(scores: Any, target: Any) -> dict[str, Any]:
         "total_variation": 0.5 * np.abs(np.exp(log_a) - p).sum(axis=1),
         "kl": _kl(p, log_a),
     }
+
+
+POSITIONAL_PATTERNS = ("previous", "next", "self", "first")
+
+
+def positional_patterns(n: int, mix: float = 0.0) -> np.ndarray:
+    """Four sharp positional attention patterns on ``n`` tokens, optionally mixed.
+
+    In order (:data:`POSITIONAL_PATTERNS`): query ``i`` attends to token ``i - 1`` (token 0
+    to itself), to token ``i + 1`` (the last token to itself), to itself, and to token 0.
+    With ``mix > 0`` every row is ``(1 - mix)`` times its one-hot row plus ``mix / n`` on
+    every key, a positive pattern whose centred logarithm exists.
+
+    Args:
+        n: the number of tokens N, at least 2.
+        mix: the weight of uniform attention mixed in, in ``[0, 1)``.
+
+    Returns:
+        The patterns, rows summing to one.
+
+    Shape:
+        Returns ``(4, N, N)``.
+
+    Raises:
+        ValueError: if ``n`` is not an int >= 2 or ``mix`` is outside ``[0, 1)``.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ValueError(f"n must be an int >= 2; got n={n!r}")
+    if not 0.0 <= mix < 1.0:
+        raise ValueError(f"mix must be in [0, 1); got mix={mix!r}")
+    eye = np.eye(n)
+    first_row, last_row = eye[0][:, None] * eye[0], eye[-1][:, None] * eye[-1]  # (N, N) each
+    sharp = np.stack(
+        [
+            np.eye(n, k=-1) + first_row,  # previous; token 0 attends to itself
+            np.eye(n, k=1) + last_row,  # next; the last token attends to itself
+            eye,  # self
+            np.outer(np.ones(n), eye[0]),  # first
+        ]
+    )  # (4, N, N)
+    return (1.0 - mix) * sharp + mix / n
+
+
+def positional_layer(
+    n: int, d_model: int, num_heads: int, gap: float
+) -> tuple[np.ndarray, MHAParams]:
+    """One bias-free layer whose first four heads form :func:`positional_patterns`' patterns.
+
+    The input has ``d_model`` features per token: the two circle coordinates of
+    :func:`offset_head` (features 0 and 1), a constant 1 (feature 2), an indicator of token
+    0 (feature 3), and zeros. Heads 1 to 3 are :func:`offset_head`'s rotations with offsets
+    ``-1``, ``+1`` and ``0`` in the first two columns of their blocks; head 4 scores
+    ``gap * [j = 0]`` (its query reads the constant, its key the indicator: rank 1). Every
+    other query and key column is zero, so heads 5 to H attend uniformly. ``W^V`` and
+    ``W^O`` are the identity. Every head of a wide enough layer thus puts at least
+    ``1 / (1 + (N - 1) e^-gap)`` of each query's weight on its target.
+
+    Args:
+        n: tokens N, at least 2.
+        d_model: D, at least 4.
+        num_heads: H, at least 4, dividing D with ``D / H >= 2``.
+        gap: the score margin of each head's target over every other key.
+
+    Returns:
+        ``(x, params)``: the input and the layer (float64).
+
+    Shape:
+        Returns x ``(N, D)``.
+
+    Raises:
+        ValueError: if a size breaks these rules or ``gap`` is not positive and finite.
+    """
+    for name, value, low in (("n", n, 2), ("d_model", d_model, 4), ("num_heads", num_heads, 4)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}; got {name}={value!r}")
+    if d_model % num_heads or d_model // num_heads < 2:
+        raise ValueError(
+            f"num_heads must divide d_model with d_model / num_heads >= 2; got d_model={d_model}, "
+            f"num_heads={num_heads}"
+        )
+    Dh = d_model // num_heads
+    x = np.zeros((n, d_model))
+    w_q, w_k = np.zeros((d_model, d_model)), np.zeros((d_model, d_model))
+    for h, offset in enumerate((-1, 1, 0)):  # heads 1, 2, 3 in code order 0, 1, 2
+        circle, wq, wk = offset_head(n, offset, gap)  # (N, 2), (2, 2), (2, 2)
+        x[:, :2] = circle
+        cols = slice(h * Dh, h * Dh + 2)
+        w_q[:2, cols] = wq * np.sqrt(Dh / 2)  # offset_head folds sqrt(2) into W^Q; here sqrt(Dh)
+        w_k[:2, cols] = wk
+    x[:, 2], x[0, 3] = 1.0, 1.0  # a constant and an indicator of token 0
+    w_q[2, 3 * Dh] = gap * np.sqrt(Dh)  # head 4: query = the constant ...
+    w_k[3, 3 * Dh] = 1.0  # ... against key = "is token 0"
+    eye = np.eye(d_model)
+    return x, MHAParams.from_qkv(w_q, w_k, eye, eye, num_heads=num_heads)
+
+
+def sharp_target_bounds(targets: Any, num_heads: int, d_head: int) -> dict[str, float]:
+    """Lower bounds on how close any bias-free layer can come to one-hot target patterns.
+
+    Each of the K targets is served by one head, and the error of a layer is that of its
+    worst-served target, as a mean over rows. Two arguments, each used where it applies:
+
+    - fewer heads than targets: one head serves two targets ``P, P'``, and by the triangle
+      inequality (row by row) one of them is at least ``TV(P, P') / 2`` away; with one
+      head, take the farthest pair, else the closest;
+    - ``d_head == 1``: the scores are ``z_ij = a_i b_j``, so every row's largest weight
+      falls on the key of the largest or of the smallest ``b_j``; a row whose target key is
+      neither puts at most 1/2 on it, a TV of at least 1/2 and a KL of at least ``log 2``.
+
+    The KL bound of the first argument is Pinsker's inequality, ``KL >= 2 TV^2``.
+
+    Args:
+        targets: K one-hot patterns on the same N tokens.
+        num_heads: H.
+        d_head: Dh.
+
+    Shape:
+        targets ``(K, N, N)``.
+
+    Returns:
+        ``{"total_variation": ..., "kl": ...}``: bounds on the worst target's mean TV and
+        mean KL (nats); 0 where neither argument applies.
+
+    Raises:
+        ValueError: if ``targets`` is not ``(K, N, N)`` with one-hot rows, or a size is not a
+            positive int.
+    """
+    t = np.asarray(targets, dtype=np.float64)
+    if t.ndim != 3 or t.shape[1] != t.shape[2]:
+        raise ValueError(f"targets must have shape (K, N, N); got {t.shape}")
+    if not (np.isin(t, (0.0, 1.0)).all() and (t.sum(axis=-1) == 1).all()):
+        raise ValueError("targets must have one-hot rows (one key with weight 1 per query)")
+    for name, value in (("num_heads", num_heads), ("d_head", d_head)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int; got {name}={value!r}")
+    K, N = t.shape[:2]
+    tv, kl = 0.0, 0.0
+    if num_heads < K and K > 1:
+        pairs = [total_variation(a, b).mean() for i, a in enumerate(t) for b in t[i + 1 :]]
+        shared = (max(pairs) if num_heads == 1 else min(pairs)) / 2
+        tv, kl = max(tv, shared), max(kl, 2 * shared**2)  # Pinsker, then Jensen over rows
+    if d_head == 1:
+        favourites = [np.sort(np.bincount(p.argmax(axis=1), minlength=N))[-2:].sum() for p in t]
+        rows_off = (N - min(favourites)) / N  # rows off their target's two favourite keys
+        tv, kl = max(tv, rows_off / 2), max(kl, rows_off * float(np.log(2)))
+    return {"total_variation": float(tv), "kl": float(kl)}

@@ -310,6 +310,8 @@ class PublishedConfig:
         num_heads: H, query heads per layer.
         num_kv_heads: H_kv, key/value heads per layer.
         d_head: Dh.
+        d_ff: the width of each layer's gated feed-forward block (``intermediate_size``).
+        vocab_size: tokens in the vocabulary (untied input and output embeddings).
         max_context: the longest context the model was built for, in tokens.
         window: the sliding-window length of its attention, whose rolling cache never
             holds more positions; ``None`` when every position attends to all before it.
@@ -322,10 +324,89 @@ class PublishedConfig:
     num_heads: int
     num_kv_heads: int
     d_head: int
+    d_ff: int
+    vocab_size: int
     max_context: int
     window: int | None
     source: str
     config_url: str
+
+    @property
+    def d_model(self) -> int:
+        """D, the model width: ``H Dh`` for every model listed here."""
+        return self.num_heads * self.d_head
+
+    def num_params(self) -> int:
+        """Parameters of the Llama-style decoder these sizes describe.
+
+        Each layer has the query and output projections (``D x D`` each), the key and value
+        projections (``D x H_kv Dh`` each), a gated feed-forward block (three ``D x d_ff``
+        matrices) and two RMSNorm weights (``D`` each), none with biases; the model adds the
+        input and output embeddings (``vocab_size x D`` each) and a final norm. The count
+        matches the published totals (6.7B for Llama 2 7B, 7.2B for Mistral 7B).
+
+        Returns:
+            The number of parameters.
+        """
+        D, kv = self.d_model, self.num_kv_heads * self.d_head
+        per_layer = 2 * D * D + 2 * D * kv + 3 * D * self.d_ff + 2 * D
+        return self.num_layers * per_layer + 2 * self.vocab_size * D + D
+
+    def weight_bytes(self, dtype: Any = np.float16) -> int:
+        """Bytes of all the weights, the data a decoding step reads once whatever the batch.
+
+        Args:
+            dtype: the weights' dtype.
+
+        Returns:
+            ``num_params() * itemsize``.
+
+        Raises:
+            TypeError: if ``dtype`` is not a dtype.
+        """
+        return self.num_params() * _itemsize(dtype)
+
+    def cache_bytes(self, kv_len: int, dtype: Any = np.float16, *, batch_size: int = 1) -> int:
+        """Bytes of the key/value cache after ``kv_len`` tokens, at :meth:`cache_positions`.
+
+        Args:
+            kv_len: tokens seen.
+            dtype: the cache's dtype.
+            batch_size: B.
+
+        Returns:
+            :func:`kv_cache_bytes` at ``cache_positions(kv_len)`` positions.
+
+        Raises:
+            ValueError: if ``kv_len`` or ``batch_size`` is not positive.
+            TypeError: if a size is not an int or ``dtype`` is not a dtype.
+        """
+        return kv_cache_bytes(
+            self.num_layers,
+            self.cache_positions(kv_len),
+            self.num_kv_heads,
+            self.d_head,
+            dtype,
+            batch_size=batch_size,
+        )
+
+    def cache_outweighs_weights_at(self, dtype: Any = np.float16) -> int | None:
+        """The first context at which one sequence's cache holds more bytes than the weights.
+
+        Args:
+            dtype: the dtype of weights and cache.
+
+        Returns:
+            The least ``S`` with ``cache_bytes(S) > weight_bytes()``, which may pass the
+            model's ``max_context``; ``None`` if no context gets there because a sliding
+            window's rolling cache stops growing first.
+
+        Raises:
+            TypeError: if ``dtype`` is not a dtype.
+        """
+        per_token = self.cache_bytes(1, dtype)
+        S = self.weight_bytes(dtype) // per_token + 1  # the least S with S * per_token > W
+        return S if self.window is None or self.window >= S else None
 
     def cache_positions(self, kv_len: int) -> int:
         """Positions the cache holds after ``kv_len`` tokens: all, or the window's.
@@ -346,7 +427,8 @@ class PublishedConfig:
 
 _HUB = "https://huggingface.co/{}/blob/main/config.json"
 # From each model's released config.json: num_hidden_layers, num_attention_heads,
-# num_key_value_heads, hidden_size / num_attention_heads (head_dim), max_position_embeddings
+# num_key_value_heads, hidden_size / num_attention_heads (head_dim), intermediate_size,
+# vocab_size, max_position_embeddings
 # (Mistral 7B: the paper's context and window, Table 1).
 PUBLISHED_CONFIGS = (
     PublishedConfig(
@@ -355,6 +437,8 @@ PUBLISHED_CONFIGS = (
         32,
         32,
         128,
+        11008,
+        32000,
         4096,
         None,
         "touvron2023llama",
@@ -366,6 +450,8 @@ PUBLISHED_CONFIGS = (
         64,
         8,
         128,
+        28672,
+        32000,
         4096,
         None,
         "touvron2023llama",
@@ -377,6 +463,8 @@ PUBLISHED_CONFIGS = (
         32,
         8,
         128,
+        14336,
+        32000,
         8192,
         4096,
         "jiang2023mistral",
@@ -388,6 +476,8 @@ PUBLISHED_CONFIGS = (
         32,
         8,
         128,
+        14336,
+        128256,
         131072,
         None,
         "grattafiori2024llama",
@@ -399,6 +489,8 @@ PUBLISHED_CONFIGS = (
         32,
         4,
         64,
+        5632,
+        32000,
         2048,
         None,
         "zhang2024tinyllama",
@@ -425,6 +517,78 @@ class DecodeStepCost:
     def intensity(self) -> float:
         """Arithmetic intensity, FLOPs per byte moved."""
         return self.flops / self.bytes
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """The two numbers of a roofline: peak arithmetic and memory bandwidth.
+
+    Attributes:
+        name: the device and the precision the peak is for.
+        peak_flops: FLOPs per second at peak (dense matrix products).
+        bandwidth: bytes per second between main memory and the processor.
+        source: the citation key of the datasheet.
+    """
+
+    name: str
+    peak_flops: float
+    bandwidth: float
+    source: str
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte at which compute and memory take equally long."""
+        return self.peak_flops / self.bandwidth
+
+
+# NVIDIA's A100 datasheet: 312 TFLOPS dense FP16/BF16 Tensor Core; 2,039 GB/s (80 GB SXM).
+A100_80GB = Accelerator("A100 80GB SXM, float16", 312e12, 2039e9, "nvidia2020a100")
+
+
+@dataclass(frozen=True)
+class RooflineTime:
+    """The least time of some work on an accelerator, from its FLOPs and its bytes.
+
+    Attributes:
+        compute: seconds to do the FLOPs at peak.
+        memory: seconds to move the bytes at full bandwidth.
+    """
+
+    compute: float
+    memory: float
+
+    @property
+    def seconds(self) -> float:
+        """The roofline time, ``max(compute, memory)``: the two overlap at best."""
+        return max(self.compute, self.memory)
+
+    @property
+    def bound(self) -> str:
+        """``"memory"`` or ``"compute"``: which of the two sets the time."""
+        return "memory" if self.memory >= self.compute else "compute"
+
+
+def roofline_time(work: DecodeStepCost, accelerator: Accelerator) -> RooflineTime:
+    """The roofline model: ``time = max(FLOPs / peak, bytes / bandwidth)``.
+
+    Args:
+        work: FLOPs and bytes, e.g. from :func:`decode_step_cost`.
+        accelerator: the device.
+
+    Returns:
+        A :class:`RooflineTime`.
+
+    Raises:
+        TypeError: if ``work`` is not a :class:`DecodeStepCost` or ``accelerator`` not an
+            :class:`Accelerator`.
+    """
+    if not isinstance(work, DecodeStepCost):
+        raise TypeError(f"work must be a DecodeStepCost; got {type(work).__name__}")
+    if not isinstance(accelerator, Accelerator):
+        raise TypeError(f"accelerator must be an Accelerator; got {type(accelerator).__name__}")
+    return RooflineTime(
+        compute=work.flops / accelerator.peak_flops, memory=work.bytes / accelerator.bandwidth
+    )
 
 
 def decode_step_cost(

@@ -921,3 +921,70 @@ def copying_score(w_e: Any, w_v: Any, w_o: Any, w_u: Any) -> np.ndarray:
     if (total == 0).any():
         raise ValueError("the OV circuit must have a non-zero eigenvalue; got a zero circuit")
     return lam.sum(axis=-1).real / total
+
+
+def duplicate_targets(tokens: Any) -> np.ndarray:
+    """Where a duplicate-token head should attend: every other position holding the query's token.
+
+    ``targets[b, i, j]`` is True when ``j != i`` and ``tokens[b, j] == tokens[b, i]``, in
+    both directions (an encoder's query may look at a later copy as well as an earlier
+    one). Queries whose token occurs once have no target. Beside :func:`induction_targets`,
+    which marks the key *after* an earlier copy, this marks the copy itself.
+
+    Args:
+        tokens: token ids (NumPy or torch).
+
+    Shape:
+        tokens ``(B, L)``. Returns ``(B, L, L)`` bool, indexed ``[b, query, key]``.
+
+    Returns:
+        The boolean targets, ``[b, query, key]``.
+
+    Raises:
+        ValueError: if ``tokens`` is not 2-D.
+        TypeError: if ``tokens`` is not an integer array.
+    """
+    t = _as_tokens(tokens)
+    same = t[:, :, None] == t[:, None, :]  # (B, L, L): [b, i, j] = tokens[i] == tokens[j]
+    return same & ~np.eye(t.shape[1], dtype=bool)
+
+
+def duplicate_token_score(weights: Any, tokens: Any) -> np.ndarray:
+    """Mean attention mass the queries put on the other copies of their own token.
+
+    Averages, over every (sequence, query) pair that has a target in
+    :func:`duplicate_targets`, the total weight of that query's row on its targets. On a
+    random segment repeated once, a head that looks from each token to its other copy
+    scores 1, an induction head about 0.
+
+    Args:
+        weights: attention weights, batch first, e.g. ``(B, H, L, L)`` for one layer.
+        tokens: the token ids the weights were computed on.
+
+    Shape:
+        weights ``(B, ..., L, L)``, tokens ``(B, L)``. Returns ``(...)``, e.g. ``(H,)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per middle index (e.g. per head).
+
+    Raises:
+        ValueError: if the shapes do not match, the rows of ``weights`` are not
+            distributions, or no token occurs twice.
+        TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
+    """
+    t = _as_tokens(tokens)
+    w = _check_weights(weights)
+    B, L = t.shape
+    if w.ndim < 3 or w.shape[0] != B or w.shape[-2:] != (L, L):
+        raise ValueError(
+            f"weights must have shape (B, ..., L, L) = ({B}, ..., {L}, {L}) to match tokens; "
+            f"got {w.shape}"
+        )
+    targets = duplicate_targets(t)  # (B, L, L)
+    has = targets.any(axis=-1)  # (B, L)
+    if not has.any():
+        raise ValueError("tokens must contain a repeated token; no query has a duplicate")
+    extra = (1,) * (w.ndim - 3)
+    mass = (w * targets.reshape(B, *extra, L, L)).sum(axis=-1)  # (B, ..., L)
+    mass = np.moveaxis(mass, 0, -2)  # (..., B, L)
+    return _score(mass[..., has].mean(axis=-1))  # (...)

@@ -6,7 +6,7 @@ a LaTeX ``bmatrix`` inside math, a list of results as a Markdown table.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -90,3 +90,29 @@ def markdown_table(
             "| " + " | ".join(_cell(v, f) for v, f in zip(row, formats, strict=True)) + " |"
         )
     return "\n".join(lines)
+
+
+def error_message(
+    fn: Callable[[], Any], expected: type[BaseException] | tuple[type[BaseException], ...]
+) -> str:
+    """Call ``fn``, which must raise ``expected``, and show the error as a reader sees it.
+
+    The chapters show expected errors this way rather than as a traceback, which would
+    name the build machine's paths and the library's internals.
+
+    Args:
+        fn: the call that should fail, with no arguments (a ``lambda``).
+        expected: the exception class (or classes) it should raise.
+
+    Returns:
+        Markdown: the error's class and message in a code block.
+
+    Raises:
+        RuntimeError: if ``fn`` returns without raising, naming what it returned.
+    """
+    try:
+        result = fn()
+    except expected as err:
+        message = f"{type(err).__name__}: {err}"
+        return "```text\n" + message.replace("```", "'''") + "\n```"
+    raise RuntimeError(f"expected {expected} to be raised; the call returned {result!r}")

@@ -3,8 +3,9 @@
 These tools say what a real run did, to check the arithmetic of :mod:`mha.cost` against:
 :func:`count_flops` (``FlopCounterMode``, taught to count the CPU kernel of
 ``scaled_dot_product_attention``), :func:`count_aten_ops` (how many PyTorch operators a
-forward dispatches), :func:`peak_rss_increase` and :func:`attention_peak_memory` (resident
-memory high-water marks, Linux only, the latter in a child process), and the timers:
+forward dispatches), :func:`peak_rss_increase`, :func:`attention_peak_memory` and
+:func:`kv_cache_peak_memory` (resident memory high-water marks, Linux only, the latter two
+in a child process), and the timers:
 :func:`median_time` for one callable, :func:`interleaved_times` for several taking turns (so
 that a slow spell of a shared machine hits all of them) and :func:`time_forms` for the
 forms of one layer.
@@ -163,12 +164,31 @@ def peak_rss_increase(fn: Callable[[], Any], *, warmup: bool = True) -> int:
     return _status_bytes("VmHWM") - before
 
 
-MEMORY_PATHS = ("explicit", "explicit, autograd", "per_head", "sdpa", "nn.MultiheadAttention")
+MEMORY_PATHS = (
+    "explicit",
+    "explicit, autograd",
+    "per_head",
+    "sdpa",
+    "nn.MultiheadAttention",
+    "explicit, plain",
+)
+
+
+def _plain_runner(params: MHAParams, x: torch.Tensor) -> Callable[[], Any]:
+    """The packed form with weights, the CPU shortcuts off: scores, then a softmax copy."""
+
+    def plain() -> Any:
+        with torch_backend.cpu_shortcuts(False):
+            return torch_backend.multi_head_attention(x, x, x, params, form="packed")
+
+    return plain
 
 
 def _memory_runner(path: str, params: MHAParams, x: torch.Tensor) -> Callable[[], Any]:
     if path == "explicit":
         return lambda: torch_backend.multi_head_attention(x, x, x, params, form="packed")
+    if path == "explicit, plain":
+        return _plain_runner(params, x)
     if path == "explicit, autograd":
         # Parameters that require grad, outside inference mode: autograd records the forward
         # and keeps the softmax's output for the backward pass. Copies made outside inference
@@ -232,7 +252,10 @@ def attention_peak_memory(
     inference mode (autograd keeps the softmax's output for the backward pass, so scores and
     weights are held at once); ``"per_head"`` is the per-head loop, ``"sdpa"`` the packed form
     with ``need_weights=False`` (``scaled_dot_product_attention``), ``"nn.MultiheadAttention"``
-    PyTorch's module in eval mode with ``need_weights=False``. Each number comes from
+    PyTorch's module in eval mode with ``need_weights=False``; ``"explicit, plain"`` is
+    ``"explicit"`` with :func:`mha.torch_backend.cpu_shortcuts` off, the documented
+    operations a plain ``softmax(q @ k.T)`` uses (scores, then the weights in a tensor of
+    their own: two are held). Each number comes from
     :func:`peak_rss_increase` in a child Python process, so this process's allocator is
     left alone.
 
@@ -498,6 +521,174 @@ def time_forms(
     finally:
         torch.set_num_threads(old_threads)
     return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def time_form_rounds(
+    batch_size: int,
+    q_len: int,
+    d_model: int,
+    num_heads: int,
+    *,
+    repeat: int = 5,
+    min_time: float = 2e-3,
+    seed: int = 0,
+    clock: str = "cpu",
+) -> dict[str, list[float]]:
+    """Every round of :func:`time_forms`' timings, not only their medians.
+
+    The forms of :func:`form_runners` on ``x`` of shape ``(B, L, D)`` (float32, inference
+    mode, one PyTorch thread), interleaved as in :func:`interleaved_times`: round ``k`` of
+    every form ran at about the same moment, so per-round ratios of two forms cancel a slow
+    spell of a shared machine, and their spread over the rounds shows how well a ratio is
+    measured.
+
+    Args:
+        batch_size: B.
+        q_len: L = S.
+        d_model: model width D.
+        num_heads: number of heads H.
+        repeat: rounds.
+        min_time: seconds per timing.
+        seed: seed of the weights and of ``x``.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+
+    Returns:
+        ``{form: [seconds per call in round 1, round 2, ...]}`` for every name in
+        :data:`FORMS_TIMED`.
+
+    Raises:
+        ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or an
+            unknown clock.
+    """
+    from mha._linalg import one_thread
+
+    _validate.check_positive("batch_size", batch_size)
+    _validate.check_positive("q_len", q_len)
+    _validate.check_positive("repeat", repeat)
+    _clock(clock)
+    if not min_time > 0:
+        raise ValueError(f"min_time must be positive; got min_time={min_time}")
+    params = init_params(d_model, num_heads, seed=seed).to_torch(torch.float32)
+    x = torch.randn(batch_size, q_len, d_model, generator=torch.Generator().manual_seed(seed))
+    runners = form_runners(params, x)
+    with one_thread(), torch.inference_mode():
+        return interleaved_times(runners, repeat, min_time=min_time, warmup=0, clock=clock)
+
+
+def trivial_op_time(*, calls: int = 2000, repeat: int = 5, clock: str = "cpu") -> float:
+    """Seconds per call of a PyTorch operator that does almost no arithmetic.
+
+    The median over ``repeat`` timings of ``calls`` calls of ``torch.add`` on two
+    one-element float32 tensors (inference mode, one thread): what one operator costs in
+    Python, argument parsing, dispatch and allocating its output, with nothing to compute.
+    Multiplied by a count of operators (:func:`count_aten_ops`), it predicts the part of a
+    time difference that dispatch alone explains.
+
+    Args:
+        calls: operator calls per timing.
+        repeat: timings (the median is taken).
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+
+    Returns:
+        Seconds per operator call.
+
+    Raises:
+        ValueError, TypeError: if ``calls`` or ``repeat`` is not a positive int, or the clock
+            is unknown.
+    """
+    from mha._linalg import one_thread
+
+    _validate.check_positive("calls", calls)
+    _validate.check_positive("repeat", repeat)
+    tick = _clock(clock)
+    a, b = torch.ones(1), torch.ones(1)
+
+    def loop() -> None:
+        for _ in range(calls):
+            torch.add(a, b)
+
+    with one_thread(), torch.inference_mode():
+        loop()  # warm-up
+        return statistics.median(_mean_time(loop, 1, tick) for _ in range(repeat)) / calls
+
+
+def projection_times(
+    q_len: int,
+    d_model: int,
+    num_heads: int,
+    *,
+    repeat: int = 5,
+    min_time: float = 2e-3,
+    seed: int = 0,
+    clock: str = "cpu",
+) -> dict[str, float]:
+    """Seconds for a layer's three projections: one product per head, or one per projection.
+
+    ``"narrow"`` runs the per-head loop's ``3H`` products ``(L, D) @ (D, Dh)``; ``"wide"``
+    the fused form's three ``(L, D) @ (D, D)`` products of the same weights (float32,
+    inference mode, one thread, interleaved as in :func:`interleaved_times`). The same
+    FLOPs, so the difference is what ``3H - 3`` more calls and narrower products cost.
+
+    Args:
+        q_len: L.
+        d_model: model width D.
+        num_heads: number of heads H.
+        repeat: timings per variant (the median is taken).
+        min_time: seconds per timing.
+        seed: seed of ``x`` and the weights.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+
+    Shape:
+        x ``(L, D)``; wide weights ``(D, D)``; narrow weights ``(D, Dh)``.
+
+    Returns:
+        ``{"narrow": seconds, "wide": seconds}`` per set of three projections.
+
+    Raises:
+        ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or
+            an unknown clock.
+    """
+    from mha._linalg import one_thread
+
+    _validate.check_positive("q_len", q_len)
+    _validate.check_sizes(d_model, num_heads)
+    if not min_time > 0:
+        raise ValueError(f"min_time must be positive; got {min_time}")
+    d_head = d_model // num_heads
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(q_len, d_model, generator=g)  # (L, D)
+    wide = [torch.randn(d_model, d_model, generator=g) for _ in range(3)]  # 3 x (D, D)
+    narrow = [
+        w[:, h * d_head : (h + 1) * d_head].contiguous() for w in wide for h in range(num_heads)
+    ]  # 3H x (D, Dh)
+    with one_thread(), torch.inference_mode():
+        times = interleaved_times(
+            {
+                "narrow": lambda: [x @ w for w in narrow],
+                "wide": lambda: [x @ w for w in wide],
+            },
+            repeat=repeat,
+            min_time=min_time,
+            clock=clock,
+        )
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def cpu_model() -> str:
+    """The name of this machine's CPU, as the operating system reports it.
+
+    Returns:
+        The ``model name`` of ``/proc/cpuinfo`` on Linux, else :func:`platform.processor`
+        or :func:`platform.machine`; ``"unknown CPU"`` if none says.
+    """
+    import platform
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 # --- Memory and time of the tiled and backward passes in NumPy: measured -------------------
@@ -801,6 +992,7 @@ def decode_times(
     repeat: int = 3,
     clock: str = "cpu",
     seed: int = 0,
+    statistic: str = "median",
 ) -> dict[str, list[float]]:
     """Seconds per generated token at each context length, with and without a cache.
 
@@ -809,8 +1001,10 @@ def decode_times(
     then ``steps`` tokens are decoded one at a time, each attending to the cached keys and
     values; the time is per token. Without (``"uncached"``), generating the next token
     runs the whole model on the S + 1 tokens again, as a model without a cache must. Each
-    figure is the median of ``repeat`` timings; PyTorch runs on one thread, with gradients
-    off.
+    figure is the median (or the minimum) of ``repeat`` timings, after two untimed rounds at
+    the first length (the first calls pay for allocation and set-up); PyTorch runs on one
+    thread, with gradients off. On a busy machine the minimum is the steadier estimate of
+    the work itself: other processes only ever add time.
 
     Args:
         model: an :class:`mha.training.AttentionOnlyTransformer` (any model with
@@ -820,19 +1014,24 @@ def decode_times(
         repeat: timings per figure.
         clock: ``"cpu"`` (process time) or ``"wall"``.
         seed: seed of the random tokens.
+        statistic: ``"median"`` or ``"min"`` of the ``repeat`` timings.
 
     Returns:
         ``{"cached": [...], "uncached": [...]}``, seconds per token, one per context length.
 
     Raises:
-        ValueError: if a length or count is not positive, or ``S + steps`` passes the
-            model's ``max_len``.
+        ValueError: if a length or count is not positive, ``S + steps`` passes the
+            model's ``max_len``, or ``statistic`` is unknown.
         TypeError: if a length or count is not an int.
     """
     from mha._linalg import one_thread
 
     for name, value in (("steps", steps), ("repeat", repeat)):
         _validate.check_positive(name, value)
+    reducers = {"median": statistics.median, "min": min}
+    if statistic not in reducers:
+        raise ValueError(f"statistic must be 'median' or 'min'; got statistic={statistic!r}")
+    reduce = reducers[statistic]
     for i, S in enumerate(context_lens):
         _validate.check_positive(f"context_lens[{i}]", S)
         if S + steps > model.max_len:
@@ -844,6 +1043,14 @@ def decode_times(
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, list[float]] = {"cached": [], "uncached": []}
     with one_thread(), torch.no_grad():
+        first = context_lens[0] if context_lens else 1
+        warm = torch.randint(model.vocab_size, (1, first + steps), generator=gen)
+        for _ in range(2 if context_lens else 0):  # untimed: the first calls pay for set-up
+            caches = model.new_caches(1)
+            model(warm[:, :first], caches=caches)
+            for t in range(first, first + steps):
+                model(warm[:, t : t + 1], caches=caches)
+            model(warm[:, : first + 1])
         for S in context_lens:
             tokens = torch.randint(model.vocab_size, (1, S + steps), generator=gen)
             cached, uncached = [], []
@@ -857,8 +1064,8 @@ def decode_times(
                 start = tick()
                 model(tokens[:, : S + 1])  # the whole prefix again, for one more token
                 uncached.append(tick() - start)
-            out["cached"].append(statistics.median(cached))
-            out["uncached"].append(statistics.median(uncached))
+            out["cached"].append(reduce(cached))
+            out["uncached"].append(reduce(uncached))
     return out
 
 
@@ -926,3 +1133,81 @@ def cached_step_times(
             out[h_kv] = statistics.median(times)
             del cache
     return out
+
+
+def _kv_cache_fill(
+    num_layers: int, num_kv_heads: int, d_head: int, capacity: int, positions: int
+) -> list[Any]:
+    """Caches of ``num_layers`` layers of ``capacity``, each holding ``positions`` (float32)."""
+    from mha.kv_cache import KVCache
+
+    caches = [
+        KVCache(1, num_kv_heads, d_head, capacity, dtype=torch.float32) for _ in range(num_layers)
+    ]
+    block = torch.ones(1, num_kv_heads, positions, d_head)  # one layer's keys (and values)
+    for cache in caches:
+        cache.append(block, block)
+    return caches
+
+
+def _kv_cache_memory_child() -> None:
+    """Entry point of the child process of :func:`kv_cache_peak_memory` (JSON on stdin)."""
+    spec = json.loads(sys.stdin.read())
+    sizes = (spec["num_layers"], spec["num_kv_heads"], spec["d_head"])
+    out = [
+        peak_rss_increase(lambda c=capacity, n=positions: _kv_cache_fill(*sizes, c, n))
+        for capacity, positions in spec["fills"]
+    ]
+    print(json.dumps(out))
+
+
+def kv_cache_peak_memory(
+    num_layers: int,
+    num_kv_heads: int,
+    d_head: int,
+    fills: list[tuple[int, int]],
+) -> list[int]:
+    """Measured resident memory that filling key/value caches adds, in a fresh process.
+
+    For each ``(capacity, positions)``, ``num_layers`` float32 :class:`mha.kv_cache.KVCache`
+    of batch 1 and ``capacity`` positions are allocated, and one block of ``positions``
+    keys and values, ``(1, H_kv, positions, Dh)``, is appended to each; the figure is
+    :func:`peak_rss_increase` of that, so it holds the pages written (not the capacity
+    reserved) and the block itself. It runs in a child Python process, so that this
+    process's allocator, and any timing done in it afterwards, are left alone.
+
+    Args:
+        num_layers: caches (one per layer).
+        num_kv_heads: H_kv.
+        d_head: Dh.
+        fills: the ``(capacity, positions)`` pairs to measure, ``positions <= capacity``.
+
+    Returns:
+        Peak resident bytes added, one per pair.
+
+    Raises:
+        ValueError: if a size is not positive or ``positions`` passes ``capacity``.
+        TypeError: if a size is not an int.
+        RuntimeError: if the child process fails (e.g. not on Linux with glibc).
+    """
+    for name, value in (
+        ("num_layers", num_layers),
+        ("num_kv_heads", num_kv_heads),
+        ("d_head", d_head),
+    ):
+        _validate.check_positive(name, value)
+    for i, (capacity, positions) in enumerate(fills):
+        _validate.check_positive(f"fills[{i}] capacity", capacity)
+        _validate.check_positive(f"fills[{i}] positions", positions)
+        if positions > capacity:
+            raise ValueError(
+                f"fills[{i}] positions must not pass capacity; got capacity={capacity}, "
+                f"positions={positions}"
+            )
+    spec = {
+        "num_layers": num_layers,
+        "num_kv_heads": num_kv_heads,
+        "d_head": d_head,
+        "fills": [list(pair) for pair in fills],
+    }
+    return _run_child("_kv_cache_memory_child", spec, 1)

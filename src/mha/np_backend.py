@@ -352,6 +352,7 @@ def multi_head_attention(
             heads.append(out_h)
             if need_weights:  # otherwise each head's (B, L, S) weights are freed in turn
                 weights.append(w_h)
+            del w_h  # before the next head's scores exist: one (B, L, S) tensor at a time
         concat = np.concatenate(heads, axis=-1)  # H x (B, L, Dh) -> (B, L, D)
         out = _linear(concat, params.w_o, params.b_o)
         _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)

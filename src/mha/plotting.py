@@ -100,6 +100,59 @@ def _heatmap(
     )
 
 
+MASKED_GREY = "#9e9e9e"  # masked cells: a mid grey, readable on light and dark pages
+
+
+def _masked_layer(name: str, mask: Any, z: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """``z`` with masked cells set to NaN, and the grey layer's values (None: no mask)."""
+    if mask is None:
+        return z, None
+    if hasattr(mask, "detach"):
+        mask = mask.detach().cpu().numpy()
+    m = np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"{name} must be boolean (True = may attend); got dtype {m.dtype}")
+    try:
+        keep = np.broadcast_to(m, z.shape)
+    except ValueError:
+        raise ValueError(
+            f"{name} must broadcast to the map's shape {z.shape}; got shape {m.shape}"
+        ) from None
+    return np.where(keep, z, np.nan), np.where(keep, np.nan, 1.0)
+
+
+def _grey_heatmap(z: np.ndarray, x: list[str], y: list[str]) -> go.Heatmap:
+    """Grey cells where ``z`` is 1 (the masked ones), nothing where it is NaN."""
+    return go.Heatmap(
+        z=z,
+        x=x,
+        y=y,
+        zmin=0.0,
+        zmax=1.0,
+        colorscale=[[0.0, MASKED_GREY], [1.0, MASKED_GREY]],
+        showscale=False,
+        hovertemplate="query %{y}<br>key %{x}<br>masked<extra></extra>",
+        name="masked",
+    )
+
+
+def legend_below(fig: go.Figure) -> go.Figure:
+    """Lay the figure's legend out in a row below the plot, where it takes no width.
+
+    Args:
+        fig: a Plotly figure.
+
+    Returns:
+        The same figure, changed in place.
+    """
+    fig.update_layout(
+        legend=dict(
+            orientation="h", x=0.0, xanchor="left", yref="container", y=0.0, yanchor="bottom"
+        ),
+    )
+    return fig
+
+
 def attention_heatmap(
     weights: Any,
     *,
@@ -113,6 +166,7 @@ def attention_heatmap(
     xaxis_title: str = "key",
     yaxis_title: str = "query",
     height: int | None = None,
+    mask: Any = None,
 ) -> go.Figure:
     """One attention map (or any query-by-key matrix) as a heatmap.
 
@@ -128,22 +182,28 @@ def attention_heatmap(
         xaxis_title: the columns' axis title.
         yaxis_title: the rows' axis title.
         height: in pixels (default: grows with the number of rows).
+        mask: boolean, True = may attend; masked cells are drawn in grey, as in
+            :func:`attention_grid` (default: no cell is masked).
 
     Shape:
-        weights ``(L, S)``.
+        weights ``(L, S)``; mask broadcastable to it.
 
     Returns:
         A Plotly figure.
 
     Raises:
         ValueError: if ``weights`` is not 2-D, a label list has the wrong length or
-            repeats, or the colour scale is not one of the book's.
+            repeats, the colour scale is not one of the book's, or ``mask`` does not
+            broadcast to ``weights``.
+        TypeError: if ``mask`` is not boolean.
     """
     w = _matrix_stack("weights", weights, 2)
     _check_colorscale(colorscale)
     y, x = _labels("queries", queries, w.shape[0]), _labels("keys", keys, w.shape[1])
-    fig = go.Figure(
-        _heatmap(w, x, y, zmin=zmin, zmax=zmax, colorscale=colorscale, value_name=value_name)
+    shown, grey = _masked_layer("mask", mask, w)
+    fig = go.Figure([] if grey is None else [_grey_heatmap(grey, x, y)])
+    fig.add_trace(
+        _heatmap(shown, x, y, zmin=zmin, zmax=zmax, colorscale=colorscale, value_name=value_name)
     )
     fig.update_layout(
         title=dict(text=title),
@@ -170,6 +230,7 @@ def attention_grid(
     xaxis_title: str = "key",
     yaxis_title: str = "query",
     height: int | None = None,
+    mask: Any = None,
 ) -> go.Figure:
     """Several attention maps (heads, layers, seeds) side by side, one colour scale.
 
@@ -187,17 +248,21 @@ def attention_grid(
         xaxis_title: the columns' axis title, on every map.
         yaxis_title: the rows' axis title, on every map.
         height: in pixels (default: grows with the number of grid rows).
+        mask: boolean, True = may attend; cells where it is False are drawn in grey
+            (:data:`MASKED_GREY`) and say "masked" on hover, so that a masked key does not
+            look like a small weight (default: no cell is masked).
 
     Shape:
-        weights ``(n, L, S)``.
+        weights ``(n, L, S)``; mask broadcastable to it.
 
     Returns:
         A Plotly figure.
 
     Raises:
         ValueError: if ``weights`` is not 3-D, ``titles`` does not give one title per map,
-            ``cols`` is not a positive int, a label list is wrong, or the colour scale is
-            not one of the book's.
+            ``cols`` is not a positive int, a label list is wrong, the colour scale is
+            not one of the book's, or ``mask`` does not broadcast to ``weights``.
+        TypeError: if ``mask`` is not boolean.
     """
     w = _matrix_stack("weights", weights, 3)
     _check_colorscale(colorscale)
@@ -215,10 +280,13 @@ def attention_grid(
         horizontal_spacing=0.12 if cols > 1 else 0.0,
         vertical_spacing=min(0.12, 0.3 / rows),
     )
+    shown, grey = _masked_layer("mask", mask, w)
     for k in range(n):
         r, c = divmod(k, cols)
+        if grey is not None:
+            fig.add_trace(_grey_heatmap(grey[k], x, y), row=r + 1, col=c + 1)
         trace = _heatmap(
-            w[k],
+            shown[k],
             x,
             y,
             zmin=zmin,
@@ -327,6 +395,7 @@ def attention_panels(
     xaxis_titles: Sequence[str] | None = None,
     yaxis_titles: Sequence[str] | None = None,
     height: int | None = None,
+    masks: Sequence[Any] | None = None,
 ) -> go.Figure:
     """Attention maps of different shapes side by side, one colour scale.
 
@@ -346,16 +415,20 @@ def attention_panels(
         xaxis_titles: the columns' axis title per map (default ``"key"``).
         yaxis_titles: the rows' axis title per map (default ``"query"``).
         height: in pixels (default: grows with the largest map).
+        masks: per map, a boolean mask (True = may attend) or ``None``; masked cells are
+            drawn in grey, as in :func:`attention_grid`.
 
     Shape:
-        weights: a sequence of ``(L_k, S_k)`` maps.
+        weights: a sequence of ``(L_k, S_k)`` maps; each mask broadcastable to its map.
 
     Returns:
         A Plotly figure with the maps in one row.
 
     Raises:
         ValueError: if a map is not 2-D, a per-map list does not have one entry per map,
-            a label list is wrong, or the colour scale is not one of the book's.
+            a label list is wrong, the colour scale is not one of the book's, or a mask
+            does not broadcast to its map.
+        TypeError: if a mask is not boolean.
     """
     maps = [_matrix_stack(f"weights[{k}]", w, 2) for k, w in enumerate(weights)]
     _check_colorscale(colorscale)
@@ -366,6 +439,7 @@ def attention_panels(
         "keys": [None] * n if keys is None else keys,
         "xaxis_titles": ["key"] * n if xaxis_titles is None else xaxis_titles,
         "yaxis_titles": ["query"] * n if yaxis_titles is None else yaxis_titles,
+        "masks": [None] * n if masks is None else masks,
     }
     for name, values in per_map.items():
         if len(values) != n:
@@ -374,8 +448,11 @@ def attention_panels(
     for k, w in enumerate(maps):
         y = _labels(f"queries[{k}]", per_map["queries"][k], w.shape[0])
         x = _labels(f"keys[{k}]", per_map["keys"][k], w.shape[1])
+        shown, grey = _masked_layer(f"masks[{k}]", per_map["masks"][k], w)
+        if grey is not None:
+            fig.add_trace(_grey_heatmap(grey, x, y), row=1, col=k + 1)
         trace = _heatmap(
-            w, x, y, zmin=zmin, zmax=zmax, colorscale=colorscale, value_name=value_name,
+            shown, x, y, zmin=zmin, zmax=zmax, colorscale=colorscale, value_name=value_name,
             showscale=k == 0,
         )  # fmt: skip
         fig.add_trace(trace, row=1, col=k + 1)
@@ -445,7 +522,10 @@ def layer_edges(num_heads: int) -> list[DiagramEdge]:
 
 
 def _diagram_nodes(num_heads: int) -> dict[str, tuple[float, float, float, str, str]]:
-    """Each step's centre ``(x, y)``, half width, label and hover text (Plotly's HTML)."""
+    """Each step's centre ``(x, y)``, half width, label and hover text (Plotly's HTML).
+
+    Labels of the narrow boxes take two short lines, so that they fit a 390 px screen.
+    """
     lane = 6.0
     mid = lane * num_heads / 2
     sub = "<sub>{}</sub>".format
@@ -456,30 +536,30 @@ def _diagram_nodes(num_heads: int) -> dict[str, tuple[float, float, float, str, 
             "Y: the positions that answer (keys' and values' source); Y = X in self-attention",
         ),
         "Concat": (
-            mid, 0.0, 2.4, f"Concat(head{sub(1)}, …, head{sub('H')})",
+            mid, 0.0, 2.4, f"Concat(head{sub(1)},<br>…, head{sub('H')})",
             "the heads' outputs side by side",
         ),
         "MultiHead": (
-            mid, -2.0, 2.4, "<b>MultiHead(X, Y)</b> = Concat(…) W<sup>O</sup>",
+            mid, -2.0, 2.4, "<b>MultiHead(X, Y)</b><br>= Concat(…) W<sup>O</sup>",
             "the output projection mixes the heads back into the model width",
         ),
     }  # fmt: skip
     for h in range(1, num_heads + 1):
         x0, i = lane * (h - 1), sub(h)
         nodes |= {
-            f"Q_{h}": (x0 + 1.0, 8.4, 0.85, f"Q{i}=XW<sup>Q</sup>{i}", f"head {h}'s queries"),
-            f"K_{h}": (x0 + 3.0, 8.4, 0.85, f"K{i}=YW<sup>K</sup>{i}", f"head {h}'s keys"),
-            f"V_{h}": (x0 + 5.0, 8.4, 0.85, f"V{i}=YW<sup>V</sup>{i}", f"head {h}'s values"),
+            f"Q_{h}": (x0 + 1.0, 8.4, 0.85, f"Q{i}<br>XW<sup>Q</sup>{i}", f"head {h}'s queries"),
+            f"K_{h}": (x0 + 3.0, 8.4, 0.85, f"K{i}<br>YW<sup>K</sup>{i}", f"head {h}'s keys"),
+            f"V_{h}": (x0 + 5.0, 8.4, 0.85, f"V{i}<br>YW<sup>V</sup>{i}", f"head {h}'s values"),
             f"scores_{h}": (
-                x0 + 2.0, 6.2, 1.0, f"Q{i}K{i}<sup>T</sup>/√D{sub('h')}",
+                x0 + 2.0, 6.2, 1.0, f"Q{i}K{i}<sup>T</sup><br>/√D{sub('h')}",
                 f"head {h}'s scores, one row per query",
             ),
             f"A_{h}": (
-                x0 + 2.0, 4.2, 1.0, f"A{i}=softmax",
+                x0 + 2.0, 4.2, 1.0, f"A{i}<br>softmax",
                 f"head {h}'s weights: softmax over the keys, masked keys get 0",
             ),
             f"head_{h}": (
-                x0 + 3.5, 2.2, 1.0, f"head{i}=A{i}V{i}",
+                x0 + 3.5, 2.2, 1.0, f"head{i}<br>A{i}V{i}",
                 f"head {h}'s output: weighted averages of its values",
             ),
         }  # fmt: skip
@@ -533,7 +613,7 @@ def layer_diagram(
         head = name.rsplit("_", 1)[-1]
         return HEAD_COLOURS[int(head) - 1] if head.isdigit() else neutral
 
-    half_height = 0.42
+    half_height = 0.6
     for name, (x, y, half_width, label, _) in nodes.items():
         fig.add_shape(
             type="rect",
@@ -544,7 +624,7 @@ def layer_diagram(
             line=dict(color=colour(name), width=2),
             fillcolor="rgba(0,0,0,0)",
         )
-        fig.add_annotation(x=x, y=y, text=label, showarrow=False, font=dict(size=11))
+        fig.add_annotation(x=x, y=y, text=label, showarrow=False, font=dict(size=10))
     fanned = set()
     for edge in edges:
         x0, y0 = nodes[edge.source][:2]
@@ -602,6 +682,89 @@ def layer_diagram(
         autosize=True,
         legend=dict(orientation="h", y=-0.02),
         margin=dict(l=10, r=10, t=60, b=30),
+    )
+    return fig
+
+
+def weight_ownership(
+    params: Any, *, title: str = "Which weights belong to which head"
+) -> go.Figure:
+    """The packed weights ``w_qkv`` and PyTorch's ``in_proj_weight``, coloured by owner.
+
+    Each column of ``w_qkv`` (``(D, 3D)``, ``x @ w_qkv``) belongs to one projection (Q, K or
+    V) and one head; PyTorch's ``in_proj_weight`` (``(3D, D)``, ``x @ W.T``) holds the same
+    numbers transposed, so there each *row* has an owner. Both are drawn with one colour per
+    (projection, head) block; heads are numbered from 1, as in the equations, and the
+    hover text gives the code's index (``params.head(h - 1)``) and the weight.
+
+    Args:
+        params: the layer's parameters (NumPy or PyTorch ``MHAParams``, ``H_kv = H``).
+        title: the figure's title.
+
+    Returns:
+        A Plotly figure with the two matrices side by side.
+
+    Raises:
+        ValueError: if the layer has fewer key/value heads than query heads.
+    """
+    from mha import packing
+
+    D, H = params.d_model, params.num_heads
+    if params.num_kv_heads != H:
+        raise ValueError(
+            f"params must have num_kv_heads = num_heads; got {params.num_kv_heads} and {H}"
+        )
+    w = params.w_qkv
+    w = np.asarray(w.detach().cpu().double().numpy() if hasattr(w, "detach") else w)
+    proj, head = packing.column_owner(D, H)  # (3D,), (3D,)
+    owner = proj * H + head  # one code per (projection, head) block
+    names = [f"{'QKV'[p]}, head {h + 1} (code: head({h}))" for p in range(3) for h in range(H)]
+    Dh = D // H
+    centres = [p * D + h * Dh + (Dh - 1) / 2 for p in range(3) for h in range(H)]
+    block_labels = [f"{'QKV'[p]}{h + 1}" for p in range(3) for h in range(H)]
+    scale = dict(zmin=0, zmax=3 * H - 1, colorscale=SEQUENTIAL, showscale=False)
+    hover_packed = [
+        [f"row {r}, column {c}<br>{names[owner[c]]}<br>w = {w[r, c]:+.3f}" for c in range(3 * D)]
+        for r in range(D)
+    ]
+    hover_torch = [
+        [f"row {r}, column {c}<br>{names[owner[r]]}<br>w = {w[c, r]:+.3f}" for c in range(D)]
+        for r in range(3 * D)
+    ]
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.72, 0.28],
+        horizontal_spacing=0.06,
+        subplot_titles=["w_qkv (D, 3D)", "PyTorch (3D, D)"],
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=np.broadcast_to(owner, (D, 3 * D)), text=hover_packed, hoverinfo="text", **scale
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=np.broadcast_to(owner[:, None], (3 * D, D)), text=hover_torch, hoverinfo="text",
+            **scale,
+        ),
+        row=1,
+        col=2,
+    )  # fmt: skip
+    fig.update_xaxes(
+        tickvals=centres, ticktext=block_labels, title_text="column: projection, head", row=1, col=1
+    )
+    fig.update_yaxes(title_text="input feature", autorange="reversed", row=1, col=1)
+    fig.update_xaxes(title_text="input feature", row=1, col=2)
+    fig.update_yaxes(
+        tickvals=centres, ticktext=block_labels, side="right", autorange="reversed", row=1, col=2
+    )  # fmt: skip
+    fig.update_layout(
+        title=dict(text=title, subtitle=dict(text=f"D = {D}, H = {H}, Dh = {Dh}")),
+        height=520,
+        autosize=True,
     )
     return fig
 
@@ -706,6 +869,144 @@ def lines(
         height=height,
         autosize=True,
     )
+    return fig
+
+
+FORM_COLOURS = dict(
+    zip(
+        ("per_head", "fused", "packed", "nn.MultiheadAttention", "sdpa"),
+        ("#D55E00", "#0072B2", "#56B4E9", "#999999", "#009E73"),
+        strict=True,
+    )
+)  # Okabe and Ito's palette, one colour per form timed by mha.measure
+
+
+def form_timings(
+    times: Mapping[tuple[int, int], Mapping[str, float]],
+    *,
+    title: str = "Forward time by form",
+) -> go.Figure:
+    """Seconds per forward of each form, against the sequence length, one panel per H.
+
+    Both axes are logarithmic in every panel (times over several decades, lengths
+    doubling), the ticks are the measured lengths, and the legend sits below the panels.
+
+    Args:
+        times: ``{(H, N): {form: seconds}}``, as :func:`mha.measure.time_forms` returns
+            for each ``(H, N)``; every cell must time the same forms.
+        title: the figure's title.
+
+    Returns:
+        A Plotly figure, milliseconds on the y axes.
+
+    Raises:
+        ValueError: if ``times`` is empty or its cells time different forms.
+    """
+    if not times:
+        raise ValueError("times must hold at least one (H, N) cell; got none")
+    forms = list(next(iter(times.values())))
+    if any(list(cell) != forms for cell in times.values()):
+        raise ValueError(f"every cell of times must time the same forms {forms}")
+    heads = sorted({h for h, _ in times})
+    lengths = sorted({n for _, n in times})
+    fig = make_subplots(
+        rows=1, cols=len(heads), shared_yaxes=True, subplot_titles=[f"H = {h}" for h in heads]
+    )
+    palette = iter(HEAD_COLOURS)
+    for c, h in enumerate(heads, start=1):
+        ns = [n for n in lengths if (h, n) in times]
+        for form in forms:
+            colour = FORM_COLOURS.get(form) or next(palette)
+            fig.add_trace(
+                go.Scatter(
+                    x=ns, y=[1e3 * times[h, n][form] for n in ns], name=form, legendgroup=form,
+                    showlegend=c == 1, mode="lines+markers", line_color=colour,
+                    hovertemplate=f"{form}, H = {h}<br>N = %{{x}}: %{{y:.3g}} ms<extra></extra>",
+                ),
+                row=1, col=c,
+            )  # fmt: skip
+        fig.update_xaxes(title_text="N", type="log", tickvals=ns, row=1, col=c)
+        fig.update_yaxes(type="log", exponentformat="power", row=1, col=c)
+    fig.update_yaxes(title_text="ms per forward", row=1, col=1)
+    fig.update_layout(title=dict(text=title), height=460, autosize=True)
+    return legend_below(fig)
+
+
+def head_pair_panels(
+    panels: Sequence[Any],
+    *,
+    title: str,
+    titles: Sequence[str],
+    zranges: Sequence[tuple[float, float]],
+    colorscales: Sequence[str],
+    heads: Sequence[str] | None = None,
+    value_names: Sequence[str] | None = None,
+) -> go.Figure:
+    """Head-by-head matrices (similarities of pairs of heads) side by side.
+
+    The diagonal, a head compared with itself, is left blank; each panel has its own
+    colour scale, with its colour bar below it so that it covers no tick labels.
+
+    Args:
+        panels: the matrices, one per panel.
+        title: the figure's title.
+        titles: one subplot title per panel.
+        zranges: ``(zmin, zmax)`` per panel.
+        colorscales: one of :data:`COLORSCALES` per panel.
+        heads: the heads' labels (default ``"1"``, ``"2"``, ...: heads from 1).
+        value_names: what a cell holds, per panel (default: the subplot titles).
+
+    Shape:
+        every panel ``(H, H)``.
+
+    Returns:
+        A Plotly figure.
+
+    Raises:
+        ValueError: if a panel is not square, the panels differ in size, a per-panel list
+            does not have one entry per panel, or a colour scale is not one of the book's.
+    """
+    maps = [_matrix_stack(f"panels[{k}]", p, 2) for k, p in enumerate(panels)]
+    n = len(maps)
+    H = maps[0].shape[0] if maps else 0
+    if any(m.shape != (H, H) for m in maps):
+        raise ValueError(f"panels must be square and of one size; got {[m.shape for m in maps]}")
+    value_names = list(titles) if value_names is None else list(value_names)
+    for name, values in (
+        ("titles", titles), ("zranges", zranges), ("colorscales", colorscales),
+        ("value_names", value_names),
+    ):  # fmt: skip
+        if len(values) != n:
+            raise ValueError(f"{name} must give one entry per panel ({n}); got {len(values)}")
+    for scale in colorscales:
+        _check_colorscale(scale)
+    labels = [str(h) for h in range(1, H + 1)] if heads is None else [str(h) for h in heads]
+    if len(labels) != H:
+        raise ValueError(f"heads must label every head ({H}); got {len(labels)}")
+    spacing = 0.14
+    fig = make_subplots(rows=1, cols=n, subplot_titles=list(titles), horizontal_spacing=spacing)
+    width = (1 - spacing * (n - 1)) / n
+    off_diagonal = ~np.eye(H, dtype=bool)
+    for k, m in enumerate(maps):
+        zmin, zmax = zranges[k]
+        fig.add_trace(
+            go.Heatmap(
+                z=np.where(off_diagonal, m, np.nan), x=labels, y=labels, zmin=zmin, zmax=zmax,
+                colorscale=colorscales[k],
+                colorbar=dict(
+                    orientation="h", x=k * (width + spacing) + width / 2, xanchor="center",
+                    len=width, thickness=10, y=-0.28, yanchor="top",
+                    title=dict(text=value_names[k], side="top"),
+                ),
+                hovertemplate=(
+                    f"head %{{y}} and head %{{x}}<br>{value_names[k]} %{{z:.3f}}<extra></extra>"
+                ),
+            ),
+            row=1, col=k + 1,
+        )  # fmt: skip
+        fig.update_xaxes(title_text="head", row=1, col=k + 1)
+        fig.update_yaxes(title_text="head", autorange="reversed", row=1, col=k + 1)
+    fig.update_layout(title=dict(text=title), height=520, autosize=True, margin=dict(b=140))
     return fig
 
 

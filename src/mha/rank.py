@@ -253,3 +253,58 @@ def circuit_singular_values(params: MHAParams) -> dict[str, np.ndarray]:
         qk = w_q @ w_k.transpose(1, 2)  # (H, D, Dh) @ (H, Dh, D) -> (H, D, D)
         ov = w_v @ w_o  # (H, D, Dh) @ (H, Dh, D) -> (H, D, D)
         return {"QK": torch.linalg.svdvals(qk).numpy(), "OV": torch.linalg.svdvals(ov).numpy()}
+
+
+def query_bias_shares(model: Any, texts: list[str]) -> dict[str, Any]:
+    """How much of what a pretrained model's softmax sees comes from its query biases.
+
+    With biases, head ``h``'s scores are the QK circuit plus three bias terms
+    (:func:`mha.detectors.score_terms`); the softmax removes the two that are the same for
+    every key, and the query bias against each key, ``b^Q_h (x_j W^K_h)^T``, remains. For
+    every text on its own, every layer (on that layer's input) and every head, this returns
+    the ratio of Frobenius norms of the row-centred query-bias term and of the row-centred
+    scores, and checks the decomposition against the model's own weights: the softmax of
+    the QK circuit plus the query-bias term should reproduce them, the QK circuit alone
+    should not.
+
+    Args:
+        model: an :class:`mha.pretrained.MiniLM` (anything with ``run``, ``num_layers``,
+            ``num_heads`` and ``attention_params``).
+        texts: the texts, each run on its own.
+
+    Returns:
+        A dict with ``share``, the ``(layers, H)`` mean of the ratio over the texts, and
+        ``error_with_bias`` and ``error_without_bias``, the largest absolute difference
+        from the model's weights of the softmax with and without the query-bias term.
+
+    Raises:
+        ValueError: if ``texts`` is empty.
+    """
+    from mha import detectors
+
+    if not texts:
+        raise ValueError("texts must hold at least one text; got none")
+
+    def centred(z: np.ndarray) -> np.ndarray:
+        return z - z.mean(axis=-1, keepdims=True)  # Z C: what the softmax sees
+
+    shares, with_bias, without = [], 0.0, 0.0
+    for text in texts:
+        out, _ = model.run(text)
+        share = np.zeros((model.num_layers, model.num_heads))
+        for layer in range(model.num_layers):
+            x = out.hidden_states[layer].double().numpy()  # (1, L, D): the layer's input
+            terms = detectors.score_terms(x, model.attention_params(layer))  # (1, H, L, L)
+            norm = np.linalg.norm(centred(sum(terms.values())), axis=(-2, -1))  # (1, H)
+            share[layer] = (np.linalg.norm(centred(terms["query_bias"]), axis=(-2, -1)) / norm)[0]
+            weights = out.attentions[layer][0].double().numpy()  # (H, L, L): the model's own
+            fitted = np_backend.softmax(terms["bilinear"] + terms["query_bias"])[0]
+            circuit = np_backend.softmax(terms["bilinear"])[0]
+            with_bias = max(with_bias, float(np.abs(fitted - weights).max()))
+            without = max(without, float(np.abs(circuit - weights).max()))
+        shares.append(share)
+    return {
+        "share": np.mean(shares, axis=0),
+        "error_with_bias": with_bias,
+        "error_without_bias": without,
+    }

@@ -589,6 +589,7 @@ def multi_head_attention(
             heads.append(out_h)
             if need_weights:  # otherwise each head's (B, L, S) weights are freed in turn
                 weights.append(w_h)
+            del w_h  # before the next head's scores exist: one (B, L, S) tensor at a time
         out = _linear(torch.cat(heads, dim=-1), params.w_o, params.b_o)  # (B, L, D)
         _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
         return out, (torch.stack(weights, dim=1) if need_weights else None)  # (B, H, L, S)

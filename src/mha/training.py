@@ -1077,3 +1077,270 @@ def with_kv_heads(
     new.layers = nn.ModuleList(MultiHeadAttention.from_params(p) for p in converted)
     new.train(model.training)  # the new layers follow the model's mode, as the copied rest
     return new
+
+
+PATHS = ("query", "key", "value", "logits")
+"""The paths a head's output reaches: each later layer's query, key and value inputs, and
+the unembedding (the direct path to the logits)."""
+
+
+def _head_terms(
+    xq: torch.Tensor, xk: torch.Tensor, xv: torch.Tensor, params: MHAParams, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each head's term of the layer output from separate query, key and value inputs.
+
+    Returns ``(terms (B, H, L, D), weights (B, H, L, L))``; the output is
+    ``terms.sum(1) + b_o``.
+    """
+    params = repeat_kv_heads(params)  # grouped-query heads: each head with its key/value head
+    H = params.num_heads
+    q, k, v = xq @ params.w_q, xk @ params.w_k, xv @ params.w_v  # 3 x (B, L, D)
+    if params.b_qkv is not None:
+        q, k, v = q + params.b_q, k + params.b_k, v + params.b_v
+    q, k, v = (torch_backend.split_heads(t, H) for t in (q, k, v))  # 3 x (B, H, L, Dh)
+    out, weights = torch_backend.scaled_dot_product_attention(q, k, v, mask)  # (B, H, L, Dh)
+    w_o = packing.split_head_rows(params.w_o, H)  # (D, D) -> (H, Dh, D)
+    return torch.einsum("bhld,hde->bhle", out, w_o), weights  # (B, H, L, D), (B, H, L, L)
+
+
+@one_thread()
+@torch.no_grad()
+def path_ablation(
+    model: AttentionOnlyTransformer,
+    tokens: torch.Tensor,
+    off: Iterable[tuple[int, int]],
+    paths: Sequence[str] = PATHS,
+    *,
+    replacement: str = "zero",
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The model with some heads' outputs removed from some paths only (path ablation).
+
+    The residual stream is computed as usual, but the term of each head in ``off`` is
+    taken out of the inputs named in ``paths``: ``"query"``, ``"key"`` and ``"value"``
+    are the inputs of every later layer's queries, keys and values, ``"logits"`` is the
+    input of the unembedding (the head's direct path to the logits, Elhage et al. 2021).
+    With all four paths and ``replacement="zero"`` this is the gated model with those heads
+    at gate 0 (:func:`head_gates`). Removing a layer-1 head from the keys of layer 2 only
+    tests K-composition; from the logits only, its direct effect.
+
+    ``replacement="mean"`` replaces the term by its mean over the batch at each position,
+    taken from the unablated model on ``tokens`` (mean ablation), instead of by zero.
+
+    Args:
+        model: the model.
+        tokens: token ids.
+        off: ``(layer, head)`` pairs whose term is removed.
+        paths: a subset of :data:`PATHS`.
+        replacement: ``"zero"`` or ``"mean"``.
+
+    Shape:
+        tokens ``(B, L)``. Returns logits ``(B, L, V)`` and ``num_layers`` weights
+        ``(B, H, L, L)``.
+
+    Returns:
+        ``(logits, weights)`` of the ablated model.
+
+    Raises:
+        ValueError: if a path or the replacement is unknown, a pair is outside the model,
+            or ``tokens`` is not valid for the model.
+        TypeError: as :meth:`AttentionOnlyTransformer.forward`.
+    """
+    paths = tuple(paths)
+    unknown = [p for p in paths if p not in PATHS]
+    if unknown:
+        raise ValueError(f"paths must be drawn from {PATHS}; got {unknown}")
+    if replacement not in ("zero", "mean"):
+        raise ValueError(f"replacement must be 'zero' or 'mean'; got replacement={replacement!r}")
+    off = sorted(set(off))
+    head_gates(model.num_layers, model.num_heads, off)  # checks every pair
+    model._check(tokens, None)
+    L = tokens.shape[1]
+    mask = torch_backend.causal_mask(L)  # (L, L)
+    means = {}
+    if replacement == "mean":
+        x = model.embed[tokens] + model.pos[:L]  # (B, L) -> (B, L, D)
+        for i, layer in enumerate(model.layers):
+            params = layer.params()
+            terms, _ = _head_terms(x, x, x, params, mask)  # (B, H, L, D)
+            means.update({(i, h): terms[:, h].mean(dim=0) for j, h in off if j == i})  # (L, D)
+            x = x + terms.sum(dim=1) + (0.0 if params.b_o is None else params.b_o)
+    x = model.embed[tokens] + model.pos[:L]  # (B, L) -> (B, L, D)
+    removed = torch.zeros_like(x)  # the removed terms minus their replacements, (B, L, D)
+    weights = []
+    for i, layer in enumerate(model.layers):
+        params = layer.params()
+        xq, xk, xv = (x - removed if p in paths else x for p in ("query", "key", "value"))
+        terms, w = _head_terms(xq, xk, xv, params, mask)  # (B, H, L, D), (B, H, L, L)
+        for j, h in off:
+            if j == i:
+                removed = removed + terms[:, h] - means.get((i, h), 0.0)
+        x = x + terms.sum(dim=1) + (0.0 if params.b_o is None else params.b_o)  # (B, L, D)
+        weights.append(w)
+    final = x - removed if "logits" in paths else x
+    return final @ model.unembed, weights  # (B, L, V)
+
+
+def path_ablation_losses(
+    model: AttentionOnlyTransformer,
+    batch: RepeatedSegments,
+    off: Iterable[tuple[int, int]],
+    paths: Sequence[str] = PATHS,
+    *,
+    replacement: str = "zero",
+) -> dict[str, float]:
+    """:func:`segment_losses` of the model under :func:`path_ablation`.
+
+    Args:
+        model: the model.
+        batch: the data.
+        off: ``(layer, head)`` pairs whose term is removed.
+        paths: a subset of :data:`PATHS`.
+        replacement: ``"zero"`` or ``"mean"``.
+
+    Returns:
+        ``{"first": ..., "repeat": ..., "all": ...}`` as :func:`segment_losses`.
+
+    Raises:
+        ValueError, TypeError: as :func:`path_ablation`.
+    """
+    logits, _ = path_ablation(model, batch.tokens, off, paths, replacement=replacement)
+    return _split_losses(logits, batch)
+
+
+def single_ablation_losses(
+    model: AttentionOnlyTransformer, batch: RepeatedSegments, part: str = "all"
+) -> np.ndarray:
+    """The loss with each head removed alone (gate 0), for every head.
+
+    Args:
+        model: the model.
+        batch: the data.
+        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`segment_losses`).
+
+    Shape:
+        Returns ``(num_layers, H)``.
+
+    Returns:
+        ``losses[layer, h]``: :func:`ablation_loss` with ``(layer, h)`` removed.
+
+    Raises:
+        ValueError: as :func:`ablation_loss`.
+    """
+    return np.array(
+        [
+            [ablation_loss(model, batch, [(i, h)], part) for h in range(model.num_heads)]
+            for i in range(model.num_layers)
+        ]
+    )
+
+
+def seen_guess_loss(batch: RepeatedSegments) -> float:
+    """The loss on the repeats of a uniform guess among the distinct tokens seen so far.
+
+    At a repeated position every token of the prefix and of the segment has been seen
+    (``start + period`` distinct tokens), and the next token is one of them, so a model
+    that knows only *which* tokens occurred, not where, loses ``log(start + period)``
+    there. Averaged over the query positions that :func:`segment_losses` counts as
+    ``"repeat"``.
+
+    Args:
+        batch: the data.
+
+    Returns:
+        The mean loss in nats, a ``float``.
+
+    Raises:
+        ValueError: if no position before the last is repeated.
+    """
+    rep = batch.repeated[:, :-1]  # (B, L - 1): the query positions with a next token
+    if not rep.any():
+        raise ValueError("batch must have a repeated position before the last; got none")
+    seen = (batch.start + batch.period).double()  # (B,)
+    per_query = torch.log(seen)[:, None].expand(rep.shape)  # (B, L - 1)
+    return float(per_query[rep].mean())
+
+
+def phase_timing(history: TrainHistory, level: float = 0.5) -> dict[str, float]:
+    """When the previous-token and induction roles appear in a two-layer run, and the plateau.
+
+    Read off the recorded curves with :func:`first_step_above` (so to the resolution of
+    ``eval_every`` steps):
+
+    - ``"prev"``: the first step at which a layer-1 head's previous-token score (code
+      layer 0) exceeds ``level``;
+    - ``"ind"``: the same for a layer-2 head's induction score (code layer 1);
+    - ``"loss"``: the first step at which the loss on the repeats is below half its
+      initial value;
+    - ``"plateau"``: the first step at which any head of either layer scores above 0.3 on
+      either score (the end of the plateau);
+    - ``"rise"``: the steps the best layer-2 induction score takes from its last
+      recording below 0.2 to its first above 0.8;
+    - ``"start"`` and ``"plateau_loss"``: the loss on the repeats at step 0 and at the last
+      recording before the plateau ends.
+
+    Args:
+        history: the run's :class:`TrainHistory` (two or more layers).
+        level: the threshold of ``"prev"`` and ``"ind"``.
+
+    Returns:
+        The steps (``int``) and losses (``float``) named above.
+
+    Raises:
+        ValueError: if the model has fewer than two layers, or a curve never crosses
+            its level (the role did not appear).
+    """
+    h = history
+    if h.previous_token.ndim != 3 or h.previous_token.shape[1] < 2:
+        raise ValueError(
+            f"history must come from a model with at least two layers; got scores of shape "
+            f"{h.previous_token.shape}"
+        )
+    prev0 = h.previous_token[:, 0].max(axis=1)  # (E,): the best first-layer score
+    ind1 = h.induction[:, 1].max(axis=1)  # (E,): the best second-layer score
+    any_score = np.maximum(h.previous_token.max(axis=(1, 2)), h.induction.max(axis=(1, 2)))
+    plateau = first_step_above(h.step, any_score, 0.3)
+    rise_end = first_step_above(h.step, ind1, 0.8)
+    below = (h.step < rise_end) & (ind1 < 0.2)
+    rise_start = int(h.step[below].max()) if below.any() else int(h.step[0])
+    return {
+        "prev": first_step_above(h.step, prev0, level),
+        "ind": first_step_above(h.step, ind1, level),
+        "loss": first_step_above(h.step, -h.repeat_loss, -0.5 * h.repeat_loss[0]),
+        "plateau": plateau,
+        "rise": rise_end - rise_start,
+        "start": float(h.repeat_loss[0]),
+        "plateau_loss": float(h.repeat_loss[h.step < plateau][-1]),
+    }
+
+
+def importance_cancellation(
+    model: AttentionOnlyTransformer, batches: Sequence[RepeatedSegments]
+) -> dict[str, object]:
+    """Michel et al.'s importance with ``|.|`` per sequence and per batch, side by side.
+
+    Args:
+        model: the model.
+        batches: the data, as for :func:`head_importance`.
+
+    Shape:
+        ``"per_sequence"``, ``"per_batch"`` and ``"ratio"`` are ``(num_layers, H)``.
+
+    Returns:
+        ``"per_sequence"`` and ``"per_batch"``: :func:`head_importance` unnormalised, with
+        the absolute value taken per sequence and per batch; ``"ratio"``: per batch over
+        per sequence (at most 1, by the triangle inequality); ``"order"``: the pruning
+        order of the per-batch scores normalised per layer (:func:`importance_order`).
+
+    Raises:
+        ValueError: if ``batches`` is empty.
+    """
+    per_sequence = head_importance(model, batches, normalize=False)
+    per_batch = head_importance(model, batches, normalize=False, per_sequence=False)
+    norms = np.linalg.norm(per_batch, axis=1, keepdims=True)  # (layers, 1)
+    normalised = per_batch / np.where(norms > 0, norms, 1.0)
+    return {
+        "per_sequence": per_sequence,
+        "per_batch": per_batch,
+        "ratio": per_batch / np.where(per_sequence > 0, per_sequence, 1.0),
+        "order": importance_order(normalised),
+    }
