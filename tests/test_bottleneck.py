@@ -115,17 +115,17 @@ def test_best_layer_error_is_zero_with_enough_wide_heads_and_grows_as_heads_narr
 
 def test_size_arguments_are_checked():
     p = random_target(4, 0)
-    with pytest.raises(ValueError, match="n must be a positive int; got 0"):
+    with pytest.raises(ValueError, match="n must be positive; got n=0"):
         bn.centering_matrix(0)
-    with pytest.raises(ValueError, match="d_head must be a non-negative int; got -1"):
+    with pytest.raises(ValueError, match="d_head must be at least 0; got d_head=-1"):
         bn.centred_logit_floor(p, -1)
-    with pytest.raises(ValueError, match="d_head must be a positive int; got 0"):
+    with pytest.raises(ValueError, match="d_head must be positive; got d_head=0"):
         bn.fit_attention(full_rank_input(4, 5), p, 0)
     with pytest.raises(ValueError, match=r"target must be \(N, N\) with N = x.shape\[0\] = 3"):
         bn.fit_attention(full_rank_input(3, 5), p, 2)
     with pytest.raises(ValueError, match=r"targets must have shape \(K, N, N\)"):
         bn.best_layer_error(p, 1, 1)
-    with pytest.raises(ValueError, match="num_heads must be a positive int; got 0"):
+    with pytest.raises(ValueError, match="num_heads must be positive; got num_heads=0"):
         bn.best_layer_error(p[None], 0, 1)
     with pytest.raises(ValueError, match="alpha must be finite"):
         bn.self_focus_target(3, np.inf)
@@ -140,7 +140,7 @@ def test_sweep_matches_single_fits_and_respects_the_floor():
     single = bn.fit_attention(x, p, 1, steps=150)[2]
     assert errors[0, 0] == pytest.approx(single, rel=1e-6)  # the first fit draws the same init
     assert errors[0, 1] >= bn.centred_logit_floor(p, 3) - 1e-9
-    with pytest.raises(ValueError, match="steps must be a positive int; got 0"):
+    with pytest.raises(ValueError, match="steps must be positive; got steps=0"):
         bn.fit_attention_sweep(x, [p], [1], steps=0)
 
 
@@ -239,7 +239,8 @@ def test_offset_head_reaches_the_weights_of_the_rank_chapter():
 @pytest.mark.parametrize(
     ("args", "error", "match"),
     [
-        ((1, 0, 1.0), ValueError, "n must be an int >= 2"),
+        ((1, 0, 1.0), ValueError, "n must be at least 2; got n=1"),
+        ((4.0, 0, 1.0), TypeError, r"n must be an int; got float 4\.0"),
         ((4, 0.5, 1.0), TypeError, "offset must be an int"),
         ((4, 1, 0.0), ValueError, "gap must be positive"),
         ((4, 1, np.inf), ValueError, "gap must be positive"),
@@ -260,7 +261,7 @@ def test_truncated_centred_log_reaches_the_floor_and_agrees_with_the_constructio
     w_q, w_k = bn.bhojanapalli_projections(x, p, 7)
     z = x @ w_q @ (x @ w_k).T / np.sqrt(7)
     np.testing.assert_allclose(z, bn.truncated_centred_log(p, 7), atol=1e-9)
-    with pytest.raises(ValueError, match="d_head must be a non-negative int"):
+    with pytest.raises(ValueError, match="d_head must be at least 0; got d_head=-1"):
         bn.truncated_centred_log(p, -1)
 
 

@@ -421,10 +421,13 @@ def test_offset_attention_is_the_ideal_previous_and_next_token_pattern():
 
 
 def test_offset_attention_errors_name_the_argument():
-    with pytest.raises(ValueError, match="q_len must be a positive int"):
+    with pytest.raises(ValueError, match="q_len must be positive; got q_len=0"):
         det.offset_attention(0, 1)
+    with pytest.raises(TypeError, match=r"q_len must be an int; got float 4\.0"):
+        det.offset_attention(4.0, 1)  # a float size: TypeError, as everywhere
     with pytest.raises(TypeError, match="offset must be an int"):
         det.offset_attention(4, 1.0)
+    assert det.offset_attention(np.int64(4), np.int64(-1)).shape == (4, 4)
 
 
 def test_word_attention_sums_over_key_pieces_and_averages_over_query_pieces():

@@ -8,15 +8,28 @@ argument, the rule and what was received.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import mha
+import mha.bottleneck
+import mha.examples
+import mha.kv_cache
+import mha.measure
+import mha.plotting
+import mha.pretrained
+import mha.subspaces
+import mha.tasks
+import mha.training
 from mha import MHAParams, init_params, np_backend, torch_backend
 
 BACKENDS = {"numpy": np_backend, "torch": torch_backend}
@@ -47,6 +60,38 @@ def with_value(a: np.ndarray, index: tuple[int, ...], value: float) -> np.ndarra
 P = init_params(D, H)
 Q = x(2, 3, D)
 KV = x(2, 4, D)
+TQKV = (torch.from_numpy(Q), torch.from_numpy(KV), torch.from_numpy(KV))
+
+
+def _step(kind: str) -> tuple[Any, Any, Any]:
+    """One new position of self-attention ``(B, 1, D)``, for calls with a cache."""
+    step = Q[:, :1]
+    if kind == "torch":
+        step = torch.from_numpy(np.ascontiguousarray(step))
+    return step, step, step
+
+
+def _attend_to_huge_cached_keys(kind: str) -> Any:
+    """A float32 step whose query is harmless but whose cached keys make scores of ~1e42.
+
+    The new position's magnitudes alone bound the scores far below float32's range; only
+    the cache's own bound (``KVCache.max_abs``) shows that they may overflow.
+    """
+    params = init_params(D, H, num_kv_heads=1)
+    if kind == "numpy":
+        params, ones, dtype = params.to_numpy(np.float32), np.ones, np.float32
+    else:
+        params, ones, dtype = params.to_torch(torch.float32), torch.ones, torch.float32
+    cache = mha.kv_cache.KVCache(1, 1, D // H, 4, dtype=dtype)
+    cache.append(1e34 * ones((1, 1, 2, D // H), dtype=dtype), ones((1, 1, 2, D // H), dtype=dtype))
+    step = 1e8 * ones((1, 1, D), dtype=dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return BACKENDS[kind].multi_head_attention(step, step, step, params, cache=cache)
+
+
+def _cache(dtype: Any, num_kv_heads: int = H, device: Any = None) -> Any:
+    """A key/value cache for ``P`` (B = 2, Dh = D / H) of the given dtype."""
+    return mha.kv_cache.KVCache(2, num_kv_heads, D // H, 4, dtype=dtype, device=device)
 
 
 def mha_call(
@@ -440,13 +485,19 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
         "layer_norm_eps_zero",
         fn_call("layer_norm", x(2, 3, D), eps=0.0),
         ValueError,
-        r"eps must be a positive number; got eps=0\.0",
+        r"eps must be positive and finite; got eps=0\.0",
+    ),
+    (
+        "layer_norm_eps_infinite",
+        fn_call("layer_norm", x(2, 3, D), eps=np.inf),
+        ValueError,
+        r"eps must be positive and finite; got eps=inf",
     ),
     (
         "layer_norm_eps_string",
         fn_call("layer_norm", x(2, 3, D), eps="1e-5"),
-        ValueError,
-        r"eps must be a positive number; got eps='1e-5'",
+        TypeError,
+        r"eps must be a real number \(int or float\); got str '1e-5'",
     ),
     (
         "layer_norm_weight_shape",
@@ -490,6 +541,120 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
         fn_call("attention_block", Q, P, ln_weight=np.ones(3)),
         ValueError,
         r"weight must have shape \(D,\) = \(8,\); got \(3,\)",
+    ),
+    # options: flags are bools, positive numbers finite and positive
+    (
+        "mha_need_weights_string",
+        mha_call(need_weights="no"),
+        TypeError,
+        re.escape("need_weights must be a bool; got str 'no'"),
+    ),
+    (
+        "mha_need_weights_none",
+        mha_call(need_weights=None),
+        TypeError,
+        re.escape("need_weights must be a bool; got NoneType None"),
+    ),
+    (
+        "mha_need_weights_int",
+        mha_call(need_weights=1),
+        TypeError,
+        re.escape("need_weights must be a bool; got int 1"),
+    ),
+    (
+        "key_padding_ragged_lengths",
+        fn_call("key_padding_mask", [[1, 2], [3]], 5),
+        TypeError,
+        r"lengths must be a 1-D sequence or (array|tensor) of integers; got list",
+    ),
+    # overflow: finite inputs whose results leave the dtype's range
+    (
+        "mha_inputs_1e30_overflow_the_scores",
+        mha_call(*(a.astype(np.float32) * 1e30 for a in (Q, KV, KV)), P.to_numpy(np.float32)),
+        ValueError,
+        r"multi_head_attention output overflowed (torch\.)?float32 although every input is "
+        r"finite: the scores Q K\^T / sqrt\(Dh\) reach .* in float64, beyond its largest "
+        r"finite value 3\.4e\+38",
+    ),
+    (
+        "mha_weights_1e20_overflow_the_scores",
+        mha_call(
+            *(a.astype(np.float32) for a in (Q, KV, KV)),
+            P.to_numpy(np.float32).map(lambda a: a * np.float32(1e20)),
+            need_weights=False,
+        ),
+        ValueError,
+        r"multi_head_attention output overflowed (torch\.)?float32 .*the scores",
+    ),
+    (
+        "mha_projections_overflow",
+        mha_call(
+            *(a.astype(np.float32) * 1e30 for a in (Q, KV, KV)),
+            P.to_numpy(np.float32).map(lambda a: a * np.float32(1e10)),
+        ),
+        ValueError,
+        r"overflowed (torch\.)?float32 .*: the projections x W \+ b reach",
+    ),
+    (
+        "mha_float64_overflow",
+        mha_call(Q * 1e160, KV * 1e160, KV * 1e160),
+        ValueError,
+        r"overflowed (torch\.)?float64 .*the scores Q K\^T / sqrt\(Dh\) reach inf in float64",
+    ),
+    (
+        "sdpa_scores_overflow",
+        sdpa_call(
+            x(3, 4, dtype=np.float32) * 1e20,
+            x(5, 4, dtype=np.float32) * 1e20,
+            x(5, 4).astype(np.float32),
+        ),
+        ValueError,
+        r"scaled_dot_product_attention output overflowed (torch\.)?float32 .*the scores",
+    ),
+    (
+        "layer_norm_variance_overflow",
+        fn_call("layer_norm", x(2, 3, D, dtype=np.float32) * 1e20),
+        ValueError,
+        r"x must have rows whose variance fits (torch\.)?float32: D \(max - min\)\^2 = .* "
+        r"reaches its largest finite value",
+    ),
+    (
+        "layer_norm_output_overflow",
+        fn_call("layer_norm", x(2, 3, D, dtype=np.float32), np.full(D, 3e38, dtype=np.float32)),
+        ValueError,
+        r"layer_norm output overflowed (torch\.)?float32 although every input is finite",
+    ),
+    # ambiguous masks
+    (
+        "mha_3d_mask_leading_size_is_both_b_and_h",
+        mha_call(mask=np.ones((2, 3, 4), dtype=bool)),
+        ValueError,
+        re.escape(
+            "mask of shape (2, 3, 4) is ambiguous: its leading size 2 equals both B and H. "
+            "Pass mask[:, None] (B, 1, L, S) for one mask per batch element, or mask[None] "
+            "(1, H, L, S) for one mask per head"
+        ),
+    ),
+    (
+        "mha_3d_mask_per_batch",
+        mha_call(x(3, 3, D), x(3, 4, D), x(3, 4, D), mask=np.ones((3, 3, 4), dtype=bool)),
+        ValueError,
+        re.escape(
+            "mask must broadcast to (B, H, L, S) = (3, 2, 3, 4); got shape (3, 3, 4). A 3-D "
+            "mask is read as (H, L, S), one per head; for one mask per batch element "
+            "(B, L, S) pass mask[:, None], shape (B, 1, L, S)"
+        ),
+    ),
+    (
+        "mha_2d_key_padding_mask",
+        mha_call(mask=np.ones((2, 4), dtype=bool)),
+        ValueError,
+        re.escape(
+            "mask must broadcast to (B, H, L, S) = (2, 2, 3, 4); got shape (2, 4). A 2-D mask "
+            "is read as (L, S), one row per query; for one row of keys per batch element "
+            "(B, S) use key_padding_mask(lengths, S) or mask[:, None, None, :], shape "
+            "(B, 1, 1, S)"
+        ),
     ),
 ]
 
@@ -556,6 +721,168 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         TypeError,
         r"lengths must be integers; got dtype torch\.bool",
     ),
+    # devices: inputs, parameters and mask on one device (meta tensors have no values)
+    (
+        "torch_mask_on_another_device",
+        lambda: torch_backend.multi_head_attention(
+            *TQKV, P.to_torch(), torch.ones(2, 1, 3, 4, dtype=torch.bool, device="meta")
+        ),
+        TypeError,
+        re.escape(
+            "mask must be on the device of query (cpu); got mask on meta (inputs, parameters, "
+            "mask and cache must share one device)"
+        ),
+    ),
+    (
+        "torch_mask_on_another_device_fast_path",
+        lambda: torch_backend.multi_head_attention(
+            *TQKV,
+            P.to_torch(),
+            torch.ones(2, 1, 3, 4, dtype=torch.bool, device="meta"),
+            need_weights=False,
+        ),
+        TypeError,
+        r"mask must be on the device of query \(cpu\); got mask on meta",
+    ),
+    (
+        "torch_params_on_another_device",
+        lambda: torch_backend.multi_head_attention(*TQKV, P.to_torch(device="meta")),
+        TypeError,
+        r"params\.w_qkv must be on the device of query \(cpu\); got params\.w_qkv on meta",
+    ),
+    (
+        "torch_inputs_on_other_devices",
+        lambda: torch_backend.multi_head_attention(
+            TQKV[0], TQKV[1].to("meta"), TQKV[1].to("meta"), P.to_torch()
+        ),
+        TypeError,
+        r"key must be on the device of query \(cpu\); got key on meta",
+    ),
+    (
+        "torch_sdpa_value_on_another_device",
+        lambda: torch_backend.scaled_dot_product_attention(
+            torch.ones(3, 4), torch.ones(5, 4), torch.ones(5, 4, device="meta")
+        ),
+        TypeError,
+        r"value must be on the device of query \(cpu\); got value on meta",
+    ),
+    (
+        "torch_softmax_mask_on_another_device",
+        lambda: torch_backend.softmax(
+            torch.ones(3, 4), torch.ones(3, 4, dtype=torch.bool, device="meta")
+        ),
+        TypeError,
+        r"mask must be on the device of scores \(cpu\); got mask on meta",
+    ),
+    (
+        "torch_layer_norm_weight_on_another_device",
+        lambda: torch_backend.layer_norm(torch.ones(2, D), torch.ones(D, device="meta")),
+        TypeError,
+        r"weight must be on the device of x \(cpu\); got weight on meta",
+    ),
+    (
+        "torch_causal_mask_unknown_device",
+        lambda: torch_backend.causal_mask(3, device="nodevice"),
+        ValueError,
+        re.escape(
+            "device must name a torch device such as 'cpu', 'cuda:0' or 'meta'; "
+            "got device='nodevice'"
+        ),
+    ),
+    (
+        "torch_causal_mask_device_of_another_kind",
+        lambda: torch_backend.causal_mask(3, device=1.5),
+        TypeError,
+        r"device must be a torch\.device, a device name such as 'cpu', or None; got float 1\.5",
+    ),
+    (
+        "torch_key_padding_meta_lengths",
+        lambda: torch_backend.key_padding_mask(torch.tensor([1, 2], device="meta"), 3),
+        TypeError,
+        r"lengths must hold values; got a meta tensor",
+    ),
+    # tensors the backend cannot compute with
+    (
+        "torch_sparse_query",
+        lambda: torch_backend.multi_head_attention(
+            TQKV[0].to_sparse(), TQKV[1], TQKV[1], P.to_torch()
+        ),
+        TypeError,
+        re.escape(
+            "query must be a dense (strided) torch.Tensor; got layout torch.sparse_coo "
+            "(convert with query.to_dense())"
+        ),
+    ),
+    (
+        "torch_sparse_mask",
+        lambda: torch_backend.softmax(
+            torch.ones(3, 4), torch.ones(3, 4, dtype=torch.bool).to_sparse()
+        ),
+        TypeError,
+        r"mask must be a dense \(strided\) torch\.Tensor; got layout torch\.sparse_coo",
+    ),
+    (
+        "torch_sparse_csr_params",
+        lambda: torch_backend.multi_head_attention(
+            *TQKV, P.to_torch().map(lambda t: t.to_sparse_csr() if t.ndim == 2 else t)
+        ),
+        TypeError,
+        r"params\.w_qkv must be a dense \(strided\) torch\.Tensor; got layout "
+        r"torch\.sparse_csr",
+    ),
+    (
+        "torch_nested_query",
+        lambda: torch_backend.softmax(
+            torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)])
+        ),
+        TypeError,
+        r"scores must be a dense torch\.Tensor; got a nested tensor",
+    ),
+    (
+        "torch_need_weights_tensor",
+        lambda: torch_backend.multi_head_attention(
+            *TQKV, P.to_torch(), need_weights=torch.tensor([True, False])
+        ),
+        TypeError,
+        re.escape("need_weights must be a bool; got Tensor tensor([ True, False])"),
+    ),
+    (
+        "torch_layer_norm_tensor_eps",
+        lambda: torch_backend.layer_norm(torch.ones(2, D), eps=torch.tensor(1e-5)),
+        TypeError,
+        re.escape(
+            "eps must be a real number (int or float); got Tensor tensor(1.0000e-05); "
+            "pass eps.item()"
+        ),
+    ),
+    (
+        "torch_cpu_shortcuts_not_bool",
+        lambda: torch_backend.cpu_shortcuts("off").__enter__(),
+        TypeError,
+        re.escape("enabled must be a bool; got str 'off'"),
+    ),
+    # NumPy arrays whose arithmetic differs from a plain array's
+    (
+        "numpy_masked_array_query",
+        lambda: np_backend.multi_head_attention(np.ma.masked_invalid(Q), KV, KV, P),
+        TypeError,
+        r"query must be a plain numpy\.ndarray; got a numpy\.ma\.MaskedArray, whose masked "
+        r"entries would still be computed with",
+    ),
+    (
+        "numpy_masked_array_with_nan_under_the_mask",
+        lambda: np_backend.multi_head_attention(
+            np.ma.masked_invalid(with_value(Q, (0, 0, 0), np.nan)), KV, KV, P
+        ),
+        TypeError,
+        r"query must be a plain numpy\.ndarray; got a numpy\.ma\.MaskedArray",
+    ),
+    (
+        "numpy_matrix_scores",
+        lambda: np_backend.softmax(np.asmatrix(np.ones((3, 4)))),
+        TypeError,
+        r"scores must be a plain numpy\.ndarray; got a numpy\.matrix",
+    ),
     # sizes and parameters
     (
         "init_params_indivisible",
@@ -592,6 +919,82 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         lambda: init_params(8, 2, dtype=np.int32),
         TypeError,
         r"dtype must be float32 or float64; got dtype int32",
+    ),
+    (
+        "init_params_bias_not_bool",
+        lambda: init_params(8, 2, bias="no"),
+        TypeError,
+        re.escape("bias must be a bool; got str 'no'"),
+    ),
+    (
+        "init_params_float_seed",
+        lambda: init_params(8, 2, seed=1.5),
+        TypeError,
+        re.escape("seed must be an int; got float 1.5"),
+    ),
+    (
+        "init_params_string_seed",
+        lambda: init_params(8, 2, seed="abc"),
+        TypeError,
+        re.escape("seed must be an int; got str 'abc'"),
+    ),
+    (
+        "init_params_numpy_float_seed",
+        lambda: init_params(8, 2, seed=np.float64(3.0)),
+        TypeError,
+        re.escape("seed must be an int; got float64 np.float64(3.0)"),
+    ),
+    (
+        "init_params_tensor_seed",
+        lambda: init_params(8, 2, seed=torch.tensor(3)),
+        TypeError,
+        re.escape("seed must be an int; got Tensor tensor(3)"),
+    ),
+    (
+        "init_params_negative_seed",
+        lambda: init_params(8, 2, seed=-1),
+        ValueError,
+        re.escape("seed must be a non-negative int; got seed=-1"),
+    ),
+    (
+        "init_params_torch_dtype",
+        lambda: init_params(8, 2, dtype=torch.float32),
+        TypeError,
+        re.escape(
+            "dtype must be a NumPy dtype (float32 or float64); got torch.float32, a torch dtype "
+            "(convert afterwards with .to_torch(torch.float32))"
+        ),
+    ),
+    (
+        "init_params_unknown_dtype",
+        lambda: init_params(8, 2, dtype="float33"),
+        TypeError,
+        re.escape("dtype must be float32 or float64; got str 'float33'"),
+    ),
+    (
+        "params_to_numpy_integer_dtype",
+        lambda: P.to_numpy(np.int32),
+        TypeError,
+        re.escape("dtype must be float16 or float32 or float64; got dtype int32"),
+    ),
+    (
+        "params_to_torch_numpy_dtype",
+        lambda: P.to_torch(np.float32),
+        TypeError,
+        r"dtype must be a floating torch\.dtype or None; got the type numpy\.float32",
+    ),
+    (
+        "params_to_torch_unknown_device",
+        lambda: P.to_torch(device="nodevice"),
+        ValueError,
+        r"device must name a torch device such as 'cpu', 'cuda:0' or 'meta'; got "
+        r"device='nodevice'",
+    ),
+    (
+        "params_head_not_an_int",
+        lambda: P.head(1.0),
+        TypeError,
+        re.escape("h must be an int; got float 1.0"),
     ),
     (
         "params_w_qkv_shape",
@@ -743,6 +1146,83 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         r"add_zero_attn=True",
     ),
     (
+        "module_float_seed",
+        lambda: mha.MultiHeadAttention(8, 2, seed=0.5),
+        TypeError,
+        re.escape("seed must be an int; got float 0.5"),
+    ),
+    (
+        "module_bias_not_bool",
+        lambda: mha.MultiHeadAttention(8, 2, "yes"),
+        TypeError,
+        re.escape("bias must be a bool; got str 'yes'"),
+    ),
+    (
+        "module_unknown_device",
+        lambda: mha.MultiHeadAttention(8, 2, device="nodevice"),
+        ValueError,
+        r"device must name a torch device such as 'cpu', 'cuda:0' or 'meta'; got "
+        r"device='nodevice'",
+    ),
+    (
+        "module_need_weights_not_bool",
+        lambda: mha.MultiHeadAttention(8, 2)(torch.ones(1, 2, 8), need_weights="yes"),
+        TypeError,
+        re.escape("need_weights must be a bool; got str 'yes'"),
+    ),
+    (
+        "to_torch_mha_none",
+        lambda: mha.to_torch_mha(None),
+        TypeError,
+        r"source must be a mha\.MultiHeadAttention or MHAParams; got NoneType",
+    ),
+    (
+        "to_torch_mha_string",
+        lambda: mha.to_torch_mha("params"),
+        TypeError,
+        r"source must be a mha\.MultiHeadAttention or MHAParams; got str",
+    ),
+    (
+        "to_torch_mha_torch_module",
+        lambda: mha.to_torch_mha(nn.MultiheadAttention(D, H)),
+        TypeError,
+        r"source must be a mha\.MultiHeadAttention or MHAParams; got a "
+        r"torch\.nn\.MultiheadAttention, which is PyTorch's module already \(from_torch_mha "
+        r"converts it to this package's\)",
+    ),
+    (
+        "to_torch_mha_batch_first_not_bool",
+        lambda: mha.to_torch_mha(P, batch_first="yes"),
+        TypeError,
+        re.escape("batch_first must be a bool; got str 'yes'"),
+    ),
+    (
+        "from_torch_mha_dropout",
+        lambda: mha.from_torch_mha(nn.MultiheadAttention(D, H, dropout=0.5)),
+        ValueError,
+        re.escape(
+            "m must have dropout=0.0: MultiHeadAttention has no attention dropout, so in "
+            "training mode it would compute another map; got dropout=0.5 (set m.dropout = 0.0 "
+            "to convert the map m computes in eval mode)"
+        ),
+    ),
+    (
+        "from_torch_mha_float16",
+        lambda: mha.from_torch_mha(nn.MultiheadAttention(D, H, dtype=torch.float16)),
+        TypeError,
+        r"m must have a floating dtype \(torch\.float64, torch\.float32, torch\.bfloat16\); "
+        r"got m\.in_proj_weight\.dtype torch\.float16 \(convert with m\.to\(torch\.float32\)\)",
+    ),
+    (
+        "from_torch_mha_one_bias",
+        lambda: mha.from_torch_mha(_without_out_proj_bias(nn.MultiheadAttention(D, H))),
+        ValueError,
+        re.escape(
+            "m must have both biases or neither (in_proj_bias and out_proj.bias); got "
+            "in_proj_bias=present, out_proj.bias=None"
+        ),
+    ),
+    (
         "to_torch_attn_mask_float",
         lambda: mha.to_torch_attn_mask(torch.zeros(3, 3), H),
         TypeError,
@@ -767,12 +1247,193 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         r"mask head dimension must be 1 or num_heads=2; got shape \(1, 3, 3, 3\)",
     ),
     (
+        "to_torch_attn_mask_zero_q_len",
+        lambda: mha.to_torch_attn_mask(torch.ones(1, 4, dtype=torch.bool), H, q_len=0),
+        ValueError,
+        re.escape("q_len must be positive; got q_len=0"),
+    ),
+    (
+        "to_torch_attn_mask_q_len_mismatch",
+        lambda: mha.to_torch_attn_mask(torch.ones(1, 1, 3, 4, dtype=torch.bool), H, q_len=5),
+        ValueError,
+        re.escape("mask query dimension must be 1 or q_len=5; got shape (1, 1, 3, 4)"),
+    ),
+    (
+        "to_torch_attn_mask_2d_q_len_mismatch",
+        lambda: mha.to_torch_attn_mask(torch.ones(3, 4, dtype=torch.bool), H, q_len=5),
+        ValueError,
+        re.escape("mask query dimension must be 1 or q_len=5; got shape (3, 4)"),
+    ),
+    (
+        "to_torch_attn_mask_negative_batch",
+        lambda: mha.to_torch_attn_mask(torch.ones(1, 1, 1, 4, dtype=torch.bool), H, batch_size=-1),
+        ValueError,
+        re.escape("batch_size must be positive; got batch_size=-1"),
+    ),
+    (
+        "to_torch_attn_mask_float_batch",
+        lambda: mha.to_torch_attn_mask(torch.ones(1, 1, 1, 4, dtype=torch.bool), H, batch_size=2.0),
+        TypeError,
+        re.escape("batch_size must be an int; got float 2.0"),
+    ),
+    (
+        "to_torch_attn_mask_batch_mismatch",
+        lambda: mha.to_torch_attn_mask(torch.ones(2, 1, 1, 4, dtype=torch.bool), H, batch_size=3),
+        ValueError,
+        re.escape("mask batch dimension must be 1 or batch_size=3; got shape (2, 1, 1, 4)"),
+    ),
+    (
+        "to_torch_attn_mask_kv_len_mismatch",
+        lambda: mha.to_torch_attn_mask(torch.ones(2, 2, 3, 4, dtype=torch.bool), H, kv_len=5),
+        ValueError,
+        re.escape("mask key dimension must be 1 or kv_len=5; got shape (2, 2, 3, 4)"),
+    ),
+    (
+        "to_torch_attn_mask_sparse",
+        lambda: mha.to_torch_attn_mask(torch.ones(3, 4, dtype=torch.bool).to_sparse(), H),
+        TypeError,
+        r"mask must be a dense \(strided\) torch\.Tensor; got layout torch\.sparse_coo",
+    ),
+    # grouped-query attention and the key/value cache get the same checks
+    (
+        "torch_cache_on_another_device",
+        lambda: torch_backend.multi_head_attention(
+            *_step("torch"), P.to_torch(), cache=_cache(torch.float64, device="meta")
+        ),
+        TypeError,
+        re.escape(
+            "cache must be on the device of query (cpu); got cache on meta (inputs, "
+            "parameters, mask and cache must share one device)"
+        ),
+    ),
+    (
+        "module_cache_on_another_device",
+        lambda: mha.MultiHeadAttention(D, H, dtype=torch.float64)(
+            *_step("torch"), cache=_cache(torch.float64, device="meta")
+        ),
+        TypeError,
+        r"cache must be on the device of query \(cpu\); got cache on meta",
+    ),
+    (
+        "torch_cache_of_another_dtype",
+        lambda: torch_backend.multi_head_attention(
+            *_step("torch"), P.to_torch(), cache=_cache(torch.float32)
+        ),
+        TypeError,
+        re.escape(
+            "cache must have the inputs' dtype torch.float64; got a cache of dtype torch.float32"
+        ),
+    ),
+    (
+        "numpy_cache_of_another_dtype",
+        lambda: np_backend.multi_head_attention(*_step("numpy"), P, cache=_cache(np.float32)),
+        TypeError,
+        "cache must have the inputs' dtype float64; got a cache of dtype float32",
+    ),
+    (
+        "numpy_cache_with_the_wrong_kv_heads",
+        lambda: np_backend.multi_head_attention(
+            *_step("numpy"), P, cache=_cache(np.float64, num_kv_heads=1)
+        ),
+        ValueError,
+        re.escape(
+            "cache must have the inputs' batch size and the layer's num_kv_heads and d_head: "
+            "want (B, H_kv, Dh) = (2, 2, 4); got (2, 1, 4)"
+        ),
+    ),
+    (
+        "torch_cache_with_the_wrong_kv_heads",
+        lambda: torch_backend.multi_head_attention(
+            *_step("torch"), P.to_torch(), cache=_cache(torch.float64, num_kv_heads=1)
+        ),
+        ValueError,
+        re.escape("want (B, H_kv, Dh) = (2, 2, 4); got (2, 1, 4)"),
+    ),
+    (
+        "numpy_cache_of_torch_buffers",
+        lambda: np_backend.multi_head_attention(*_step("numpy"), P, cache=_cache(torch.float64)),
+        TypeError,
+        "cache must hold numpy.ndarray buffers like the inputs; got Tensor",
+    ),
+    (
+        "numpy_cached_keys_overflow_the_scores",
+        lambda: _attend_to_huge_cached_keys("numpy"),
+        ValueError,
+        r"multi_head_attention output overflowed float32 although every input is finite: the "
+        r"scores Q K\^T / sqrt\(Dh\) reach 1\.6e\+42 in float64",
+    ),
+    (
+        "torch_cached_keys_overflow_the_scores",
+        lambda: _attend_to_huge_cached_keys("torch"),
+        ValueError,
+        r"overflowed torch\.float32 although every input is finite: the scores Q K\^T",
+    ),
+    (
+        "kv_cache_bool_batch_size",
+        lambda: mha.kv_cache.KVCache(True, H, D // H, 4),
+        TypeError,
+        re.escape("batch_size must be an int; got bool True"),
+    ),
+    (
+        "kv_cache_unknown_device",
+        lambda: mha.kv_cache.KVCache(2, H, D // H, 4, dtype=torch.float32, device="nodevice"),
+        ValueError,
+        "device must name a torch device such as 'cpu', 'cuda:0' or 'meta'; got device='nodevice'",
+    ),
+    (
+        "kv_cache_truncate_bool",
+        lambda: mha.kv_cache.KVCache(2, H, D // H, 4).truncate(True),
+        TypeError,
+        re.escape("length must be an int; got bool True"),
+    ),
+    (
+        "init_params_bool_kv_heads",
+        lambda: init_params(D, H, num_kv_heads=True),
+        TypeError,
+        re.escape("num_kv_heads must be an int; got bool True"),
+    ),
+    (
+        "init_params_kv_heads_not_dividing",
+        lambda: init_params(D, H, num_kv_heads=3),
+        ValueError,
+        re.escape("num_kv_heads must divide num_heads; got num_heads=2, num_kv_heads=3"),
+    ),
+    (
+        "init_params_float_kv_heads",
+        lambda: init_params(D, H, num_kv_heads=np.float64(1.0)),
+        TypeError,
+        r"num_kv_heads must be an int; got float64 (np\.float64\()?1\.0",
+    ),
+    (
+        "module_float_kv_heads",
+        lambda: mha.MultiHeadAttention(D, H, num_kv_heads=1.0),
+        TypeError,
+        re.escape("num_kv_heads must be an int; got float 1.0"),
+    ),
+    (
+        "module_kv_heads_not_dividing",
+        lambda: mha.MultiHeadAttention(D, H, num_kv_heads=3),
+        ValueError,
+        re.escape("num_kv_heads must divide num_heads; got num_heads=2, num_kv_heads=3"),
+    ),
+    (
+        "params_bool_kv_heads",
+        lambda: MHAParams(P.w_qkv, P.w_o, P.b_qkv, P.b_o, H, True),
+        TypeError,
+        re.escape("num_kv_heads must be an int; got bool True"),
+    ),
+    (
         "to_torch_attn_mask_zero_heads",
         lambda: mha.to_torch_attn_mask(torch.ones(3, 3, dtype=torch.bool), 0),
         ValueError,
         r"num_heads must be positive; got num_heads=0",
     ),
 ]
+
+
+def _without_out_proj_bias(m: nn.MultiheadAttention) -> nn.MultiheadAttention:
+    m.out_proj.bias = None
+    return m
 
 
 @pytest.mark.parametrize(
@@ -795,3 +1456,210 @@ def test_no_assert_statements_in_src(repo_root) -> None:
         if re.match(r"\s*assert\b", line)
     ]
     assert offenders == []
+
+
+# ---- generated inputs: every call is answered correctly or refused by our own error -------
+
+_MHA_DIR = Path(mha.__file__).parent
+
+
+def _raised_by_mha(error: BaseException) -> bool:
+    """True when the innermost frame that raised ``error`` is in the ``mha`` package."""
+    tb = error.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return Path(tb.tb_frame.f_code.co_filename).parent == _MHA_DIR
+
+
+def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
+    """``("ok", output)`` or ``("error", exception type)``; anything not ours fails the test."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", mha.np_backend.AmbiguousMaskWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)  # overflow inside, then our error
+            out, _ = call()
+    except (ValueError, TypeError) as error:
+        assert _raised_by_mha(error), f"{type(error).__name__} from outside mha: {error}"
+        return "error", type(error)
+    return "ok", out
+
+
+def _mostly(draw: st.DrawFn, bad: list[str], what: str, valid: list, invalid: list) -> Any:
+    """One of ``valid`` seven times in eight, else one of ``invalid`` (then ``what`` joins
+    ``bad``, the reasons the call must be refused)."""
+    if draw(st.integers(0, 7)):
+        return draw(st.sampled_from(valid))
+    bad.append(what)
+    return draw(st.sampled_from(invalid))
+
+
+@st.composite
+def _bad_calls(draw: st.DrawFn) -> dict[str, Any]:
+    """Arguments of ``multi_head_attention``, valid or not in shape, dtype, mask and options,
+    with ``bad``: the reasons a call must be refused (empty when it may be accepted)."""
+    bad: list[str] = []
+    B = draw(st.sampled_from([0, 1, 2, 3]))  # B = 0 is valid: empty outputs
+    L, S = _mostly(draw, bad, "L", [1, 2, 3], [0]), _mostly(draw, bad, "S", [1, 3], [0])
+    D, Hp = draw(st.sampled_from([4, 6])), draw(st.sampled_from([1, 2]))
+    Hkv = _mostly(draw, [], "num_kv_heads", [None, 1, Hp], [True, 2.0, 3, 0])
+    dtype = _mostly(draw, bad, "dtype", [np.float64, np.float32], [np.float16, np.int64, np.bool_])
+    q_shape = _mostly(
+        draw, bad, "query shape", [(B, L, D)], [(L, D), (B, L, D + 1), (B, L, D, 1), (B + 1, L, D)]
+    )
+    mask_shape = _mostly(
+        draw,
+        bad,
+        "mask shape",
+        # (B, S) and (B, L, S) broadcast as (L, S) and (H, L, S) when the sizes allow (then
+        # both backends read them so, or refuse the ambiguous ones); the last two never do
+        [None, (L, S), (B, 1, 1, S), (B, Hp, L, S), (1, Hp, L, S), (S,), (Hp, L, S), (B, S)]
+        + [(B, L, S)],
+        [(2, 7), (B, Hp + 1, L, S)],
+    )
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    scale = _mostly(draw, [], "magnitude", [1.0], [1e20, 1e30])  # overflows float32 only
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e30 overflows float16 on purpose
+        query = (scale * rng.standard_normal(q_shape)).astype(dtype)
+    kv = rng.standard_normal((B, S, D)).astype(dtype)
+    mask = None
+    if mask_shape is not None:
+        mask = rng.random(mask_shape) < 0.7
+        if not draw(st.integers(0, 5)):
+            mask = mask.astype(np.float64)  # a float mask, which must be refused
+            bad.append("mask dtype")
+    return {
+        "sizes": (D, Hp, Hkv),
+        "query": query,
+        "kv": kv,
+        "mask": mask,
+        "need_weights": _mostly(
+            draw, bad, "need_weights", [True, False], [None, "no", 0, np.bool_(True)]
+        ),
+        "form": _mostly(
+            draw, bad, "form", ["fused", "packed", "per_head", "tiled"], ["bogus", None]
+        ),
+        "mask_on_meta": draw(st.booleans()),
+        "bad": bad,
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=_bad_calls())
+def test_generated_calls_are_answered_correctly_or_refused_by_our_errors(case) -> None:
+    D, Hp, Hkv = case["sizes"]
+    params = _outcome(lambda: (init_params(D, Hp, num_kv_heads=Hkv, seed=1), None))
+    if params[0] == "error":
+        event(f"init_params refused: {params[1].__name__}")
+        return  # refused by our own error: the sizes are checked once, here
+    query, kv, mask = case["query"], case["kv"], case["mask"]
+    params = params[1].to_numpy(query.dtype) if query.dtype.kind == "f" else params[1]
+    options = {"need_weights": case["need_weights"], "form": case["form"]}
+    ours = _outcome(lambda: np_backend.multi_head_attention(query, kv, kv, params, mask, **options))
+    tq, tkv = torch.from_numpy(query), torch.from_numpy(kv)
+    tmask = None if mask is None else torch.from_numpy(mask)
+    theirs = _outcome(
+        lambda: torch_backend.multi_head_attention(
+            tq, tkv, tkv, params.to_torch(), tmask, **options
+        )
+    )
+    event(f"{ours[0]}: {ours[1].__name__ if ours[0] == 'error' else 'accepted'}")
+    assert ours[0] == theirs[0], f"NumPy {ours}, PyTorch {theirs}"
+    if case["bad"]:  # a wrong shape, dtype, magnitude or option: never an answer
+        assert ours[0] == "error", f"accepted although {case['bad']} are wrong"
+    if ours[0] == "error":
+        assert ours[1] == theirs[1]  # the same kind of error in both backends
+        return
+    out, tout = ours[1], theirs[1].numpy()
+    assert np.isfinite(out).all() and np.isfinite(tout).all()
+    if out.size:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", mha.np_backend.AmbiguousMaskWarning)
+            tol, _ = mha.tolerance.attention_tolerance(query, kv, kv, params, mask)
+        mha.tolerance.assert_close(tout, out, tol, name="PyTorch output")
+    if mask is not None and case["mask_on_meta"]:  # the same call with the mask elsewhere
+        meta = torch.from_numpy(mask).to("meta")
+        moved = _outcome(
+            lambda: torch_backend.multi_head_attention(
+                tq, tkv, tkv, params.to_torch(), meta, **options
+            )
+        )
+        assert moved == ("error", TypeError)
+
+
+# ---- flags and positive numbers of the other public functions ------------------------------
+
+
+FLAG_AND_NUMBER_CASES = [
+    ("required_head_width_centre", lambda: mha.bottleneck.required_head_width(np.eye(3), "no")),
+    (
+        "bhojanapalli_projections_centre",
+        lambda: mha.bottleneck.bhojanapalli_projections(np.eye(3), np.eye(3), 2, centre=1),
+    ),
+    (
+        "residual_stack_norm_first",
+        lambda: mha.examples.residual_stack(Q, 1, num_heads=H, seed=0, norm_first=None),
+    ),
+    ("peak_rss_increase_warmup", lambda: mha.measure.peak_rss_increase(lambda: None, warmup=0)),
+    (
+        "time_tiled_backward",
+        lambda: mha.measure.time_tiled(1, 4, D, H, blocks=[(2, 2)], backward="yes"),
+    ),
+    (
+        "time_tiled_attention",
+        lambda: mha.measure.time_tiled(1, 4, D, H, blocks=[(2, 2)], attention=np.bool_(True)),
+    ),
+    (
+        "lines_log_y",
+        lambda: mha.plotting.lines(
+            [1, 2], {"a": [1, 2]}, title="t", xaxis_title="x", yaxis_title="y", log_y="yes"
+        ),
+    ),
+    ("tile_steps_causal", lambda: mha.plotting.tile_steps([], 4, 4, title="t", causal=1)),
+    ("load_minilm_check_hash", lambda: mha.pretrained.load_minilm(check_hash="no")),
+    ("principal_angles_degrees", lambda: mha.subspaces.principal_angles(np.eye(3), np.eye(3), 1)),
+    ("head_importance_normalize", lambda: mha.training.head_importance(None, [], "yes")),
+    ("greedy_decode_use_cache", lambda: mha.training.greedy_decode(None, None, 1, use_cache=1)),
+]
+
+
+@pytest.mark.parametrize("call", [pytest.param(c, id=i) for i, c in FLAG_AND_NUMBER_CASES])
+def test_flags_of_every_public_function_must_be_bools(call: Callable[[], Any]) -> None:
+    with pytest.raises(TypeError, match=r"must be a bool; got "):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (
+            lambda: mha.bottleneck.fit_attention(np.eye(3), np.full((3, 3), 1 / 3), 2, lr=np.inf),
+            ValueError,
+            r"lr must be positive and finite; got lr=inf",
+        ),
+        (
+            lambda: mha.bottleneck.fit_attention(np.eye(3), np.full((3, 3), 1 / 3), 2, lr="big"),
+            TypeError,
+            r"lr must be a real number \(int or float\); got str 'big'",
+        ),
+        (
+            lambda: mha.tasks.repeated_segments(
+                4, 8, 10, min_period=2, max_period=3, prefix_prob=True, rng=0
+            ),
+            TypeError,
+            r"prefix_prob must be a real number; got bool True",
+        ),
+        (
+            lambda: mha.training.greedy_decode(None, None, 1.0),
+            TypeError,
+            r"steps must be an int; got float 1\.0",
+        ),
+        (
+            lambda: mha.training.greedy_decode(None, None, -1),
+            ValueError,
+            r"steps must be at least 0; got steps=-1",
+        ),
+    ],
+)
+def test_numbers_of_other_public_functions_are_checked(call, exc, match) -> None:
+    with pytest.raises(exc, match=match):
+        call()

@@ -243,3 +243,26 @@ def test_to_torch_mha_uses_the_packed_left_multiplied_layout() -> None:
     assert torch.equal(m.in_proj_bias, torch.from_numpy(p.b_qkv))  # exact: a copy
     assert torch.equal(m.out_proj.weight, torch.from_numpy(p.w_o).T)  # exact: a transposed copy
     assert torch.equal(m.out_proj.bias, torch.from_numpy(p.b_o))  # exact: a copy
+
+
+def test_from_torch_mha_keeps_the_device_training_mode_and_frozen_parameters() -> None:
+    m = nn.MultiheadAttention(D, H, dtype=f64).eval()
+    m.in_proj_weight.requires_grad_(False)
+    module = from_torch_mha(m)
+    assert not module.training
+    assert not module.w_qkv.requires_grad and module.w_o.requires_grad
+    assert not to_torch_mha(module).training
+    meta = from_torch_mha(nn.MultiheadAttention(D, H, device="meta"))
+    assert meta.w_qkv.device.type == "meta"
+    assert to_torch_mha(meta).in_proj_weight.device.type == "meta"
+    out, _ = meta(torch.empty(B, L, D, device="meta"))
+    assert out.shape == (B, L, D)
+
+
+def test_to_torch_attn_mask_expands_a_mask_that_is_the_same_for_every_key() -> None:
+    keep = torch.rand(2, H, L, 1, generator=torch.Generator().manual_seed(1)) < 0.5
+    blocked = to_torch_attn_mask(keep, H, kv_len=S)
+    assert blocked.shape == (2 * H, L, S)
+    assert torch.equal(blocked, ~keep.expand(2, H, L, S).reshape(2 * H, L, S))  # exact: bools
+    square = to_torch_attn_mask(torch.ones(1, 1, dtype=torch.bool), H, q_len=L, kv_len=S)
+    assert square.shape == (L, S) and not square.any()

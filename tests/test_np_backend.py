@@ -388,3 +388,33 @@ def test_with_a_zero_output_projection_pre_norm_is_the_identity_and_post_norm_is
         post, np_backend.layer_norm(x)
     )  # exact: x + 0 is x, then the same call
     assert np.abs(post - x).max() > 0.1
+
+
+@pytest.mark.parametrize(
+    ("form", "need_weights"),
+    [("per_head", True), ("fused", False), ("packed", True), ("tiled", False)],
+)
+def test_an_empty_batch_gives_empty_outputs(form: str, need_weights: bool) -> None:
+    p = init_params(8, 2)
+    q, kv = np.zeros((0, 3, 8)), np.zeros((0, 4, 8))
+    mask = np_backend.key_padding_mask([], 4)
+    assert mask.shape == (0, 1, 1, 4) and mask.dtype == bool
+    out, w = np_backend.multi_head_attention(
+        q, kv, kv, p, mask, form=form, need_weights=need_weights
+    )
+    assert out.shape == (0, 3, 8)
+    assert (w is None) != need_weights and (w is None or w.shape == (0, 2, 3, 4))
+
+
+def test_inputs_up_to_the_bound_are_computed_without_a_second_pass(monkeypatch) -> None:
+    """Magnitudes far inside float32's range never trigger the float64 recomputation."""
+    from mha import _np_checks
+
+    def fail(*args):
+        raise AssertionError("the overflow search ran")
+
+    monkeypatch.setattr(_np_checks, "mha_overflow", fail)
+    p = init_params(8, 2, dtype=np.float32)
+    x = (np.random.default_rng(0).standard_normal((2, 3, 8)) * 1e6).astype(np.float32)
+    out, _ = np_backend.multi_head_attention(x, x, x, p)
+    assert np.isfinite(out).all()

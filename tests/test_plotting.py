@@ -70,7 +70,7 @@ def test_attention_grid_lays_out_every_map_with_one_colour_bar() -> None:
     [
         ({"weights": np.ones((2, 2))}, r"weights must be a numeric array of shape \(n, L, S\)"),
         ({"titles": ["a"]}, r"titles must give one title per map \(3\); got 1"),
-        ({"cols": 0}, "cols must be a positive int; got cols=0"),
+        ({"cols": 0}, "cols must be positive; got cols=0"),
     ],
 )
 def test_attention_grid_rejects_bad_arguments(kwargs, match) -> None:
@@ -114,7 +114,7 @@ def test_layer_edges_carry_each_tensor_of_the_layer_with_its_layout() -> None:
     into_scores = {(e.source, e.layout) for e in edges if e.target == "scores_2"}
     assert into_scores == {("Q_2", "(B, L, Dh)"), ("K_2", "(B, S, Dh)")}
     assert [e.layout for e in edges if e.target == "MultiHead"] == ["(B, L, H*Dh)"]
-    with pytest.raises(ValueError, match="num_heads must be a positive int; got num_heads=0"):
+    with pytest.raises(ValueError, match="num_heads must be positive; got num_heads=0"):
         plotting.layer_edges(0)
 
 

@@ -208,7 +208,7 @@ def test_bad_arguments_raise_errors_naming_them(model):
         model.tokenize([])
     with pytest.raises(TypeError, match="text must be a str; got list"):
         model.attention_weights(["two", "texts"])
-    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 6\); got 6"):
+    with pytest.raises(ValueError, match=r"layer must be in \[0, 6\); got layer=6"):
         model.attention_params(6)
     with pytest.raises(ValueError, match=r"input_ids must have shape \(B, L\); got 1-D"):
         model.forward(torch.zeros(5, dtype=torch.int64))

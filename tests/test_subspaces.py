@@ -100,7 +100,7 @@ def test_pairwise_frobenius_cosines_equal_frobenius_cosine_of_this_packages_head
 def test_pairwise_frobenius_cosines_reject_bad_input():
     with pytest.raises(ValueError, match=r"w_q_rows must be square \(D, D\)"):
         sub.pairwise_frobenius_cosines(np.ones((4, 3)), 2)
-    with pytest.raises(ValueError, match="num_heads must be a positive divisor of D=4; got 3"):
+    with pytest.raises(ValueError, match="num_heads must divide d_model; got d_model=4, num_heads"):
         sub.pairwise_frobenius_cosines(np.eye(4), 3)
 
 

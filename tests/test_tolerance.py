@@ -49,10 +49,10 @@ def test_gamma_refuses_sums_too_long_for_the_precision() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"terms": 0}, ValueError, "terms must be at least 1; got terms=0"),
+        ({"terms": 0}, ValueError, "terms must be positive; got terms=0"),
         ({"terms": 2.0}, TypeError, "terms must be an int; got float 2.0"),
         ({"terms": True}, TypeError, "terms must be an int; got bool"),
-        ({"terms": 4, "stages": 0}, ValueError, "stages must be at least 1; got stages=0"),
+        ({"terms": 4, "stages": 0}, ValueError, "stages must be positive; got stages=0"),
         ({"terms": 4, "stages": 1.5}, TypeError, "stages must be an int"),
         ({"terms": 4, "scale": -1.0}, ValueError, "scale must be a finite number >= 0"),
         ({"terms": 4, "scale": np.inf}, ValueError, "scale must be a finite number >= 0"),
@@ -193,3 +193,83 @@ def test_attention_tolerance_is_far_below_what_a_bug_changes() -> None:
         bad_out, bad_w = np_backend.multi_head_attention(x, x, x, wrong)
         assert not tolerance.is_close(bad_out, out, out_tol), name
     assert out_tol.max() < 1e-2 and w_tol.max() < 1e-3
+
+
+def test_softmax_tolerance_grows_linearly_with_the_logit_scale() -> None:
+    tol = [
+        tolerance.softmax_tolerance(np.float32, logit_scale=c, d_head=4, kv_len=8)
+        for c in (0, 1, 1e4)
+    ]
+    floor = tol[0]  # the softmax's own rounding
+    assert tol[1] < 1e-5 < 1e-4 < tol[2]  # a fixed 1e-5 is right at logits of 1, not at 1e4
+    assert (tol[2] - floor) == pytest.approx(1e4 * (tol[1] - floor), rel=1e-12)
+    with pytest.raises(ValueError, match="logit_scale must be a finite number >= 0"):
+        tolerance.softmax_tolerance(np.float32, logit_scale=-1.0, d_head=4, kv_len=4)
+    with pytest.raises(TypeError, match="d_head must be an int; got float 4.0"):
+        tolerance.softmax_tolerance(np.float32, logit_scale=1.0, d_head=4.0, kv_len=4)
+
+
+def test_float32_weights_at_logits_of_1e4_differ_from_float64_by_about_1e_4() -> None:
+    """The rounding of one score to float32's grid, whatever the kernel, and within the bound.
+
+    3 * 3333.3218 (both float32 numbers) is exactly halfway between two float32 numbers near
+    1e4, so every float32 route rounds that score by 2**-11; the two weights (scores 0.97
+    apart) then move by about w1 w2 2**-11 ~ 1e-4 from their float64 values.
+    """
+    from mha import np_backend, torch_backend
+
+    q = np.array([[[3.0]]], dtype=np.float32)  # (1, L=1, Dh=1)
+    k = np.array([[[3333.3218], [3333.0]]], dtype=np.float32)  # (1, S=2, Dh=1)
+    v = np.array([[[1.0], [0.0]]], dtype=np.float32)  # the output is the first weight
+    exact = float(q[0, 0, 0]) * float(k[0, 0, 0])  # a product of two float32s, exact in float64
+    rounding = abs(float(np.float32(exact)) - exact)
+    assert rounding == 2.0**-11  # exact: halfway between two float32 numbers
+    out64, w64 = np_backend.scaled_dot_product_attention(*(a.astype(np.float64) for a in (q, k, v)))
+    w1, w2 = w64[0, 0]
+    bound = tolerance.softmax_tolerance(np.float32, logit_scale=exact, d_head=1, kv_len=2)
+    qt, kt, vt = (torch.from_numpy(a) for a in (q, k, v))
+    explicit = {
+        "numpy": np_backend.scaled_dot_product_attention(q, k, v)[1],
+        "torch": torch_backend.scaled_dot_product_attention(qt, kt, vt)[1].numpy(),
+    }
+    for name, w32 in explicit.items():
+        diff = tolerance.max_abs_diff(w32, w64)
+        assert 0.9 * w1 * w2 * rounding < diff <= bound, name  # about 1e-4: above 1e-5
+        assert diff > 1e-5
+    fast = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt).numpy()
+    assert tolerance.max_abs_diff(fast, out64) <= bound + 2 * tolerance.gamma(np.float32, 2)
+
+
+@pytest.mark.parametrize("logit_scale", [1.0, 1e2, 1e4])
+def test_float32_attention_agrees_with_float64_within_the_logit_scale_bound(logit_scale) -> None:
+    from mha import np_backend, torch_backend
+
+    g = np.random.default_rng(int(logit_scale))
+    Dh, S = 16, 9
+    q = g.standard_normal((2, 3, 5, Dh))
+    k = g.standard_normal((2, 3, S, Dh))
+    q *= np.sqrt(logit_scale * np.sqrt(Dh) / np.abs(q @ k.swapaxes(-1, -2)).max())
+    k *= np.sqrt(logit_scale * np.sqrt(Dh) / np.abs(q @ k.swapaxes(-1, -2)).max())
+    v = g.standard_normal((2, 3, S, Dh))
+    q32, k32, v32 = (a.astype(np.float32) for a in (q, k, v))
+    c = float(
+        (np.abs(q32.astype(np.float64))[..., :, None, :] * np.abs(k32)[..., None, :, :])
+        .sum(-1)
+        .max()
+    )
+    c /= np.sqrt(Dh)
+    rho = tolerance.softmax_tolerance(np.float32, logit_scale=c, d_head=Dh, kv_len=S)
+    out_bound = (rho + 2 * tolerance.gamma(np.float32, S)) * np.abs(v32).max()
+    out64, w64 = np_backend.scaled_dot_product_attention(
+        *(a.astype(np.float64) for a in (q32, k32, v32))
+    )
+    t = [torch.from_numpy(a) for a in (q32, k32, v32)]
+    routes = {
+        "numpy": np_backend.scaled_dot_product_attention(q32, k32, v32),
+        "torch": torch_backend.scaled_dot_product_attention(*t),
+    }
+    for name, (out, w) in routes.items():
+        tolerance.assert_close(w, w64, rho, name=f"{name} weights")
+        tolerance.assert_close(out, out64, out_bound, name=f"{name} output")
+    fast = torch.nn.functional.scaled_dot_product_attention(*t)
+    tolerance.assert_close(fast, out64, out_bound, name="fast path output")

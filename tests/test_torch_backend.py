@@ -12,7 +12,16 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
-from mha import init_params, np_backend, to_torch_attn_mask, to_torch_mha, tolerance, torch_backend
+import mha
+from mha import (
+    backward,
+    init_params,
+    np_backend,
+    to_torch_attn_mask,
+    to_torch_mha,
+    tolerance,
+    torch_backend,
+)
 
 FORMS = ("per_head", "fused", "packed")
 B, L, S, D, H = 2, 5, 7, 12, 3
@@ -569,7 +578,7 @@ def test_plain_path_gives_the_shortcut_paths_results_to_rounding(form, mask_name
 
 def test_cpu_shortcuts_decide_which_path_runs(monkeypatch) -> None:
     calls = {"buffer": 0, "numpy finiteness": 0}
-    real_buffer, real_finite = torch_backend._empty_scores, torch_backend._finite_by_numpy
+    real_buffer, real_finite = torch_backend._empty_scores, torch_backend._max_abs_by_numpy
 
     def buffer(*args):
         calls["buffer"] += 1
@@ -580,7 +589,7 @@ def test_cpu_shortcuts_decide_which_path_runs(monkeypatch) -> None:
         return real_finite(x)
 
     monkeypatch.setattr(torch_backend, "_empty_scores", buffer)
-    monkeypatch.setattr(torch_backend, "_finite_by_numpy", finite)
+    monkeypatch.setattr(torch_backend, "_max_abs_by_numpy", finite)
     x = randn(B, L, D, dtype=torch.float32)
     p = init_params(D, H).to_torch(torch.float32)
     with torch.inference_mode(), torch_backend.cpu_shortcuts(False):
@@ -604,3 +613,185 @@ def test_cpu_shortcuts_restore_the_setting_and_take_a_bool() -> None:
     assert torch_backend._SHORTCUTS.get() is True
     with pytest.raises(TypeError, match="enabled must be a bool; got int 0"):
         torch_backend.cpu_shortcuts(0).__enter__()
+
+
+# ---- the edges of the contract: meta tensors, torch.func, views, empty batches -------------
+
+
+@pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
+def test_meta_tensors_give_shapes_without_values(form: str, need_weights: bool) -> None:
+    p = init_params(D, H).to_torch(device="meta")
+    q = torch.empty(B, L, D, dtype=f64, device="meta")
+    kv = torch.empty(B, S, D, dtype=f64, device="meta")
+    mask = torch_backend.causal_mask(L, S, device="meta")
+    out, w = torch_backend.multi_head_attention(
+        q, kv, kv, p, mask, form=form, need_weights=need_weights
+    )
+    assert out.device.type == "meta" and out.shape == (B, L, D)
+    assert (w is None) != need_weights
+    if need_weights:
+        assert w.shape == (B, H, L, S)
+    assert torch_backend.layer_norm(q).shape == (B, L, D)
+
+
+def test_a_meta_module_infers_shapes() -> None:
+    m = mha.MultiHeadAttention(D, H, device="meta")
+    out, _ = m(torch.empty(B, L, D, device="meta"))
+    assert out.shape == (B, L, D) and out.device.type == "meta"
+
+
+@pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
+def test_vmap_over_the_batch_equals_a_loop(form: str, need_weights: bool) -> None:
+    p = init_params(D, H, seed=1).to_torch()
+    x = randn(4, B, L, D)
+    mask = torch_backend.causal_mask(L)
+
+    def layer(a: torch.Tensor) -> torch.Tensor:
+        return torch_backend.multi_head_attention(
+            a, a, a, p, mask, form=form, need_weights=need_weights
+        )[0]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # PyTorch: SDPA has no batching rule
+        mapped = torch.func.vmap(layer)(x)
+    looped = torch.stack([layer(a) for a in x])
+    out_tol, _ = tolerance.attention_tolerance(x[0], x[0], x[0], p, mask)
+    for i in range(len(x)):
+        tolerance.assert_close(mapped[i], looped[i], out_tol)
+
+
+def test_vmap_checks_every_mapped_slice() -> None:
+    p = init_params(D, H).to_torch()
+    x = randn(3, B, L, D)
+    x[2, 0, 0, 0] = math.nan  # only the last slice is bad
+    with pytest.raises(ValueError, match="query must be finite; got NaN or infinite values"):
+        torch.func.vmap(lambda a: torch_backend.multi_head_attention(a, a, a, p)[0])(x)
+
+
+@pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
+def test_torch_func_grad_equals_autograd(form: str, need_weights: bool) -> None:
+    p = init_params(D, H, seed=2)
+    x = randn(B, L, D, seed=3)
+
+    def loss(a: torch.Tensor) -> torch.Tensor:
+        out = torch_backend.multi_head_attention(
+            a, a, a, p.to_torch(), form=form, need_weights=need_weights
+        )[0]
+        return (out**2).sum()
+
+    by_func = torch.func.grad(loss)(x)
+    x_g = x.clone().requires_grad_()
+    (by_autograd,) = torch.autograd.grad(loss(x_g), x_g)
+    out, saved = backward.multi_head_attention_forward(x.numpy(), x.numpy(), x.numpy(), p)
+    tol = backward.gradient_tolerance(saved, 2 * out)  # d(sum out^2) / d out = 2 out
+    tolerance.assert_close(by_func, by_autograd, tol.d_query + tol.d_key + tol.d_value)
+
+
+def test_torch_func_grad_reaches_the_modules_parameters() -> None:
+    m = mha.MultiHeadAttention(D, H, dtype=f64)
+    x = randn(B, L, D)
+    params = {name: t.detach() for name, t in m.named_parameters()}
+    grads = torch.func.grad(lambda ps: torch.func.functional_call(m, ps, (x,))[0].sum())(params)
+    (m(x)[0].sum()).backward()
+    out, saved = backward.multi_head_attention_forward(
+        x.numpy(), x.numpy(), x.numpy(), m.params().to_numpy()
+    )
+    tol = backward.gradient_tolerance(saved, np.ones_like(out)).d_params
+    for name, t in m.named_parameters():
+        tolerance.assert_close(grads[name], t.grad, getattr(tol, name), name=name)
+
+
+def test_negative_views_are_read_through() -> None:
+    z = torch.complex(randn(B, L, D), randn(B, L, D, seed=1))
+    x = z.conj().imag  # a real tensor with the negative bit set
+    assert x.is_neg()
+    p = init_params(D, H).to_torch()
+    out, w = torch_backend.multi_head_attention(x, x, x, p)
+    plain = x.resolve_neg()
+    ref, ref_w = torch_backend.multi_head_attention(plain, plain, plain, p)
+    out_tol, w_tol = tolerance.attention_tolerance(plain, plain, plain, p)
+    tolerance.assert_close(out, ref, out_tol)
+    tolerance.assert_close(w, ref_w, w_tol)
+    with pytest.raises(ValueError, match="query must be finite"):
+        bad = torch.complex(randn(B, L, D), torch.full((B, L, D), math.inf, dtype=f64))
+        torch_backend.multi_head_attention(bad.conj().imag, x, x, p)
+
+
+@pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
+def test_an_empty_batch_gives_empty_outputs(form: str, need_weights: bool) -> None:
+    p = init_params(D, H).to_torch()
+    q, kv = torch.zeros(0, L, D, dtype=f64), torch.zeros(0, S, D, dtype=f64)
+    mask = torch_backend.key_padding_mask([], S)
+    assert mask.shape == (0, 1, 1, S)
+    out, w = torch_backend.multi_head_attention(
+        q, kv, kv, p, mask, form=form, need_weights=need_weights
+    )
+    assert out.shape == (0, L, D)
+    assert (w is None) != need_weights and (w is None or w.shape == (0, H, L, S))
+
+
+@pytest.mark.parametrize("mask_shape", [(3, 5), (1, 3, 5), (2, 1, 5), (2, 3, 5)])
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_a_value_batch_larger_than_the_query_batch_gives_one_answer(
+    mask_shape: tuple[int, ...], requires_grad: bool
+) -> None:
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 3, 4, generator=g, dtype=f64).requires_grad_(requires_grad)
+    k = torch.randn(1, 5, 4, generator=g, dtype=f64)
+    v = torch.randn(2, 5, 4, generator=g, dtype=f64)
+    mask = torch.rand(mask_shape, generator=g) < 0.7
+    out, w = torch_backend.scaled_dot_product_attention(q, k, v, mask)
+    out_np, w_np = np_backend.scaled_dot_product_attention(
+        *(t.detach().numpy() for t in (q, k, v)), mask.numpy()
+    )
+    assert out.shape == out_np.shape == (2, 3, 4)
+    assert w.shape == w_np.shape == torch.broadcast_shapes((1, 3, 5), mask_shape)
+    tolerance.assert_close(out, out_np, tolerance.rounding_tolerance(f64, terms=5, stages=4))
+    tolerance.assert_close(w, w_np, tolerance.rounding_tolerance(f64, terms=5, stages=3))
+
+
+def test_double_backward_needs_the_explicit_path() -> None:
+    """Documented: PyTorch's CPU SDPA kernel behind the fast path has no double backward."""
+    p = init_params(4, 2, seed=5).to_torch().map(lambda t: t.requires_grad_())
+    x = randn(1, 3, 4, seed=6).requires_grad_()
+    mask = torch_backend.causal_mask(3)
+
+    def layer(a, w_qkv, w_o, b_qkv, b_o, need_weights):
+        params = mha.MHAParams(w_qkv, w_o, b_qkv, b_o, 2)
+        return torch_backend.multi_head_attention(a, a, a, params, mask, need_weights=need_weights)[
+            0
+        ]
+
+    arrays = (x, p.w_qkv, p.w_o, p.b_qkv, p.b_o)
+    assert torch.autograd.gradgradcheck(lambda *a: layer(*a, True), arrays)
+    out = layer(*arrays, False)
+    (g,) = torch.autograd.grad(out.pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="derivative for .* is not implemented"):
+        g.sum().backward()
+
+
+# ---- masks whose reading is ambiguous ------------------------------------------------
+
+
+def test_a_padding_like_2d_mask_with_b_equal_l_warns_and_mask_none_none_does_not() -> None:
+    p = init_params(D, H).to_torch()
+    x, kv = randn(4, 4, D), randn(4, S, D, seed=1)
+    padding = torch_backend.key_padding_mask([7, 2, 5, 3], S)[:, 0, 0, :]  # (B, S), B = L = 4
+    with pytest.warns(torch_backend.AmbiguousMaskWarning, match="B = L = 4 and its rows look"):
+        torch_backend.multi_head_attention(x, kv, kv, p, padding)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch_backend.multi_head_attention(x, kv, kv, p, padding[None, None])  # (1, 1, L, S)
+        torch_backend.multi_head_attention(x, kv, kv, p, torch_backend.causal_mask(4, S))
+        torch_backend.multi_head_attention(
+            x, kv, kv, p, torch_backend.causal_mask(4, S, align="bottom_right")
+        )
+
+
+def test_the_mask_warning_is_the_same_in_both_backends() -> None:
+    assert np_backend.AmbiguousMaskWarning is torch_backend.AmbiguousMaskWarning
+    p = init_params(D, H)
+    x = np.random.default_rng(0).standard_normal((3, 3, D))
+    padding = np_backend.key_padding_mask([3, 1, 2], 3)[:, 0, 0, :]
+    with pytest.warns(np_backend.AmbiguousMaskWarning):
+        np_backend.multi_head_attention(x, x, x, p, padding)

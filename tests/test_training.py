@@ -325,15 +325,15 @@ def test_loss_and_pruning_errors():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"),
+    ("kwargs", "error", "match"),
     [
-        (dict(steps=0), r"steps must be a positive int; got steps=0"),
-        (dict(eval_every=1.5), r"eval_every must be a positive int; got eval_every=1.5"),
-        (dict(lr=0.0), r"lr must be positive; got lr=0.0"),
+        (dict(steps=0), ValueError, r"steps must be positive; got steps=0"),
+        (dict(eval_every=1.5), TypeError, r"eval_every must be an int; got float 1.5"),
+        (dict(lr=0.0), ValueError, r"lr must be positive; got lr=0.0"),
     ],
 )
-def test_train_config_errors(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_train_config_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
         replace(SMALL, **kwargs)
 
 
@@ -354,8 +354,8 @@ def test_train_runs_gives_each_config_its_own_run_in_order():
     [
         ([], None, ValueError, "configs must hold at least one TrainConfig; got none"),
         ([SMALL, "cfg"], None, TypeError, r"configs\[1\] must be a TrainConfig; got str"),
-        ([SMALL], 0, ValueError, "processes must be a positive int; got processes=0"),
-        ([SMALL], 1.5, ValueError, "processes must be a positive int; got processes=1.5"),
+        ([SMALL], 0, ValueError, "processes must be positive; got processes=0"),
+        ([SMALL], 1.5, TypeError, "processes must be an int; got float 1.5"),
     ],
 )
 def test_train_runs_rejects_bad_arguments(configs, processes, error, match):
@@ -595,3 +595,15 @@ def test_random_key_value_heads_keep_queries_and_outputs_and_draw_new_keys():
     assert not torch.allclose(a.w_k, b.w_k)
     with pytest.raises(ValueError, match="init must be 'mean' or 'random'; got init='first'"):
         tr.with_kv_heads(model, 2, init="first")
+
+
+@pytest.mark.parametrize("init", ["mean", "random"])
+def test_converted_models_keep_the_training_mode_and_refuse_bad_seeds(init: str) -> None:
+    model = _model(torch.float32).eval()
+    fewer = tr.with_kv_heads(model, 2, init=init)
+    assert not fewer.training and not any(m.training for m in fewer.modules())
+    assert fewer.layers[0].w_qkv.dtype == torch.float32
+    with pytest.raises(TypeError, match=r"seed must be an int; got float 1\.5"):
+        tr.with_kv_heads(model, 2, init=init, seed=1.5)
+    with pytest.raises(ValueError, match="seed must be a non-negative int; got seed=-1"):
+        tr.with_kv_heads(model, 2, init=init, seed=-1)

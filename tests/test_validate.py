@@ -89,9 +89,15 @@ def test_check_layer_norm_params_accepts_positive_numbers(eps: float) -> None:
     _validate.check_layer_norm_params(4, np.ones(4), None, eps)
 
 
-@pytest.mark.parametrize("eps", [0.0, -1e-5, float("nan"), True, None])
-def test_check_layer_norm_params_rejects_other_eps(eps: object) -> None:
-    with pytest.raises(ValueError, match="eps must be a positive number"):
+@pytest.mark.parametrize("eps", [0.0, -1e-5, float("nan"), float("inf"), np.float64(-1.0)])
+def test_check_layer_norm_params_rejects_other_eps_values(eps: object) -> None:
+    with pytest.raises(ValueError, match="eps must be positive and finite"):
+        _validate.check_layer_norm_params(4, None, None, eps)
+
+
+@pytest.mark.parametrize("eps", [True, None, "1e-5", torch.tensor(1e-5), np.array([1e-5])])
+def test_check_layer_norm_params_rejects_eps_that_is_not_a_number(eps: object) -> None:
+    with pytest.raises(TypeError, match=r"eps must be a real number \(int or float\)"):
         _validate.check_layer_norm_params(4, None, None, eps)
 
 

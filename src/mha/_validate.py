@@ -4,13 +4,31 @@ Every check raises ``ValueError`` (a shape or value is wrong) or ``TypeError`` (
 dtype is wrong) with a message that names the argument, the rule and what it got. The
 checks only read ``.shape``, ``.ndim`` and ``.dtype``, so they work on NumPy arrays and on
 PyTorch tensors alike; each backend describes its arrays once, in an :class:`ArrayKind`
-(the array type, its floating dtypes, its boolean dtype and how to test for finiteness),
-and the checks of a whole call (:func:`check_softmax`, :func:`check_attention`,
-:func:`check_mha`, :func:`check_layer_norm`) take it.
+(the array type, its floating dtypes, its boolean dtype, how to find an array's largest
+magnitude, which also tests it for finiteness, and where it lives), and the checks of a
+whole call (:func:`check_softmax`, :func:`check_attention`, :func:`check_mha`,
+:func:`check_layer_norm`) take it.
+
+Options are checked as strictly as arrays: a flag must be a ``bool`` (:func:`check_bool`), a
+count or size an ``int`` (a Python or NumPy integer, never a bool or float;
+:func:`check_int`, :func:`check_positive`, :func:`check_at_least`), a positive number a finite
+real number above 0 (:func:`check_positive_number`), a seed a non-negative int
+(:func:`check_seed`) and a device a name PyTorch can allocate on (:func:`check_device`). The
+same non-integer raises the same ``TypeError`` wherever it is passed.
+
+Results are checked too, without another pass over any array: the reduction that tests an
+input for finiteness also gives its largest magnitude, and from those magnitudes a bound on
+every stage of the computation follows (:func:`attention_bound`, :func:`mha_bound`). While the
+bound stays below the dtype's largest finite value nothing can overflow, and no check runs
+after the computation. Only beyond it (magnitudes of about 1e16 in float32) is the computation
+redone in float64 to find a stage that overflowed, and :func:`check_range` raises naming it: an
+overflow never returns a non-finite, or a finite but wrong, output silently.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -29,29 +47,69 @@ class ArrayKind:
         array_type: the type itself.
         floats: the floating dtypes the backend computes in.
         bool_dtype: the boolean dtype masks must have.
-        all_finite: ``all_finite(x)`` is True when ``x`` holds no NaN or infinity.
+        max_abs: ``max_abs(x)``, the largest ``|x|`` as a float (0 for an empty array or
+            one without values, such as a ``meta`` tensor; ``inf`` if ``x`` holds NaN or
+            infinity).
         convert: the ``MHAParams`` method that makes parameters of this kind.
+        largest: ``largest(dtype)``, the dtype's largest finite value.
+        values: ``values(x)``, the values of ``x`` as a NumPy array (``None`` when it has
+            none, as a ``meta`` tensor).
+        check_kind: ``check_kind(name, x)`` raises ``TypeError`` for an array of the type
+            that the backend still cannot compute with (a masked array, a sparse tensor).
+        device_of: ``device_of(x)``, where ``x`` lives; ``None`` when there is one place.
     """
 
     type_name: str
     array_type: type
     floats: tuple[Any, ...]
     bool_dtype: Any
-    all_finite: Callable[[Any], bool]
+    max_abs: Callable[[Any], float]
     convert: str
+    largest: Callable[[Any], float]
+    values: Callable[[Any], Any]
+    check_kind: Callable[[str, Any], None] | None = None
+    device_of: Callable[[Any], Any] | None = None
 
-    def check_array(self, name: str, x: Any, hint: str = "") -> None:
-        """Check that ``x`` is a finite floating array of this kind."""
+    def all_finite(self, x: Any) -> bool:
+        """True when ``x`` holds no NaN or infinity."""
+        return math.isfinite(self.max_abs(x))
+
+    def check_array(self, name: str, x: Any, hint: str = "") -> float:
+        """Check that ``x`` is a finite floating array of this kind; return its largest ``|x|``."""
         if not isinstance(x, self.array_type):
             raise TypeError(f"{name} must be a {self.type_name}; got {type(x).__name__}{hint}")
+        if self.check_kind is not None:
+            self.check_kind(name, x)
         check_float(name, x, self.floats)
-        check_finite(name, x, self.all_finite)
+        magnitude = self.max_abs(x)
+        if not math.isfinite(magnitude):
+            raise ValueError(f"{name} must be finite; got NaN or infinite values")
+        return magnitude
 
-    def check_mask(self, mask: Any, target: tuple[int, ...], layout: str) -> None:
+    def check_mask(self, mask: Any, target: tuple[int, ...], layout: str, hint: str = "") -> None:
         """Check that ``mask`` is a boolean array of this kind broadcasting to ``target``."""
         if not isinstance(mask, self.array_type):
             raise TypeError(f"mask must be a {self.type_name} of bool; got {type(mask).__name__}")
-        check_mask(mask, target, mask.dtype == self.bool_dtype, layout)
+        if self.check_kind is not None:
+            self.check_kind("mask", mask)
+        check_mask(mask, target, mask.dtype == self.bool_dtype, layout, hint)
+
+    def check_devices(self, named: dict[str, Any]) -> None:
+        """Check that every non-None array in ``named`` lives on one device."""
+        if self.device_of is None:
+            return
+        first = None
+        for name, x in named.items():
+            if x is None:
+                continue
+            device = self.device_of(x)
+            if first is None:
+                first = (name, device)
+            elif device != first[1]:
+                raise TypeError(
+                    f"{name} must be on the device of {first[0]} ({first[1]}); got {name} on "
+                    f"{device} (inputs, parameters, mask and cache must share one device)"
+                )
 
 
 def distinct(*named: tuple[str, Any]) -> list[tuple[str, Any]]:
@@ -79,10 +137,20 @@ def check_sizes(d_model: Any, num_heads: Any) -> None:
         )
 
 
+def describe(value: Any) -> str:
+    """``value``'s type and a short repr, for messages (``"float 2.5"``, ``"Tensor tensor(3)"``)."""
+    if isinstance(value, type):
+        return f"the type {value.__module__}.{value.__qualname__}"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
 def check_int(name: str, value: Any) -> None:
     """Check that ``value`` is an integer (a Python or NumPy int, not a bool or float)."""
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be an int; got {describe(value)}")
 
 
 def check_positive(name: str, value: Any) -> None:
@@ -90,6 +158,82 @@ def check_positive(name: str, value: Any) -> None:
     check_int(name, value)
     if value <= 0:
         raise ValueError(f"{name} must be positive; got {name}={value}")
+
+
+def check_at_least(name: str, value: Any, low: int) -> None:
+    """Check that ``value`` is an integer of at least ``low`` (a count, a size or an index)."""
+    check_int(name, value)
+    if value < low:
+        raise ValueError(f"{name} must be at least {low}; got {name}={value}")
+
+
+def check_seed(name: str, value: Any) -> None:
+    """Check that ``value`` is a seed for ``numpy.random.default_rng``: an int >= 0."""
+    check_int(name, value)
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative int; got {name}={value}")
+
+
+def check_bool(name: str, value: Any) -> None:
+    """Check that a flag is a ``bool`` (not a string, None, an int or a tensor)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool; got {describe(value)}")
+
+
+def check_dense(name: str, x: Any) -> None:
+    """Check that a ``torch.Tensor`` is dense: not sparse, nested or MKL-DNN."""
+    import torch  # only tensors reach here
+
+    if x.is_nested:
+        raise TypeError(
+            f"{name} must be a dense torch.Tensor; got a nested tensor (pad it with "
+            "torch.nested.to_padded_tensor and mask the padding)"
+        )
+    if x.layout != torch.strided:
+        raise TypeError(
+            f"{name} must be a dense (strided) torch.Tensor; got layout {x.layout} "
+            f"(convert with {name}.to_dense())"
+        )
+
+
+def check_positive_number(name: str, value: Any) -> None:
+    """Check that ``value`` is a real number (Python or NumPy), finite and above 0."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        hint = f"; pass {name}.item()" if hasattr(value, "item") and hasattr(value, "shape") else ""
+        raise TypeError(f"{name} must be a real number (int or float); got {describe(value)}{hint}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite; got {name}={value!r}")
+
+
+def check_device(name: str, device: Any) -> Any:
+    """Check that ``device`` is ``None`` or a torch device this machine can allocate on.
+
+    Returns:
+        ``None`` or the ``torch.device``.
+    """
+    if device is None:
+        return None
+    import torch  # only PyTorch code has devices; ``import mha`` does not need torch
+
+    if not isinstance(device, torch.device | str) and not (
+        isinstance(device, Integral) and not isinstance(device, bool)
+    ):
+        raise TypeError(
+            f"{name} must be a torch.device, a device name such as 'cpu', or None; got "
+            f"{describe(device)}"
+        )
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(
+            f"{name} must name a torch device such as 'cpu', 'cuda:0' or 'meta'; got "
+            f"{name}={device!r}"
+        ) from None
+    try:
+        torch.empty(0, device=parsed)
+    except (RuntimeError, AssertionError) as error:  # e.g. CUDA on a CPU-only build
+        raise ValueError(f"{name}={device!r} is not available here: {error}") from None
+    return parsed
 
 
 def check_length(name: str, value: Any, symbol: str) -> None:
@@ -126,10 +270,119 @@ def check_same_dtype(named: dict[str, Any]) -> None:
         raise TypeError(f"all inputs and parameters must share one dtype; got {got}")
 
 
+def extremes_max_abs(lo: float, hi: float) -> float:
+    """The largest magnitude from an array's extremes; ``inf`` if either is not finite."""
+    lo, hi = float(lo), float(hi)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return math.inf
+    return max(-lo, hi)
+
+
 def check_finite(name: str, x: Any, all_finite: Callable[[Any], bool]) -> None:
     """Check that ``x`` holds no NaN or infinity, which would spread through the softmax."""
     if not all_finite(x):
         raise ValueError(f"{name} must be finite; got NaN or infinite values")
+
+
+RANGE_MARGIN = 4.0
+"""How far below the dtype's largest value a bound must stay (for rounding, and for the
+bound's own arithmetic) for a computation to be taken as unable to overflow."""
+
+
+def attention_bound(q_max: float, k_max: float, v_max: float, d_head: int) -> float:
+    """A bound on every intermediate of ``softmax(Q K^T / sqrt(Dh)) V`` from input magnitudes.
+
+    A score is a sum of ``Dh`` products, so ``|s| <= Dh |q|max |k|max / sqrt(Dh)``; the
+    output averages values, so ``|o| <= |v|max``.
+    """
+    return max(math.sqrt(d_head) * q_max * k_max, v_max)
+
+
+def key_value_bound(magnitudes: dict[str, float], d_model: int) -> float:
+    """A bound on every projected key and value, ``D max(|key|, |value|)max |W|max + |b|max``.
+
+    ``magnitudes`` is as in :func:`mha_bound`. A layer hands it to
+    :meth:`mha.kv_cache.KVCache.append`, so that the cache bounds what it holds without
+    measuring it.
+    """
+    w, b = magnitudes["params.w_qkv"], magnitudes.get("params.b_qkv", 0.0)
+    return d_model * max(magnitudes["key"], magnitudes["value"]) * w + b
+
+
+def mha_bound(magnitudes: dict[str, float], d_model: int, num_heads: int) -> float:
+    """A bound on every intermediate of multi-head attention from input magnitudes.
+
+    ``magnitudes`` maps ``query``, ``key``, ``value`` and ``params.<name>`` to the largest
+    ``|x|`` of each (absent biases count as 0). A projection sums ``D`` products, so
+    ``|x W + b| <= D |x|max |W|max + |b|max``; then :func:`attention_bound`; then the output
+    projection of the attended values, ``D |v|max |W_o|max + |b_o|max``. An optional
+    ``cache`` entry (:attr:`mha.kv_cache.KVCache.max_abs`) bounds the keys and values
+    attended from a key/value cache. Grouped-query attention shares key heads, which changes
+    none of these bounds.
+    """
+    w, b = magnitudes["params.w_qkv"], magnitudes.get("params.b_qkv", 0.0)
+    q, k, v = (d_model * magnitudes[name] * w + b for name in ("query", "key", "value"))
+    cached = magnitudes.get("cache", 0.0)  # the keys and values already in a cache
+    k, v = max(k, cached), max(v, cached)
+    out = d_model * v * magnitudes["params.w_o"] + magnitudes.get("params.b_o", 0.0)
+    return max(q, k, attention_bound(q, k, v, d_model // num_heads), out)
+
+
+def overflow_stage(stages: Sequence[tuple[str, Callable[[], float]]], largest: float) -> str | None:
+    """The first stage whose float64 magnitude exceeds ``largest``, described for a message.
+
+    Args:
+        stages: ``(what, magnitude)`` in the order the computation runs; ``magnitude()`` is
+            the largest absolute value of that stage recomputed in float64.
+        largest: the largest finite value of the dtype.
+
+    Returns:
+        ``"<what> reach <value> in float64"``, or ``None`` when every stage fits.
+    """
+    for what, magnitude in stages:
+        value = magnitude()
+        if not value <= largest:
+            return f"{what} reach {value:.3g} in float64"
+    return None
+
+
+def check_range(
+    name: str,
+    bound: float,
+    result: Any,
+    kind: ArrayKind,
+    locate: Callable[[], str | None],
+) -> None:
+    """Check that a computation from finite inputs did not overflow its dtype.
+
+    While ``bound`` (from the inputs' magnitudes) stays :data:`RANGE_MARGIN` times below the
+    dtype's largest finite value, nothing can overflow and nothing more is done. Beyond it,
+    ``locate()`` redoes the computation in float64 and names the first stage that leaves the
+    range (``None`` if none does, or if it cannot be redone); the result must then also be
+    finite.
+
+    Args:
+        name: what the result is (``"multi_head_attention output"``).
+        bound: a bound on every intermediate's magnitude.
+        result: the result, of the computation's dtype.
+        kind: the backend's arrays.
+        locate: finds the stage that overflowed; called only beyond the bound.
+
+    Raises:
+        ValueError: if a stage overflowed or the result is not finite.
+    """
+    largest = kind.largest(result.dtype)
+    if bound * RANGE_MARGIN < largest:
+        return
+    where = locate()
+    if where is None and kind.all_finite(result):
+        return
+    wider = ", or compute in float64" if largest < 1e300 else ""
+    raise ValueError(
+        f"{name} overflowed {result.dtype} although every input is finite: "
+        f"{where or 'an intermediate result is not finite'}, beyond its largest finite value "
+        f"{largest:.3g}. Scale the inputs or parameters down{wider}"
+    )
 
 
 def check_nonempty(name: str, length: int, symbol: str) -> None:
@@ -222,12 +475,17 @@ def check_mha_inputs(query: Any, key: Any, value: Any, d_model: int) -> tuple[in
 
 
 def check_mask(
-    mask: Any, target: tuple[int, ...], is_bool: bool, layout: str = "(B, H, L, S)"
+    mask: Any,
+    target: tuple[int, ...],
+    is_bool: bool,
+    layout: str = "(B, H, L, S)",
+    hint: str = "",
 ) -> None:
     """Check that ``mask`` is boolean and broadcasts to ``target`` (``(..., L, S)``).
 
     Broadcasting follows NumPy's rule: dimensions are aligned from the right and each
-    mask dimension must be 1 or equal the target's.
+    mask dimension must be 1 or equal the target's. ``hint`` ends the message when the
+    shape is wrong.
     """
     if not is_bool:
         raise TypeError(
@@ -239,20 +497,37 @@ def check_mask(
         m in (1, t) for m, t in zip(reversed(shape), reversed(target), strict=False)
     )
     if not ok:
-        raise ValueError(f"mask must broadcast to {layout} = {target}; got shape {shape}")
+        raise ValueError(f"mask must broadcast to {layout} = {target}; got shape {shape}{hint}")
 
 
 def check_layer_norm_params(d_model: int, weight: Any, bias: Any, eps: Any) -> None:
     """Check LayerNorm's ``eps`` (a positive number) and ``weight``/``bias`` shapes ``(D,)``."""
-    if isinstance(eps, bool) or not isinstance(eps, Real) or not eps > 0:
-        raise ValueError(f"eps must be a positive number; got eps={eps!r}")
+    check_positive_number("eps", eps)
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and tuple(p.shape) != (d_model,):
             raise ValueError(f"{name} must have shape (D,) = ({d_model},); got {tuple(p.shape)}")
 
 
+def check_layer_norm_range(spread: float, width: int, largest: float, dtype: Any) -> None:
+    """Check that LayerNorm's variance cannot overflow: ``D * spread**2`` below ``largest``.
+
+    ``spread`` is the largest ``max - min`` of a row of ``x``; every squared deviation from
+    the row's mean, and their sum over the ``D`` entries, is at most ``D * spread**2``.
+    Beyond that range PyTorch and NumPy return zeros (the variance overflows to infinity).
+    """
+    bound = width * (spread * spread)
+    if not bound * RANGE_MARGIN < largest:
+        raise ValueError(
+            f"x must have rows whose variance fits {dtype}: D (max - min)^2 = {bound:.3g} "
+            f"(D={width}, largest max - min {spread:.3g}) reaches its largest finite value "
+            f"{largest:.3g}, so the variance would overflow. Scale x down or compute in float64"
+        )
+
+
 def check_form_weights(form: str, need_weights: bool) -> None:
-    """Check that weights are not requested from the tiled form, which never forms them."""
+    """Check ``need_weights`` (a bool), and that the tiled form, which never forms weights,
+    is not asked for them."""
+    check_bool("need_weights", need_weights)
     if form == "tiled" and need_weights:
         raise ValueError(
             "form='tiled' never forms the (B, H, L, S) attention weights; pass need_weights=False"
@@ -261,9 +536,7 @@ def check_form_weights(form: str, need_weights: bool) -> None:
 
 def check_block_size(name: str, value: Any) -> None:
     """Check that a block size (rows of a tile) is an int of at least one."""
-    check_int(name, value)
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1; got {name}={value}")
+    check_at_least(name, value, 1)
 
 
 def head_slice(mask: Any, h: int) -> Any:
@@ -280,17 +553,107 @@ def check_softmax(scores: Any, mask: Any, kind: ArrayKind) -> None:
         raise ValueError(f"scores must have shape (..., S); got 0-D shape {tuple(scores.shape)}")
     if mask is not None:
         kind.check_mask(mask, tuple(scores.shape), "scores.shape")
+        kind.check_devices({"scores": scores, "mask": mask})
 
 
-def check_attention(query: Any, key: Any, value: Any, mask: Any, kind: ArrayKind) -> None:
-    """Check the arguments of a backend's ``scaled_dot_product_attention``."""
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        kind.check_array(name, x)
+def check_arrays(named: Sequence[tuple[str, Any]], kind: ArrayKind) -> dict[str, float]:
+    """:meth:`ArrayKind.check_array` each array once (repeats share a result); their magnitudes."""
+    done: dict[int, float] = {}
+    out = {}
+    for name, x in named:
+        if id(x) not in done:
+            done[id(x)] = kind.check_array(name, x)
+        out[name] = done[id(x)]
+    return out
+
+
+def check_attention(
+    query: Any, key: Any, value: Any, mask: Any, kind: ArrayKind
+) -> dict[str, float]:
+    """Check the arguments of a backend's ``scaled_dot_product_attention``.
+
+    Returns:
+        The largest magnitude of ``query``, ``key`` and ``value``, by name.
+    """
+    magnitudes = check_arrays((("query", query), ("key", key), ("value", value)), kind)
     check_same_dtype({"query": query, "key": key, "value": value})
+    kind.check_devices({"query": query, "key": key, "value": value})
     L, S, _, _ = check_qkv(query, key, value)
     batch = broadcast_batch(query, key, value)
     if mask is not None:
         kind.check_mask(mask, (*batch, L, S), "(..., L, S)")
+        kind.check_devices({"query": query, "mask": mask})
+    return magnitudes
+
+
+class AmbiguousMaskWarning(UserWarning):
+    """A 2-D mask ``(L, S)`` that could also be meant as a key-padding mask ``(B, S)``."""
+
+
+def _mha_mask_hint(mask: Any, B: int, H: int) -> str:
+    """What a mask that does not broadcast to ``(B, H, L, S)`` was probably meant to be."""
+    if mask.ndim == 2 and mask.shape[0] == B:
+        return (
+            ". A 2-D mask is read as (L, S), one row per query; for one row of keys per batch "
+            "element (B, S) use key_padding_mask(lengths, S) or mask[:, None, None, :], "
+            "shape (B, 1, 1, S)"
+        )
+    if mask.ndim == 3 and mask.shape[0] == B:
+        return (
+            ". A 3-D mask is read as (H, L, S), one per head; for one mask per batch element "
+            "(B, L, S) pass mask[:, None], shape (B, 1, L, S)"
+        )
+    return ""
+
+
+def looks_like_padding(rows: Any) -> bool:
+    """Whether a 2-D boolean NumPy mask looks like a key-padding mask ``(B, S)``.
+
+    Its rows are runs of True then False (right padding) or False then True (left padding),
+    not all the same (then both readings agree), and not a causal staircase whose run grows
+    by one key per row (which an ``(L, S)`` causal mask is).
+    """
+    right = bool((rows[:, 1:] <= rows[:, :-1]).all())
+    left = bool((rows[:, 1:] >= rows[:, :-1]).all())
+    lengths = rows.sum(axis=-1).tolist()
+    if not (right or left) or len(set(lengths)) == 1:
+        return False
+    steps = {b - a for a, b in zip(lengths, lengths[1:], strict=False)}
+    return not (right and steps == {1})
+
+
+def check_mha_mask(mask: Any, target: tuple[int, int, int, int], kind: ArrayKind) -> None:
+    """Check a mask of multi-head attention against ``(B, H, L, S)``, refusing readings that
+    NumPy's broadcasting would resolve against what the caller almost surely meant.
+
+    - A 3-D mask is read as ``(H, L, S)``. When ``B = H > 1`` and its leading size is that
+      number, it could as well be ``(B, L, S)``: refused, with the two explicit spellings.
+    - A 2-D mask is read as ``(L, S)``. When ``B = L > 1`` and it looks like a key-padding
+      mask ``(B, S)`` (:func:`looks_like_padding`), an :class:`AmbiguousMaskWarning` points
+      to ``key_padding_mask`` and to ``mask[None, None]``, which states the ``(L, S)``
+      reading and silences the warning.
+    """
+    B, H, L, _ = target
+    hint = _mha_mask_hint(mask, B, H) if isinstance(mask, kind.array_type) else ""
+    kind.check_mask(mask, target, "(B, H, L, S)", hint)
+    if mask.ndim == 3 and B == H > 1 and mask.shape[0] == B:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} is ambiguous: its leading size {B} equals both "
+            f"B and H. Pass mask[:, None] (B, 1, L, S) for one mask per batch element, or "
+            f"mask[None] (1, H, L, S) for one mask per head"
+        )
+    if mask.ndim == 2 and B == L > 1 and mask.shape[0] == L:
+        rows = kind.values(mask)
+        if rows is not None and rows.shape == tuple(mask.shape) and looks_like_padding(rows):
+            warnings.warn(
+                f"mask of shape {tuple(mask.shape)} is read as (L, S), one row per query, but "
+                f"B = L = {B} and its rows look like key padding: if it is a key-padding mask "
+                "(B, S), that reading is wrong. Build padding masks with "
+                "key_padding_mask(lengths, S), shape (B, 1, 1, S); pass mask[None, None] to "
+                "keep the (L, S) reading without this warning",
+                AmbiguousMaskWarning,
+                stacklevel=4,
+            )
 
 
 def check_mha(
@@ -302,31 +665,39 @@ def check_mha(
     form: str,
     kind: ArrayKind,
     cache: Any = None,
-) -> None:
+) -> dict[str, float]:
     """Check the arguments of a backend's ``multi_head_attention``.
 
     With a key/value ``cache``, the keys and values are the new positions only: the mask
     must cover the cached positions and the new ones, ``S = cache.length + key length``.
+
+    Returns:
+        The largest magnitude of each input and parameter array, by name (for
+        :func:`mha_bound`).
     """
     from mha.params import MHAParams  # here, not at the top: mha.params imports this module
 
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
     check_form(form)
-    for name, x in distinct(("query", query), ("key", key), ("value", value)):
-        kind.check_array(name, x)
+    magnitudes = check_arrays((("query", query), ("key", key), ("value", value)), kind)
     B, L, S = check_mha_inputs(query, key, value, params.d_model)
     named = {"query": query, "key": key, "value": value}
     for name in PARAM_ARRAYS:
         x = getattr(params, name)
         if x is not None:
-            kind.check_array(f"params.{name}", x, f" (convert with params.{kind.convert}())")
+            hint = f" (convert with params.{kind.convert}())"
+            magnitudes[f"params.{name}"] = kind.check_array(f"params.{name}", x, hint)
             named[f"params.{name}"] = x
     check_same_dtype(named)
     if cache is not None:
         S = check_cache(cache, params, B, S, query.dtype, form, kind)
+        named["cache"] = cache.keys  # its buffers must live with the inputs
     if mask is not None:
-        kind.check_mask(mask, (B, params.num_heads, L, S), "(B, H, L, S)")
+        check_mha_mask(mask, (B, params.num_heads, L, S), kind)
+        named["mask"] = mask
+    kind.check_devices(named)
+    return magnitudes
 
 
 def check_cache(
@@ -346,12 +717,16 @@ def check_cache(
             f"cache must hold {kind.type_name} buffers like the inputs; got "
             f"{type(cache.keys).__name__}"
         )
-    want = (batch_size, params.num_kv_heads, params.d_head, dtype)
-    got = (cache.batch_size, cache.num_kv_heads, cache.d_head, cache.dtype)
+    if cache.dtype != dtype:
+        raise TypeError(
+            f"cache must have the inputs' dtype {dtype}; got a cache of dtype {cache.dtype}"
+        )
+    want = (batch_size, params.num_kv_heads, params.d_head)
+    got = (cache.batch_size, cache.num_kv_heads, cache.d_head)
     if want != got:
         raise ValueError(
-            "cache must have the inputs' batch size, the layer's num_kv_heads and d_head, "
-            f"and the inputs' dtype: want (B, H_kv, Dh, dtype) = {want}; got {got}"
+            "cache must have the inputs' batch size and the layer's num_kv_heads and d_head: "
+            f"want (B, H_kv, Dh) = {want}; got {got}"
         )
     if cache.length + new > cache.capacity:
         raise ValueError(
@@ -382,13 +757,31 @@ def group_mask(mask: Any, num_kv_heads: int) -> Any:
     return mask.reshape(*lead, num_kv_heads, H // num_kv_heads, L, S)
 
 
-def check_layer_norm(x: Any, weight: Any, bias: Any, eps: Any, kind: ArrayKind) -> None:
-    """Check the arguments of a backend's ``layer_norm``."""
-    kind.check_array("x", x)
+def check_layer_norm(x: Any, weight: Any, bias: Any, eps: Any, kind: ArrayKind) -> dict[str, float]:
+    """Check the arguments of a backend's ``layer_norm``.
+
+    Returns:
+        The largest magnitude of ``x``, ``weight`` and ``bias`` (1 and 0 when absent).
+    """
+    magnitudes = {"x": kind.check_array("x", x), "weight": 1.0, "bias": 0.0}
     if x.ndim < 1:
         raise ValueError(f"x must have shape (..., D); got 0-D shape {tuple(x.shape)}")
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None:
-            kind.check_array(name, p)
+            magnitudes[name] = kind.check_array(name, p)
     check_same_dtype({"x": x, "weight": weight, "bias": bias})
+    kind.check_devices({"x": x, "weight": weight, "bias": bias})
     check_layer_norm_params(x.shape[-1], weight, bias, eps)
+    return magnitudes
+
+
+def layer_norm_bound(magnitudes: dict[str, float], width: int) -> tuple[float, float]:
+    """Bounds on LayerNorm's variance stage and on its output, from input magnitudes.
+
+    A deviation from the row mean is at most ``2 |x|max``, so every squared deviation and
+    their sum over the ``D`` entries is at most ``D (2 |x|max)^2``; a normalised entry is at
+    most ``sqrt(D)`` in size, so the output is at most ``sqrt(D) |weight|max + |bias|max``.
+    """
+    spread = 2.0 * magnitudes["x"]
+    variance = width * (spread * spread)
+    return variance, math.sqrt(width) * magnitudes["weight"] + magnitudes["bias"]

@@ -76,14 +76,17 @@ def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
         ``dZ``, the gradient with respect to the scores.
 
     Raises:
-        ValueError: if the shapes differ or an input is not finite.
+        ValueError: if the shapes differ, an input is not finite, or the gradient overflows
+            the dtype.
         TypeError: if an input is not a float array, or the dtypes differ.
     """
     c.check_array("weights", weights)
     c.check_array("d_weights", d_weights)
     _validate.check_same_dtype({"weights": weights, "d_weights": d_weights})
     c.check_shape("d_weights", d_weights, weights.shape, "weights.shape")
-    return _softmax_backward(weights, d_weights.copy())
+    d_scores = _softmax_backward(weights, d_weights.copy())
+    c.check_result("backward.softmax gradient", d_scores)
+    return d_scores
 
 
 def _sdpa_backward(q, k, v_, weights, d_out):
@@ -145,12 +148,22 @@ def scaled_dot_product_attention(
         ``(d_query, d_key, d_value)``.
 
     Raises:
-        ValueError: on mismatched shapes or non-finite inputs.
+        ValueError: on mismatched shapes, non-finite inputs, or gradients that overflow the
+            dtype.
         TypeError: on non-float or mixed dtypes.
     """
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
     c.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
-    return _sdpa_backward(query, key, value, weights, d_out)
+    return _checked(
+        "backward.scaled_dot_product_attention", _sdpa_backward(query, key, value, weights, d_out)
+    )
+
+
+def _checked(name: str, grads: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """``grads``, each checked to be finite (an overflow of the dtype raises)."""
+    for what, g in zip(("d_query", "d_key", "d_value"), grads, strict=False):
+        c.check_result(f"{name} {what}", g)
+    return grads
 
 
 def _tiled_backward(q, k, v_, out, lse, d_out, mask, causal, block_q, block_kv):
@@ -241,8 +254,10 @@ def tiled_attention(
 
     Raises:
         ValueError: on mismatched shapes, non-finite inputs (``lse`` may be ``-inf``), a mask
-            that does not broadcast or a block size below 1.
-        TypeError: on non-float or mixed dtypes, a non-boolean mask or a non-int block size.
+            that does not broadcast, a block size below 1, or gradients that overflow the
+            dtype.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask, a non-int block size or
+            a ``causal`` that is not a bool.
     """
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"out": out, "lse": lse})
     c.check_shape("out", out, d_out.shape, "(..., L, Dv)")
@@ -251,9 +266,11 @@ def tiled_attention(
         raise ValueError("lse must be finite or -inf; got NaN or +inf values")
     if mask is not None:
         c.check_mask(mask, (*batch, L, S))
+    _validate.check_bool("causal", causal)
     _validate.check_block_size("block_q", block_q)
     _validate.check_block_size("block_kv", block_kv)
-    return _tiled_backward(query, key, value, out, lse, d_out, mask, causal, block_q, block_kv)
+    grads = _tiled_backward(query, key, value, out, lse, d_out, mask, causal, block_q, block_kv)
+    return _checked("backward.tiled_attention", grads)
 
 
 def split_heads(d_heads: np.ndarray) -> np.ndarray:
@@ -311,15 +328,21 @@ def linear(
         ``(d_x, d_weight, d_bias)``.
 
     Raises:
-        ValueError: on mismatched shapes or non-finite inputs.
-        TypeError: on non-float or mixed dtypes.
+        ValueError: on mismatched shapes, non-finite inputs, or gradients that overflow the
+            dtype.
+        TypeError: on non-float or mixed dtypes, or a ``bias`` that is not a bool.
     """
     for name, a in (("x", x), ("weight", weight), ("d_y", d_y)):
         c.check_array(name, a)
     _validate.check_same_dtype({"x": x, "weight": weight, "d_y": d_y})
     _validate.check_rank("weight", weight, 2, "(D_in, D_out)")
     c.check_shape("d_y", d_y, (*x.shape[:-1], weight.shape[1]), "(..., D_out)")
-    return _linear_backward(x, weight, d_y, bias)
+    _validate.check_bool("bias", bias)
+    d_x, d_weight, d_bias = _linear_backward(x, weight, d_y, bias)
+    for what, g in (("d_x", d_x), ("d_weight", d_weight), ("d_bias", d_bias)):
+        if g is not None:
+            c.check_result(f"backward.linear {what}", g)
+    return d_x, d_weight, d_bias
 
 
 def _linear_backward(x, weight, d_y, bias):
@@ -336,22 +359,9 @@ def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     return y
 
 
-def _check_layer(query, key, value, params, mask) -> None:
-    """The argument checks of :func:`mha.np_backend.multi_head_attention`."""
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    for name, x in _validate.distinct(("query", query), ("key", key), ("value", value)):
-        c.check_array(name, x)
-    B, L, S = _validate.check_mha_inputs(query, key, value, params.d_model)
-    named = {"query": query, "key": key, "value": value}
-    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
-        x = getattr(params, name)
-        if x is not None:
-            c.check_array(f"params.{name}", x)
-            named[f"params.{name}"] = x
-    _validate.check_same_dtype(named)
-    if mask is not None:
-        c.check_mask(mask, (B, params.num_heads, L, S), "(B, H, L, S)")
+def _check_layer(query, key, value, params, mask) -> dict[str, float]:
+    """The argument checks of :func:`mha.np_backend.multi_head_attention`; the magnitudes."""
+    return _validate.check_mha(query, key, value, params, mask, "fused", c.ARRAYS)
 
 
 @dataclass(frozen=True)
@@ -452,7 +462,7 @@ def multi_head_attention_forward(
     """
     if form not in BACKWARD_FORMS:
         raise ValueError(f"form must be one of {BACKWARD_FORMS}; got form={form!r}")
-    _check_layer(query, key, value, params, mask)
+    magnitudes = _check_layer(query, key, value, params, mask)
     _validate.check_block_size("block_q", block_q)
     _validate.check_block_size("block_kv", block_kv)
     H = params.num_heads
@@ -465,6 +475,18 @@ def multi_head_attention_forward(
     else:  # (B, H, L, Dh), (B, H, L)
         heads, lse = tiled.attention(q, k, val, mask, block_q=block_q, block_kv=block_kv)
     out = _linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
+    _validate.check_range(
+        "multi_head_attention_forward output",
+        _validate.mha_bound(magnitudes, params.d_model, params.num_heads),
+        out,
+        c.ARRAYS,
+        lambda: c.mha_overflow(
+            *(a.astype(np.float64) for a in (query, key, value)),
+            params.to_numpy(np.float64),
+            mask,
+            c.largest(out.dtype),
+        ),
+    )
     saved = MHASaved(
         query, key, value, params, mask, form, q, k, val, heads, weights, lse, block_q, block_kv
     )
@@ -490,7 +512,8 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
         :class:`MHAGradients`.
 
     Raises:
-        ValueError: if ``d_out`` is not ``(B, L, D)`` or not finite.
+        ValueError: if ``d_out`` is not ``(B, L, D)`` or not finite, or a gradient overflows
+            the dtype.
         TypeError: if ``saved`` is not an :class:`MHASaved`, or ``d_out`` is not a float
             array of the layer's dtype.
     """
@@ -518,7 +541,13 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     d_w_qkv = np.concatenate([g[1] for g in grads], axis=1)  # 3 x (D, D) -> (D, 3D)
     d_b_qkv = np.concatenate([g[2] for g in grads]) if bias_in else None  # (3D,)
     d_params = MHAParams(d_w_qkv, d_w_o, d_b_qkv, d_b_o, H)
-    return MHAGradients(grads[0][0], grads[1][0], grads[2][0], d_params)
+    result = MHAGradients(grads[0][0], grads[1][0], grads[2][0], d_params)
+    named = {"d_query": result.d_query, "d_key": result.d_key, "d_value": result.d_value}
+    named |= {f"d_params.{n}": getattr(d_params, n) for n in ("w_qkv", "w_o", "b_qkv", "b_o")}
+    for what, g in named.items():
+        if g is not None:
+            c.check_result(f"backward.multi_head_attention {what}", g)
+    return result
 
 
 def _sdpa_magnitudes(q, k, v_, weights, d_out):

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from mha import _linalg
+from mha import _linalg, _validate
 from mha.params import MHAParams
 from mha.rank import numerical_rank
 
@@ -42,8 +42,7 @@ def centering_matrix(n: int) -> np.ndarray:
     Raises:
         ValueError: if ``n`` is not a positive int.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int; got {n!r}")
+    _validate.check_positive("n", n)
     return np.eye(n) - np.full((n, n), 1.0 / n)
 
 
@@ -117,7 +116,9 @@ def required_head_width(target: Any, centre: bool = True) -> int:
 
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`.
+        TypeError: if ``centre`` is not a bool.
     """
+    _validate.check_bool("centre", centre)
     m = centred_log(target) if centre else np.log(check_attention_target(target))
     return numerical_rank(m)
 
@@ -186,12 +187,13 @@ def bhojanapalli_projections(
     Raises:
         ValueError: if ``x`` does not have rank N, the target fails
             :func:`check_attention_target` or has another size, or ``d_head`` is too small.
-        TypeError: if ``d_head`` is not an int, or an array is not floating.
+        TypeError: if ``d_head`` is not an int, ``centre`` is not a bool, or an array is not
+            floating.
     """
+    _validate.check_bool("centre", centre)
     x = _linalg.as_matrix("x", x)
     p = check_attention_target(target)
-    if isinstance(d_head, bool) or not isinstance(d_head, int):
-        raise TypeError(f"d_head must be an int; got {type(d_head).__name__} {d_head!r}")
+    _validate.check_int("d_head", d_head)
     N = x.shape[0]
     if p.shape[0] != N:
         raise ValueError(f"target must be ({N}, {N}) for x with N={N} rows; got {p.shape}")
@@ -257,8 +259,7 @@ def centred_logit_floor(target: Any, d_head: int) -> float:
     Raises:
         ValueError: if ``d_head`` is negative, or as :func:`check_attention_target`.
     """
-    if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head < 0:
-        raise ValueError(f"d_head must be a non-negative int; got {d_head!r}")
+    _validate.check_at_least("d_head", d_head, 0)
     s = _linalg.svdvals(centred_log(target))
     return float(np.sqrt(np.sum(s[d_head:] ** 2)))
 
@@ -321,8 +322,9 @@ def fit_attention(
         ``(w_q, w_k, error)``: the fitted projections and their final centred-logit error.
 
     Raises:
-        ValueError: if ``d_head`` or ``steps`` is not positive, shapes disagree, or as
-            :func:`check_attention_target`.
+        ValueError: if ``d_head`` or ``steps`` is not positive, ``lr`` is not positive and
+            finite, shapes disagree, or as :func:`check_attention_target`.
+        TypeError: if ``d_head`` or ``steps`` is not an int, or ``lr`` not a real number.
     """
     x = _linalg.as_matrix("x", x)
     (w,) = _fit(x, [target], [d_head], steps, lr, seed)
@@ -359,7 +361,7 @@ def fit_attention_sweep(
         The final :func:`centred_logit_error` of every (target, head width) fit.
 
     Raises:
-        ValueError: as :func:`fit_attention`.
+        ValueError, TypeError: as :func:`fit_attention`.
     """
     x = _linalg.as_matrix("x", x)
     pairs = [(t, d) for t in targets for d in d_heads]
@@ -381,8 +383,8 @@ def _fit(
     if goals.shape[1] != N:
         raise ValueError(f"target must be (N, N) with N = x.shape[0] = {N}; got {goals.shape[1:]}")
     for name, value in [("steps", steps)] + [("d_head", d) for d in d_heads]:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {value!r}")
+        _validate.check_positive(name, value)
+    _validate.check_positive_number("lr", lr)
     K, width = len(d_heads), max(d_heads)
     rng = np.random.default_rng(seed)
     init = np.zeros((K, 2, D, width))
@@ -439,8 +441,7 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
             f"targets must have shape (K, N, N) with 1 <= K <= 8; got {np.shape(targets)}"
         )
     for name, value in (("num_heads", num_heads), ("d_head", d_head)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {value!r}")
+        _validate.check_positive(name, value)
     logs = np.stack([centred_log(t) for t in targets])  # (K, N, N)
 
     def group_error(group: tuple[int, ...]) -> float:
@@ -572,10 +573,8 @@ def offset_head(n: int, offset: int, gap: float) -> tuple[np.ndarray, np.ndarray
         ValueError: if ``n`` is not an int >= 2, or ``gap`` is not positive and finite.
         TypeError: if ``offset`` is not an int.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ValueError(f"n must be an int >= 2; got {n!r}")
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int; got {type(offset).__name__} {offset!r}")
+    _validate.check_at_least("n", n, 2)
+    _validate.check_int("offset", offset)
     if not (np.isfinite(gap) and gap > 0):
         raise ValueError(f"gap must be positive and finite; got {gap!r}")
     theta = np.pi / n
@@ -610,8 +609,7 @@ def truncated_centred_log(target: Any, d_head: int) -> np.ndarray:
         ValueError: if ``d_head`` is not a non-negative int, or as
             :func:`check_attention_target`.
     """
-    if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head < 0:
-        raise ValueError(f"d_head must be a non-negative int; got {d_head!r}")
+    _validate.check_at_least("d_head", d_head, 0)
     u, s, vt = np.linalg.svd(centred_log(target))
     return (u[:, :d_head] * s[:d_head]) @ vt[:d_head]  # (N, Dh) @ (Dh, N)
 

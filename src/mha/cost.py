@@ -147,11 +147,12 @@ def attention_flops(
     Raises:
         ValueError: if a size is not positive, H does not divide D, or ``num_kv_heads``
             does not divide H.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int or ``bias`` is not a bool.
     """
     for name, value in (("batch_size", batch_size), ("q_len", q_len), ("kv_len", kv_len)):
         _validate.check_positive(name, value)
     _validate.check_sizes(d_model, num_heads)
+    _validate.check_bool("bias", bias)
     G = num_heads if num_kv_heads is None else num_kv_heads
     _validate.check_positive("num_kv_heads", G)
     if num_heads % G != 0:
@@ -195,10 +196,11 @@ def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> i
 
     Raises:
         ValueError: on an unknown form or a non-positive ``num_heads``.
-        TypeError: if ``num_heads`` is not an int.
+        TypeError: if ``num_heads`` is not an int or ``self_attention`` is not a bool.
     """
     _validate.check_positive("num_heads", num_heads)
     _validate.check_form(form)
+    _validate.check_bool("self_attention", self_attention)
     if form == "per_head":
         return 5 * num_heads + 1
     if form == "fused":
@@ -644,8 +646,7 @@ def decode_step_cost(
             f"num_kv_heads must divide num_heads; got num_heads={num_heads}, "
             f"num_kv_heads={num_kv_heads}"
         )
-    if not isinstance(cached, bool):
-        raise TypeError(f"cached must be a bool; got {type(cached).__name__} {cached!r}")
+    _validate.check_bool("cached", cached)
     D, H, H_kv, B = d_model, num_heads, num_kv_heads, batch_size
     Dh, N = D // H, kv_len + 1
     item = _itemsize(dtype)
@@ -765,6 +766,8 @@ def _io_blocks(
         )
     if blocks is None:
         return tiled_block_sizes(d_head, fast_memory)
+    if not isinstance(blocks, tuple | list) or len(blocks) != 2:
+        raise TypeError(f"blocks must be a pair (Br, Bc); got {_validate.describe(blocks)}")
     block_q, block_kv = blocks
     _validate.check_positive("blocks[0]", block_q)
     _validate.check_positive("blocks[1]", block_kv)
@@ -811,10 +814,12 @@ def tiled_attention_io(
     Raises:
         ValueError: if a size is not positive, or not exactly one of ``fast_memory`` and
             ``blocks`` is given.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int, ``blocks`` is not a pair, or ``causal`` is not
+            a bool.
     """
     for name, value in (("q_len", q_len), ("kv_len", kv_len), ("d_head", d_head)):
         _validate.check_positive(name, value)
+    _validate.check_bool("causal", causal)
     block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
     key_rows = 0
     for start in range(0, q_len, block_q):

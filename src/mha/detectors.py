@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from mha import _validate
+from mha._np_checks import as_numpy
 from mha.params import MHAParams
 
 ROW_SUM_ATOL = 1e-4
@@ -54,7 +56,7 @@ def _check_weights(weights: Any, name: str = "weights") -> np.ndarray:
     Returns:
         The weights in float64, each row divided by its sum.
     """
-    w = np.asarray(weights)
+    w = as_numpy(name, weights)
     if not np.issubdtype(w.dtype, np.floating):
         raise TypeError(
             f"{name} must be a floating array of attention weights; got dtype {w.dtype}"
@@ -79,6 +81,20 @@ def _check_weights(weights: Any, name: str = "weights") -> np.ndarray:
             f"row(s) that do not, e.g. a row summing to {worst:.6g}"
         )
     return w / sums
+
+
+def _float_array(name: str, x: Any) -> np.ndarray:
+    """``x`` as a float64 NumPy array; a non-numeric array is refused naming ``name``."""
+    a = as_numpy(name, x)
+    if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
+        raise TypeError(f"{name} must be a numeric array; got dtype {a.dtype}")
+    return a.astype(np.float64)
+
+
+def _params64(params: Any) -> MHAParams:
+    if not isinstance(params, MHAParams):
+        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
+    return params.to_numpy(np.float64)
 
 
 def _check_square(w: np.ndarray, name: str, detector: str) -> None:
@@ -219,7 +235,7 @@ def first_token_score(weights: Any) -> np.ndarray:
 
 
 def _check_key_mask(key_in_class: Any, w: np.ndarray) -> np.ndarray:
-    k = np.asarray(key_in_class)
+    k = as_numpy("key_in_class", key_in_class)
     if k.dtype != np.bool_:
         raise TypeError(f"key_in_class must be a boolean array over the keys; got dtype {k.dtype}")
     S = w.shape[-1]
@@ -291,7 +307,7 @@ def broadness_score(weights: Any, mask: Any = None) -> np.ndarray:
     if mask is None:
         allowed = np.full(w.shape[-2], float(w.shape[-1]))  # (L,)
     else:
-        m = np.asarray(mask)
+        m = as_numpy("mask", mask)
         if m.dtype != np.bool_:
             raise TypeError(f"mask must be boolean (True = may attend); got dtype {m.dtype}")
         try:
@@ -316,7 +332,9 @@ def broadness_score(weights: Any, mask: Any = None) -> np.ndarray:
 
 
 def _check_arcs(arcs: Any, L: int, S: int) -> np.ndarray:
-    a = np.asarray(list(arcs) if not isinstance(arcs, np.ndarray) else arcs)
+    a = as_numpy(
+        "arcs", list(arcs) if isinstance(arcs, Iterable) and not hasattr(arcs, "shape") else arcs
+    )
     if a.size == 0:
         raise ValueError("arcs must hold at least one (query_index, key_index) pair; got none")
     if a.ndim != 2 or a.shape[1] != 2:
@@ -449,7 +467,7 @@ def all_scores(
 
 
 def _as_tokens(tokens: Any) -> np.ndarray:
-    t = np.asarray(tokens)
+    t = as_numpy("tokens", tokens)
     if not np.issubdtype(t.dtype, np.integer):
         raise TypeError(f"tokens must be an integer array of token ids; got dtype {t.dtype}")
     if t.ndim != 2:
@@ -535,7 +553,7 @@ def uniform_attention(mask: Any) -> np.ndarray:
         ValueError: if ``mask`` has fewer than 2 dimensions or a row with no key.
         TypeError: if ``mask`` is not boolean.
     """
-    m = np.asarray(mask)
+    m = as_numpy("mask", mask)
     if m.dtype != np.bool_:
         raise TypeError(f"mask must be boolean (True = may attend); got dtype {m.dtype}")
     if m.ndim < 2:
@@ -602,10 +620,8 @@ def offset_attention(q_len: int, offset: int) -> np.ndarray:
         ValueError: if ``q_len`` is not a positive int.
         TypeError: if ``offset`` is not an int.
     """
-    if isinstance(q_len, bool) or not isinstance(q_len, int | np.integer) or q_len < 1:
-        raise ValueError(f"q_len must be a positive int; got {q_len!r}")
-    if isinstance(offset, bool) or not isinstance(offset, int | np.integer):
-        raise TypeError(f"offset must be an int; got {type(offset).__name__} {offset!r}")
+    _validate.check_positive("q_len", q_len)
+    _validate.check_int("offset", offset)
     i = np.arange(q_len)
     target = np.where((i + offset >= 0) & (i + offset < q_len), i + offset, i)
     w = np.zeros((q_len, q_len))
@@ -679,7 +695,7 @@ def head_accuracy(
             a word index other than the word itself, ``direction`` is unknown, or the
             weights are not a non-negative square array.
     """
-    a = np.asarray(word_weights, dtype=np.float64)
+    a = _float_array("word_weights", word_weights)
     if a.ndim < 2 or a.shape[-1] != a.shape[-2] or (a < 0).any():
         raise ValueError(
             f"word_weights must be a non-negative (..., W, W) array; got shape {a.shape}"
@@ -744,10 +760,8 @@ def value_norms(x: Any, params: MHAParams) -> np.ndarray:
     Raises:
         ValueError: if ``x`` is not ``(B, S, D)`` with D = params.d_model.
     """
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().double().numpy()
-    x = np.asarray(x, dtype=np.float64)
-    p = params.to_numpy(np.float64)
+    x = _float_array("x", x)
+    p = _params64(params)
     H, D, Dh = p.num_heads, p.d_model, p.d_head
     if x.ndim != 3 or x.shape[-1] != D:
         raise ValueError(f"x must have shape (B, S, D) with D={D}; got shape {x.shape}")
@@ -780,7 +794,7 @@ def value_weighted_attention(weights: Any, norms: Any) -> np.ndarray:
             ``weights`` are not distributions.
     """
     w = _check_weights(weights)
-    n = np.asarray(norms, dtype=np.float64)
+    n = _float_array("norms", norms)
     if n.shape != w.shape[:-2] + w.shape[-1:]:
         raise ValueError(
             f"norms must have shape {w.shape[:-2] + w.shape[-1:]} for weights {w.shape}; "
@@ -820,10 +834,8 @@ def score_terms(x: Any, params: MHAParams) -> dict[str, np.ndarray]:
     Raises:
         ValueError: if ``x`` is not ``(B, L, D)`` with D = params.d_model.
     """
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().double().numpy()
-    x = np.asarray(x, dtype=np.float64)
-    p = params.to_numpy(np.float64)
+    x = _float_array("x", x)
+    p = _params64(params)
     H, D, Dh = p.num_heads, p.d_model, p.d_head
     if x.ndim != 3 or x.shape[-1] != D:
         raise ValueError(f"x must have shape (B, L, D) with D={D}; got shape {x.shape}")
@@ -874,8 +886,8 @@ def copying_score(w_e: Any, w_v: Any, w_o: Any, w_u: Any) -> np.ndarray:
         ValueError: if the shapes do not chain, or every eigenvalue is 0.
     """
     e, v, o, u = (
-        np.asarray(t.detach().cpu().double().numpy() if hasattr(t, "detach") else t, float)
-        for t in (w_e, w_v, w_o, w_u)
+        _float_array(name, t)
+        for name, t in (("w_e", w_e), ("w_v", w_v), ("w_o", w_o), ("w_u", w_u))
     )
     D = e.shape[-1]
     if (

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from mha import _validate
+
 
 def _number(value: float, digits: int) -> str:
     if float(value).is_integer():
@@ -45,10 +47,7 @@ def latex_matrix(a: Any, digits: int = 3) -> str:
         raise TypeError(f"a must be numeric; got dtype {m.dtype}")
     if m.ndim not in (1, 2):
         raise ValueError(f"a must have shape (m, n) or (n,); got {m.ndim}-D shape {m.shape}")
-    if isinstance(digits, bool) or not isinstance(digits, int):
-        raise TypeError(f"digits must be an int; got {type(digits).__name__}")
-    if digits < 0:
-        raise ValueError(f"digits must be at least 0; got digits={digits}")
+    _validate.check_at_least("digits", digits, 0)
     rows = np.atleast_2d(m).astype(np.float64)
     body = r" \\ ".join(" & ".join(_number(x, digits) for x in row) for row in rows)
     return rf"\begin{{bmatrix}} {body} \end{{bmatrix}}"

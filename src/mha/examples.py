@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mha import _validate
 from mha._linalg import one_thread
 from mha.module import MultiHeadAttention
 from mha.params import MHAParams
@@ -296,7 +297,11 @@ def residual_stack(
     Shape:
         x ``(B, L, D)``. Returns ``num_blocks + 1`` arrays ``(B, L, D)``: the input, then
         the stream after each block.
+
+    Raises:
+        TypeError: if ``norm_first`` is not a bool.
     """
+    _validate.check_bool("norm_first", norm_first)
     from mha import np_backend
     from mha.params import init_params
 

@@ -22,10 +22,21 @@ from typing import Any
 import numpy as np
 
 from mha import _validate
+from mha._np_checks import numpy_float_dtype
 
 
 def _is_torch_dtype(dtype: Any) -> bool:
     return type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype"
+
+
+def _magnitude(x: Any) -> float:
+    """The largest ``|x|`` (``inf`` for NaN or infinity, 0 for no values, as on ``meta``)."""
+    size = x.numel() if hasattr(x, "numel") else x.size
+    if size == 0 or getattr(x, "is_meta", False):
+        return 0.0
+    if hasattr(x, "detach"):
+        x = x.detach()
+    return _validate.extremes_max_abs(x.min(), x.max())
 
 
 class KVCache:
@@ -39,14 +50,17 @@ class KVCache:
         capacity: the most positions the cache can hold.
         dtype: ``np.float32``/``np.float64`` for NumPy buffers, or a floating
             ``torch.dtype`` for PyTorch buffers.
-        device: where PyTorch buffers live (ignored for NumPy).
+        device: where PyTorch buffers live (``None`` for the default); NumPy buffers live on
+            the CPU (``None`` or ``"cpu"``).
 
     Shape:
         :attr:`keys` and :attr:`values` ``(B, H_kv, S, Dh)``, ``S`` = :attr:`length`.
 
     Raises:
-        ValueError: if a size is not positive.
-        TypeError: if a size is not an int, or ``dtype`` is not a floating dtype.
+        ValueError: if a size is not positive, or ``device`` names no device available here
+            or one other than the CPU for NumPy buffers.
+        TypeError: if a size is not an int, ``dtype`` is not a floating dtype, or ``device``
+            is not a device or a name.
     """
 
     def __init__(
@@ -65,27 +79,27 @@ class KVCache:
             ("d_head", d_head),
             ("capacity", capacity),
         ):
-            _validate.check_int(name, value)
-            if value <= 0:
-                raise ValueError(f"{name} must be positive; got {name}={value}")
+            _validate.check_positive(name, value)
         shape = (batch_size, num_kv_heads, capacity, d_head)
         if _is_torch_dtype(dtype):
             import torch
 
             if not dtype.is_floating_point:
                 raise TypeError(f"dtype must be a floating dtype; got dtype {dtype}")
+            device = _validate.check_device("device", device)
             self._k = torch.empty(shape, dtype=dtype, device=device)
             self._v = torch.empty(shape, dtype=dtype, device=device)
         else:
-            try:
-                np_dtype = np.dtype(dtype)
-            except TypeError as error:
-                raise TypeError(f"dtype must be a floating dtype; got {dtype!r}") from error
-            if np_dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-                raise TypeError(f"dtype must be float32 or float64; got dtype {np_dtype}")
+            if device is not None and str(device) != "cpu":
+                raise ValueError(
+                    "device must be None or 'cpu' for NumPy buffers (pass a torch dtype for "
+                    f"PyTorch buffers elsewhere); got device={device!r} with dtype {dtype!r}"
+                )
+            np_dtype = numpy_float_dtype("dtype", dtype, (np.float32, np.float64))
             self._k = np.empty(shape, dtype=np_dtype)
             self._v = np.empty(shape, dtype=np_dtype)
         self._length = 0
+        self._max_abs = 0.0
 
     @property
     def batch_size(self) -> int:
@@ -131,16 +145,26 @@ class KVCache:
         return self._v[:, :, : self._length]
 
     @property
+    def max_abs(self) -> float:
+        """The largest ``|entry|`` appended since the cache was made or reset: a bound on
+        every cached key and value, so that a layer can tell that attending to them cannot
+        overflow without reading them again."""
+        return self._max_abs
+
+    @property
     def nbytes(self) -> int:
         """Bytes held by the two buffers (allocated at full capacity)."""
         return 2 * int(self._k.nbytes)
 
-    def append(self, key: Any, value: Any) -> None:
+    def append(self, key: Any, value: Any, *, max_abs: float | None = None) -> None:
         """Write the projected keys and values of ``n`` new positions after the cached ones.
 
         Args:
             key: new keys, of the cache's library and dtype.
             value: new values, the same shape.
+            max_abs: a bound on every ``|key|`` and ``|value|`` entry already known to the
+                caller (a layer knows one from its inputs' magnitudes); ``None`` measures
+                them. It keeps :attr:`max_abs` a bound without another pass over the data.
 
         Shape:
             key and value ``(B, H_kv, n, Dh)``.
@@ -181,6 +205,9 @@ class KVCache:
                 f"{self._length} and got {n} more"
             )
         end = self._length + n
+        if max_abs is None:
+            max_abs = max(_magnitude(key), _magnitude(value))
+        self._max_abs = max(self._max_abs, float(max_abs))
         self._k[:, :, self._length : end] = key
         self._v[:, :, self._length : end] = value
         self._length = end
@@ -188,6 +215,7 @@ class KVCache:
     def reset(self) -> None:
         """Forget every cached position (the buffers are kept for reuse)."""
         self._length = 0
+        self._max_abs = 0.0
 
     def truncate(self, length: int) -> None:
         """Keep only the first ``length`` positions, e.g. to drop rejected draft tokens.

@@ -143,7 +143,9 @@ def peak_rss_increase(fn: Callable[[], Any], *, warmup: bool = True) -> int:
 
     Raises:
         RuntimeError: if ``/proc/self/clear_refs`` or glibc's ``mallopt`` is unavailable.
+        TypeError: if ``warmup`` is not a bool.
     """
+    _validate.check_bool("warmup", warmup)
     clear_refs = _PROC_SELF / "clear_refs"
     if not clear_refs.exists():
         raise RuntimeError(f"peak_rss_increase needs Linux: {clear_refs} does not exist")
@@ -910,7 +912,10 @@ def time_tiled(
     Raises:
         ValueError: on bad sizes, block sizes, clock or dtype.
         RuntimeError: if the child process fails.
+        TypeError: if ``backward`` or ``attention`` is not a bool.
     """
+    _validate.check_bool("backward", backward)
+    _validate.check_bool("attention", attention)
     for name, value in (("batch_size", batch_size), ("q_len", q_len), ("repeat", repeat)):
         _validate.check_positive(name, value)
     if threads is not None:

@@ -29,14 +29,21 @@ class MultiHeadAttention(nn.Module):
         seed: seed of the initial parameters (see :func:`mha.params.init_params`); the
             NumPy backend gets the same model from ``init_params(..., seed=seed)``.
         dtype: parameter dtype (float64, float32 or bfloat16).
-        device: parameter device.
+        device: parameter device (a ``torch.device`` or a name such as ``"cpu"``; ``"meta"``
+            gives a module for shape inference).
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)``, mask broadcastable to
-        ``(B, H, L, S)``. Output ``(B, L, D)``, weights ``(B, H, L, S)``.
+        ``(B, H, L, S)`` from the right (``(L, S)``, ``(H, L, S)``, ``(B, 1, 1, S)``,
+        ``(B, 1, L, S)``; see ``forward``). Output ``(B, L, D)``, weights ``(B, H, L, S)``.
 
     Raises:
-        ValueError, TypeError: as :func:`mha.torch_backend.multi_head_attention`.
+        ValueError: if a size is not positive, H does not divide D, ``seed`` is negative,
+            or ``device`` names no device available here; in ``forward``, as
+            :func:`mha.torch_backend.multi_head_attention`.
+        TypeError: if a size or ``seed`` is not an int, ``bias`` is not a bool, ``dtype`` is
+            not one of the three, or ``device`` is not a device or a name; in ``forward``,
+            as :func:`mha.torch_backend.multi_head_attention`.
     """
 
     def __init__(
@@ -87,7 +94,8 @@ class MultiHeadAttention(nn.Module):
             A new ``MultiHeadAttention`` whose parameters equal ``params``.
 
         Raises:
-            TypeError: if ``params`` is not ``MHAParams``.
+            TypeError: if ``params`` is not ``MHAParams`` or ``dtype`` is not one of the
+                module's dtypes.
             ValueError: if ``params`` has one of the two biases but not the other.
         """
         if not isinstance(params, MHAParams):
@@ -105,6 +113,7 @@ class MultiHeadAttention(nn.Module):
             bias=t.b_qkv is not None,
             num_kv_heads=params.num_kv_heads,
             dtype=t.dtype,
+            device=t.w_qkv.device,
         )
         with torch.no_grad():
             module.w_qkv.copy_(t.w_qkv)
@@ -153,7 +162,10 @@ class MultiHeadAttention(nn.Module):
             query: queries.
             key: keys; ``None`` for ``query`` (self-attention).
             value: values; ``None`` for ``key``.
-            mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+            mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)`` from the
+                right, as in :func:`mha.torch_backend.multi_head_attention`: ``(L, S)`` for
+                all, ``(H, L, S)`` per head, ``(B, 1, 1, S)`` or ``(B, 1, L, S)`` per batch
+                element (a ``(B, S)`` or ``(B, L, S)`` mask is not read per batch element).
             need_weights: whether to compute and return the attention weights.
             form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
             cache: a :class:`mha.kv_cache.KVCache` for incremental decoding (see
@@ -193,16 +205,31 @@ def to_torch_mha(
 
     Args:
         source: our module or parameters (NumPy or PyTorch).
-        batch_first: the layout of the returned module's inputs.
+        batch_first: the layout of the returned module's inputs (a bool).
 
     Returns:
-        A new ``nn.MultiheadAttention`` with copied weights, in ``source``'s dtype.
+        A new ``nn.MultiheadAttention`` with copied weights, in ``source``'s dtype and on its
+        device; a module ``source`` also passes on its training mode.
 
     Raises:
+        TypeError: if ``source`` is neither a :class:`MultiHeadAttention` nor
+            ``MHAParams`` (an ``nn.MultiheadAttention`` included: :func:`from_torch_mha`
+            converts the other way), or ``batch_first`` is not a bool.
         ValueError: if ``source`` is grouped-query attention (``nn.MultiheadAttention`` has
             one key/value head per query head); :func:`mha.params.repeat_kv_heads` gives
             the equivalent multi-head layer.
     """
+    if isinstance(source, nn.MultiheadAttention):
+        raise TypeError(
+            "source must be a mha.MultiHeadAttention or MHAParams; got a "
+            "torch.nn.MultiheadAttention, which is PyTorch's module already "
+            "(from_torch_mha converts it to this package's)"
+        )
+    if not isinstance(source, MultiHeadAttention | MHAParams):
+        raise TypeError(
+            f"source must be a mha.MultiHeadAttention or MHAParams; got {type(source).__name__}"
+        )
+    _validate.check_bool("batch_first", batch_first)
     p = source.params() if isinstance(source, MultiHeadAttention) else source
     if p.num_kv_heads != p.num_heads:
         raise ValueError(
@@ -213,8 +240,15 @@ def to_torch_mha(
     p = p.to_torch()
     has_bias = p.b_qkv is not None or p.b_o is not None
     m = nn.MultiheadAttention(
-        p.d_model, p.num_heads, bias=has_bias, batch_first=batch_first, dtype=p.dtype
+        p.d_model,
+        p.num_heads,
+        bias=has_bias,
+        batch_first=batch_first,
+        dtype=p.dtype,
+        device=p.w_qkv.device,
     )
+    if isinstance(source, MultiHeadAttention):
+        m.train(source.training)
     with torch.no_grad():
         m.in_proj_weight.copy_(packing.to_in_proj_weight(p.w_qkv))  # (D, 3D) -> (3D, D)
         m.out_proj.weight.copy_(packing.linear_transpose(p.w_o))  # (D, D), transposed
@@ -228,21 +262,33 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
     """Our module computing the same map as ``m`` (whatever its ``batch_first``).
 
     Our module is always batch first: feed it ``(B, L, D)`` even if ``m`` took
-    ``(L, B, D)``.
+    ``(L, B, D)``. Everything else that shapes the map is kept or refused: the weights,
+    biases, dtype and device are copied, the training mode and which parameters require
+    grad are passed on, and what this package does not have (attention dropout, separate
+    key and value widths, ``add_bias_kv``, ``add_zero_attn``, one bias without the other)
+    raises instead of being dropped.
 
     Args:
         m: the PyTorch module to copy.
 
     Returns:
-        A new ``MultiHeadAttention`` with copied weights, in ``m``'s dtype.
+        A new ``MultiHeadAttention`` with copied weights, in ``m``'s dtype and on its device.
 
     Raises:
-        ValueError: if ``m`` uses features this package does not have (separate key and
-            value widths, ``add_bias_kv``, ``add_zero_attn``).
-        TypeError: if ``m`` is not an ``nn.MultiheadAttention``.
+        ValueError: if ``m`` uses features this package does not have (attention dropout,
+            separate key and value widths, ``add_bias_kv``, ``add_zero_attn``, an input
+            bias without an output bias or the reverse).
+        TypeError: if ``m`` is not an ``nn.MultiheadAttention`` or its dtype is not one of
+            this module's (float64, float32, bfloat16).
     """
     if not isinstance(m, nn.MultiheadAttention):
         raise TypeError(f"m must be a torch.nn.MultiheadAttention; got {type(m).__name__}")
+    if m.dropout != 0.0:
+        raise ValueError(
+            "m must have dropout=0.0: MultiHeadAttention has no attention dropout, so in "
+            f"training mode it would compute another map; got dropout={m.dropout} (set "
+            "m.dropout = 0.0 to convert the map m computes in eval mode)"
+        )
     if m.kdim != m.embed_dim or m.vdim != m.embed_dim:
         raise ValueError(
             "m must have kdim == vdim == embed_dim; got "
@@ -253,7 +299,20 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
             "m must not use add_bias_kv or add_zero_attn; got "
             f"add_bias_kv={m.bias_k is not None}, add_zero_attn={m.add_zero_attn}"
         )
+    dtype = m.out_proj.weight.dtype if m.in_proj_weight is None else m.in_proj_weight.dtype
+    if dtype not in torch_backend.FLOATS:
+        names = ", ".join(str(d) for d in torch_backend.FLOATS)
+        raise TypeError(
+            f"m must have a floating dtype ({names}); got m.in_proj_weight.dtype {dtype} "
+            "(convert with m.to(torch.float32))"
+        )
     has_bias = m.in_proj_bias is not None
+    if has_bias != (m.out_proj.bias is not None):
+        raise ValueError(
+            "m must have both biases or neither (in_proj_bias and out_proj.bias); got "
+            f"in_proj_bias={'present' if has_bias else 'None'}, "
+            f"out_proj.bias={'None' if m.out_proj.bias is None else 'present'}"
+        )
     params = MHAParams(
         w_qkv=packing.from_in_proj_weight(m.in_proj_weight.detach()).clone(),  # -> (D, 3D)
         w_o=packing.linear_transpose(m.out_proj.weight.detach()).clone(),  # (D, D)
@@ -261,7 +320,17 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
         b_o=m.out_proj.bias.detach().clone() if has_bias else None,
         num_heads=m.num_heads,
     )
-    return MultiHeadAttention.from_params(params)
+    module = MultiHeadAttention.from_params(params)
+    module.train(m.training)
+    for ours, theirs in (
+        (module.w_qkv, m.in_proj_weight),
+        (module.w_o, m.out_proj.weight),
+        (module.b_qkv, m.in_proj_bias),
+        (module.b_o, m.out_proj.bias),
+    ):
+        if ours is not None:
+            ours.requires_grad_(theirs.requires_grad)
+    return module
 
 
 def to_torch_attn_mask(
@@ -270,20 +339,25 @@ def to_torch_attn_mask(
     *,
     batch_size: int | None = None,
     q_len: int | None = None,
+    kv_len: int | None = None,
 ) -> torch.Tensor:
     """Convert our keep-mask to ``nn.MultiheadAttention``'s ``attn_mask`` (True = blocked).
 
     ``nn.MultiheadAttention`` wants exactly ``(L, S)`` or ``(B * H, L, S)``. Size-1
-    batch and query dimensions of a 4-D mask (a key-padding mask ``(B, 1, 1, S)``,
-    a per-head mask ``(1, H, L, S)``) are expanded to ``batch_size`` and ``q_len``
-    when those are given. For ``nn.MultiheadAttention``'s own ``key_padding_mask``
-    ``(B, S)`` the conversion is the same negation: ``~keep[:, 0, 0, :]``.
+    dimensions of the mask (a key-padding mask ``(B, 1, 1, S)``, a per-head mask
+    ``(1, H, L, S)``, a mask ``(..., 1)`` that is the same for every key) are expanded to
+    ``batch_size``, ``q_len`` and ``kv_len`` when those are given; without them a size-1
+    dimension stays 1, which ``nn.MultiheadAttention`` accepts only when that is the true
+    size. For ``nn.MultiheadAttention``'s own ``key_padding_mask`` ``(B, S)`` the conversion
+    is the same negation: ``~keep[:, 0, 0, :]``.
 
     Args:
-        mask: boolean, True = may attend, 2-D ``(L, S)`` or 4-D ``(B|1, H|1, L|1, S)``.
+        mask: boolean, True = may attend, 2-D ``(L|1, S|1)`` or 4-D
+            ``(B|1, H|1, L|1, S|1)``.
         num_heads: H, since PyTorch wants a 3-D mask as ``(B * H, L, S)``.
         batch_size: B, to expand a mask whose batch dimension is 1.
         q_len: L, to expand a mask whose query dimension is 1.
+        kv_len: S, to expand a mask whose key dimension is 1.
 
     Shape:
         ``(L, S)`` stays ``(L, S)``; a 4-D mask becomes ``(B * H, L, S)``.
@@ -292,29 +366,38 @@ def to_torch_attn_mask(
         A boolean tensor, True = blocked, as ``nn.MultiheadAttention``'s ``attn_mask``.
 
     Raises:
-        TypeError: if ``mask`` is not a boolean tensor.
-        ValueError: if ``mask`` is neither 2-D nor 4-D, or its head dimension is
-            neither 1 nor ``num_heads``.
+        TypeError: if ``mask`` is not a dense boolean tensor, or a size is not an int.
+        ValueError: if ``mask`` is neither 2-D nor 4-D, a size is not positive, or a mask
+            dimension is neither 1 nor the size given for it (the head dimension: neither 1
+            nor ``num_heads``).
     """
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"mask must be a boolean tensor (True = may attend); got {got}")
+    _validate.check_dense("mask", mask)
     _validate.check_positive("num_heads", num_heads)
-    if mask.ndim == 2:
-        if q_len is not None:
-            mask = mask.expand(q_len, mask.shape[-1])  # (1|L, S) -> (L, S)
-        return ~mask
-    if mask.ndim != 4:
+    for name, size in (("batch_size", batch_size), ("q_len", q_len), ("kv_len", kv_len)):
+        if size is not None:
+            _validate.check_positive(name, size)
+    if mask.ndim not in (2, 4):
         raise ValueError(
             f"mask must be 2-D (L, S) or 4-D (B, H, L, S); got {mask.ndim}-D shape "
             f"{tuple(mask.shape)}"
         )
-    if mask.shape[1] not in (1, num_heads):
-        raise ValueError(
-            f"mask head dimension must be 1 or num_heads={num_heads}; got shape {tuple(mask.shape)}"
-        )
-    B, _, L, S = mask.shape
-    B = B if batch_size is None else batch_size
-    L = L if q_len is None else q_len
-    full = mask.expand(B, num_heads, L, S)  # (B|1, H|1, L|1, S) -> (B, H, L, S)
-    return ~full.reshape(B * num_heads, L, S)  # -> (B * H, L, S), True = blocked
+    named = (("batch", "batch_size", batch_size), ("head", "num_heads", num_heads))
+    named = (named if mask.ndim == 4 else ()) + (
+        ("query", "q_len", q_len),
+        ("key", "kv_len", kv_len),
+    )
+    target = []
+    for (what, name, size), n in zip(named, mask.shape, strict=True):
+        if size is not None and n not in (1, size):
+            raise ValueError(
+                f"mask {what} dimension must be 1 or {name}={size}; got shape {tuple(mask.shape)}"
+            )
+        target.append(n if size is None else size)
+    full = mask.expand(*target)  # (B|1, H|1, L|1, S|1) -> (B, H, L, S), or (L, S)
+    if mask.ndim == 2:
+        return ~full  # (L, S), True = blocked
+    B, H, L, S = target
+    return ~full.reshape(B * H, L, S)  # -> (B * H, L, S), True = blocked

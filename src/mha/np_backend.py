@@ -8,6 +8,25 @@ backend by changing one import. Inputs are batch first: ``(B, L, D)`` queries an
 A fully masked query row (no key may be attended) gets all-zero attention weights and a
 zero attention output; in :func:`multi_head_attention` that row's output is the output
 bias ``b_o`` (or zero). PyTorch's ``scaled_dot_product_attention`` gives the same zeros.
+
+**How a mask is read.** A mask broadcasts to ``(B, H, L, S)`` by NumPy's rule, aligned from
+the right, as in ``scaled_dot_product_attention``: a 2-D mask is ``(L, S)`` (the same for
+every batch element and head), a 3-D mask ``(H, L, S)``, and a per-batch mask must carry its
+head and query dimensions, ``(B, 1, 1, S)`` for key padding (:func:`key_padding_mask` builds
+it) or ``(B, 1, L, S)``. Two readings that broadcasting would take silently against what was
+almost surely meant are caught: a 3-D mask whose leading size equals both ``B`` and ``H`` is
+refused (``ValueError``; pass ``mask[:, None]`` or ``mask[None]``), and a 2-D mask that looks
+like key padding while ``B = L`` draws an :class:`AmbiguousMaskWarning` (pass
+``mask[None, None]`` to state the ``(L, S)`` reading). A mask that does not broadcast names
+the likely intended shape in its error.
+
+Empty batches (``B = 0``) are allowed and give empty outputs; empty sequences (``L = 0`` or
+``S = 0``) raise. Every result is checked against overflow of its dtype: the largest
+magnitudes of the inputs, which the finiteness checks find anyway, bound every stage, and
+only when that bound comes near the dtype's largest value (inputs of about 1e16 in float32)
+is the computation redone in float64 to find the stage that overflowed. An output that
+would hold infinities or NaN, or wrong finite values from overflowed scores, raises
+``ValueError`` naming that stage instead.
 """
 
 from __future__ import annotations
@@ -16,12 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from mha import _validate, tiled
+from mha import _np_checks, _validate, tiled
 from mha._np_checks import ARRAYS
 from mha.kv_cache import KVCache
 from mha.params import MHAParams
 
 _ARRAYS = ARRAYS  # the checks this backend's arguments get (mha._np_checks)
+AmbiguousMaskWarning = _validate.AmbiguousMaskWarning  # a 2-D mask that may be key padding
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
 
 
@@ -72,7 +92,8 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
         kv_len: key length S.
 
     Shape:
-        lengths ``(B,)``; returns ``(B, 1, 1, S)``, which broadcasts to ``(B, H, L, S)``.
+        lengths ``(B,)``; returns ``(B, 1, 1, S)``, which broadcasts to ``(B, H, L, S)``
+        (``B = 0`` for an empty list gives an empty mask).
 
     Returns:
         A boolean array, True for the first ``lengths[b]`` keys of row ``b``.
@@ -81,8 +102,16 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
         ValueError: if ``lengths`` is not 1-D or a length is outside ``[0, S]``.
         TypeError: if ``lengths`` are not integers or ``kv_len`` is not an int.
     """
-    lengths = np.asarray(lengths)
     _validate.check_length("kv_len", kv_len, "S")
+    if isinstance(lengths, list | tuple) and len(lengths) == 0:
+        lengths = np.zeros(0, dtype=np.int64)  # an empty list has no dtype to check
+    try:
+        lengths = np.asarray(lengths)
+    except (TypeError, ValueError):
+        raise TypeError(
+            "lengths must be a 1-D sequence or array of integers; got "
+            f"{_validate.describe(lengths)}"
+        ) from None
     if lengths.ndim != 1:
         raise ValueError(f"lengths must have shape (B,); got shape {lengths.shape}")
     if not np.issubdtype(lengths.dtype, np.integer):
@@ -151,21 +180,39 @@ def scaled_dot_product_attention(
         Returns output ``(..., L, Dv)`` and weights ``(..., L, S)``.
 
     Returns:
-        ``(output, weights)``, NumPy arrays of the inputs' dtype.
+        ``(output, weights)``, NumPy arrays of the inputs' dtype. The weights' leading
+        dimensions broadcast those of query, key and mask; the output's also value's.
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
-            broadcast, or non-finite inputs.
-        TypeError: on non-float or mixed dtypes, or a non-boolean mask.
+            broadcast, non-finite inputs, or scores that overflow the dtype.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask, or a masked array.
     """
-    _validate.check_attention(query, key, value, mask, _ARRAYS)
-    return _attend(query, key, value, mask)
+    m = _validate.check_attention(query, key, value, mask, _ARRAYS)
+    out, weights = _attend(query, key, value, mask)
+    _validate.check_range(
+        "scaled_dot_product_attention output",
+        _validate.attention_bound(m["query"], m["key"], m["value"], query.shape[-1]),
+        out,
+        _ARRAYS,
+        lambda: _np_checks.attention_overflow(
+            *(a.astype(np.float64) for a in (query, key, value)), mask, _largest(out)
+        ),
+    )
+    return out, weights
+
+
+def _largest(x: np.ndarray) -> float:
+    return _np_checks.largest(x.dtype)
 
 
 def _attend(
     q: np.ndarray, k: np.ndarray, v_: np.ndarray, mask: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
     scale = 1.0 / np.sqrt(q.shape[-1])
+    if mask is not None and mask.ndim > 2:  # a mask may add batch dimensions to the scores
+        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], mask.shape[:-2])
+        q = np.broadcast_to(q, (*lead, *q.shape[-2:]))  # (..., L, Dh), a view
     scores = np.matmul(q, k.swapaxes(-1, -2))  # (..., L, Dh) @ (..., Dh, S) -> (..., L, S)
     scores *= scores.dtype.type(scale)
     weights = _softmax_inplace(scores, mask)  # (..., L, S)
@@ -251,7 +298,12 @@ def multi_head_attention(
         key: keys (pass ``query`` again for self-attention).
         value: values.
         params: the layer's parameters, NumPy arrays of the inputs' dtype.
-        mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+        mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)`` by NumPy's rule,
+            aligned from the right: ``(L, S)`` for every batch element and head, ``(H, L, S)``
+            per head, ``(B, 1, 1, S)`` (:func:`key_padding_mask`) or ``(B, 1, L, S)`` per
+            batch element. A ``(B, S)`` or ``(B, L, S)`` mask is *not* read per batch
+            element; a 3-D mask whose leading size equals both B and H is refused, and a
+            padding-like 2-D mask with B = L warns (see the module's "How a mask is read").
         form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
         need_weights: whether to return the attention weights (False for ``"tiled"``).
         cache: a :class:`mha.kv_cache.KVCache` of this layer's projected keys and values:
@@ -275,17 +327,19 @@ def multi_head_attention(
             the tiled form.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
     """
-    _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
+    magnitudes = _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
     _validate.check_form_weights(form, need_weights)
     H, H_kv = params.num_heads, params.num_kv_heads
     if form == "tiled":  # one projection at a time, split into heads as it is made
         q = split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
         k = split_heads(_linear(key, params.w_k, params.b_k), H_kv)  # (B, H_kv, S, Dh)
         val = split_heads(_linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
-        k, val = _with_cache(k, val, cache)
+        k, val = _with_cache(k, val, cache, magnitudes, params.d_model)
         out = _grouped(tiled.attention, q, k, val, mask, H_kv)[0]  # (B, H, L, Dh)
         del q, k, val
-        return _linear(merge_heads(out), params.w_o, params.b_o), None  # (B, L, D)
+        out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
+        _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
+        return out, None
     if form == "per_head":
         heads, weights = [], []
         for h in range(H):
@@ -301,6 +355,7 @@ def multi_head_attention(
             del w_h  # before the next head's scores exist: one (B, L, S) tensor at a time
         concat = np.concatenate(heads, axis=-1)  # H x (B, L, Dh) -> (B, L, D)
         out = _linear(concat, params.w_o, params.b_o)
+        _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
         return out, (np.stack(weights, axis=1) if need_weights else None)  # (B, H, L, S)
 
     D, kv_cols = params.d_model, params.kv_width
@@ -317,17 +372,62 @@ def multi_head_attention(
         val = _linear(value, params.w_v, params.b_v)  # (B, S, H_kv Dh)
     q = split_heads(q, H)  # (B, L, D) -> (B, H, L, Dh)
     k, val = split_heads(k, H_kv), split_heads(val, H_kv)  # (B, H_kv, S, Dh)
-    k, val = _with_cache(k, val, cache)  # with a cache: all its positions, (B, H_kv, S, Dh)
+    k, val = _with_cache(
+        k, val, cache, magnitudes, D
+    )  # with a cache: all its positions, (B, H_kv, S, Dh)
     out, weights = _grouped(_attend, q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
     out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
+    _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
     return out, (weights if need_weights else None)
 
 
-def _with_cache(k: np.ndarray, val: np.ndarray, cache: KVCache | None) -> tuple[Any, Any]:
+def _check_mha_range(
+    magnitudes: dict[str, float],
+    out: np.ndarray,
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: MHAParams,
+    mask: Any,
+    cache: KVCache | None,
+) -> None:
+    """Raise if the layer overflowed (no pass over any array while the bound holds)."""
+    if cache is not None:
+        magnitudes = {**magnitudes, "cache": cache.max_abs}
+
+    def locate() -> str | None:
+        cached = None
+        if cache is not None:  # the positions cached before this call's keys were appended
+            before = cache.length - key.shape[1]
+            cached = tuple(x[:, :, :before].astype(np.float64) for x in (cache.keys, cache.values))
+        return _np_checks.mha_overflow(
+            *(a.astype(np.float64) for a in (query, key, value)),
+            params.to_numpy(np.float64),
+            mask,
+            cached,
+            largest=_largest(out),
+        )
+
+    _validate.check_range(
+        "multi_head_attention output",
+        _validate.mha_bound(magnitudes, params.d_model, params.num_heads),
+        out,
+        _ARRAYS,
+        locate,
+    )
+
+
+def _with_cache(
+    k: np.ndarray,
+    val: np.ndarray,
+    cache: KVCache | None,
+    magnitudes: dict[str, float],
+    d_model: int,
+) -> tuple[Any, Any]:
     """The keys and values to attend to: these, or the cache's after appending these."""
     if cache is None:
         return k, val
-    cache.append(k, val)
+    cache.append(k, val, max_abs=_validate.key_value_bound(magnitudes, d_model))
     return cache.keys, cache.values
 
 
@@ -371,11 +471,16 @@ def layer_norm(
         ``(x - mean) / sqrt(var + eps) * weight + bias`` (biased variance, as in PyTorch).
 
     Raises:
-        ValueError: if ``eps`` is not a positive number, ``weight``/``bias`` are not
-            ``(D,)``, or an input is not finite.
-        TypeError: on non-float or mixed dtypes.
+        ValueError: if ``eps`` is not positive and finite, ``weight``/``bias`` are not
+            ``(D,)``, an input is not finite, or a row of ``x`` spreads so widely that its
+            variance would overflow (``D (max - min)^2`` reaches the dtype's largest value).
+        TypeError: on non-float or mixed dtypes, or a non-number ``eps`` (such as an array).
     """
-    _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
+    magnitudes = _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
+    variance, bound = _validate.layer_norm_bound(magnitudes, x.shape[-1])
+    if variance * _validate.RANGE_MARGIN >= _largest(x):  # only then a pass over the rows
+        spread = float((x.max(axis=-1).astype(np.float64) - x.min(axis=-1)).max())
+        _validate.check_layer_norm_range(spread, x.shape[-1], _largest(x), x.dtype)
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
     var = x.var(axis=-1, keepdims=True)  # (..., 1), biased as in torch
     y = (x - mean) / np.sqrt(var + eps)
@@ -383,6 +488,7 @@ def layer_norm(
         y = y * weight
     if bias is not None:
         y = y + bias
+    _validate.check_range("layer_norm output", bound, y, _ARRAYS, lambda: None)
     return y
 
 
@@ -436,10 +542,7 @@ def attention_block(
         TypeError: if ``norm_first`` is not a bool; and the errors of
             :func:`multi_head_attention` and :func:`layer_norm`.
     """
-    if not isinstance(norm_first, bool):
-        raise TypeError(
-            f"norm_first must be a bool; got {type(norm_first).__name__} {norm_first!r}"
-        )
+    _validate.check_bool("norm_first", norm_first)
     if norm_first:
         normed = layer_norm(x, ln_weight, ln_bias, eps)
         attn, weights = multi_head_attention(normed, normed, normed, params, mask, form=form)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from mha._validate import check_sizes
+from mha._validate import check_int, check_sizes
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
 
@@ -237,9 +237,10 @@ def head_span(d_model: int, num_heads: int, h: int) -> slice:
 
     Raises:
         ValueError: if ``h`` is out of range or the sizes are bad.
-        TypeError: if a size is not an int.
+        TypeError: if ``h`` or a size is not an int.
     """
     check_sizes(d_model, num_heads)
+    check_int("h", h)
     if not 0 <= h < num_heads:
         raise ValueError(f"h must be in [0, num_heads={num_heads}); got h={h}")
     Dh = d_model // num_heads

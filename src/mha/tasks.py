@@ -19,10 +19,13 @@ there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any
 
 import numpy as np
 import torch
+
+from mha import _validate
 
 
 @dataclass(frozen=True)
@@ -56,10 +59,7 @@ class RepeatedSegments:
 
 
 def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be at least {low}; got {name}={value}")
+    _validate.check_at_least(name, value, low)
 
 
 def repeated_segments(
@@ -100,7 +100,7 @@ def repeated_segments(
             ``min_period <= max_period <= seq_len // 2``, there are too few token ids for
             distinct tokens (``vocab_size < seq_len - min_period``), or ``prefix_prob`` is
             outside ``[0, 1]``.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int or ``prefix_prob`` is not a real number.
     """
     sizes = {
         "batch_size": batch_size,
@@ -121,6 +121,8 @@ def repeated_segments(
             "vocab_size must be at least seq_len - min_period (distinct tokens); got "
             f"vocab_size={vocab_size}, seq_len={seq_len}, min_period={min_period}"
         )
+    if isinstance(prefix_prob, bool) or not isinstance(prefix_prob, Real):
+        raise TypeError(f"prefix_prob must be a real number; got {_validate.describe(prefix_prob)}")
     if not 0.0 <= prefix_prob <= 1.0:
         raise ValueError(f"prefix_prob must lie in [0, 1]; got prefix_prob={prefix_prob}")
     gen = np.random.default_rng(rng)

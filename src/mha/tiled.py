@@ -171,7 +171,8 @@ def combine_stats(
         ``(m, l)`` of the union of the two blocks.
 
     Raises:
-        ValueError: if a maximum is NaN or ``+inf``, or a sum is negative or not finite.
+        ValueError: if a maximum is NaN or ``+inf``, a sum is negative or not finite, or the
+            combined sum overflows the dtype.
         TypeError: if an input is not a float array, or the dtypes differ.
     """
     for name, m in (("max_a", max_a), ("max_b", max_b)):
@@ -183,7 +184,9 @@ def combine_stats(
         if (s < 0).any():
             raise ValueError(f"{name} must be >= 0; got a negative sum")
     _validate.check_same_dtype({"max_a": max_a, "sum_a": sum_a, "max_b": max_b, "sum_b": sum_b})
-    return _combine(max_a, sum_a, max_b, sum_b)
+    row_max, row_sum = _combine(max_a, sum_a, max_b, sum_b)
+    c.check_result("combine_stats sum", row_sum)
+    return row_max, row_sum
 
 
 def online_softmax(
@@ -275,10 +278,7 @@ def softmax_tolerance(dtype: Any, *, terms: int, merges: int) -> tuple[float, fl
         ValueError: if ``terms < 1``, ``merges < 0``, or the row is too long for the dtype.
     """
     g = gamma(dtype, terms)
-    if isinstance(merges, bool) or not isinstance(merges, int | np.integer):
-        raise TypeError(f"merges must be an int; got {type(merges).__name__} {merges!r}")
-    if merges < 0:
-        raise ValueError(f"merges must be at least 0; got merges={merges}")
+    _validate.check_at_least("merges", merges, 0)
     u = unit_roundoff(dtype)
     row_sum = u * terms / math.e + (7 * merges + 6) * u + g
     weight = u / math.e + (7 * merges + 7) * u + row_sum
@@ -309,18 +309,33 @@ def _rows(rows: slice) -> tuple:
 
 
 def _check_attention(
-    query, key, value, mask, block_q, block_kv
-) -> tuple[tuple[int, ...], int, int]:
-    for name, x in _validate.distinct(("query", query), ("key", key), ("value", value)):
-        c.check_array(name, x)
-    _validate.check_same_dtype({"query": query, "key": key, "value": value})
+    query, key, value, mask, block_q, block_kv, io_counter=None
+) -> tuple[tuple[int, ...], int, int, float]:
+    """The checks of :func:`attention`; returns the batch, L, S and a bound on every stage."""
+    m = _validate.check_attention(query, key, value, mask, c.ARRAYS)
     L, S, _, _ = _validate.check_qkv(query, key, value)
     batch = _validate.broadcast_batch(query, key, value)
-    if mask is not None:
-        c.check_mask(mask, (*batch, L, S))
     _validate.check_block_size("block_q", block_q)
     _validate.check_block_size("block_kv", block_kv)
-    return batch, L, S
+    if io_counter is not None and not isinstance(io_counter, collections.Counter):
+        raise TypeError(
+            f"io_counter must be a collections.Counter or None; got {type(io_counter).__name__}"
+        )
+    bound = _validate.attention_bound(m["query"], m["key"], m["value"], query.shape[-1])
+    return batch, L, S, bound
+
+
+def _check_range(name, bound, out, query, key, value, mask) -> None:
+    """Raise if the scores or the output overflowed (only beyond ``bound``, a float64 pass)."""
+    _validate.check_range(
+        name,
+        bound,
+        out,
+        c.ARRAYS,
+        lambda: c.attention_overflow(
+            *(a.astype(np.float64) for a in (query, key, value)), mask, c.largest(out.dtype)
+        ),
+    )
 
 
 def attention(
@@ -370,10 +385,15 @@ def attention(
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not broadcast,
-            non-finite inputs or a block size below 1.
-        TypeError: on non-float or mixed dtypes, a non-boolean mask or a non-int block size.
+            non-finite inputs, a block size below 1, or scores that overflow the dtype.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask, a non-int block size,
+            a ``causal`` that is not a bool, or an ``io_counter``/``trace`` of another kind.
     """
-    batch, L, S = _check_attention(query, key, value, mask, block_q, block_kv)
+    batch, L, S, bound = _check_attention(query, key, value, mask, block_q, block_kv, io_counter)
+    _validate.check_bool("causal", causal)
+    if trace is not None and not isinstance(trace, list):
+        raise TypeError(f"trace must be a list or None; got {type(trace).__name__}")
+    user_mask = mask
     dtype = query.dtype
     scale = dtype.type(1.0 / math.sqrt(query.shape[-1]))
     if mask is not None:
@@ -425,6 +445,7 @@ def attention(
         _store(out, _rows(rows), acc / total, io_counter)
         row_lse = np.where(empty, -np.inf, row_max + np.log(total))[..., 0]  # (..., Br)
         _store(lse, (..., rows), row_lse, io_counter)
+    _check_range("tiled.attention output", bound, out, query, key, value, user_mask)
     return out, lse
 
 
@@ -498,9 +519,10 @@ def three_pass_attention(
         ValueError: the errors of :func:`attention`, or ``softmax_rows < 1``.
         TypeError: the errors of :func:`attention`, or a ``softmax_rows`` that is not an int.
     """
-    batch, L, S = _check_attention(query, key, value, mask, block_q, block_kv)
+    batch, L, S, bound = _check_attention(query, key, value, mask, block_q, block_kv, io_counter)
     if softmax_rows is not None:
         _validate.check_block_size("softmax_rows", softmax_rows)
+    user_mask = mask
     dtype = query.dtype
     scale = dtype.type(1.0 / math.sqrt(query.shape[-1]))
     if mask is not None:
@@ -530,6 +552,7 @@ def three_pass_attention(
             p = _load(weights, (..., rows, cols), io_counter)  # (..., Br, Bc)
             acc += np.matmul(p, _load(value, _rows(cols), io_counter))  # (..., Br, Dv)
         _store(out, _rows(rows), acc, io_counter)
+    _check_range("tiled.three_pass_attention output", bound, out, query, key, value, user_mask)
     return out, weights
 
 

@@ -23,6 +23,10 @@ the error can grow, with ``scale`` the size of the summands (``sum_k |x_k y_k|``
 on it). These are worst-case bounds: typical differences are about ``sqrt(n)`` times
 smaller, so a bound that is met with room to spare is the expected outcome, not a weak test.
 
+At large logits the bound is set by the scores: :func:`softmax_tolerance` gives the
+agreement of attention weights as a function of the logit scale (about ``1e-4`` in float32 at
+logits of ``1e4``, where it is about ``1e-6`` at logits of order 1).
+
 Exact equality is right only where the arithmetic is exact: copies, views, reshapes,
 permutations, integer and boolean results, and one call repeated on the same inputs in one
 process. Everything else is compared with :func:`assert_close` or :func:`is_close`.
@@ -33,6 +37,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from mha._validate import check_positive
 
 
 def _as_numpy(x: Any) -> np.ndarray:
@@ -76,13 +82,6 @@ def unit_roundoff(dtype: Any) -> float:
     return float(np.finfo(np_dtype).eps) / 2
 
 
-def _check_count(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1; got {name}={value}")
-
-
 def gamma(dtype: Any, terms: int) -> float:
     """``gamma_n = n u / (1 - n u)``: the relative error bound of a sum of ``n`` products.
 
@@ -98,7 +97,7 @@ def gamma(dtype: Any, terms: int) -> float:
         ValueError: if ``terms < 1``, or ``n u >= 1`` (no bound exists: the sum is too long
             for the precision).
     """
-    _check_count("terms", terms)
+    check_positive("terms", terms)
     nu = terms * unit_roundoff(dtype)
     if nu >= 1:
         raise ValueError(
@@ -127,12 +126,58 @@ def rounding_tolerance(dtype: Any, *, terms: int, scale: float = 1.0, stages: in
         ValueError: if ``terms`` or ``stages`` is below 1, ``scale`` is negative or not
             finite, or the sum is too long for the precision.
     """
-    _check_count("stages", stages)
+    check_positive("stages", stages)
     if isinstance(scale, bool) or not isinstance(scale, int | float | np.floating | np.integer):
         raise TypeError(f"scale must be a number; got {type(scale).__name__} {scale!r}")
     if not np.isfinite(scale) or scale < 0:
         raise ValueError(f"scale must be a finite number >= 0; got scale={scale!r}")
     return 2.0 * stages * gamma(dtype, terms) * float(scale)
+
+
+def softmax_tolerance(dtype: Any, *, logit_scale: float, d_head: int, kv_len: int) -> float:
+    """How far two routes to attention weights may differ, as a function of the logit scale.
+
+    A score ``s = q . k / sqrt(Dh)`` is a sum of ``Dh`` products and one scaling, so each
+    route errs by at most ``(gamma_Dh + u) c``, with ``c`` the logit scale: a bound on
+    ``sum_d |q_d k_d| / sqrt(Dh)`` over every query and key (at least the largest ``|s|``).
+    A weight ``w_j = exp(s_j - m) / sum_k exp(s_k - m)`` then moves relatively by at most
+    its own score's error plus the largest in its row, plus ``gamma_(S+2)`` for the
+    exponential, the sum and the division. For two routes,
+
+        ``|w_1 - w_2| <= w rho <= rho``,  ``rho = 2 (2 (gamma_Dh + u) c + gamma_(S+2))``.
+
+    The bound grows linearly with ``c``: the rounding of the scores themselves, not of the
+    softmax, limits agreement at large logits. In float32 (``u = 2**-24``) two routes agree
+    to about ``1e-6`` when the logits are of order 1, but at logits of about ``1e4`` a score
+    alone is rounded to a grid of spacing ``2**-10``, and the weights of two routes can
+    differ by about ``1e-4``, each route about as far from float64: float32 conditioning,
+    not an error of either. Compare at large logits with this bound, not with a fixed
+    ``1e-5``. An output ``o = sum_j w_j v_j`` moves by at most ``(rho + 2 gamma_S) max |v|``.
+
+    Args:
+        dtype: the floating dtype of the arithmetic.
+        logit_scale: ``c >= max sum_d |q_d k_d| / sqrt(Dh)``, a non-negative number.
+        d_head: Dh, the length of each score's sum.
+        kv_len: S, the length of each softmax row.
+
+    Returns:
+        ``rho``, a bound on the absolute difference of any weight between two routes.
+
+    Raises:
+        TypeError: if ``d_head`` or ``kv_len`` is not an int, or ``logit_scale`` is not a
+            number.
+        ValueError: if ``d_head`` or ``kv_len`` is below 1, ``logit_scale`` is negative or
+            not finite, or a sum is too long for the precision.
+    """
+    check_positive("d_head", d_head)
+    check_positive("kv_len", kv_len)
+    if isinstance(logit_scale, bool) or not isinstance(logit_scale, int | float | np.number):
+        raise TypeError(f"logit_scale must be a number; got {type(logit_scale).__name__}")
+    if not np.isfinite(logit_scale) or logit_scale < 0:
+        raise ValueError(f"logit_scale must be a finite number >= 0; got {logit_scale!r}")
+    u = unit_roundoff(dtype)
+    score = (gamma(dtype, d_head) + u) * float(logit_scale)
+    return 2.0 * (2.0 * score + gamma(dtype, kv_len + 2))
 
 
 def matmul_tolerance(a: Any, b: Any) -> np.ndarray:

@@ -10,6 +10,17 @@ NumPy backend and in ``scaled_dot_product_attention``. When no weights are reque
 the fused and packed forms call ``scaled_dot_product_attention``, which never stores the
 ``(B, H, L, S)`` score tensor.
 
+Masks are read as in :mod:`mha.np_backend` (its module docstring states the rule: NumPy
+broadcasting from the right, a refused ambiguous 3-D mask, an :class:`AmbiguousMaskWarning`
+for a 2-D mask that looks like key padding when ``B = L``). Inputs, parameters and mask must
+share one device. Tensors on the ``meta`` device (no values) are accepted for shape
+inference: every check that needs values is skipped. ``torch.func.vmap``, ``grad`` and
+``jacrev`` work over these functions (their checks read the wrapped values), and so do
+negative views (``is_neg()``); sparse and nested tensors are refused. Empty batches
+(``B = 0``) give empty outputs. Double backward (a gradient of a gradient) needs the explicit
+path, ``need_weights=True``: PyTorch's CPU kernel behind the fast path has no derivative of its
+backward.
+
 On the CPU, explicit attention without autograd and the finiteness checks take three
 shortcuts that rest on behaviour NumPy and PyTorch do not document (a NumPy-allocated score
 buffer, a softmax written over its input, NumPy's reduction for finiteness). They are
@@ -23,36 +34,93 @@ import contextvars
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mha import _validate
+from mha import _np_checks, _validate
 from mha.kv_cache import KVCache
 from mha.params import MHAParams
 
 FLOATS = (torch.float64, torch.float32, torch.bfloat16)
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
+AmbiguousMaskWarning = _validate.AmbiguousMaskWarning  # a 2-D mask that may be key padding
 
 
-def _finite(x: torch.Tensor) -> bool:
-    """True when ``x`` holds no NaN or infinity.
+_FUNCTORCH = getattr(torch._C, "_functorch", None)  # torch.func's wrappers (vmap, grad)
+
+
+def _wrapped(x: torch.Tensor) -> bool:
+    """True for a tensor that ``torch.func.vmap`` or ``torch.func.grad`` wraps."""
+    return _FUNCTORCH is not None and _FUNCTORCH.is_functorch_wrapped_tensor(x)
+
+
+def _in_transform() -> bool:
+    """True inside a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``, ...)."""
+    return _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None
+
+
+def _values(x: torch.Tensor) -> torch.Tensor:
+    """The plain tensor holding ``x``'s values (inside ``torch.func``'s wrappers, if any).
+
+    Under ``vmap`` it holds the values of every vmapped slice, so a check of it checks them all.
+    """
+    while _wrapped(x):
+        x = _FUNCTORCH.get_unwrapped(x)
+    return x
+
+
+def _max_abs(x: torch.Tensor) -> float:
+    """The largest ``|x|``: ``inf`` when ``x`` holds NaN or infinity, 0 when it holds nothing.
 
     The extremes of ``x`` are finite exactly when every entry is (min and max propagate
-    NaN), and one ``aminmax`` pass is many times cheaper than ``isfinite(x).all()``. With
-    the CPU shortcuts, NumPy reduces a float32/float64 CPU tensor instead.
+    NaN), and one ``aminmax`` pass is many times cheaper than ``isfinite(x).all()``; the
+    largest magnitude comes with them. With the CPU shortcuts, NumPy reduces a
+    float32/float64 CPU tensor instead. Under ``torch.func`` transforms the wrapped values
+    are read; a ``meta`` tensor holds no values (0: shape inference only).
     """
     if x.numel() == 0:
-        return True
-    if _shortcuts_apply(x) and x.dtype in _NUMPY_FLOATS:
-        return _finite_by_numpy(x)
+        return 0.0
+    if _in_transform():
+        with torch._C._DisableFuncTorch():  # read the values outside the transforms
+            return _max_abs_of_values(_values(x))
+    return _max_abs_of_values(x)
+
+
+def _max_abs_of_values(x: torch.Tensor) -> float:
+    """:func:`_max_abs` of a plain (unwrapped) tensor."""
+    if x.device.type == "meta":
+        return 0.0
+    if _shortcuts_apply(x) and x.dtype in _NUMPY_FLOATS and not x.is_neg():
+        return _max_abs_by_numpy(x)
     with torch.no_grad():
         lo, hi = torch.aminmax(x)
-    return math.isfinite(lo.item()) and math.isfinite(hi.item())
+    return _validate.extremes_max_abs(lo.item(), hi.item())
 
 
-_ARRAYS = _validate.ArrayKind("torch.Tensor", torch.Tensor, FLOATS, torch.bool, _finite, "to_torch")
+def _numpy_values(x: torch.Tensor) -> np.ndarray | None:
+    """``x``'s values as a NumPy array (``None`` for a ``meta`` tensor, which has none)."""
+    if _in_transform():
+        with torch._C._DisableFuncTorch():  # read the values outside the transforms
+            x = _values(x)
+            return None if x.device.type == "meta" else x.detach().cpu().resolve_neg().numpy()
+    return None if x.device.type == "meta" else x.detach().cpu().resolve_neg().numpy()
+
+
+_ARRAYS = _validate.ArrayKind(
+    "torch.Tensor",
+    torch.Tensor,
+    FLOATS,
+    torch.bool,
+    _max_abs,
+    "to_torch",
+    lambda dtype: float(torch.finfo(dtype).max),
+    _numpy_values,
+    _validate.check_dense,
+    lambda x: x.device,
+)
 
 
 def causal_mask(
@@ -88,14 +156,16 @@ def causal_mask(
         A boolean tensor, True on and below the diagonal.
 
     Raises:
-        ValueError: if a length is not positive or ``align`` is not one of the two.
-        TypeError: if a length is not an int.
+        ValueError: if a length is not positive, ``align`` is not one of the two, or
+            ``device`` names no device available here.
+        TypeError: if a length is not an int or ``device`` is not a device or a name.
     """
     kv_len = q_len if kv_len is None else kv_len
     _validate.check_length("q_len", q_len, "L")
     _validate.check_length("kv_len", kv_len, "S")
     if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
         raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
+    device = _validate.check_device("device", device)
     offset = 0 if align == "top_left" else kv_len - q_len  # query i sits at i + offset
     return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(offset)
 
@@ -108,7 +178,8 @@ def key_padding_mask(lengths: torch.Tensor | list[int], kv_len: int) -> torch.Te
         kv_len: key length S.
 
     Shape:
-        lengths ``(B,)``; returns ``(B, 1, 1, S)``, which broadcasts to ``(B, H, L, S)``.
+        lengths ``(B,)``; returns ``(B, 1, 1, S)``, which broadcasts to ``(B, H, L, S)``
+        (``B = 0`` for an empty list gives an empty mask).
 
     Returns:
         A boolean tensor, True for the first ``lengths[b]`` keys of row ``b``.
@@ -117,12 +188,22 @@ def key_padding_mask(lengths: torch.Tensor | list[int], kv_len: int) -> torch.Te
         ValueError: if ``lengths`` is not 1-D or a length is outside ``[0, S]``.
         TypeError: if ``lengths`` are not integers or ``kv_len`` is not an int.
     """
-    lengths = torch.as_tensor(lengths)
     _validate.check_length("kv_len", kv_len, "S")
+    if isinstance(lengths, list | tuple) and len(lengths) == 0:
+        lengths = torch.zeros(0, dtype=torch.int64)  # an empty list has no dtype to check
+    try:
+        lengths = torch.as_tensor(lengths)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            "lengths must be a 1-D sequence or tensor of integers; got "
+            f"{_validate.describe(lengths)}"
+        ) from None
     if lengths.ndim != 1:
         raise ValueError(f"lengths must have shape (B,); got shape {tuple(lengths.shape)}")
     if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
         raise TypeError(f"lengths must be integers; got dtype {lengths.dtype}")
+    if lengths.device.type == "meta":
+        raise TypeError("lengths must hold values; got a meta tensor")
     if ((lengths < 0) | (lengths > kv_len)).any():
         raise ValueError(f"lengths must lie in [0, kv_len={kv_len}]; got {lengths.tolist()}")
     keep = torch.arange(kv_len, device=lengths.device)[None, :] < lengths[:, None]  # (B, S)
@@ -187,15 +268,55 @@ def scaled_dot_product_attention(
         Returns output ``(..., L, Dv)`` and weights ``(..., L, S)``.
 
     Returns:
-        ``(output, weights)``, PyTorch tensors of the inputs' dtype.
+        ``(output, weights)``, PyTorch tensors of the inputs' dtype. The weights' leading
+        dimensions broadcast those of query, key and mask; the output's also value's.
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
-            broadcast, or non-finite inputs.
-        TypeError: on non-float or mixed dtypes, or a non-boolean mask.
+            broadcast, non-finite inputs, or scores that overflow the dtype.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask, tensors that are not
+            dense, or tensors on different devices.
     """
-    _validate.check_attention(query, key, value, mask, _ARRAYS)
-    return _attend(query, key, value, mask)
+    m = _validate.check_attention(query, key, value, mask, _ARRAYS)
+    out, weights = _attend(query, key, value, mask)
+    _validate.check_range(
+        "scaled_dot_product_attention output",
+        _validate.attention_bound(m["query"], m["key"], m["value"], query.shape[-1]),
+        out,
+        _ARRAYS,
+        lambda: _locate(_np_checks.attention_overflow, out, query, key, value, mask),
+    )
+    return out, weights
+
+
+def _largest(dtype: torch.dtype) -> float:
+    return float(torch.finfo(dtype).max)
+
+
+def _locate(find: Any, result: torch.Tensor, *args: Any) -> str | None:
+    """``find`` (an overflow finder of :mod:`mha._np_checks`) on float64 copies of ``args``.
+
+    Called only when the inputs' magnitudes do not rule an overflow out. Under
+    ``torch.func`` transforms the computation is not redone (``None``), and only a
+    non-finite result is caught.
+    """
+    tensors = []
+    for a in args:
+        tensors += [a.w_qkv, a.w_o] if isinstance(a, MHAParams) else [a]
+    if any(isinstance(t, torch.Tensor) and _wrapped(t) for t in tensors):
+        return None
+
+    def copy(a: Any) -> Any:
+        if isinstance(a, MHAParams):
+            return a.to_numpy(np.float64)
+        if isinstance(a, tuple):
+            return tuple(map(copy, a))
+        if isinstance(a, torch.Tensor):
+            a = a.detach().cpu()
+            return a.numpy() if a.dtype == torch.bool else a.double().numpy()
+        return a
+
+    return find(*map(copy, args), largest=_largest(result.dtype))
 
 
 def _recording(*tensors: torch.Tensor) -> bool:
@@ -291,8 +412,7 @@ def cpu_shortcuts(enabled: bool) -> Iterator[None]:
     Raises:
         TypeError: if ``enabled`` is not a bool.
     """
-    if not isinstance(enabled, bool):
-        raise TypeError(f"enabled must be a bool; got {type(enabled).__name__} {enabled!r}")
+    _validate.check_bool("enabled", enabled)
     token = _SHORTCUTS.set(enabled)
     try:
         yield
@@ -301,13 +421,13 @@ def cpu_shortcuts(enabled: bool) -> Iterator[None]:
 
 
 def _shortcuts_apply(x: torch.Tensor) -> bool:
-    """True when the CPU shortcuts are on and ``x`` lives on the CPU."""
-    return _SHORTCUTS.get() and x.device.type == "cpu"
+    """True when the CPU shortcuts are on and ``x`` lives on the CPU, outside ``torch.func``."""
+    return _SHORTCUTS.get() and x.device.type == "cpu" and not _in_transform()
 
 
-def _finite_by_numpy(x: torch.Tensor) -> bool:
+def _max_abs_by_numpy(x: torch.Tensor) -> float:
     a = x.detach().numpy()  # a view, no copy
-    return math.isfinite(a.min()) and math.isfinite(a.max())
+    return _validate.extremes_max_abs(a.min(), a.max())
 
 
 def _empty_scores(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
@@ -322,6 +442,9 @@ def _attend_cpu_shortcut(q, k, v_, mask):
     scale = 1.0 / math.sqrt(q.shape[-1])
     q = torch.mul(q, scale, out=torch.empty(q.shape, dtype=q.dtype))  # contiguous
     shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+    if mask is not None:  # a mask may add batch dimensions, as masked_fill does in _attend_plain
+        shape = torch.broadcast_shapes(shape, mask.shape)
+        q = q.expand(*shape[:-2], *q.shape[-2:])  # (..., L, Dh), a view
     scores = torch.matmul(q, k.contiguous().transpose(-1, -2), out=_empty_scores(shape, q))
     weights = _softmax_(scores, mask)  # the same tensor as scores, now holding the weights
     return weights @ v_.contiguous(), weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
@@ -424,7 +547,12 @@ def multi_head_attention(
         key: keys (pass ``query`` again for self-attention).
         value: values.
         params: the layer's parameters, PyTorch tensors of the inputs' dtype and device.
-        mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+        mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)`` by NumPy's rule,
+            aligned from the right: ``(L, S)`` for every batch element and head, ``(H, L, S)``
+            per head, ``(B, 1, 1, S)`` (:func:`key_padding_mask`) or ``(B, 1, L, S)`` per
+            batch element. A ``(B, S)`` or ``(B, L, S)`` mask is *not* read per batch
+            element; a 3-D mask whose leading size equals both B and H is refused, and a
+            padding-like 2-D mask with B = L warns (see the module's "How a mask is read").
         form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
         need_weights: return the attention weights (the explicit path) or not (the fast path).
         cache: a :class:`mha.kv_cache.KVCache` of PyTorch buffers, as in
@@ -446,7 +574,7 @@ def multi_head_attention(
             broadcast, non-finite inputs or an unknown ``form``.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
     """
-    _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
+    magnitudes = _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
     _validate.check_form_weights(form, need_weights)
     H, H_kv, D, kv_cols = params.num_heads, params.num_kv_heads, params.d_model, params.kv_width
     if form == "per_head":
@@ -463,6 +591,7 @@ def multi_head_attention(
                 weights.append(w_h)
             del w_h  # before the next head's scores exist: one (B, L, S) tensor at a time
         out = _linear(torch.cat(heads, dim=-1), params.w_o, params.b_o)  # (B, L, D)
+        _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
         return out, (torch.stack(weights, dim=1) if need_weights else None)  # (B, H, L, S)
 
     if form == "packed" and query is key and key is value:
@@ -478,14 +607,40 @@ def multi_head_attention(
     q = split_heads(q, H)  # (B, L, D) -> (B, H, L, Dh)
     k, val = split_heads(k, H_kv), split_heads(val, H_kv)  # (B, H_kv, S, Dh)
     if cache is not None:  # attend to every cached position, these new ones included
-        cache.append(k, val)
+        cache.append(k, val, max_abs=_validate.key_value_bound(magnitudes, D))
         k, val = cache.keys, cache.values  # (B, H_kv, S, Dh)
     if need_weights:
         out, weights = _grouped_attend(q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
     else:
         out, weights = _attend_fast(q, k, val, mask), None  # (B, H, L, Dh)
     out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
+    _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
     return out, weights
+
+
+def _check_mha_range(
+    magnitudes: dict[str, float],
+    out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    params: MHAParams,
+    mask: torch.Tensor | None,
+    cache: KVCache | None,
+) -> None:
+    """Raise if the layer overflowed (no pass over any array while the bound holds)."""
+    cached = None
+    if cache is not None:
+        magnitudes = {**magnitudes, "cache": cache.max_abs}
+        before = cache.length - key.shape[1]  # the positions cached before this call
+        cached = (cache.keys[:, :, :before], cache.values[:, :, :before])
+    _validate.check_range(
+        "multi_head_attention output",
+        _validate.mha_bound(magnitudes, params.d_model, params.num_heads),
+        out,
+        _ARRAYS,
+        lambda: _locate(_np_checks.mha_overflow, out, query, key, value, params, mask, cached),
+    )
 
 
 def layer_norm(
@@ -509,12 +664,23 @@ def layer_norm(
         ``(x - mean) / sqrt(var + eps) * weight + bias`` (biased variance, as in PyTorch).
 
     Raises:
-        ValueError: if ``eps`` is not a positive number, ``weight``/``bias`` are not
-            ``(D,)``, or an input is not finite.
-        TypeError: on non-float or mixed dtypes.
+        ValueError: if ``eps`` is not positive and finite, ``weight``/``bias`` are not
+            ``(D,)``, an input is not finite, or a row of ``x`` spreads so widely that its
+            variance would overflow (``D (max - min)^2`` reaches the dtype's largest value).
+        TypeError: on non-float or mixed dtypes, a non-number ``eps`` (such as a tensor),
+            or tensors on different devices.
     """
-    _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    magnitudes = _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
+    variance, bound = _validate.layer_norm_bound(magnitudes, x.shape[-1])
+    largest = _largest(x.dtype)
+    if variance * _validate.RANGE_MARGIN >= largest:  # only then a pass over the rows
+        with torch.no_grad():
+            lo, hi = torch.aminmax(_values(x), dim=-1)
+        spread = float((hi.double() - lo.double()).max())
+        _validate.check_layer_norm_range(spread, x.shape[-1], largest, x.dtype)
+    y = F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    _validate.check_range("layer_norm output", bound, y, _ARRAYS, lambda: None)
+    return y
 
 
 def attention_block(
@@ -567,10 +733,7 @@ def attention_block(
         TypeError: if ``norm_first`` is not a bool; and the errors of
             :func:`multi_head_attention` and :func:`layer_norm`.
     """
-    if not isinstance(norm_first, bool):
-        raise TypeError(
-            f"norm_first must be a bool; got {type(norm_first).__name__} {norm_first!r}"
-        )
+    _validate.check_bool("norm_first", norm_first)
     if norm_first:
         normed = layer_norm(x, ln_weight, ln_bias, eps)
         attn, weights = multi_head_attention(normed, normed, normed, params, mask, form=form)

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha import detectors, packing, tasks, torch_backend
+from mha import _validate, detectors, packing, tasks, torch_backend
 from mha._linalg import one_thread
 from mha.kv_cache import KVCache
 from mha.module import MultiHeadAttention
@@ -157,10 +157,7 @@ class AttentionOnlyTransformer(nn.Module):
             ("max_len", max_len),
             ("num_layers", num_layers),
         ):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
-            if value <= 0:
-                raise ValueError(f"{name} must be positive; got {name}={value}")
+            _validate.check_positive(name, value)
         gen = torch.Generator().manual_seed(seed)
         scale = 1.0 / math.sqrt(d_model)
 
@@ -464,8 +461,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "eval_every", "eval_size", "batch_size"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int; got {name}={value!r}")
+            _validate.check_positive(name, value)
         if not self.lr > 0:
             raise ValueError(f"lr must be positive; got lr={self.lr}")
 
@@ -683,8 +679,7 @@ def train_runs(
         )
     if processes is None:
         processes = min(len(configs), os.cpu_count() or 1)
-    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        raise ValueError(f"processes must be a positive int; got processes={processes!r}")
+    _validate.check_positive("processes", processes)
     if processes == 1:
         return [train(config, model) for config, model in zip(configs, models, strict=True)]
     # Workers are spawned (a fresh interpreter each), never forked from a process whose
@@ -817,7 +812,10 @@ def head_importance(
 
     Raises:
         ValueError: if ``batches`` is empty.
+        TypeError: if ``normalize`` or ``per_sequence`` is not a bool.
     """
+    _validate.check_bool("normalize", normalize)
+    _validate.check_bool("per_sequence", per_sequence)
     if len(batches) == 0:
         raise ValueError("batches must hold at least one batch; got none")
     total = torch.zeros(model.num_layers, model.num_heads, dtype=torch.float64)
@@ -1001,10 +999,11 @@ def greedy_decode(
 
     Raises:
         ValueError: if ``steps`` is negative or the sequence would pass ``max_len``.
-        TypeError: as :meth:`AttentionOnlyTransformer.forward`.
+        TypeError: if ``steps`` is not an int or ``use_cache`` not a bool; otherwise as
+            :meth:`AttentionOnlyTransformer.forward`.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be an int >= 0; got steps={steps!r}")
+    _validate.check_bool("use_cache", use_cache)
+    _validate.check_at_least("steps", steps, 0)
     tokens = prompt
     if steps == 0:
         return tokens
@@ -1041,31 +1040,42 @@ def with_kv_heads(
         seed: seed of the random key/value projections (``init="random"``).
 
     Returns:
-        A new :class:`AttentionOnlyTransformer` (the original is left alone).
+        A new :class:`AttentionOnlyTransformer` (the original is left alone), in the
+        original's dtype, device and training mode.
 
     Raises:
-        ValueError: if ``num_kv_heads`` does not divide the model's key/value heads, or
-            ``init`` is unknown.
-        TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`.
+        ValueError: if ``num_kv_heads`` does not divide the model's key/value heads,
+            ``init`` is unknown, or ``seed`` is negative.
+        TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`, or
+            ``num_kv_heads`` or ``seed`` is not an int.
     """
     if not isinstance(model, AttentionOnlyTransformer):
         raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
     if init not in ("mean", "random"):
         raise ValueError(f"init must be 'mean' or 'random'; got init={init!r}")
+    _validate.check_seed("seed", seed)
     converted = []
     for i, layer in enumerate(model.layers):
         p = mean_pool_kv_heads(layer.params().map(torch.Tensor.detach), num_kv_heads)
         if init == "random":
             fresh = init_params(
-                p.d_model, p.num_heads, num_kv_heads=num_kv_heads, seed=_layer_seed(seed, i)
-            ).to_torch(p.dtype)
-            w_qkv, b_qkv = p.w_qkv.clone(), p.b_qkv.clone()
+                p.d_model,
+                p.num_heads,
+                num_kv_heads=num_kv_heads,
+                bias=p.b_qkv is not None,
+                seed=_layer_seed(seed, i),
+            ).to_torch(p.dtype, p.w_qkv.device)
             kv = slice(p.d_model, None)  # the key and value columns
-            w_qkv[:, kv], b_qkv[kv] = fresh.w_qkv[:, kv], fresh.b_qkv[kv]
+            w_qkv = p.w_qkv.clone()
+            w_qkv[:, kv] = fresh.w_qkv[:, kv]
+            b_qkv = None if p.b_qkv is None else p.b_qkv.clone()
+            if b_qkv is not None:
+                b_qkv[kv] = fresh.b_qkv[kv]
             p = replace(p, w_qkv=w_qkv, b_qkv=b_qkv)
         converted.append(p)
     new = copy.deepcopy(model)
     new.layers = nn.ModuleList(MultiHeadAttention.from_params(p) for p in converted)
+    new.train(model.training)  # the new layers follow the model's mode, as the copied rest
     return new
 
 
