@@ -29,8 +29,8 @@ book: $(STAMP)
 	$(BIN)/python scripts/build_book.py
 
 ## The whole book as one PDF (_build/pdf/mha-book.pdf, also copied into _build/html), printed
-## by the system Chromium from Sphinx's single-page HTML build.
-pdf: $(STAMP) book browser
+## by the system Chromium (or $$CHROME_PATH) from Sphinx's single-page HTML build.
+pdf: $(STAMP) book
 	$(BIN)/python scripts/build_pdf.py
 
 ## Lighthouse table of every page (3 runs; pages compared within one run).

@@ -425,6 +425,56 @@ def link_book_pdf(
             )
 
 
+# --------------------------------------------------------------------------- valid HTML
+
+_SUMMARY_P = re.compile(r"(<summary\b[^>]*>\s*)((?:<p\b[^>]*>.*?</p>\s*)+)(</summary>)", re.S)
+
+
+def summary_without_paragraphs(body: str) -> str:
+    """``<summary><p class=...>text</p></summary>`` with ``<span>`` for ``<p>``.
+
+    myst-nb writes the "Show code cell" toggles with paragraphs inside ``<summary>``, which
+    HTML does not allow (the Nu HTML checker reports it); ``mha-site.css`` gives the spans
+    the paragraphs' styles.
+    """
+
+    def fix(match: re.Match[str]) -> str:
+        inner = re.sub(r"<p\b", "<span", match.group(2))
+        inner = inner.replace("</p>", "</span>")
+        return match.group(1) + inner + match.group(3)
+
+    return _SUMMARY_P.sub(fix, body)
+
+
+def fix_page_html(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
+) -> None:
+    if "body" in context:
+        context["body"] = summary_without_paragraphs(context["body"])
+
+
+_LETTER_ITEM = re.compile(r"^(\s*)([A-Za-z]{1,2})\.(?=\s|$)")
+_FIELD = re.compile(r"^:(param|returns?|raises?)\b[^:]*:\s*")
+
+
+def keep_letters_as_text(
+    app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]
+) -> None:
+    """A parameter described as just ``B.`` reads "B.", not as a list item lettered B.
+
+    docutils takes a field body that starts with one or two letters and a period for an
+    enumerated list (napoleon writes ``:param batch_size:`` and ``B.`` on the next line);
+    a backslash keeps the period literal.
+    """
+    for index, line in enumerate(lines):
+        field = _FIELD.match(line)
+        if field and line[field.end() :].strip():
+            head, rest = line[: field.end()], line[field.end() :]
+            lines[index] = head + _LETTER_ITEM.sub(r"\1\2\\.", rest)
+        elif index and _FIELD.match(lines[index - 1]) and lines[index - 1].rstrip().endswith(":"):
+            lines[index] = _LETTER_ITEM.sub(r"\1\2\\.", line)
+
+
 # --------------------------------------------------------------------------- execution times
 
 
@@ -466,6 +516,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("html-page-context", link_book_pdf, priority=502)
     app.connect("source-read", expand_api_blocks)
     app.connect("html-page-context", add_figure_scripts)
+    app.connect("html-page-context", fix_page_html)
+    app.connect("autodoc-process-docstring", keep_letters_as_text, priority=600)
     app.connect("build-finished", write_execution_times)
     app.add_css_file("mha-site.css")
     here = Path(__file__).parent
