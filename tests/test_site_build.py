@@ -406,7 +406,10 @@ def test_pages_offer_downloads_buttons_and_repository(built_site: Path) -> None:
         assert f'href="../_sources/book/{stem}.ipynb"' in html, f"{page}: no notebook download"
         notebook = json.loads((built_site / "_sources" / "book" / f"{stem}.ipynb").read_text())
         if "{code-cell}" in (ROOT / f"{page}.md").read_text(encoding="utf8"):
-            counts = [c["execution_count"] for c in notebook["cells"] if c["cell_type"] == "code"]
+            code = [
+                c for c in notebook["cells"] if c["cell_type"] == "code" and c["source"].strip()
+            ]
+            counts = [c["execution_count"] for c in code]
             assert counts and all(counts), f"{page}: the notebook is not executed"
         assert 'href="../mha-book.pdf"' in html, f"{page}: no link to the book's PDF"
         assert f'href="{REPOSITORY}"' in html, f"{page}: no repository link"
