@@ -28,6 +28,7 @@ BOOK = ROOT / "book"
 MAX_PAGE_BYTES = 2 * 1024 * 1024  # a page plus what it alone loads
 PLOTLY_JS = "_static/plotly/plotly-cartesian.min.js"
 MATHJAX_JS = "_static/mathjax/tex-chtml.js"
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf8"))
 REPOSITORY = CONFIG["repository"]["url"]
 NODE = ROOT / "scripts" / "node" / "node_modules"
@@ -393,6 +394,15 @@ def test_api_page_documents_each_listed_module(built_site: Path) -> None:
     assert 'id="mha.np_backend.multi_head_attention"' in html
 
 
+def plotly_outputs(notebook: dict) -> int:
+    """The number of Plotly figures among a notebook's outputs."""
+    return sum(
+        PLOTLY_MIME in output.get("data", {})
+        for cell in notebook["cells"]
+        for output in cell.get("outputs", [])
+    )
+
+
 @pytest.mark.site
 def test_pages_offer_downloads_buttons_and_repository(built_site: Path) -> None:
     assert (built_site / "search.html").is_file()
@@ -407,10 +417,16 @@ def test_pages_offer_downloads_buttons_and_repository(built_site: Path) -> None:
         notebook = json.loads((built_site / "_sources" / "book" / f"{stem}.ipynb").read_text())
         if "{code-cell}" in (ROOT / f"{page}.md").read_text(encoding="utf8"):
             code = [
-                c for c in notebook["cells"] if c["cell_type"] == "code" and c["source"].strip()
+                c
+                for c in notebook["cells"]
+                if c["cell_type"] == "code" and "".join(c["source"]).strip()
             ]
             counts = [c["execution_count"] for c in code]
             assert counts and all(counts), f"{page}: the notebook is not executed"
+            assert any(c["outputs"] for c in code), f"{page}: the notebook has no outputs"
+        # The notebook shows the page's figures: one Plotly output per figure on the page.
+        placeholders = len(re.findall(r'<div class="mha-plotly" id="', html))
+        assert plotly_outputs(notebook) == placeholders, f"{page}: figures in the notebook"
         assert 'href="../mha-book.pdf"' in html, f"{page}: no link to the book's PDF"
         assert f'href="{REPOSITORY}"' in html, f"{page}: no repository link"
         assert f'href="{REPOSITORY}/edit/{branch}/{page}.md"' in html, f"{page}: no edit link"

@@ -13,6 +13,8 @@
   package; ``_config.yml`` points ``mathjax_path`` at it).
 - API reference: a ``{mha-api}`` block lists modules, one per line; each becomes a section
   with that module's autodoc documentation.
+- Downloads: every chapter's executed notebook (with its outputs, also when they come from
+  the execution cache) and the book's PDF are in the theme's download menu.
 - Execution times: after a build, every chapter's execution time (from myst-nb's execution
   data, which the jupyter-cache keeps for cached chapters) is written to
   ``_build/execution_times.json`` for ``scripts/build_book.py`` to report.
@@ -407,6 +409,39 @@ def offer_notebook_download(
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 
+def write_cached_outputs(app: Sphinx, doctree: nodes.document) -> None:
+    """Write the executed notebook of a chapter whose outputs came from the execution cache.
+
+    myst-nb writes ``_build/jupyter_execute/<page>.ipynb`` (the notebook the download menu
+    offers) from the notebook it parsed. A chapter executed in this build has its outputs in
+    it; for an unchanged chapter myst-nb merges the cached outputs into a copy and writes the
+    original, without outputs. This writes the merged notebook instead.
+    """
+    config = getattr(app.env, "mystnb_config", None)
+    if config is None or config.execution_mode != "cache":
+        return
+    path = Path(config.output_folder, *f"{app.env.docname}.ipynb".split("/"))
+    if not path.is_file():
+        return
+    import nbformat
+    from jupyter_cache import get_cache
+
+    notebook = nbformat.read(path, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    if not code or any(cell.get("execution_count") for cell in code):
+        return  # nothing to execute, or executed in this build
+    try:
+        _, merged = get_cache(config.execution_cache_path).merge_match_into_notebook(notebook)
+    except KeyError:
+        logger.warning(
+            f"{app.env.docname}: no executed notebook in the execution cache matches it; "
+            f"{path.name} has no outputs",
+            location=app.env.docname,
+        )
+        return
+    nbformat.write(merged, path)
+
+
 def link_book_pdf(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
 ) -> None:
@@ -515,6 +550,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("html-page-context", offer_notebook_download, priority=500)
     app.connect("html-page-context", link_book_pdf, priority=502)
     app.connect("source-read", expand_api_blocks)
+    app.connect("doctree-read", write_cached_outputs)
     app.connect("html-page-context", add_figure_scripts)
     app.connect("html-page-context", fix_page_html)
     app.connect("autodoc-process-docstring", keep_letters_as_text, priority=600)

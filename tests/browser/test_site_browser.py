@@ -217,14 +217,23 @@ def html_path(page: str) -> str:
 
 
 def expected_figures(site: Path, page: str) -> int:
-    """Count Plotly figures among the executed notebook's visible outputs for ``page``."""
+    """Count Plotly figures among the executed notebook's visible outputs for ``page``.
+
+    Fails (so that the figure checks never pass on nothing) when the executed notebook is
+    missing, when its code cells were not executed or have no outputs, or when it has fewer
+    Plotly outputs than the built page has figure placeholders.
+    """
     executed = site.parent / "jupyter_execute" / f"{page}.ipynb"
     if not executed.exists():
-        return 0
+        pytest.fail(f"{page}: no executed notebook at {executed}", pytrace=False)
+    cells = [c for c in json.loads(executed.read_text())["cells"] if c["cell_type"] == "code"]
+    code = [c for c in cells if "".join(c["source"]).strip()]
+    if code and not (all(c["execution_count"] for c in code) and any(c["outputs"] for c in code)):
+        pytest.fail(f"{page}: {executed.name} has unexecuted cells or no outputs", pytrace=False)
     count = 0
-    for cell in json.loads(executed.read_text())["cells"]:
+    for cell in cells:
         tags = set(cell.get("metadata", {}).get("tags", []))
-        if cell["cell_type"] != "code" or tags & {"remove-output", "remove-cell"}:
+        if tags & {"remove-output", "remove-cell"}:
             continue
         for output in cell.get("outputs", []):
             data = output.get("data", {})
@@ -232,6 +241,13 @@ def expected_figures(site: Path, page: str) -> int:
             html = "".join(html) if isinstance(html, list) else html
             if "application/vnd.plotly.v1+json" in data or "plotly-graph-div" in html:
                 count += 1
+    placeholders = (site / html_path(page)).read_text(encoding="utf8").count('class="mha-plotly"')
+    if count < placeholders:
+        pytest.fail(
+            f"{page}: {placeholders} figure placeholders, {count} Plotly outputs in "
+            f"{executed.name}",
+            pytrace=False,
+        )
     return count
 
 
