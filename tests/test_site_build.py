@@ -183,6 +183,22 @@ def test_cartesian_bundle_list_matches_the_vendored_bundle() -> None:
     )
 
 
+def test_code_toggles_are_valid_html_named_by_their_text() -> None:
+    body = (
+        '<details class="hide"><summary aria-label="Toggle hidden content">\n'
+        '<p class="collapsed admonition-title">Show code cell source</p>\n'
+        '<p class="expanded admonition-title">Hide code cell source</p>\n</summary>'
+        "<p>code</p></details>"
+    )
+    fixed = mha_site.summary_named_by_its_text(mha_site.summary_without_paragraphs(body))
+    assert fixed == (
+        '<details class="hide"><summary>\n'
+        '<span class="collapsed admonition-title">Show code cell source</span>\n'
+        '<span class="expanded admonition-title">Hide code cell source</span>\n</summary>'
+        "<p>code</p></details>"
+    )
+
+
 def test_pages_url_is_the_github_pages_address() -> None:
     assert mha_site.pages_url("https://github.com/Org/book") == "https://org.github.io/book/"
     assert mha_site.pages_url("https://github.com/org/org.github.io") == "https://org.github.io/"
@@ -379,7 +395,7 @@ def test_bibliography_lists_every_cited_work_and_citations_link_to_it(built_site
     }
     assert "vaswani2017attention" in cited
     html = page_path(built_site, "book/bibliography").read_text(encoding="utf8")
-    entries = re.findall(r'<div class="citation" id="[^"]+" role="doc-biblioentry">', html)
+    entries = re.findall(r'<div class="citation" id="[^"]+" role="listitem">', html)
     assert len(entries) == len(cited)
     assert "Attention is all you need" in html
     assert re.search(r'href="#id\d+"[^>]*>Vaswani', html)  # the page's own citation

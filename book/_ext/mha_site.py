@@ -481,11 +481,34 @@ def summary_without_paragraphs(body: str) -> str:
     return _SUMMARY_P.sub(fix, body)
 
 
+_SUMMARY_LABEL = re.compile(r"(<summary\b[^>]*?)\s+aria-label=\"[^\"]*\"")
+
+
+def summary_named_by_its_text(body: str) -> str:
+    """``<summary>`` toggles without an ``aria-label``: they are named by the text they show.
+
+    myst-nb labels each "Show code cell source" toggle "Toggle hidden content", a name that
+    does not contain its visible label (WCAG 2.5.3, axe's label-content-name-mismatch).
+    """
+    return _SUMMARY_LABEL.sub(r"\1", body)
+
+
+def bibliography_list_items(body: str) -> str:
+    """Bibliography entries as ``role="listitem"`` of their ``role="list"``.
+
+    docutils marks each entry ``doc-biblioentry``, a role DPUB-ARIA 1.1 deprecates in favour
+    of ``listitem``; a list of them is a list without items to assistive technology (axe's
+    aria-required-children).
+    """
+    return body.replace('role="doc-biblioentry"', 'role="listitem"')
+
+
 def fix_page_html(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
 ) -> None:
     if "body" in context:
-        context["body"] = summary_without_paragraphs(context["body"])
+        body = summary_named_by_its_text(summary_without_paragraphs(context["body"]))
+        context["body"] = bibliography_list_items(body)
 
 
 _LETTER_ITEM = re.compile(r"^(\s*)([A-Za-z]{1,2})\.(?=\s|$)")

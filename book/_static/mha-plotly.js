@@ -13,6 +13,7 @@
   "use strict";
 
   var NARROW_PX = 600;
+  var TITLE_TOP_PX = 10; // from the figure's top edge to its title
   var NEAR = "300px 0px"; // how close to the viewport a figure starts loading
   var self = document.currentScript;
   var base = new URL(".", self.src); // .../_static/
@@ -147,22 +148,52 @@
         return Object.assign({}, note, { text: text });
       });
     }
+    layout.height = layout.height || 450;
     var title = isObject(layout.title) ? Object.assign({}, layout.title) : { text: layout.title };
     if (title.text) {
       var size = (title.font && title.font.size) || 17;
       title.text = wrapText(title.text, div.clientWidth - 40, size);
       var lines = title.text.split("<br>").length;
+      // plotly.js draws a title of several lines down from where its first line would be
+      // as a one-line title, ignoring `pad` (and `y`, with yanchor "top"). With a middle
+      // anchor `y` holds, and the first line's top is 0.57 em (one line) or 0.92 em (more)
+      // above it: place that top TITLE_TOP_PX below the figure's top edge.
       title.yref = "container";
-      title.y = 1;
-      title.yanchor = "top";
-      title.pad = { t: 12 };
+      title.yanchor = "middle";
+      title.pad = { t: 0, b: 0 };
+      title.y = 1 - (TITLE_TOP_PX + (lines > 1 ? 0.92 : 0.57) * size) / layout.height;
       var margin = Object.assign({}, layout.margin);
       margin.t = Math.max(margin.t || 0, 28 + lines * (size + 8) + subHeight);
       layout.margin = margin;
       layout.title = title;
     }
-    layout.height = layout.height || 450;
     return { data: data, layout: layout, narrow: narrow, theme: theme };
+  }
+
+  // A figure is one image for assistive technology, named by its title and described by its
+  // text alternative. The placeholder is that image until the figure is drawn; then the image
+  // is Plotly's drawing (its first SVG), because the placeholder holds the modebar's buttons
+  // and an image must not contain controls. The other SVG layers (title, legend, hover
+  // labels) repeat what the name and the text alternative say.
+  var LABELS = ["role", "aria-label", "aria-describedby"];
+
+  function labelDrawing(div) {
+    if (!div._mhaLabel) {
+      div._mhaLabel = LABELS.map(function (name) {
+        return div.getAttribute(name);
+      });
+    }
+    var layers = div.querySelectorAll("svg.main-svg");
+    if (!layers.length) {
+      return;
+    }
+    LABELS.forEach(function (name, index) {
+      div.removeAttribute(name);
+      layers[0].setAttribute(name, div._mhaLabel[index]);
+    });
+    for (var i = 1; i < layers.length; i++) {
+      layers[i].setAttribute("aria-hidden", "true");
+    }
   }
 
   function draw(div) {
@@ -178,7 +209,11 @@
         };
         var view = layoutFor(div);
         div._mhaView = view;
-        return window.Plotly.newPlot(div, view.data, view.layout, div._mha.config);
+        return window.Plotly.newPlot(div, view.data, view.layout, div._mha.config).then(
+          function () {
+            labelDrawing(div);
+          },
+        );
       });
     }
     return div._drawing;
@@ -197,7 +232,9 @@
     var view = layoutFor(div);
     view.width = div.clientWidth;
     div._mhaView = view;
-    window.Plotly.react(div, view.data, view.layout, div._mha.config);
+    window.Plotly.react(div, view.data, view.layout, div._mha.config).then(function () {
+      labelDrawing(div);
+    });
   }
 
   function start() {

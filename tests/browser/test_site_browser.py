@@ -97,12 +97,19 @@ FIGURE_BOXES_JS = """
   const rect = (el) => { const b = el.getBoundingClientRect();
     return {left: b.left, right: b.right, top: b.top, bottom: b.bottom,
             width: b.width, height: b.height}; };
-  const described = document.getElementById(gd.getAttribute("aria-describedby") || "");
+  // The figure's image for assistive technology: the placeholder, or a layer of the drawing.
+  const images = [gd, ...gd.querySelectorAll("[role]")].filter(
+    (el) => el.getAttribute("role") === "img");
+  const image = images[0];
+  const described = image && document.getElementById(image.getAttribute("aria-describedby") || "");
+  const controls = image ? image.querySelectorAll(
+    "button, a[href], input, select, textarea, [tabindex], [role=button], [role=toolbar]") : [];
   return {
     id: gd.id,
-    role: gd.getAttribute("role"),
-    name: gd.getAttribute("aria-label") || "",
+    role: images.length === 1 ? "img" : `${images.length} elements with role img`,
+    name: image ? image.getAttribute("aria-label") || "" : "",
     description: described ? described.textContent.trim() : "",
+    controls: controls.length,
     title: gd._fullLayout && gd._fullLayout.title ? String(gd._fullLayout.title.text || "") : "",
     box: rect(gd),
     container: rect(gd.parentElement.closest(".cell_output, .output, article") || gd.parentElement),
@@ -597,10 +604,14 @@ def test_figures_are_images_with_a_name_and_a_text_alternative(
     visit, built_site: Path, toc_page: str
 ) -> None:
     record = visit(toc_page, "light")
+    expected = expected_figures(built_site, toc_page)
+    assert len(record.boxes) >= expected, f"{toc_page}: {len(record.boxes)} of {expected} figures"
     problems = []
     for fig in record.boxes:
         if fig["role"] != "img":
-            problems.append(f"{fig['id']}: role={fig['role']!r}, not 'img'")
+            problems.append(f"{fig['id']}: {fig['role']!r}, not one image")
+        if fig["controls"]:
+            problems.append(f"{fig['id']}: the image contains {fig['controls']} controls")
         if not fig["name"] or fig["name"] != " ".join(fig["name"].split()):
             problems.append(f"{fig['id']}: accessible name {fig['name']!r}")
         drawn = re.sub(r"<br\s*/?>", " ", fig["title"], flags=re.I)
