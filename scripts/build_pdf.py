@@ -7,9 +7,10 @@
    there (no lazy typesetting).
 2. The system Chromium (``/usr/bin/chromium``, or ``$CHROME_PATH``), driven by Playwright,
    opens that page (the root document, ``book/preface.html``, copied to the top folder) from
-   a loopback server, draws every Plotly figure (as SVG: vector in the PDF), waits for
-   MathJax, adds a printed table of contents, and prints it with a PDF outline (bookmarks)
-   and page numbers.
+   a loopback server, laid out for print at the printable width of an A4 page, draws every
+   Plotly figure to fit its printed column (as SVG: vector in the PDF; the build fails if
+   one is wider), waits for MathJax, adds a printed table of contents, and prints it with a
+   PDF outline (bookmarks) and page numbers. Hidden code cells are not printed.
 3. The PDF is copied to ``_build/html/mha-book.pdf``, where every page of the site links to
    it (download menu), if the site has been built.
 
@@ -37,6 +38,13 @@ PDF = OUT / "mha-book.pdf"
 SITE_COPY = BUILD / "html" / "mha-book.pdf"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 TIMEOUT_MS = 180_000
+PAPER = "A4"
+PAPER_WIDTH_MM = 210
+MARGIN_MM = {"top": 16, "bottom": 16, "left": 14, "right": 14}
+# The printable width in CSS pixels (96 per inch): the page is laid out, and its figures are
+# drawn, at this width, so that what is printed is what was drawn.
+PRINT_WIDTH_PX = int((PAPER_WIDTH_MM - MARGIN_MM["left"] - MARGIN_MM["right"]) / 25.4 * 96)
+FIGURE_WIDTH_PX = 760
 
 # A printed table of contents: one entry per chapter (the first heading of each document
 # in the single page), inserted before the first chapter.
@@ -72,6 +80,19 @@ TOC_JS = r"""
   return chapters.length;
 }
 """
+# Figures are drawn as on a desktop screen, FIGURE_WIDTH_PX wide (their layout for a wide
+# column, which the browser tests check), then scaled to the printed column.
+FIT_JS = """
+(width) => {
+  for (const figure of document.querySelectorAll("figure.mha-plotly-figure")) {
+    const column = figure.parentElement.clientWidth;
+    if (column >= width) continue;
+    figure.style.width = `${width}px`;
+    figure.style.maxWidth = "none";
+    figure.style.zoom = String(column / width);
+  }
+}
+"""
 READY_JS = """
 async () => {
   if (window.mhaDrawAllFigures) await window.mhaDrawAllFigures();
@@ -79,11 +100,20 @@ async () => {
     await MathJax.startup.promise;
     if (MathJax.typesetPromise) await MathJax.typesetPromise();
   }
+  const figures = [...document.querySelectorAll("div.mha-plotly")];
+  const page = document.documentElement.clientWidth;
+  // A figure that is wider than its column, or than the page, would be cut on paper.
+  const wide = figures.filter((gd) => {
+    const column = gd.parentElement.getBoundingClientRect();
+    return [...gd.querySelectorAll(".main-svg")].some((svg) => {
+      const box = svg.getBoundingClientRect();
+      return box.right > Math.min(column.right, page) + 1 || box.left < column.left - 1;
+    });
+  }).map((gd) => gd.id);
   return {
-    figures: document.querySelectorAll("div.mha-plotly").length,
-    drawn: document.querySelectorAll("div.mha-plotly .main-svg").length > 0
-      ? [...document.querySelectorAll("div.mha-plotly")].filter(
-          (d) => d.querySelector(".main-svg")).length : 0,
+    figures: figures.length,
+    drawn: figures.filter((gd) => gd.querySelector(".main-svg")).length,
+    wide,
     math: document.querySelectorAll(".math").length,
     typeset: document.querySelectorAll(".math mjx-container, mjx-container").length,
   };
@@ -149,22 +179,24 @@ def print_pdf() -> dict:
             browser = driver.chromium.launch(
                 executable_path=chromium(), headless=True, args=CHROMIUM_ARGS
             )
-            # About the width of an A4 page less its margins: figures are drawn to fit it.
-            context = browser.new_context(viewport={"width": 700, "height": 1000})
+            # Laid out for print from the start, at the printable width: figures are drawn
+            # to fit the printed column.
+            context = browser.new_context(viewport={"width": PRINT_WIDTH_PX, "height": 1000})
             context.add_init_script("localStorage.setItem('mode', 'light')")
             page = context.new_page()
+            page.emulate_media(media="print")
             page.set_default_timeout(TIMEOUT_MS)
             page.goto(url, wait_until="networkidle")
+            page.evaluate(FIT_JS, FIGURE_WIDTH_PX)
             ready = page.evaluate(READY_JS)
             ready["chapters"] = page.evaluate(TOC_JS)
-            page.emulate_media(media="print")
             page.pdf(
                 path=str(PDF),
-                format="A4",
+                format=PAPER,
                 print_background=True,
                 outline=True,
                 tagged=True,
-                margin={"top": "16mm", "bottom": "16mm", "left": "14mm", "right": "14mm"},
+                margin={side: f"{mm}mm" for side, mm in MARGIN_MM.items()},
                 display_header_footer=True,
                 header_template="<span></span>",
                 footer_template=(
@@ -186,6 +218,9 @@ def main() -> int:
     ready = print_pdf()
     if ready["drawn"] != ready["figures"]:
         print(f"only {ready['drawn']} of {ready['figures']} figures were drawn", file=sys.stderr)
+        return 1
+    if ready["wide"]:
+        print(f"figures wider than the printed column: {ready['wide']}", file=sys.stderr)
         return 1
     if SITE_COPY.parent.is_dir():
         shutil.copy2(PDF, SITE_COPY)

@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import threading
+import unicodedata
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -460,6 +461,82 @@ def test_every_page_has_a_description_and_open_graph_tags(built_site: Path) -> N
             assert f'<meta property="{tag}" content="' in html, f"{page}: no {tag}"
         assert f'<meta property="og:url" content="{site_url}{page}.html"' in html, page
         assert "og:image" not in html, f"{page}: an Open Graph image (none is made offline)"
+
+
+# Fenced blocks (code cells, ```{math}, :::{note}) and inline math of a chapter's source.
+FENCE = re.compile(r"^(`{3,}|:{3,})\{?([\w-]*)\}?[^\n]*\n(.*?)^\1[ \t]*$", re.M | re.S)
+INLINE_MATH = re.compile(r"\$\$(.+?)\$\$|\$([^$\n]+?)\$", re.S)
+TEX_COMMAND = re.compile(r"\\[A-Za-z]+")
+TEX_DELIMITERS = ("$$", "\\(", "\\)", "\\[", "\\]")
+
+
+def tex_of(source: str) -> tuple[set[str], str]:
+    """The TeX commands of a chapter's math, and the text of its fenced code (code cells)."""
+    math, code = [], []
+
+    def take(match: re.Match[str]) -> str:
+        (math if match.group(2) == "math" else code).append(match.group(3))
+        return ""
+
+    prose = re.sub(r"`[^`\n]*`", "", FENCE.sub(take, source))
+    math += [display or inline for display, inline in INLINE_MATH.findall(prose)]
+    return set(TEX_COMMAND.findall(" ".join(math))), "\n".join(code)
+
+
+def squash(text: str) -> str:
+    """Text without spaces and punctuation, lower case, ligatures as letters (PDF text
+    extraction drops spaces and keeps ligatures such as "ﬁ")."""
+    return re.sub(r"\W+", "", unicodedata.normalize("NFKC", text)).lower()
+
+
+def test_tex_of_finds_math_commands_and_code() -> None:
+    source = (
+        "Text $\\frac{a}{b}$ and `\\notmath` and\n$$\n\\sqrt{x}\n$$\n"
+        "```{math}\n\\sum_i x_i\n```\n```{code-cell} ipython3\nprint('\\approx')\n```\n"
+    )
+    commands, code = tex_of(source)
+    assert commands == {"\\frac", "\\sqrt", "\\sum"}
+    assert code == "print('\\approx')\n"
+
+
+@pytest.mark.site
+def test_pdf_has_every_chapter_its_figures_and_no_raw_tex(built_site: Path, built_pdf: Path):
+    """The PDF's outline and text have every chapter's title, its text has every figure's
+    title (figures are printed as vector drawings with their text), no TeX command of the
+    book's math or math delimiter is left as text (outside code listings that show it), and
+    hidden code cells are not printed. (``make pdf`` itself fails if a figure is not drawn or
+    is wider than its printed column.)"""
+    from pypdf import PdfReader
+
+    reader = PdfReader(built_pdf)
+
+    def titles(items: list) -> list[str]:
+        return [t for i in items for t in (titles(i) if isinstance(i, list) else [i.title])]
+
+    outline = {squash(title) for title in titles(reader.outline)}
+    text = "\n".join(page.extract_text() for page in reader.pages)
+    printed = squash(text)
+    commands, listings = set(), ""
+    for page in toc_pages():
+        source = (ROOT / f"{page}.md").read_text(encoding="utf8")
+        title = re.search(r"^# (.+)$", source, re.M).group(1)
+        assert squash(title) in outline, f"{page}: {title!r} is not in the PDF's outline"
+        assert squash(title) in printed, f"{page}: {title!r} is not in the PDF"
+        used, code = tex_of(source)
+        commands |= used
+        listings += code
+    for ids in site_figures(built_site).values():
+        for fig_id in ids:
+            title = mha_figures.title_text(figure_data(built_site, fig_id))
+            assert squash(title) in printed, f"figure {title!r} is not in the PDF"
+    assert len(commands) > 20, sorted(commands)  # the book's math
+    raw = [
+        c for c in commands if c not in listings and re.search(re.escape(c) + r"(?![A-Za-z])", text)
+    ]
+    raw += [d for d in TEX_DELIMITERS if d not in listings and d in text]
+    assert raw == [], f"raw TeX in the PDF: {raw}"
+    toggles = re.findall(r"(?:Show|Hide) code cell \w+", text)
+    assert toggles == [], "hidden code cells are printed"
 
 
 def nu_errors(files: list[Path]) -> list[dict]:
