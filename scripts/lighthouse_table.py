@@ -8,8 +8,10 @@ compared within one run only: each run prints its table and, per chapter, the ra
 total blocking time and first contentful paint to the preface's in that run, against the
 site's targets (TBT <= 1.5x, FCP <= 1.2x the preface's).
 
-Usage: ``python scripts/lighthouse_table.py [--runs 3] [--site _build/html] [--json out.json]``
-(``make lighthouse`` runs it with 3 runs.) Exits 1 if a run misses a target.
+Usage: ``python scripts/lighthouse_table.py [--runs 3] [--site _build/html] [--json out.json]
+[--reports DIR] [--pages book/x ...]`` (``make lighthouse`` runs it with 3 runs; ``--reports``
+keeps every full report, with its boot-up time and main-thread work per script, for
+profiling). Exits 1 if a run misses a target.
 """
 
 from __future__ import annotations
@@ -126,18 +128,26 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--site", type=Path, default=ROOT / "_build" / "html")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
+    parser.add_argument(
+        "--reports", type=Path, help="keep each page's full Lighthouse report in this folder"
+    )
+    parser.add_argument("--pages", nargs="+", help="only these pages (book/preface first)")
     args = parser.parse_args(argv)
     if not LIGHTHOUSE.exists():
         print(f"Lighthouse is not installed at {LIGHTHOUSE}: run `make node`", file=sys.stderr)
         return 2
-    pages = toc_pages()
+    pages = [REFERENCE, *[page for page in args.pages or toc_pages() if page != REFERENCE]]
     runs: list[dict[str, dict[str, float]]] = []
     failed = []
     with serve(args.site) as base, tempfile.TemporaryDirectory() as tmp:
         for number in range(1, args.runs + 1):
             run = {}
             for page in pages:
-                run[page] = measure(f"{base}{page}.html", Path(tmp) / "report.json")
+                out = Path(tmp) / "report.json"
+                if args.reports:
+                    args.reports.mkdir(parents=True, exist_ok=True)
+                    out = args.reports / f"run{number}-{page.replace('/', '__')}.json"
+                run[page] = measure(f"{base}{page}.html", out)
                 print(f"  run {number}: {page} done", file=sys.stderr, flush=True)
             runs.append(run)
             print(f"\nRun {number} of {args.runs} (Lighthouse 12.2.3, mobile defaults)\n")
