@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 MAX_PAGE_BYTES = 2 * 1024 * 1024  # a page plus what it alone loads
 PLOTLY_JS = "_static/plotly/plotly-cartesian.min.js"
-MATHJAX_JS = "_static/mathjax/tex-chtml.js"
+MATHJAX_JS = "_static/mathjax/tex-svg.js"
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf8"))
 REPOSITORY = CONFIG["repository"]["url"]
@@ -200,6 +200,21 @@ def test_code_toggles_are_valid_html_named_by_their_text() -> None:
     )
 
 
+def test_plain_code_spans_drops_only_markup_drawn_as_plain_text() -> None:
+    plain = mha_site.plain_token_classes(("a11y-high-contrast-light", "a11y-high-contrast-dark"))
+    assert {"n", "p", "w"} <= plain and "k" not in plain
+    assert mha_site.plain_token_classes(("no-such-style",)) == frozenset()
+    code = (
+        '<div class="highlight"><pre><span></span><span class="k">for</span><span class="w"> '
+        '</span><span class="n">x</span><span class="p">:</span></pre></div>'
+        '<p><span class="n">kept outside code</span></p>'
+    )
+    assert mha_site.plain_code_spans(code, plain) == (
+        '<div class="highlight"><pre><span></span><span class="k">for</span> x:</pre></div>'
+        '<p><span class="n">kept outside code</span></p>'
+    )
+
+
 def test_pages_url_is_the_github_pages_address() -> None:
     assert mha_site.pages_url("https://github.com/Org/book") == "https://org.github.io/book/"
     assert mha_site.pages_url("https://github.com/org/org.github.io") == "https://org.github.io/"
@@ -347,7 +362,7 @@ def test_figure_colours_are_colour_blind_safe(built_site: Path) -> None:
 @pytest.mark.site
 def test_mathjax_is_served_by_the_site(built_site: Path) -> None:
     assert (built_site / MATHJAX_JS).stat().st_size > 500_000
-    assert (built_site / "_static/mathjax/output/chtml/fonts/woff-v2").is_dir()
+    assert (built_site / "_static/mathjax/input/tex/extensions").is_dir()  # loaded on demand
     math_pages = 0
     for html_file in built_site.rglob("*.html"):
         html = html_file.read_text(encoding="utf8")
@@ -368,6 +383,8 @@ def test_no_page_loads_anything_from_another_host(built_site: Path) -> None:
         other = [url for _, url in page.urls if is_other_host(url)]
         assert other == [], f"{html_file.relative_to(built_site)} loads {other}"
         assert "THEBE_JS_URL" not in html and "thebe" not in " ".join(u for _, u in page.urls)
+        # The theme's CSS draws the icons: no 1.5 MB of Font Awesome JavaScript.
+        assert not any("fontawesome" in url for _, url in page.urls), html_file.name
         for script in page.inline_scripts:
             assert not re.search(r"https?://", script), f"{html_file.name}: {script[:200]}"
 

@@ -9,8 +9,11 @@
   that have a figure. Figures that use Plotly's default template follow the site's
   light/dark theme (the default template is dropped from the page and applied in the
   browser, which keeps pages small).
-- MathJax 3 is served from ``_static/mathjax/`` (copied from the ``sphinx-mathjax-offline``
-  package; ``_config.yml`` points ``mathjax_path`` at it).
+- MathJax 3 (TeX to SVG) is served from ``_static/mathjax/`` (copied from the
+  ``sphinx-mathjax-offline`` package; ``_config.yml`` points ``mathjax_path`` at it); pages
+  with math get ``_static/mha-math.js``, which typesets formulas as they come near the screen.
+- Lighter pages: highlighted code without the markup of tokens drawn as plain text, and
+  (``book/_templates``) no Font Awesome JavaScript, whose icons the theme's CSS already draws.
 - API reference: a ``{mha-api}`` block lists modules, one per line; each becomes a section
   with that module's autodoc documentation.
 - Downloads: every chapter's executed notebook (with its outputs, also when they come from
@@ -22,6 +25,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import importlib.util
 import json
@@ -58,8 +62,8 @@ SAFE_COLORWAY = {
     "dark": ["#56B4E9", "#E69F00", "#009E73", "#D55E00", "#F0E442", "#CC79A7", "#BBBBBB"],
 }
 MATHJAX_PACKAGE = "sphinx-mathjax-offline"
-# What MathJax 3's tex-chtml bundle may load on demand (fonts, TeX extensions, menu, a11y).
-MATHJAX_PARTS = ("tex-chtml.js", "input", "output/chtml", "ui", "a11y", "sre", "adaptors")
+# What MathJax 3's tex-svg bundle may load on demand (TeX extensions, menu, a11y, fonts).
+MATHJAX_PARTS = ("tex-svg.js", "input", "output/svg", "ui", "a11y", "sre", "adaptors")
 FIGURE_CLASS = "mha-plotly"
 # This extension's code and the static files it relies on: a change to any of them rebuilds
 # every page (Sphinx copies static files only when some page is written).
@@ -67,6 +71,7 @@ EXTENSION_FILES = (
     "mha_site.py",
     "mha_figures.py",
     "../_static/mha-plotly.js",
+    "../_static/mha-math.js",
     "../_static/mha-site.css",
 )
 EXEC_TIMES_FILE = "execution_times.json"  # in the parent of the html output folder
@@ -222,6 +227,16 @@ def page_figures(doctree: nodes.document | None) -> list[dict[str, Any]]:
     if doctree is None:
         return []
     return [json.loads(node["figure"]) for node in doctree.findall(mha_figure)]
+
+
+def add_math_script(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
+) -> None:
+    """Give pages with math ``mha-math.js``, which typesets formulas as they come near."""
+    if doctree is None:
+        return
+    if next(doctree.findall(lambda node: isinstance(node, nodes.math | nodes.math_block)), None):
+        app.add_js_file("mha-math.js", loading_method="defer")
 
 
 def add_figure_scripts(
@@ -503,12 +518,63 @@ def bibliography_list_items(body: str) -> str:
     return body.replace('role="doc-biblioentry"', 'role="listitem"')
 
 
+# Pygments token classes that may be drawn as plain text (names, punctuation, whitespace),
+# when both of the theme's code styles (light and dark) draw them in the code's own colour.
+PLAIN_TOKEN_CANDIDATES = frozenset({"n", "nn", "nx", "p", "pm", "w"})
+_CODE_BLOCK = re.compile(r'(<div class="highlight"><pre>)(.*?)(</pre>)', re.S)
+_TOKEN_SPAN = re.compile(r'<span class="([a-z0-9]+)">([^<]*)</span>')
+
+
+@functools.lru_cache
+def plain_token_classes(style_names: tuple[str, ...]) -> frozenset[str]:
+    """The candidate token classes that every one of the pygments styles draws as plain text:
+    in the style's text colour, not bold, italic, underlined, boxed or on a background."""
+    from pygments.styles import get_style_by_name
+    from pygments.token import STANDARD_TYPES, Token
+    from pygments.util import ClassNotFound
+
+    plain = set(PLAIN_TOKEN_CANDIDATES)
+    types = {name: ttype for ttype, name in STANDARD_TYPES.items()}
+    for name in style_names:
+        try:
+            style = get_style_by_name(name)
+        except ClassNotFound:
+            return frozenset()
+        text = style.style_for_token(Token.Text)
+        for cls in list(plain):
+            token = style.style_for_token(types[cls])
+            marks = ("bold", "italic", "underline", "bgcolor", "border")
+            if token["color"] != text["color"] or any(token[mark] for mark in marks):
+                plain.discard(cls)
+    return frozenset(plain)
+
+
+def plain_code_spans(body: str, plain: frozenset[str]) -> str:
+    """Highlighted code without the ``<span class="n">`` wrappers of tokens drawn as plain text.
+
+    They are a third of a chapter page's HTML (every name and bracket of every code cell) and
+    change nothing on screen; fewer nodes also make the page cheaper to lay out.
+    """
+    if not plain:
+        return body
+
+    def unwrap(token: re.Match[str]) -> str:
+        return token.group(2) if token.group(1) in plain else token.group(0)
+
+    def block(match: re.Match[str]) -> str:
+        return match.group(1) + _TOKEN_SPAN.sub(unwrap, match.group(2)) + match.group(3)
+
+    return _CODE_BLOCK.sub(block, body)
+
+
 def fix_page_html(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
 ) -> None:
     if "body" in context:
         body = summary_named_by_its_text(summary_without_paragraphs(context["body"]))
-        context["body"] = bibliography_list_items(body)
+        styles = [context.get(f"theme_pygments_{mode}_style") for mode in ("light", "dark")]
+        plain = plain_token_classes(tuple(styles)) if all(styles) else None
+        context["body"] = plain_code_spans(bibliography_list_items(body), plain or frozenset())
 
 
 _LETTER_ITEM = re.compile(r"^(\s*)([A-Za-z]{1,2})\.(?=\s|$)")
@@ -575,6 +641,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("source-read", expand_api_blocks)
     app.connect("doctree-read", write_cached_outputs)
     app.connect("html-page-context", add_figure_scripts)
+    # After sphinx.ext.mathjax has added MathJax (deferred scripts run in order).
+    app.connect("html-page-context", add_math_script, priority=600)
     app.connect("html-page-context", fix_page_html)
     app.connect("autodoc-process-docstring", keep_letters_as_text, priority=600)
     app.connect("build-finished", write_execution_times)

@@ -43,6 +43,7 @@ TYPESET = (
 # SVG elements that Plotly draws for data (scatter/bar/box/pie traces, heatmap images).
 TRACE_SELECTOR = ".main-svg .trace, .main-svg .hm image, .main-svg .imagelayer image"
 MIN_CONTRAST = 3.0
+LAID_OUT_CSS = "article section { content-visibility: visible !important; }"
 
 # Wait until MathJax (version 2 or 3) has finished its first typesetting pass.
 MATHJAX_DONE_JS = """
@@ -61,6 +62,9 @@ MATHJAX_LOADED_JS = """
 () => !document.querySelector(".math") || (window.MathJax && (
   (window.MathJax.startup && window.MathJax.startup.promise) || (window.MathJax.Hub &&
   window.MathJax.Hub.Queue)))
+"""
+ALL_TYPESET_JS = """
+() => [...document.querySelectorAll(".math")].every((el) => el.querySelector("mjx-container"))
 """
 PLOTLY_DONE_JS = """
 () => [...document.querySelectorAll("div.mha-plotly, .plotly-graph-div, .js-plotly-plot")].every(
@@ -361,6 +365,8 @@ def load_page(
             visit.plotly_settled = False
         wait_until_quiet(tab, in_flight)
         tab.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+        with contextlib.suppress(PlaywrightTimeout):  # formulas are typeset as they come near
+            tab.wait_for_function(ALL_TYPESET_JS, timeout=RENDER_TIMEOUT_MS)
         visit.probe = tab.evaluate(PROBE_JS, [RAW_MATH, MATH_ERRORS, TYPESET, TRACE_SELECTOR])
         tab.evaluate("window.scrollTo(0, 0)")
         visit.boxes = tab.evaluate(FIGURE_BOXES_JS)
@@ -368,6 +374,9 @@ def load_page(
             tab.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
         )
         if width == WIDE:
+            # Sections far from the screen are not laid out (content-visibility: auto), and
+            # axe-core reads colours and overlaps from the layout: lay everything out first.
+            tab.add_style_tag(content=LAID_OUT_CSS)
             tab.add_script_tag(path=str(AXE_JS))
             visit.axe = tab.evaluate(
                 "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
