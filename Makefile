@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 NODE_DIR   := scripts/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
-.PHONY: env node book pdf lighthouse test lint unit lab bench browser clean
+.PHONY: env node book pdf lighthouse plotly-bundle test lint unit lab bench browser clean
 
 env: $(STAMP)
 
@@ -36,6 +36,10 @@ pdf: $(STAMP) book
 ## Lighthouse table of every page (3 runs; pages compared within one run).
 lighthouse: $(STAMP) node book browser
 	$(BIN)/python scripts/lighthouse_table.py --runs 3
+
+## Lighthouse on the figure pages with the partial and with the full plotly.js bundle.
+plotly-bundle: $(STAMP) node book browser
+	$(BIN)/python scripts/plotly_bundle_table.py
 
 ## Run all the tests: lint, unit, parity, chapter, site, browser and JupyterLab tests.
 test: $(STAMP) node browser lint
