@@ -60,9 +60,11 @@ browser:
 lab: $(STAMP)
 	$(BIN)/jupyter lab
 
-## Print the speed and memory ratios of the implementations (issue targets).
+## Print the speed and memory ratios of the implementations against their targets.
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench_tiled.py
+	$(BIN)/python scripts/bench_decode.py
 
 clean:
 	rm -rf _build .pytest_cache test-artifacts

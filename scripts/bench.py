@@ -1,72 +1,66 @@
 """Speed and memory of mha's implementations, as ratios against torch.nn.MultiheadAttention.
 
 Run it with ``make bench`` (or ``.venv/bin/python scripts/bench.py``). Everything is timed in
-this one process, on the same inputs, in interleaved rounds; each ratio is the median over
-rounds of the time against nn.MultiheadAttention's time in the same round, so the ratios
-compare like with like on whatever machine runs it. Default shape:
-(B, L=S, D, H) = (4, 512, 512, 8), float32, self-attention, no mask. Targets (issue "Performance"):
+this one process, on the same inputs, in interleaved rounds (``mha.measure.interleaved_times``);
+each ratio is the median over rounds of the time against the reference's time in the same
+round, so the ratios compare like with like on whatever machine runs it. Default shape:
+(B, L=S, D, H) = (4, 512, 512, 8), float32, self-attention, no mask.
 
-- PyTorch fast path (no weights): <= 0.75x nn.MultiheadAttention; with weights: <= 1.0x.
-- NumPy reference: <= 1.5x nn.MultiheadAttention.
+Two references: ``nn.MultiheadAttention`` called as a module is by default (training state,
+autograd on, ``need_weights=False``), and its native inference path (eval state, under
+``torch.inference_mode``: one fused native operator). Targets:
+
+- PyTorch fast path (``need_weights=False``): <= 1.0x the module called by default, and
+  <= 0.85x its native inference path. At the default shape both run the same three
+  kernels (the packed projection, ``scaled_dot_product_attention``, the output projection).
+- PyTorch path that returns the weights: <= 1.1x the module called by default.
+- NumPy reference: <= 1.5x the native inference path.
 - Peak extra memory of the fast path at (1, 4096, 512, 8) below one (B, H, L, S) float32
-  score tensor (measured in a child process, from the resident-set high-water mark reset
-  just before the call).
+  score tensor (``mha.measure.attention_peak_memory``, in a child process).
+
+GFLOP/s count the matrix products of one forward (``mha.cost.attention_flops``) and are shown
+as a share of the best rate of a float32 square matmul at 1024, 2048 and 4096, timed in the
+same rounds.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import statistics
-import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 import mha
-from mha import cost, np_backend, torch_backend
+from mha import cost, measure, np_backend, torch_backend
 
 REF = "nn.MultiheadAttention"
 REF_NATIVE = "nn.MultiheadAttention native"
+# implementation -> [(reference, largest allowed time ratio)]
+TARGETS = {
+    "mha torch fast path": [(REF, 1.0), (REF_NATIVE, 0.85)],
+    "mha torch with weights": [(REF, 1.1)],
+    "mha numpy": [(REF_NATIVE, 1.5)],
+}
+PEAK_SIZES = (1024, 2048, 4096)
 
 
-def interleaved_times(fns: dict[str, object], repeats: int, warmup: int = 2) -> dict[str, list]:
-    """Wall times of each ``fn()``, run in turn within each round, ``repeats`` rounds.
-
-    Interleaving means a change of machine load during the run hits every implementation
-    alike, so per-round ratios stay meaningful on a shared machine.
-    """
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
-def mha_matmul_flops(B: int, L: int, S: int, D: int) -> int:
-    """Matmul FLOPs of one MHA forward (multiply-add = 2): projections, scores, mix, output."""
-    return 2 * B * (L * D * D + 2 * S * D * D + L * S * D + L * S * D + L * D * D)
-
-
-def _inference(fn):
-    def run():
+def _inference(fn: Callable[[], Any]) -> Callable[[], Any]:
+    def run() -> Any:
         with torch.inference_mode():
             return fn()
 
     return run
 
 
-def time_forward(B: int, L: int, D: int, H: int, repeats: int) -> dict[str, list]:
-    """Wall times of each implementation at (B, L=S, D, H), float32 self-attention.
+def implementations(B: int, L: int, D: int, H: int) -> dict[str, Callable[[], Any]]:
+    """Each implementation at (B, L=S, D, H), float32 self-attention, as a callable.
 
-    ``nn.MultiheadAttention`` is timed twice: as a module is called by default (training
+    ``nn.MultiheadAttention`` is there twice: called as a module is by default (training
     state, autograd on), and in eval state under ``torch.inference_mode()``, where PyTorch
-    runs its native fused fast path. mha's functions are timed under inference mode too.
+    runs its native fused path. mha's PyTorch functions run under inference mode too.
     """
     params = mha.init_params(D, H, seed=0, dtype=np.float32)
     x_np = np.random.default_rng(0).standard_normal((B, L, D)).astype(np.float32)
@@ -74,54 +68,30 @@ def time_forward(B: int, L: int, D: int, H: int, repeats: int) -> dict[str, list
     p_t = params.to_torch()
     ref = mha.to_torch_mha(params)
     ref_eval = mha.to_torch_mha(params).eval()
-    a = torch.randn(2048, 2048)
-    return interleaved_times(
-        {
-            REF: lambda: ref(x, x, x, need_weights=False),
-            REF_NATIVE: _inference(lambda: ref_eval(x, x, x, need_weights=False)),
-            "mha torch fast path": _inference(
-                lambda: torch_backend.multi_head_attention(
-                    x, x, x, p_t, form="packed", need_weights=False
-                )
-            ),
-            "mha torch with weights": _inference(
-                lambda: torch_backend.multi_head_attention(x, x, x, p_t, form="packed")
-            ),
-            "mha numpy": lambda: np_backend.multi_head_attention(
-                x_np, x_np, x_np, params, form="packed"
-            ),
-            "matmul 2048^3": _inference(lambda: a @ a),
-        },
-        repeats,
-    )
+    mha_torch = torch_backend.multi_head_attention
+    return {
+        REF: lambda: ref(x, x, x, need_weights=False),
+        REF_NATIVE: _inference(lambda: ref_eval(x, x, x, need_weights=False)),
+        "mha torch fast path": _inference(
+            lambda: mha_torch(x, x, x, p_t, form="packed", need_weights=False)
+        ),
+        "mha torch with weights": _inference(lambda: mha_torch(x, x, x, p_t, form="packed")),
+        "mha numpy": lambda: np_backend.multi_head_attention(
+            x_np, x_np, x_np, params, form="packed"
+        ),
+    }
 
 
-def _peak_extra_bytes(B: int, L: int, D: int, H: int, queue) -> None:
-    torch.set_grad_enabled(False)
-    params = mha.init_params(D, H, seed=0, dtype=np.float32).to_torch()
-    x = torch.randn(B, L, D)
-    queue.put(
-        cost.peak_rss_increase(
-            lambda: torch_backend.multi_head_attention(
-                x, x, x, params, form="packed", need_weights=False
-            )
-        )
-    )
+def matmuls(sizes: tuple[int, ...]) -> dict[int, Callable[[], Any]]:
+    """A float32 ``(n, n) @ (n, n)`` product for each size, under inference mode."""
+    gen = torch.Generator().manual_seed(0)
+    operands = {n: torch.randn(n, n, generator=gen) for n in sizes}
+    return {n: _inference(lambda a=a: a @ a) for n, a in operands.items()}
 
 
-def peak_extra_memory(B: int, L: int, D: int, H: int) -> int:
-    """Bytes the fast path adds to resident memory at its peak, in a fresh process.
-
-    :func:`mha.cost.peak_rss_increase` resets the kernel's high-water mark before the
-    call, so what the parent process had resident is not counted.
-    """
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_peak_extra_bytes, args=(B, L, D, H, queue))
-    proc.start()
-    extra = queue.get()
-    proc.join()
-    return extra
+def per_round_ratio(times: dict[str, list[float]], name: str, ref: str) -> float:
+    """Median over rounds of ``name``'s time divided by ``ref``'s time in the same round."""
+    return statistics.median(t / r for t, r in zip(times[name], times[ref], strict=True))
 
 
 def main() -> None:
@@ -132,46 +102,56 @@ def main() -> None:
     parser.add_argument("--num-heads", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--memory-len", type=int, default=4096)
+    parser.add_argument(
+        "--peak-sizes", type=int, nargs="+", default=list(PEAK_SIZES), help="matmul sizes n"
+    )
     args = parser.parse_args()
     B, L, D, H = args.batch_size, args.q_len, args.d_model, args.num_heads
 
     print(f"torch {torch.__version__}, numpy {np.__version__}, threads {torch.get_num_threads()}")
     print(f"shape (B, L=S, D, H) = ({B}, {L}, {D}, {H}), float32, median of {args.repeats}")
-    times = time_forward(B, L, D, H, args.repeats)
-    targets = {"mha torch fast path": 0.75, "mha torch with weights": 1.0, "mha numpy": 1.5}
-    flops = mha_matmul_flops(B, L, L, D)
-    matmul_rate = 2 * 2048**3 / statistics.median(times["matmul 2048^3"])
-    head = ("implementation", "ms", "ratio", "target", "native", "GFLOP/s", "share")
-    print("{:30s} {:>8s} {:>6s} {:>12s} {:>7s} {:>8s} {:>6s}".format(*head))
-    for name, ts in times.items():
-        if name == "matmul 2048^3":
-            continue
-        sec = statistics.median(ts)
-        ratio = {
-            ref: statistics.median(t / r for t, r in zip(ts, times[ref], strict=True))
-            for ref in (REF, REF_NATIVE)
-        }  # per-round ratios against each reference
-        target = targets.get(name)
-        mark = ""
-        if target is not None:
-            mark = f"<={target:.2f} " + ("ok" if ratio[REF] <= target else "MISS")
+    fns = implementations(B, L, D, H)
+    peak_fns = {f"matmul {n}^3": fn for n, fn in matmuls(tuple(args.peak_sizes)).items()}
+    times = measure.interleaved_times(fns | peak_fns, args.repeats, warmup=2)
+    rates = {
+        n: cost.matmul_flops(n, n, n) / statistics.median(times[f"matmul {n}^3"])
+        for n in args.peak_sizes
+    }
+    best_n = max(rates, key=rates.get)
+    peak = rates[best_n]
+    flops = cost.attention_flops(B, L, L, D, H).matmul
+
+    head = ("implementation", "ms", "ratio", "native", "GFLOP/s", "share", "targets")
+    print("{:30s} {:>8s} {:>6s} {:>7s} {:>8s} {:>6s}  {}".format(*head))
+    for name in fns:
+        sec = statistics.median(times[name])
+        ratio = {ref: per_round_ratio(times, name, ref) for ref in (REF, REF_NATIVE)}
+        marks = [
+            f"{'ratio' if ref == REF else 'native'}<={limit:.2f} "
+            + ("ok" if ratio[ref] <= limit else "MISS")
+            for ref, limit in TARGETS.get(name, [])
+        ]
         rate = flops / sec
         print(
-            f"{name:30s} {1e3 * sec:8.2f} {ratio[REF]:6.2f} {mark:>12s} {ratio[REF_NATIVE]:7.2f} "
-            f"{rate / 1e9:8.1f} {rate / matmul_rate:6.0%}"
+            f"{name:30s} {1e3 * sec:8.2f} {ratio[REF]:6.2f} {ratio[REF_NATIVE]:7.2f} "
+            f"{rate / 1e9:8.1f} {rate / peak:6.0%}  {', '.join(marks)}"
         )
     print(
         f"ratio: median over rounds of time / {REF}'s time in the same round (module called\n"
         "  as by default: training state, autograd on, need_weights=False);\n"
         f"native: the same against {REF} in eval state under inference_mode (PyTorch's\n"
         "  fused native path);\n"
-        "share: GFLOP/s of the matmul work as a share of a plain float32 2048^3 matmul "
-        f"({matmul_rate / 1e9:.1f} GFLOP/s)"
+        "share: GFLOP/s of the forward's matrix products as a share of the best float32\n"
+        "  square matmul timed in the same rounds: "
+        + ", ".join(f"{n}^3 {r / 1e9:.1f}" for n, r in rates.items())
+        + f" GFLOP/s (peak {peak / 1e9:.1f} GFLOP/s at {best_n})"
     )
 
     M = args.memory_len
-    extra = peak_extra_memory(1, M, D, H)
-    score_bytes = 1 * H * M * M * 4
+    (extra,) = measure.attention_peak_memory(
+        1, [M], D, H, paths=("sdpa",), threads=torch.get_num_threads()
+    )["sdpa"]
+    score_bytes = cost.score_tensor_bytes(1, M, M, H)
     verdict = "ok" if extra < score_bytes else "MISS"
     print(
         f"peak extra memory of the fast path at (1, {M}, {D}, {H}): {extra / 2**20:.1f} MiB; "

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import exactness
 import pytest
 import torch
 
@@ -54,3 +55,17 @@ def built_pdf(built_site: Path) -> Path:
     if result.returncode != 0:
         pytest.fail(f"PDF build failed:\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
     return ROOT / "_build" / "pdf" / "mha-book.pdf"
+
+
+exactness.install()
+
+
+@pytest.fixture(autouse=True)
+def no_unjustified_exact_float_comparison():
+    """Fail a test that compares floating-point arrays exactly without saying why it may."""
+    before = len(exactness.violations)
+    yield
+    new = exactness.violations[before:]
+    del exactness.violations[before:]
+    if new:
+        pytest.fail("\n".join(new), pytrace=False)

@@ -128,6 +128,14 @@ def test_cited_keys_reads_single_multiple_and_styled_citations() -> None:
     assert cited_keys(text) == {"x2020a", "y2021b", "z2022c"}
 
 
+def test_references_bib_parses_as_the_build_parses_it() -> None:
+    """pybtex (what sphinxcontrib-bibtex reads the file with) accepts every entry."""
+    import pybtex.database
+
+    entries = pybtex.database.parse_file(ROOT / "book" / "references.bib").entries
+    assert sorted(entries) == sorted(bib_keys())
+
+
 def test_references_bib_keys_are_unique_and_include_the_core_works() -> None:
     keys = bib_keys()
     assert len(keys) == len(set(keys)), "duplicate BibTeX keys"

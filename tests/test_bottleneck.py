@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mha import bottleneck as bn
-from mha import np_backend
+from mha import np_backend, tolerance
 
 
 def random_target(n: int, seed: int, scale: float = 2.0) -> np.ndarray:
@@ -163,7 +163,11 @@ def test_attention_from_projections_equals_the_backends_attention_weights():
     rng = np.random.default_rng(3)
     x, (w_q, w_k) = rng.standard_normal((6, 10)), rng.standard_normal((2, 10, 4))
     _, weights = np_backend.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_k)
-    np.testing.assert_allclose(bn.attention_from_projections(x, w_q, w_k), weights, atol=1e-14)
+    # two routes to the scores (sums of 10 and 4 products), then the softmax: a weight
+    # moves by at most twice the largest score change
+    scale = 2 * np.abs(x @ w_q).max() * np.abs(x @ w_k).max() * 4
+    tol = tolerance.rounding_tolerance(np.float64, terms=10, scale=scale, stages=3)
+    tolerance.assert_close(bn.attention_from_projections(x, w_q, w_k), weights, tol)
 
 
 def test_one_target_on_one_head_costs_the_squared_floor():
@@ -172,3 +176,108 @@ def test_one_target_on_one_head_costs_the_squared_floor():
         assert bn.best_layer_error(p[None], 1, d_head) == pytest.approx(
             bn.centred_logit_floor(p, d_head) ** 2, rel=1e-12
         )
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 12), seed=st.integers(0, 10**6))
+def test_probability_errors_are_zero_on_equal_patterns_and_obey_pinsker(n, seed):
+    p, a = random_target(n, seed), random_target(n, seed + 1)
+    assert np.all(bn.total_variation(p, p) == 0) and np.allclose(bn.kl_divergence(p, p), 0)
+    tv, kl = bn.total_variation(a, p), bn.kl_divergence(a, p)
+    assert tv.shape == kl.shape == (n,)
+    assert np.all((tv >= 0) & (tv <= 1)) and np.all(kl >= 2 * tv**2 - 1e-12)  # Pinsker
+
+
+def test_total_variation_bounds_the_change_of_the_head_output():
+    p, a = random_target(8, 1), random_target(8, 2)
+    v = np.random.default_rng(3).standard_normal((8, 5))  # values (S, Dh)
+    change = np.linalg.norm((a - p) @ v, axis=1)  # (N,)
+    assert np.all(change <= 2 * bn.total_variation(a, p) * np.linalg.norm(v, axis=1).max())
+
+
+def test_kl_divergence_is_infinite_where_the_head_ignores_a_key_the_target_uses():
+    p = np.full((2, 2), 0.5)
+    a = np.array([[1.0, 0.0], [0.5, 0.5]])
+    kl = bn.kl_divergence(a, p)
+    assert np.isinf(kl[0]) and kl[1] == 0.0
+    assert bn.total_variation(a, p).tolist() == [0.5, 0.0]
+    one_hot = np.array([[1.0, 0.0], [0.0, 1.0]])  # keys with target weight 0 add nothing
+    np.testing.assert_allclose(bn.kl_divergence(p, one_hot), [np.log(2)] * 2, rtol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("weights", "target", "match"),
+    [
+        (np.eye(2), np.eye(3), "same shape"),
+        (np.full((2, 2), 0.7), np.full((2, 2), 0.5), "weights rows must be distributions"),
+    ],
+)
+def test_probability_errors_reject_bad_patterns(weights, target, match):
+    with pytest.raises(ValueError, match=match):
+        bn.total_variation(weights, target)
+
+
+@pytest.mark.parametrize("n", [2, 5, 16, 64])
+@pytest.mark.parametrize("offset", [-1, 0, 1])
+def test_offset_head_puts_at_least_the_bound_on_the_offset_key(n, offset):
+    gap = 6.0
+    x, w_q, w_k = bn.offset_head(n, offset, gap)
+    assert x.shape == (n, 2) and w_q.shape == w_k.shape == (2, 2)
+    a = bn.attention_from_projections(x, w_q, w_k)
+    i = np.arange(n)
+    on_target = a[i, np.clip(i + offset, 0, n - 1)]  # out of range: the nearest end
+    assert on_target.min() >= 1 / (1 + (n - 1) * np.exp(-gap)) - 1e-12
+    assert (a.argmax(axis=1) == np.clip(i + offset, 0, n - 1)).all()
+
+
+def test_offset_head_reaches_the_weights_of_the_rank_chapter():
+    for n, gap, least in ((16, 7.0, 0.98), (512, 16.0, 0.9999)):
+        a = bn.attention_from_projections(*bn.offset_head(n, -1, gap))
+        assert a[np.arange(1, n), np.arange(n - 1)].min() >= least
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        ((1, 0, 1.0), ValueError, "n must be an int >= 2"),
+        ((4, 0.5, 1.0), TypeError, "offset must be an int"),
+        ((4, 1, 0.0), ValueError, "gap must be positive"),
+        ((4, 1, np.inf), ValueError, "gap must be positive"),
+    ],
+)
+def test_offset_head_errors_name_the_argument(args, error, match):
+    with pytest.raises(error, match=match):
+        bn.offset_head(*args)
+
+
+def test_truncated_centred_log_reaches_the_floor_and_agrees_with_the_construction():
+    p, x = random_target(8, 4), full_rank_input(8, 10)
+    for d_head in (1, 3, 7):
+        z = bn.truncated_centred_log(p, d_head)
+        assert np.linalg.matrix_rank(z) == d_head
+        errors = bn.attention_errors(z, p)
+        assert errors["centred_logit"] == pytest.approx(bn.centred_logit_floor(p, d_head))
+    w_q, w_k = bn.bhojanapalli_projections(x, p, 7)
+    z = x @ w_q @ (x @ w_k).T / np.sqrt(7)
+    np.testing.assert_allclose(z, bn.truncated_centred_log(p, 7), atol=1e-9)
+    with pytest.raises(ValueError, match="d_head must be a non-negative int"):
+        bn.truncated_centred_log(p, -1)
+
+
+def test_attention_errors_match_the_errors_of_the_weights_and_survive_underflow():
+    p, a = random_target(6, 7), random_target(6, 8)
+    errors = bn.attention_errors(np.log(a) + 3.0, p)  # a constant per row is invisible
+    assert errors["centred_logit"] == pytest.approx(bn.centred_logit_error(a, p))
+    np.testing.assert_allclose(errors["total_variation"], bn.total_variation(a, p), rtol=1e-12)
+    np.testing.assert_allclose(errors["kl"], bn.kl_divergence(a, p), rtol=1e-10)
+    sharp = 2000.0 * np.eye(6)  # off-diagonal weights e^-2000: 0 in float64
+    e = bn.attention_errors(sharp, bn.self_focus_target(6, 3.0))
+    assert np.isfinite(e["kl"]).all() and e["kl"].min() > 100  # finite, large
+    assert e["centred_logit"] == pytest.approx((2000.0 - 3.0) * np.sqrt(5))
+    sharp_one_hot = bn.attention_errors(sharp, np.eye(6))  # a one-hot target
+    assert np.isinf(sharp_one_hot["centred_logit"])
+    assert sharp_one_hot["kl"].max() < 1e-300 and sharp_one_hot["total_variation"].max() < 1e-300
+    with pytest.raises(ValueError, match="same shape"):
+        bn.attention_errors(np.zeros((2, 2)), p)
+    with pytest.raises(ValueError, match="target rows must be distributions"):
+        bn.attention_errors(np.zeros((2, 2)), np.eye(2) * 2)

@@ -9,8 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import mha
 from mha import detectors as det
 from mha import np_backend
+from mha.detectors import induction_score, induction_targets
+from mha.tasks import repeated_segments
 
 L = 10
 
@@ -281,45 +284,284 @@ def test_future_score_requires_square_weights():
         det.future_score(np.full((3, 4), 0.25))
 
 
-def test_planted_heads_send_each_query_to_its_target_with_the_softmax_weight():
-    targets = [[0, 0, 1, 2], [1, 2, 3, 3], [0, 0, 0, 0]]
-    params, x = det.planted_heads(targets, d_model=12, logit=5.0)
-    assert (params.num_heads, params.d_model, x.shape) == (3, 12, (1, 4, 12))
-    out, w = np_backend.multi_head_attention(x, x, x, params)  # bidirectional
-    n = 4
-    on_target = np.exp(5.0) / (np.exp(5.0) + n - 1)
-    for h, t in enumerate(targets):
-        np.testing.assert_allclose(w[0, h, np.arange(n), t], on_target)
-        # W_v copies positions and W_o is the identity: the output shows what was read.
-        np.testing.assert_allclose(out[0, np.arange(n), h * 4 + np.array(t)], on_target)
-    assert det.previous_token_score(w[0, 0]) == pytest.approx(on_target)
-    assert det.first_token_score(w[0, 2]) == pytest.approx(on_target)
+# ---- induction heads -------------------------------------------------------------------
 
 
-def test_planted_heads_under_a_causal_mask_share_the_rest_among_earlier_keys():
-    params, x = det.planted_heads([[0, 0, 1, 2]], d_model=4, logit=3.0)
-    _, w = np_backend.multi_head_attention(x, x, x, params, np_backend.causal_mask(4))
-    allowed = np.arange(1, 5)  # query i may attend to i + 1 keys
-    np.testing.assert_allclose(
-        w[0, 0, np.arange(4), [0, 0, 1, 2]], np.exp(3) / (np.exp(3) + allowed - 1)
-    )
-    assert det.future_score(w[0, 0]) == 0.0
+def _batch(seed=0, **kw):
+    args = dict(min_period=4, max_period=8, rng=seed)
+    args.update(kw)
+    return repeated_segments(16, 20, 32, **args)
+
+
+def test_induction_targets_of_a_hand_example():
+    tokens = np.array([[7, 1, 2, 3, 1, 2, 3]])  # prefix 7, segment (1, 2, 3) twice
+    t = induction_targets(tokens)[0]
+    expected = {(4, 2), (5, 3), (6, 4)}  # query -> the key after the previous copy
+    assert {(int(i), int(j)) for i, j in zip(*np.nonzero(t), strict=True)} == expected
+
+
+def test_induction_targets_match_brute_force_and_stay_causal():
+    tokens = np.random.default_rng(0).integers(0, 4, size=(3, 12))  # many repeats
+    t = induction_targets(tokens)
+    for b in range(3):
+        for i in range(12):
+            for k in range(12):
+                want = k >= 1 and k - 1 < i and tokens[b, k - 1] == tokens[b, i]
+                assert t[b, i, k] == want
+    assert not np.triu(t, k=1).any()  # never a key after the query
+
+
+def test_induction_targets_accept_torch_tokens():
+    b = _batch()
+    assert np.array_equal(induction_targets(b.tokens), induction_targets(b.tokens.numpy()))
+
+
+def _rows(mass):
+    return mass / mass.sum(axis=-1, keepdims=True)
+
+
+def test_perfect_induction_head_scores_one_and_previous_token_head_zero():
+    b = _batch(prefix_prob=0.5)
+    tokens = b.tokens.numpy()
+    L = tokens.shape[1]
+    t = induction_targets(tokens)
+    causal = np.tril(np.ones((L, L)))
+    perfect = _rows(np.where(t.any(-1, keepdims=True), t, causal))  # (B, L, L)
+    previous = np.broadcast_to(_rows(np.eye(L, k=-1) + np.eye(L) * (np.arange(L) == 0)), t.shape)
+    w = np.stack([perfect, previous], axis=1)  # (B, 2, L, L)
+    assert np.allclose(induction_score(w, tokens), [1.0, 0.0], atol=1e-12)
+
+
+def test_induction_score_keeps_the_middle_dimensions():
+    b = _batch()
+    L = b.tokens.shape[1]
+    w = np.broadcast_to(_rows(np.tril(np.ones((L, L)))), (16, 2, 3, L, L))
+    assert induction_score(w, b.tokens).shape == (2, 3)
+    assert induction_score(w[:, 0, 0], b.tokens).shape == ()
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_induction_score_lies_in_unit_interval(seed):
+    rng = np.random.default_rng(seed)
+    b = _batch(seed=seed)
+    L = b.tokens.shape[1]
+    scores = rng.normal(size=(16, 3, L, L)) * 3
+    w = np.exp(np.where(np.tril(np.ones((L, L))) > 0, scores, -np.inf))
+    s = induction_score(_rows(w), b.tokens)
+    assert s.shape == (3,) and ((s >= 0) & (s <= 1)).all()
+
+
+def test_induction_score_errors_name_the_argument():
+    tokens = np.array([[1, 2, 1, 2]])
+    w = np.full((1, 4, 4), 0.25)
+    with pytest.raises(TypeError, match=r"integer array of token ids; got dtype float64"):
+        induction_targets(tokens.astype(float))
+    with pytest.raises(ValueError, match=r"tokens must have shape \(B, L\); got 1-D shape"):
+        induction_targets(tokens[0])
+    with pytest.raises(TypeError, match=r"weights must be a floating array .*; got dtype int64"):
+        induction_score(np.ones((1, 4, 4), dtype=np.int64), tokens)
+    with pytest.raises(ValueError, match=r"weights must have shape \(B, \.\.\., L, L\)"):
+        induction_score(w[:, :3], tokens)
+    with pytest.raises(ValueError, match=r"tokens must contain a repeated token"):
+        induction_score(w, np.array([[1, 2, 3, 4]]))
+    with pytest.raises(ValueError, match=r"weights rows must each sum to 1"):
+        induction_score(2 * w, tokens)
+    negative = w.copy()
+    negative[0, 0, :2] = [-0.25, 0.75]  # still sums to 1
+    with pytest.raises(ValueError, match=r"weights must be non-negative"):
+        induction_score(negative, tokens)
+
+
+def test_uniform_baseline_of_a_causal_head_is_not_one_over_l():
+    b = det.uniform_baseline(np_backend.causal_mask(7))
+    harmonic = sum(1 / k for k in range(1, 8))  # 1 + 1/2 + ... + 1/7
+    assert b["previous_token"] == pytest.approx((harmonic - 1) / 6)  # 0.27
+    assert b["self"] == pytest.approx(harmonic / 7) == b["first_token"]  # 0.37
+    assert b["next_token"] == 0.0 and b["future"] == 0.0
+    assert b["broadness"] == pytest.approx(1.0)
+    assert round(float(b["previous_token"]), 2) == 0.27 and round(float(b["self"]), 2) == 0.37
+
+
+def test_uniform_baseline_of_a_bidirectional_head_is_one_over_l_with_arcs_and_classes():
+    b = det.uniform_baseline(np.ones((L, L), dtype=bool), key_in_class=CLASS, arcs=ARCS)
+    for name in ("previous_token", "next_token", "self", "first_token", "arc"):
+        assert b[name] == pytest.approx(1 / L)
+    assert b["token_class"] == pytest.approx(CLASS.sum() / L)
+    assert b["future"] == pytest.approx((L - 1) / (2 * L))
+
+
+def test_uniform_attention_spreads_each_row_over_its_allowed_keys():
+    mask = np.array([[True, False, True], [False, True, False]])
+    # exact: 1/2 and 1/1 are exact divisions
+    np.testing.assert_array_equal(det.uniform_attention(mask), [[0.5, 0, 0.5], [0, 1, 0]])
 
 
 @pytest.mark.parametrize(
-    ("targets", "d_model", "match"),
+    ("mask", "error", "match"),
     [
-        ([], 8, "targets must hold one list of positions per head"),
-        (
-            [[0, 1], [0]],
-            8,
-            r"targets must give every head the same number of queries; got \[2, 1\]",
-        ),
-        ([[0, 1, 2]], 2, r"d_model must be a multiple of num_heads=1 with d_head >= L=3"),
-        ([[0, 1], [0, 0]], 5, r"d_model must be a multiple of num_heads=2"),
-        ([[0, 3, 1]], 6, r"targets must be integer positions in \[0, L=3\); got \[\[0, 3, 1\]\]"),
+        (np.ones((3, 3)), TypeError, "mask must be boolean"),
+        (np.ones(3, dtype=bool), ValueError, r"mask must have shape \(\.\.\., L, S\)"),
+        (np.array([[True, False], [False, False]]), ValueError, "1 fully masked row"),
     ],
 )
-def test_planted_heads_errors_name_the_argument(targets, d_model, match):
+def test_uniform_attention_errors_name_mask(mask, error, match):
+    with pytest.raises(error, match=match):
+        det.uniform_attention(mask)
+
+
+def test_offset_attention_is_the_ideal_previous_and_next_token_pattern():
+    prev = patterns()["previous_token"]
+    np.testing.assert_array_equal(det.offset_attention(L, -1), prev)  # exact: 0/1, no arithmetic
+    np.testing.assert_array_equal(
+        det.offset_attention(L, 1), patterns()["next_token"]
+    )  # exact: 0/1
+    np.testing.assert_array_equal(det.offset_attention(L, 0), np.eye(L))  # exact: 0/1
+    assert det.previous_token_score(det.offset_attention(L, -1)) == 1.0
+
+
+def test_offset_attention_errors_name_the_argument():
+    with pytest.raises(ValueError, match="q_len must be a positive int"):
+        det.offset_attention(0, 1)
+    with pytest.raises(TypeError, match="offset must be an int"):
+        det.offset_attention(4, 1.0)
+
+
+def test_word_attention_sums_over_key_pieces_and_averages_over_query_pieces():
+    # [CLS] w0 w1a w1b [SEP]: word 1 has two pieces
+    w = np.array(
+        [
+            [1.0, 0.0, 0.0, 0.0, 0.0],
+            [0.2, 0.2, 0.3, 0.3, 0.0],
+            [0.0, 1.0, 0.0, 0.0, 0.0],
+            [0.0, 0.0, 0.5, 0.0, 0.5],
+            [0.0, 0.0, 0.0, 0.0, 1.0],
+        ]
+    )
+    words = det.word_attention(w, [None, 0, 1, 1, None])
+    np.testing.assert_allclose(words, [[0.2, 0.6], [0.5, 0.25]], rtol=1e-15)
+    assert det.word_attention(np.stack([w, w]), [None, 0, 1, 1, None]).shape == (2, 2, 2)
+
+
+def test_word_attention_errors_name_word_ids():
+    with pytest.raises(ValueError, match="word_ids must give one entry per token"):
+        det.word_attention(np.eye(3), [0, 1])
+    with pytest.raises(ValueError, match="word_ids must number the words 0..W-1"):
+        det.word_attention(np.eye(3), [0, 2, None])
+
+
+def test_head_accuracy_takes_the_most_attended_other_word_in_either_direction():
+    heads = [1, None, 1, 2]  # words 0 and 2 depend on 1, word 3 on 2
+    a = np.array(
+        [
+            [0.9, 0.1, 0.0, 0.0],  # self left out: predicts 1, right
+            [0.0, 0.0, 0.0, 1.0],
+            [0.0, 0.3, 0.0, 0.7],  # predicts 3, wrong
+            [0.0, 0.0, 1.0, 0.0],  # predicts 2, right
+        ]
+    )
+    assert det.head_accuracy(a, heads) == pytest.approx(2 / 3)
+    # "head": word i's prediction is the other word attending most to i (column i)
+    assert det.head_accuracy(a.T, heads, direction="head") == pytest.approx(2 / 3)
+    assert det.head_accuracy(np.stack([a, a.T]), heads).shape == (2,)
+
+
+def test_offset_accuracy_counts_heads_at_the_offset():
+    heads = [1, None, 1, 2]
+    assert det.offset_accuracy(heads, 1) == pytest.approx(1 / 3)
+    assert det.offset_accuracy(heads, -1) == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(
+    ("heads", "kwargs", "match"),
+    [
+        ([None, None], {}, "at least one word a head"),
+        ([1], {}, "one entry per word"),
+        ([0, 0], {}, "indices of other words"),
+        ([1, 0], {"direction": "up"}, "direction must be 'dependent' or 'head'"),
+    ],
+)
+def test_head_accuracy_errors_name_the_argument(heads, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        det.planted_heads(targets, d_model)
+        det.head_accuracy(np.full((2, 2), 0.5), heads, **kwargs)
+
+
+def test_value_norms_are_the_norms_of_each_heads_term_per_key():
+    params = mha.init_params(16, 4, seed=3)
+    x = np.random.default_rng(3).standard_normal((2, 5, 16))
+    norms = det.value_norms(x, params)
+    assert norms.shape == (2, 4, 5)
+    for h in range(4):
+        blk = params.head(h)
+        b_v = params.b_v[h * 4 : (h + 1) * 4]
+        term = (x @ blk["w_v"] + b_v) @ blk["w_o"]  # (B, S, D)
+        np.testing.assert_allclose(norms[:, h], np.linalg.norm(term, axis=-1), rtol=1e-12)
+
+
+def test_value_weighted_attention_reweights_rows_by_the_norms():
+    w = np.full((1, 1, 2, 2), 0.5)
+    out = det.value_weighted_attention(w, np.array([[[1.0, 3.0]]]))
+    np.testing.assert_allclose(out, np.full((1, 1, 2, 2), 0.0) + [0.25, 0.75], rtol=1e-15)
+    same = det.value_weighted_attention(w, np.ones((1, 1, 2)))
+    np.testing.assert_allclose(same, w, rtol=1e-15)
+    zero = det.value_weighted_attention(w, np.zeros((1, 1, 2)))
+    assert not zero.any()
+    with pytest.raises(ValueError, match="norms must have shape"):
+        det.value_weighted_attention(w, np.ones((1, 2)))
+    with pytest.raises(ValueError, match="norms must be non-negative"):
+        det.value_weighted_attention(w, -np.ones((1, 1, 2)))
+
+
+def test_value_norms_require_the_model_width():
+    with pytest.raises(ValueError, match=r"x must have shape \(B, S, D\) with D=16"):
+        det.value_norms(np.ones((2, 3)), mha.init_params(16, 4))
+
+
+def test_score_terms_sum_to_the_scores_and_only_the_key_dependent_ones_reach_the_softmax():
+    params = mha.init_params(16, 4, seed=5)
+    x = np.random.default_rng(5).standard_normal((2, 6, 16))
+    terms = det.score_terms(x, params)
+    _, weights = np_backend.multi_head_attention(x, x, x, params)
+    tol = 1e-12  # float64 softmax of O(1) scores, two routes
+    np.testing.assert_allclose(np_backend.softmax(sum(terms.values())), weights, atol=tol)
+    kept = np_backend.softmax(terms["bilinear"] + terms["query_bias"])
+    np.testing.assert_allclose(kept, weights, atol=tol)
+    assert not np.allclose(np_backend.softmax(terms["bilinear"]), weights, atol=1e-3)
+    # the key bias and the constant are the same for every key of a query
+    for name in ("key_bias", "constant"):
+        assert np.ptp(terms[name], axis=-1).max() < 1e-12
+
+
+def test_score_terms_without_biases_are_the_bilinear_form_only():
+    params = mha.init_params(8, 2, bias=False, seed=1)
+    terms = det.score_terms(np.ones((1, 3, 8)), params)
+    assert all(not terms[n].any() for n in ("query_bias", "key_bias", "constant"))
+    with pytest.raises(ValueError, match=r"x must have shape \(B, L, D\) with D=8"):
+        det.score_terms(np.ones((3, 8)), params)
+
+
+def test_copying_score_is_one_for_copying_minus_one_for_anti_copying_zero_for_rotation():
+    e, u = np.eye(4), np.eye(4)
+    v, o = np.eye(4)[:, :2], np.eye(4)[:2]  # keep two token directions
+    assert det.copying_score(e, v, o, u) == pytest.approx(1.0)
+    assert det.copying_score(e, v, -o, u) == pytest.approx(-1.0)
+    turn = np.array([[0.0, 1.0], [-1.0, 0.0]]) @ o  # eigenvalues +i and -i
+    assert abs(det.copying_score(e, v, turn, u)) < 1e-15
+    stacked = det.copying_score(e, np.stack([v, v]), np.stack([o, -o]), u)
+    np.testing.assert_allclose(stacked, [1.0, -1.0], rtol=1e-15)
+
+
+def test_copying_score_uses_the_eigenvalues_of_the_full_circuit():
+    rng = np.random.default_rng(0)
+    e, u = rng.standard_normal((12, 6)), rng.standard_normal((6, 12))
+    v, o = rng.standard_normal((6, 3)), rng.standard_normal((3, 6))
+    lam = np.linalg.eigvals(e @ v @ o @ u)  # (V,), all but Dh of them zero
+    expected = lam.sum().real / np.abs(lam).sum()
+    assert det.copying_score(e, v, o, u) == pytest.approx(expected, rel=1e-9)
+
+
+def test_copying_score_errors_name_the_shapes():
+    with pytest.raises(ValueError, match="must chain"):
+        det.copying_score(np.eye(4), np.eye(3)[:, :2], np.eye(4)[:2], np.eye(4))
+    with pytest.raises(ValueError, match="non-zero eigenvalue"):
+        det.copying_score(np.eye(4), np.zeros((4, 2)), np.eye(4)[:2], np.eye(4))

@@ -225,6 +225,18 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
         TypeError,
         r"q_len must be an int; got float 2.5",
     ),
+    (
+        "causal_mask_unknown_align",
+        fn_call("causal_mask", 2, 3, align="bottom-right"),
+        ValueError,
+        re.escape("align must be one of ('top_left', 'bottom_right'); got align='bottom-right'"),
+    ),
+    (
+        "causal_mask_align_not_a_string",
+        fn_call("causal_mask", 2, 3, align=None),
+        ValueError,
+        re.escape("align must be one of ('top_left', 'bottom_right'); got align=None"),
+    ),
     # masks
     (
         "mha_mask_does_not_broadcast",
@@ -390,7 +402,7 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
         "mha_unknown_form",
         mha_call(form="flash"),
         ValueError,
-        r"form must be one of \('per_head', 'fused', 'packed'\); got form='flash'",
+        r"form must be one of \('per_head', 'fused', 'packed', 'tiled'\); got form='flash'",
     ),
     # key padding masks
     (
@@ -466,6 +478,12 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
         fn_call("layer_norm", np.array(1.0)),
         ValueError,
         r"x must have shape \(\.\.\., D\); got 0-D shape \(\)",
+    ),
+    (
+        "attention_block_norm_first_not_bool",
+        fn_call("attention_block", Q, P, norm_first="pre"),
+        TypeError,
+        re.escape("norm_first must be a bool; got str 'pre'"),
     ),
     (
         "attention_block_ln_weight",
@@ -577,15 +595,15 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "params_w_qkv_shape",
-        lambda: MHAParams(np.ones((4, 8)), np.ones((4, 4)), None, None, 2),
+        lambda: MHAParams(np.ones((4, 7)), np.ones((4, 4)), None, None, 2),
         ValueError,
-        r"w_qkv must have shape \(D, 3D\); got \(4, 8\)",
+        r"w_qkv must have shape \(D, D \+ 2 H_kv Dh\) with Dh = 2; got \(4, 7\)",
     ),
     (
         "params_w_qkv_rank",
         lambda: MHAParams(np.ones(12), np.ones((4, 4)), None, None, 2),
         ValueError,
-        r"w_qkv must have shape \(D, 3D\); got \(12,\)",
+        r"w_qkv must have shape \(D, D \+ 2 H_kv Dh\); got \(12,\)",
     ),
     (
         "params_w_o_shape",
@@ -597,7 +615,7 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         "params_b_qkv_shape",
         lambda: MHAParams(np.ones((4, 12)), np.ones((4, 4)), np.ones(8), None, 2),
         ValueError,
-        r"b_qkv must have shape \(3D,\) = \(12,\); got \(8,\)",
+        r"b_qkv must have shape \(D \+ 2 H_kv Dh,\) = \(12,\); got \(8,\)",
     ),
     (
         "params_b_o_shape",
@@ -639,7 +657,8 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         "from_qkv_weight_shape",
         lambda: MHAParams.from_qkv(np.eye(4), np.ones((4, 2)), np.eye(4), np.eye(4), 2),
         ValueError,
-        r"w_k must have the shape of w_o \(4, 4\); got \(4, 2\)",
+        r"w_k and w_v must have one shape \(D, H_kv Dh\) with the rows of w_q; got "
+        r"w_q \(4, 4\), w_k \(4, 2\), w_v \(4, 4\)",
     ),
     (
         "params_head_out_of_range",
@@ -702,6 +721,12 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         lambda: mha.from_torch_mha(nn.MultiheadAttention(D, H, kdim=4, vdim=4)),
         ValueError,
         r"m must have kdim == vdim == embed_dim; got embed_dim=8, kdim=4, vdim=4",
+    ),
+    (
+        "from_torch_mha_vdim_only",
+        lambda: mha.from_torch_mha(nn.MultiheadAttention(D, H, vdim=4)),
+        ValueError,
+        r"m must have kdim == vdim == embed_dim; got embed_dim=8, kdim=8, vdim=4",
     ),
     (
         "from_torch_mha_bias_kv",

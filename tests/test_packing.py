@@ -26,7 +26,9 @@ def test_in_proj_weight_equals_torch_modules_parameter(d_model, num_heads):
     params = mha.init_params(d_model, num_heads, seed=1)
     module = mha.to_torch_mha(params)
     expected = module.in_proj_weight.detach()
+    # exact: a transposed copy
     assert torch.equal(packing.to_in_proj_weight(params.to_torch().w_qkv), expected)
+    # exact: a transposed copy
     np.testing.assert_array_equal(packing.to_in_proj_weight(params.w_qkv), expected.numpy())
 
 
@@ -46,7 +48,7 @@ def test_in_proj_weight_round_trips(sizes, use_torch):
     w = params.to_torch().w_qkv if use_torch else params.w_qkv
     back = packing.from_in_proj_weight(packing.to_in_proj_weight(w))
     assert type(back) is type(w)
-    np.testing.assert_array_equal(np.asarray(back), np.asarray(w))
+    np.testing.assert_array_equal(np.asarray(back), np.asarray(w))  # exact: copies and transposes
 
 
 @given(d_and_h(), st.booleans())
@@ -60,11 +62,11 @@ def test_head_blocks_are_the_per_head_projections_and_round_trip(sizes, use_torc
     assert tuple(blocks.shape) == (3, num_heads, d_model, d_model // num_heads)
     for h in range(num_heads):
         for p, name in enumerate(("w_q", "w_k", "w_v")):
-            np.testing.assert_array_equal(
+            np.testing.assert_array_equal(  # exact: copies
                 np.asarray(blocks[p, h]), np.asarray(params.head(h)[name])
             )
     merged = packing.merge_head_blocks(blocks)
-    np.testing.assert_array_equal(np.asarray(merged), np.asarray(params.w_qkv))
+    np.testing.assert_array_equal(np.asarray(merged), np.asarray(params.w_qkv))  # exact: copies
 
 
 @pytest.mark.parametrize(("d_model", "num_heads"), SIZES)
@@ -85,7 +87,9 @@ def test_head_columns_select_the_head_block_in_both_layouts(d_model, num_heads):
     for h in range(num_heads):
         for proj in packing.PROJECTIONS:
             cols = packing.head_columns(d_model, num_heads, proj, h)
+            # exact: a view
             np.testing.assert_array_equal(params.w_qkv[:, cols], params.head(h)[f"w_{proj}"])
+            # exact: a transposed view
             np.testing.assert_array_equal(w_in[cols, :], params.head(h)[f"w_{proj}"].T)
 
 
@@ -154,3 +158,71 @@ def test_head_columns_rejects_unknown_projection_and_head_out_of_range():
         packing.head_columns(8, 2, "q", 2)
     with pytest.raises(TypeError, match="num_heads must be an int"):
         packing.column_owner(8, 2.0)
+
+
+@pytest.mark.parametrize(("d_model", "num_heads"), SIZES)
+def test_head_span_and_projection_columns_compose_into_head_columns(d_model, num_heads):
+    Dh = d_model // num_heads
+    for h in range(num_heads):
+        assert packing.head_span(d_model, num_heads, h) == slice(h * Dh, (h + 1) * Dh)
+        for p, proj in enumerate(packing.PROJECTIONS):
+            cols = packing.projection_columns(d_model, proj)
+            assert cols == slice(p * d_model, (p + 1) * d_model)
+            span = packing.head_span(d_model, num_heads, h)
+            assert packing.head_columns(d_model, num_heads, proj, h) == slice(
+                cols.start + span.start, cols.start + span.stop
+            )
+    assert packing.projection_columns(d_model, "kv") == slice(d_model, 3 * d_model)
+
+
+@pytest.mark.parametrize("use_torch", [False, True])
+def test_params_take_their_blocks_from_the_layout(use_torch):
+    p = mha.init_params(12, 3, seed=1)
+    p = p.to_torch() if use_torch else p
+    for projection in ("q", "k", "v", "kv"):
+        cols = packing.projection_columns(12, projection)
+        w, b = p.packed(projection)
+        for got, expected in [(w, p.w_qkv[:, cols]), (b, p.b_qkv[cols])]:
+            assert tuple(got.shape) == tuple(expected.shape)
+            assert np.array_equal(np.asarray(got), np.asarray(expected))  # exact: the same view
+    assert p.packed("kv")[0].shape == (12, 24) and p.packed("kv")[1].shape == (24,)
+    assert mha.init_params(12, 3, bias=False).packed("kv")[1] is None
+    with pytest.raises(ValueError, match="projection must be one of"):
+        p.packed("o")
+
+
+@pytest.mark.parametrize("use_torch", [False, True])
+def test_split_head_rows_gives_each_heads_rows_of_w_o(use_torch):
+    p = mha.init_params(12, 3, seed=2)
+    p = p.to_torch() if use_torch else p
+    rows = packing.split_head_rows(p.w_o, 3)
+    assert tuple(rows.shape) == (3, 4, 12)
+    for h in range(3):
+        assert np.array_equal(np.asarray(rows[h]), np.asarray(p.head(h)["w_o"]))  # exact: views
+    wide = np.arange(24.0).reshape(6, 4)  # any number of columns
+    assert packing.split_head_rows(wide, 2).shape == (2, 3, 4)
+
+
+def test_linear_transpose_gives_the_weight_torch_linear_multiplies_on_the_left():
+    w = np.random.default_rng(0).standard_normal((5, 3))  # (in, out)
+    linear = torch.nn.Linear(5, 3, bias=False, dtype=torch.float64)
+    with torch.no_grad():
+        linear.weight.copy_(torch.from_numpy(packing.linear_transpose(w)))
+    x = np.random.default_rng(1).standard_normal((2, 5))
+    y = linear(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(y, x @ w, rtol=0, atol=1e-14)
+    back = packing.linear_transpose(linear.weight.detach())
+    assert torch.equal(back, torch.from_numpy(w))  # exact: two transposes of a copy
+
+
+def test_new_layout_helpers_reject_bad_arguments():
+    with pytest.raises(ValueError, match=r"projection must be one of \('q', 'k', 'v', 'kv'\)"):
+        packing.projection_columns(8, "qv")
+    with pytest.raises(ValueError, match=r"h must be in \[0, num_heads=4\); got h=-1"):
+        packing.head_span(8, 4, -1)
+    with pytest.raises(ValueError, match=r"w must be a 2-D matrix; got 1-D shape \(8,\)"):
+        packing.split_head_rows(np.zeros(8), 2)
+    with pytest.raises(ValueError, match="num_heads must divide d_model; got d_model=8"):
+        packing.split_head_rows(np.zeros((8, 3)), 3)
+    with pytest.raises(TypeError, match="w must be a numpy.ndarray or torch.Tensor"):
+        packing.linear_transpose([[1.0]])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as TF
+import torch.nn.functional as F
 
 from mha import init_params, np_backend, to_torch_attn_mask, to_torch_mha, torch_backend
 
@@ -150,7 +150,7 @@ def test_both_backends_agree_with_torch_sdpa(c: Config, dtype) -> None:
         for x, w, b in ((tq, t.w_q, t.b_q), (tk, t.w_k, t.b_k), (tv, t.w_v, t.b_v))
     ]
     attn_mask = None if mask is None else torch.from_numpy(full_mask(mask, c).copy())
-    sdpa = TF.scaled_dot_product_attention(*heads, attn_mask=attn_mask)  # (B, H, L, Dh)
+    sdpa = F.scaled_dot_product_attention(*heads, attn_mask=attn_mask)  # (B, H, L, Dh)
     expected = lin(torch_backend.merge_heads(sdpa), t.w_o, t.b_o).numpy()
     out_np, _ = np_backend.multi_head_attention(q, k, v, p, mask, form=c.form)
     np.testing.assert_allclose(out_np, expected, rtol=0, atol=TOL[dtype])

@@ -15,7 +15,8 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from mha import np_backend
+from mha import detectors as det
+from mha import np_backend, tolerance
 from mha.params import MHAParams
 from mha.pretrained import (
     INSTALL_HINT,
@@ -23,6 +24,7 @@ from mha.pretrained import (
     bert_attention_params,
     load_minilm,
     model_dir,
+    sentence_scores,
     sha256_of,
 )
 
@@ -131,11 +133,16 @@ def test_attention_params_are_transposed_bert_linear_weights(model):
     assert isinstance(p, MHAParams)
     assert isinstance(p.w_qkv, np.ndarray) and p.dtype == np.float64
     pre = "encoder.layer.2.attention."
+    # exact: transposed copies of the checkpoint
     np.testing.assert_array_equal(p.w_q, state[pre + "self.query.weight"].T)
+    # exact: transposed copies of the checkpoint
     np.testing.assert_array_equal(p.w_v, state[pre + "self.value.weight"].T)
+    # exact: transposed copies of the checkpoint
     np.testing.assert_array_equal(p.w_o, state[pre + "output.dense.weight"].T)
+    # exact: copies of the checkpoint
     np.testing.assert_array_equal(p.b_k, state[pre + "self.key.bias"])
     # Head h is BERT's output rows h*Dh:(h+1)*Dh of the query Linear, i.e. columns here.
+    # exact: transposed copies of the checkpoint
     np.testing.assert_array_equal(p.head(5)["w_q"], state[pre + "self.query.weight"][160:192].T)
     torch_p = bert_attention_params(state, 2, 12)
     assert torch_p.w_qkv.dtype == torch.float32
@@ -201,3 +208,53 @@ def test_bad_arguments_raise_errors_naming_them(model):
         model.forward(torch.zeros(5, dtype=torch.int64))
     with pytest.raises(ValueError, match=r"attention_mask must have the shape of input_ids"):
         model.forward(torch.zeros(1, 5, dtype=torch.int64), torch.ones(1, 4, dtype=torch.bool))
+
+
+def test_sentence_scores_of_a_uniform_head_are_its_baseline_and_of_an_arc_head_one():
+    tokens = ["[CLS]", "the", "dog", "bark", "##s", ".", "[SEP]"]
+    word_ids = [None, 0, 1, 2, 2, 3, None]
+    heads = [1, 2, None, None]  # the -> dog -> barks
+    L = len(tokens)
+    uniform = sentence_scores(np.full((L, L), 1 / L), tokens, word_ids, heads)
+    for name in ("cls", "sep", "full_stop", "previous_token", "self"):
+        assert uniform[name] == pytest.approx(1 / L), name
+    assert uniform["dep_to_head"] == pytest.approx(np.mean([1 / L, 2 / L]))  # 'barks': 2 pieces
+    arcs = np.zeros((L, L))
+    arcs[[1, 2, 3, 4, 5, 6, 0], [2, 3, 3, 3, 5, 6, 0]] = 1.0  # the->dog, dog->bark, others
+    s = sentence_scores(np.stack([arcs, arcs]), tokens, word_ids, heads)
+    assert s["dep_to_head"].shape == (2,) and s["dep_to_head"][0] == pytest.approx(1.0)
+    assert s["dep_to_head_accuracy"][0] == 1.0
+    words = det.word_attention(arcs, word_ids)
+    assert s["head_to_dep_accuracy"][0] == det.head_accuracy(words, heads, direction="head")
+    with pytest.raises(ValueError, match="one entry per position"):
+        sentence_scores(arcs, tokens[:-1], word_ids, heads)
+
+
+def test_sentence_embeddings_are_the_unit_mean_of_the_real_tokens(model):
+    texts = ["A short one.", "A much longer sentence, padded to nothing in the batch."]
+    emb = model.sentence_embeddings(texts)
+    assert emb.shape == (2, 384)
+    tolerance.assert_close(emb.norm(dim=-1), torch.ones(2), 1e-6)
+    alone = model.sentence_embeddings(texts[0])  # no padding at all
+    out, _ = model.run(texts[0])
+    mean = out.hidden_states[-1][0].mean(0)
+    tolerance.assert_close(alone[0], mean / mean.norm(), 1e-6)
+    tolerance.assert_close(emb[0], alone[0], 1e-5)  # the padding changes nothing
+
+
+def test_converting_to_fewer_key_value_heads_pools_every_layer_and_keeps_the_rest(model):
+    same = model.with_kv_heads(12)
+    text = "The model keeps its query and output projections."
+    assert torch.equal(
+        same.sentence_embeddings(text), model.sentence_embeddings(text)
+    )  # exact: a copy
+    mqa = model.with_kv_heads(1)
+    assert [layer.attn.num_kv_heads for layer in mqa.layers] == [1] * 6
+    assert [layer.attn.num_kv_heads for layer in model.layers] == [12] * 6  # left alone
+    assert mqa.layers[0].ln1_weight is model.layers[0].ln1_weight  # shared, not copied
+    cos = float(mqa.sentence_embeddings(text) @ model.sentence_embeddings(text)[0])
+    assert cos < 0.99
+    with pytest.raises(
+        ValueError, match="num_kv_heads must divide num_heads; got num_heads=12, num_kv_heads=5"
+    ):
+        model.with_kv_heads(5)

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha import MHAParams, init_params, np_backend, torch_backend
+from mha import MHAParams, init_params, np_backend, tolerance, torch_backend
 
 FORMS = ("per_head", "fused", "packed")
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -97,10 +97,11 @@ def test_changing_future_tokens_never_changes_past_outputs(c, data, use_torch) -
     y = x.copy()
     y[:, t + 1 :] = np.random.default_rng(c["seed"] + 1).standard_normal(y[:, t + 1 :].shape)
     if use_torch:  # also covers the scaled_dot_product_attention fast path
-        F, mask, pt = torch_backend, torch_backend.causal_mask(c["L"]), p.to_torch()
+        mask, pt = torch_backend.causal_mask(c["L"]), p.to_torch()
         need = data.draw(st.booleans())
+        mha_torch = torch_backend.multi_head_attention
         outs = [
-            F.multi_head_attention(a, a, a, pt, mask, form=c["form"], need_weights=need)[0].numpy()
+            mha_torch(a, a, a, pt, mask, form=c["form"], need_weights=need)[0].numpy()
             for a in (torch.from_numpy(x), torch.from_numpy(y))
         ]
     else:
@@ -148,7 +149,10 @@ def test_weight_rows_sum_to_one_and_masked_keys_get_exactly_zero(cm, use_torch) 
     assert (w[~keep] == 0.0).all()
     assert (w >= 0).all()
     live = keep.any(-1)  # rows with at least one key allowed sum to one; the others to zero
-    np.testing.assert_allclose(w.sum(-1)[live], 1.0, rtol=0, atol=1e-14)
+    sums = w.sum(-1)[live]
+    tolerance.assert_close(
+        sums, np.ones_like(sums), tolerance.rounding_tolerance(w, terms=w.shape[-1])
+    )
     assert (w.sum(-1)[~live] == 0.0).all()
 
 
@@ -166,4 +170,4 @@ def test_softmax_of_large_logits_stays_finite_and_normalised(shape, scale, seed,
         np.testing.assert_allclose(w.sum(-1), 1.0, rtol=0, atol=1e-6)
         # exp is monotone, so the largest score keeps the largest weight
         top = np.take_along_axis(w, scores.argmax(-1)[:, None], -1)[:, 0]
-        np.testing.assert_array_equal(top, w.max(-1))
+        np.testing.assert_array_equal(top, w.max(-1))  # exact: both pick the same entry

@@ -163,16 +163,6 @@ def test_singular_values_agree_with_numpy_and_keep_float32():
     assert rank.singular_values(a.astype(np.float16)).shape == (6,)  # computed in float64
 
 
-def test_one_thread_sets_one_torch_thread_and_restores_the_count():
-    before = torch.get_num_threads()
-    with rank.one_thread():
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
-    with pytest.raises(RuntimeError, match="inside"), rank.one_thread():
-        raise RuntimeError("inside")
-    assert torch.get_num_threads() == before
-
-
 def test_circuit_singular_values_match_each_heads_products():
     p = mha.init_params(12, 3, seed=6)
     spectra = rank.circuit_singular_values(p)

@@ -18,7 +18,15 @@ def sizes(**overrides: int) -> dict[str, int]:
 
 
 def test_shape_sizes_derives_head_width_from_model_width_and_heads() -> None:
-    assert sizes() == {"B": 2, "L": 5, "S": 7, "D": 12, "H": 3, "Dh": 4}
+    assert sizes() == {"B": 2, "L": 5, "S": 7, "D": 12, "H": 3, "Dh": 4, "H_kv": 3}
+
+
+def test_shape_sizes_knows_the_key_value_heads_of_grouped_query_attention() -> None:
+    got = shapes.shape_sizes(2, 5, 7, 12, 6, num_kv_heads=2)
+    assert (got["H"], got["Dh"], got["H_kv"]) == (6, 2, 2)
+    assert shapes.resolve_layout("(B, H_kv, S, Dh)", got) == (2, 2, 7, 2)
+    with pytest.raises(ValueError, match="num_kv_heads must divide num_heads"):
+        shapes.shape_sizes(2, 5, 7, 12, 6, num_kv_heads=4)
 
 
 def test_symbols_cover_exactly_the_sizes_of_shape_sizes() -> None:
@@ -33,12 +41,13 @@ def test_symbols_pair_each_symbol_with_the_conventional_code_name() -> None:
         ("D", "d_model"),
         ("H", "num_heads"),
         ("Dh", "d_head"),
+        ("H_kv", "num_kv_heads"),
     ]
 
 
 def test_shape_sizes_accepts_numpy_integers_and_returns_python_ints() -> None:
     got = shapes.shape_sizes(np.int64(2), np.int32(5), np.int64(7), np.int64(12), np.int8(3))
-    assert got == {"B": 2, "L": 5, "S": 7, "D": 12, "H": 3, "Dh": 4}
+    assert got == {"B": 2, "L": 5, "S": 7, "D": 12, "H": 3, "Dh": 4, "H_kv": 3}
     assert all(type(value) is int for value in got.values())
 
 

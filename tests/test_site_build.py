@@ -51,8 +51,17 @@ build_book = load("build_book", ROOT / "scripts" / "build_book.py")
 
 
 def makes_plotly_figures(source: str) -> bool:
-    """Whether a chapter's code builds and shows a Plotly figure."""
-    return "plotly" in source and ("go.Figure" in source or "px." in source)
+    """Whether a chapter's code builds and shows a Plotly figure (directly or by mha.plotting)."""
+    direct = "plotly" in source and ("go.Figure" in source or "px." in source)
+    return direct or re.search(r"\bplotting\.[a-z_]+\(", source) is not None
+
+
+def test_makes_plotly_figures_sees_figures_built_directly_and_by_mha_plotting() -> None:
+    assert makes_plotly_figures("import plotly.graph_objects as go\nfig = go.Figure()")
+    assert makes_plotly_figures(
+        "from mha import plotting\nplotting.attention_heatmap(w, title='t')"
+    )
+    assert not makes_plotly_figures("import numpy as np\nprint('plotting is fun')")
 
 
 class Assets(HTMLParser):

@@ -85,10 +85,10 @@ def test_frobenius_cosine_rejects_bad_input():
         sub.frobenius_cosine(np.zeros((2, 2)), np.eye(2))
 
 
-def test_seed_table_equals_frobenius_cosine_of_this_packages_head_blocks():
+def test_pairwise_frobenius_cosines_equal_frobenius_cosine_of_this_packages_head_blocks():
     torch.manual_seed(42)
     weight = torch.nn.Linear(32, 32).weight.detach().double().numpy()  # (out, in)
-    table = sub.seed_frobenius_table(weight, 4)
+    table = sub.pairwise_frobenius_cosines(weight, 4)
     p = mha.MHAParams.from_qkv(weight.T, weight.T, weight.T, weight.T, 4)
     blocks = sub.head_blocks(p, "w_q")
     for i in range(4):
@@ -97,16 +97,17 @@ def test_seed_table_equals_frobenius_cosine_of_this_packages_head_blocks():
     np.testing.assert_allclose(np.diag(table), 1.0)
 
 
-def test_seed_table_rejects_bad_input():
+def test_pairwise_frobenius_cosines_reject_bad_input():
     with pytest.raises(ValueError, match=r"w_q_rows must be square \(D, D\)"):
-        sub.seed_frobenius_table(np.ones((4, 3)), 2)
+        sub.pairwise_frobenius_cosines(np.ones((4, 3)), 2)
     with pytest.raises(ValueError, match="num_heads must be a positive divisor of D=4; got 3"):
-        sub.seed_frobenius_table(np.eye(4), 3)
+        sub.pairwise_frobenius_cosines(np.eye(4), 3)
 
 
 def test_head_blocks_shapes_and_errors():
     p = mha.init_params(12, 3)
     assert sub.head_blocks(p, "w_v").shape == (3, 12, 4)
+    # exact: a transposed view
     np.testing.assert_array_equal(sub.head_blocks(p, "w_o")[1], p.head(1)["w_o"].T)
     with pytest.raises(ValueError, match="which must be one of"):
         sub.head_blocks(p, "w_x")

@@ -139,3 +139,57 @@ def test_is_close_rejects_other_shapes_and_bad_tolerances() -> None:
         tolerance.is_close(np.ones(2), np.ones(3), 0.1)
     with pytest.raises(ValueError, match="tolerance must be finite and >= 0"):
         tolerance.is_close(np.ones(2), np.ones(2), -0.1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("seed", range(4))
+def test_attention_tolerance_bounds_the_forms_and_the_backends(dtype, seed) -> None:
+    from mha import init_params, np_backend, torch_backend
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2, 9, 24)).astype(dtype)
+    kv = rng.standard_normal((2, 13, 24)).astype(dtype)
+    mask = rng.random((2, 1, 9, 13)) < 0.7
+    p = init_params(24, 4, seed=seed, dtype=dtype)
+    out_tol, w_tol = tolerance.attention_tolerance(x, kv, kv, p, mask)
+    exact_out, exact_w = np_backend.multi_head_attention(
+        x.astype(np.float64),
+        kv.astype(np.float64),
+        kv.astype(np.float64),
+        p.to_numpy(np.float64),
+        mask,
+    )
+    t_mask = torch.from_numpy(mask)
+    for form in ("per_head", "fused", "packed"):
+        out, w = np_backend.multi_head_attention(x, kv, kv, p, mask, form=form)
+        t_kv = torch.from_numpy(kv)
+        t_out, t_w = torch_backend.multi_head_attention(
+            torch.from_numpy(x), t_kv, t_kv, p.to_torch(), t_mask, form=form
+        )
+        for got_out, got_w in ((out, w), (t_out, t_w)):
+            # each route is within half the bound of the exact layer, so two are within it
+            tolerance.assert_close(got_out, exact_out, out_tol / 2)
+            tolerance.assert_close(got_w, exact_w, w_tol / 2)
+
+
+def test_attention_tolerance_is_far_below_what_a_bug_changes() -> None:
+    """Worst-case bounds are loose, yet in float32 they still catch the usual mistakes."""
+    from dataclasses import replace
+
+    from mha import init_params, np_backend
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 9, 24)).astype(np.float32)
+    p = init_params(24, 4, dtype=np.float32)
+    out_tol, w_tol = tolerance.attention_tolerance(x, x, x, p)
+    out, w = np_backend.multi_head_attention(x, x, x, p)
+    swapped = np.concatenate([p.w_qkv[:, 6:12], p.w_qkv[:, :6], p.w_qkv[:, 12:]], axis=1)
+    bugs = {
+        "biases dropped": replace(p, b_qkv=None, b_o=None),
+        "two query heads swapped": replace(p, w_qkv=swapped),
+        "output bias doubled": replace(p, b_o=2 * p.b_o),
+    }
+    for name, wrong in bugs.items():
+        bad_out, bad_w = np_backend.multi_head_attention(x, x, x, wrong)
+        assert not tolerance.is_close(bad_out, out, out_tol), name
+    assert out_tol.max() < 1e-2 and w_tol.max() < 1e-3

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from mha import detectors as det
+from mha import tolerance
 from mha import training as tr
 from mha.tasks import repeated_segments
 
@@ -39,13 +41,15 @@ def test_model_is_causal():
     model, b = _model(), _batch()
     changed = b.tokens.clone()
     changed[:, 10:] = (changed[:, 10:] + 1) % 24
+    # exact: earlier positions run the same arithmetic on the same values
     assert torch.equal(model(b.tokens)[0][:, :10], model(changed)[0][:, :10])
 
 
 def test_same_seed_same_model_and_parameter_count_independent_of_heads():
     a, b, c = _model(seed=3), _model(seed=3), _model(seed=4)
+    # exact: the same seeded draws
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
-    assert not torch.equal(a.embed, c.embed)
+    assert not torch.equal(a.embed, c.embed)  # exact: the same seeded draws
     one = tr.AttentionOnlyTransformer(24, 16, 16, 1, 2)
     assert sum(p.numel() for p in one.parameters()) == sum(p.numel() for p in a.parameters())
 
@@ -56,8 +60,9 @@ def test_gate_of_all_ones_equals_the_ungated_model_exactly():
     for need in (False, True):
         plain, w_plain = model(b.tokens, need_weights=need)
         gated, w_gated = model(b.tokens, ones, need_weights=need)
-        assert torch.equal(plain, gated)
+        assert torch.equal(plain, gated)  # exact: gates of one multiply by 1.0
         if need:
+            # exact: gates of one multiply by 1.0
             assert all(torch.equal(x, y) for x, y in zip(w_plain, w_gated, strict=True))
     params = model.layers[0].params()
     assert tr.gated_params(params, None) is params
@@ -66,9 +71,12 @@ def test_gate_of_all_ones_equals_the_ungated_model_exactly():
 def test_gated_params_scales_only_that_heads_rows_of_w_o():
     p = _model().layers[0].params()
     g = tr.gated_params(p, torch.tensor([1.0, 0.0, 2.0, 1.0]))
+    # exact: the gate scales W^O rows by 0, 1 or 2
     assert torch.equal(g.w_qkv, p.w_qkv) and torch.equal(g.b_o, p.b_o)
+    # exact: the gate scales W^O rows by 0, 1 or 2
     assert torch.equal(g.w_o[4:8], torch.zeros(4, 16, dtype=torch.float64))
-    assert torch.equal(g.w_o[8:12], 2 * p.w_o[8:12])
+    assert torch.equal(g.w_o[8:12], 2 * p.w_o[8:12])  # exact: the gate scales W^O rows by 0, 1 or 2
+    # exact: the gate scales W^O rows by 0, 1 or 2
     assert torch.equal(g.w_o[:4], p.w_o[:4]) and torch.equal(g.w_o[12:], p.w_o[12:])
 
 
@@ -89,15 +97,18 @@ def test_ablation_removes_one_head_and_leaves_the_others_untouched(layer):
     mask = torch.ones(16, 16, dtype=torch.bool).tril()
     gates = tr.head_gates(2, 4, [(layer, 2)])
     full, cut = model.residual_stream(b.tokens), model.residual_stream(b.tokens, gates)
+    # exact: the same arithmetic on the same values
     assert torch.equal(full[layer], cut[layer])  # everything before the layer is unchanged
     p = model.layers[layer].params()
     heads_full = tr.head_contributions(full[layer], p, mask)
     heads_cut = tr.head_contributions(cut[layer], tr.gated_params(p, gates[layer]), mask)
     keep = [0, 1, 3]
+    # exact: the same arithmetic on the same values
     assert torch.equal(heads_full[:, keep], heads_cut[:, keep])  # the other heads: exactly
     assert (heads_cut[:, 2] == 0).all()  # the ablated head: exactly nothing
     _, w_full = model(b.tokens, need_weights=True)
     _, w_cut = model(b.tokens, gates, need_weights=True)
+    # exact: the same arithmetic on the same values
     assert torch.equal(w_full[layer], w_cut[layer])  # its layer's patterns are unchanged
     delta = cut[layer + 1] - cut[layer]
     assert torch.allclose(delta, heads_full[:, keep].sum(1) + p.b_o, atol=1e-12)
@@ -222,8 +233,10 @@ def test_training_is_deterministic():
     _, a = tr.train(SMALL)
     _, b = tr.train(SMALL)
     _, c = tr.train(replace(SMALL, seed=1))
+    # exact: the same run, repeated in one process
     assert np.array_equal(a.train_loss, b.train_loss)
-    assert np.array_equal(a.induction, b.induction)
+    assert np.array_equal(a.induction, b.induction)  # exact: the same run, repeated in one process
+    # exact: the same run, repeated in one process
     assert not np.array_equal(a.train_loss, c.train_loss)
 
 
@@ -250,8 +263,11 @@ def test_training_runs_on_one_thread_whatever_the_global_setting(monkeypatch):
     assert set(seen) == {1} and len(seen) >= 30  # every training step, at least
     # on two threads the float32 sums are split differently, and not even the same way
     # from one run to the next; inside train they are not split at all
+    # exact: inside train every run is on one thread: the same arithmetic
     assert np.array_equal(one.train_loss, two.train_loss)
+    # exact: the same run, repeated in one process
     assert np.array_equal(two.train_loss, again.train_loss)
+    # exact: inside train every run is on one thread: the same arithmetic
     assert np.array_equal(one.induction, two.induction)
 
 
@@ -303,6 +319,8 @@ def test_loss_and_pruning_errors():
         tr.ablation_loss(model, b, [], part="second")
     with pytest.raises(ValueError, match=r"batches must hold at least one batch"):
         tr.head_importance(model, [])
+    with pytest.raises(ValueError, match=r"importance must have shape \(num_layers, H\); got 1-D"):
+        tr.importance_order(np.zeros(4))
 
 
 @pytest.mark.parametrize(
@@ -316,3 +334,144 @@ def test_loss_and_pruning_errors():
 def test_train_config_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         replace(SMALL, **kwargs)
+
+
+def test_train_runs_gives_each_config_its_own_run_in_order():
+    configs = [replace(SMALL, steps=20, eval_every=10, seed=s) for s in (0, 1, 2)]
+    parallel = tr.train_runs(configs, processes=2)
+    serial = [tr.train(c) for c in configs]
+    assert len(parallel) == 3
+    for (m_par, h_par), (m_ser, h_ser) in zip(parallel, serial, strict=True):
+        # exact: the same run on one thread, in another process of the same machine
+        assert np.array_equal(h_par.train_loss, h_ser.train_loss)
+        assert torch.equal(m_par.unembed, m_ser.unembed)  # exact: the same run
+    assert not np.array_equal(parallel[0][1].train_loss, parallel[1][1].train_loss)  # exact: ditto
+
+
+@pytest.mark.parametrize(
+    ("configs", "processes", "error", "match"),
+    [
+        ([], None, ValueError, "configs must hold at least one TrainConfig; got none"),
+        ([SMALL, "cfg"], None, TypeError, r"configs\[1\] must be a TrainConfig; got str"),
+        ([SMALL], 0, ValueError, "processes must be a positive int; got processes=0"),
+        ([SMALL], 1.5, ValueError, "processes must be a positive int; got processes=1.5"),
+    ],
+)
+def test_train_runs_rejects_bad_arguments(configs, processes, error, match):
+    with pytest.raises(error, match=match):
+        tr.train_runs(configs, processes)
+
+
+def test_copying_scores_are_one_for_heads_that_copy_through_the_embedding():
+    model = tr.AttentionOnlyTransformer(8, 4, 8, 2, num_layers=2, seed=0)
+    with torch.no_grad():
+        model.embed.copy_(torch.eye(8))  # token t -> e_t
+        model.unembed.copy_(torch.eye(8))
+        layer = model.layers[1]
+        w_qkv = layer.w_qkv.clone()
+        w_qkv[:, 16:] = torch.eye(8)  # W^V = I
+        layer.w_qkv.copy_(w_qkv)
+        layer.w_o.copy_(-torch.eye(8))  # W^O = -I: each head of layer 1 anti-copies
+    scores = tr.copying_scores(model)
+    assert scores.shape == (2, 2)
+    np.testing.assert_allclose(scores[1], [-1.0, -1.0], rtol=1e-12)
+    assert np.abs(scores[0]).max() < 1.0  # a random layer does neither
+    expected = [
+        det.copying_score(
+            model.embed.detach().double().numpy(),
+            model.layers[0].params().to_numpy(np.float64).head(h)["w_v"],
+            model.layers[0].params().to_numpy(np.float64).head(h)["w_o"],
+            model.unembed.detach().double().numpy(),
+        )
+        for h in range(2)
+    ]
+    np.testing.assert_allclose(scores[0], expected, rtol=1e-12)
+
+
+# ---- inference: caches, greedy decoding, conversion to fewer key/value heads -------------
+
+
+@pytest.mark.parametrize("h_kv", [4, 2, 1])
+def test_decoding_with_caches_gives_the_full_forwards_logits_at_every_position(h_kv):
+    model = tr.AttentionOnlyTransformer(24, 16, 16, 4, 2, num_kv_heads=h_kv, seed=3)
+    tokens = _batch().tokens[:, :12]
+    full, _ = model(tokens)
+    caches = model.new_caches(tokens.shape[0])
+    with torch.no_grad():
+        first, _ = model(tokens[:, :5], caches=caches)  # prefill
+        steps = [model(tokens[:, t : t + 1], caches=caches)[0] for t in range(5, 12)]
+    got = torch.cat([first, *steps], dim=1)
+    assert [c.length for c in caches] == [12, 12]
+    # one route per position against another: well inside float32 rounding of logits ~ 1
+    tol = tolerance.rounding_tolerance(torch.float32, terms=16, scale=8.0, stages=6)
+    tolerance.assert_close(got, full.detach(), tol)
+
+
+def test_greedy_decoding_with_and_without_the_cache_agree():
+    model, _ = tr.train(replace(SMALL, steps=40))
+    prompt = _batch().tokens[:3, :6]
+    with_cache = tr.greedy_decode(model, prompt, 8)
+    without = tr.greedy_decode(model, prompt, 8, use_cache=False)
+    assert with_cache.shape == (3, 14)
+    assert torch.equal(with_cache[:, :6], prompt)  # the prompt is kept
+    assert (with_cache == without).float().mean() > 0.9  # ties may break differently
+
+
+def test_decoding_refuses_to_pass_the_positional_embedding():
+    model = tr.AttentionOnlyTransformer(24, 8, 16, 4, 2)
+    with pytest.raises(ValueError, match="prompt length \\+ steps must stay within max_len=8"):
+        tr.greedy_decode(model, torch.zeros(1, 5, dtype=torch.int64), 4)
+    caches = model.new_caches(1)
+    model(torch.zeros(1, 6, dtype=torch.int64), caches=caches)
+    with pytest.raises(ValueError, match="positions must stay below max_len=8; got 6 cached"):
+        model(torch.zeros(1, 3, dtype=torch.int64), caches=caches)
+    with pytest.raises(TypeError, match="caches must be a list of num_layers=2 KVCache"):
+        model(torch.zeros(1, 1, dtype=torch.int64), caches=caches[:1])
+
+
+def test_converting_to_as_many_key_value_heads_copies_and_to_fewer_changes_the_model():
+    model = _model(torch.float32)
+    b = _batch()
+    same = tr.with_kv_heads(model, model.num_heads)
+    assert torch.equal(same(b.tokens)[0], model(b.tokens)[0])  # exact: the same parameters
+    fewer = tr.with_kv_heads(model, 1)
+    assert fewer.num_kv_heads == 1 and model.num_kv_heads == 4  # the original is left alone
+    assert fewer.layers[0].w_qkv.shape == (16, 16 + 2 * 4)
+    assert not torch.allclose(fewer(b.tokens)[0], model(b.tokens)[0])
+
+
+def test_training_continues_from_a_given_model_and_leaves_it_alone():
+    start, _ = tr.train(replace(SMALL, steps=10))
+    before = start.unembed.detach().clone()
+    mqa = tr.with_kv_heads(start, 1)
+    after, hist = tr.train(replace(SMALL, steps=10), mqa)
+    assert after.num_kv_heads == 1 and after is not mqa
+    assert torch.equal(start.unembed, before)  # exact: not trained
+    assert not torch.equal(after.unembed, mqa.unembed)
+    assert hist.train_loss.shape == (10,)
+    with pytest.raises(TypeError, match="model must be an AttentionOnlyTransformer; got str"):
+        tr.train(SMALL, "model")
+
+
+def test_train_runs_continues_given_models_in_parallel_as_train_does():
+    start, _ = tr.train(replace(SMALL, steps=10))
+    configs = [replace(SMALL, steps=5, eval_every=5, seed=s) for s in (0, 1)]
+    models = [tr.with_kv_heads(start, 1), None]
+    parallel = tr.train_runs(configs, processes=2, models=models)
+    serial = tr.train(configs[0], models[0])
+    assert parallel[0][0].num_kv_heads == 1 and parallel[1][0].num_kv_heads == 4
+    # exact: the same run on one thread, in another process of the same machine
+    assert np.array_equal(parallel[0][1].train_loss, serial[1].train_loss)
+    with pytest.raises(ValueError, match="models must give one model \\(or None\\) per config"):
+        tr.train_runs(configs, models=[None])
+
+
+def test_random_key_value_heads_keep_queries_and_outputs_and_draw_new_keys():
+    model = _model(torch.float32)
+    rand = tr.with_kv_heads(model, 2, init="random", seed=5)
+    pooled = tr.with_kv_heads(model, 2)
+    a, b = rand.layers[0].params(), pooled.layers[0].params()
+    assert torch.equal(a.w_q, b.w_q) and torch.equal(a.w_o, b.w_o)  # exact: copies
+    assert not torch.allclose(a.w_k, b.w_k)
+    with pytest.raises(ValueError, match="init must be 'mean' or 'random'; got init='first'"):
+        tr.with_kv_heads(model, 2, init="first")

@@ -22,11 +22,21 @@ from typing import Any
 
 import numpy as np
 
-from mha.rank import _as_matrix, numerical_rank, one_thread
+from mha import _linalg
+from mha.rank import numerical_rank
 
 
 def centering_matrix(n: int) -> np.ndarray:
     """``C = I - 1 1^T / n``, the orthogonal projector that subtracts row means (``M C``).
+
+    Args:
+        n: the number of columns (tokens) N.
+
+    Shape:
+        Returns ``(n, n)``.
+
+    Returns:
+        ``C``, symmetric and idempotent, with ``C 1 = 0``.
 
     Raises:
         ValueError: if ``n`` is not a positive int.
@@ -46,12 +56,15 @@ def check_attention_target(target: Any, atol: float = 1e-10) -> np.ndarray:
     Shape:
         target ``(N, N)``.
 
+    Returns:
+        ``target`` as a NumPy array (its rows unchanged).
+
     Raises:
         ValueError: if it is not square, has an entry ``<= 0`` (its logarithm must be
             finite), or a row does not sum to one.
         TypeError: if it is not a floating array.
     """
-    p = _as_matrix("target", target)
+    p = _linalg.as_matrix("target", target)
     if p.shape[0] != p.shape[1]:
         raise ValueError(f"target must be square (N, N); got shape {p.shape}")
     if np.any(p <= 0):
@@ -68,8 +81,14 @@ def check_attention_target(target: Any, atol: float = 1e-10) -> np.ndarray:
 def centred_log(target: Any) -> np.ndarray:
     """The row-centred log target ``log(P) C``: the only part of the scores softmax sees.
 
+    Args:
+        target: positive row-stochastic pattern ``P``.
+
     Shape:
         target ``(N, N)``. Returns ``(N, N)`` with rows summing to zero.
+
+    Returns:
+        ``log(P) C``.
 
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`.
@@ -85,8 +104,15 @@ def required_head_width(target: Any, centre: bool = True) -> int:
     with ``centre=False`` it is ``rank(log P)``, what a construction that factors
     ``log P`` itself (with no row shift) needs. Numerical ranks, default tolerance.
 
+    Args:
+        target: positive row-stochastic pattern ``P``.
+        centre: count the rank of the row-centred ``log(P) C`` rather than of ``log P``.
+
     Shape:
         target ``(N, N)``.
+
+    Returns:
+        The numerical rank, an ``int`` in ``[0, N]`` (at most ``N - 1`` when ``centre``).
 
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`.
@@ -98,14 +124,26 @@ def required_head_width(target: Any, centre: bool = True) -> int:
 def attention_from_projections(x: Any, w_q: Any, w_k: Any) -> np.ndarray:
     """``softmax(X W_q W_k^T X^T / sqrt(Dh))``: one bias-free head's attention weights.
 
+    Args:
+        x: one sequence, a token per row.
+        w_q: query projection.
+        w_k: key projection.
+
     Shape:
         x ``(N, D)``, w_q and w_k ``(D, Dh)``. Returns ``(N, N)``.
+
+    Returns:
+        The attention weights, rows summing to one.
 
     Raises:
         ValueError: if a matrix is not 2-D or not finite, or the shapes do not chain.
         TypeError: if a matrix is not floating.
     """
-    x, w_q, w_k = _as_matrix("x", x), _as_matrix("w_q", w_q), _as_matrix("w_k", w_k)
+    x, w_q, w_k = (
+        _linalg.as_matrix("x", x),
+        _linalg.as_matrix("w_q", w_q),
+        _linalg.as_matrix("w_k", w_k),
+    )
     if w_q.shape != w_k.shape or w_q.shape[0] != x.shape[1]:
         raise ValueError(
             "w_q and w_k must both have shape (D, Dh) with D = x.shape[1] = "
@@ -141,12 +179,15 @@ def bhojanapalli_projections(
     Shape:
         x ``(N, D)``, target ``(N, N)``. Returns ``w_q``, ``w_k`` of shape ``(D, Dh)``.
 
+    Returns:
+        ``(w_q, w_k)``, NumPy float64 arrays.
+
     Raises:
         ValueError: if ``x`` does not have rank N, the target fails
             :func:`check_attention_target` or has another size, or ``d_head`` is too small.
         TypeError: if ``d_head`` is not an int, or an array is not floating.
     """
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     p = check_attention_target(target)
     if isinstance(d_head, bool) or not isinstance(d_head, int):
         raise TypeError(f"d_head must be an int; got {type(d_head).__name__} {d_head!r}")
@@ -163,9 +204,9 @@ def bhojanapalli_projections(
     if d_head < r:
         kind = "rank(log(P) C)" if centre else "rank(log P)"
         raise ValueError(f"d_head must be at least {kind} = {r} for this target; got {d_head}")
-    u, s, vt = np.linalg.svd(m)
+    u, s, vt = _linalg.svd(m)
     U, V = u[:, :r] * s[:r], vt[:r].T  # M = U V^T, (N, r) each
-    x_pinv = np.linalg.pinv(x)  # (D, N), x @ x_pinv = I_N
+    x_pinv = _linalg.pinv(x)  # (D, N), x @ x_pinv = I_N
     E = np.eye(r, d_head)  # (r, Dh)
     return np.sqrt(d_head) * x_pinv @ U @ E, x_pinv @ V @ E  # (D, Dh) each
 
@@ -177,8 +218,15 @@ def centred_logit_error(weights: Any, target: Any) -> float:
     matrices, so this is a distance between the scores that produce ``weights`` and
     ``target`` (zero exactly when they are equal).
 
+    Args:
+        weights: positive row-stochastic pattern ``W``.
+        target: positive row-stochastic pattern ``P`` of the same shape.
+
     Shape:
         weights and target ``(N, N)``.
+
+    Returns:
+        The Frobenius norm, a non-negative ``float``.
 
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`, for either matrix.
@@ -195,15 +243,22 @@ def centred_logit_floor(target: Any, d_head: int) -> float:
     ``sqrt(sum_{k > Dh} sigma_k(log(P) C)^2)`` (Eckart-Young): a lower bound for every
     input ``X``, attained when ``X`` has rank N (by the truncated SVD of ``log(P) C``).
 
+    Args:
+        target: positive row-stochastic pattern ``P``.
+        d_head: head width Dh (0 allowed: the whole centred log target is the error).
+
     Shape:
         target ``(N, N)``.
+
+    Returns:
+        The floor, a non-negative ``float`` (0 when ``d_head >= rank(log(P) C)``).
 
     Raises:
         ValueError: if ``d_head`` is negative, or as :func:`check_attention_target`.
     """
     if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head < 0:
         raise ValueError(f"d_head must be a non-negative int; got {d_head!r}")
-    s = np.linalg.svd(centred_log(target), compute_uv=False)
+    s = _linalg.svdvals(centred_log(target))
     return float(np.sqrt(np.sum(s[d_head:] ** 2)))
 
 
@@ -213,6 +268,16 @@ def self_focus_target(n: int, alpha: float) -> np.ndarray:
     ``log(P) C = alpha C`` has ``N - 1`` singular values equal to ``alpha``, so no head
     narrower than ``N - 1`` produces it, on any input, and the best centred-logit error
     at width ``Dh`` is ``alpha * sqrt(N - 1 - Dh)``.
+
+    Args:
+        n: number of tokens N.
+        alpha: the extra score of the diagonal.
+
+    Shape:
+        Returns ``(n, n)``.
+
+    Returns:
+        The positive row-stochastic pattern ``P``.
 
     Raises:
         ValueError: if ``n`` is not a positive int or ``alpha`` is not finite.
@@ -251,11 +316,14 @@ def fit_attention(
         x ``(N, D)``, target ``(N, N)``. Returns ``w_q``, ``w_k`` ``(D, Dh)`` and the
         final :func:`centred_logit_error`.
 
+    Returns:
+        ``(w_q, w_k, error)``: the fitted projections and their final centred-logit error.
+
     Raises:
         ValueError: if ``d_head`` or ``steps`` is not positive, shapes disagree, or as
             :func:`check_attention_target`.
     """
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     (w,) = _fit(x, [target], [d_head], steps, lr, seed)
     w_q, w_k = w
     return w_q, w_k, centred_logit_error(attention_from_projections(x, w_q, w_k), target)
@@ -275,13 +343,24 @@ def fit_attention_sweep(
     The fits are independent (the summed loss decouples and Adam acts elementwise); they
     run as one batch of zero-padded heads, which is much faster than one fit at a time.
 
+    Args:
+        x: one sequence.
+        targets: K positive row-stochastic patterns.
+        d_heads: the head widths to fit, each a positive int.
+        steps: Adam steps.
+        lr: initial learning rate.
+        seed: seed of the initial weights.
+
     Shape:
         x ``(N, D)``, targets ``(K, N, N)``. Returns the final errors ``(K, len(d_heads))``.
+
+    Returns:
+        The final :func:`centred_logit_error` of every (target, head width) fit.
 
     Raises:
         ValueError: as :func:`fit_attention`.
     """
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     pairs = [(t, d) for t in targets for d in d_heads]
     weights = _fit(x, [t for t, _ in pairs], [d for _, d in pairs], steps, lr, seed)
     errors = [
@@ -314,7 +393,7 @@ def _fit(
     xt, goal_t = torch.tensor(x, dtype=torch.float64), torch.tensor(goals)
     opt = torch.optim.Adam([w], lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
-    with one_thread():  # tiny matrices: extra threads only add synchronisation
+    with _linalg.one_thread():  # tiny matrices: extra threads only add synchronisation
         for _ in range(steps):
             opt.zero_grad()
             q = xt @ (w[:, 0] * mask[:, None, :])  # (K, N, width)
@@ -347,6 +426,9 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
     Shape:
         targets ``(K, N, N)``.
 
+    Returns:
+        The least total squared error, a non-negative ``float``.
+
     Raises:
         ValueError: if ``targets`` is not 3-D with 1 to 8 patterns, or a size is not a
             positive int, or a pattern fails :func:`check_attention_target`.
@@ -363,7 +445,7 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
     def group_error(group: tuple[int, ...]) -> float:
         mean = logs[list(group)].mean(axis=0)
         scatter = float(np.sum((logs[list(group)] - mean) ** 2))
-        s = np.linalg.svd(mean, compute_uv=False)
+        s = _linalg.svdvals(mean)
         return scatter + len(group) * float(np.sum(s[d_head:] ** 2))
 
     def best(items: tuple[int, ...], groups_left: int) -> float:
@@ -381,3 +463,199 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
         return result
 
     return float(best(tuple(range(len(logs))), num_heads))
+
+
+ROW_SUM_ATOL = 1e-5
+"""How far a row may sum from 1 in :func:`total_variation` and :func:`kl_divergence`
+(float32 softmax rows of a few hundred keys are well inside it)."""
+
+
+def _check_pair(weights: Any, target: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Two row-stochastic matrices of one shape (rows within ``ROW_SUM_ATOL`` of 1)."""
+    p, w = _linalg.as_matrix("target", target), _linalg.as_matrix("weights", weights)
+    if w.shape != p.shape:
+        raise ValueError(f"weights and target must have the same shape; got {w.shape}, {p.shape}")
+    for name, m in (("weights", w), ("target", p)):
+        if (m < 0).any() or np.any(np.abs(m.sum(axis=1) - 1.0) > ROW_SUM_ATOL):
+            raise ValueError(
+                f"{name} rows must be distributions (>= 0, summing to 1 within {ROW_SUM_ATOL})"
+            )
+    return w, p
+
+
+def total_variation(weights: Any, target: Any) -> np.ndarray:
+    """Row by row, ``TV_i = (1/2) sum_j |A_ij - P_ij|``, the total variation distance.
+
+    It bounds what the difference does to the head's output: for any values ``v_j``,
+    ``|sum_j (A_ij - P_ij) v_j| <= 2 TV_i max_j |v_j|``. It is at most 1, and it is small
+    when the weights are close, whatever happens to weights that are tiny in both.
+
+    Args:
+        weights: the head's weights ``A``, rows that are distributions.
+        target: the target ``P``, the same shape.
+
+    Returns:
+        ``TV_i`` for every row, in ``[0, 1]``.
+
+    Shape:
+        weights and target ``(N, S)``. Returns ``(N,)``.
+
+    Raises:
+        ValueError: if the shapes differ or a row is not a distribution.
+        TypeError: if a matrix is not floating.
+    """
+    w, p = _check_pair(weights, target)
+    return 0.5 * np.abs(w - p).sum(axis=1)
+
+
+def kl_divergence(weights: Any, target: Any) -> np.ndarray:
+    """Row by row, ``KL(P_i || A_i) = sum_j P_ij log(P_ij / A_ij)``, in nats.
+
+    The extra cross-entropy paid for predicting the target's rows with the head's:
+    0 exactly when they are equal, infinite where the head gives 0 weight to a key the
+    target uses. Keys the target gives 0 add nothing, so a one-hot target row is allowed:
+    its KL is ``-log A_it``, the loss of the head on the target key. Pinsker's inequality,
+    ``KL >= 2 TV^2``, makes a small KL imply a small :func:`total_variation`.
+
+    Args:
+        weights: the head's weights ``A``, rows that are distributions.
+        target: the target ``P``, the same shape.
+
+    Returns:
+        ``KL(P_i || A_i)`` for every row, ``inf`` where the head ignores a target key.
+
+    Shape:
+        weights and target ``(N, S)``. Returns ``(N,)``.
+
+    Raises:
+        ValueError: if the shapes differ or a row is not a distribution.
+        TypeError: if a matrix is not floating.
+    """
+    w, p = _check_pair(weights, target)
+    with np.errstate(divide="ignore"):
+        log_w = np.log(w)
+    return _kl(p, log_w)
+
+
+def _kl(p: np.ndarray, log_a: np.ndarray) -> np.ndarray:
+    """``sum_j p_j (log p_j - log a_j)`` per row, with ``0 log 0 = 0``."""
+    used = p > 0
+    terms = np.where(used, p * (np.log(np.where(used, p, 1.0)) - np.where(used, log_a, 0.0)), 0.0)
+    return terms.sum(axis=1)
+
+
+def offset_head(n: int, offset: int, gap: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A head of width 2 in which query ``i`` attends to key ``i + offset``: a rotation on a circle.
+
+    Token ``j`` sits at angle ``j theta`` on a half circle, ``x_j = (cos j theta,
+    sin j theta)`` with ``theta = pi / N``; ``W^K = I`` and ``W^Q`` rotates by
+    ``offset * theta`` and scales by ``c``, so ``q_i`` points at key ``i + offset`` and the
+    scores are ``c cos((i + offset - j) theta)``. Every other key scores at least
+    ``c (1 - cos theta) = gap`` below the target, so the weight on the target is at least
+    ``1 / (1 + (N - 1) e^-gap)``, at every ``N``, with a width of 2; sharper patterns and
+    longer sequences need a larger ``c`` (larger weights), not a wider head. A query whose
+    key ``i + offset`` is outside ``[0, N)`` attends mostly to the nearest end.
+
+    Args:
+        n: sequence length N.
+        offset: ``-1`` for the previous token, ``0`` for itself, ``+1`` for the next.
+        gap: the score margin of the target over every other key.
+
+    Returns:
+        ``(x, w_q, w_k)``: the input and the head's two projections.
+
+    Shape:
+        Returns x ``(N, 2)``, w_q and w_k ``(2, 2)``, for :func:`attention_from_projections`.
+
+    Raises:
+        ValueError: if ``n`` is not an int >= 2, or ``gap`` is not positive and finite.
+        TypeError: if ``offset`` is not an int.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ValueError(f"n must be an int >= 2; got {n!r}")
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int; got {type(offset).__name__} {offset!r}")
+    if not (np.isfinite(gap) and gap > 0):
+        raise ValueError(f"gap must be positive and finite; got {gap!r}")
+    theta = np.pi / n
+    angle = np.arange(n) * theta
+    x = np.stack([np.cos(angle), np.sin(angle)], axis=1)  # (N, 2)
+    phi = offset * theta
+    rotation = np.array([[np.cos(phi), np.sin(phi)], [-np.sin(phi), np.cos(phi)]])
+    scale = gap / (1.0 - np.cos(theta))
+    # scores = x W^Q (x W^K)^T / sqrt(2): put sqrt(2) into W^Q
+    return x, np.sqrt(2.0) * scale * rotation, np.eye(2)
+
+
+def truncated_centred_log(target: Any, d_head: int) -> np.ndarray:
+    """The scores of the head of width ``d_head`` that is best in centred logits.
+
+    The rank-``Dh`` truncated SVD of ``log(P) C``: by the Eckart-Young theorem no head of
+    that width has a smaller :func:`centred_logit_error` (the error is
+    :func:`centred_logit_floor`), and on an input of rank N some head has exactly these
+    scores (the construction of :func:`bhojanapalli_projections`).
+
+    Args:
+        target: the target ``P``, a positive row-stochastic matrix.
+        d_head: the head width ``Dh``.
+
+    Returns:
+        The best width-``Dh`` head's scores.
+
+    Shape:
+        target ``(N, N)``. Returns ``(N, N)`` scores, rows summing to zero.
+
+    Raises:
+        ValueError: if ``d_head`` is not a non-negative int, or as
+            :func:`check_attention_target`.
+    """
+    if isinstance(d_head, bool) or not isinstance(d_head, int) or d_head < 0:
+        raise ValueError(f"d_head must be a non-negative int; got {d_head!r}")
+    u, s, vt = np.linalg.svd(centred_log(target))
+    return (u[:, :d_head] * s[:d_head]) @ vt[:d_head]  # (N, Dh) @ (Dh, N)
+
+
+def attention_errors(scores: Any, target: Any) -> dict[str, Any]:
+    """How far the attention ``softmax(scores)`` is from ``target``, by three measures.
+
+    Computed from the scores, so that weights too small for float64 (``e^-800``) keep
+    their finite logarithms:
+
+    - ``"centred_logit"``: ``|(log A - log P) C|_F`` (:func:`centred_logit_error`), the
+      distance between the scores softmax sees; it grows with ``|log A_ij - log P_ij|``
+      even where both weights are tiny, and is infinite when the target has a zero;
+    - ``"total_variation"``: per row, :func:`total_variation`, at most 1;
+    - ``"kl"``: per row, :func:`kl_divergence`, ``KL(P_i || A_i)`` in nats.
+
+    Args:
+        scores: the head's scores ``Z``; its weights are ``softmax(Z)`` row by row.
+        target: the target pattern ``P``, rows that are distributions.
+
+    Returns:
+        ``{"centred_logit": float, "total_variation": (N,), "kl": (N,)}``.
+
+    Shape:
+        scores and target ``(N, N)``. Returns a float and two ``(N,)`` arrays.
+
+    Raises:
+        ValueError: if the shapes differ, the scores are not finite, or a row of the
+            target is not a distribution.
+        TypeError: if a matrix is not floating.
+    """
+    z, p = _linalg.as_matrix("scores", scores), _linalg.as_matrix("target", target)
+    if z.shape != p.shape:
+        raise ValueError(f"scores and target must have the same shape; got {z.shape}, {p.shape}")
+    if (p < 0).any() or np.any(np.abs(p.sum(axis=1) - 1.0) > 1e-10):
+        raise ValueError("target rows must be distributions (>= 0, summing to 1)")
+    shifted = z - z.max(axis=1, keepdims=True)
+    log_a = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))  # log softmax
+    if (p > 0).all():
+        diff = log_a - np.log(p)
+        centred = float(np.linalg.norm(diff - diff.mean(axis=1, keepdims=True)))
+    else:
+        centred = np.inf  # log 0: no finite scores produce a zero weight
+    return {
+        "centred_logit": centred,
+        "total_variation": 0.5 * np.abs(np.exp(log_a) - p).sum(axis=1),
+        "kl": _kl(p, log_a),
+    }

@@ -1,50 +1,26 @@
-"""What one multi-head attention forward costs: FLOPs, memory and time, modelled and measured.
+"""What one multi-head attention forward costs, by arithmetic: FLOPs, matmul calls, bytes.
 
 The models are exact counts, not orders of magnitude: :func:`attention_flops` counts every
 multiply-add of the four matrix-multiply stages as 2 FLOPs (the convention of
-``torch.utils.flop_counter.FlopCounterMode``) and, separately, the element-wise work that
-``FlopCounterMode`` does not count (bias additions, the ``1/sqrt(Dh)`` scaling, the
-softmax). :func:`score_tensor_bytes` is the size of the ``(B, H, L, S)`` score tensor.
+``torch.utils.flop_counter.FlopCounterMode``; :func:`matmul_flops` for one product) and,
+separately, the element-wise work that ``FlopCounterMode`` does not count (bias additions,
+the ``1/sqrt(Dh)`` scaling, the softmax). :func:`matmul_calls` is how many matrix products
+each form dispatches, and :func:`score_tensor_bytes` the size of the ``(B, H, L, S)`` score
+tensor.
 
-The measurements say what a real run did: :func:`count_flops` (``FlopCounterMode``, taught
-to count the CPU kernel of ``scaled_dot_product_attention``), :func:`count_aten_ops` (how
-many PyTorch operators a forward dispatches), :func:`peak_rss_increase` and
-:func:`attention_peak_memory` (resident memory high-water marks, Linux only) and
-:func:`time_forms` (median wall-clock or CPU times of the forms of one layer).
+Nothing here runs attention: :mod:`mha.measure` measures what a real run did (FLOPs counted
+by PyTorch, operators, memory, time), and the tests and the book check each model against it.
 """
 
 from __future__ import annotations
 
-import collections
-import ctypes
-import json
 import math
-import statistics
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from mha import _validate as v
-from mha import torch_backend
-from mha.module import to_torch_mha
-from mha.params import MHAParams, init_params
-
-
-def _check_count(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive; got {name}={value}")
-
+from mha import _validate
 
 # --- FLOPs: the model --------------------------------------------------------------------
 
@@ -105,11 +81,35 @@ class AttentionFlops:
         return self.matmul + self.elementwise
 
     def as_dict(self) -> dict[str, int]:
-        """Every stage and every total, by name."""
+        """Every stage and every total, by name.
+
+        Returns:
+            ``{name: FLOPs}`` for the nine stages and the five totals.
+        """
         out = asdict(self)
         for name in ("projections", "attention", "matmul", "elementwise", "total"):
             out[name] = getattr(self, name)
         return out
+
+
+def matmul_flops(m: int, k: int, n: int) -> int:
+    """FLOPs of one ``(m, k) @ (k, n)`` matrix product: ``2 m k n`` (a multiply-add is 2).
+
+    Args:
+        m: rows of the left factor.
+        k: the shared dimension.
+        n: columns of the right factor.
+
+    Returns:
+        ``2 * m * k * n``.
+
+    Raises:
+        ValueError: if a size is not positive.
+        TypeError: if a size is not an int.
+    """
+    for name, value in (("m", m), ("k", k), ("n", n)):
+        _validate.check_positive(name, value)
+    return 2 * m * k * n
 
 
 def attention_flops(
@@ -150,10 +150,10 @@ def attention_flops(
         TypeError: if a size is not an int.
     """
     for name, value in (("batch_size", batch_size), ("q_len", q_len), ("kv_len", kv_len)):
-        _check_count(name, value)
-    v.check_sizes(d_model, num_heads)
+        _validate.check_positive(name, value)
+    _validate.check_sizes(d_model, num_heads)
     G = num_heads if num_kv_heads is None else num_kv_heads
-    _check_count("num_kv_heads", G)
+    _validate.check_positive("num_kv_heads", G)
     if num_heads % G != 0:
         raise ValueError(
             f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={G}"
@@ -163,78 +163,16 @@ def attention_flops(
     Dkv = G * Dh
     rows = B * H * L  # softmax rows
     return AttentionFlops(
-        q_proj=2 * B * L * D * D,
-        k_proj=2 * B * S * D * Dkv,
-        v_proj=2 * B * S * D * Dkv,
-        scores=2 * B * H * L * S * Dh,
-        weighted_sum=2 * B * H * L * S * Dh,
-        out_proj=2 * B * L * D * D,
+        q_proj=matmul_flops(B * L, D, D),
+        k_proj=matmul_flops(B * S, D, Dkv),
+        v_proj=matmul_flops(B * S, D, Dkv),
+        scores=B * H * matmul_flops(L, Dh, S),
+        weighted_sum=B * H * matmul_flops(L, S, Dh),
+        out_proj=matmul_flops(B * L, D, D),
         bias=(B * L * D + 2 * B * S * Dkv + B * L * D) if bias else 0,
         scale=rows * S,
         softmax=rows * (5 * S - 2),
     )
-
-
-# --- FLOPs and operators: measured -------------------------------------------------------
-
-
-def _cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-    return sdpa_flop_count(query_shape, key_shape, value_shape)
-
-
-def flop_counter() -> FlopCounterMode:
-    """A silent ``FlopCounterMode`` that also counts ``scaled_dot_product_attention`` on CPU.
-
-    ``FlopCounterMode`` knows the matrix products (``mm``, ``addmm``, ``bmm``, ...) and the
-    CUDA attention kernels, but not ``aten._scaled_dot_product_flash_attention_for_cpu``,
-    the CPU kernel of ``torch.nn.functional.scaled_dot_product_attention``: without help it
-    reports 0 FLOPs for it. This counter uses PyTorch's own SDPA formula for that kernel
-    (``2 B H L S Dh`` for the scores plus the same for the weighted sum).
-    """
-    sdpa_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    return FlopCounterMode(display=False, custom_mapping={sdpa_cpu: _cpu_sdpa_flop})
-
-
-def count_flops(fn: Callable[[], Any]) -> dict[str, int]:
-    """Run ``fn()`` under :func:`flop_counter` and return the FLOPs of each operator.
-
-    Returns:
-        ``{"aten.addmm": ..., "aten.bmm": ..., ...}``; its values sum to the total. Operators
-        ``FlopCounterMode`` has no formula for (softmax, additions) are absent.
-    """
-    with flop_counter() as counter:
-        fn()
-    return {str(op): int(n) for op, n in counter.get_flop_counts().get("Global", {}).items()}
-
-
-class _OpCounter(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: collections.Counter[str] = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
-def count_aten_ops(fn: Callable[[], Any]) -> collections.Counter[str]:
-    """How many times ``fn()`` dispatches each PyTorch operator (``aten.mm``, ``aten.bmm``, ...).
-
-    Every dispatched operator is one call into PyTorch's kernel machinery with its own
-    fixed overhead, whatever the size of its operands; views (``aten.view``,
-    ``aten.transpose``) count too, though they move no data.
-
-    ``fn`` runs under ``torch.no_grad()`` with inference mode switched off: inference mode
-    hides the operators that composite ones (``matmul``, ``softmax``) are made of, and
-    ``no_grad`` lets ``nn.MultiheadAttention`` take its inference fast path, as it does in
-    the timings.
-    """
-    with torch.inference_mode(False), torch.no_grad(), _OpCounter() as counter:
-        fn()
-    return counter.counts
-
-
-MATMUL_OPS = ("aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm")
 
 
 def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> int:
@@ -246,12 +184,21 @@ def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> i
     keys and values with one product in self-attention (4 in all) and with two when the
     query differs from the shared key/value tensor (5 in all).
 
+    Args:
+        num_heads: number of heads H.
+        form: ``"per_head"``, ``"fused"`` or ``"packed"``.
+        self_attention: whether query, key and value are one tensor (the packed form then
+            projects them with one product).
+
+    Returns:
+        The number of matrix-multiply operators, an ``int``.
+
     Raises:
         ValueError: on an unknown form or a non-positive ``num_heads``.
         TypeError: if ``num_heads`` is not an int.
     """
-    _check_count("num_heads", num_heads)
-    v.check_form(form)
+    _validate.check_positive("num_heads", num_heads)
+    _validate.check_form(form)
     if form == "per_head":
         return 5 * num_heads + 1
     if form == "fused":
@@ -273,7 +220,7 @@ def _itemsize(dtype: Any) -> int:
 
 
 def score_tensor_bytes(
-    batch_size: int, q_len: int, kv_len: int, num_heads: int, dtype: Any = torch.float32
+    batch_size: int, q_len: int, kv_len: int, num_heads: int, dtype: Any = np.float32
 ) -> int:
     """Bytes of one ``(B, H, L, S)`` score (or weight) tensor: ``B H L S`` times the item size.
 
@@ -281,6 +228,17 @@ def score_tensor_bytes(
     weights); two at once when autograd records, since the backward pass needs the softmax's
     output. ``scaled_dot_product_attention``'s fused CPU kernel works on blocks of
     queries and keys and never stores it.
+
+    Args:
+        batch_size: B.
+        q_len: query length L.
+        kv_len: key/value length S.
+        num_heads: number of heads H.
+        dtype: a NumPy or PyTorch dtype, or anything ``numpy.dtype`` accepts (float32 by
+            default).
+
+    Returns:
+        ``B * H * L * S * itemsize``, an ``int``.
 
     Raises:
         ValueError: if a size is not positive.
@@ -292,334 +250,528 @@ def score_tensor_bytes(
         ("kv_len", kv_len),
         ("num_heads", num_heads),
     ):
-        _check_count(name, value)
+        _validate.check_positive(name, value)
     return batch_size * num_heads * q_len * kv_len * _itemsize(dtype)
 
 
-_PROC_SELF = Path("/proc/self")
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+# --- Inference: the key/value cache and one decoding step ----------------------------------
 
 
-def _status_bytes(key: str) -> int:
-    for line in (_PROC_SELF / "status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024  # kB -> bytes
-    raise RuntimeError(f"{_PROC_SELF / 'status'} has no {key} line")
+def kv_cache_bytes(
+    num_layers: int,
+    kv_len: int,
+    num_kv_heads: int,
+    d_head: int,
+    dtype: Any = np.float16,
+    *,
+    batch_size: int = 1,
+) -> int:
+    """Bytes of a key/value cache: ``2 * layers * B * S * H_kv * Dh`` times the item size.
 
-
-def peak_rss_increase(fn: Callable[[], Any], *, warmup: bool = True) -> int:
-    """Bytes by which ``fn()`` raises this process's resident memory at its peak (Linux).
-
-    The measurement reads the kernel's resident-set high-water mark ``VmHWM`` after
-    resetting it to the current resident size (``5`` written to ``/proc/self/clear_refs``),
-    so it sees every page ``fn`` touches, whoever allocated it (PyTorch, NumPy, BLAS). So
-    that freed memory really leaves the process, and is not silently reused from glibc's
-    heap, it first fixes glibc's mmap threshold at 64 KiB (``mallopt``): every larger block
-    is then mapped on allocation and unmapped on free. That setting stays for the rest of
-    the process and makes large allocations slower, so measure memory in a separate
-    process from timings (:func:`attention_peak_memory` does).
+    The 2 counts keys and values; each layer caches its own. Multi-query attention
+    (``H_kv = 1``) and grouped-query attention (``1 < H_kv < H``) shrink the cache by
+    ``H / H_kv`` against multi-head attention (``H_kv = H``).
 
     Args:
-        fn: the work to measure; its result is dropped before returning.
-        warmup: run ``fn()`` once first, so one-off allocations (thread pools, caches)
-            are not counted.
+        num_layers: attention layers of the model.
+        kv_len: S, the positions cached.
+        num_kv_heads: H_kv.
+        d_head: Dh.
+        dtype: the cache's dtype (NumPy or PyTorch).
+        batch_size: B, the sequences decoded together.
 
     Returns:
-        Peak resident bytes above the level before the call (page granularity).
+        The size in bytes.
 
     Raises:
-        RuntimeError: if ``/proc/self/clear_refs`` or glibc's ``mallopt`` is unavailable.
+        ValueError: if a size is not positive.
+        TypeError: if a size is not an int or ``dtype`` is not a dtype.
     """
-    clear_refs = _PROC_SELF / "clear_refs"
-    if not clear_refs.exists():
-        raise RuntimeError(f"peak_rss_increase needs Linux: {clear_refs} does not exist")
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, 1 << 16)
-        libc.mallopt(_M_TRIM_THRESHOLD, 1 << 16)
-    except (OSError, AttributeError) as err:
-        raise RuntimeError(f"peak_rss_increase needs glibc's mallopt; got {err}") from err
-    if warmup:
-        fn()
-    libc.malloc_trim(0)
-    clear_refs.write_text("5")
-    before = _status_bytes("VmRSS")
-    fn()
-    return _status_bytes("VmHWM") - before
+    for name, value in (
+        ("num_layers", num_layers),
+        ("kv_len", kv_len),
+        ("num_kv_heads", num_kv_heads),
+        ("d_head", d_head),
+        ("batch_size", batch_size),
+    ):
+        _validate.check_positive(name, value)
+    return 2 * num_layers * batch_size * kv_len * num_kv_heads * d_head * _itemsize(dtype)
 
 
-MEMORY_PATHS = ("explicit", "explicit, autograd", "per_head", "sdpa", "nn.MultiheadAttention")
+@dataclass(frozen=True)
+class PublishedConfig:
+    """The attention sizes of a published model, from its released configuration.
+
+    Attributes:
+        name: the model.
+        num_layers: attention layers.
+        num_heads: H, query heads per layer.
+        num_kv_heads: H_kv, key/value heads per layer.
+        d_head: Dh.
+        max_context: the longest context the model was built for, in tokens.
+        window: the sliding-window length of its attention, whose rolling cache never
+            holds more positions; ``None`` when every position attends to all before it.
+        source: the citation key of the paper that describes the model.
+        config_url: the released ``config.json`` the sizes come from.
+    """
+
+    name: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    d_head: int
+    max_context: int
+    window: int | None
+    source: str
+    config_url: str
+
+    def cache_positions(self, kv_len: int) -> int:
+        """Positions the cache holds after ``kv_len`` tokens: all, or the window's.
+
+        Args:
+            kv_len: tokens seen.
+
+        Returns:
+            ``min(kv_len, window)``, or ``kv_len`` without a window.
+
+        Raises:
+            ValueError: if ``kv_len`` is not positive.
+            TypeError: if ``kv_len`` is not an int.
+        """
+        _validate.check_positive("kv_len", kv_len)
+        return kv_len if self.window is None else min(kv_len, self.window)
 
 
-def _memory_runner(path: str, params: MHAParams, x: torch.Tensor) -> Callable[[], Any]:
-    T = torch_backend
-    if path == "explicit":
-        return lambda: T.multi_head_attention(x, x, x, params, form="packed")
-    if path == "explicit, autograd":
-        # Parameters that require grad, outside inference mode: autograd records the forward
-        # and keeps the softmax's output for the backward pass. Copies made outside inference
-        # mode are normal tensors, which autograd can record (inference tensors it cannot).
-        with torch.inference_mode(False):
-            p_grad = params.map(lambda t: t.clone().requires_grad_())
-            x_plain = x.clone()
+_HUB = "https://huggingface.co/{}/blob/main/config.json"
+# From each model's released config.json: num_hidden_layers, num_attention_heads,
+# num_key_value_heads, hidden_size / num_attention_heads (head_dim), max_position_embeddings
+# (Mistral 7B: the paper's context and window, Table 1).
+PUBLISHED_CONFIGS = (
+    PublishedConfig(
+        "Llama 2 7B",
+        32,
+        32,
+        32,
+        128,
+        4096,
+        None,
+        "touvron2023llama",
+        _HUB.format("meta-llama/Llama-2-7b-hf"),
+    ),
+    PublishedConfig(
+        "Llama 2 70B",
+        80,
+        64,
+        8,
+        128,
+        4096,
+        None,
+        "touvron2023llama",
+        _HUB.format("meta-llama/Llama-2-70b-hf"),
+    ),
+    PublishedConfig(
+        "Mistral 7B",
+        32,
+        32,
+        8,
+        128,
+        8192,
+        4096,
+        "jiang2023mistral",
+        _HUB.format("mistralai/Mistral-7B-v0.1"),
+    ),
+    PublishedConfig(
+        "Llama 3.1 8B",
+        32,
+        32,
+        8,
+        128,
+        131072,
+        None,
+        "grattafiori2024llama",
+        _HUB.format("meta-llama/Llama-3.1-8B"),
+    ),
+    PublishedConfig(
+        "TinyLlama 1.1B",
+        22,
+        32,
+        4,
+        64,
+        2048,
+        None,
+        "zhang2024tinyllama",
+        _HUB.format("TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T"),
+    ),
+)
 
-        def recorded() -> Any:
-            with torch.inference_mode(False):
-                return T.multi_head_attention(x_plain, x_plain, x_plain, p_grad, form="packed")
 
-        return recorded
-    if path == "per_head":
-        return lambda: T.multi_head_attention(x, x, x, params, form="per_head", need_weights=False)
-    if path == "sdpa":
-        return lambda: T.multi_head_attention(x, x, x, params, form="packed", need_weights=False)
-    module = to_torch_mha(params).eval()
-    return lambda: module(x, x, x, need_weights=False)
+@dataclass(frozen=True)
+class DecodeStepCost:
+    """FLOPs and the least bytes moved by one attention layer for one new token per sequence.
 
+    Attributes:
+        flops: multiply-adds of the matrix products, 2 FLOPs each.
+        bytes: the least traffic between memory and the processor: every weight read
+            once, the cached keys and values read once, the new ones written once, and the
+            layer's input and output.
+    """
 
-def _memory_child() -> None:
-    """Entry point of the child process of :func:`attention_peak_memory` (JSON on stdin)."""
-    spec = json.loads(sys.stdin.read())
-    torch.set_num_threads(spec["threads"])
-    dtype = getattr(torch, spec["dtype"])
-    D, H, B = spec["d_model"], spec["num_heads"], spec["batch_size"]
-    params = init_params(D, H, seed=0).to_torch(dtype)
-    gen = torch.Generator().manual_seed(0)
-    out: dict[str, list[int]] = {path: [] for path in spec["paths"]}
-    with torch.inference_mode():
-        for L in spec["q_lens"]:
-            x = torch.randn(B, L, D, generator=gen, dtype=dtype)
-            for path in spec["paths"]:
-                out[path].append(peak_rss_increase(_memory_runner(path, params, x)))
-    print(json.dumps(out))
+    flops: int
+    bytes: int
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity, FLOPs per byte moved."""
+        return self.flops / self.bytes
 
 
-def attention_peak_memory(
-    batch_size: int,
-    q_lens: list[int],
+def decode_step_cost(
     d_model: int,
     num_heads: int,
+    num_kv_heads: int,
+    kv_len: int,
+    dtype: Any = np.float16,
     *,
-    paths: tuple[str, ...] = MEMORY_PATHS,
-    dtype: str = "float32",
-    threads: int = 1,
-) -> dict[str, list[int]]:
-    """Measured peak extra resident memory of self-attention forwards, in a fresh process.
+    batch_size: int = 1,
+    cached: bool = True,
+) -> DecodeStepCost:
+    """What one attention layer costs to produce the next token, with or without a cache.
 
-    Each path runs on ``x`` of shape ``(B, L, D)``, all but one under
-    ``torch.inference_mode``: ``"explicit"`` is the packed form with ``need_weights=True``
-    (the softmax overwrites the scores, so one ``(B, H, L, S)`` tensor is held);
-    ``"explicit, autograd"`` is the same forward with parameters that require grad, outside
-    inference mode (autograd keeps the softmax's output for the backward pass, so scores and
-    weights are held at once); ``"per_head"`` is the per-head loop, ``"sdpa"`` the packed form
-    with ``need_weights=False`` (``scaled_dot_product_attention``), ``"nn.MultiheadAttention"``
-    PyTorch's module in eval mode with ``need_weights=False``. Each number comes from
-    :func:`peak_rss_increase` in a child Python process, so this process's allocator is
-    left alone.
+    With a cache (``cached=True``), the new token of each sequence is projected
+    (``4 D^2 + 4 D H_kv Dh`` FLOPs: queries, keys and values of width ``H Dh = D``,
+    ``H_kv Dh`` and ``H_kv Dh``, and the output), and attends to the ``S`` cached positions
+    and itself (``4 H (S + 1) Dh``). Without one, the layer runs again on the whole prefix
+    of ``N = S + 1`` tokens: ``N (4 D^2 + 4 D H_kv Dh) + 4 H N^2 Dh``, the cost of a full
+    forward (the explicit score matrix is dense even under a causal mask).
+
+    Bytes: the weights (``2 D^2 + 2 D H_kv Dh`` elements) are read once per step whatever
+    ``B``; with a cache the ``2 B S H_kv Dh`` cached elements are read and ``2 B H_kv Dh``
+    written; without one the ``B N D`` inputs are read and the same outputs written. So a
+    cached step reads every cached element for about ``4 H / H_kv`` FLOPs: its intensity is
+    set by ``H / H_kv``, which is why multi-query and grouped-query attention speed up
+    memory-bound decoding.
 
     Args:
+        d_model: D.
+        num_heads: H; must divide D.
+        num_kv_heads: H_kv; must divide H.
+        kv_len: S, the positions before the new token.
+        dtype: the dtype of weights and cache.
         batch_size: B.
-        q_lens: the lengths L = S to measure.
-        d_model: model width D.
-        num_heads: number of heads H.
-        paths: which of :data:`MEMORY_PATHS` to run.
-        dtype: ``"float32"`` or ``"float64"``.
-        threads: PyTorch threads in the child.
+        cached: whether the keys and values of the prefix come from a cache.
 
     Returns:
-        ``{path: [bytes for each L]}``.
+        A :class:`DecodeStepCost`.
 
     Raises:
-        ValueError: on an unknown path or dtype, or bad sizes.
-        RuntimeError: if the child process fails (e.g. not on Linux with glibc).
+        ValueError: if a size is not positive, H does not divide D or H_kv does not
+            divide H.
+        TypeError: if a size is not an int or ``cached`` is not a bool.
     """
-    _check_count("batch_size", batch_size)
-    for L in q_lens:
-        _check_count("q_lens[i]", L)
-    v.check_sizes(d_model, num_heads)
-    unknown = [p for p in paths if p not in MEMORY_PATHS]
-    if unknown:
-        raise ValueError(f"paths must be among {MEMORY_PATHS}; got {unknown}")
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
-    spec = {
-        "batch_size": batch_size,
-        "q_lens": list(q_lens),
-        "d_model": d_model,
-        "num_heads": num_heads,
-        "paths": list(paths),
-        "dtype": dtype,
-        "threads": threads,
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", "from mha.cost import _memory_child; _memory_child()"],
-        input=json.dumps(spec),
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"memory measurement failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-# --- Time --------------------------------------------------------------------------------
-
-
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
-def _clock(name: str) -> Callable[[], float]:
-    if name not in CLOCKS:
-        raise ValueError(f"clock must be one of {tuple(CLOCKS)}; got clock={name!r}")
-    return CLOCKS[name]
-
-
-def _calibrate(fn: Callable[[], Any], min_time: float) -> int:
-    """Calls of ``fn`` that last about ``min_time`` seconds (after one warm-up call)."""
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    return max(1, math.ceil(min_time / max(first, 1e-9)))
-
-
-def _mean_time(fn: Callable[[], Any], number: int, clock: Callable[[], float]) -> float:
-    start = clock()
-    for _ in range(number):
-        fn()
-    return (clock() - start) / number
-
-
-def median_time(
-    fn: Callable[[], Any],
-    *,
-    repeat: int = 5,
-    number: int | None = None,
-    min_time: float = 2e-3,
-    clock: str = "wall",
-) -> float:
-    """Median over ``repeat`` timings of the mean time of ``number`` calls of ``fn()``.
-
-    Args:
-        fn: the work to time.
-        repeat: how many timings to take the median of.
-        number: calls per timing; by default enough that one timing lasts about
-            ``min_time`` (estimated from one warm-up call).
-        min_time: target seconds per timing when ``number`` is not given.
-        clock: ``"wall"`` (``time.perf_counter``) or ``"cpu"`` (``time.process_time``,
-            the CPU time of this process, which stands still while other programs have
-            the CPU; with one PyTorch thread it is close to the wall time of an idle
-            machine, though caches and memory bandwidth are still shared).
-
-    Returns:
-        Seconds per call.
-
-    Raises:
-        ValueError: if ``repeat``, ``number`` or ``min_time`` is not positive, or the
-            clock is unknown.
-        TypeError: if ``repeat`` or ``number`` is not an int.
-    """
-    _check_count("repeat", repeat)
-    tick = _clock(clock)
-    if not min_time > 0:
-        raise ValueError(f"min_time must be positive; got min_time={min_time}")
-    if number is None:
-        number = _calibrate(fn, min_time)
+    _validate.check_sizes(d_model, num_heads)
+    for name, value in (
+        ("num_kv_heads", num_kv_heads),
+        ("kv_len", kv_len),
+        ("batch_size", batch_size),
+    ):
+        _validate.check_positive(name, value)
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(
+            f"num_kv_heads must divide num_heads; got num_heads={num_heads}, "
+            f"num_kv_heads={num_kv_heads}"
+        )
+    if not isinstance(cached, bool):
+        raise TypeError(f"cached must be a bool; got {type(cached).__name__} {cached!r}")
+    D, H, H_kv, B = d_model, num_heads, num_kv_heads, batch_size
+    Dh, N = D // H, kv_len + 1
+    item = _itemsize(dtype)
+    per_token = 4 * D * D + 4 * D * H_kv * Dh  # q, k, v and output projections
+    weights = 2 * D * D + 2 * D * H_kv * Dh
+    if cached:
+        flops = B * (per_token + 4 * H * N * Dh)
+        moved = weights + 2 * B * kv_len * H_kv * Dh + 2 * B * H_kv * Dh + 2 * B * D
     else:
-        _check_count("number", number)
-        fn()  # warm-up
-    return statistics.median(_mean_time(fn, number, tick) for _ in range(repeat))
+        flops = B * (N * per_token + 4 * H * N * N * Dh)
+        moved = weights + 2 * B * N * D
+    return DecodeStepCost(flops=flops, bytes=moved * item)
 
 
-FORMS_TIMED = ("per_head", "fused", "packed", "nn.MultiheadAttention", "sdpa")
+# --- IO: the model (elements moved between slow and fast memory) ---------------------------
 
 
-def form_runners(params: MHAParams, x: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
-    """Zero-argument callables computing the same self-attention of ``x`` five ways.
+@dataclass(frozen=True)
+class AttentionIO:
+    """Elements one attention head moves between slow memory and fast memory.
 
-    ``"per_head"``, ``"fused"`` and ``"packed"`` are the three forms of
-    :func:`mha.torch_backend.multi_head_attention` with explicit scores and weights (the
-    same arithmetic, dispatched as 5H + 1, 6 and 4 matrix products; the per-head loop runs
-    with ``need_weights=False``, which only skips stacking its heads' weights);
-    ``"nn.MultiheadAttention"`` is PyTorch's module with the same weights (eval mode,
-    ``need_weights=False``: one native operator when H is even, PyTorch's Python path
-    otherwise); ``"sdpa"`` is the packed form with ``need_weights=False``, which calls
-    ``torch.nn.functional.scaled_dot_product_attention``. Each returns the output
-    ``(B, L, D)``.
+    "Slow" memory holds the inputs and outputs (a GPU's HBM, a CPU's main memory); "fast"
+    memory holds the tiles being worked on (on-chip SRAM, a cache) and has room for
+    ``fast_memory`` elements. Counts are elements, not bytes.
 
-    Raises:
-        TypeError: if ``params`` are not PyTorch ``MHAParams``.
+    Attributes:
+        reads: elements loaded from slow memory.
+        writes: elements stored to slow memory.
     """
-    if not isinstance(params, MHAParams) or not isinstance(params.w_qkv, torch.Tensor):
-        raise TypeError(f"params must be MHAParams of torch tensors; got {type(params).__name__}")
-    T = torch_backend
-    module = to_torch_mha(params).eval()
 
-    def run(form: str, need_weights: bool) -> Callable[[], torch.Tensor]:
-        return lambda: T.multi_head_attention(
-            x, x, x, params, form=form, need_weights=need_weights
-        )[0]
+    reads: int
+    writes: int
 
-    return {
-        "per_head": run("per_head", False),
-        "fused": run("fused", True),
-        "packed": run("packed", True),
-        "nn.MultiheadAttention": lambda: module(x, x, x, need_weights=False)[0],
-        "sdpa": run("packed", False),
-    }
+    @property
+    def total(self) -> int:
+        """Reads plus writes."""
+        return self.reads + self.writes
 
 
-def time_forms(
-    batch_size: int,
-    q_len: int,
-    d_model: int,
-    num_heads: int,
-    *,
-    repeat: int = 5,
-    min_time: float = 2e-3,
-    threads: int | None = 1,
-    seed: int = 0,
-    clock: str = "wall",
-) -> dict[str, float]:
-    """Median seconds per self-attention forward of each of :func:`form_runners`' forms.
+def tiled_fast_memory(block_q: int, block_kv: int, d_head: int) -> int:
+    """Elements the tiled forward holds in fast memory at once, per head.
 
-    Runs under ``torch.inference_mode`` in float32 on ``x`` of shape ``(B, L, D)``, the
-    forms interleaved so that a slow spell of the machine hits all of them.
+    A query block and its output accumulator (``2 Br Dh``), a key and a value block
+    (``2 Bc Dh``), one tile of scores (``Br Bc``), and the running maximum and sum (``2 Br``).
 
     Args:
-        batch_size: B.
-        q_len: L = S.
-        d_model: model width D.
-        num_heads: number of heads H.
-        repeat: timings per form (the median is taken).
-        min_time: seconds per timing.
-        threads: PyTorch threads during the timing (restored afterwards); ``None`` keeps
-            the current setting.
-        seed: seed of the weights and of ``x``.
-        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+        block_q: Br, query rows per tile.
+        block_kv: Bc, key/value rows per tile.
+        d_head: Dh.
 
     Returns:
-        ``{form: seconds}`` for every name in :data:`FORMS_TIMED`.
+        ``2 Br Dh + 2 Bc Dh + Br Bc + 2 Br`` elements.
 
     Raises:
-        ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or an unknown clock.
+        ValueError: if a size is not positive.
+        TypeError: if a size is not an int.
     """
-    _check_count("batch_size", batch_size)
-    _check_count("q_len", q_len)
-    params = init_params(d_model, num_heads, seed=seed).to_torch(torch.float32)
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch_size, q_len, d_model, generator=gen)
-    _check_count("repeat", repeat)
-    tick = _clock(clock)
-    runners = form_runners(params, x)
-    old_threads = torch.get_num_threads()
-    samples: dict[str, list[float]] = {name: [] for name in runners}
-    try:
-        if threads is not None:
-            torch.set_num_threads(threads)
-        with torch.inference_mode():
-            numbers = {name: _calibrate(fn, min_time) for name, fn in runners.items()}
-            for _ in range(repeat):
-                for name, fn in runners.items():
-                    samples[name].append(_mean_time(fn, numbers[name], tick))
-    finally:
-        torch.set_num_threads(old_threads)
-    return {name: statistics.median(s) for name, s in samples.items()}
+    for name, value in (("block_q", block_q), ("block_kv", block_kv), ("d_head", d_head)):
+        _validate.check_positive(name, value)
+    return 2 * block_q * d_head + 2 * block_kv * d_head + block_q * block_kv + 2 * block_q
+
+
+def tiled_block_sizes(d_head: int, fast_memory: int) -> tuple[int, int]:
+    """The block sizes ``(Br, Bc)`` that the IO model uses for a fast memory of M elements.
+
+    The key/value block is ``Bc = min(Dh, M // (4 Dh))`` (at least 1): ``Bc = Dh`` once
+    ``M >= 4 Dh^2``, so that the score tile ``(Br, Bc)`` takes no more room than the query
+    block ``(Br, Dh)``. The query block ``Br`` is then the largest for which
+    :func:`tiled_fast_memory` fits in M:
+
+        ``Br = floor((M - 2 Bc Dh) / (2 Dh + Bc + 2))``, i.e.
+        ``floor((M - 2 Dh^2) / (3 Dh + 2))`` when ``Bc = Dh``.
+
+    The outer (query) block is the large one, because the inner blocks are read once per
+    outer block; FlashAttention (Dao et al., 2022) makes the same choice with its loops the
+    other way round.
+
+    Args:
+        d_head: Dh.
+        fast_memory: M, in elements.
+
+    Returns:
+        ``(Br, Bc)``.
+
+    Args:
+        d_head: Dh.
+        fast_memory: M, in elements.
+
+    Returns:
+        ``(Br, Bc)``.
+
+    Raises:
+        ValueError: if a size is not positive, or M is too small for one row of each block
+            (``M < tiled_fast_memory(1, 1, Dh)``).
+        TypeError: if a size is not an int.
+    """
+    _validate.check_positive("d_head", d_head)
+    _validate.check_positive("fast_memory", fast_memory)
+    block_kv = max(1, min(d_head, fast_memory // (4 * d_head)))
+    block_q = (fast_memory - 2 * block_kv * d_head) // (2 * d_head + block_kv + 2)
+    if block_q < 1:
+        raise ValueError(
+            f"fast_memory must hold at least one row of each block, "
+            f"{tiled_fast_memory(1, 1, d_head)} elements for d_head={d_head}; "
+            f"got fast_memory={fast_memory}"
+        )
+    return block_q, block_kv
+
+
+def _io_blocks(
+    d_head: int, fast_memory: int | None, blocks: tuple[int, int] | None
+) -> tuple[int, int]:
+    if (fast_memory is None) == (blocks is None):
+        raise ValueError(
+            f"give exactly one of fast_memory and blocks; got fast_memory={fast_memory}, "
+            f"blocks={blocks}"
+        )
+    if blocks is None:
+        return tiled_block_sizes(d_head, fast_memory)
+    block_q, block_kv = blocks
+    _validate.check_positive("blocks[0]", block_q)
+    _validate.check_positive("blocks[1]", block_kv)
+    return block_q, block_kv
+
+
+def tiled_attention_io(
+    q_len: int,
+    kv_len: int,
+    d_head: int,
+    fast_memory: int | None = None,
+    *,
+    blocks: tuple[int, int] | None = None,
+    causal: bool = False,
+) -> AttentionIO:
+    """Exact element count of one head of :func:`mha.tiled.attention` (``Dv = Dh``).
+
+    Each of the ``ceil(L / Br)`` query blocks is read once and reads every key and value
+    block (with ``causal``, only the blocks that start at or before its last row); the
+    output and the log-sum-exp are written once:
+
+        reads ``= L Dh + 2 Dh sum_i (key rows read by block i)``, writes ``= L Dh + L``.
+
+    Without a mask that is ``2 L Dh + L + 2 ceil(L / Br) S Dh`` in all. With the blocks of
+    :func:`tiled_block_sizes` (``Bc = Dh``, ``Br = floor((M - 2 Dh^2) / (3 Dh + 2))``) its
+    ratio to ``L S Dh^2 / M`` (:func:`flash_io_bound`, the order of Dao et al., 2022,
+    Theorem 2) is about ``6 (1 + 2 / (3 Dh)) M / (M - 2 Dh^2)`` plus the rounding up of
+    ``L / Br``: it tends to 6 when ``M >> Dh^2`` and ``L >> Br``, and is about 7 to 10 for
+    ``8 Dh^2 <= M <= N Dh`` at ``N = 4096``, ``Dh = 64`` (more for smaller M, where the
+    ``2 Dh^2`` of the key and value blocks take much of the fast memory).
+
+    Args:
+        q_len: L.
+        kv_len: S.
+        d_head: Dh.
+        fast_memory: M, in elements; the blocks come from :func:`tiled_block_sizes`.
+        blocks: ``(Br, Bc)`` instead of ``fast_memory``.
+        causal: query ``i`` attends to keys ``j <= i`` and tiles above the diagonal are
+            skipped.
+
+    Returns:
+        The :class:`AttentionIO` of the tiled forward.
+
+    Raises:
+        ValueError: if a size is not positive, or not exactly one of ``fast_memory`` and
+            ``blocks`` is given.
+        TypeError: if a size is not an int.
+    """
+    for name, value in (("q_len", q_len), ("kv_len", kv_len), ("d_head", d_head)):
+        _validate.check_positive(name, value)
+    block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
+    key_rows = 0
+    for start in range(0, q_len, block_q):
+        stop = min(start + block_q, q_len)
+        seen = min(stop, kv_len) if causal else kv_len  # key blocks starting before `seen`
+        key_rows += min(kv_len, math.ceil(seen / block_kv) * block_kv)
+    return AttentionIO(reads=q_len * d_head + 2 * d_head * key_rows, writes=q_len * d_head + q_len)
+
+
+def naive_attention_io(
+    q_len: int,
+    kv_len: int,
+    d_head: int,
+    fast_memory: int | None = None,
+    *,
+    blocks: tuple[int, int] | None = None,
+    softmax_rows: int | None = None,
+) -> AttentionIO:
+    """Exact element count of one head of :func:`mha.tiled.three_pass_attention` (``Dv = Dh``).
+
+    Standard attention with its two matrix products done in the tiles of the tiled
+    algorithm, plus the materialisation of the scores and weights. Pass 1 reads Q once and
+    K once per query block and writes the ``L S`` scores; pass 2 reads them, once when a
+    block of whole rows fits in fast memory (``softmax_rows``; from ``fast_memory``,
+    :func:`naive_softmax_rows`: ``M // (S + 2)`` rows, each with its maximum and sum) or when
+    one tile spans a row (``Bc >= S``), twice otherwise (statistics, then weights), and
+    writes the ``L S`` weights; pass 3 reads the weights and V once per query block and
+    writes the output. So it is :func:`tiled_attention_io` (no mask) plus exactly
+    ``4 L S - L`` elements (``5 L S - L`` when the scores are read twice): the tiled count's
+    re-reading of K and V, ``2 ceil(L / Br) S Dh``, is shared. Standard attention's
+    ``Theta(N d + N^2)`` of Dao et al. (2022), Theorem 2, holds when that shared term is at
+    most of order ``N^2``, i.e. ``M`` of order ``Dh^2`` or more; with a smaller fast memory
+    the products themselves dominate both counts.
+
+    Args:
+        q_len: L.
+        kv_len: S.
+        d_head: Dh.
+        fast_memory: M, in elements; the blocks come from :func:`tiled_block_sizes` and the
+            softmax rows from M.
+        blocks: ``(Br, Bc)`` instead of ``fast_memory``.
+        softmax_rows: with ``blocks``, the rows per block of the softmax pass (``None``: the
+            tiles), as in :func:`mha.tiled.three_pass_attention`.
+
+    Returns:
+        The reads and writes, an :class:`AttentionIO`.
+
+    Returns:
+        The :class:`AttentionIO` of the three passes.
+
+    Raises:
+        ValueError: if a size is not positive, not exactly one of ``fast_memory`` and
+            ``blocks`` is given, or ``softmax_rows`` is given with ``fast_memory``.
+        TypeError: if a size is not an int.
+    """
+    for name, value in (("q_len", q_len), ("kv_len", kv_len), ("d_head", d_head)):
+        _validate.check_positive(name, value)
+    block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
+    if softmax_rows is not None:
+        if fast_memory is not None:
+            raise ValueError(
+                f"softmax_rows goes with blocks, not fast_memory (it follows from M); got "
+                f"fast_memory={fast_memory}, softmax_rows={softmax_rows}"
+            )
+        _validate.check_positive("softmax_rows", softmax_rows)
+    L, S, Dh = q_len, kv_len, d_head
+    if fast_memory is not None:
+        softmax_rows = naive_softmax_rows(S, fast_memory)
+    rows_fit = softmax_rows is not None
+    passes_over_scores = 1 if rows_fit or block_kv >= S else 2
+    q_blocks = math.ceil(L / block_q)
+    reads = (L * Dh + q_blocks * S * Dh) + passes_over_scores * L * S + (L * S + q_blocks * S * Dh)
+    return AttentionIO(reads=reads, writes=L * S + L * S + L * Dh)
+
+
+def naive_softmax_rows(kv_len: int, fast_memory: int) -> int | None:
+    """Rows of scores the standard algorithm's softmax pass holds at once: ``M // (S + 2)``.
+
+    Args:
+        kv_len: S.
+        fast_memory: M, in elements.
+
+    Returns:
+        The number of whole rows (with their maximum and sum) that fit in M, or ``None``
+        when not even one does (then the softmax goes tile by tile and reads each score
+        twice).
+
+    Raises:
+        ValueError: if a size is not positive.
+        TypeError: if a size is not an int.
+    """
+    _validate.check_positive("kv_len", kv_len)
+    _validate.check_positive("fast_memory", fast_memory)
+    rows = fast_memory // (kv_len + 2)
+    return rows if rows >= 1 else None
+
+
+def flash_io_bound(q_len: int, kv_len: int, d_head: int, fast_memory: int) -> float:
+    """``L S Dh^2 / M``: the order of FlashAttention's slow-memory traffic, without a constant.
+
+    Dao et al. (2022), Theorem 2, state ``Theta(N^2 d^2 M^-1)`` for ``L = S = N``,
+    ``Dh = d``, ``d <= M <= N d``.
+
+    Args:
+        q_len: L.
+        kv_len: S.
+        d_head: Dh.
+        fast_memory: M, in elements.
+
+    Returns:
+        ``L S Dh^2 / M``.
+
+    Raises:
+        ValueError: if a size is not positive.
+        TypeError: if a size is not an int.
+    """
+    for name, value in (
+        ("q_len", q_len),
+        ("kv_len", kv_len),
+        ("d_head", d_head),
+        ("fast_memory", fast_memory),
+    ):
+        _validate.check_positive(name, value)
+    return q_len * kv_len * d_head**2 / fast_memory

@@ -19,8 +19,11 @@ Detectors (score, and the pattern that scores 1):
 - :func:`future_score`: mean over queries of the mass on later keys ``j > i``; 0 for a
   causal head, so it tells a causal pattern from a bidirectional one.
 
-:func:`planted_heads` builds multi-head attention parameters whose heads follow given
-patterns, to check that the detectors recover what was planted.
+- :func:`induction_score`: mean over queries with a target of the mass on the key after an
+  earlier copy of the query's token (:func:`induction_targets`); an induction head.
+
+:func:`mha.params.planted_heads` builds multi-head attention parameters whose heads follow
+given patterns, to check that the detectors recover what was planted.
 
 The positional detectors (previous, next, self) need self-attention, ``L == S``. Rows must
 be non-negative and sum to 1 within ``ROW_SUM_ATOL``; scores are computed in float64 from
@@ -111,6 +114,9 @@ def previous_token_score(weights: Any) -> np.ndarray:
     Shape:
         weights ``(..., L, L)`` with ``L >= 2``. Returns ``(...)``.
 
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
+
     Raises:
         ValueError: if ``weights`` is not square, has ``L < 2``, or its rows are not
             distributions.
@@ -125,8 +131,14 @@ def next_token_score(weights: Any) -> np.ndarray:
     ``score = mean_{i=0..L-2} w[i, i+1]``; the last query has no next token and is left out.
     A causal head scores 0: it cannot see the next token.
 
+    Args:
+        weights: attention weights, rows summing to 1.
+
     Shape:
         weights ``(..., L, L)`` with ``L >= 2``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if ``weights`` is not square, has ``L < 2``, or its rows are not
@@ -139,8 +151,14 @@ def next_token_score(weights: Any) -> np.ndarray:
 def self_score(weights: Any) -> np.ndarray:
     """Mean weight a query puts on its own position: ``mean_i w[i, i]``.
 
+    Args:
+        weights: attention weights, rows summing to 1.
+
     Shape:
         weights ``(..., L, L)``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if ``weights`` is not square or its rows are not distributions.
@@ -158,8 +176,14 @@ def future_score(weights: Any) -> np.ndarray:
     every query but the last looks only ahead scores the largest value, ``(L - 1) / L``
     (the last query has nothing ahead). Use it to say which kind of attention a pattern is.
 
+    Args:
+        weights: attention weights, rows summing to 1.
+
     Shape:
         weights ``(..., L, L)``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, (L - 1) / L]``, one per leading index.
 
     Raises:
         ValueError: if ``weights`` is not square or its rows are not distributions.
@@ -177,8 +201,14 @@ def first_token_score(weights: Any) -> np.ndarray:
     ``score = mean_i w[i, 0]``. Heads that park their attention on a fixed first token
     when nothing else fits score near 1 (Clark et al. 2019; Xiao et al. 2023).
 
+    Args:
+        weights: attention weights, rows summing to 1.
+
     Shape:
         weights ``(..., L, S)``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if the rows of ``weights`` are not distributions.
@@ -219,6 +249,9 @@ def token_class_score(weights: Any, key_in_class: Any) -> np.ndarray:
         weights ``(..., L, S)``; key_in_class ``(S,)`` (or ``(..., S)``, broadcasting with
         the leading shape of ``weights``). Returns ``(...)``.
 
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
+
     Raises:
         ValueError: if ``key_in_class`` does not have S entries, or the rows of
             ``weights`` are not distributions.
@@ -245,6 +278,9 @@ def broadness_score(weights: Any, mask: Any = None) -> np.ndarray:
 
     Shape:
         weights ``(..., L, S)``. Returns ``(...)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if the mask does not broadcast, puts weight on masked keys, leaves
@@ -314,6 +350,9 @@ def arc_score(weights: Any, arcs: Iterable[Sequence[int]]) -> np.ndarray:
     Shape:
         weights ``(..., L, S)``; arcs ``(N, 2)``. Returns ``(...)``.
 
+    Returns:
+        The scores in ``[0, 1]``, one per leading index.
+
     Raises:
         ValueError: if ``arcs`` is empty, not pairs, or indexes outside ``[0, L)`` /
             ``[0, S)``; or the rows of ``weights`` are not distributions.
@@ -379,8 +418,17 @@ def all_scores(
     (``mask`` is passed to :func:`broadness_score`); ``token_class`` when ``key_in_class``
     is given and ``arc`` when ``arcs`` are given.
 
+    Args:
+        weights: attention weights, rows summing to 1 (square: self-attention).
+        key_in_class: optional boolean class of keys for :func:`token_class_score`.
+        arcs: optional ``(query_index, key_index)`` pairs for :func:`arc_score`.
+        mask: optional keep-mask for :func:`broadness_score`.
+
     Shape:
         weights ``(..., L, L)``. Each value ``(...)``.
+
+    Returns:
+        ``{detector name: scores}``.
 
     Raises:
         The errors of the detectors it runs.
@@ -400,58 +448,464 @@ def all_scores(
     return out
 
 
-def planted_heads(
-    targets: Sequence[Sequence[int]], d_model: int, *, logit: float = 8.0
-) -> tuple[MHAParams, np.ndarray]:
-    """Multi-head attention whose head ``h`` sends query ``i`` to key ``targets[h][i]``.
+def _as_tokens(tokens: Any) -> np.ndarray:
+    t = np.asarray(tokens)
+    if not np.issubdtype(t.dtype, np.integer):
+        raise TypeError(f"tokens must be an integer array of token ids; got dtype {t.dtype}")
+    if t.ndim != 2:
+        raise ValueError(f"tokens must have shape (B, L); got {t.ndim}-D shape {t.shape}")
+    return t
 
-    The input ``x`` holds one-hot positions: ``x[0, i] = e_i`` (then zeros up to D). Head h
-    gets ``W_q`` mapping ``e_i`` to ``c * e_{t(i)}`` and ``W_k`` mapping ``e_j`` to ``e_j``
-    inside its own Dh columns (``c = logit * sqrt(Dh)``), so its scores are
-    ``q_i . k_j / sqrt(Dh) = logit * [j == t(i)]``: after the softmax, query ``i`` puts
-    ``e^logit / (e^logit + n_i - 1)`` on its target, with ``n_i`` the keys it may attend to.
-    ``W_v`` copies the positions into each head's columns and ``W_o`` is the identity, so
-    the output says which positions each head read. No biases.
+
+def induction_targets(tokens: Any) -> np.ndarray:
+    """Where an induction head should attend: the key after each earlier copy of the query.
+
+    ``targets[b, i, j + 1]`` is True when ``j < i`` and ``tokens[b, j] == tokens[b, i]``:
+    query ``i`` should look at the token that followed the previous occurrence(s) of its
+    own token. Queries whose token has not occurred before have no target. Targets are
+    always at or before the query, so a causal head can reach them.
 
     Args:
-        targets: for each head, the key position each query points to.
-        d_model: model width D; ``num_heads = len(targets)`` must divide it, and the
-            head width Dh must be at least L.
-        logit: the score of a target (the others score 0).
+        tokens: token ids (NumPy or torch).
 
     Shape:
-        Returns params (D = d_model, H = len(targets)) and x ``(1, L, D)``.
+        tokens ``(B, L)``. Returns ``(B, L, L)`` bool, indexed ``[b, query, key]``.
+
+    Returns:
+        The boolean targets, ``[b, query, key]``.
 
     Raises:
-        ValueError: if the heads have different lengths, a target is out of range, or
-            Dh < L.
+        ValueError: if ``tokens`` is not 2-D.
+        TypeError: if ``tokens`` is not an integer array.
     """
-    H = len(targets)
-    if H == 0:
-        raise ValueError("targets must hold one list of positions per head; got none")
-    L = len(targets[0])
-    if any(len(t) != L for t in targets):
+    t = _as_tokens(tokens)
+    same = t[:, :, None] == t[:, None, :]  # (B, L, L): [b, i, j] = tokens[i] == tokens[j]
+    earlier = np.tril(same, k=-1)  # keep j < i
+    targets = np.zeros_like(earlier)
+    targets[:, :, 1:] = earlier[:, :, :-1]  # key j -> key j + 1
+    return targets
+
+
+def induction_score(weights: Any, tokens: Any) -> np.ndarray:
+    """Mean attention mass the queries put on their induction targets.
+
+    Averages, over every (sequence, query) pair that has a target in
+    :func:`induction_targets`, the total weight of that query's row on its targets. A
+    perfect induction head scores 1; a previous-token head scores about 0 on repeated
+    random tokens.
+
+    Args:
+        weights: attention weights, batch first, e.g. ``(B, H, L, L)`` for one layer.
+        tokens: the token ids the weights were computed on.
+
+    Shape:
+        weights ``(B, ..., L, L)``, tokens ``(B, L)``. Returns ``(...)``, e.g. ``(H,)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per middle index (e.g. per head).
+
+    Raises:
+        ValueError: if the shapes do not match, the rows of ``weights`` are not
+            distributions, or no query has a target (no token repeats).
+        TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
+    """
+    t = _as_tokens(tokens)
+    w = _check_weights(weights)
+    B, L = t.shape
+    if w.ndim < 3 or w.shape[0] != B or w.shape[-2:] != (L, L):
         raise ValueError(
-            "targets must give every head the same number of queries; got "
-            f"{[len(t) for t in targets]}"
+            f"weights must have shape (B, ..., L, L) = ({B}, ..., {L}, {L}) to match tokens; "
+            f"got {w.shape}"
         )
-    if d_model % H != 0 or d_model // H < L:
+    targets = induction_targets(t)  # (B, L, L)
+    has = targets.any(axis=-1)  # (B, L)
+    if not has.any():
+        raise ValueError("tokens must contain a repeated token; no query has an induction target")
+    extra = (1,) * (w.ndim - 3)
+    mass = (w * targets.reshape(B, *extra, L, L)).sum(axis=-1)  # (B, ..., L)
+    mass = np.moveaxis(mass, 0, -2)  # (..., B, L)
+    return _score(mass[..., has].mean(axis=-1))  # (...)
+
+
+def uniform_attention(mask: Any) -> np.ndarray:
+    """The weights of a head that attends uniformly to every key its mask allows.
+
+    Row ``i`` is ``mask[i] / mask[i].sum()``: with the causal mask, query ``i`` spreads
+    ``1 / (i + 1)`` over keys ``0..i``; with an all-True mask, ``1 / S`` over every key. It
+    is the baseline a detector score should be compared with: a head that reads nothing
+    in particular already scores this much (see :func:`uniform_baseline`).
+
+    Args:
+        mask: boolean keep-mask (True = may attend), every row with at least one key.
+
+    Returns:
+        The uniform head's weights.
+
+    Shape:
+        mask ``(..., L, S)``. Returns ``(..., L, S)`` float64, rows summing to 1.
+
+    Raises:
+        ValueError: if ``mask`` has fewer than 2 dimensions or a row with no key.
+        TypeError: if ``mask`` is not boolean.
+    """
+    m = np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"mask must be boolean (True = may attend); got dtype {m.dtype}")
+    if m.ndim < 2:
+        raise ValueError(f"mask must have shape (..., L, S); got {m.ndim}-D shape {m.shape}")
+    allowed = m.sum(axis=-1, keepdims=True)  # (..., L, 1)
+    if (allowed == 0).any():
         raise ValueError(
-            f"d_model must be a multiple of num_heads={H} with d_head >= L={L}; "
-            f"got d_model={d_model}"
+            f"mask must allow at least one key in every row; got {int((allowed == 0).sum())} "
+            "fully masked row(s)"
         )
-    t = np.asarray(targets)
-    if not np.issubdtype(t.dtype, np.integer) or (t < 0).any() or (t >= L).any():
-        raise ValueError(f"targets must be integer positions in [0, L={L}); got {t.tolist()}")
-    Dh = d_model // H
-    c = logit * np.sqrt(Dh)
-    w_q, w_k, w_v = (np.zeros((d_model, d_model)) for _ in range(3))
-    pos = np.arange(L)
-    for h in range(H):
-        w_q[pos, h * Dh + t[h]] = c  # e_i -> c e_{t(i)} in head h's columns
-        w_k[pos, h * Dh + pos] = 1.0  # e_j -> e_j
-        w_v[pos, h * Dh + pos] = 1.0
-    x = np.zeros((1, L, d_model))
-    x[0, pos, pos] = 1.0  # one-hot positions, (1, L, D)
-    params = MHAParams.from_qkv(w_q, w_k, w_v, np.eye(d_model), H)
-    return params, x
+    return m / allowed  # (..., L, S)
+
+
+def uniform_baseline(
+    mask: Any,
+    *,
+    key_in_class: Any = None,
+    arcs: Iterable[Sequence[int]] | None = None,
+) -> dict[str, np.ndarray]:
+    """:func:`all_scores` of the uniform head under ``mask``: what attending to nothing scores.
+
+    A causal uniform head is not ``1 / L`` on every detector: its early queries have few
+    keys, so at ``L = 7`` it scores ``(1/2 + ... + 1/7) / 6 = 0.27`` on the previous token,
+    ``(1 + 1/2 + ... + 1/7) / 7 = 0.37`` on itself and on the first token, 0 on the next
+    token and 1 on broadness (against its mask). Report a head's excess over these numbers,
+    not its raw score.
+
+    Args:
+        mask: boolean keep-mask of the head being compared (causal, padding, all-True).
+        key_in_class: as in :func:`all_scores`.
+        arcs: as in :func:`all_scores`.
+
+    Returns:
+        :func:`all_scores`'s dictionary for the uniform head.
+
+    Shape:
+        mask ``(..., L, L)``. Each value ``(...)``.
+
+    Raises:
+        The errors of :func:`uniform_attention` and of the detectors.
+    """
+    return all_scores(uniform_attention(mask), key_in_class=key_in_class, arcs=arcs, mask=mask)
+
+
+def offset_attention(q_len: int, offset: int) -> np.ndarray:
+    """The ideal fixed-offset head: query ``i`` puts all its weight on key ``i + offset``.
+
+    Queries whose key ``i + offset`` falls outside ``[0, L)`` attend to themselves (as the
+    first query of a previous-token head does). ``offset = -1`` is the previous-token
+    pattern, ``+1`` the next-token pattern: the positional baselines for :func:`arc_score`
+    and :func:`head_accuracy`.
+
+    Args:
+        q_len: L (the weights are ``(L, L)``).
+        offset: where each query looks, relative to itself.
+
+    Returns:
+        The weights of the ideal head.
+
+    Shape:
+        Returns ``(L, L)`` float64 one-hot rows.
+
+    Raises:
+        ValueError: if ``q_len`` is not a positive int.
+        TypeError: if ``offset`` is not an int.
+    """
+    if isinstance(q_len, bool) or not isinstance(q_len, int | np.integer) or q_len < 1:
+        raise ValueError(f"q_len must be a positive int; got {q_len!r}")
+    if isinstance(offset, bool) or not isinstance(offset, int | np.integer):
+        raise TypeError(f"offset must be an int; got {type(offset).__name__} {offset!r}")
+    i = np.arange(q_len)
+    target = np.where((i + offset >= 0) & (i + offset < q_len), i + offset, i)
+    w = np.zeros((q_len, q_len))
+    w[i, target] = 1.0
+    return w
+
+
+def word_attention(weights: Any, word_ids: Sequence[int | None]) -> np.ndarray:
+    """Token-to-token weights turned into word-to-word weights, as Clark et al. (2019) do.
+
+    Attention *to* a word is the sum of the weights on its pieces; attention *from* a word
+    is the mean over its pieces. Tokens of no word (``None``: [CLS], [SEP]) are dropped, so
+    a row sums to one minus the weight its word's pieces put on those tokens.
+
+    Args:
+        weights: token attention weights, rows summing to 1.
+        word_ids: the word index of each token, ``None`` for special tokens (as in
+            :func:`word_arcs_to_token_arcs`); word indices must be ``0..W-1``.
+
+    Returns:
+        The word-to-word weights.
+
+    Shape:
+        weights ``(..., L, L)``; word_ids ``(L,)``. Returns ``(..., W, W)``.
+
+    Raises:
+        ValueError: if ``word_ids`` does not have L entries or its words are not
+            ``0..W-1``, or the rows of ``weights`` are not distributions.
+        TypeError: if ``weights`` is not floating.
+    """
+    w = _check_weights(weights)
+    _check_square(w, "weights", "word_attention")
+    L = w.shape[-1]
+    if len(word_ids) != L:
+        raise ValueError(f"word_ids must give one entry per token (L={L}); got {len(word_ids)}")
+    words = sorted({int(i) for i in word_ids if i is not None})
+    if words != list(range(len(words))) or not words:
+        raise ValueError(f"word_ids must number the words 0..W-1; got words {words}")
+    member = np.zeros((L, len(words)))  # (L, W): token t is a piece of word member[t]
+    for t, word in enumerate(word_ids):
+        if word is not None:
+            member[t, int(word)] = 1.0
+    to_words = w @ member  # (..., L, W): summed over the pieces of each key word
+    return np.swapaxes(member / member.sum(axis=0), 0, 1) @ to_words  # (..., W, W)
+
+
+def head_accuracy(
+    word_weights: Any, heads: Sequence[int | None], *, direction: str = "dependent"
+) -> np.ndarray:
+    """How often the most-attended word is the syntactic head: Clark et al.'s (2019) score.
+
+    With ``direction="dependent"`` the prediction for word ``i`` is the other word it
+    attends to most, ``argmax_{j != i} A[i, j]``; with ``"head"`` it is the other word that
+    attends most to it, ``argmax_{j != i} A[j, i]``. The score is the fraction of the
+    words with a head (``heads[i]`` not ``None``) whose prediction is their head.
+    Special tokens are left out by passing word-level weights (:func:`word_attention`).
+
+    Args:
+        word_weights: word-to-word attention.
+        heads: the head word of each word, ``None`` where no head is scored (the root).
+        direction: ``"dependent"`` or ``"head"``.
+
+    Returns:
+        The fraction of words with a head whose prediction is that head.
+
+    Shape:
+        word_weights ``(..., W, W)``; heads ``(W,)``. Returns ``(...)``.
+
+    Raises:
+        ValueError: if ``heads`` has the wrong length, no word has a head, a head is not
+            a word index other than the word itself, ``direction`` is unknown, or the
+            weights are not a non-negative square array.
+    """
+    a = np.asarray(word_weights, dtype=np.float64)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2] or (a < 0).any():
+        raise ValueError(
+            f"word_weights must be a non-negative (..., W, W) array; got shape {a.shape}"
+        )
+    if direction not in ("dependent", "head"):
+        raise ValueError(f"direction must be 'dependent' or 'head'; got {direction!r}")
+    W = a.shape[-1]
+    if len(heads) != W:
+        raise ValueError(f"heads must give one entry per word (W={W}); got {len(heads)}")
+    scored = [i for i, h in enumerate(heads) if h is not None]
+    if not scored:
+        raise ValueError("heads must give at least one word a head; got none")
+    bad = [(i, heads[i]) for i in scored if not 0 <= int(heads[i]) < W or int(heads[i]) == i]
+    if bad:
+        raise ValueError(f"heads must be indices of other words in [0, {W}); got {bad[0]}")
+    if direction == "head":
+        a = np.swapaxes(a, -1, -2)
+    a = np.where(np.eye(W, dtype=bool), -np.inf, a)  # a word never predicts itself
+    predicted = a.argmax(axis=-1)  # (..., W)
+    gold = np.array([int(heads[i]) for i in scored])
+    return (predicted[..., scored] == gold).mean(axis=-1)  # (...)
+
+
+def offset_accuracy(heads: Sequence[int | None], offset: int) -> float:
+    """The accuracy of always predicting the word at ``i + offset`` as word ``i``'s head.
+
+    The fixed-offset baseline of :func:`head_accuracy` (Clark et al. 2019).
+
+    Args:
+        heads: for each word, the index of its head word, or ``None``.
+        offset: the fixed offset predicted for every word.
+
+    Returns:
+        The fraction of words with a head at ``i + offset``.
+
+    Raises:
+        ValueError: if no word has a head.
+    """
+    scored = [(i, h) for i, h in enumerate(heads) if h is not None]
+    if not scored:
+        raise ValueError("heads must give at least one word a head; got none")
+    return float(np.mean([i + offset == h for i, h in scored]))
+
+
+def value_norms(x: Any, params: MHAParams) -> np.ndarray:
+    """``|(x_j W^V_h + b^V_h) W^O_h|``: what head ``h`` writes per unit of weight on key ``j``.
+
+    A head's output at query ``i`` is ``sum_j A[i, j] (x_j W^V_h + b^V_h) W^O_h`` (plus the
+    shared ``b^O``), so key ``j`` contributes a vector of norm ``A[i, j]`` times this
+    number. Kobayashi et al. (2020) call attention weighted by it norm-based attention.
+
+    Args:
+        x: the keys' and values' input, NumPy array or torch tensor.
+        params: the layer's parameters (either backend; computed in float64).
+
+    Returns:
+        The norm of what each head writes per unit weight on each key.
+
+    Shape:
+        x ``(B, S, D)``. Returns ``(B, H, S)`` float64.
+
+    Raises:
+        ValueError: if ``x`` is not ``(B, S, D)`` with D = params.d_model.
+    """
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().double().numpy()
+    x = np.asarray(x, dtype=np.float64)
+    p = params.to_numpy(np.float64)
+    H, D, Dh = p.num_heads, p.d_model, p.d_head
+    if x.ndim != 3 or x.shape[-1] != D:
+        raise ValueError(f"x must have shape (B, S, D) with D={D}; got shape {x.shape}")
+    v = x @ p.w_v + (0.0 if p.b_v is None else p.b_v)  # (B, S, D)
+    v = v.reshape(*x.shape[:2], H, Dh).transpose(0, 2, 1, 3)  # (B, S, D) -> (B, H, S, Dh)
+    out = np.einsum("bhsd,hde->bhse", v, p.w_o.reshape(H, Dh, D))  # (B, H, S, D)
+    return np.linalg.norm(out, axis=-1)  # (B, H, S)
+
+
+def value_weighted_attention(weights: Any, norms: Any) -> np.ndarray:
+    """Each key's share of what a head writes: ``A[i, j] n_j / sum_k A[i, k] n_k``.
+
+    ``n_j`` is :func:`value_norms`. The rows are distributions again, so every detector
+    applies: the first-token score of the result is the share of the norm-weighted
+    output that comes from the first token, to set beside its share of the weight. Rows
+    whose allowed keys all have norm 0 stay 0.
+
+    Args:
+        weights: the head's attention weights.
+        norms: :func:`value_norms` of the same layer and input.
+
+    Returns:
+        The norm-weighted weights, rows that are distributions (or 0).
+
+    Shape:
+        weights ``(B, H, L, S)``; norms ``(B, H, S)``. Returns ``(B, H, L, S)``.
+
+    Raises:
+        ValueError: if the shapes do not match, a norm is negative, or the rows of
+            ``weights`` are not distributions.
+    """
+    w = _check_weights(weights)
+    n = np.asarray(norms, dtype=np.float64)
+    if n.shape != w.shape[:-2] + w.shape[-1:]:
+        raise ValueError(
+            f"norms must have shape {w.shape[:-2] + w.shape[-1:]} for weights {w.shape}; "
+            f"got {n.shape}"
+        )
+    if (n < 0).any():
+        raise ValueError("norms must be non-negative")
+    mass = w * n[..., None, :]  # (B, H, L, S)
+    total = mass.sum(axis=-1, keepdims=True)  # (B, H, L, 1)
+    return np.divide(mass, total, out=np.zeros_like(mass), where=total > 0)
+
+
+def score_terms(x: Any, params: MHAParams) -> dict[str, np.ndarray]:
+    """The four terms of a biased head's scores ``(x_i W^Q + b^Q)(x_j W^K + b^K)^T / sqrt(Dh)``.
+
+    - ``"bilinear"``: ``x_i W^Q_h (W^K_h)^T x_j^T``, the QK circuit of Elhage et al.;
+    - ``"query_bias"``: ``b^Q_h (x_j W^K_h)^T``, the query bias against each key: it
+      depends on the key ``j``, so the softmax does not remove it;
+    - ``"key_bias"``: ``x_i W^Q_h (b^K_h)^T``, the same for every key of query ``i``: the
+      softmax removes it;
+    - ``"constant"``: ``b^Q_h (b^K_h)^T``, the same everywhere: removed too.
+
+    Each term is divided by ``sqrt(Dh)``; they sum to the head's scores. Without biases
+    the last three are 0.
+
+    Args:
+        x: one input for queries and keys (self-attention), NumPy array or torch tensor.
+        params: the layer's parameters (computed in float64).
+
+    Returns:
+        ``{"bilinear", "query_bias", "key_bias", "constant"}``, each term of the
+        scores (divided by ``sqrt(Dh)``); they sum to the scores.
+
+    Shape:
+        x ``(B, L, D)``. Each term ``(B, H, L, L)``.
+
+    Raises:
+        ValueError: if ``x`` is not ``(B, L, D)`` with D = params.d_model.
+    """
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().double().numpy()
+    x = np.asarray(x, dtype=np.float64)
+    p = params.to_numpy(np.float64)
+    H, D, Dh = p.num_heads, p.d_model, p.d_head
+    if x.ndim != 3 or x.shape[-1] != D:
+        raise ValueError(f"x must have shape (B, L, D) with D={D}; got shape {x.shape}")
+
+    from mha import np_backend
+
+    q = np_backend.split_heads(x @ p.w_q, H)  # (B, L, D) -> (B, H, L, Dh)
+    k = np_backend.split_heads(x @ p.w_k, H)  # (B, L, D) -> (B, H, L, Dh)
+    zero = np.zeros(D)
+    b_q = (zero if p.b_q is None else p.b_q).reshape(H, 1, Dh)  # (D,) -> (H, 1, Dh)
+    b_k = (zero if p.b_k is None else p.b_k).reshape(H, 1, Dh)  # (D,) -> (H, 1, Dh)
+    root = np.sqrt(Dh)
+    shape = q.shape[:-1] + k.shape[-2:-1]  # (B, H, L, L)
+    return {
+        "bilinear": q @ np.swapaxes(k, -1, -2) / root,
+        "query_bias": np.broadcast_to(b_q @ np.swapaxes(k, -1, -2) / root, shape),
+        "key_bias": np.broadcast_to(q @ np.swapaxes(b_k, -1, -2) / root, shape),
+        "constant": np.broadcast_to(b_q @ np.swapaxes(b_k, -1, -2) / root, shape),
+    }
+
+
+def copying_score(w_e: Any, w_v: Any, w_o: Any, w_u: Any) -> np.ndarray:
+    """``sum(lambda) / sum(|lambda|)`` over the eigenvalues of ``W_E W^V_h W^O_h W_U``.
+
+    The full OV circuit maps a token attended to onto the logits the head adds (row
+    vectors: token ``t`` adds ``e_t W_E W^V_h W^O_h W_U``). A head that copies raises the
+    logit of the token it attends to, so the circuit has large positive eigenvalues: the
+    score is 1 for a circuit with only non-negative eigenvalues, -1 for only non-positive
+    ones, near 0 for a random one (Elhage et al. 2021; Olsson et al. 2022 use it, with
+    prefix matching, to identify induction heads). The ``V x V`` circuit has the same
+    non-zero eigenvalues as the ``Dh x Dh`` matrix ``W^O_h W_U W_E W^V_h``, which is what
+    is computed.
+
+    Args:
+        w_e: token embedding.
+        w_v: one head's value block, or a stack of them.
+        w_o: the head's rows of the output projection, or a stack.
+        w_u: unembedding.
+
+    Returns:
+        The score of each head, in ``[-1, 1]``.
+
+    Shape:
+        w_e ``(V, D)``; w_v ``(..., D, Dh)``; w_o ``(..., Dh, D)``; w_u ``(D, V)``.
+        Returns ``(...)``.
+
+    Raises:
+        ValueError: if the shapes do not chain, or every eigenvalue is 0.
+    """
+    e, v, o, u = (
+        np.asarray(t.detach().cpu().double().numpy() if hasattr(t, "detach") else t, float)
+        for t in (w_e, w_v, w_o, w_u)
+    )
+    D = e.shape[-1]
+    if (
+        e.ndim != 2
+        or u.shape != (D, e.shape[0])
+        or v.shape[-2] != D
+        or o.shape[-1] != D
+        or o.shape[-2] != v.shape[-1]
+        or v.shape[:-2] != o.shape[:-2]
+    ):
+        raise ValueError(
+            "w_e (V, D), w_v (..., D, Dh), w_o (..., Dh, D) and w_u (D, V) must chain; got "
+            f"{e.shape}, {v.shape}, {o.shape}, {u.shape}"
+        )
+    small = o @ (u @ e) @ v  # (..., Dh, D) (D, D) (..., D, Dh) -> (..., Dh, Dh)
+    lam = np.linalg.eigvals(small)  # (..., Dh)
+    total = np.abs(lam).sum(axis=-1)
+    if (total == 0).any():
+        raise ValueError("the OV circuit must have a non-zero eigenvalue; got a zero circuit")
+    return lam.sum(axis=-1).real / total

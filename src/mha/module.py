@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mha import _validate as v
-from mha import torch_backend
+from mha import _validate, packing, torch_backend
+from mha.kv_cache import KVCache
 from mha.params import MHAParams, init_params
 
 
@@ -24,6 +24,8 @@ class MultiHeadAttention(nn.Module):
         d_model: model width D.
         num_heads: number of heads H; must divide D.
         bias: whether the input and output projections have biases.
+        num_kv_heads: key/value heads H_kv, dividing H (``None``: H, multi-head
+            attention; 1: multi-query attention).
         seed: seed of the initial parameters (see :func:`mha.params.init_params`); the
             NumPy backend gets the same model from ``init_params(..., seed=seed)``.
         dtype: parameter dtype (float64, float32 or bfloat16).
@@ -43,20 +45,24 @@ class MultiHeadAttention(nn.Module):
         num_heads: int,
         bias: bool = True,
         *,
+        num_kv_heads: int | None = None,
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        v.check_sizes(d_model, num_heads)
+        _validate.check_sizes(d_model, num_heads)
         if dtype not in torch_backend.FLOATS:
             names = ", ".join(str(d) for d in torch_backend.FLOATS)
             raise TypeError(f"dtype must be a floating dtype ({names}); got dtype {dtype}")
-        params = init_params(d_model, num_heads, bias=bias, seed=seed).to_torch(dtype, device)
+        params = init_params(
+            d_model, num_heads, num_kv_heads=num_kv_heads, bias=bias, seed=seed
+        ).to_torch(dtype, device)
         self.num_heads = num_heads
-        self.w_qkv = nn.Parameter(params.w_qkv)  # (D, 3D)
+        self.num_kv_heads = params.num_kv_heads
+        self.w_qkv = nn.Parameter(params.w_qkv)  # (D, D + 2 H_kv Dh)
         self.w_o = nn.Parameter(params.w_o)  # (D, D)
-        self.b_qkv = nn.Parameter(params.b_qkv) if bias else None  # (3D,)
+        self.b_qkv = nn.Parameter(params.b_qkv) if bias else None  # (D + 2 H_kv Dh,)
         self.b_o = nn.Parameter(params.b_o) if bias else None  # (D,)
 
     @property
@@ -73,6 +79,13 @@ class MultiHeadAttention(nn.Module):
     def from_params(cls, params: MHAParams, dtype: torch.dtype | None = None) -> MultiHeadAttention:
         """A module holding a copy of ``params`` (NumPy or PyTorch), cast to ``dtype``.
 
+        Args:
+            params: the parameters to copy.
+            dtype: the module's dtype; ``None`` keeps the dtype of ``params``.
+
+        Returns:
+            A new ``MultiHeadAttention`` whose parameters equal ``params``.
+
         Raises:
             TypeError: if ``params`` is not ``MHAParams``.
             ValueError: if ``params`` has one of the two biases but not the other.
@@ -86,7 +99,13 @@ class MultiHeadAttention(nn.Module):
                 f"b_qkv={'None' if t.b_qkv is None else 'present'}, "
                 f"b_o={'None' if t.b_o is None else 'present'}"
             )
-        module = cls(params.d_model, params.num_heads, bias=t.b_qkv is not None, dtype=t.dtype)
+        module = cls(
+            params.d_model,
+            params.num_heads,
+            bias=t.b_qkv is not None,
+            num_kv_heads=params.num_kv_heads,
+            dtype=t.dtype,
+        )
         with torch.no_grad():
             module.w_qkv.copy_(t.w_qkv)
             module.w_o.copy_(t.w_o)
@@ -97,8 +116,14 @@ class MultiHeadAttention(nn.Module):
         return module
 
     def params(self) -> MHAParams:
-        """The parameters as ``MHAParams`` of this module's tensors (shared, not copied)."""
-        return MHAParams(self.w_qkv, self.w_o, self.b_qkv, self.b_o, self.num_heads)
+        """The parameters as ``MHAParams`` of this module's tensors (shared, not copied).
+
+        Returns:
+            ``MHAParams`` sharing this module's parameters, so gradients reach them.
+        """
+        return MHAParams(
+            self.w_qkv, self.w_o, self.b_qkv, self.b_o, self.num_heads, self.num_kv_heads
+        )
 
     def forward(
         self,
@@ -109,16 +134,52 @@ class MultiHeadAttention(nn.Module):
         *,
         need_weights: bool = False,
         form: str = "packed",
+        cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``query`` to ``key``/``value`` (self-attention when they are omitted).
 
+        The defaults differ on purpose from those of the functions
+        (:func:`mha.torch_backend.multi_head_attention`: ``need_weights=True``,
+        ``form="fused"``) and of ``nn.MultiheadAttention.forward`` (``need_weights=True``).
+        The functions are what the book reads, where the weights are the object of study and
+        the fused form is the one the equations write. The module is a layer inside a model
+        (as in :mod:`mha.training`), where the weights are rarely read: returning them forces
+        the explicit path, which stores the ``(B, H, L, S)`` scores, instead of
+        ``scaled_dot_product_attention``, and the packed form projects self-attention's
+        queries, keys and values with one product. Pass ``need_weights=True`` for the
+        weights (per head; ``nn.MultiheadAttention`` averages them over heads by default).
+
+        Args:
+            query: queries.
+            key: keys; ``None`` for ``query`` (self-attention).
+            value: values; ``None`` for ``key``.
+            mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+            need_weights: whether to compute and return the attention weights.
+            form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
+            cache: a :class:`mha.kv_cache.KVCache` for incremental decoding (see
+                :func:`mha.torch_backend.multi_head_attention`).
+
+        Shape:
+            query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
+            and weights ``(B, H, L, S)``.
+
         Returns:
             ``(output, weights)``; ``weights`` is ``None`` unless ``need_weights``.
+
+        Raises:
+            ValueError, TypeError: as :func:`mha.torch_backend.multi_head_attention`.
         """
         key = query if key is None else key
         value = key if value is None else value
         return torch_backend.multi_head_attention(
-            query, key, value, self.params(), mask, form=form, need_weights=need_weights
+            query,
+            key,
+            value,
+            self.params(),
+            mask,
+            form=form,
+            need_weights=need_weights,
+            cache=cache,
         )
 
 
@@ -136,16 +197,27 @@ def to_torch_mha(
 
     Returns:
         A new ``nn.MultiheadAttention`` with copied weights, in ``source``'s dtype.
+
+    Raises:
+        ValueError: if ``source`` is grouped-query attention (``nn.MultiheadAttention`` has
+            one key/value head per query head); :func:`mha.params.repeat_kv_heads` gives
+            the equivalent multi-head layer.
     """
     p = source.params() if isinstance(source, MultiHeadAttention) else source
+    if p.num_kv_heads != p.num_heads:
+        raise ValueError(
+            "source must be multi-head attention: nn.MultiheadAttention has no grouped-query "
+            f"layout; got num_heads={p.num_heads}, num_kv_heads={p.num_kv_heads} (convert "
+            "with mha.params.repeat_kv_heads(params) first)"
+        )
     p = p.to_torch()
     has_bias = p.b_qkv is not None or p.b_o is not None
     m = nn.MultiheadAttention(
         p.d_model, p.num_heads, bias=has_bias, batch_first=batch_first, dtype=p.dtype
     )
     with torch.no_grad():
-        m.in_proj_weight.copy_(p.w_qkv.T)  # (D, 3D) -> (3D, D)
-        m.out_proj.weight.copy_(p.w_o.T)  # (D, D), transposed
+        m.in_proj_weight.copy_(packing.to_in_proj_weight(p.w_qkv))  # (D, 3D) -> (3D, D)
+        m.out_proj.weight.copy_(packing.linear_transpose(p.w_o))  # (D, D), transposed
         if has_bias:
             m.in_proj_bias.copy_(p.b_qkv if p.b_qkv is not None else 0.0)
             m.out_proj.bias.copy_(p.b_o if p.b_o is not None else 0.0)
@@ -158,6 +230,12 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
     Our module is always batch first: feed it ``(B, L, D)`` even if ``m`` took
     ``(L, B, D)``.
 
+    Args:
+        m: the PyTorch module to copy.
+
+    Returns:
+        A new ``MultiHeadAttention`` with copied weights, in ``m``'s dtype.
+
     Raises:
         ValueError: if ``m`` uses features this package does not have (separate key and
             value widths, ``add_bias_kv``, ``add_zero_attn``).
@@ -165,7 +243,7 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
     """
     if not isinstance(m, nn.MultiheadAttention):
         raise TypeError(f"m must be a torch.nn.MultiheadAttention; got {type(m).__name__}")
-    if not m._qkv_same_embed_dim:
+    if m.kdim != m.embed_dim or m.vdim != m.embed_dim:
         raise ValueError(
             "m must have kdim == vdim == embed_dim; got "
             f"embed_dim={m.embed_dim}, kdim={m.kdim}, vdim={m.vdim}"
@@ -175,11 +253,10 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
             "m must not use add_bias_kv or add_zero_attn; got "
             f"add_bias_kv={m.bias_k is not None}, add_zero_attn={m.add_zero_attn}"
         )
-    w = m.in_proj_weight.detach()
     has_bias = m.in_proj_bias is not None
     params = MHAParams(
-        w_qkv=w.T.clone(),  # (3D, D) -> (D, 3D)
-        w_o=m.out_proj.weight.detach().T.clone(),
+        w_qkv=packing.from_in_proj_weight(m.in_proj_weight.detach()).clone(),  # -> (D, 3D)
+        w_o=packing.linear_transpose(m.out_proj.weight.detach()).clone(),  # (D, D)
         b_qkv=m.in_proj_bias.detach().clone() if has_bias else None,
         b_o=m.out_proj.bias.detach().clone() if has_bias else None,
         num_heads=m.num_heads,
@@ -211,6 +288,9 @@ def to_torch_attn_mask(
     Shape:
         ``(L, S)`` stays ``(L, S)``; a 4-D mask becomes ``(B * H, L, S)``.
 
+    Returns:
+        A boolean tensor, True = blocked, as ``nn.MultiheadAttention``'s ``attn_mask``.
+
     Raises:
         TypeError: if ``mask`` is not a boolean tensor.
         ValueError: if ``mask`` is neither 2-D nor 4-D, or its head dimension is
@@ -219,9 +299,7 @@ def to_torch_attn_mask(
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"mask must be a boolean tensor (True = may attend); got {got}")
-    v.check_int("num_heads", num_heads)
-    if num_heads <= 0:
-        raise ValueError(f"num_heads must be positive; got num_heads={num_heads}")
+    _validate.check_positive("num_heads", num_heads)
     if mask.ndim == 2:
         if q_len is not None:
             mask = mask.expand(q_len, mask.shape[-1])  # (1|L, S) -> (L, S)

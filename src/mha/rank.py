@@ -13,56 +13,20 @@ For one sequence ``X`` (``N`` rows, ``r = rank(X)``, ``u`` distinct rows), a hea
 in self-attention is ``head_i = A_i (X W_v^i + 1 b_v^i^T) = A_i X W_v^i + 1 b_v^i^T``
 (the rows of ``A_i`` sum to one). :func:`rank_bounds` returns the bounds that follow.
 
-Threads: singular values are computed by PyTorch's LAPACK on one CPU thread
-(:func:`singular_values`), not by ``numpy.linalg``. The matrices here are small (a few
-hundred rows at most), so worker threads save little, and NumPy's OpenBLAS thread pool,
-which no NumPy API limits locally, made many small SVDs and products over 20 times slower
-in CPU time when the machine's other core was busy.
+Threads: singular values are computed by PyTorch's LAPACK on one CPU thread, not by
+``numpy.linalg``, whose OpenBLAS thread pool (which no NumPy API limits locally) made many
+small SVDs over 20 times slower in CPU time when the machine's other core was busy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 
-from mha import np_backend
+from mha import _linalg, np_backend, packing
 from mha.params import MHAParams
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Run PyTorch on one CPU thread inside the block; restore the thread count after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _to_torch(a: np.ndarray) -> torch.Tensor:
-    """``a`` as a torch tensor of a LAPACK dtype (float32 stays, others become float64)."""
-    if a.dtype not in (np.float32, np.float64):
-        a = a.astype(np.float64)
-    return torch.from_numpy(np.ascontiguousarray(a))
-
-
-def _as_matrix(name: str, a: Any) -> np.ndarray:
-    if hasattr(a, "detach"):
-        a = a.detach().cpu().numpy()
-    if not isinstance(a, np.ndarray):
-        raise TypeError(f"{name} must be a NumPy array or a torch tensor; got {type(a).__name__}")
-    if a.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D matrix (m, n); got {a.ndim}-D shape {a.shape}")
-    if not np.issubdtype(a.dtype, np.floating):
-        raise TypeError(f"{name} must have a floating dtype; got dtype {a.dtype}")
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} must be finite; got NaN or infinite values")
-    return a
 
 
 def default_rtol(shape: tuple[int, int], dtype: Any = np.float64) -> float:
@@ -76,7 +40,7 @@ def default_rtol(shape: tuple[int, int], dtype: Any = np.float64) -> float:
     Returns:
         ``max(m, n) * eps`` as a float.
     """
-    return float(max(shape) * np.finfo(dtype).eps)
+    return _linalg.default_rtol(shape, dtype)
 
 
 def rank_tolerance(a: Any, rtol: float | None = None, atol: float = 0.0) -> float:
@@ -93,12 +57,15 @@ def rank_tolerance(a: Any, rtol: float | None = None, atol: float = 0.0) -> floa
     Shape:
         a ``(m, n)``.
 
+    Returns:
+        The tolerance, a non-negative ``float``.
+
     Raises:
         ValueError: if ``a`` is not 2-D or not finite, or a tolerance is negative.
         TypeError: if ``a`` is not a floating array or tensor.
     """
-    a = _as_matrix("a", a)
-    return _tolerance(singular_values(a), a.shape, a.dtype, rtol, atol)
+    a = _linalg.as_matrix("a", a)
+    return _linalg.rank_cutoff(singular_values(a), a.shape, a.dtype, rtol, atol)
 
 
 def singular_values(a: Any) -> np.ndarray:
@@ -113,24 +80,15 @@ def singular_values(a: Any) -> np.ndarray:
     Shape:
         a ``(m, n)``. Returns ``(min(m, n),)``.
 
+    Returns:
+        The singular values, a NumPy array (float32 for a float32 matrix).
+
     Raises:
         ValueError: if ``a`` is not 2-D or not finite.
         TypeError: if ``a`` is not a floating array or tensor.
     """
-    a = _as_matrix("a", a)
-    with one_thread():
-        return torch.linalg.svdvals(_to_torch(a)).numpy()
-
-
-def _tolerance(
-    s: np.ndarray, shape: tuple[int, int], dtype: Any, rtol: float | None, atol: float
-) -> float:
-    if rtol is None:
-        rtol = default_rtol(shape, dtype)
-    if rtol < 0 or atol < 0:
-        raise ValueError(f"rtol and atol must be non-negative; got rtol={rtol}, atol={atol}")
-    s_max = float(s[0]) if s.size else 0.0
-    return max(float(atol), float(rtol) * s_max)
+    a = _linalg.as_matrix("a", a)
+    return _linalg.svdvals(a)
 
 
 def numerical_rank(a: Any, rtol: float | None = None, atol: float = 0.0) -> int:
@@ -154,9 +112,9 @@ def numerical_rank(a: Any, rtol: float | None = None, atol: float = 0.0) -> int:
         ValueError: if ``a`` is not 2-D or not finite, or a tolerance is negative.
         TypeError: if ``a`` is not a floating array or tensor.
     """
-    a = _as_matrix("a", a)
+    a = _linalg.as_matrix("a", a)
     s = singular_values(a)  # descending
-    tol = _tolerance(s, a.shape, a.dtype, rtol, atol)
+    tol = _linalg.rank_cutoff(s, a.shape, a.dtype, rtol, atol)
     return int(np.count_nonzero(s > tol))
 
 
@@ -175,6 +133,9 @@ def attention_parts(x: np.ndarray, params: MHAParams) -> dict[str, np.ndarray]:
         x ``(B, L, D)``. Returns ``weights (B, H, L, L)``, ``heads (B, H, L, Dh)``,
         ``concat (B, L, D)`` and ``output (B, L, D)``.
 
+    Returns:
+        ``{"weights", "heads", "concat", "output"}`` -> NumPy array.
+
     Raises:
         ValueError, TypeError: as :func:`mha.np_backend.multi_head_attention`.
     """
@@ -191,10 +152,20 @@ def attention_parts(x: np.ndarray, params: MHAParams) -> dict[str, np.ndarray]:
 def count_distinct_rows(x: np.ndarray) -> int:
     """The number of distinct rows of a matrix (exact comparison).
 
+    Args:
+        x: the matrix (a NumPy array or a torch tensor).
+
     Shape:
         x ``(N, D)``.
+
+    Returns:
+        The number of distinct rows, an ``int``.
+
+    Raises:
+        ValueError: if ``x`` is not 2-D or not finite.
+        TypeError: if ``x`` is not a floating array or tensor.
     """
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     return int(np.unique(x, axis=0).shape[0])
 
 
@@ -228,16 +199,17 @@ def rank_bounds(x: np.ndarray, params: MHAParams) -> dict[str, Any]:
     """
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    x = _as_matrix("x", x)
+    x = _linalg.as_matrix("x", x)
     if x.shape[1] != params.d_model:
         raise ValueError(
             f"x width must equal d_model={params.d_model}; got x.shape={tuple(x.shape)}"
         )
     H, Dh, D = params.num_heads, params.d_head, params.d_model
     u, r = count_distinct_rows(x), numerical_rank(x)
+    head_b_v = [params.head(h)["b_v"] for h in range(H)]  # (Dh,) each, or None
+    beta_h = np.array([b is not None and bool(np.any(np.asarray(b) != 0)) for b in head_b_v])
     b_v = np.zeros(D) if params.b_v is None else np.asarray(params.b_v)
     b_o = np.zeros(D) if params.b_o is None else np.asarray(params.b_o)
-    beta_h = np.array([np.any(b_v[h * Dh : (h + 1) * Dh] != 0) for h in range(H)], dtype=int)
     beta = int(np.any(b_v != 0))
     gamma = int(np.any(b_v @ params.w_o + b_o != 0))
     bias_free_concat = H * min(Dh, r)
@@ -264,19 +236,20 @@ def circuit_singular_values(params: MHAParams) -> dict[str, np.ndarray]:
     Shape:
         Returns ``{"QK": (H, D), "OV": (H, D)}``, each row in descending order.
 
+    Returns:
+        ``{"QK": ..., "OV": ...}``, float64 NumPy arrays.
+
     Raises:
         TypeError: if ``params`` is not ``MHAParams``.
     """
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
     p = params.to_numpy(np.float64)
-    H, D, Dh = p.num_heads, p.d_model, p.d_head
+    H = p.num_heads
 
-    def per_head(w: np.ndarray) -> torch.Tensor:  # column block h of w is head h's
-        return _to_torch(w).reshape(D, H, Dh).permute(1, 0, 2)  # (D, D) -> (H, D, Dh)
-
-    w_o = _to_torch(p.w_o).reshape(H, Dh, D)  # (D, D) -> (H, Dh, D): row block h
-    with one_thread():
-        qk = per_head(p.w_q) @ per_head(p.w_k).transpose(1, 2)  # (H, D, Dh) @ (H, Dh, D)
-        ov = per_head(p.w_v) @ w_o  # (H, D, Dh) @ (H, Dh, D) -> (H, D, D)
+    w_q, w_k, w_v = _linalg.to_torch(packing.split_head_blocks(p.w_qkv, H))  # (H, D, Dh) each
+    w_o = _linalg.to_torch(packing.split_head_rows(p.w_o, H))  # (D, D) -> (H, Dh, D)
+    with _linalg.one_thread():
+        qk = w_q @ w_k.transpose(1, 2)  # (H, D, Dh) @ (H, Dh, D) -> (H, D, D)
+        ov = w_v @ w_o  # (H, D, Dh) @ (H, Dh, D) -> (H, D, D)
         return {"QK": torch.linalg.svdvals(qk).numpy(), "OV": torch.linalg.svdvals(ov).numpy()}

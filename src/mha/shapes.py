@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mha._validate import check_int, check_sizes
+from mha.packing import check_kv_heads
 
 SYMBOLS: tuple[tuple[str, str, str], ...] = (
     ("B", "batch_size", "batch size: sequences processed together"),
@@ -26,6 +27,7 @@ SYMBOLS: tuple[tuple[str, str, str], ...] = (
     ("D", "d_model", "model width: features per position"),
     ("H", "num_heads", "number of heads"),
     ("Dh", "d_head", "head width, D // H"),
+    ("H_kv", "num_kv_heads", "key/value heads: H for multi-head, 1 for multi-query attention"),
 )
 """``(symbol, code name, meaning)`` for every size symbol of the book."""
 
@@ -33,7 +35,12 @@ _FACTOR = re.compile(r"^(\d*)([A-Za-z]\w*)?$")
 
 
 def shape_sizes(
-    batch_size: int, q_len: int, kv_len: int, d_model: int, num_heads: int
+    batch_size: int,
+    q_len: int,
+    kv_len: int,
+    d_model: int,
+    num_heads: int,
+    num_kv_heads: int | None = None,
 ) -> dict[str, int]:
     """The value of every symbol of :data:`SYMBOLS` for one configuration.
 
@@ -43,13 +50,15 @@ def shape_sizes(
         kv_len: S.
         d_model: D.
         num_heads: H; must divide D.
+        num_kv_heads: H_kv; must divide H (``None``: H).
 
     Returns:
-        ``{"B": ..., "L": ..., "S": ..., "D": ..., "H": ..., "Dh": D // H}`` as Python ints,
-        in the order of :data:`SYMBOLS`.
+        ``{"B": ..., "L": ..., "S": ..., "D": ..., "H": ..., "Dh": D // H, "H_kv": ...}`` as
+        Python ints, in the order of :data:`SYMBOLS`.
 
     Raises:
-        ValueError: if a size is not positive or H does not divide D.
+        ValueError: if a size is not positive, H does not divide D or H_kv does not
+            divide H.
         TypeError: if a size is not an int (a Python or NumPy integer; not a bool).
     """
     check_sizes(d_model, num_heads)
@@ -57,7 +66,9 @@ def shape_sizes(
         check_int(name, value)
         if value <= 0:
             raise ValueError(f"{name} must be positive; got {name}={value}")
-    sizes = (batch_size, q_len, kv_len, d_model, num_heads, d_model // num_heads)
+    num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    check_kv_heads(num_heads, num_kv_heads)
+    sizes = (batch_size, q_len, kv_len, d_model, num_heads, d_model // num_heads, num_kv_heads)
     return {symbol: int(value) for (symbol, _, _), value in zip(SYMBOLS, sizes, strict=True)}
 
 

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from mha import _linalg, packing
 from mha.params import MHAParams
-from mha.rank import _as_matrix, _to_torch, _tolerance, one_thread
 
 
 def orthonormal_basis(a: Any) -> np.ndarray:
@@ -36,25 +36,26 @@ def orthonormal_basis(a: Any) -> np.ndarray:
     Shape:
         a ``(D, k)`` with ``k <= D``. Returns ``(D, k)`` with orthonormal columns.
 
+    Returns:
+        ``Q``, a NumPy array with ``Q^T Q = I`` spanning the columns of ``a``.
+
     Raises:
         ValueError: if ``a`` is not 2-D, has more columns than rows, is not finite, or
             does not have full column rank.
         TypeError: if ``a`` is not a floating array or tensor.
     """
-    a = _as_matrix("a", a)
+    a = _linalg.as_matrix("a", a)
     D, k = a.shape
     if k == 0 or k > D:
         raise ValueError(f"a must have between 1 and D={D} columns (D, k); got shape {a.shape}")
-    with one_thread():
-        u, s, _ = torch.linalg.svd(_to_torch(a), full_matrices=False)  # (D, k), (k,)
-    s = s.numpy()
-    r = int(np.count_nonzero(s > _tolerance(s, a.shape, a.dtype, None, 0.0)))
+    u, s, _ = _linalg.svd(a)  # (D, k), (k,)
+    r = int(np.count_nonzero(s > _linalg.rank_cutoff(s, a.shape, a.dtype, None, 0.0)))
     if r < k:
         raise ValueError(
             f"a must have full column rank to span a {k}-dimensional subspace; "
             f"got numerical rank {r}"
         )
-    return u.numpy()
+    return u
 
 
 def principal_cosines(a: Any, b: Any) -> np.ndarray:
@@ -64,8 +65,15 @@ def principal_cosines(a: Any, b: Any) -> np.ndarray:
     ``Q_a^T Q_b``, clipped to ``[0, 1]`` (rounding can push the cosine of an angle near 0
     slightly above 1).
 
+    Args:
+        a: spans the first subspace.
+        b: spans the second.
+
     Shape:
         a ``(D, p)``, b ``(D, q)``. Returns ``(min(p, q),)``, descending.
+
+    Returns:
+        The cosines in ``[0, 1]``.
 
     Raises:
         ValueError: if the matrices do not have the same number of rows, or either fails
@@ -73,8 +81,10 @@ def principal_cosines(a: Any, b: Any) -> np.ndarray:
         TypeError: if either is not a floating array or tensor.
     """
     qa, qb = _bases(a, b)
-    with one_thread():
-        s = torch.linalg.svdvals(_to_torch(qa).T @ _to_torch(qb))  # (p, q) -> (min(p, q),)
+    with _linalg.one_thread():
+        s = torch.linalg.svdvals(
+            _linalg.to_torch(qa).T @ _linalg.to_torch(qb)
+        )  # (p, q) -> (min(p, q),)
     return np.clip(s.numpy(), 0.0, 1.0)
 
 
@@ -106,14 +116,17 @@ def principal_angles(a: Any, b: Any, degrees: bool = False) -> np.ndarray:
     Shape:
         a ``(D, p)``, b ``(D, q)``. Returns ``(min(p, q),)``, ascending.
 
+    Returns:
+        The angles in ``[0, pi/2]`` (``[0, 90]`` in degrees).
+
     Raises:
         ValueError, TypeError: as :func:`principal_cosines`.
     """
     qa, qb = _bases(a, b)
     if qa.shape[1] < qb.shape[1]:
         qa, qb = qb, qa  # now q <= p: the residual of Q_b has min(p, q) singular values
-    ta, tb = _to_torch(qa), _to_torch(qb)
-    with one_thread():
+    ta, tb = _linalg.to_torch(qa), _linalg.to_torch(qb)
+    with _linalg.one_thread():
         m = ta.T @ tb  # (p, q)
         cos = torch.linalg.svdvals(m).numpy()  # descending
         sin = torch.linalg.svdvals(tb - ta @ m).numpy()[::-1]  # ascending
@@ -125,18 +138,26 @@ def principal_angles(a: Any, b: Any, degrees: bool = False) -> np.ndarray:
 def frobenius_cosine(a: Any, b: Any) -> float:
     """The matrix cosine ``tr(A^T B) / (|A|_F |B|_F)`` of two same-shape matrices.
 
-    This is the seed notebook's "subspace correlation". It is the ordinary cosine of the
-    flattened matrices: it pairs column ``j`` of ``a`` with column ``j`` of ``b``, so it
-    changes when a basis is rotated (``a -> a @ R``) although the subspace does not.
+    It is sometimes offered as a "subspace correlation" of two heads. It is the ordinary
+    cosine of the flattened matrices: it pairs column ``j`` of ``a`` with column ``j`` of
+    ``b``, so it changes when a basis is rotated (``a -> a @ R``) although the subspace
+    does not.
+
+    Args:
+        a: the first matrix.
+        b: the second, of the same shape.
 
     Shape:
         a and b ``(m, n)``, the same shape.
+
+    Returns:
+        The cosine, a ``float`` in ``[-1, 1]``.
 
     Raises:
         ValueError: if the shapes differ, or a matrix is zero, not 2-D or not finite.
         TypeError: if either is not a floating array or tensor.
     """
-    a, b = _as_matrix("a", a), _as_matrix("b", b)
+    a, b = _linalg.as_matrix("a", a), _linalg.as_matrix("b", b)
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape; got {a.shape} and {b.shape}")
     na, nb = np.sqrt(np.sum(a * a)), np.sqrt(np.sum(b * b))  # no BLAS call: no thread pool
@@ -157,6 +178,9 @@ def head_blocks(params: MHAParams, which: str = "w_q") -> np.ndarray:
     Shape:
         Returns ``(H, D, Dh)``.
 
+    Returns:
+        The blocks, a NumPy array (a copy).
+
     Raises:
         ValueError: if ``which`` is not one of the four names.
         TypeError: if ``params`` is not ``MHAParams``.
@@ -176,9 +200,15 @@ def head_blocks(params: MHAParams, which: str = "w_q") -> np.ndarray:
 def pairwise_principal_cosines(blocks: np.ndarray) -> np.ndarray:
     """Principal cosines between every pair of ``(D, Dh)`` blocks.
 
+    Args:
+        blocks: H blocks of full column rank, e.g. from :func:`head_blocks`.
+
     Shape:
         blocks ``(H, D, Dh)``. Returns ``(H, H, Dh)``, each row descending; the diagonal
         holds ones (a subspace with itself).
+
+    Returns:
+        ``cos[i, j]``, the principal cosines between blocks ``i`` and ``j``.
 
     Raises:
         ValueError: if ``blocks`` is not 3-D, or a block fails :func:`orthonormal_basis`.
@@ -187,20 +217,21 @@ def pairwise_principal_cosines(blocks: np.ndarray) -> np.ndarray:
         raise ValueError(
             f"blocks must have shape (H, D, Dh); got {np.ndim(blocks)}-D shape {np.shape(blocks)}"
         )
-    bases = _to_torch(np.stack([orthonormal_basis(blk) for blk in blocks]))  # (H, D, k)
-    with one_thread():
+    bases = _linalg.to_torch(np.stack([orthonormal_basis(blk) for blk in blocks]))  # (H, D, k)
+    with _linalg.one_thread():
         gram = torch.einsum("idk,jdl->ijkl", bases, bases)  # Q_i^T Q_j, (H, H, k, k)
         s = torch.linalg.svdvals(gram).numpy()  # (H, H, k)
     return np.clip(s, 0.0, 1.0)
 
 
-def seed_frobenius_table(w_q_rows: np.ndarray, num_heads: int) -> np.ndarray:
-    """The seed notebook's "orthogonality audit", reproduced as it computed it.
+def pairwise_frobenius_cosines(w_q_rows: np.ndarray, num_heads: int) -> np.ndarray:
+    """The :func:`frobenius_cosine` of every pair of heads' blocks of a ``Linear`` weight.
 
-    The seed takes a PyTorch ``Linear`` weight ``(D_out, D_in)`` (rows are output
-    features), reshapes it to ``(H, Dh, D)`` and computes the Frobenius cosine of every
-    pair of ``(Dh, D)`` blocks. Block ``h`` is ``W_q^h`` transposed in this package's
-    layout (``w_q = linear.weight.T``), so the numbers equal
+    A common "orthogonality audit" of attention heads takes a PyTorch ``Linear`` query
+    weight ``(D_out, D_in)`` (rows are output features), reshapes it to ``(H, Dh, D)`` and
+    compares every pair of ``(Dh, D)`` blocks by their Frobenius cosine; this is that
+    table. Block ``h`` is ``W_q^h`` transposed in this package's layout
+    (``w_q = linear.weight.T``), so the numbers equal
     ``frobenius_cosine(head(i)["w_q"], head(j)["w_q"])``.
 
     Args:
@@ -210,16 +241,19 @@ def seed_frobenius_table(w_q_rows: np.ndarray, num_heads: int) -> np.ndarray:
     Shape:
         w_q_rows ``(D, D)``. Returns ``(H, H)``.
 
+    Returns:
+        ``table[i, j]``, the Frobenius cosine of heads ``i`` and ``j`` (1 on the diagonal).
+
     Raises:
         ValueError: if the weight is not square or H does not divide D.
     """
-    w = _as_matrix("w_q_rows", w_q_rows)
+    w = _linalg.as_matrix("w_q_rows", w_q_rows)
     D = w.shape[0]
     if w.shape != (D, D):
         raise ValueError(f"w_q_rows must be square (D, D); got shape {w.shape}")
     if not isinstance(num_heads, int) or num_heads <= 0 or D % num_heads != 0:
         raise ValueError(f"num_heads must be a positive divisor of D={D}; got {num_heads!r}")
-    blocks = w.reshape(num_heads, D // num_heads, D)  # (D, D) -> (H, Dh, D)
+    blocks = packing.split_head_rows(w, num_heads)  # (D, D) -> (H, Dh, D)
     table = np.empty((num_heads, num_heads))
     for i in range(num_heads):
         for j in range(num_heads):

@@ -11,8 +11,9 @@ position ``i`` then attends to the key whose previous token equals ``x[i]`` and 
 its token. Because the period and the prefix vary, no fixed positional offset solves the
 task; the tokens before the first repeat are unpredictable.
 
-:func:`induction_targets` gives, for every query, the keys an induction head should
-attend to, and :func:`induction_score` measures how much attention goes there.
+:func:`mha.detectors.induction_targets` gives, for every query, the keys an induction head
+should attend to, and :func:`mha.detectors.induction_score` measures how much attention goes
+there.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ def repeated_segments(
     Shape:
         Returns tokens ``(B, L)``, period and start ``(B,)``.
 
+    Returns:
+        A :class:`RepeatedSegments` batch of torch int64 tensors.
+
     Raises:
         ValueError: if a size is not positive, the periods do not satisfy
             ``min_period <= max_period <= seq_len // 2``, there are too few token ids for
@@ -132,77 +136,3 @@ def repeated_segments(
     return RepeatedSegments(
         torch.as_tensor(tokens, dtype=torch.int64), torch.as_tensor(period), torch.as_tensor(start)
     )
-
-
-def _as_tokens(tokens: Any) -> np.ndarray:
-    t = np.asarray(tokens)
-    if not np.issubdtype(t.dtype, np.integer):
-        raise TypeError(f"tokens must be an integer array of token ids; got dtype {t.dtype}")
-    if t.ndim != 2:
-        raise ValueError(f"tokens must have shape (B, L); got {t.ndim}-D shape {t.shape}")
-    return t
-
-
-def induction_targets(tokens: Any) -> np.ndarray:
-    """Where an induction head should attend: the key after each earlier copy of the query.
-
-    ``targets[b, i, j + 1]`` is True when ``j < i`` and ``tokens[b, j] == tokens[b, i]``:
-    query ``i`` should look at the token that followed the previous occurrence(s) of its
-    own token. Queries whose token has not occurred before have no target. Targets are
-    always at or before the query, so a causal head can reach them.
-
-    Args:
-        tokens: token ids (NumPy or torch).
-
-    Shape:
-        tokens ``(B, L)``. Returns ``(B, L, L)`` bool, indexed ``[b, query, key]``.
-
-    Raises:
-        ValueError: if ``tokens`` is not 2-D.
-        TypeError: if ``tokens`` is not an integer array.
-    """
-    t = _as_tokens(tokens)
-    same = t[:, :, None] == t[:, None, :]  # (B, L, L): [b, i, j] = tokens[i] == tokens[j]
-    earlier = np.tril(same, k=-1)  # keep j < i
-    targets = np.zeros_like(earlier)
-    targets[:, :, 1:] = earlier[:, :, :-1]  # key j -> key j + 1
-    return targets
-
-
-def induction_score(weights: Any, tokens: Any) -> np.ndarray:
-    """Mean attention mass the queries put on their induction targets.
-
-    Averages, over every (sequence, query) pair that has a target in
-    :func:`induction_targets`, the total weight of that query's row on its targets. A
-    perfect induction head scores 1; a previous-token head scores about 0 on repeated
-    random tokens.
-
-    Args:
-        weights: attention weights, batch first, e.g. ``(B, H, L, L)`` for one layer.
-        tokens: the token ids the weights were computed on.
-
-    Shape:
-        weights ``(B, ..., L, L)``, tokens ``(B, L)``. Returns ``(...)``, e.g. ``(H,)``.
-
-    Raises:
-        ValueError: if the shapes do not match, or no query has a target (no token repeats).
-        TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
-    """
-    t = _as_tokens(tokens)
-    w = np.asarray(weights)
-    if not np.issubdtype(w.dtype, np.floating):
-        raise TypeError(f"weights must be a floating array; got dtype {w.dtype}")
-    B, L = t.shape
-    if w.ndim < 3 or w.shape[0] != B or w.shape[-2:] != (L, L):
-        raise ValueError(
-            f"weights must have shape (B, ..., L, L) = ({B}, ..., {L}, {L}) to match tokens; "
-            f"got {w.shape}"
-        )
-    targets = induction_targets(t)  # (B, L, L)
-    has = targets.any(axis=-1)  # (B, L)
-    if not has.any():
-        raise ValueError("tokens must contain a repeated token; no query has an induction target")
-    extra = (1,) * (w.ndim - 3)
-    mass = (w.astype(np.float64) * targets.reshape(B, *extra, L, L)).sum(axis=-1)  # (B, ..., L)
-    mass = np.moveaxis(mass, 0, -2)  # (..., B, L)
-    return mass[..., has].mean(axis=-1)  # (...)

@@ -172,6 +172,13 @@ def matmul_tolerance(a: Any, b: Any) -> np.ndarray:
 def max_abs_diff(actual: Any, expected: Any) -> float:
     """``max |actual - expected|`` over all entries, computed in float64.
 
+    Args:
+        actual: NumPy array or torch tensor.
+        expected: the same shape.
+
+    Returns:
+        The largest absolute difference, a ``float`` (0 for empty arrays).
+
     Raises:
         ValueError: if the shapes differ.
     """
@@ -214,6 +221,9 @@ def is_close(actual: Any, expected: Any, tolerance: Any) -> bool:
             :func:`matmul_tolerance` or :func:`rounding_tolerance`). NaN and infinite
             entries must agree exactly.
 
+    Returns:
+        ``True`` when every ``|actual - expected| <= tolerance`` entry by entry.
+
     Raises:
         ValueError: if the shapes differ or the tolerance is negative or not finite.
     """
@@ -224,6 +234,15 @@ def assert_close(actual: Any, expected: Any, tolerance: Any, *, name: str = "act
     """Raise ``AssertionError`` unless :func:`is_close`; return the largest difference.
 
     The message gives the largest excess: the difference and the tolerance at that entry.
+
+    Args:
+        actual: NumPy array or torch tensor.
+        expected: the same shape.
+        tolerance: a number or an array broadcastable to the shape, as in :func:`is_close`.
+        name: what the message calls ``actual``.
+
+    Returns:
+        The largest ``|actual - expected|``, a ``float``.
 
     Raises:
         AssertionError: if an entry differs by more than its tolerance.
@@ -236,3 +255,67 @@ def assert_close(actual: Any, expected: Any, tolerance: Any, *, name: str = "act
             f"more than the rounding tolerance {tol:.3g}"
         )
     return max_abs_diff(actual, expected)
+
+
+def attention_tolerance(
+    query: Any, key: Any, value: Any, params: Any, mask: Any = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Entry-by-entry bounds on the difference between two routes to a multi-head layer.
+
+    The dot-product bound is carried through the layer to first order in ``u``, entry by
+    entry, using the magnitudes of the layer's own intermediate values (computed once in
+    float64): with ``|.|`` taken entrywise and ``g_n`` for ``gamma_n``,
+
+    - projections ``q = x W^Q + b``: ``dq = 2 g_D |x| |W^Q|`` (likewise ``dk``, ``dv``);
+    - scores ``s = q k^T / sqrt(Dh)``: ``ds = (dq |k|^T + |q| dk^T + 2 g_Dh |q| |k|^T) / sqrt(Dh)``;
+    - weights ``w = softmax(s)``: ``dw = w (ds + max_row ds + 2 g_(S+2))``, since a softmax
+      weight moves relatively by at most its own score change plus the largest in its row;
+    - head outputs ``o = w v``: ``do = dw |v| + w dv + 2 g_S w |v|``;
+    - the output ``Concat(o) W^O + b_o``: ``do |W^O| + 2 g_D |o| |W^O|``.
+
+    Args:
+        query: ``(B, L, D)`` queries, NumPy array or torch tensor, in the dtype of the
+            arithmetic being compared.
+        key: ``(B, S, D)`` keys.
+        value: ``(B, S, D)`` values.
+        params: the layer's :class:`mha.MHAParams` (multi-head or grouped-query).
+        mask: boolean keep-mask broadcastable to ``(B, H, L, S)``, or ``None``.
+
+    Shape:
+        Returns ``(B, L, D)`` and ``(B, H, L, S)``.
+
+    Returns:
+        ``(output_tolerance, weights_tolerance)``: float64 arrays of absolute bounds.
+    """
+    from mha import np_backend
+
+    f64 = np.float64
+    x_q, x_k, x_v = (_as_numpy(t).astype(f64) for t in (query, key, value))
+    keep = None if mask is None else _as_numpy(mask).astype(bool)
+    from mha.params import repeat_kv_heads
+
+    # Grouped-query attention computes each head as multi-head attention with its key and
+    # value head repeated does: the same bound.
+    p = repeat_kv_heads(params.to_numpy(f64))
+    H, Dh, S = p.num_heads, p.d_head, x_k.shape[-2]
+    g_d, g_h, g_s, g_w = (gamma(query, n) for n in (p.d_model, Dh, S, S + 2))
+    root = np.sqrt(Dh)
+
+    def project(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        y = x @ w + (0.0 if b is None else b)  # (B, N, D)
+        dy = 2 * g_d * (np.abs(x) @ np.abs(w))  # (B, N, D)
+        return np.abs(np_backend.split_heads(y, H)), np_backend.split_heads(dy, H)
+
+    (q, dq), (k, dk), (v, dv) = (
+        project(x, w, b)
+        for x, w, b in ((x_q, p.w_q, p.b_q), (x_k, p.w_k, p.b_k), (x_v, p.w_v, p.b_v))
+    )  # (B, H, L|S, Dh) each
+    kT, dkT = k.swapaxes(-1, -2), dk.swapaxes(-1, -2)
+    ds = (dq @ kT + q @ dkT + 2 * g_h * (q @ kT)) / root  # (B, H, L, S)
+    _, w = np_backend.multi_head_attention(x_q, x_k, x_v, p, keep)  # (B, H, L, S)
+    dw = w * (ds + ds.max(axis=-1, keepdims=True) + 2 * g_w)  # (B, H, L, S)
+    o = w @ v  # (B, H, L, Dh)
+    do = dw @ v + w @ dv + 2 * g_s * o  # (B, H, L, Dh)
+    w_o = np.abs(p.w_o)
+    d_out = np_backend.merge_heads(do) @ w_o + 2 * g_d * (np_backend.merge_heads(o) @ w_o)
+    return d_out, dw

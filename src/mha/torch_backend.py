@@ -9,87 +9,116 @@ A fully masked query row gets all-zero weights and a zero attention output, as i
 NumPy backend and in ``scaled_dot_product_attention``. When no weights are requested,
 the fused and packed forms call ``scaled_dot_product_attention``, which never stores the
 ``(B, H, L, S)`` score tensor.
+
+On the CPU, explicit attention without autograd and the finiteness checks take three
+shortcuts that rest on behaviour NumPy and PyTorch do not document (a NumPy-allocated score
+buffer, a softmax written over its input, NumPy's reduction for finiteness). They are
+gathered in one place, :func:`cpu_shortcuts`, which also switches them off; the plain path
+then uses documented operations only and gives the same results to rounding.
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mha import _validate as v
+from mha import _validate
+from mha.kv_cache import KVCache
 from mha.params import MHAParams
 
 FLOATS = (torch.float64, torch.float32, torch.bfloat16)
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
 
 
 def _finite(x: torch.Tensor) -> bool:
     """True when ``x`` holds no NaN or infinity.
 
     The extremes of ``x`` are finite exactly when every entry is (min and max propagate
-    NaN), and one ``aminmax`` pass is many times cheaper than ``isfinite(x).all()``.
-    A float32/float64 CPU tensor is reduced by NumPy instead, on the calling thread: a
-    PyTorch reduction of a large tensor waits for every intra-op thread, and on a busy
-    machine that wait can cost milliseconds where the work itself takes a fraction of one.
+    NaN), and one ``aminmax`` pass is many times cheaper than ``isfinite(x).all()``. With
+    the CPU shortcuts, NumPy reduces a float32/float64 CPU tensor instead.
     """
     if x.numel() == 0:
         return True
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        a = x.detach().numpy()  # a view, no copy
-        return math.isfinite(a.min()) and math.isfinite(a.max())
+    if _shortcuts_apply(x) and x.dtype in _NUMPY_FLOATS:
+        return _finite_by_numpy(x)
     with torch.no_grad():
         lo, hi = torch.aminmax(x)
     return math.isfinite(lo.item()) and math.isfinite(hi.item())
 
 
-def _check_tensor(name: str, x: object) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
-    v.check_float(name, x, FLOATS)
-    v.check_finite(name, x, _finite)
+_ARRAYS = _validate.ArrayKind("torch.Tensor", torch.Tensor, FLOATS, torch.bool, _finite, "to_torch")
 
 
-def _check_mask(mask: object, target: tuple[int, ...], layout: str = "(B, H, L, S)") -> None:
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor of bool; got {type(mask).__name__}")
-    v.check_mask(mask, target, mask.dtype == torch.bool, layout)
+def causal_mask(
+    q_len: int,
+    kv_len: int | None = None,
+    device: torch.device | None = None,
+    *,
+    align: str = "top_left",
+) -> torch.Tensor:
+    """Boolean causal mask: query ``i`` may attend to the keys at or before its position.
 
+    With ``L = S`` both alignments give the lower triangle, keys ``j <= i``. They differ
+    when ``L != S``:
 
-def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | None = None):
-    """Boolean causal mask: query ``i`` may attend to keys ``j <= i``.
+    - ``"top_left"`` (the default): query ``i`` sits at position ``i``, and sees keys
+      ``j <= i``, as ``scaled_dot_product_attention(is_causal=True)`` and
+      ``torch.nn.attention.bias.causal_upper_left``.
+    - ``"bottom_right"``: the queries are the *last* ``L`` of ``S`` positions, query ``i``
+      at position ``S - L + i``, and it sees keys ``j <= S - L + i``: decoding with a
+      key/value cache, and ``torch.nn.attention.bias.causal_lower_right``. With ``L > S``
+      its first ``L - S`` rows are fully masked.
 
     Args:
         q_len: query length L.
-        kv_len: key length S (defaults to L), aligned at the start as in
-            ``scaled_dot_product_attention(is_causal=True)``.
+        kv_len: key length S (defaults to L).
         device: where to create the mask.
+        align: ``"top_left"`` or ``"bottom_right"``, where query 0 sits.
 
     Shape:
         Returns ``(L, S)``.
 
+    Returns:
+        A boolean tensor, True on and below the diagonal.
+
     Raises:
-        ValueError: if a length is not positive.
+        ValueError: if a length is not positive or ``align`` is not one of the two.
+        TypeError: if a length is not an int.
     """
     kv_len = q_len if kv_len is None else kv_len
-    v.check_length("q_len", q_len, "L")
-    v.check_length("kv_len", kv_len, "S")
-    return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril()
+    _validate.check_length("q_len", q_len, "L")
+    _validate.check_length("kv_len", kv_len, "S")
+    if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
+        raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
+    offset = 0 if align == "top_left" else kv_len - q_len  # query i sits at i + offset
+    return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(offset)
 
 
-def key_padding_mask(lengths, kv_len: int) -> torch.Tensor:
+def key_padding_mask(lengths: torch.Tensor | list[int], kv_len: int) -> torch.Tensor:
     """Boolean mask letting each batch element attend only to its first ``lengths[b]`` keys.
+
+    Args:
+        lengths: number of real (non-padding) keys per batch element, each in ``[0, S]``.
+        kv_len: key length S.
 
     Shape:
         lengths ``(B,)``; returns ``(B, 1, 1, S)``, which broadcasts to ``(B, H, L, S)``.
+
+    Returns:
+        A boolean tensor, True for the first ``lengths[b]`` keys of row ``b``.
 
     Raises:
         ValueError: if ``lengths`` is not 1-D or a length is outside ``[0, S]``.
         TypeError: if ``lengths`` are not integers or ``kv_len`` is not an int.
     """
     lengths = torch.as_tensor(lengths)
-    v.check_length("kv_len", kv_len, "S")
+    _validate.check_length("kv_len", kv_len, "S")
     if lengths.ndim != 1:
         raise ValueError(f"lengths must have shape (B,); got shape {tuple(lengths.shape)}")
     if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
@@ -106,18 +135,22 @@ def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Ten
     Masked entries get weight exactly 0; a row with every entry masked gets all zeros
     (and zero gradient, never NaN). Low-precision scores are normalised in float32.
 
+    Args:
+        scores: the scores, a floating tensor.
+        mask: optional boolean keep-mask (True = may attend).
+
     Shape:
         scores ``(..., L, S)``; mask broadcastable to it. Returns ``(..., L, S)``.
+
+    Returns:
+        The weights, a new tensor of ``scores``' dtype (differentiable); rows sum to 1,
+        fully masked rows are 0.
 
     Raises:
         ValueError: if ``mask`` does not broadcast or ``scores`` is not finite.
         TypeError: if ``scores`` is not a float tensor or ``mask`` is not boolean.
     """
-    _check_tensor("scores", scores)
-    if scores.ndim < 1:
-        raise ValueError(f"scores must have shape (..., S); got 0-D shape {tuple(scores.shape)}")
-    if mask is not None:
-        _check_mask(mask, tuple(scores.shape), "scores.shape")
+    _validate.check_softmax(scores, mask, _ARRAYS)
     return _softmax(scores, mask)
 
 
@@ -153,18 +186,15 @@ def scaled_dot_product_attention(
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``.
         Returns output ``(..., L, Dv)`` and weights ``(..., L, S)``.
 
+    Returns:
+        ``(output, weights)``, PyTorch tensors of the inputs' dtype.
+
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
             broadcast, or non-finite inputs.
         TypeError: on non-float or mixed dtypes, or a non-boolean mask.
     """
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        _check_tensor(name, x)
-    v.check_same_dtype({"query": query, "key": key, "value": value})
-    L, S, _, _ = v.check_qkv(query, key, value)
-    batch = v.broadcast_batch(query, key, value)
-    if mask is not None:
-        _check_mask(mask, (*batch, L, S), "(..., L, S)")
+    _validate.check_attention(query, key, value, mask, _ARRAYS)
     return _attend(query, key, value, mask)
 
 
@@ -173,35 +203,124 @@ def _recording(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
+def _attend(q, k, v_, mask):
+    """Explicit attention: output ``(..., L, Dv)`` and weights ``(..., L, S)``."""
+    if _recording(q, k, v_) or not _shortcuts_apply(q):
+        return _attend_plain(q, k, v_, mask)
+    return _attend_cpu_shortcut(q, k, v_, mask)
+
+
+def _attend_plain(q, k, v_, mask):
+    """The explicit path in documented operations; autograd records it."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    # Scaling Q (L x Dh entries) costs less than scaling the scores (L x S entries).
+    scores = (q * scale) @ k.transpose(-1, -2)  # (..., L, Dh) @ (..., Dh, S) -> (..., L, S)
+    weights = _softmax(scores, mask)  # (..., L, S)
+    return weights @ v_, weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
+
+
+def _attend_fast(q, k, v_, mask):
+    """SDPA without materialising weights; fully masked rows give zeros, as in ``_attend``.
+
+    With fewer key/value heads than query heads, SDPA's ``enable_gqa`` lets each key/value
+    head serve its group of query heads.
+    """
+    if mask is not None and mask.ndim < 2:
+        mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))  # (S,) -> (1, S)
+    gqa = k.shape[-3] != q.shape[-3]
+    return F.scaled_dot_product_attention(q, k, v_, attn_mask=mask, enable_gqa=gqa)
+
+
+def _grouped_attend(q, k, v_, mask, num_kv_heads: int):
+    """:func:`_attend` over heads; with ``H_kv < H``, each key/value head serves its group.
+
+    As :func:`mha.np_backend.multi_head_attention` does: grouped queries
+    ``(B, H_kv, G, L, Dh)`` against keys and values ``(B, H_kv, 1, S, Dh)``, broadcast over
+    the group instead of copied, then laid out per query head again.
+    """
+    B, H = q.shape[:2]
+    if num_kv_heads == H:
+        return _attend(q, k, v_, mask)
+    qg = _validate.group_queries(q, num_kv_heads)  # (B, H_kv, G, L, Dh)
+    grouped = _validate.group_mask(mask, num_kv_heads)
+    out, weights = _attend(qg, k[:, :, None], v_[:, :, None], grouped)  # (B, H_kv, G, L, .)
+    return out.reshape(B, H, *out.shape[3:]), weights.reshape(B, H, *weights.shape[3:])
+
+
+# ---- the CPU shortcuts -------------------------------------------------------------------
+
+_SHORTCUTS = contextvars.ContextVar("mha_torch_backend_cpu_shortcuts", default=True)
 _NUMPY_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-def _empty_scores(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
-    """An uninitialised ``(..., L, S)`` tensor of ``like``'s dtype and device.
+@contextmanager
+def cpu_shortcuts(enabled: bool) -> Iterator[None]:
+    """Switch this module's CPU shortcuts on or off inside the block (they are on by default).
 
-    A float32/float64 CPU buffer is allocated by NumPy, which asks the kernel for huge pages
-    for large arrays: the first writes then fault once per 2 MiB instead of once per 4 KiB
-    page, which for a 32 MiB score tensor saves several milliseconds.
+    Three shortcuts make explicit attention on the CPU faster; each rests on behaviour that
+    NumPy or PyTorch does not document, so each can be switched off here, and the plain
+    path that replaces it uses documented operations only:
+
+    - finiteness: a float32/float64 CPU tensor is reduced by NumPy, on the calling thread,
+      through a view (``Tensor.numpy()``). A PyTorch reduction of a large tensor waits for
+      every intra-op thread, and on a busy machine that wait can cost milliseconds where
+      the work takes a fraction of one. Plain: ``torch.aminmax``. The answer is the same
+      boolean.
+    - the score buffer: when autograd does not record, the ``(..., L, S)`` scores are written
+      into a buffer that NumPy allocates. NumPy asks the kernel for huge pages for large
+      arrays (an allocator and OS behaviour), so the first writes fault once per 2 MiB
+      rather than once per 4 KiB page, which for a 32 MiB score tensor saves milliseconds.
+      The matrix products get contiguous operands (heads split from a projection are
+      strided views), which may take another BLAS kernel and so round differently.
+    - the softmax in place: the softmax is written over the scores
+      (``torch.softmax(x, dim=-1, out=x)``; PyTorch's CPU kernel reads each row before
+      writing it, which PyTorch does not document), so one ``(..., L, S)`` tensor is held
+      where the plain path holds two, the scores and the weights. The values are those of
+      the plain softmax exactly: the same kernel on the same scores.
+
+    Plain: the path autograd records (scores, then an out-of-place softmax). The two paths
+    agree to rounding, which the tests check; :mod:`mha.measure` and the book measure the
+    memory of the default (shortcut) path.
+
+    Args:
+        enabled: ``False`` for the plain path inside the block, ``True`` for the shortcuts.
+
+    Yields:
+        Nothing; the setting applies to this thread (and task) until the block ends.
+
+    Raises:
+        TypeError: if ``enabled`` is not a bool.
     """
-    if like.device.type == "cpu" and like.dtype in _NUMPY_FLOATS:
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool; got {type(enabled).__name__} {enabled!r}")
+    token = _SHORTCUTS.set(enabled)
+    try:
+        yield
+    finally:
+        _SHORTCUTS.reset(token)
+
+
+def _shortcuts_apply(x: torch.Tensor) -> bool:
+    """True when the CPU shortcuts are on and ``x`` lives on the CPU."""
+    return _SHORTCUTS.get() and x.device.type == "cpu"
+
+
+def _finite_by_numpy(x: torch.Tensor) -> bool:
+    a = x.detach().numpy()  # a view, no copy
+    return math.isfinite(a.min()) and math.isfinite(a.max())
+
+
+def _empty_scores(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """An uninitialised CPU tensor of ``like``'s dtype, allocated by NumPy when it can."""
+    if like.dtype in _NUMPY_FLOATS:
         return torch.from_numpy(np.empty(shape, dtype=_NUMPY_FLOATS[like.dtype]))
-    return torch.empty(shape, dtype=like.dtype, device=like.device)
+    return torch.empty(shape, dtype=like.dtype)
 
 
-def _attend(q, k, v_, mask):
+def _attend_cpu_shortcut(q, k, v_, mask):
+    """:func:`_attend_plain`'s arithmetic without autograd, in one ``(..., L, S)`` buffer."""
     scale = 1.0 / math.sqrt(q.shape[-1])
-    if _recording(q, k, v_):
-        # Scaling Q (L x Dh entries) costs less than scaling the scores (L x S entries).
-        scores = (q * scale) @ k.transpose(-1, -2)  # (..., L, Dh) @ (..., Dh, S) -> (..., L, S)
-        weights = _softmax(scores, mask)  # (..., L, S)
-        return weights @ v_, weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
-    # Without autograd (which cannot record ``out=``) the same arithmetic runs faster: the
-    # batched matmuls get contiguous operands (heads split from a projection are strided
-    # views; scaling Q writes it contiguously in the same pass), the scores go to a buffer
-    # from _empty_scores, and the softmax overwrites that buffer. Nothing keeps the scores
-    # for a backward pass here, so this path holds one (..., L, S) tensor where the
-    # recording path holds two (scores and weights), as mha.cost measures and the book reports.
-    q = torch.mul(q, scale, out=torch.empty(q.shape, dtype=q.dtype, device=q.device))
+    q = torch.mul(q, scale, out=torch.empty(q.shape, dtype=q.dtype))  # contiguous
     shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
     scores = torch.matmul(q, k.contiguous().transpose(-1, -2), out=_empty_scores(shape, q))
     weights = _softmax_(scores, mask)  # the same tensor as scores, now holding the weights
@@ -227,38 +346,47 @@ def _softmax_(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return scores.copy_(work) if low else work
 
 
-def _attend_fast(q, k, v_, mask):
-    """SDPA without materialising weights; fully masked rows give zeros, as in ``_attend``."""
-    if mask is not None and mask.ndim < 2:
-        mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))  # (S,) -> (1, S)
-    return F.scaled_dot_product_attention(q, k, v_, attn_mask=mask)  # (B, H, L, Dh)
+# ---- multi-head attention -----------------------------------------------------------------
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Split the model width into heads (a view when ``x`` is contiguous in its width).
 
+    Args:
+        x: a tensor whose width is D.
+        num_heads: number of heads H; must divide D.
+
     Shape:
         ``(B, L, D)`` -> ``(B, H, L, Dh)``.
+
+    Returns:
+        Head ``h`` is the column block ``h * Dh : (h + 1) * Dh`` of ``x``.
 
     Raises:
         ValueError: if ``x`` is not 3-D or H does not divide its width.
     """
-    v.check_rank("x", x, 3, "(B, L, D)")
+    _validate.check_rank("x", x, 3, "(B, L, D)")
     B, L, D = x.shape
-    v.check_sizes(D, num_heads)
+    _validate.check_sizes(D, num_heads)
     return x.reshape(B, L, num_heads, D // num_heads).transpose(1, 2)  # -> (B, H, L, Dh)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """Concatenate the heads back into the model width (the inverse of ``split_heads``).
 
+    Args:
+        x: per-head tensors stacked along dimension 1.
+
     Shape:
         ``(B, H, L, Dh)`` -> ``(B, L, D)``.
+
+    Returns:
+        The heads side by side, a tensor of width ``H * Dh``.
 
     Raises:
         ValueError: if ``x`` is not 4-D.
     """
-    v.check_rank("x", x, 4, "(B, H, L, Dh)")
+    _validate.check_rank("x", x, 4, "(B, H, L, Dh)")
     B, H, L, Dh = x.shape
     return x.transpose(1, 2).reshape(B, L, H * Dh)  # (B, H, L, Dh) -> (B, L, D)
 
@@ -271,29 +399,6 @@ def _linear(x, w, b):
     )
 
 
-def _check_mha(query, key, value, params, mask, form):
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    v.check_form(form)
-    for name, x in v.distinct(("query", query), ("key", key), ("value", value)):
-        _check_tensor(name, x)
-    B, L, S = v.check_mha_inputs(query, key, value, params.d_model)
-    named = {"query": query, "key": key, "value": value}
-    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
-        x = getattr(params, name)
-        if x is not None:
-            if not isinstance(x, torch.Tensor):
-                raise TypeError(
-                    f"params.{name} must be a torch.Tensor; got {type(x).__name__} "
-                    "(convert with params.to_torch())"
-                )
-            _check_tensor(f"params.{name}", x)
-            named[f"params.{name}"] = x
-    v.check_same_dtype(named)
-    if mask is not None:
-        _check_mask(mask, (B, params.num_heads, L, S))
-
-
 def multi_head_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -303,37 +408,55 @@ def multi_head_attention(
     *,
     form: str = "fused",
     need_weights: bool = True,
+    cache: KVCache | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``Concat(head_1, ..., head_H) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
     The forms and arguments are those of :func:`mha.np_backend.multi_head_attention`.
     With ``need_weights=False`` the fused and packed forms use
-    ``torch.nn.functional.scaled_dot_product_attention`` (the fast path).
+    ``torch.nn.functional.scaled_dot_product_attention`` (the fast path); the ``"tiled"``
+    form is the fused form on that path, whose CPU kernel works tile by tile.
+    :class:`mha.MultiHeadAttention` defaults to that path (``need_weights=False``,
+    ``form="packed"``); its ``forward`` says why.
+
+    Args:
+        query: queries.
+        key: keys (pass ``query`` again for self-attention).
+        value: values.
+        params: the layer's parameters, PyTorch tensors of the inputs' dtype and device.
+        mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+        form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
+        need_weights: return the attention weights (the explicit path) or not (the fast path).
+        cache: a :class:`mha.kv_cache.KVCache` of PyTorch buffers, as in
+            :func:`mha.np_backend.multi_head_attention`.
 
     Shape:
-        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``
-        and weights ``(B, H, L, S)`` (or ``None`` when ``need_weights`` is False).
+        query ``(B, L, D)``, key and value ``(B, S, D)`` (with a cache: the ``n`` new
+        positions, and ``S`` is the cache's length after appending them). Returns output
+        ``(B, L, D)`` and weights ``(B, H, L, S)`` (or ``None`` when ``need_weights`` is
+        False).
+
+    Returns:
+        ``(output, weights)``, PyTorch tensors of the inputs' dtype (autograd records
+        them when it records the inputs or parameters); ``weights`` is ``None`` when
+        ``need_weights`` is False.
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
             broadcast, non-finite inputs or an unknown ``form``.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
     """
-    _check_mha(query, key, value, params, mask, form)
-    H, D = params.num_heads, params.d_model
+    _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
+    _validate.check_form_weights(form, need_weights)
+    H, H_kv, D, kv_cols = params.num_heads, params.num_kv_heads, params.d_model, params.kv_width
     if form == "per_head":
         heads, weights = [], []
         for h in range(H):
             blk = params.head(h)
-            cols = slice(h * params.d_head, (h + 1) * params.d_head)
-            b = {
-                n: None if getattr(params, n) is None else getattr(params, n)[cols]
-                for n in ("b_q", "b_k", "b_v")
-            }
-            q = _linear(query, blk["w_q"], b["b_q"])  # (B, L, D) -> (B, L, Dh)
-            k = _linear(key, blk["w_k"], b["b_k"])  # (B, S, D) -> (B, S, Dh)
-            val = _linear(value, blk["w_v"], b["b_v"])  # (B, S, D) -> (B, S, Dh)
-            head_mask = None if mask is None else _head_slice(mask, h)
+            q = _linear(query, blk["w_q"], blk["b_q"])  # (B, L, D) -> (B, L, Dh)
+            k = _linear(key, blk["w_k"], blk["b_k"])  # (B, S, D) -> (B, S, Dh)
+            val = _linear(value, blk["w_v"], blk["b_v"])  # (B, S, D) -> (B, S, Dh)
+            head_mask = None if mask is None else _validate.head_slice(mask, h)
             out_h, w_h = _attend(q, k, val, head_mask)  # (B, L, Dh), (B, L, S)
             heads.append(out_h)
             if need_weights:  # otherwise each head's (B, L, S) weights are freed in turn
@@ -342,41 +465,26 @@ def multi_head_attention(
         return out, (torch.stack(weights, dim=1) if need_weights else None)  # (B, H, L, S)
 
     if form == "packed" and query is key and key is value:
-        qkv = _linear(query, params.w_qkv, params.b_qkv)  # (B, L, D) -> (B, L, 3D)
-        q, k, val = qkv.split(D, dim=-1)  # 3 x (B, L, D)
+        qkv = _linear(query, params.w_qkv, params.b_qkv)  # (B, L, D) -> (B, L, D + 2 H_kv Dh)
+        q, k, val = qkv.split([D, kv_cols, kv_cols], dim=-1)  # (B, L, D), 2 x (B, L, H_kv Dh)
     elif form == "packed" and key is value:
-        b_kv = None if params.b_qkv is None else params.b_qkv[D:]
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        k, val = _linear(key, params.w_qkv[:, D:], b_kv).split(D, dim=-1)  # 2 x (B, S, D)
+        k, val = _linear(key, *params.packed("kv")).split(kv_cols, dim=-1)  # 2 x (B, S, .)
     else:
         q = _linear(query, params.w_q, params.b_q)  # (B, L, D)
-        k = _linear(key, params.w_k, params.b_k)  # (B, S, D)
-        val = _linear(value, params.w_v, params.b_v)  # (B, S, D)
-    q, k, val = (split_heads(t, H) for t in (q, k, val))  # (B, H, L|S, Dh)
+        k = _linear(key, params.w_k, params.b_k)  # (B, S, H_kv Dh)
+        val = _linear(value, params.w_v, params.b_v)  # (B, S, H_kv Dh)
+    q = split_heads(q, H)  # (B, L, D) -> (B, H, L, Dh)
+    k, val = split_heads(k, H_kv), split_heads(val, H_kv)  # (B, H_kv, S, Dh)
+    if cache is not None:  # attend to every cached position, these new ones included
+        cache.append(k, val)
+        k, val = cache.keys, cache.values  # (B, H_kv, S, Dh)
     if need_weights:
-        out, weights = _attend(q, k, val, mask)  # (B, H, L, Dh), (B, H, L, S)
+        out, weights = _grouped_attend(q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
     else:
         out, weights = _attend_fast(q, k, val, mask), None  # (B, H, L, Dh)
     out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
     return out, weights
-
-
-def _head_slice(mask: torch.Tensor, h: int) -> torch.Tensor:
-    """The part of a ``(..., H|1, L, S)``-broadcastable mask that applies to head ``h``."""
-    if mask.ndim < 3:
-        return mask  # (L, S) or (S,): the same for every head
-    return mask[..., h if mask.shape[-3] > 1 else 0, :, :]  # (B|1, H|1, L, S) -> (B|1, L, S)
-
-
-def _check_layer_norm(x, weight, bias, eps) -> None:
-    _check_tensor("x", x)
-    if x.ndim < 1:
-        raise ValueError(f"x must have shape (..., D); got 0-D shape {tuple(x.shape)}")
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None:
-            _check_tensor(name, p)
-    v.check_same_dtype({"x": x, "weight": weight, "bias": bias})
-    v.check_layer_norm_params(x.shape[-1], weight, bias, eps)
 
 
 def layer_norm(
@@ -387,15 +495,24 @@ def layer_norm(
 ) -> torch.Tensor:
     """Layer normalisation over the last dimension, as ``torch.nn.LayerNorm``.
 
+    Args:
+        x: the tensor to normalise over its last dimension.
+        weight: the scale ``gamma``, or ``None`` for ones.
+        bias: the shift ``beta``, or ``None`` for zeros.
+        eps: added to the variance before the square root.
+
     Shape:
         x ``(..., D)``, weight and bias ``(D,)``. Returns ``(..., D)``.
+
+    Returns:
+        ``(x - mean) / sqrt(var + eps) * weight + bias`` (biased variance, as in PyTorch).
 
     Raises:
         ValueError: if ``eps`` is not a positive number, ``weight``/``bias`` are not
             ``(D,)``, or an input is not finite.
         TypeError: on non-float or mixed dtypes.
     """
-    _check_layer_norm(x, weight, bias, eps)
+    _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
     return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 
@@ -408,14 +525,54 @@ def attention_block(
     ln_bias: torch.Tensor | None = None,
     eps: float = 1e-5,
     form: str = "fused",
+    norm_first: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The residual block ``LayerNorm(X + MultiHead(X))`` (post-norm, as in Vaswani et al.).
+    """A residual block around self-attention, with layer normalisation after or before it.
+
+    - ``norm_first=False`` (post-norm, Vaswani et al.): ``LayerNorm(X + MultiHead(X))``.
+    - ``norm_first=True`` (pre-norm, GPT-2 and most later models):
+      ``X + MultiHead(LayerNorm(X))``; the residual path carries ``X`` unchanged, and the
+      output is not normalised.
+
+    The argument has the name and meaning of ``norm_first`` in
+    ``torch.nn.TransformerEncoderLayer``.
+
+    Args:
+        x: the block's input, which is the queries, keys and values.
+        params: the attention layer's parameters.
+        mask: boolean, True = may attend; broadcastable to ``(B, H, L, L)``.
+        ln_weight: the layer norm's scale (``None``: 1).
+        ln_bias: the layer norm's shift (``None``: 0).
+        eps: the layer norm's epsilon.
+        form: the form of :func:`multi_head_attention`.
+        norm_first: normalise before the attention (pre-norm) instead of after the sum.
+
+    Args:
+        x: the input sequences, a tensor.
+        params: PyTorch parameters of ``x``'s dtype and device.
+        mask: optional boolean keep-mask tensor, broadcastable to ``(B, H, L, L)``.
+        ln_weight: the scale of the LayerNorm, or ``None`` for ones.
+        ln_bias: the shift of the LayerNorm, or ``None`` for zeros.
+        eps: added to the variance in the LayerNorm.
+        form: ``"per_head"``, ``"fused"`` or ``"packed"``.
 
     Shape:
         x ``(B, L, D)``. Returns output ``(B, L, D)`` and weights ``(B, H, L, L)``.
 
+    Returns:
+        ``(output, weights)``: the normalised residual sum and the attention weights.
+
     Raises:
-        The errors of :func:`multi_head_attention` and :func:`layer_norm`.
+        TypeError: if ``norm_first`` is not a bool; and the errors of
+            :func:`multi_head_attention` and :func:`layer_norm`.
     """
+    if not isinstance(norm_first, bool):
+        raise TypeError(
+            f"norm_first must be a bool; got {type(norm_first).__name__} {norm_first!r}"
+        )
+    if norm_first:
+        normed = layer_norm(x, ln_weight, ln_bias, eps)
+        attn, weights = multi_head_attention(normed, normed, normed, params, mask, form=form)
+        return x + attn, weights
     attn, weights = multi_head_attention(x, x, x, params, mask, form=form)
     return layer_norm(x + attn, ln_weight, ln_bias, eps), weights

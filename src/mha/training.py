@@ -19,7 +19,7 @@ the gradient in Michel et al.'s head importance.
 
 The functions that train or evaluate the model (:func:`train`, :func:`segment_losses` and
 the ablation and pruning built on it, :func:`head_scores`, :func:`head_importance`) run on
-one CPU thread (:func:`mha.rank.one_thread`) whatever torch's global setting, and restore
+one CPU thread whatever torch's global setting, and restore
 the setting after; the model's own ``forward`` leaves it alone. The matrices are tiny: on a
 2-core machine two threads took about six times the CPU time of one for the same training
 run, and split the float32 sums differently from one run to the next, so that two runs of
@@ -29,9 +29,13 @@ a given machine.
 
 from __future__ import annotations
 
+import copy
 import math
+import multiprocessing
+import os
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -39,11 +43,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha import detectors, tasks
-from mha import torch_backend as tb
+from mha import detectors, packing, tasks, torch_backend
+from mha._linalg import one_thread
+from mha.kv_cache import KVCache
 from mha.module import MultiHeadAttention
-from mha.params import MHAParams
-from mha.rank import one_thread
+from mha.params import MHAParams, init_params, mean_pool_kv_heads, repeat_kv_heads
 from mha.tasks import RepeatedSegments
 
 
@@ -59,6 +63,9 @@ def gated_params(params: MHAParams, gate: torch.Tensor | None) -> MHAParams:
 
     Shape:
         gate ``(H,)``.
+
+    Returns:
+        New ``MHAParams`` sharing every tensor but ``w_o`` (or ``params`` itself).
 
     Raises:
         ValueError: if ``gate`` does not have shape ``(H,)``.
@@ -79,16 +86,28 @@ def head_contributions(
 
     The layer output is ``sum_h contributions[:, h] + b_o``.
 
+    Args:
+        x: the layer's input.
+        params: the layer's parameters (torch tensors).
+        mask: optional boolean keep-mask, broadcastable to ``(B, H, L, L)``.
+
     Shape:
         x ``(B, L, D)``. Returns ``(B, H, L, D)``.
+
+    Returns:
+        ``contributions[:, h]``, head ``h``'s share of the output.
+
+    Raises:
+        ValueError, TypeError: as :func:`mha.torch_backend.scaled_dot_product_attention`.
     """
-    H, D, Dh = params.num_heads, params.d_model, params.d_head
+    params = repeat_kv_heads(params)  # grouped-query heads: each head with its key/value head
+    H = params.num_heads
     q, k, v = (x @ w for w in (params.w_q, params.w_k, params.w_v))  # 3 x (B, L, D)
     if params.b_qkv is not None:
         q, k, v = q + params.b_q, k + params.b_k, v + params.b_v
-    q, k, v = (tb.split_heads(t, H) for t in (q, k, v))  # 3 x (B, H, L, Dh)
-    out, _ = tb.scaled_dot_product_attention(q, k, v, mask)  # (B, H, L, Dh)
-    w_o = params.w_o.reshape(H, Dh, D)  # (D, D) -> (H, Dh, D)
+    q, k, v = (torch_backend.split_heads(t, H) for t in (q, k, v))  # 3 x (B, H, L, Dh)
+    out, _ = torch_backend.scaled_dot_product_attention(q, k, v, mask)  # (B, H, L, Dh)
+    w_o = packing.split_head_rows(params.w_o, H)  # (D, D) -> (H, Dh, D)
     return torch.einsum("bhld,hde->bhle", out, w_o)  # (B, H, L, D)
 
 
@@ -105,6 +124,8 @@ class AttentionOnlyTransformer(nn.Module):
         d_model: model width D.
         num_heads: heads per layer H; must divide D.
         num_layers: number of attention blocks.
+        num_kv_heads: key/value heads per layer H_kv, dividing H (``None``: H, multi-head
+            attention, and the draws of every earlier version of this class).
         seed: seed of every initial parameter.
         dtype: parameter dtype.
 
@@ -126,6 +147,7 @@ class AttentionOnlyTransformer(nn.Module):
         num_heads: int,
         num_layers: int = 2,
         *,
+        num_kv_heads: int | None = None,
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
     ) -> None:
@@ -152,7 +174,13 @@ class AttentionOnlyTransformer(nn.Module):
             for p in (self.embed, self.pos, self.unembed):
                 p.mul_(scale)
         self.layers = nn.ModuleList(
-            MultiHeadAttention(d_model, num_heads, seed=_layer_seed(seed, layer), dtype=dtype)
+            MultiHeadAttention(
+                d_model,
+                num_heads,
+                num_kv_heads=num_kv_heads,
+                seed=_layer_seed(seed, layer),
+                dtype=dtype,
+            )
             for layer in range(num_layers)
         )
 
@@ -167,9 +195,40 @@ class AttentionOnlyTransformer(nn.Module):
         return self.layers[0].num_heads
 
     @property
+    def num_kv_heads(self) -> int:
+        """Key/value heads per layer H_kv."""
+        return self.layers[0].num_kv_heads
+
+    @property
     def vocab_size(self) -> int:
         """Number of token ids V."""
         return self.embed.shape[0]
+
+    @property
+    def max_len(self) -> int:
+        """The longest sequence the positional embedding covers."""
+        return self.pos.shape[0]
+
+    def new_caches(self, batch_size: int, capacity: int | None = None) -> list[KVCache]:
+        """One empty :class:`mha.kv_cache.KVCache` per layer, for :meth:`forward`'s ``caches``.
+
+        Args:
+            batch_size: B, the sequences decoded together.
+            capacity: positions each cache can hold (default: ``max_len``).
+
+        Returns:
+            ``num_layers`` caches of the model's dtype, ``H_kv`` heads of width ``Dh``.
+
+        Raises:
+            ValueError: if a size is not positive.
+            TypeError: if a size is not an int.
+        """
+        capacity = self.max_len if capacity is None else capacity
+        layer = self.layers[0]
+        return [
+            KVCache(batch_size, layer.num_kv_heads, layer.d_head, capacity, dtype=self.embed.dtype)
+            for _ in self.layers
+        ]
 
     def _check(self, tokens: torch.Tensor, gates: torch.Tensor | None) -> None:
         if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.int64:
@@ -196,26 +255,56 @@ class AttentionOnlyTransformer(nn.Module):
     ) -> list[torch.Tensor]:
         """The residual stream before each layer and after the last.
 
+        Args:
+            tokens: token ids.
+            gates: head gates ``(num_layers, H)``; ``None`` is the ungated model.
+
         Shape:
             tokens ``(B, L)``. Returns ``num_layers + 1`` tensors ``(B, L, D)``.
+
+        Returns:
+            The stream before layer 0, ..., and after the last layer.
+
+        Raises:
+            ValueError, TypeError: as :meth:`forward`.
         """
         return self._run(tokens, gates, need_weights=False)[1]
 
-    def _run(self, tokens, gates, need_weights):
+    def _run(self, tokens, gates, need_weights, caches=None):
         self._check(tokens, gates)
         L = tokens.shape[1]
-        x = self.embed[tokens] + self.pos[:L]  # (B, L) -> (B, L, D)
-        mask = tb.causal_mask(L)  # (L, L)
+        start = 0 if caches is None else self._check_caches(caches, tokens)
+        x = self.embed[tokens] + self.pos[start : start + L]  # (B, L) -> (B, L, D)
+        # The new positions are the last L of start + L: bottom-right aligned (L = 1: all).
+        mask = None if L == 1 else torch_backend.causal_mask(L, start + L, align="bottom_right")
         stream, weights = [x], []
         for i, layer in enumerate(self.layers):
             params = gated_params(layer.params(), None if gates is None else gates[i])
-            out, w = tb.multi_head_attention(
-                x, x, x, params, mask, form="fused", need_weights=need_weights
-            )  # (B, L, D), (B, H, L, L) or None
+            cache = None if caches is None else caches[i]
+            out, w = torch_backend.multi_head_attention(
+                x, x, x, params, mask, form="fused", need_weights=need_weights, cache=cache
+            )  # (B, L, D), (B, H, L, start + L) or None
             x = x + out
             stream.append(x)
             weights.append(w)
         return x @ self.unembed, stream, weights  # (B, L, V)
+
+    def _check_caches(self, caches: Sequence[KVCache], tokens: torch.Tensor) -> int:
+        """Check one cache per layer, all of one length; return that length."""
+        if len(caches) != self.num_layers or not all(isinstance(c, KVCache) for c in caches):
+            raise TypeError(
+                f"caches must be a list of num_layers={self.num_layers} KVCache (see new_caches)"
+            )
+        lengths = {c.length for c in caches}
+        if len(lengths) != 1:
+            raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")
+        start = lengths.pop()
+        if start + tokens.shape[1] > self.max_len:
+            raise ValueError(
+                f"positions must stay below max_len={self.max_len}; got {start} cached and "
+                f"{tokens.shape[1]} new"
+            )
+        return start
 
     def forward(
         self,
@@ -223,19 +312,32 @@ class AttentionOnlyTransformer(nn.Module):
         gates: torch.Tensor | None = None,
         *,
         need_weights: bool = False,
+        caches: Sequence[KVCache] | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """Next-token logits, and each layer's attention weights if ``need_weights``.
+
+        With ``caches`` (one per layer, from :meth:`new_caches`), ``tokens`` are the next
+        positions after those cached: they are embedded at those positions, their keys and
+        values are appended, and they attend to everything cached (incremental decoding).
 
         Args:
             tokens: token ids.
             gates: head gates; ``None`` is the ungated model (equal to all ones).
             need_weights: also return the weights of every layer.
+            caches: one key/value cache per layer, or ``None``.
+
+        Shape:
+            tokens ``(B, L)`` int64 with ``L <= max_len``; gates ``(num_layers, H)``. Returns logits
+            ``(B, L, V)`` and, if asked, ``num_layers`` weights ``(B, H, L, L)``.
+
+        Returns:
+            ``(logits, weights)``; ``weights`` is ``None`` unless ``need_weights``.
 
         Raises:
             ValueError: if ``tokens`` has the wrong shape or ids, or ``gates`` the wrong shape.
             TypeError: if ``tokens`` is not an int64 tensor.
         """
-        logits, _, weights = self._run(tokens, gates, need_weights)
+        logits, _, weights = self._run(tokens, gates, need_weights, caches)
         return logits, (weights if need_weights else None)
 
 
@@ -256,6 +358,9 @@ def next_token_loss(
 
     Shape:
         logits ``(B, L, V)``, tokens and where ``(B, L)``. Returns a scalar.
+
+    Returns:
+        The mean loss, a scalar tensor (differentiable).
 
     Raises:
         ValueError: if the shapes do not match, or ``where`` selects no position.
@@ -281,6 +386,14 @@ def segment_losses(
     model: AttentionOnlyTransformer, batch: RepeatedSegments, gates: torch.Tensor | None = None
 ) -> dict[str, float]:
     """Next-token loss on the first occurrence of each segment, on its repeats, and overall.
+
+    Args:
+        model: the model.
+        batch: the data.
+        gates: head gates ``(num_layers, H)``; ``None`` is the ungated model.
+
+    Shape:
+        gates ``(num_layers, H)``; each loss is a ``float``.
 
     Returns:
         ``{"first": ..., "repeat": ..., "all": ...}``: ``repeat`` counts the query positions
@@ -310,6 +423,26 @@ class TrainConfig:
     step from a generator seeded with ``(seed, 1)``; the evaluation batch comes from
     ``(seed, 2)``. Model: :class:`AttentionOnlyTransformer` seeded with ``seed``.
     Optimiser: AdamW with constant learning rate ``lr``.
+
+    Attributes:
+        vocab_size: number of token ids V.
+        seq_len: sequence length L.
+        min_period: shortest repeated segment.
+        max_period: longest repeated segment.
+        prefix_prob: probability that a sequence starts with unrelated tokens.
+        d_model: model width D.
+        num_heads: heads per layer H.
+        num_layers: number of attention blocks.
+        batch_size: sequences per training step.
+        steps: training steps.
+        lr: AdamW's learning rate.
+        weight_decay: AdamW's weight decay.
+        seed: seed of the model and of both data generators.
+        eval_every: steps between two measurements.
+        eval_size: sequences in the evaluation batch.
+
+    Raises:
+        ValueError: if a count is not a positive int or ``lr`` is not positive.
     """
 
     vocab_size: int = 64
@@ -337,7 +470,11 @@ class TrainConfig:
             raise ValueError(f"lr must be positive; got lr={self.lr}")
 
     def model(self) -> AttentionOnlyTransformer:
-        """The model at initialisation."""
+        """The model at initialisation.
+
+        Returns:
+            A new :class:`AttentionOnlyTransformer` with this config's sizes and seed.
+        """
         return AttentionOnlyTransformer(
             self.vocab_size,
             self.seq_len,
@@ -348,7 +485,15 @@ class TrainConfig:
         )
 
     def batch(self, rng: np.random.Generator | int, batch_size: int) -> RepeatedSegments:
-        """A batch of the task with this config's sizes."""
+        """A batch of the task with this config's sizes.
+
+        Args:
+            rng: a NumPy generator, or a seed for one.
+            batch_size: number of sequences.
+
+        Returns:
+            A :class:`mha.tasks.RepeatedSegments` batch.
+        """
         return tasks.repeated_segments(
             batch_size,
             self.seq_len,
@@ -360,13 +505,26 @@ class TrainConfig:
         )
 
     def eval_batch(self) -> RepeatedSegments:
-        """The fixed held-out batch the history is measured on."""
+        """The fixed held-out batch the history is measured on.
+
+        Returns:
+            The same batch on every call, drawn from ``(seed, 2)``.
+        """
         return self.batch(np.random.default_rng([self.seed, 2]), self.eval_size)
 
 
 @dataclass(frozen=True)
 class TrainHistory:
     """What was measured during training.
+
+    Attributes:
+        step: the evaluation steps.
+        train_loss: the loss of every training step.
+        first_loss: loss on first occurrences, at each evaluation.
+        repeat_loss: loss on repeats, at each evaluation.
+        previous_token: each head's previous-token score, at each evaluation.
+        induction: each head's induction score, at each evaluation.
+        cpu_seconds: CPU time of the whole run.
 
     Shape:
         step ``(E,)`` (the evaluation steps, 0 = initialisation); train_loss ``(steps,)``;
@@ -389,10 +547,17 @@ class TrainHistory:
 def head_scores(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> dict[str, np.ndarray]:
     """Each head's previous-token and induction score on a batch.
 
+    Args:
+        model: the model.
+        batch: the data.
+
+    Shape:
+        Returns two ``(num_layers, H)`` arrays.
+
     Returns:
         ``{"previous_token": (num_layers, H), "induction": (num_layers, H)}``: the
         :func:`mha.detectors.previous_token_score` averaged over the batch, and
-        :func:`mha.tasks.induction_score`.
+        :func:`mha.detectors.induction_score`.
     """
     with torch.no_grad():
         _, weights = model(batch.tokens, need_weights=True)
@@ -403,23 +568,39 @@ def _scores(weights: list[torch.Tensor], batch: RepeatedSegments) -> dict[str, n
     w = np.stack([x.numpy() for x in weights], axis=1)  # (B, layers, H, L, L)
     return {
         "previous_token": detectors.previous_token_score(w).mean(axis=0),  # (layers, H)
-        "induction": tasks.induction_score(w, batch.tokens),  # (layers, H)
+        "induction": detectors.induction_score(w, batch.tokens),  # (layers, H)
     }
 
 
 @one_thread()
-def train(config: TrainConfig) -> tuple[AttentionOnlyTransformer, TrainHistory]:
+def train(
+    config: TrainConfig, model: AttentionOnlyTransformer | None = None
+) -> tuple[AttentionOnlyTransformer, TrainHistory]:
     """Train a model on the repeated-segment task, measuring the heads as it learns.
 
     Every ``eval_every`` steps (and at step 0 and the end) the model is measured on the
     evaluation batch, with one forward pass: :func:`segment_losses` and
     :func:`head_scores`. Runs on one CPU thread (see the module docstring).
 
+    Args:
+        config: everything that determines the run.
+        model: a model to continue training (a copy is trained; this one is left alone),
+            e.g. one converted by :func:`with_kv_heads`; ``None`` starts from
+            ``config.model()``. The data still come from ``config``'s seed.
+
     Returns:
         The trained model and its :class:`TrainHistory`.
+
+    Raises:
+        TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`.
     """
     start = time.process_time()
-    model = config.model()
+    if model is None:
+        model = config.model()
+    elif not isinstance(model, AttentionOnlyTransformer):
+        raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
+    else:
+        model = copy.deepcopy(model)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     data = np.random.default_rng([config.seed, 1])
     held_out = config.eval_batch()
@@ -459,6 +640,60 @@ def train(config: TrainConfig) -> tuple[AttentionOnlyTransformer, TrainHistory]:
     return model, history
 
 
+def train_runs(
+    configs: Sequence[TrainConfig],
+    processes: int | None = None,
+    *,
+    models: Sequence[AttentionOnlyTransformer | None] | None = None,
+) -> list[tuple[AttentionOnlyTransformer, TrainHistory]]:
+    """:func:`train` every config, in parallel worker processes, results in config order.
+
+    Each run is :func:`train` on one thread in its own process, so a run's result is the
+    one :func:`train` gives in this process on this machine. Claims about training are
+    claims about the method, checked over several seeds: this runs those seeds side by
+    side, one per CPU core. The workers are spawned, so in a script call this under
+    ``if __name__ == "__main__":`` (a notebook needs nothing).
+
+    Args:
+        configs: the runs, e.g. one :class:`TrainConfig` per seed.
+        processes: worker processes; ``None`` uses one per CPU core, at most one per run.
+            ``1`` trains in this process, one run after the other.
+        models: for each config, a model to continue training (as :func:`train`'s
+            ``model``) or ``None`` for a fresh one; ``None`` for all fresh.
+
+    Returns:
+        ``(model, history)`` for each config, in order.
+
+    Raises:
+        ValueError: if ``configs`` is empty, ``models`` has another length, or
+            ``processes`` is not a positive int.
+        TypeError: if a config is not a :class:`TrainConfig`.
+    """
+    configs = list(configs)
+    if not configs:
+        raise ValueError("configs must hold at least one TrainConfig; got none")
+    for i, config in enumerate(configs):
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"configs[{i}] must be a TrainConfig; got {type(config).__name__}")
+    models = [None] * len(configs) if models is None else list(models)
+    if len(models) != len(configs):
+        raise ValueError(
+            f"models must give one model (or None) per config; got {len(models)} for "
+            f"{len(configs)} configs"
+        )
+    if processes is None:
+        processes = min(len(configs), os.cpu_count() or 1)
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"processes must be a positive int; got processes={processes!r}")
+    if processes == 1:
+        return [train(config, model) for config, model in zip(configs, models, strict=True)]
+    # Workers are spawned (a fresh interpreter each), never forked from a process whose
+    # torch thread pool is already running.
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=processes, mp_context=spawn) as pool:
+        return list(pool.map(train, configs, models))
+
+
 def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int:
     """The first recorded step at which ``values`` exceeds ``level``.
 
@@ -469,6 +704,9 @@ def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int
 
     Shape:
         steps and values ``(E,)``.
+
+    Returns:
+        The first ``steps[e]`` with ``values[e] > level``, an ``int``.
 
     Raises:
         ValueError: if the shapes differ or no value exceeds ``level``.
@@ -491,8 +729,16 @@ def head_gates(
 ) -> torch.Tensor:
     """Gates with every head on except the ``(layer, head)`` pairs in ``off``.
 
+    Args:
+        num_layers: number of layers.
+        num_heads: heads per layer H.
+        off: ``(layer, head)`` pairs whose gate is 0.
+
     Shape:
         Returns ``(num_layers, num_heads)`` float32 of ones and zeros.
+
+    Returns:
+        The gates, a float32 tensor.
 
     Raises:
         ValueError: if a pair in ``off`` is outside the model.
@@ -521,6 +767,9 @@ def ablation_loss(
         batch: the data.
         off: ``(layer, head)`` pairs to remove.
         part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`segment_losses`).
+
+    Returns:
+        The mean next-token loss over ``part``, a ``float``.
 
     Raises:
         ValueError: if ``part`` is unknown or a pair is outside the model.
@@ -553,8 +802,18 @@ def head_importance(
     its own gates, ``x <- x + sum_h xi[b, layer, h] head_contribution_h(x) + b_o`` (see
     :func:`head_contributions`), which at ``xi = 1`` is the model's forward pass.
 
+    Args:
+        model: the model.
+        batches: the data; every sequence counts once.
+        normalize: divide each layer's scores by their l2 norm.
+        per_sequence: take the absolute value per sequence (the paper's definition) rather
+            than per batch.
+
     Shape:
         Returns ``(num_layers, H)``, non-negative.
+
+    Returns:
+        ``I[layer, h]``, a float NumPy array.
 
     Raises:
         ValueError: if ``batches`` is empty.
@@ -594,7 +853,7 @@ def _per_sequence_gate_gradients(
     gates = torch.ones(B, model.num_layers, model.num_heads, dtype=model.embed.dtype)
     gates.requires_grad_(True)
     x = model.embed[tokens] + model.pos[:L]  # (B, L) -> (B, L, D)
-    mask = tb.causal_mask(L)  # (L, L)
+    mask = torch_backend.causal_mask(L)  # (L, L)
     for i, layer in enumerate(model.layers):
         params = layer.params()
         parts = head_contributions(x, params, mask)  # (B, H, L, D)
@@ -618,9 +877,21 @@ def prune_curve(
 ) -> np.ndarray:
     """The loss as the heads in ``order`` are removed one by one.
 
+    Args:
+        model: the model.
+        batch: the data.
+        order: ``(layer, head)`` pairs in the order they are removed.
+        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`segment_losses`).
+
     Shape:
         Returns ``(len(order) + 1,)``: entry ``k`` is the loss with the first ``k`` heads
         of ``order`` removed.
+
+    Returns:
+        The losses, a float NumPy array.
+
+    Raises:
+        ValueError: as :func:`ablation_loss`.
     """
     return np.array([ablation_loss(model, batch, order[:k], part) for k in range(len(order) + 1)])
 
@@ -628,10 +899,23 @@ def prune_curve(
 def importance_order(importance: np.ndarray) -> list[tuple[int, int]]:
     """Every ``(layer, head)``, least important first (ties broken by position).
 
+    Args:
+        importance: one score per head, e.g. from :func:`head_importance`.
+
     Shape:
         importance ``(num_layers, H)``.
+
+    Returns:
+        The ``(layer, head)`` pairs in ascending order of importance.
+
+    Raises:
+        ValueError: if ``importance`` is not 2-D.
     """
     imp = np.asarray(importance)
+    if imp.ndim != 2:
+        raise ValueError(
+            f"importance must have shape (num_layers, H); got {imp.ndim}-D shape {imp.shape}"
+        )
     flat = np.argsort(imp, axis=None, kind="stable")
     return [(int(i) // imp.shape[1], int(i) % imp.shape[1]) for i in flat]
 
@@ -643,6 +927,17 @@ def greedy_prune_order(
 
     The expensive reference the importance score approximates: it evaluates every
     remaining head at every step, ``N (N + 1) / 2`` forward passes for ``N`` heads.
+
+    Args:
+        model: the model.
+        batch: the data.
+        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`segment_losses`).
+
+    Returns:
+        Every ``(layer, head)``, in the order removed.
+
+    Raises:
+        ValueError: as :func:`ablation_loss`.
     """
     remaining = [(i, h) for i in range(model.num_layers) for h in range(model.num_heads)]
     order: list[tuple[int, int]] = []
@@ -651,3 +946,124 @@ def greedy_prune_order(
         order.append(best)
         remaining.remove(best)
     return order
+
+
+def copying_scores(model: AttentionOnlyTransformer) -> np.ndarray:
+    """The copying score of every head's OV circuit ``W_E W^V_h W^O_h W_U``.
+
+    :func:`mha.detectors.copying_score` of each head, with the model's token embedding
+    ``W_E`` and unembedding ``W_U`` (the positional embedding is left out): close to 1 for
+    a head whose output raises the logit of the token it attends to, as an induction head's
+    must (Olsson et al. 2022), near 0 for a random head. Computed in float64.
+
+    Args:
+        model: the trained (or initial) model.
+
+    Returns:
+        One score per head, in ``[-1, 1]``.
+
+    Shape:
+        Returns ``(num_layers, H)``.
+    """
+    w_e = model.embed.detach().double().numpy()  # (V, D)
+    w_u = model.unembed.detach().double().numpy()  # (D, V)
+    out = []
+    for layer in model.layers:
+        p = layer.params().to_numpy(np.float64)
+        blocks = [p.head(h) for h in range(p.num_heads)]
+        w_v = np.stack([b["w_v"] for b in blocks])  # (H, D, Dh)
+        w_o = np.stack([b["w_o"] for b in blocks])  # (H, Dh, D)
+        out.append(detectors.copying_score(w_e, w_v, w_o, w_u))
+    return np.stack(out)  # (num_layers, H)
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: AttentionOnlyTransformer, prompt: torch.Tensor, steps: int, *, use_cache: bool = True
+) -> torch.Tensor:
+    """Extend ``prompt`` by ``steps`` tokens, each the most likely next token.
+
+    With ``use_cache`` the prompt is run once (prefill) and each step runs only the new
+    token, attending to the cached keys and values; without, every step runs the whole
+    sequence again. Both give the same tokens, up to ties broken by rounding.
+
+    Args:
+        model: the model.
+        prompt: the first tokens of each sequence.
+        steps: how many tokens to add.
+        use_cache: whether to decode with key/value caches.
+
+    Shape:
+        prompt ``(B, L)``; returns ``(B, L + steps)``.
+
+    Returns:
+        The prompt followed by the generated tokens.
+
+    Raises:
+        ValueError: if ``steps`` is negative or the sequence would pass ``max_len``.
+        TypeError: as :meth:`AttentionOnlyTransformer.forward`.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be an int >= 0; got steps={steps!r}")
+    tokens = prompt
+    if steps == 0:
+        return tokens
+    if tokens.shape[1] + steps > model.max_len:
+        raise ValueError(
+            f"prompt length + steps must stay within max_len={model.max_len}; got "
+            f"{tokens.shape[1]} + {steps}"
+        )
+    caches = model.new_caches(tokens.shape[0]) if use_cache else None
+    new = tokens
+    for _ in range(steps):
+        logits, _ = model(new if use_cache else tokens, caches=caches)
+        nxt = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+        tokens = torch.cat([tokens, nxt], dim=1)
+        new = nxt
+    return tokens
+
+
+def with_kv_heads(
+    model: AttentionOnlyTransformer, num_kv_heads: int, *, init: str = "mean", seed: int = 0
+) -> AttentionOnlyTransformer:
+    """A copy of ``model`` whose layers have ``num_kv_heads`` key/value heads.
+
+    ``init="mean"`` mean-pools the key and value projections of each group
+    (:func:`mha.params.mean_pool_kv_heads`), the conversion of Ainslie et al. (2023);
+    ``"random"`` draws them afresh (as :func:`mha.params.init_params` would, from ``seed``),
+    the control their ablation compares with. Query and output projections, embeddings and
+    unembedding are copied.
+
+    Args:
+        model: the model to convert.
+        num_kv_heads: the new H_kv; must divide the model's H_kv.
+        init: ``"mean"`` or ``"random"``.
+        seed: seed of the random key/value projections (``init="random"``).
+
+    Returns:
+        A new :class:`AttentionOnlyTransformer` (the original is left alone).
+
+    Raises:
+        ValueError: if ``num_kv_heads`` does not divide the model's key/value heads, or
+            ``init`` is unknown.
+        TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`.
+    """
+    if not isinstance(model, AttentionOnlyTransformer):
+        raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
+    if init not in ("mean", "random"):
+        raise ValueError(f"init must be 'mean' or 'random'; got init={init!r}")
+    converted = []
+    for i, layer in enumerate(model.layers):
+        p = mean_pool_kv_heads(layer.params().map(torch.Tensor.detach), num_kv_heads)
+        if init == "random":
+            fresh = init_params(
+                p.d_model, p.num_heads, num_kv_heads=num_kv_heads, seed=_layer_seed(seed, i)
+            ).to_torch(p.dtype)
+            w_qkv, b_qkv = p.w_qkv.clone(), p.b_qkv.clone()
+            kv = slice(p.d_model, None)  # the key and value columns
+            w_qkv[:, kv], b_qkv[kv] = fresh.w_qkv[:, kv], fresh.b_qkv[kv]
+            p = replace(p, w_qkv=w_qkv, b_qkv=b_qkv)
+        converted.append(p)
+    new = copy.deepcopy(model)
+    new.layers = nn.ModuleList(MultiHeadAttention.from_params(p) for p in converted)
+    return new

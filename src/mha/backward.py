@@ -1,0 +1,769 @@
+"""The backward pass of multi-head attention, by hand, in NumPy.
+
+Each function is the gradient of the forward function of the same name: given the gradient
+of a loss with respect to a forward function's output (``d_out``), it returns the gradients
+with respect to that function's inputs. For scaled dot-product attention
+``O = A V``, ``A = softmax(Z)``, ``Z = Q K^T / sqrt(Dh)`` (``Z`` the scores; ``S`` is the
+key/value length, as everywhere in the book):
+
+    ``dV = A^T dO``,  ``dA = dO V^T``,  ``dZ = A * (dA - rowsum(dA * A))``,
+    ``dQ = dZ K / sqrt(Dh)``,  ``dK = dZ^T Q / sqrt(Dh)``.
+
+:func:`softmax` and :func:`scaled_dot_product_attention` differentiate the functions of
+:mod:`mha.np_backend` from the stored weights ``A``; :func:`tiled_attention` differentiates
+:func:`mha.tiled.attention` from its log-sum-exp instead, recomputing ``A`` one tile at a
+time (``rowsum(dA * A)`` equals ``rowsum(dO * O)``, which needs no ``A``).
+:func:`multi_head_attention` differentiates the whole layer of
+:func:`mha.np_backend.multi_head_attention` (projections and biases, head split and merge,
+output projection, masks) from what :func:`multi_head_attention_forward` saved, and
+:func:`compare_with_autograd` checks it against PyTorch autograd within
+:func:`gradient_tolerance`.
+
+Masked entries have zero weight and so zero gradient; a fully masked query row has zero
+output and passes no gradient to the queries, keys or values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mha import _np_checks as c
+from mha import _validate, np_backend, tiled
+from mha._tiles import tile_mask
+from mha.params import MHAParams
+from mha.tolerance import gamma
+
+BACKWARD_FORMS = ("fused", "tiled")
+
+
+def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``grad`` over the leading axes along which an input of ``shape`` was broadcast."""
+    extra = grad.ndim - len(shape)
+    if extra:
+        grad = grad.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=axes, keepdims=True) if axes else grad
+
+
+def _softmax_backward(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
+    """``A * (dA - rowsum(dA * A))``, written over ``d_weights`` (returned)."""
+    row = np.einsum("...j,...j->...", d_weights, weights)[..., None]  # (..., L, 1)
+    d_weights -= row
+    d_weights *= weights
+    return d_weights
+
+
+def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
+    """Gradient of :func:`mha.np_backend.softmax` with respect to its scores.
+
+    With ``A = softmax(Z)`` row by row, ``dA_ij / dZ_ik = A_ij (delta_jk - A_ik)``, so
+    ``dZ = A * (dA - rowsum(dA * A))``. A masked entry (weight 0) gets gradient 0.
+
+    Args:
+        weights: the softmax output ``A``.
+        d_weights: the gradient of the loss with respect to ``A``.
+
+    Returns:
+        The gradient with respect to the scores.
+
+    Shape:
+        weights and d_weights ``(..., S)``; returns ``(..., S)``.
+
+    Returns:
+        ``dZ``, the gradient with respect to the scores.
+
+    Raises:
+        ValueError: if the shapes differ or an input is not finite.
+        TypeError: if an input is not a float array, or the dtypes differ.
+    """
+    c.check_array("weights", weights)
+    c.check_array("d_weights", d_weights)
+    _validate.check_same_dtype({"weights": weights, "d_weights": d_weights})
+    c.check_shape("d_weights", d_weights, weights.shape, "weights.shape")
+    return _softmax_backward(weights, d_weights.copy())
+
+
+def _sdpa_backward(q, k, v_, weights, d_out):
+    scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
+    d_value = np.matmul(weights.swapaxes(-1, -2), d_out)  # (..., S, L) @ (..., L, Dv)
+    d_weights = np.matmul(d_out, v_.swapaxes(-1, -2))  # (..., L, Dv) @ (..., Dv, S)
+    d_scores = _softmax_backward(weights, d_weights)  # (..., L, S)
+    d_scores *= scale
+    d_query = np.matmul(d_scores, k)  # (..., L, S) @ (..., S, Dh) -> (..., L, Dh)
+    d_key = np.matmul(d_scores.swapaxes(-1, -2), q)  # (..., S, L) @ (..., L, Dh)
+    return (
+        _unbroadcast(d_query, q.shape),
+        _unbroadcast(d_key, k.shape),
+        _unbroadcast(d_value, v_.shape),
+    )
+
+
+def _check_sdpa_grads(query, key, value, d_out, extra: dict) -> tuple[tuple, int, int]:
+    named = {"query": query, "key": key, "value": value, "d_out": d_out} | extra
+    for name, x in _validate.distinct(*named.items()):
+        c.check_array(name, x, check_finite=name != "lse")
+    _validate.check_same_dtype(named)
+    L, S, _, Dv = _validate.check_qkv(query, key, value)
+    batch = _validate.broadcast_batch(query, key, value)
+    c.check_shape("d_out", d_out, (*batch, L, Dv), "(..., L, Dv)")
+    return batch, L, S
+
+
+def scaled_dot_product_attention(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    weights: np.ndarray,
+    d_out: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients of :func:`mha.np_backend.scaled_dot_product_attention` from its weights.
+
+    ``dV = A^T dO``, ``dA = dO V^T``, ``dZ = A * (dA - rowsum(dA * A))``,
+    ``dQ = dZ K / sqrt(Dh)``, ``dK = dZ^T Q / sqrt(Dh)``. The mask acts through ``A``
+    (zero where masked), so it is not an argument. Leading (batch) dimensions that were
+    broadcast are summed over.
+
+    Args:
+        query: the forward's queries.
+        key: its keys.
+        value: its values.
+        weights: the forward's attention weights ``A`` (as it returned them).
+        d_out: the gradient of the loss with respect to the output.
+
+    Returns:
+        ``(d_query, d_key, d_value)``.
+
+    Shape:
+        query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``, weights
+        ``(..., L, S)``, d_out ``(..., L, Dv)``. Returns ``d_query``, ``d_key``, ``d_value``
+        of the shapes of query, key and value.
+
+    Returns:
+        ``(d_query, d_key, d_value)``.
+
+    Raises:
+        ValueError: on mismatched shapes or non-finite inputs.
+        TypeError: on non-float or mixed dtypes.
+    """
+    batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
+    c.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
+    return _sdpa_backward(query, key, value, weights, d_out)
+
+
+def _tiled_backward(q, k, v_, out, lse, d_out, mask, causal, block_q, block_kv):
+    batch, L, S = out.shape[:-2], q.shape[-2], k.shape[-2]
+    scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
+    if mask is not None:
+        mask = np.broadcast_to(mask, (*batch, L, S))  # a view: no copy
+    maskable = mask is not None or causal
+    delta = np.einsum("...ld,...ld->...l", d_out, out)[..., None]  # rowsum(dO * O) (..., L, 1)
+    # exp(s - lse) with lse = +inf is 0: fully masked rows recompute zero weights.
+    lse = np.where(np.isneginf(lse), np.inf, lse)[..., None]  # (..., L, 1)
+    d_query = np.zeros((*batch, L, q.shape[-1]), dtype=q.dtype)  # (..., L, Dh)
+    d_key = np.zeros((*batch, S, k.shape[-1]), dtype=q.dtype)  # (..., S, Dh)
+    d_value = np.zeros((*batch, S, v_.shape[-1]), dtype=q.dtype)  # (..., S, Dv)
+    for j0 in range(0, S, block_kv):
+        cols = slice(j0, min(j0 + block_kv, S))
+        k_j, v_j = k[..., cols, :], v_[..., cols, :]  # (..., Bc, Dh), (..., Bc, Dv)
+        dk_j, dv_j = d_key[..., cols, :], d_value[..., cols, :]  # views, accumulated in place
+        for i0 in range(0, L, block_q):
+            rows = slice(i0, min(i0 + block_q, L))
+            keep = tile_mask(mask, causal, rows, cols) if maskable else None
+            if keep is False:
+                continue
+            q_i, do_i = q[..., rows, :], d_out[..., rows, :]  # (..., Br, Dh), (..., Br, Dv)
+            s = np.matmul(q_i * scale, k_j.swapaxes(-1, -2))  # (..., Br, Bc)
+            if keep is not None:
+                np.copyto(s, -np.inf, where=~keep)
+            s -= lse[..., rows, :]
+            p = np.exp(s, out=s)  # the weights of this tile, recomputed
+            dv_j += np.matmul(p.swapaxes(-1, -2), do_i)  # (..., Bc, Br) @ (..., Br, Dv)
+            dp = np.matmul(do_i, v_j.swapaxes(-1, -2))  # (..., Br, Dv) @ (..., Dv, Bc)
+            dp -= delta[..., rows, :]
+            dp *= p
+            dp *= scale  # dZ / sqrt(Dh)
+            d_query[..., rows, :] += np.matmul(dp, k_j)  # (..., Br, Bc) @ (..., Bc, Dh)
+            dk_j += np.matmul(dp.swapaxes(-1, -2), q_i)  # (..., Bc, Br) @ (..., Br, Dh)
+    return (
+        _unbroadcast(d_query, q.shape),
+        _unbroadcast(d_key, k.shape),
+        _unbroadcast(d_value, v_.shape),
+    )
+
+
+def tiled_attention(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    out: np.ndarray,
+    lse: np.ndarray,
+    d_out: np.ndarray,
+    mask: np.ndarray | None = None,
+    *,
+    causal: bool = False,
+    block_q: int = tiled.DEFAULT_BLOCK_Q,
+    block_kv: int = tiled.DEFAULT_BLOCK_KV,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients of :func:`mha.tiled.attention` from its output and log-sum-exp, tile by tile.
+
+    No ``(L, S)`` array is formed. For each block ``K^(j)``, ``V^(j)`` of keys and values
+    (outer loop) and each block ``Q^(i)`` of queries (inner loop) the tile ``P`` of the
+    weights ``A`` is recomputed as ``P = exp(Q^(i) K^(j)^T / sqrt(Dh) - lse^(i))``; then
+    ``dV^(j) += P^T dO^(i)``, ``dP = dO^(i) V^(j)^T``, ``dZ = P * (dP - delta^(i))`` with
+    ``delta = rowsum(dO * O)`` (equal to ``rowsum(dA * A)``),
+    ``dQ^(i) += dZ K^(j) / sqrt(Dh)`` and ``dK^(j) += dZ^T Q^(i) / sqrt(Dh)``.
+
+    Args:
+        query: the forward's queries.
+        key: its keys.
+        value: its values.
+        out: the forward's output.
+        lse: the forward's log-sum-exp (``-inf`` in fully masked rows).
+        d_out: the gradient of the loss with respect to the output.
+        mask: the forward's mask (boolean, True = may attend).
+        causal: the forward's ``causal``.
+        block_q: query rows per tile (need not be the forward's).
+        block_kv: key/value rows per tile.
+
+    Returns:
+        ``(d_query, d_key, d_value)``, computed tile by tile from ``lse``.
+
+    Shape:
+        query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``, out and d_out
+        ``(..., L, Dv)``, lse ``(..., L)``. Returns ``d_query``, ``d_key``, ``d_value`` of the
+        shapes of query, key and value.
+
+    Returns:
+        ``(d_query, d_key, d_value)``.
+
+    Raises:
+        ValueError: on mismatched shapes, non-finite inputs (``lse`` may be ``-inf``), a mask
+            that does not broadcast or a block size below 1.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask or a non-int block size.
+    """
+    batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"out": out, "lse": lse})
+    c.check_shape("out", out, d_out.shape, "(..., L, Dv)")
+    c.check_shape("lse", lse, (*batch, L), "(..., L)")
+    if np.isnan(lse).any() or np.isposinf(lse).any():
+        raise ValueError("lse must be finite or -inf; got NaN or +inf values")
+    if mask is not None:
+        c.check_mask(mask, (*batch, L, S))
+    _validate.check_block_size("block_q", block_q)
+    _validate.check_block_size("block_kv", block_kv)
+    return _tiled_backward(query, key, value, out, lse, d_out, mask, causal, block_q, block_kv)
+
+
+def split_heads(d_heads: np.ndarray) -> np.ndarray:
+    """Gradient of :func:`mha.np_backend.split_heads`: a permutation, so its inverse.
+
+    Args:
+        d_heads: the gradient with respect to the per-head tensor.
+
+    Shape:
+        ``(B, H, L, Dh)`` -> ``(B, L, D)``.
+
+    Returns:
+        The gradient with respect to the tensor before the split.
+    """
+    return np_backend.merge_heads(d_heads)
+
+
+def merge_heads(d_x: np.ndarray, num_heads: int) -> np.ndarray:
+    """Gradient of :func:`mha.np_backend.merge_heads`: a permutation, so its inverse.
+
+    Args:
+        d_x: the gradient with respect to the merged tensor.
+        num_heads: H.
+
+    Shape:
+        ``(B, L, D)`` -> ``(B, H, L, Dh)``.
+
+    Returns:
+        The gradient with respect to the per-head tensor.
+    """
+    return np_backend.split_heads(d_x, num_heads)
+
+
+def linear(
+    x: np.ndarray, weight: np.ndarray, d_y: np.ndarray, *, bias: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Gradients of ``y = x @ weight (+ bias)``: ``dx = dy W^T``, ``dW = x^T dy``, ``db = sum dy``.
+
+    The sums for ``dW`` and ``db`` run over every leading (batch and position) axis.
+
+    Args:
+        x: the input.
+        weight: the weight.
+        d_y: the gradient of the loss with respect to ``y``.
+        bias: whether the forward added a bias (``d_bias`` is ``None`` otherwise).
+
+    Returns:
+        ``(d_x, d_weight, d_bias)``; ``d_bias`` is ``None`` without a bias.
+
+    Shape:
+        x ``(..., D_in)``, weight ``(D_in, D_out)``, d_y ``(..., D_out)``. Returns d_x
+        ``(..., D_in)``, d_weight ``(D_in, D_out)`` and d_bias ``(D_out,)``.
+
+    Returns:
+        ``(d_x, d_weight, d_bias)``.
+
+    Raises:
+        ValueError: on mismatched shapes or non-finite inputs.
+        TypeError: on non-float or mixed dtypes.
+    """
+    for name, a in (("x", x), ("weight", weight), ("d_y", d_y)):
+        c.check_array(name, a)
+    _validate.check_same_dtype({"x": x, "weight": weight, "d_y": d_y})
+    _validate.check_rank("weight", weight, 2, "(D_in, D_out)")
+    c.check_shape("d_y", d_y, (*x.shape[:-1], weight.shape[1]), "(..., D_out)")
+    return _linear_backward(x, weight, d_y, bias)
+
+
+def _linear_backward(x, weight, d_y, bias):
+    x2, dy2 = x.reshape(-1, x.shape[-1]), d_y.reshape(-1, d_y.shape[-1])  # (N, D_in), (N, D_out)
+    d_weight = x2.T @ dy2  # (D_in, N) @ (N, D_out)
+    d_bias = dy2.sum(axis=0) if bias else None  # (D_out,)
+    return d_y @ weight.T, d_weight, d_bias  # (..., D_out) @ (D_out, D_in)
+
+
+def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    y = x @ w
+    if b is not None:
+        y += b
+    return y
+
+
+def _check_layer(query, key, value, params, mask) -> None:
+    """The argument checks of :func:`mha.np_backend.multi_head_attention`."""
+    if not isinstance(params, MHAParams):
+        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
+    for name, x in _validate.distinct(("query", query), ("key", key), ("value", value)):
+        c.check_array(name, x)
+    B, L, S = _validate.check_mha_inputs(query, key, value, params.d_model)
+    named = {"query": query, "key": key, "value": value}
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        x = getattr(params, name)
+        if x is not None:
+            c.check_array(f"params.{name}", x)
+            named[f"params.{name}"] = x
+    _validate.check_same_dtype(named)
+    if mask is not None:
+        c.check_mask(mask, (B, params.num_heads, L, S), "(B, H, L, S)")
+
+
+@dataclass(frozen=True)
+class MHASaved:
+    """What :func:`multi_head_attention_forward` keeps for the backward pass.
+
+    Attributes:
+        query: the layer's query input ``(B, L, D)``.
+        key: its key input ``(B, S, D)``.
+        value: its value input ``(B, S, D)``.
+        params: its parameters.
+        mask: its mask, or ``None``.
+        form: ``"fused"`` (weights stored) or ``"tiled"`` (log-sum-exp stored).
+        q: per-head queries ``(B, H, L, Dh)``.
+        k: per-head keys ``(B, H, S, Dh)``.
+        v: per-head values ``(B, H, S, Dh)``.
+        heads: per-head attention outputs ``(B, H, L, Dh)``.
+        weights: the attention weights ``(B, H, L, S)`` (fused form), else ``None``.
+        lse: the log-sum-exp ``(B, H, L)`` (tiled form), else ``None``.
+        block_q: query rows per tile of the tiled form.
+        block_kv: key/value rows per tile of the tiled form.
+    """
+
+    query: np.ndarray
+    key: np.ndarray
+    value: np.ndarray
+    params: MHAParams
+    mask: np.ndarray | None
+    form: str
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    heads: np.ndarray
+    weights: np.ndarray | None
+    lse: np.ndarray | None
+    block_q: int
+    block_kv: int
+
+
+@dataclass(frozen=True)
+class MHAGradients:
+    """Gradients of a loss with respect to the inputs and parameters of one MHA layer.
+
+    For self-attention (one array passed as query, key and value) the gradient with respect
+    to that array is ``d_query + d_key + d_value``.
+
+    Attributes:
+        d_query: ``(B, L, D)``.
+        d_key: ``(B, S, D)``.
+        d_value: ``(B, S, D)``.
+        d_params: gradients of ``w_qkv``, ``w_o``, ``b_qkv``, ``b_o`` as ``MHAParams``
+            (``None`` biases where the layer has none).
+    """
+
+    d_query: np.ndarray
+    d_key: np.ndarray
+    d_value: np.ndarray
+    d_params: MHAParams
+
+
+def multi_head_attention_forward(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: MHAParams,
+    mask: np.ndarray | None = None,
+    *,
+    form: str = "fused",
+    block_q: int = tiled.DEFAULT_BLOCK_Q,
+    block_kv: int = tiled.DEFAULT_BLOCK_KV,
+) -> tuple[np.ndarray, MHASaved]:
+    """The forward of :func:`mha.np_backend.multi_head_attention`, keeping what backward needs.
+
+    The ``"fused"`` form stores the ``(B, H, L, S)`` weights; the ``"tiled"`` form runs
+    :func:`mha.tiled.attention` and stores only the ``(B, H, L)`` log-sum-exp. Both store the
+    per-head queries, keys, values and outputs, ``O(B L D)`` numbers.
+
+    Args:
+        query: queries.
+        key: keys.
+        value: values.
+        params: the layer's parameters, NumPy arrays of the inputs' dtype.
+        mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+        form: ``"fused"`` or ``"tiled"``.
+        block_q: query rows per tile (tiled form).
+        block_kv: key/value rows per tile (tiled form).
+
+    Shape:
+        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``.
+
+    Returns:
+        The output and an :class:`MHASaved` for :func:`multi_head_attention`.
+
+    Raises:
+        ValueError: the errors of :func:`mha.np_backend.multi_head_attention`, or a ``form``
+            other than ``"fused"`` and ``"tiled"``.
+        TypeError: the errors of :func:`mha.np_backend.multi_head_attention`.
+    """
+    if form not in BACKWARD_FORMS:
+        raise ValueError(f"form must be one of {BACKWARD_FORMS}; got form={form!r}")
+    _check_layer(query, key, value, params, mask)
+    _validate.check_block_size("block_q", block_q)
+    _validate.check_block_size("block_kv", block_kv)
+    H = params.num_heads
+    q = np_backend.split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
+    k = np_backend.split_heads(_linear(key, params.w_k, params.b_k), H)  # (B, H, S, Dh)
+    val = np_backend.split_heads(_linear(value, params.w_v, params.b_v), H)  # (B, H, S, Dh)
+    weights = lse = None
+    if form == "fused":  # (B, H, L, Dh), (B, H, L, S)
+        heads, weights = np_backend.scaled_dot_product_attention(q, k, val, mask)
+    else:  # (B, H, L, Dh), (B, H, L)
+        heads, lse = tiled.attention(q, k, val, mask, block_q=block_q, block_kv=block_kv)
+    out = _linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
+    saved = MHASaved(
+        query, key, value, params, mask, form, q, k, val, heads, weights, lse, block_q, block_kv
+    )
+    return out, saved
+
+
+def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
+    """Gradients of :func:`mha.np_backend.multi_head_attention` from a saved forward.
+
+    In order: the output projection (:func:`linear`), the head merge
+    (:func:`merge_heads`), attention (:func:`scaled_dot_product_attention` from the stored
+    weights, or :func:`tiled_attention` from the log-sum-exp), the head split
+    (:func:`split_heads`) and the three input projections (:func:`linear`).
+
+    Args:
+        saved: what :func:`multi_head_attention_forward` returned with the output.
+        d_out: the gradient of the loss with respect to the output.
+
+    Shape:
+        d_out ``(B, L, D)``.
+
+    Returns:
+        :class:`MHAGradients`.
+
+    Raises:
+        ValueError: if ``d_out`` is not ``(B, L, D)`` or not finite.
+        TypeError: if ``saved`` is not an :class:`MHASaved`, or ``d_out`` is not a float
+            array of the layer's dtype.
+    """
+    if not isinstance(saved, MHASaved):
+        raise TypeError(f"saved must be MHASaved; got {type(saved).__name__}")
+    c.check_array("d_out", d_out)
+    _validate.check_same_dtype({"d_out": d_out, "saved.query": saved.query})
+    c.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
+    p, H = saved.params, saved.params.num_heads
+    bias_in, bias_out = p.b_qkv is not None, p.b_o is not None
+    concat = np_backend.merge_heads(saved.heads)  # (B, H, L, Dh) -> (B, L, D)
+    d_concat, d_w_o, d_b_o = _linear_backward(concat, p.w_o, d_out, bias_out)
+    d_heads = merge_heads(d_concat, H)  # (B, L, D) -> (B, H, L, Dh)
+    if saved.form == "fused":
+        dq, dk, dv = _sdpa_backward(saved.q, saved.k, saved.v, saved.weights, d_heads)
+    else:
+        dq, dk, dv = _tiled_backward(
+            saved.q, saved.k, saved.v, saved.heads, saved.lse, d_heads, saved.mask, False,
+            saved.block_q, saved.block_kv,
+        )  # fmt: skip
+    grads = [
+        _linear_backward(x, w, split_heads(d), bias_in)  # (B, N, D) each
+        for x, w, d in ((saved.query, p.w_q, dq), (saved.key, p.w_k, dk), (saved.value, p.w_v, dv))
+    ]
+    d_w_qkv = np.concatenate([g[1] for g in grads], axis=1)  # 3 x (D, D) -> (D, 3D)
+    d_b_qkv = np.concatenate([g[2] for g in grads]) if bias_in else None  # (3D,)
+    d_params = MHAParams(d_w_qkv, d_w_o, d_b_qkv, d_b_o, H)
+    return MHAGradients(grads[0][0], grads[1][0], grads[2][0], d_params)
+
+
+def _sdpa_magnitudes(q, k, v_, weights, d_out):
+    """The backward of attention on magnitudes (all inputs >= 0), and the largest score.
+
+    ``dZ`` becomes ``A * (dA + rowsum(dA * A))``: every term that the true ``dZ`` adds or
+    subtracts, counted with its absolute value.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    c_max = float(np.matmul(q, k.swapaxes(-1, -2)).max()) * scale
+    d_v = np.matmul(weights.swapaxes(-1, -2), d_out)
+    d_a = np.matmul(d_out, v_.swapaxes(-1, -2))
+    d_s = weights * (d_a + np.einsum("...j,...j->...", d_a, weights)[..., None]) * scale
+    return np.matmul(d_s, k), np.matmul(d_s.swapaxes(-1, -2), q), d_v, c_max
+
+
+def attention_gradient_tolerance(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    weights: np.ndarray,
+    d_out: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How far two routes to the gradients of :func:`scaled_dot_product_attention` may differ.
+
+    The bound of :func:`gradient_tolerance` for attention alone: the backward run in float64
+    on magnitudes (absolute values, and ``A * (dA + rowsum(dA * A))`` for the softmax), times
+    ``2 (8 + 4c + 4) gamma_n``: at most 8 rounded stages, and the weights' own relative error
+    ``(4c + 4) gamma_n`` from the forward, ``c`` the largest score magnitude and ``n`` the
+    longest sum.
+
+    Args:
+        query: the forward's queries.
+        key: its keys.
+        value: its values.
+        weights: its attention weights.
+        d_out: the gradient of the loss with respect to the output.
+
+    Returns:
+        ``(query_tolerance, key_tolerance, value_tolerance)``, absolute bounds entry by
+        entry on the gradients of two routes.
+
+    Shape:
+        As in :func:`scaled_dot_product_attention`. Returns tolerances of the shapes of
+        query, key and value.
+
+    Returns:
+        Float64 tolerances ``(for d_query, for d_key, for d_value)``, entry by entry.
+
+    Raises:
+        The errors of :func:`scaled_dot_product_attention`.
+    """
+    batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
+    c.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
+    q, k, v_, a, d_o = (np.abs(x).astype(np.float64) for x in (query, key, value, weights, d_out))
+    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, v_, a, d_o)
+    n = max(L, S, query.shape[-1], value.shape[-1])
+    factor = 2 * (8 + 4 * c_max + 4) * gamma(query.dtype, n)
+    return (
+        factor * _unbroadcast(d_q, query.shape),
+        factor * _unbroadcast(d_k, key.shape),
+        factor * _unbroadcast(d_v, value.shape),
+    )
+
+
+def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
+    """How far two routes to the gradients of :func:`multi_head_attention` may differ.
+
+    A first-order rounding bound, entry by entry, for any two summation orders (this module
+    against autograd, the fused against the tiled backward, another BLAS). The backward
+    pass is run once more in float64 on magnitudes: every input, weight and bias replaced by
+    its absolute value and ``dZ = A * (dA - rowsum(dA * A))`` by ``A * (dA + rowsum(dA * A))``,
+    so that each result bounds the sum of the absolute values of everything added into the
+    gradient. Each of the at most 10 rounded stages of the chain errs by ``gamma_n`` relative
+    to those magnitudes (``n`` the longest sum, :func:`mha.tolerance.gamma`), and the
+    forward's weights ``A`` by a relative ``(4c + 4) gamma_n`` with ``c`` the largest score
+    magnitude (as in :func:`mha.tiled.attention_tolerance`). The tolerance is twice
+    ``(10 + 4c + 4) gamma_n`` times the magnitude.
+
+    It forms the ``(B, H, L, S)`` weights (recomputed for the tiled form), so it is meant for
+    tests and examples, not for long sequences.
+
+    Args:
+        saved: what :func:`multi_head_attention_forward` returned.
+        d_out: the gradient of the loss with respect to the output.
+
+    Shape:
+        d_out ``(B, L, D)``.
+
+    Returns:
+        :class:`MHAGradients` of float64 tolerances, each of its gradient's shape.
+
+    Raises:
+        The errors of :func:`multi_head_attention`.
+    """
+    if not isinstance(saved, MHASaved):
+        raise TypeError(f"saved must be MHASaved; got {type(saved).__name__}")
+    c.check_array("d_out", d_out)
+    c.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
+    p = saved.params.map(lambda a: np.abs(a).astype(np.float64))
+    H = p.num_heads
+    weights = saved.weights
+    if weights is None:
+        weights = np_backend.scaled_dot_product_attention(saved.q, saved.k, saved.v, saved.mask)[1]
+    A = weights.astype(np.float64)  # (B, H, L, S)
+    inputs = [np.abs(x).astype(np.float64) for x in (saved.query, saved.key, saved.value)]
+    biases = (p.b_q, p.b_k, p.b_v)
+    q, k, val = (
+        np_backend.split_heads(_linear(x, w, b), H)  # (B, H, L|S, Dh)
+        for x, w, b in zip(inputs, (p.w_q, p.w_k, p.w_v), biases, strict=True)
+    )
+    d_out_abs = np.abs(d_out).astype(np.float64)
+    concat = np_backend.merge_heads(A @ val)  # (B, L, D)
+    d_concat, d_w_o, d_b_o = _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None)
+    d_heads = merge_heads(d_concat, H)  # (B, H, L, Dh)
+    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, val, A, d_heads)
+    grads = [
+        _linear_backward(x, w, split_heads(d), p.b_qkv is not None)
+        for x, w, d in zip(inputs, (p.w_q, p.w_k, p.w_v), (d_q, d_k, d_v), strict=True)
+    ]
+    B, L, D = saved.query.shape
+    S = saved.key.shape[1]
+    factor = 2 * (10 + 4 * c_max + 4) * gamma(saved.query.dtype, max(B * L, B * S, L, S, D))
+    d_params = MHAParams(
+        factor * np.concatenate([g[1] for g in grads], axis=1),
+        factor * d_w_o,
+        None if p.b_qkv is None else factor * np.concatenate([g[2] for g in grads]),
+        None if p.b_o is None else factor * d_b_o,
+        H,
+    )
+    return MHAGradients(*(factor * g[0] for g in grads), d_params)
+
+
+@dataclass(frozen=True)
+class GradientCheck:
+    """One gradient by hand against autograd's (see :func:`compare_with_autograd`).
+
+    Attributes:
+        difference: the largest ``|by hand - autograd|`` over the entries.
+        largest: the largest ``|autograd|`` entry (the gradient's size).
+        used: the largest ``|by hand - autograd| / tolerance`` over the entries, the share of
+            :func:`gradient_tolerance` used (at most 1 when the check passes).
+    """
+
+    difference: float
+    largest: float
+    used: float
+
+    @property
+    def relative(self) -> float:
+        """``difference / largest``."""
+        return self.difference / self.largest if self.largest else self.difference
+
+    @property
+    def within(self) -> bool:
+        """Whether every entry is within its tolerance."""
+        return self.used <= 1.0
+
+
+def _check_against(ours: np.ndarray, theirs: np.ndarray, tol: np.ndarray) -> GradientCheck:
+    diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
+    tol = np.asarray(tol, dtype=np.float64)
+    used = np.where(tol > 0, diff / np.where(tol > 0, tol, 1.0), np.where(diff > 0, np.inf, 0.0))
+    return GradientCheck(float(diff.max()), float(np.abs(theirs).max()), float(used.max()))
+
+
+def compare_with_autograd(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    params: MHAParams,
+    d_out: np.ndarray,
+    mask: np.ndarray | None = None,
+    *,
+    form: str = "fused",
+    block_q: int = tiled.DEFAULT_BLOCK_Q,
+    block_kv: int = tiled.DEFAULT_BLOCK_KV,
+) -> dict[str, GradientCheck]:
+    """Every gradient of :func:`multi_head_attention` against PyTorch autograd, in one dtype.
+
+    The gradients by hand come from :func:`multi_head_attention_forward` (with ``form``)
+    and :func:`multi_head_attention`; autograd's from the same layer in
+    :func:`mha.torch_backend.multi_head_attention` on copies of the inputs and parameters in
+    the same dtype. Each is compared entry by entry with :func:`gradient_tolerance`. When
+    one array is passed as query, key and value (self-attention, ``query is key is value``)
+    autograd sees one input and returns one gradient, the sum of the three by hand.
+
+    Args:
+        query: queries.
+        key: keys.
+        value: values.
+        params: the layer's parameters (NumPy, the inputs' dtype).
+        d_out: the gradient of the loss with respect to the output.
+        mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+        form: ``"fused"`` (weights stored) or ``"tiled"`` (recomputed from the log-sum-exp).
+        block_q: query rows per tile (tiled form).
+        block_kv: key/value rows per tile (tiled form).
+
+    Shape:
+        query ``(B, L, D)``, key and value ``(B, S, D)``, d_out ``(B, L, D)``.
+
+    Returns:
+        ``{name: GradientCheck}`` for ``"d query"``, ``"d key"``, ``"d value"`` (or one
+        ``"d inputs"`` for self-attention), ``"d w_qkv"``, ``"d w_o"`` and, when the layer has
+        biases, ``"d b_qkv"`` and ``"d b_o"``.
+
+    Raises:
+        The errors of :func:`multi_head_attention_forward` and :func:`multi_head_attention`.
+    """
+    import torch
+
+    from mha import torch_backend
+
+    out, saved = multi_head_attention_forward(
+        query, key, value, params, mask, form=form, block_q=block_q, block_kv=block_kv
+    )
+    ours = multi_head_attention(saved, d_out)
+    tol = gradient_tolerance(saved, d_out)
+    p_t = params.to_torch().map(lambda t: t.requires_grad_())
+    leaves = {id(x): torch.from_numpy(x.copy()).requires_grad_() for x in (query, key, value)}
+    y_t, _ = torch_backend.multi_head_attention(
+        leaves[id(query)], leaves[id(key)], leaves[id(value)], p_t,
+        None if mask is None else torch.from_numpy(np.asarray(mask)),
+    )  # fmt: skip
+    y_t.backward(torch.from_numpy(d_out))
+    checks = {}
+    if query is key is value:
+        checks["d inputs"] = _check_against(
+            ours.d_query + ours.d_key + ours.d_value,
+            leaves[id(query)].grad.numpy(),
+            tol.d_query + tol.d_key + tol.d_value,
+        )
+    else:
+        sums: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # an array passed twice
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            g, t = getattr(ours, f"d_{name}"), getattr(tol, f"d_{name}")
+            g0, t0 = sums.get(id(x), (0, 0))
+            sums[id(x)] = (g0 + g, t0 + t)
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if id(x) in sums:
+                g, t = sums.pop(id(x))
+                checks[f"d {name}"] = _check_against(g, leaves[id(x)].grad.numpy(), t)
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        g = getattr(ours.d_params, name)
+        if g is not None:
+            ref = getattr(p_t, name).grad.numpy()
+            checks[f"d {name}"] = _check_against(g, ref, getattr(tol.d_params, name))
+    return checks

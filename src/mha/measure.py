@@ -1,0 +1,923 @@
+"""Measuring one multi-head attention forward: FLOPs, operators, memory and time.
+
+These tools say what a real run did, to check the arithmetic of :mod:`mha.cost` against:
+:func:`count_flops` (``FlopCounterMode``, taught to count the CPU kernel of
+``scaled_dot_product_attention``), :func:`count_aten_ops` (how many PyTorch operators a
+forward dispatches), :func:`peak_rss_increase` and :func:`attention_peak_memory` (resident
+memory high-water marks, Linux only, the latter in a child process), and the timers:
+:func:`median_time` for one callable, :func:`interleaved_times` for several taking turns (so
+that a slow spell of a shared machine hits all of them) and :func:`time_forms` for the
+forms of one layer.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+from mha import _validate, torch_backend
+from mha.module import to_torch_mha
+from mha.params import MHAParams, init_params
+
+# --- FLOPs and operators ------------------------------------------------------------------
+
+
+def _cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def flop_counter() -> FlopCounterMode:
+    """A silent ``FlopCounterMode`` that also counts ``scaled_dot_product_attention`` on CPU.
+
+    ``FlopCounterMode`` knows the matrix products (``mm``, ``addmm``, ``bmm``, ...) and the
+    CUDA attention kernels, but not ``aten._scaled_dot_product_flash_attention_for_cpu``,
+    the CPU kernel of ``torch.nn.functional.scaled_dot_product_attention``: without help it
+    reports 0 FLOPs for it. This counter uses PyTorch's own SDPA formula for that kernel
+    (``2 B H L S Dh`` for the scores plus the same for the weighted sum).
+
+    Returns:
+        A ``FlopCounterMode`` to use as a context manager; it prints nothing.
+    """
+    sdpa_cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    return FlopCounterMode(display=False, custom_mapping={sdpa_cpu: _cpu_sdpa_flop})
+
+
+def count_flops(fn: Callable[[], Any]) -> dict[str, int]:
+    """Run ``fn()`` under :func:`flop_counter` and return the FLOPs of each operator.
+
+    Args:
+        fn: the work to count, called once with no arguments.
+
+    Returns:
+        ``{"aten.addmm": ..., "aten.bmm": ..., ...}``; its values sum to the total. Operators
+        ``FlopCounterMode`` has no formula for (softmax, additions) are absent.
+    """
+    with flop_counter() as counter:
+        fn()
+    return {str(op): int(n) for op, n in counter.get_flop_counts().get("Global", {}).items()}
+
+
+class _OpCounter(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_aten_ops(fn: Callable[[], Any]) -> collections.Counter[str]:
+    """How many times ``fn()`` dispatches each PyTorch operator (``aten.mm``, ``aten.bmm``, ...).
+
+    Every dispatched operator is one call into PyTorch's kernel machinery with its own
+    fixed overhead, whatever the size of its operands; views (``aten.view``,
+    ``aten.transpose``) count too, though they move no data.
+
+    ``fn`` runs under ``torch.no_grad()`` with inference mode switched off: inference mode
+    hides the operators that composite ones (``matmul``, ``softmax``) are made of, and
+    ``no_grad`` lets ``nn.MultiheadAttention`` take its inference fast path, as it does in
+    the timings.
+
+    Args:
+        fn: the work to count, called once with no arguments.
+
+    Returns:
+        A ``collections.Counter`` of operator names (``"aten.bmm"``, ...).
+    """
+    with torch.inference_mode(False), torch.no_grad(), _OpCounter() as counter:
+        fn()
+    return counter.counts
+
+
+MATMUL_OPS = ("aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm")
+
+# --- Memory ------------------------------------------------------------------------------
+
+
+_PROC_SELF = Path("/proc/self")
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def _status_bytes(key: str) -> int:
+    for line in (_PROC_SELF / "status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024  # kB -> bytes
+    raise RuntimeError(f"{_PROC_SELF / 'status'} has no {key} line")
+
+
+def peak_rss_increase(fn: Callable[[], Any], *, warmup: bool = True) -> int:
+    """Bytes by which ``fn()`` raises this process's resident memory at its peak (Linux).
+
+    The measurement reads the kernel's resident-set high-water mark ``VmHWM`` after
+    resetting it to the current resident size (``5`` written to ``/proc/self/clear_refs``),
+    so it sees every page ``fn`` touches, whoever allocated it (PyTorch, NumPy, BLAS). So
+    that freed memory really leaves the process, and is not silently reused from glibc's
+    heap, it first fixes glibc's mmap threshold at 64 KiB (``mallopt``): every larger block
+    is then mapped on allocation and unmapped on free. That setting stays for the rest of
+    the process and makes large allocations slower, so measure memory in a separate
+    process from timings (:func:`attention_peak_memory` does).
+
+    Args:
+        fn: the work to measure; its result is dropped before returning.
+        warmup: run ``fn()`` once first, so one-off allocations (thread pools, caches)
+            are not counted.
+
+    Returns:
+        Peak resident bytes above the level before the call (page granularity).
+
+    Raises:
+        RuntimeError: if ``/proc/self/clear_refs`` or glibc's ``mallopt`` is unavailable.
+    """
+    clear_refs = _PROC_SELF / "clear_refs"
+    if not clear_refs.exists():
+        raise RuntimeError(f"peak_rss_increase needs Linux: {clear_refs} does not exist")
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, 1 << 16)
+        libc.mallopt(_M_TRIM_THRESHOLD, 1 << 16)
+    except (OSError, AttributeError) as err:
+        raise RuntimeError(f"peak_rss_increase needs glibc's mallopt; got {err}") from err
+    if warmup:
+        fn()
+    libc.malloc_trim(0)
+    clear_refs.write_text("5")
+    before = _status_bytes("VmRSS")
+    fn()
+    return _status_bytes("VmHWM") - before
+
+
+MEMORY_PATHS = ("explicit", "explicit, autograd", "per_head", "sdpa", "nn.MultiheadAttention")
+
+
+def _memory_runner(path: str, params: MHAParams, x: torch.Tensor) -> Callable[[], Any]:
+    if path == "explicit":
+        return lambda: torch_backend.multi_head_attention(x, x, x, params, form="packed")
+    if path == "explicit, autograd":
+        # Parameters that require grad, outside inference mode: autograd records the forward
+        # and keeps the softmax's output for the backward pass. Copies made outside inference
+        # mode are normal tensors, which autograd can record (inference tensors it cannot).
+        with torch.inference_mode(False):
+            p_grad = params.map(lambda t: t.clone().requires_grad_())
+            x_plain = x.clone()
+
+        def recorded() -> Any:
+            with torch.inference_mode(False):
+                return torch_backend.multi_head_attention(
+                    x_plain, x_plain, x_plain, p_grad, form="packed"
+                )
+
+        return recorded
+    if path == "per_head":
+        return lambda: torch_backend.multi_head_attention(
+            x, x, x, params, form="per_head", need_weights=False
+        )
+    if path == "sdpa":
+        return lambda: torch_backend.multi_head_attention(
+            x, x, x, params, form="packed", need_weights=False
+        )
+    module = to_torch_mha(params).eval()
+    return lambda: module(x, x, x, need_weights=False)
+
+
+def _memory_child() -> None:
+    """Entry point of the child process of :func:`attention_peak_memory` (JSON on stdin)."""
+    spec = json.loads(sys.stdin.read())
+    torch.set_num_threads(spec["threads"])
+    dtype = getattr(torch, spec["dtype"])
+    D, H, B = spec["d_model"], spec["num_heads"], spec["batch_size"]
+    params = init_params(D, H, seed=0).to_torch(dtype)
+    gen = torch.Generator().manual_seed(0)
+    out: dict[str, list[int]] = {path: [] for path in spec["paths"]}
+    with torch.inference_mode():
+        for L in spec["q_lens"]:
+            x = torch.randn(B, L, D, generator=gen, dtype=dtype)
+            for path in spec["paths"]:
+                out[path].append(peak_rss_increase(_memory_runner(path, params, x)))
+    print(json.dumps(out))
+
+
+def attention_peak_memory(
+    batch_size: int,
+    q_lens: list[int],
+    d_model: int,
+    num_heads: int,
+    *,
+    paths: tuple[str, ...] = MEMORY_PATHS,
+    dtype: str = "float32",
+    threads: int = 1,
+) -> dict[str, list[int]]:
+    """Measured peak extra resident memory of self-attention forwards, in a fresh process.
+
+    Each path runs on ``x`` of shape ``(B, L, D)``, all but one under
+    ``torch.inference_mode``: ``"explicit"`` is the packed form with ``need_weights=True``
+    (the softmax overwrites the scores, so one ``(B, H, L, S)`` tensor is held);
+    ``"explicit, autograd"`` is the same forward with parameters that require grad, outside
+    inference mode (autograd keeps the softmax's output for the backward pass, so scores and
+    weights are held at once); ``"per_head"`` is the per-head loop, ``"sdpa"`` the packed form
+    with ``need_weights=False`` (``scaled_dot_product_attention``), ``"nn.MultiheadAttention"``
+    PyTorch's module in eval mode with ``need_weights=False``. Each number comes from
+    :func:`peak_rss_increase` in a child Python process, so this process's allocator is
+    left alone.
+
+    Args:
+        batch_size: B.
+        q_lens: the lengths L = S to measure.
+        d_model: model width D.
+        num_heads: number of heads H.
+        paths: which of :data:`MEMORY_PATHS` to run.
+        dtype: ``"float32"`` or ``"float64"``.
+        threads: PyTorch threads in the child.
+
+    Returns:
+        ``{path: [bytes for each L]}``.
+
+    Raises:
+        ValueError: on an unknown path or dtype, or bad sizes.
+        RuntimeError: if the child process fails (e.g. not on Linux with glibc).
+    """
+    _validate.check_positive("batch_size", batch_size)
+    for L in q_lens:
+        _validate.check_positive("q_lens[i]", L)
+    _validate.check_sizes(d_model, num_heads)
+    unknown = [p for p in paths if p not in MEMORY_PATHS]
+    if unknown:
+        raise ValueError(f"paths must be among {MEMORY_PATHS}; got {unknown}")
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
+    spec = {
+        "batch_size": batch_size,
+        "q_lens": list(q_lens),
+        "d_model": d_model,
+        "num_heads": num_heads,
+        "paths": list(paths),
+        "dtype": dtype,
+        "threads": threads,
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", "from mha.measure import _memory_child; _memory_child()"],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"memory measurement failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# --- Time --------------------------------------------------------------------------------
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def _clock(name: str) -> Callable[[], float]:
+    if name not in CLOCKS:
+        raise ValueError(f"clock must be one of {tuple(CLOCKS)}; got clock={name!r}")
+    return CLOCKS[name]
+
+
+def _calibrate(fn: Callable[[], Any], min_time: float) -> int:
+    """Calls of ``fn`` that last about ``min_time`` seconds (after one warm-up call)."""
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    return max(1, math.ceil(min_time / max(first, 1e-9)))
+
+
+def _mean_time(fn: Callable[[], Any], number: int, clock: Callable[[], float]) -> float:
+    start = clock()
+    for _ in range(number):
+        fn()
+    return (clock() - start) / number
+
+
+def median_time(
+    fn: Callable[[], Any],
+    *,
+    repeat: int = 5,
+    number: int | None = None,
+    min_time: float = 2e-3,
+    clock: str = "wall",
+) -> float:
+    """Median over ``repeat`` timings of the mean time of ``number`` calls of ``fn()``.
+
+    Args:
+        fn: the work to time.
+        repeat: how many timings to take the median of.
+        number: calls per timing; by default enough that one timing lasts about
+            ``min_time`` (estimated from one warm-up call).
+        min_time: target seconds per timing when ``number`` is not given.
+        clock: ``"wall"`` (``time.perf_counter``) or ``"cpu"`` (``time.process_time``,
+            the CPU time of this process, which stands still while other programs have
+            the CPU; with one PyTorch thread it is close to the wall time of an idle
+            machine, though caches and memory bandwidth are still shared).
+
+    Returns:
+        Seconds per call.
+
+    Raises:
+        ValueError: if ``repeat``, ``number`` or ``min_time`` is not positive, or the
+            clock is unknown.
+        TypeError: if ``repeat`` or ``number`` is not an int.
+    """
+    _validate.check_positive("repeat", repeat)
+    tick = _clock(clock)
+    if not min_time > 0:
+        raise ValueError(f"min_time must be positive; got min_time={min_time}")
+    if number is None:
+        number = _calibrate(fn, min_time)
+    else:
+        _validate.check_positive("number", number)
+        fn()  # warm-up
+    return statistics.median(_mean_time(fn, number, tick) for _ in range(repeat))
+
+
+def interleaved_times(
+    fns: dict[str, Callable[[], Any]],
+    repeat: int,
+    *,
+    min_time: float = 0.0,
+    warmup: int = 1,
+    clock: str = "wall",
+) -> dict[str, list[float]]:
+    """Seconds per call of each ``fn()``, in ``repeat`` rounds that run every ``fn`` in turn.
+
+    Interleaving means that a change of the machine's load during the run hits every
+    callable alike, so ratios of times taken in the same round stay meaningful on a shared
+    machine (take the median over rounds of the per-round ratios).
+
+    Args:
+        fns: the callables to time, by name.
+        repeat: number of rounds.
+        min_time: seconds each timing should last; each ``fn`` is called as many times per
+            round as that takes (estimated from one call after warm-up), at least once.
+        warmup: untimed rounds first (thread pools, caches, allocations).
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+
+    Returns:
+        ``{name: [seconds per call in round 1, round 2, ...]}``.
+
+    Raises:
+        ValueError: if ``repeat`` is not positive, ``min_time`` or ``warmup`` is negative,
+            or the clock is unknown.
+        TypeError: if ``repeat`` or ``warmup`` is not an int.
+    """
+    _validate.check_positive("repeat", repeat)
+    _validate.check_int("warmup", warmup)
+    if warmup < 0 or not min_time >= 0:
+        raise ValueError(
+            f"warmup and min_time must be non-negative; got warmup={warmup}, min_time={min_time}"
+        )
+    tick = _clock(clock)
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    numbers = {name: _calibrate(fn, min_time) if min_time > 0 else 1 for name, fn in fns.items()}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            times[name].append(_mean_time(fn, numbers[name], tick))
+    return times
+
+
+FORMS_TIMED = ("per_head", "fused", "packed", "nn.MultiheadAttention", "sdpa")
+
+
+def form_runners(params: MHAParams, x: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
+    """Zero-argument callables computing the same self-attention of ``x`` five ways.
+
+    ``"per_head"``, ``"fused"`` and ``"packed"`` are the three forms of
+    :func:`mha.torch_backend.multi_head_attention` with explicit scores and weights (the
+    same arithmetic, dispatched as 5H + 1, 6 and 4 matrix products; the per-head loop runs
+    with ``need_weights=False``, which only skips stacking its heads' weights);
+    ``"nn.MultiheadAttention"`` is PyTorch's module with the same weights (eval mode,
+    ``need_weights=False``: one native operator when H is even, PyTorch's Python path
+    otherwise); ``"sdpa"`` is the packed form with ``need_weights=False``, which calls
+    ``torch.nn.functional.scaled_dot_product_attention``. Each returns the output
+    ``(B, L, D)``.
+
+    Args:
+        params: PyTorch parameters of the layer.
+        x: the input, attended to itself.
+
+    Shape:
+        x ``(B, L, D)``; each callable returns ``(B, L, D)``.
+
+    Returns:
+        ``{form: callable}`` for every name in :data:`FORMS_TIMED`, in that order.
+
+    Raises:
+        TypeError: if ``params`` are not PyTorch ``MHAParams``.
+    """
+    if not isinstance(params, MHAParams) or not isinstance(params.w_qkv, torch.Tensor):
+        raise TypeError(f"params must be MHAParams of torch tensors; got {type(params).__name__}")
+    module = to_torch_mha(params).eval()
+
+    def run(form: str, need_weights: bool) -> Callable[[], torch.Tensor]:
+        return lambda: torch_backend.multi_head_attention(
+            x, x, x, params, form=form, need_weights=need_weights
+        )[0]
+
+    return {
+        "per_head": run("per_head", False),
+        "fused": run("fused", True),
+        "packed": run("packed", True),
+        "nn.MultiheadAttention": lambda: module(x, x, x, need_weights=False)[0],
+        "sdpa": run("packed", False),
+    }
+
+
+def time_forms(
+    batch_size: int,
+    q_len: int,
+    d_model: int,
+    num_heads: int,
+    *,
+    repeat: int = 5,
+    min_time: float = 2e-3,
+    threads: int | None = 1,
+    seed: int = 0,
+    clock: str = "wall",
+) -> dict[str, float]:
+    """Median seconds per self-attention forward of each of :func:`form_runners`' forms.
+
+    Runs under ``torch.inference_mode`` in float32 on ``x`` of shape ``(B, L, D)``, the
+    forms interleaved so that a slow spell of the machine hits all of them.
+
+    Args:
+        batch_size: B.
+        q_len: L = S.
+        d_model: model width D.
+        num_heads: number of heads H.
+        repeat: timings per form (the median is taken).
+        min_time: seconds per timing.
+        threads: PyTorch threads during the timing (restored afterwards); ``None`` keeps
+            the current setting.
+        seed: seed of the weights and of ``x``.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+
+    Returns:
+        ``{form: seconds}`` for every name in :data:`FORMS_TIMED`.
+
+    Raises:
+        ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or an unknown clock.
+    """
+    _validate.check_positive("batch_size", batch_size)
+    _validate.check_positive("q_len", q_len)
+    params = init_params(d_model, num_heads, seed=seed).to_torch(torch.float32)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch_size, q_len, d_model, generator=gen)
+    _validate.check_positive("repeat", repeat)
+    _clock(clock)  # an unknown clock fails before any work
+    if not min_time > 0:
+        raise ValueError(f"min_time must be positive; got min_time={min_time}")
+    runners = form_runners(params, x)
+    old_threads = torch.get_num_threads()
+    try:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        with torch.inference_mode():
+            samples = interleaved_times(runners, repeat, min_time=min_time, warmup=0, clock=clock)
+    finally:
+        torch.set_num_threads(old_threads)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+# --- Memory and time of the tiled and backward passes in NumPy: measured -------------------
+
+
+TILED_MEMORY_PATHS = ("numpy", "numpy tiled", "sdpa", "numpy backward", "numpy tiled backward")
+_BLAS_THREAD_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
+
+
+def _tiled_memory_runner(path: str, params: MHAParams, x: np.ndarray) -> Callable[[], Any]:
+    from mha import backward, np_backend
+
+    N = np_backend
+    if path == "numpy":
+        return lambda: N.multi_head_attention(x, x, x, params, form="fused", need_weights=False)
+    if path == "numpy tiled":
+        return lambda: N.multi_head_attention(x, x, x, params, form="tiled", need_weights=False)
+    if path == "sdpa":
+        p_t, x_t = params.to_torch(), torch.from_numpy(x)
+
+        def sdpa() -> Any:
+            with torch.inference_mode():
+                return torch_backend.multi_head_attention(
+                    x_t, x_t, x_t, p_t, form="packed", need_weights=False
+                )
+
+        return sdpa
+    form = "fused" if path == "numpy backward" else "tiled"
+    d_out = np.ones_like(x)
+
+    def train_step() -> Any:
+        _, saved = backward.multi_head_attention_forward(x, x, x, params, form=form)
+        return backward.multi_head_attention(saved, d_out)
+
+    return train_step
+
+
+def _child_env(threads: int | None) -> dict[str, str]:
+    """This process's environment, with the BLAS thread count set (unless ``threads`` is None)."""
+    import os
+
+    env = dict(os.environ)
+    if threads is not None:
+        env.update({name: str(threads) for name in _BLAS_THREAD_VARIABLES})
+    return env
+
+
+def _tiled_memory_child() -> None:
+    """Entry point of the child process of :func:`tiled_peak_memory` (JSON on stdin)."""
+    spec = json.loads(sys.stdin.read())
+    if spec["threads"] is not None:
+        torch.set_num_threads(spec["threads"])
+    D, H, B = spec["d_model"], spec["num_heads"], spec["batch_size"]
+    params = init_params(D, H, seed=0, dtype=spec["dtype"])
+    rng = np.random.default_rng(0)
+    out: dict[str, list[int]] = {path: [] for path in spec["paths"]}
+    for L in spec["q_lens"]:
+        x = rng.standard_normal((B, L, D)).astype(spec["dtype"])
+        for path in spec["paths"]:
+            out[path].append(peak_rss_increase(_tiled_memory_runner(path, params, x)))
+    print(json.dumps(out))
+
+
+def _run_child(entry: str, spec: dict[str, Any], threads: int | None) -> Any:
+    result = subprocess.run(
+        [sys.executable, "-c", f"from mha.measure import {entry}; {entry}()"],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        env=_child_env(threads),
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"measurement failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def tiled_peak_memory(
+    batch_size: int,
+    q_lens: list[int],
+    d_model: int,
+    num_heads: int,
+    *,
+    paths: tuple[str, ...] = TILED_MEMORY_PATHS,
+    dtype: str = "float32",
+    threads: int | None = 1,
+) -> dict[str, list[int]]:
+    """Measured peak extra resident memory of NumPy forward and backward passes, in a child.
+
+    Self-attention of ``x`` of shape ``(B, L, D)`` with :func:`mha.init_params` weights:
+    ``"numpy"`` is :func:`mha.np_backend.multi_head_attention` (fused form, weights not
+    returned: one ``(B, H, L, S)`` tensor, scores then weights, is held); ``"numpy tiled"``
+    the same function with ``form="tiled"``; ``"sdpa"`` the PyTorch packed form without
+    weights (``scaled_dot_product_attention``); ``"numpy backward"`` a forward that stores the
+    weights plus the backward of :mod:`mha.backward`; ``"numpy tiled backward"`` the tiled
+    forward (storing the log-sum-exp) plus the tiled backward. Each number comes from
+    :func:`peak_rss_increase` in a child Python process.
+
+    Args:
+        batch_size: B.
+        q_lens: the lengths L = S to measure.
+        d_model: model width D.
+        num_heads: number of heads H.
+        paths: which of :data:`TILED_MEMORY_PATHS` to run.
+        dtype: ``"float32"`` or ``"float64"``.
+        threads: BLAS and PyTorch threads in the child (``None``: their defaults).
+
+    Returns:
+        ``{path: [bytes for each L]}``.
+
+    Raises:
+        ValueError: on an unknown path or dtype, or bad sizes.
+        RuntimeError: if the child process fails (e.g. not on Linux with glibc).
+    """
+    _validate.check_positive("batch_size", batch_size)
+    for L in q_lens:
+        _validate.check_positive("q_lens[i]", L)
+    _validate.check_sizes(d_model, num_heads)
+    if threads is not None:
+        _validate.check_positive("threads", threads)
+    unknown = [p for p in paths if p not in TILED_MEMORY_PATHS]
+    if unknown:
+        raise ValueError(f"paths must be among {TILED_MEMORY_PATHS}; got {unknown}")
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
+    spec = {
+        "batch_size": batch_size,
+        "q_lens": list(q_lens),
+        "d_model": d_model,
+        "num_heads": num_heads,
+        "paths": list(paths),
+        "dtype": dtype,
+        "threads": threads,
+    }
+    return _run_child("_tiled_memory_child", spec, threads)
+
+
+def _deferred_attention(q: np.ndarray, k: np.ndarray, v_: np.ndarray) -> np.ndarray:
+    """Naive attention with the two savings of the tiled form: Q scaled, output divided once.
+
+    The ``(..., L, S)`` scores are still formed, but not scaled (the queries are) and not
+    normalised (the output is divided by the row sums, as FlashAttention-2 does).
+    """
+    scores = np.matmul(q * q.dtype.type(1.0 / math.sqrt(q.shape[-1])), k.swapaxes(-1, -2))
+    scores -= scores.max(axis=-1, keepdims=True)  # (..., L, S)
+    np.exp(scores, out=scores)
+    total = scores.sum(axis=-1, keepdims=True)  # (..., L, 1)
+    out = np.matmul(scores, v_)  # (..., L, Dv)
+    out /= total
+    return out
+
+
+def _tiled_time_child() -> None:
+    """Entry point of the child process of :func:`time_tiled` (JSON on stdin)."""
+    from mha import backward, np_backend, tiled
+
+    spec = json.loads(sys.stdin.read())
+    if spec["threads"] is not None:
+        torch.set_num_threads(spec["threads"])
+    B, L, D, H = spec["batch_size"], spec["q_len"], spec["d_model"], spec["num_heads"]
+    rng = np.random.default_rng(spec["seed"])
+    dtype = np.dtype(spec["dtype"])
+    q, k, val = (rng.standard_normal((B, H, L, D // H)).astype(dtype) for _ in range(3))
+    q_t, k_t, v_t = (torch.from_numpy(x) for x in (q, k, val))
+    runners: dict[str, Callable[[], Any]] = {}
+    if spec["attention"]:
+        runners["naive"] = lambda: np_backend.scaled_dot_product_attention(q, k, val)
+        runners["naive, deferred"] = lambda: _deferred_attention(q, k, val)
+        runners["sdpa"] = lambda: torch.nn.functional.scaled_dot_product_attention(q_t, k_t, v_t)
+    for block_q, block_kv in spec["blocks"]:
+        runners[f"tiled {block_q}x{block_kv}"] = lambda bq=block_q, bk=block_kv: tiled.attention(
+            q, k, val, block_q=bq, block_kv=bk
+        )
+    if spec["backward"]:
+        params = init_params(D, H, seed=spec["seed"], dtype=dtype)
+        x = rng.standard_normal((B, L, D)).astype(dtype)
+        d_out = rng.standard_normal((B, L, D)).astype(dtype)
+        saved = {f: backward.multi_head_attention_forward(x, x, x, params, form=f)[1]
+                 for f in ("fused", "tiled")}  # fmt: skip
+        runners["layer forward"] = lambda: np_backend.multi_head_attention(x, x, x, params)
+        for f in ("fused", "tiled"):
+            runners[f"layer forward, {f}, saving"] = lambda f=f: (
+                backward.multi_head_attention_forward(x, x, x, params, form=f)
+            )
+            runners[f"layer backward, {f}"] = lambda f=f: backward.multi_head_attention(
+                saved[f], d_out
+            )
+    tick = _clock(spec["clock"])
+    numbers = {name: _calibrate(fn, spec["min_time"]) for name, fn in runners.items()}
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(spec["repeat"]):
+        for name, fn in runners.items():
+            samples[name].append(_mean_time(fn, numbers[name], tick))
+    print(json.dumps({name: statistics.median(s) for name, s in samples.items()}))
+
+
+def time_tiled(
+    batch_size: int,
+    q_len: int,
+    d_model: int,
+    num_heads: int,
+    *,
+    blocks: list[tuple[int, int]],
+    backward: bool = False,
+    attention: bool = True,
+    repeat: int = 5,
+    min_time: float = 0.05,
+    threads: int | None = 1,
+    dtype: str = "float32",
+    clock: str = "cpu",
+    seed: int = 0,
+) -> dict[str, float]:
+    """Median seconds of NumPy attention, naive and tiled, measured in a child process.
+
+    On per-head ``q``, ``k``, ``v`` of shape ``(B, H, L, D / H)`` (self-attention, no
+    mask): ``"naive"`` is :func:`mha.np_backend.scaled_dot_product_attention` (forms the
+    scores, scales them, normalises the weights); ``"naive, deferred"`` forms the scores too,
+    but scales the queries instead and divides the output by the row sums once, as the tiled
+    form does; ``"sdpa"`` is PyTorch's ``scaled_dot_product_attention`` on the same float32
+    or float64 arrays (a compiled loop over tiles); ``"tiled BrxBc"`` is
+    :func:`mha.tiled.attention` with those blocks. With
+    ``backward``, also the layer on ``x`` of shape ``(B, L, D)``: ``"layer forward"``
+    (:func:`mha.np_backend.multi_head_attention`), ``"layer forward, fused, saving"`` and
+    ``"layer forward, tiled, saving"`` (:func:`mha.backward.multi_head_attention_forward`),
+    ``"layer backward, fused"`` and ``"layer backward, tiled"``
+    (:func:`mha.backward.multi_head_attention`). Runs are interleaved, so a slow spell of the
+    machine hits all of them. The child's BLAS runs ``threads`` threads (set through the
+    usual environment variables before NumPy loads): on a shared machine, idle BLAS threads
+    waiting for a core can slow the many small products of the tiles far more than the few
+    large products of the naive path.
+
+    Args:
+        batch_size: B.
+        q_len: L = S.
+        d_model: model width D.
+        num_heads: number of heads H.
+        blocks: the ``(Br, Bc)`` pairs to time.
+        backward: also time the layer's forward and backward passes.
+        attention: time ``"naive"``, ``"naive, deferred"`` and ``"sdpa"`` (False: only the
+            tiled blocks and, with ``backward``, the layer).
+        repeat: timings per implementation (the median is taken).
+        min_time: seconds per timing.
+        threads: BLAS and PyTorch threads in the child (``None``: the libraries' defaults).
+        dtype: ``"float32"`` or ``"float64"``.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+        seed: seed of the inputs and weights.
+
+    Returns:
+        ``{name: seconds per call}``.
+
+    Raises:
+        ValueError: on bad sizes, block sizes, clock or dtype.
+        RuntimeError: if the child process fails.
+    """
+    for name, value in (("batch_size", batch_size), ("q_len", q_len), ("repeat", repeat)):
+        _validate.check_positive(name, value)
+    if threads is not None:
+        _validate.check_positive("threads", threads)
+    _validate.check_sizes(d_model, num_heads)
+    for block_q, block_kv in blocks:
+        _validate.check_block_size("block_q", block_q)
+        _validate.check_block_size("block_kv", block_kv)
+    _clock(clock)
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
+    if not min_time > 0:
+        raise ValueError(f"min_time must be positive; got min_time={min_time}")
+    spec = {
+        "batch_size": batch_size,
+        "q_len": q_len,
+        "d_model": d_model,
+        "num_heads": num_heads,
+        "blocks": [list(b) for b in blocks],
+        "backward": backward,
+        "attention": attention,
+        "repeat": repeat,
+        "min_time": min_time,
+        "dtype": dtype,
+        "clock": clock,
+        "seed": seed,
+        "threads": threads,
+    }
+    return _run_child("_tiled_time_child", spec, threads)
+
+
+# --- Decoding: time per generated token with and without a key/value cache ----------------
+
+
+def decode_times(
+    model: Any,
+    context_lens: list[int],
+    *,
+    steps: int = 4,
+    repeat: int = 3,
+    clock: str = "cpu",
+    seed: int = 0,
+) -> dict[str, list[float]]:
+    """Seconds per generated token at each context length, with and without a cache.
+
+    At context length S a sequence of S random tokens is in hand. With the cache
+    (``"cached"``), the S tokens are prefilled once into the model's caches (not timed),
+    then ``steps`` tokens are decoded one at a time, each attending to the cached keys and
+    values; the time is per token. Without (``"uncached"``), generating the next token
+    runs the whole model on the S + 1 tokens again, as a model without a cache must. Each
+    figure is the median of ``repeat`` timings; PyTorch runs on one thread, with gradients
+    off.
+
+    Args:
+        model: an :class:`mha.training.AttentionOnlyTransformer` (any model with
+            ``new_caches``, ``vocab_size``, ``max_len`` and ``forward(tokens, caches=...)``).
+        context_lens: the context lengths S.
+        steps: tokens decoded per cached timing.
+        repeat: timings per figure.
+        clock: ``"cpu"`` (process time) or ``"wall"``.
+        seed: seed of the random tokens.
+
+    Returns:
+        ``{"cached": [...], "uncached": [...]}``, seconds per token, one per context length.
+
+    Raises:
+        ValueError: if a length or count is not positive, or ``S + steps`` passes the
+            model's ``max_len``.
+        TypeError: if a length or count is not an int.
+    """
+    from mha._linalg import one_thread
+
+    for name, value in (("steps", steps), ("repeat", repeat)):
+        _validate.check_positive(name, value)
+    for i, S in enumerate(context_lens):
+        _validate.check_positive(f"context_lens[{i}]", S)
+        if S + steps > model.max_len:
+            raise ValueError(
+                f"context_lens[{i}] + steps must stay within max_len={model.max_len}; "
+                f"got {S} + {steps}"
+            )
+    tick = _clock(clock)
+    gen = torch.Generator().manual_seed(seed)
+    out: dict[str, list[float]] = {"cached": [], "uncached": []}
+    with one_thread(), torch.no_grad():
+        for S in context_lens:
+            tokens = torch.randint(model.vocab_size, (1, S + steps), generator=gen)
+            cached, uncached = [], []
+            for _ in range(repeat):
+                caches = model.new_caches(1)
+                model(tokens[:, :S], caches=caches)  # prefill, not timed
+                start = tick()
+                for t in range(S, S + steps):
+                    model(tokens[:, t : t + 1], caches=caches)
+                cached.append((tick() - start) / steps)
+                start = tick()
+                model(tokens[:, : S + 1])  # the whole prefix again, for one more token
+                uncached.append(tick() - start)
+            out["cached"].append(statistics.median(cached))
+            out["uncached"].append(statistics.median(uncached))
+    return out
+
+
+def cached_step_times(
+    d_model: int,
+    num_heads: int,
+    kv_heads: list[int],
+    kv_len: int,
+    *,
+    steps: int = 5,
+    clock: str = "cpu",
+    seed: int = 0,
+) -> dict[int, float]:
+    """Seconds of one cached decoding step of one layer, for each number of key/value heads.
+
+    A :class:`mha.kv_cache.KVCache` is filled with ``kv_len`` random keys and values (not
+    timed); then one new token at a time runs :func:`mha.torch_backend.multi_head_attention`
+    with the cache (projections, attention over everything cached, output projection),
+    in float32 on one thread, ``steps`` times; the median is reported. The step reads the
+    whole cache, ``2 S H_kv Dh`` elements, so with a cache larger than the CPU's caches its
+    time shows what reading memory costs.
+
+    Args:
+        d_model: D.
+        num_heads: H.
+        kv_heads: the values of H_kv to time, each dividing H.
+        kv_len: S, the positions cached before the timed steps.
+        steps: timed steps per H_kv.
+        clock: ``"cpu"`` or ``"wall"``.
+        seed: seed of the layer and the cached values.
+
+    Returns:
+        ``{H_kv: seconds per step}``.
+
+    Raises:
+        ValueError: if a size is not positive or an H_kv does not divide H.
+        TypeError: if a size is not an int.
+    """
+    from mha._linalg import one_thread
+    from mha.kv_cache import KVCache
+    from mha.params import init_params
+
+    _validate.check_sizes(d_model, num_heads)
+    for name, value in (("kv_len", kv_len), ("steps", steps)):
+        _validate.check_positive(name, value)
+    tick = _clock(clock)
+    gen = torch.Generator().manual_seed(seed)
+    Dh = d_model // num_heads
+    out = {}
+    with one_thread(), torch.no_grad():
+        for h_kv in kv_heads:
+            params = init_params(d_model, num_heads, num_kv_heads=h_kv, seed=seed).to_torch(
+                torch.float32
+            )
+            cache = KVCache(1, h_kv, Dh, kv_len + steps, dtype=torch.float32)
+            filler = torch.randn(1, h_kv, kv_len, Dh, generator=gen)
+            cache.append(filler, filler)
+            del filler
+            x = torch.randn(1, 1, d_model, generator=gen)
+            times = []
+            for _ in range(steps):
+                start = tick()
+                torch_backend.multi_head_attention(x, x, x, params, cache=cache, need_weights=False)
+                times.append(tick() - start)
+            out[h_kv] = statistics.median(times)
+            del cache
+    return out

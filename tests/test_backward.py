@@ -1,0 +1,337 @@
+"""mha.backward: gradients by hand against PyTorch autograd and finite differences, the tiled
+backward against the one from stored weights, and the memory each needs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mha
+from mha import backward as G
+from mha import np_backend, tiled, torch_backend
+from mha.tolerance import assert_close, gamma, matmul_tolerance, unit_roundoff
+
+DTYPES = {np.float64: torch.float64, np.float32: torch.float32}
+
+
+def arrays(*shapes, dtype=np.float64, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def torch_leaves(*xs):
+    return [torch.from_numpy(x.copy()).requires_grad_() for x in xs]
+
+
+# ---- softmax and scaled dot-product attention -----------------------------------------
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_softmax_gradient_equals_autograd(dtype) -> None:
+    scores, d_weights = arrays((3, 4, 6), (3, 4, 6), dtype=dtype)
+    mask = np.random.default_rng(1).random((4, 6)) < 0.6
+    mask[1] = False
+    s = torch_leaves(scores)[0]
+    w = torch_backend.softmax(s, torch.from_numpy(mask))
+    w.backward(torch.from_numpy(d_weights))
+    weights = w.detach().numpy()
+    got = G.softmax(weights, d_weights)
+    # rowsum(dA * A) sums S products, then a subtraction and a product: each route errs by
+    # gamma_S A (|dA| + rowsum(|dA| A)) at most (the weights are the same array for both).
+    magnitude = weights * (np.abs(d_weights) + (np.abs(d_weights) * weights).sum(-1, keepdims=True))
+    tol = 2 * 2 * gamma(dtype, 6) * magnitude
+    assert_close(got, s.grad.numpy(), tol, name="softmax gradient")
+    # exact: a fully masked row passes nothing back
+    np.testing.assert_array_equal(got[:, 1], 0.0)  # a fully masked row passes nothing back
+    np.testing.assert_array_equal(got[:, ~mask], 0.0)  # exact: masked entries pass nothing back
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_sdpa_gradients_equal_autograd_with_masks_and_broadcast_keys(dtype) -> None:
+    q, k, v, d_out = arrays((2, 3, 5, 4), (3, 7, 4), (3, 7, 6), (2, 3, 5, 6), dtype=dtype, seed=2)
+    mask = np_backend.causal_mask(5, 7)
+    mask[0] = False  # a fully masked query row
+    out, weights = np_backend.scaled_dot_product_attention(q, k, v, mask)
+    dq, dk, dv = G.scaled_dot_product_attention(q, k, v, weights, d_out)
+    tq, tk, tv = torch_leaves(q, k, v)
+    t_out, t_w = torch_backend.scaled_dot_product_attention(tq, tk, tv, torch.from_numpy(mask))
+    t_out.backward(torch.from_numpy(d_out))
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    bound_q, bound_k, bound_v = G.attention_gradient_tolerance(q, k, v, weights, d_out)
+    assert bound_k.shape == k.shape  # summed over the batch the keys were broadcast along
+    assert_close(dq, tq.grad.numpy(), bound_q, name="d_query")
+    assert_close(dk, tk.grad.numpy(), bound_k, name="d_key")
+    assert_close(dv, tv.grad.numpy(), bound_v, name="d_value")
+    # exact: a fully masked row passes nothing back
+    np.testing.assert_array_equal(dq[..., 0, :], 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    L=st.integers(1, 20),
+    S=st.integers(1, 20),
+    block_q=st.integers(1, 25),
+    block_kv=st.integers(1, 25),
+    causal=st.booleans(),
+    masked=st.booleans(),
+    dtype=st.sampled_from(list(DTYPES)),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_tiled_backward_equals_the_backward_from_stored_weights(
+    L, S, block_q, block_kv, causal, masked, dtype, seed
+) -> None:
+    q, k, v, d_out = arrays((2, L, 4), (2, S, 4), (2, S, 3), (2, L, 3), dtype=dtype, seed=seed)
+    rng = np.random.default_rng(seed)
+    mask = rng.random((2, L, S)) < 0.6 if masked else None
+    out, lse = tiled.attention(q, k, v, mask, causal=causal, block_q=block_q, block_kv=block_kv)
+    full = mask
+    if causal:
+        full = np_backend.causal_mask(L, S) if mask is None else mask & np_backend.causal_mask(L, S)
+    _, weights = np_backend.scaled_dot_product_attention(q, k, v, full)
+    ref = G.scaled_dot_product_attention(q, k, v, weights, d_out)
+    got = G.tiled_attention(
+        q, k, v, out, lse, d_out, mask, causal=causal, block_q=block_q, block_kv=block_kv
+    )
+    bounds = G.attention_gradient_tolerance(q, k, v, weights, d_out)
+    for name, g, r, b in zip(("d_query", "d_key", "d_value"), got, ref, bounds, strict=True):
+        assert_close(g, r, b, name=name)
+
+
+# ---- the whole layer ---------------------------------------------------------------------
+
+
+def layer_inputs(B, L, S, D, H, *, dtype, bias, seed, self_attention):
+    params = mha.init_params(D, H, seed=seed, bias=bias, dtype=dtype)
+    rng = np.random.default_rng(seed)
+    query = rng.standard_normal((B, L, D)).astype(dtype)
+    if self_attention:
+        key = value = query
+    else:
+        key, value = (rng.standard_normal((B, S, D)).astype(dtype) for _ in range(2))
+    d_out = rng.standard_normal((B, L, D)).astype(dtype)
+    return params, query, key, value, d_out
+
+
+def autograd_gradients(params, query, key, value, mask, d_out):
+    """Gradients from PyTorch autograd through mha.torch_backend (the explicit path)."""
+    p = params.to_torch().map(lambda t: t.requires_grad_())
+    xs = {id(x): torch.from_numpy(x.copy()).requires_grad_() for x in (query, key, value)}
+    tq, tk, tv = xs[id(query)], xs[id(key)], xs[id(value)]
+    out, _ = torch_backend.multi_head_attention(
+        tq, tk, tv, p, None if mask is None else torch.from_numpy(mask)
+    )
+    out.backward(torch.from_numpy(d_out))
+    grads = {"w_qkv": p.w_qkv.grad, "w_o": p.w_o.grad, "b_qkv": None, "b_o": None}
+    if p.b_qkv is not None:
+        grads |= {"b_qkv": p.b_qkv.grad, "b_o": p.b_o.grad}
+    dk = None if tk is tq else tk.grad.numpy()
+    dv = None if tv is tq else tv.grad.numpy()
+    params_grads = {k: None if g is None else g.numpy() for k, g in grads.items()}
+    return out.detach().numpy(), params_grads, tq.grad.numpy(), dk, dv
+
+
+LAYER_CASES = [
+    # B, L, S, D, H, bias, self-attention, mask kind
+    (2, 5, 5, 12, 3, True, True, "causal"),
+    (2, 4, 6, 8, 2, True, False, "padding"),
+    (1, 6, 3, 8, 4, False, False, None),
+    (2, 3, 3, 6, 1, True, True, "rows"),
+]
+
+
+def make_mask(kind, B, H, L, S):
+    if kind == "causal":
+        return np_backend.causal_mask(L, S)
+    if kind == "padding":
+        return np_backend.key_padding_mask([0, S - 2], S)  # batch 0: every row fully masked
+    if kind == "rows":
+        mask = np.ones((B, H, L, S), bool)
+        mask[1, 0, 1] = False  # one fully masked row in one head
+        return mask
+    return None
+
+
+@pytest.mark.parametrize("form", G.BACKWARD_FORMS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize(("B", "L", "S", "D", "H", "bias", "self_attention", "kind"), LAYER_CASES)
+def test_layer_gradients_equal_autograd(B, L, S, D, H, bias, self_attention, kind, dtype, form):
+    params, query, key, value, d_out = layer_inputs(
+        B, L, S, D, H, dtype=dtype, bias=bias, seed=B + L + S, self_attention=self_attention
+    )
+    mask = make_mask(kind, B, H, L, S)
+    out, saved = G.multi_head_attention_forward(
+        query, key, value, params, mask, form=form, block_q=2, block_kv=3
+    )
+    grads = G.multi_head_attention(saved, d_out)
+    tol = G.gradient_tolerance(saved, d_out)
+    t_out, t_params, t_dq, t_dk, t_dv = autograd_gradients(params, query, key, value, mask, d_out)
+    ref_out, _ = np_backend.multi_head_attention(query, key, value, params, mask)
+    if form == "fused":
+        out_tol, _ = mha.tolerance.attention_tolerance(query, key, value, params, mask)
+        mha.tolerance.assert_close(out, ref_out, out_tol)  # the reference's forward
+    if self_attention:  # one input: its gradient is the sum of the three
+        grads = G.MHAGradients(
+            grads.d_query + grads.d_key + grads.d_value, None, None, grads.d_params
+        )
+        assert_close(grads.d_query, t_dq, tol.d_query + tol.d_key + tol.d_value, name="d_x")
+    else:
+        for name, g, r, t in (
+            ("d_query", grads.d_query, t_dq, tol.d_query),
+            ("d_key", grads.d_key, t_dk, tol.d_key),
+            ("d_value", grads.d_value, t_dv, tol.d_value),
+        ):
+            assert_close(g, r, t, name=name)
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        g, r, t = getattr(grads.d_params, name), t_params[name], getattr(tol.d_params, name)
+        if r is None:
+            assert g is None and t is None
+        else:
+            assert_close(g, r, t, name=f"d_params.{name}")
+    if dtype == np.float64:  # and within 1e-10 of the largest gradient entry, everywhere
+        for name in ("w_qkv", "w_o"):
+            g, r = getattr(grads.d_params, name), t_params[name]
+            assert np.abs(g - r).max() <= 1e-10 * np.abs(r).max()
+        assert np.abs(grads.d_query - t_dq).max() <= 1e-10 * np.abs(t_dq).max()
+
+
+def test_gradient_tolerance_catches_a_wrong_gradient() -> None:
+    params, query, key, value, d_out = layer_inputs(
+        2, 4, 4, 8, 2, dtype=np.float32, bias=True, seed=0, self_attention=False
+    )
+    _, saved = G.multi_head_attention_forward(query, key, value, params)
+    grads = G.multi_head_attention(saved, d_out)
+    tol = G.gradient_tolerance(saved, d_out)
+    # Leaving out the rowsum term of the softmax backward moves d_query far outside.
+    k, v, w = saved.k, saved.v, saved.weights
+    d_heads = G.merge_heads(d_out @ params.w_o.T, 2)
+    wrong_ds = w * (d_heads @ v.swapaxes(-1, -2)) / np.sqrt(4)
+    wrong_dq = G.split_heads(wrong_ds @ k) @ params.w_q.T
+    assert np.any(np.abs(wrong_dq - grads.d_query) > tol.d_query)
+
+
+def test_layer_gradients_match_finite_differences() -> None:
+    params, query, key, value, d_out = layer_inputs(
+        1, 3, 4, 6, 2, dtype=np.float64, bias=True, seed=7, self_attention=False
+    )
+    mask = np_backend.causal_mask(3, 4)
+    _, saved = G.multi_head_attention_forward(query, key, value, params, mask, form="tiled")
+    grads = G.multi_head_attention(saved, d_out)
+
+    def loss(q_in, k_in, v_in, p):
+        return float((np_backend.multi_head_attention(q_in, k_in, v_in, p, mask)[0] * d_out).sum())
+
+    rng = np.random.default_rng(0)
+    h = unit_roundoff(np.float64) ** (1 / 3)  # central differences: error ~ h^2 + u / h
+    checks = []
+    for name, x, g in (("query", query, grads.d_query), ("value", value, grads.d_value)):
+        direction = rng.standard_normal(x.shape)
+        args = {"query": query, "key": key, "value": value}
+
+        def along(t, name=name, x=x, direction=direction, args=args):
+            moved = dict(args, **{name: x + t * direction})
+            return loss(moved["query"], moved["key"], moved["value"], params)
+
+        checks.append(((along(h) - along(-h)) / (2 * h), float((g * direction).sum())))
+    direction = rng.standard_normal(params.w_qkv.shape)
+
+    def along_w(t):
+        moved = mha.MHAParams(params.w_qkv + t * direction, params.w_o, params.b_qkv, params.b_o, 2)
+        return loss(query, key, value, moved)
+
+    checks.append(
+        ((along_w(h) - along_w(-h)) / (2 * h), float((grads.d_params.w_qkv * direction).sum()))
+    )
+    for numeric, analytic in checks:
+        # truncation h^2 |f'''| and rounding u |f| / h, both below 1e3 u^(2/3) (1 + |f'|) here
+        assert abs(numeric - analytic) <= 1e3 * h**2 * (1 + abs(analytic))
+
+
+def test_linear_and_head_gradients_are_the_transposes() -> None:
+    x, w, d_y = arrays((2, 3, 4), (4, 5), (2, 3, 5))
+    d_x, d_w, d_b = G.linear(x, w, d_y)
+    tol = mha.tolerance.rounding_tolerance(d_y, terms=6, scale=6 * np.abs(d_y).max())
+    assert_close(d_b, d_y.sum((0, 1)), tol)  # a sum of 6 rows, perhaps in another order
+    assert_close(
+        d_w,
+        np.einsum("bld,ble->de", x, d_y),
+        2 * matmul_tolerance(np.abs(x.reshape(6, 4)).T, np.abs(d_y.reshape(6, 5))),
+    )
+    assert_close(d_x, d_y @ w.T, matmul_tolerance(d_y, w.T))
+    assert G.linear(x, w, d_y, bias=False)[2] is None
+    heads = np.arange(2 * 3 * 4 * 2, dtype=float).reshape(2, 3, 4, 2)
+    np.testing.assert_array_equal(G.merge_heads(G.split_heads(heads), 3), heads)  # exact: reshapes
+
+
+# ---- errors ------------------------------------------------------------------------------
+
+
+def test_backward_functions_reject_bad_arguments() -> None:
+    q, k, v, d_out = arrays((3, 2), (4, 2), (4, 2), (3, 2))
+    _, w = np_backend.scaled_dot_product_attention(q, k, v)
+    with pytest.raises(ValueError, match=r"d_out must have shape \(\.\.\., L, Dv\) = \(3, 2\)"):
+        G.scaled_dot_product_attention(q, k, v, w, d_out[:2])
+    with pytest.raises(ValueError, match=r"weights must have shape \(\.\.\., L, S\) = \(3, 4\)"):
+        G.scaled_dot_product_attention(q, k, v, w.T, d_out)
+    with pytest.raises(ValueError, match=r"d_weights must have shape weights.shape"):
+        G.softmax(w, w.T)
+    with pytest.raises(TypeError, match="all inputs and parameters must share one dtype"):
+        G.softmax(w, w.astype(np.float32))
+    out, lse = tiled.attention(q, k, v)
+    with pytest.raises(ValueError, match="lse must be finite or -inf"):
+        G.tiled_attention(q, k, v, out, np.full(3, np.inf), d_out)
+    with pytest.raises(ValueError, match=r"lse must have shape \(\.\.\., L\) = \(3,\)"):
+        G.tiled_attention(q, k, v, out, lse[:2], d_out)
+    with pytest.raises(ValueError, match="block_kv must be at least 1"):
+        G.tiled_attention(q, k, v, out, lse, d_out, block_kv=0)
+    params = mha.init_params(4, 2)
+    x = np.zeros((1, 3, 4))
+    with pytest.raises(
+        ValueError, match=r"form must be one of \('fused', 'tiled'\); got form='packed'"
+    ):
+        G.multi_head_attention_forward(x, x, x, params, form="packed")
+    with pytest.raises(TypeError, match="params must be MHAParams; got dict"):
+        G.multi_head_attention_forward(x, x, x, {})
+    _, saved = G.multi_head_attention_forward(x, x, x, params)
+    with pytest.raises(ValueError, match=r"d_out must have shape \(B, L, D\) = \(1, 3, 4\)"):
+        G.multi_head_attention(saved, np.zeros((1, 2, 4)))
+    with pytest.raises(TypeError, match="saved must be MHASaved; got tuple"):
+        G.multi_head_attention((), x)
+    with pytest.raises(ValueError, match="weight must have shape"):
+        G.linear(x, np.zeros(4), x)
+
+
+@pytest.mark.parametrize("form", G.BACKWARD_FORMS)
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_compare_with_autograd_reports_every_gradient_within_its_tolerance(form, self_attention):
+    params, query, key, value, d_out = layer_inputs(
+        2, 5, 5 if self_attention else 7, 8, 2, dtype=np.float64, bias=True, seed=3,
+        self_attention=self_attention,
+    )  # fmt: skip
+    mask = np_backend.causal_mask(5) if self_attention else np_backend.key_padding_mask([0, 6], 7)
+    checks = G.compare_with_autograd(
+        query, key, value, params, d_out, mask, form=form, block_q=2, block_kv=3
+    )
+    inputs = ["d inputs"] if self_attention else ["d query", "d key", "d value"]
+    assert list(checks) == [*inputs, "d w_qkv", "d w_o", "d b_qkv", "d b_o"]
+    for name, check in checks.items():
+        assert check.within and 0 <= check.used <= 1, name
+        assert check.largest > 0 and check.relative == check.difference / check.largest
+
+
+def test_compare_with_autograd_leaves_out_missing_biases_and_sums_a_repeated_input() -> None:
+    params, query, key, _, d_out = layer_inputs(
+        1, 4, 6, 8, 2, dtype=np.float32, bias=False, seed=4, self_attention=False
+    )
+    checks = G.compare_with_autograd(query, key, key, params, d_out)  # key is value
+    assert list(checks) == ["d query", "d key", "d w_qkv", "d w_o"]
+    assert all(c.within for c in checks.values())
+
+
+def test_a_gradient_check_fails_outside_its_tolerance() -> None:
+    ours, theirs = np.array([1.0, 2.0]), np.array([1.0, 2.5])
+    check = G._check_against(ours, theirs, np.array([0.1, 0.1]))
+    assert not check.within and check.used == pytest.approx(5.0)
+    assert check.difference == 0.5 and check.largest == 2.5  # exact: 2.5 - 2.0 in binary

@@ -1,0 +1,59 @@
+"""Matrices as LaTeX and results as Markdown tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mha import display
+
+
+def test_latex_matrix_prints_integers_as_integers_and_the_rest_with_digits() -> None:
+    text = display.latex_matrix(np.array([[1.0, -0.0], [0.5, 2 / 3]]), digits=2)
+    assert text == r"\begin{bmatrix} 1 & 0 \\ 0.50 & 0.67 \end{bmatrix}"
+
+
+def test_latex_matrix_shows_a_vector_as_one_row_and_accepts_tensors() -> None:
+    assert (
+        display.latex_matrix(torch.tensor([1, 2, 3])) == r"\begin{bmatrix} 1 & 2 & 3 \end{bmatrix}"
+    )
+
+
+def test_latex_matrix_never_prints_minus_zero_for_a_tiny_negative() -> None:
+    assert display.latex_matrix(np.array([-1e-9, 0.25]), digits=3) == (
+        r"\begin{bmatrix} 0 & 0.250 \end{bmatrix}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("a", "digits", "error", "match"),
+    [
+        (np.ones((2, 2, 2)), 3, ValueError, r"a must have shape \(m, n\) or \(n,\); got 3-D"),
+        (np.array(["a"]), 3, TypeError, "a must be numeric; got dtype <U1"),
+        (np.ones(2), -1, ValueError, "digits must be at least 0; got digits=-1"),
+        (np.ones(2), 1.5, TypeError, "digits must be an int; got float"),
+    ],
+)
+def test_latex_matrix_rejects_bad_input(a, digits, error, match) -> None:
+    with pytest.raises(error, match=match):
+        display.latex_matrix(a, digits)
+
+
+def test_markdown_table_formats_each_column_and_escapes_bars() -> None:
+    table = display.markdown_table(
+        ["seed", "share"], [(0, 0.12345), ("a|b", 1.0)], formats=[None, "{:.2f}"]
+    )
+    assert table.splitlines() == [
+        "| seed | share |",
+        "|---|---|",
+        "| 0 | 0.12 |",
+        r"| a\|b | 1.00 |",
+    ]
+
+
+def test_markdown_table_rejects_rows_and_formats_of_the_wrong_length() -> None:
+    with pytest.raises(ValueError, match=r"rows\[1\] must have one value per column \(2\); got 1"):
+        display.markdown_table(["a", "b"], [(1, 2), (3,)])
+    with pytest.raises(ValueError, match=r"formats must give one entry per column \(2\); got 1"):
+        display.markdown_table(["a", "b"], [], formats=["{}"])

@@ -1,0 +1,68 @@
+"""The examples the book works through: the hand-sized layer and the two-target fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mha import examples, np_backend, tolerance
+
+
+def test_worked_example_is_three_tokens_two_heads_of_width_two_with_integer_weights() -> None:
+    x, p = examples.worked_example()
+    assert x.shape == (1, 3, 4) and (p.d_model, p.num_heads, p.d_head) == (4, 2, 2)
+    assert p.b_qkv is None and p.b_o is None
+    for a in (x, p.w_qkv, p.w_o):
+        np.testing.assert_array_equal(a, np.round(a))  # exact: integers
+    # Head 2 matches feature 3 of a query with feature 4 of a key: token 0 (features 3, 4
+    # = 0, 1) scores 1 against token 1 (features 3, 4 = 1, 0) only.
+    q2, k2 = x @ p.head(1)["w_q"], x @ p.head(1)["w_k"]
+    np.testing.assert_array_equal(q2[0] @ k2[0].T, [[0, 1, 0], [1, 0, 0], [0, 0, 0]])  # exact: ints
+
+
+def test_worked_example_output_is_the_sum_and_difference_of_its_two_heads() -> None:
+    x, p = examples.worked_example()
+    out, w = np_backend.multi_head_attention(x, x, x, p)
+    heads = [w[0, h] @ (x[0] @ p.head(h)["w_v"]) for h in range(2)]  # (L, Dh) each
+    expected = np.hstack([heads[0] + heads[1], heads[0] - heads[1]])
+    tol = tolerance.attention_tolerance(x, x, x, p)[0][0]
+    tolerance.assert_close(out[0], expected, tol)
+
+
+def test_two_target_shares_reads_the_previous_token_from_head_1_and_token_0_from_head_h() -> None:
+    w = np.zeros((2, 4, 4))
+    w[0, [2, 3], [1, 2]] = 0.7
+    w[1, [2, 3], 0] = 0.4
+    previous, first = examples.two_target_shares(w)
+    assert previous.tolist() == [0.7, 0.7] and first.tolist() == [0.4, 0.4]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_two_heads_fit_both_targets_and_one_head_cannot_pass_one_half(seed: int) -> None:
+    one = examples.fit_two_targets(1, seed)
+    two = examples.fit_two_targets(2, seed)
+    assert one.num_params == two.num_params == 4 * 16**2 + 4 * 16
+    assert one.weights.shape == (1, 8, 8) and two.weights.shape == (2, 8, 8)
+    shares_one = np.minimum(*examples.two_target_shares(one.weights))
+    shares_two = np.minimum(*examples.two_target_shares(two.weights))
+    assert shares_one.max() <= 0.5  # a check of the code: one distribution, two targets
+    assert shares_two.min() > 0.95  # the method: two heads serve one target each
+
+
+def test_fit_two_targets_is_reproducible_in_one_process() -> None:
+    a = examples.fit_two_targets(2, 3, steps=5)
+    b = examples.fit_two_targets(2, 3, steps=5)
+    np.testing.assert_array_equal(a.weights, b.weights)  # exact: the same call repeated
+
+
+def test_residual_stack_applies_each_block_to_the_previous_stream() -> None:
+    from mha import init_params
+
+    x = np.random.default_rng(0).standard_normal((1, 5, 8))
+    streams = examples.residual_stack(x, 3, num_heads=2, seed=1, norm_first=True)
+    assert len(streams) == 4 and streams[0] is x
+    second, _ = np_backend.attention_block(streams[1], init_params(8, 2, seed=101), norm_first=True)
+    np.testing.assert_array_equal(streams[2], second)  # exact: the same call repeated
+    post = examples.residual_stack(x, 2, num_heads=2, seed=1, norm_first=False)
+    for s in post[1:]:  # post-norm: every block's output rows are normalised
+        np.testing.assert_allclose(s.mean(-1), 0.0, rtol=0, atol=1e-12)

@@ -1,0 +1,218 @@
+"""Tests of mha.measure: FLOP and operator counters, peak memory and the timers."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mha
+from mha import cost, measure, torch_backend
+
+
+def test_flop_counter_counts_cpu_sdpa_that_plain_flop_counter_mode_misses():
+    q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
+    with torch.utils.flop_counter.FlopCounterMode(display=False) as plain:
+        F.scaled_dot_product_attention(q, k, v)
+    ours = measure.count_flops(lambda: F.scaled_dot_product_attention(q, k, v))
+    assert plain.get_total_flops() == 0
+    assert sum(ours.values()) == 2 * (2 * 2 * 4 * 6 * 6 * 8)
+
+
+def test_count_aten_ops_sees_the_same_operators_inside_inference_mode():
+    params = mha.init_params(8, 2, seed=0).to_torch()
+    query = torch.randn(1, 3, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    outside = measure.count_aten_ops(
+        lambda: torch_backend.multi_head_attention(query, query, query, params)
+    )
+    with torch.inference_mode():
+        inside = measure.count_aten_ops(
+            lambda: torch_backend.multi_head_attention(query, query, query, params)
+        )
+    assert inside == outside and outside["aten.bmm"] == 2
+
+
+def test_count_aten_ops_sees_torch_fast_path_as_one_operator():
+    module = mha.to_torch_mha(mha.init_params(8, 2, seed=0)).eval()
+    query = torch.randn(1, 3, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert measure.count_aten_ops(lambda: module(query, query, query, need_weights=False)) == {
+        "aten._native_multi_head_attention": 1
+    }
+
+
+def test_peak_rss_increase_sees_a_touched_allocation_and_not_an_untouched_one():
+    code = (
+        "import numpy as np\n"
+        "from mha.measure import peak_rss_increase\n"
+        "n = 64 * 2**20\n"
+        "print(peak_rss_increase(lambda: np.ones(n, dtype=np.uint8)))\n"
+        "print(peak_rss_increase(lambda: np.empty(n, dtype=np.uint8)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    touched, untouched = (int(line) for line in out.stdout.split())
+    # The kernel's resident-set counters are per-CPU approximations: allow 1 MiB of slack.
+    assert 63 * 2**20 <= touched < 72 * 2**20
+    assert untouched < 2**20
+
+
+def test_peak_rss_increase_needs_proc(monkeypatch, tmp_path):
+    monkeypatch.setattr(measure, "_PROC_SELF", tmp_path / "nowhere")
+    with pytest.raises(RuntimeError, match="peak_rss_increase needs Linux"):
+        measure.peak_rss_increase(lambda: None)
+
+
+def test_explicit_attention_stores_score_tensors_and_sdpa_does_not():
+    B, L, D, H = 1, 512, 32, 8
+    paths = ("explicit", "explicit, autograd", "sdpa")
+    measured = measure.attention_peak_memory(B, [L], D, H, paths=paths)
+    score = cost.score_tensor_bytes(B, L, L, H)
+    slack = 2**20  # the kernel's resident-page counters are approximate (per-CPU batches)
+    # Without autograd the softmax overwrites the scores: one tensor, not two.
+    assert score - slack <= measured["explicit"][0] < 1.5 * score
+    assert measured["explicit, autograd"][0] >= 2 * score - slack  # scores and weights
+    assert measured["sdpa"][0] < score / 4
+
+
+def test_attention_peak_memory_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="paths must be among"):
+        measure.attention_peak_memory(1, [8], 8, 2, paths=("flash",))
+    with pytest.raises(ValueError, match="dtype must be 'float32' or 'float64'; got dtype='half'"):
+        measure.attention_peak_memory(1, [8], 8, 2, dtype="half")
+    with pytest.raises(ValueError, match=r"q_lens\[i\] must be positive"):
+        measure.attention_peak_memory(1, [8, 0], 8, 2)
+
+
+def test_median_time_is_at_least_the_time_of_a_sleep():
+    assert measure.median_time(lambda: time.sleep(2e-3), repeat=3, number=2) >= 2e-3
+    assert measure.median_time(lambda: time.sleep(1e-3), repeat=3) >= 1e-3
+
+
+def test_cpu_clock_does_not_count_sleeping():
+    assert measure.median_time(lambda: time.sleep(2e-3), repeat=3, number=2, clock="cpu") < 1e-3
+
+
+def test_median_time_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="repeat must be positive; got repeat=0"):
+        measure.median_time(lambda: None, repeat=0)
+    with pytest.raises(ValueError, match="number must be positive; got number=0"):
+        measure.median_time(lambda: None, number=0)
+    with pytest.raises(ValueError, match="min_time must be positive; got min_time=0"):
+        measure.median_time(lambda: None, min_time=0)
+    with pytest.raises(ValueError, match=r"clock must be one of .*; got clock='gpu'"):
+        measure.median_time(lambda: None, clock="gpu")
+
+
+def test_form_runners_compute_the_same_attention():
+    params = mha.init_params(16, 4, seed=5).to_torch(torch.float32)
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        outs = {name: fn() for name, fn in measure.form_runners(params, x).items()}
+    assert tuple(outs) == measure.FORMS_TIMED
+    for name, out in outs.items():
+        torch.testing.assert_close(out, outs["fused"], atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_form_runners_reject_numpy_params():
+    with pytest.raises(TypeError, match="params must be MHAParams of torch tensors"):
+        measure.form_runners(mha.init_params(8, 2), torch.zeros(1, 2, 8))
+
+
+def test_time_forms_times_every_form_and_restores_threads():
+    threads = torch.get_num_threads()
+    times = measure.time_forms(1, 4, 8, 2, repeat=2, min_time=1e-4, threads=1, clock="cpu")
+    assert tuple(times) == measure.FORMS_TIMED
+    assert all(t > 0 for t in times.values())
+    assert torch.get_num_threads() == threads
+
+
+def test_count_flops_is_empty_for_work_without_matrix_products():
+    x = torch.randn(4, 5)
+    assert measure.count_flops(lambda: torch.softmax(x + 1.0, dim=-1)) == {}
+
+
+def test_attention_peak_memory_reports_a_failed_child(monkeypatch):
+    monkeypatch.setattr(measure.sys, "executable", "/bin/false")
+    with pytest.raises(RuntimeError, match="memory measurement failed"):
+        measure.attention_peak_memory(1, [8], 8, 2)
+
+
+def test_peak_rss_increase_names_a_missing_status_line(monkeypatch, tmp_path):
+    (tmp_path / "clear_refs").write_text("")
+    (tmp_path / "status").write_text("Name:\tpython\n")
+    monkeypatch.setattr(measure, "_PROC_SELF", tmp_path)
+    with pytest.raises(RuntimeError, match="status has no VmRSS line"):
+        measure.peak_rss_increase(lambda: None, warmup=False)
+
+
+def test_bench_forms_script_prints_one_row_of_ratios_per_shape(capsys):
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_forms.py"
+    spec = importlib.util.spec_from_file_location("bench_forms", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = "--d-model 8 --heads 1 2 --lengths 4 --repeat 1 --min-time 1e-4 --clock cpu"
+    bench.main(args.split())
+    lines = capsys.readouterr().out.splitlines()
+    assert "cpu clock" in lines[0]
+    rows = [line.split() for line in lines[3:]]
+    assert [(r[0], r[1]) for r in rows] == [("1", "4"), ("2", "4")]
+    assert all(len(r) == 3 + len(measure.FORMS_TIMED) and float(r[4]) == 1.0 for r in rows)
+
+
+def test_interleaved_times_runs_every_callable_in_each_round_in_turn():
+    calls = []
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    times = measure.interleaved_times(fns, 3, warmup=2)
+    assert calls == ["a", "b"] * 5  # two warm-up rounds, then three timed ones
+    assert {name: len(t) for name, t in times.items()} == {"a": 3, "b": 3}
+    assert all(t >= 0 for ts in times.values() for t in ts)
+
+
+def test_interleaved_times_calls_often_enough_to_fill_min_time():
+    slept = measure.interleaved_times({"sleep": lambda: time.sleep(1e-3)}, 2, min_time=5e-3)
+    assert all(t >= 1e-3 for t in slept["sleep"])
+    calls = []
+    measure.interleaved_times({"count": lambda: calls.append(1)}, 2, min_time=1e-3, warmup=0)
+    assert len(calls) > 3  # one calibration call, then many per round
+
+
+def test_interleaved_times_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="repeat must be positive; got repeat=0"):
+        measure.interleaved_times({}, 0)
+    with pytest.raises(ValueError, match="warmup and min_time must be non-negative"):
+        measure.interleaved_times({}, 1, warmup=-1)
+    with pytest.raises(ValueError, match="clock must be one of"):
+        measure.interleaved_times({}, 1, clock="gpu")
+
+
+def test_decode_times_reports_cached_and_uncached_seconds_per_token():
+    from mha.training import AttentionOnlyTransformer
+
+    model = AttentionOnlyTransformer(16, 80, 16, 4, 2, num_kv_heads=2)
+    times = measure.decode_times(model, [8, 64], steps=2, repeat=2)
+    assert set(times) == {"cached", "uncached"}
+    assert all(len(v) == 2 and min(v) > 0 for v in times.values())
+    # recomputing 65 positions costs more than one cached step at the same length
+    assert times["uncached"][1] > times["cached"][1]
+
+
+def test_decode_times_rejects_contexts_past_the_positional_embedding():
+    from mha.training import AttentionOnlyTransformer
+
+    model = AttentionOnlyTransformer(16, 10, 16, 4, 2)
+    with pytest.raises(ValueError, match=r"context_lens\[1\] \+ steps must stay within max_len=10"):
+        measure.decode_times(model, [4, 8], steps=4)
+    with pytest.raises(ValueError, match="steps must be positive"):
+        measure.decode_times(model, [4], steps=0)
+
+
+def test_cached_step_times_times_each_number_of_key_value_heads():
+    times = measure.cached_step_times(32, 4, [4, 1], 64, steps=2)
+    assert sorted(times) == [1, 4] and min(times.values()) > 0
+    with pytest.raises(ValueError, match="num_kv_heads must divide num_heads"):
+        measure.cached_step_times(32, 4, [3], 64)
