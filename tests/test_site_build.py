@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import unicodedata
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -512,6 +513,22 @@ def tex_of(source: str) -> tuple[set[str], str]:
     return set(TEX_COMMAND.findall(" ".join(math))), "\n".join(code)
 
 
+_CODE_LITERAL = re.compile(r"<code\b[^>]*>(.*?)</code>", re.S)
+
+
+def code_literals(page_html: str) -> str:
+    """The text of a built page's inline code (``<code>``), such as the API page's
+    docstrings quoting the TeX a function returns."""
+    return "\n".join(
+        unescape(re.sub(r"<[^>]+>", "", code)) for code in _CODE_LITERAL.findall(page_html)
+    )
+
+
+def test_code_literals_reads_inline_code_as_text() -> None:
+    page = '<p>TeX <code class="literal"><span class="pre">\\begin{x}</span> &amp;</code>.</p>'
+    assert code_literals(page) == "\\begin{x} &"
+
+
 def squash(text: str) -> str:
     """Text without spaces and punctuation, lower case, ligatures as letters (PDF text
     extraction drops spaces and keeps ligatures such as "ﬁ")."""
@@ -553,7 +570,7 @@ def test_pdf_has_every_chapter_its_figures_and_no_raw_tex(built_site: Path, buil
         assert squash(title) in printed, f"{page}: {title!r} is not in the PDF"
         used, code = tex_of(source)
         commands |= used
-        listings += code
+        listings += code + code_literals(page_path(built_site, page).read_text(encoding="utf8"))
     for ids in site_figures(built_site).values():
         for fig_id in ids:
             title = mha_figures.title_text(figure_data(built_site, fig_id))
