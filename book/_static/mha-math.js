@@ -28,7 +28,36 @@
     }
   }
 
+  // A link whose only text is a formula (a heading made of math, in the page's contents) is
+  // named by a plain reading of its TeX: the typeset SVG gives assistive technology no name.
+  function plainTeX(tex) {
+    return tex.replace(/^\\\(|\\\)$/g, "")
+      .replace(/\\(mathrm|mathbf|mathit|mathcal|operatorname|boldsymbol|text)\b/g, "")
+      .replace(/\\[,;:! ]/g, " ")
+      .replace(/\\([A-Za-z]+)/g, " $1 ")
+      .replace(/[{}\\]/g, "")
+      .replace(/\s+/g, " ")
+      .trim();
+  }
+
+  function nameMathLinks() {
+    [].forEach.call(document.querySelectorAll("a"), function (link) {
+      var maths = link.querySelectorAll(SELECTOR);
+      if (!maths.length || link.hasAttribute("aria-label")) {
+        return;
+      }
+      var words = link.textContent;
+      [].forEach.call(maths, function (math) {
+        words = words.replace(math.textContent, "");
+      });
+      if (!words.trim()) {
+        link.setAttribute("aria-label", plainTeX(link.textContent));
+      }
+    });
+  }
+
   function start() {
+    nameMathLinks();
     var formulas = [].slice.call(document.querySelectorAll(SELECTOR));
     if (formulas.length) {
       whenLoaded(function (mathjax) {
