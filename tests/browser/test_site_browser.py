@@ -82,6 +82,22 @@ async () => {
   await pause(300);
 }
 """
+# Open every closed dropdown (hidden code cells, exercise solutions) that holds a formula and
+# bring each into view, as a reader opening them would: its formulas are typeset when seen.
+OPEN_MATH_DROPDOWNS_JS = """
+async () => {
+  const pause = (ms) => new Promise((done) => setTimeout(done, ms));
+  const closed = [...document.querySelectorAll("details:not([open])")].filter(
+    (details) => details.querySelector(".math"));
+  for (const details of closed) {
+    details.open = true;
+    details.scrollIntoView();
+    await pause(120);
+  }
+  return closed.length;
+}
+"""
+SCREENSHOT_MAX_PX = 16_000  # a full-page screenshot of a very long page (the API) is clipped
 # Before scrolling: what the page has loaded and drawn.
 LOADED_JS = """
 () => ({
@@ -358,6 +374,7 @@ def load_page(
         wait_until_quiet(tab, in_flight)
         visit.before_scroll = tab.evaluate(LOADED_JS)
         tab.evaluate(SCROLL_JS)
+        tab.evaluate(OPEN_MATH_DROPDOWNS_JS)
         wait_until_quiet(tab, in_flight)
         try:
             tab.wait_for_function(PLOTLY_DONE_JS, timeout=RENDER_TIMEOUT_MS)
@@ -386,7 +403,11 @@ def load_page(
         shots = artifacts / "site"
         shots.mkdir(parents=True, exist_ok=True)
         visit.screenshot = shots / f"{page.replace('/', '__')}-{theme}-{width}.png"
-        tab.screenshot(path=str(visit.screenshot), full_page=True)
+        page_height = tab.evaluate("document.documentElement.scrollHeight")
+        clip = {"x": 0, "y": 0, "width": width, "height": min(page_height, SCREENSHOT_MAX_PX)}
+        tab.screenshot(
+            path=str(visit.screenshot), full_page=True, clip=clip, timeout=LOAD_TIMEOUT_MS
+        )
     finally:
         context.close()
     return visit
