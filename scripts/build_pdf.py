@@ -1,0 +1,237 @@
+"""Build the whole book as one PDF, offline: ``_build/pdf/mha-book.pdf``.
+
+1. Sphinx's ``singlehtml`` builder writes every chapter into one page, in
+   ``_build/pdf/singlehtml`` (its own output and doctree folders, so ``_build/html`` is never
+   touched), reusing the site build's execution cache (``_build/.jupyter_cache``): nothing is
+   executed again when the chapters are unchanged. MathJax typesets every formula at once
+   there (no lazy typesetting).
+2. The system Chromium (``/usr/bin/chromium``, or ``$CHROME_PATH``), driven by Playwright,
+   opens that page (the root document, ``book/preface.html``, copied to the top folder) from
+   a loopback server, laid out for print at the printable width of an A4 page, draws every
+   Plotly figure to fit its printed column (as SVG: vector in the PDF; the build fails if
+   one is wider), waits for MathJax, adds a printed table of contents, and prints it with a
+   PDF outline (bookmarks) and page numbers. Hidden code cells are not printed.
+3. The PDF is copied to ``_build/html/mha-book.pdf``, where every page of the site links to
+   it (download menu), if the site has been built.
+
+Usage: ``python scripts/build_pdf.py`` (``make pdf``). Exits non-zero on failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "_build"
+OUT = BUILD / "pdf"
+SINGLE = OUT / "singlehtml"
+ROOT_PAGE = "book/preface.html"  # the root document of _toc.yml: the whole book
+PRINTED_PAGE = "mha-book.html"  # the same at the top (its links are relative to the top)
+PDF = OUT / "mha-book.pdf"
+SITE_COPY = BUILD / "html" / "mha-book.pdf"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+TIMEOUT_MS = 180_000
+PAPER = "A4"
+PAPER_WIDTH_MM = 210
+MARGIN_MM = {"top": 16, "bottom": 16, "left": 14, "right": 14}
+# The printable width in CSS pixels (96 per inch): the page is laid out, and its figures are
+# drawn, at this width, so that what is printed is what was drawn.
+PRINT_WIDTH_PX = int((PAPER_WIDTH_MM - MARGIN_MM["left"] - MARGIN_MM["right"]) / 25.4 * 96)
+FIGURE_WIDTH_PX = 760
+
+# A printed table of contents: one entry per chapter (the first heading of each document
+# in the single page), inserted before the first chapter.
+TOC_JS = r"""
+() => {
+  const main = document.querySelector("main article, article, main");
+  const headings = [...main.querySelectorAll("h1, h2")];
+  const after = (mark) => headings.find(
+    (h) => mark.compareDocumentPosition(h) & Node.DOCUMENT_POSITION_FOLLOWING);
+  // Sphinx marks where each document starts in the single page; the root one is the first h1.
+  const marks = [...main.querySelectorAll('span[id^="document-"]')];
+  const chapters = [main.querySelector("h1"), ...marks.map(after)].filter(Boolean);
+  const nav = document.createElement("nav");
+  nav.className = "mha-print-toc";
+  nav.setAttribute("aria-label", "Contents");
+  const heading = document.createElement("h1");
+  heading.textContent = "Contents";
+  const list = document.createElement("ol");
+  chapters.forEach((title, index) => {
+    const section = title.closest("section") || title;
+    if (!section.id) section.id = `mha-chapter-${index}`;
+    const item = document.createElement("li");
+    const link = document.createElement("a");
+    link.href = `#${section.id}`;
+    link.textContent = title.textContent.replace(/[#\u00b6]\s*$/, "").trim();
+    item.appendChild(link);
+    list.appendChild(item);
+    if (index > 0) section.style.breakBefore = "page";
+  });
+  nav.append(heading, list);
+  nav.style.breakAfter = "page";
+  main.prepend(nav);
+  return chapters.length;
+}
+"""
+# Figures are drawn as on a desktop screen, FIGURE_WIDTH_PX wide (their layout for a wide
+# column, which the browser tests check), then scaled to the printed column.
+FIT_JS = """
+(width) => {
+  for (const figure of document.querySelectorAll("figure.mha-plotly-figure")) {
+    const column = figure.parentElement.clientWidth;
+    if (column >= width) continue;
+    figure.style.width = `${width}px`;
+    figure.style.maxWidth = "none";
+    figure.style.zoom = String(column / width);
+  }
+}
+"""
+READY_JS = """
+async () => {
+  if (window.mhaDrawAllFigures) await window.mhaDrawAllFigures();
+  if (window.MathJax && MathJax.startup) {
+    await MathJax.startup.promise;
+    if (MathJax.typesetPromise) await MathJax.typesetPromise();
+  }
+  const figures = [...document.querySelectorAll("div.mha-plotly")];
+  const page = document.documentElement.clientWidth;
+  // A figure that is wider than its column, or than the page, would be cut on paper.
+  const wide = figures.filter((gd) => {
+    const column = gd.parentElement.getBoundingClientRect();
+    return [...gd.querySelectorAll(".main-svg")].some((svg) => {
+      const box = svg.getBoundingClientRect();
+      return box.right > Math.min(column.right, page) + 1 || box.left < column.left - 1;
+    });
+  }).map((gd) => gd.id);
+  return {
+    figures: figures.length,
+    drawn: figures.filter((gd) => gd.querySelector(".main-svg")).length,
+    wide,
+    math: document.querySelectorAll(".math").length,
+    typeset: document.querySelectorAll(".math mjx-container, mjx-container").length,
+  };
+}
+"""
+
+
+def chromium() -> str:
+    """The system Chromium (or Chrome): ``$CHROME_PATH``, else the first one on this machine."""
+    candidates = [os.environ.get("CHROME_PATH", ""), "/usr/bin/chromium"]
+    candidates += [shutil.which(name) or "" for name in ("chromium", "google-chrome")]
+    for path in candidates:
+        if path and os.access(path, os.X_OK):
+            return path
+    raise SystemExit("No Chromium found (set CHROME_PATH, or `sudo apt-get install -y chromium`)")
+
+
+def build_single_page() -> None:
+    """Sphinx ``singlehtml`` build of the book into ``_build/pdf/singlehtml``."""
+    from jupyter_book.sphinx import build_sphinx
+
+    os.environ["PLOTLY_RENDERER"] = "plotly_mimetype"
+    overrides = {
+        "external_toc_path": (ROOT / "_toc.yml").as_posix(),
+        "latex_individualpages": False,
+        "nb_execution_cache_path": str(BUILD / ".jupyter_cache"),
+        "mathjax3_config": {},  # typeset everything at once (no lazy typesetting)
+    }
+    result = build_sphinx(
+        ROOT,
+        SINGLE,
+        noconfig=True,
+        path_config=str(ROOT / "_config.yml"),
+        confoverrides=overrides,
+        builder="singlehtml",
+        doctreedir=OUT / ".doctrees",
+        warningiserror=True,
+        keep_going=True,
+        quiet=True,
+    )
+    if result:
+        raise SystemExit(f"the single-page build failed (exit code {result})")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def print_pdf() -> dict:
+    """Print ``_build/pdf/singlehtml/book/preface.html`` to ``_build/pdf/mha-book.pdf``."""
+    from playwright.sync_api import sync_playwright
+
+    # Sphinx writes the single page as book/preface.html with links relative to the top
+    # folder; a copy at the top resolves them.
+    shutil.copy2(SINGLE / ROOT_PAGE, SINGLE / PRINTED_PAGE)
+    handler = functools.partial(_QuietHandler, directory=str(SINGLE))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/{PRINTED_PAGE}"
+    try:
+        with sync_playwright() as driver:
+            browser = driver.chromium.launch(
+                executable_path=chromium(), headless=True, args=CHROMIUM_ARGS
+            )
+            # Laid out for print from the start, at the printable width: figures are drawn
+            # to fit the printed column.
+            context = browser.new_context(viewport={"width": PRINT_WIDTH_PX, "height": 1000})
+            context.add_init_script("localStorage.setItem('mode', 'light')")
+            page = context.new_page()
+            page.emulate_media(media="print")
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(url, wait_until="networkidle")
+            page.evaluate(FIT_JS, FIGURE_WIDTH_PX)
+            ready = page.evaluate(READY_JS)
+            ready["chapters"] = page.evaluate(TOC_JS)
+            page.pdf(
+                path=str(PDF),
+                format=PAPER,
+                print_background=True,
+                outline=True,
+                tagged=True,
+                margin={side: f"{mm}mm" for side, mm in MARGIN_MM.items()},
+                display_header_footer=True,
+                header_template="<span></span>",
+                footer_template=(
+                    '<div style="font-size:8px;width:100%;text-align:center">'
+                    '<span class="pageNumber"></span> / <span class="totalPages"></span></div>'
+                ),
+            )
+            browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    return ready
+
+
+def main() -> int:
+    start = time.time()
+    OUT.mkdir(parents=True, exist_ok=True)
+    build_single_page()
+    ready = print_pdf()
+    if ready["drawn"] != ready["figures"]:
+        print(f"only {ready['drawn']} of {ready['figures']} figures were drawn", file=sys.stderr)
+        return 1
+    if ready["wide"]:
+        print(f"figures wider than the printed column: {ready['wide']}", file=sys.stderr)
+        return 1
+    if SITE_COPY.parent.is_dir():
+        shutil.copy2(PDF, SITE_COPY)
+    size = PDF.stat().st_size / 1e6
+    print(
+        f"{PDF.relative_to(ROOT)}: {size:.1f} MB, {ready['chapters']} chapters, "
+        f"{ready['figures']} figures, {ready['math']} formulas, in {time.time() - start:.0f} s"
+        + (f"; copied to {SITE_COPY.relative_to(ROOT)}" if SITE_COPY.exists() else "")
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
