@@ -3,7 +3,9 @@
 Runs ``jupyter-book build`` at the repository root with Sphinx warnings as errors, then
 prints how long each chapter took to execute (from the execution data that the book's
 extension, ``book/_ext/mha_site.py``, writes to ``_build/execution_times.json``) and names
-the slowest chapter. Exits with the build's exit code.
+the slowest chapter. Exits with the build's exit code. If an incremental build fails, it
+builds once more without Sphinx's saved environment (``_build/.doctrees``), which can be
+stale after a pull; the execution cache is kept, so chapters are not executed again.
 
 Usage: ``python scripts/build_book.py [extra jupyter-book build options, e.g. --all]``
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
 TIMES = BUILD / "execution_times.json"
+DOCTREES = BUILD / ".doctrees"  # Sphinx's saved environment; the execution cache is elsewhere
 
 
 def jupyter_book() -> str:
@@ -56,7 +60,15 @@ def main(argv: list[str]) -> int:
     command = [jupyter_book(), "build", str(ROOT), "-W", "--keep-going", *argv]
     print("$", " ".join(command), flush=True)
     start = time.time()
+    incremental = DOCTREES.exists()
     code = subprocess.call(command, cwd=ROOT, env=env)
+    if code != 0 and incremental:
+        # An incremental build can fail on Sphinx's saved environment alone, e.g. "duplicate
+        # label" after a label moved between chapters. Build once more without it: the
+        # execution cache is kept, so no chapter runs again, and a real error fails again.
+        print("Build failed; building again with a fresh Sphinx environment", flush=True)
+        shutil.rmtree(DOCTREES)
+        code = subprocess.call(command, cwd=ROOT, env=env)
     elapsed = time.time() - start
     if TIMES.exists() and TIMES.stat().st_mtime >= start:
         print("\n".join(format_times(json.loads(TIMES.read_text(encoding="utf8")), start)))

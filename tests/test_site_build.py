@@ -12,6 +12,7 @@ import http.server
 import importlib.util
 import json
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -255,6 +256,29 @@ def test_format_times_names_the_slowest_chapter() -> None:
     assert lines[2] == "     1.50  book/a  (from cache)"
     assert "Slowest chapter: book/b (7.25 s)" in lines
     assert "book/c" not in "\n".join(lines)
+
+
+def test_a_failed_incremental_build_is_retried_once_without_the_saved_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doctrees = tmp_path / ".doctrees"
+    monkeypatch.setattr(build_book, "DOCTREES", doctrees)
+    monkeypatch.setattr(build_book, "TIMES", tmp_path / "times.json")
+    calls: list[bool] = []
+
+    def call(command, cwd, env):  # a build that fails while the saved environment exists
+        calls.append(doctrees.exists())
+        doctrees.mkdir(exist_ok=True)
+        return 1 if calls[-1] else 0
+
+    monkeypatch.setattr(build_book.subprocess, "call", call)
+    doctrees.mkdir()
+    assert build_book.main([]) == 0
+    assert calls == [True, False]  # retried once, with the environment removed
+    calls.clear()
+    shutil.rmtree(doctrees)
+    monkeypatch.setattr(build_book.subprocess, "call", lambda command, cwd, env: 2)
+    assert build_book.main([]) == 2  # a fresh build that fails is not retried
 
 
 def test_jupyterlab_overrides_make_jupytext_the_markdown_viewer(tmp_path: Path) -> None:
