@@ -8,6 +8,7 @@ CIELAB (D65): two colours are told apart when their distance (CIE76 delta E) is 
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -132,7 +133,8 @@ def _z_levels(trace: dict[str, Any]) -> list[float] | None:
     """The positions in [0, 1] of a heatmap's values, if it shows a few integer categories."""
     import mha_figures
 
-    z = [v for v in mha_figures.values(trace.get("z")) if isinstance(v, int | float)]
+    values = mha_figures.values(trace.get("z"))
+    z = [v for v in values if isinstance(v, int | float) and math.isfinite(v)]  # NaN: masked
     distinct = sorted(set(z))
     if not distinct or len(distinct) > 12 or any(float(v) != int(v) for v in distinct):
         return None
@@ -149,7 +151,8 @@ def figure_colour_problems(figure: dict[str, Any]) -> list[str]:
     explicit = []
     for trace in figure.get("data") or []:
         scale = trace.get("colorscale")
-        if isinstance(scale, list) and scale:
+        if isinstance(scale, list) and len({str(colour) for _, colour in scale}) > 1:
+            # (a scale of one colour is a flat layer, e.g. the grey of masked cells)
             problems += scale_problems(scale, _z_levels(trace))
         for part in ("line", "marker"):
             colour = (trace.get(part) or {}).get("color")
