@@ -42,8 +42,18 @@ from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
 
-sys.path.insert(0, str(Path(__file__).parent))
-import mha_figures  # noqa: E402 (the figure logic beside this file)
+
+def _sibling(name: str) -> Any:
+    """The module ``name`` beside this file, loaded once from its own path."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+mha_figures = _sibling("mha_figures")  # the figure logic beside this file
 
 logger = logging.getLogger(__name__)
 
