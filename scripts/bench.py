@@ -6,14 +6,19 @@ each ratio is the median over rounds of the time against the reference's time in
 round, so the ratios compare like with like on whatever machine runs it. Default shape:
 (B, L=S, D, H) = (4, 512, 512, 8), float32, self-attention, no mask.
 
-Two references: ``nn.MultiheadAttention`` called as a module is by default (training state,
-autograd on, ``need_weights=False``), and its native inference path (eval state, under
-``torch.inference_mode``: one fused native operator). Targets:
+Three references, all ``nn.MultiheadAttention`` on the same weights: the module as it is
+called in training (training state, autograd on) without weights (``need_weights=False``);
+the same module returning its weights per head (``need_weights=True``, its default, with
+``average_attn_weights=False``, so that it returns the ``(B, H, L, S)`` weights mha's weights
+path returns); and its native inference path (eval state, under ``torch.inference_mode``: one
+fused native operator). Targets:
 
 - PyTorch fast path (``need_weights=False``): <= 1.0x the module called by default, and
   <= 0.85x its native inference path. At the default shape both run the same three
   kernels (the packed projection, ``scaled_dot_product_attention``, the output projection).
-- PyTorch path that returns the weights: <= 1.1x the module called by default.
+- PyTorch path that returns the weights: <= 1.1x the module returning its weights. Its
+  ratio to the module without weights is printed too: there the reference skips the
+  ``(B, H, L, S)`` weights that this path must write and return.
 - NumPy reference: <= 1.5x the native inference path.
 - Peak extra memory of the fast path at (1, 4096, 512, 8) below one (B, H, L, S) float32
   score tensor (``mha.measure.attention_peak_memory``, in a child process).
@@ -37,11 +42,13 @@ import mha
 from mha import cost, measure, np_backend, torch_backend
 
 REF = "nn.MultiheadAttention"
+REF_WEIGHTS = "nn.MultiheadAttention weights"
 REF_NATIVE = "nn.MultiheadAttention native"
+REF_COLUMNS = {REF: "ratio", REF_WEIGHTS: "weights", REF_NATIVE: "native"}
 # implementation -> [(reference, largest allowed time ratio)]
 TARGETS = {
     "mha torch fast path": [(REF, 1.0), (REF_NATIVE, 0.85)],
-    "mha torch with weights": [(REF, 1.1)],
+    "mha torch with weights": [(REF_WEIGHTS, 1.1)],
     "mha numpy": [(REF_NATIVE, 1.5)],
 }
 PEAK_SIZES = (1024, 2048, 4096)
@@ -58,9 +65,10 @@ def _inference(fn: Callable[[], Any]) -> Callable[[], Any]:
 def implementations(B: int, L: int, D: int, H: int) -> dict[str, Callable[[], Any]]:
     """Each implementation at (B, L=S, D, H), float32 self-attention, as a callable.
 
-    ``nn.MultiheadAttention`` is there twice: called as a module is by default (training
-    state, autograd on), and in eval state under ``torch.inference_mode()``, where PyTorch
-    runs its native fused path. mha's PyTorch functions run under inference mode too.
+    ``nn.MultiheadAttention`` is there three times: in training state with autograd on,
+    without weights and with its weights per head, and in eval state under
+    ``torch.inference_mode()``, where PyTorch runs its native fused path. mha's PyTorch
+    functions run under inference mode.
     """
     params = mha.init_params(D, H, seed=0, dtype=np.float32)
     x_np = np.random.default_rng(0).standard_normal((B, L, D)).astype(np.float32)
@@ -71,6 +79,7 @@ def implementations(B: int, L: int, D: int, H: int) -> dict[str, Callable[[], An
     mha_torch = torch_backend.multi_head_attention
     return {
         REF: lambda: ref(x, x, x, need_weights=False),
+        REF_WEIGHTS: lambda: ref(x, x, x, need_weights=True, average_attn_weights=False),
         REF_NATIVE: _inference(lambda: ref_eval(x, x, x, need_weights=False)),
         "mha torch fast path": _inference(
             lambda: mha_torch(x, x, x, p_t, form="packed", need_weights=False)
@@ -121,24 +130,25 @@ def main() -> None:
     peak = rates[best_n]
     flops = cost.attention_flops(B, L, L, D, H).matmul
 
-    head = ("implementation", "ms", "ratio", "native", "GFLOP/s", "share", "targets")
-    print("{:30s} {:>8s} {:>6s} {:>7s} {:>8s} {:>6s}  {}".format(*head))
+    head = ("implementation", "ms", *REF_COLUMNS.values(), "GFLOP/s", "share", "targets")
+    print("{:30s} {:>8s} {:>6s} {:>7s} {:>7s} {:>8s} {:>6s}  {}".format(*head))
     for name in fns:
         sec = statistics.median(times[name])
-        ratio = {ref: per_round_ratio(times, name, ref) for ref in (REF, REF_NATIVE)}
+        ratio = {ref: per_round_ratio(times, name, ref) for ref in REF_COLUMNS}
         marks = [
-            f"{'ratio' if ref == REF else 'native'}<={limit:.2f} "
-            + ("ok" if ratio[ref] <= limit else "MISS")
+            f"{REF_COLUMNS[ref]}<={limit:.2f} " + ("ok" if ratio[ref] <= limit else "MISS")
             for ref, limit in TARGETS.get(name, [])
         ]
         rate = flops / sec
         print(
-            f"{name:30s} {1e3 * sec:8.2f} {ratio[REF]:6.2f} {ratio[REF_NATIVE]:7.2f} "
-            f"{rate / 1e9:8.1f} {rate / peak:6.0%}  {', '.join(marks)}"
+            f"{name:30s} {1e3 * sec:8.2f} {ratio[REF]:6.2f} {ratio[REF_WEIGHTS]:7.2f} "
+            f"{ratio[REF_NATIVE]:7.2f} {rate / 1e9:8.1f} {rate / peak:6.0%}  {', '.join(marks)}"
         )
     print(
-        f"ratio: median over rounds of time / {REF}'s time in the same round (module called\n"
-        "  as by default: training state, autograd on, need_weights=False);\n"
+        f"ratio: median over rounds of time / {REF}'s time in the same round (the module in\n"
+        "  training state, autograd on, need_weights=False);\n"
+        "weights: the same against the module returning its weights per head\n"
+        "  (need_weights=True, average_attn_weights=False);\n"
         f"native: the same against {REF} in eval state under inference_mode (PyTorch's\n"
         "  fused native path);\n"
         "share: GFLOP/s of the forward's matrix products as a share of the best float32\n"

@@ -22,15 +22,18 @@ def test_bench_prints_ratios_targets_shares_and_peak_memory():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     number = r"\d+\.\d+"
-    row = rf"\s+{number}\s+({number})\s+({number})\s+{number}\s+\d+%\s+"
+    row = rf"\s+{number}\s+({number})\s+({number})\s+({number})\s+{number}\s+\d+%\s+"
     for name, targets in [
         ("mha torch fast path", r"ratio<=1\.00 (ok|MISS), native<=0\.85 (ok|MISS)"),
-        ("mha torch with weights", r"ratio<=1\.10 (ok|MISS)"),
+        ("mha torch with weights", r"weights<=1\.10 (ok|MISS)"),
         ("mha numpy", r"native<=1\.50 (ok|MISS)"),
     ]:
         assert re.search(rf"^{name}{row}{targets}$", out, re.M), f"no row for {name!r} in:\n{out}"
     assert re.search(rf"^nn.MultiheadAttention\s+{number}\s+1\.00\s", out, re.M)
-    assert re.search(rf"^nn.MultiheadAttention native\s+{number}\s+{number}\s+1\.00\s", out, re.M)
+    weights = rf"^nn.MultiheadAttention weights\s+{number}\s+{number}\s+1\.00\s"
+    assert re.search(weights, out, re.M), out
+    native = rf"^nn.MultiheadAttention native\s+{number}\s+{number}\s+{number}\s+1\.00\s"
+    assert re.search(native, out, re.M), out
     share = re.search(rf"16\^3 ({number}), 32\^3 ({number}) GFLOP/s \(peak ({number}) GFLOP/s", out)
     assert share, out
     assert float(share[3]) == max(float(share[1]), float(share[2]))
