@@ -9,16 +9,21 @@ total blocking time and first contentful paint to the preface's in that run, aga
 site's targets (TBT <= 1.5x, FCP <= 1.2x the preface's).
 
 Usage: ``python scripts/lighthouse_table.py [--runs 3] [--site _build/html] [--json out.json]
-[--reports DIR] [--pages book/x ...]`` (``make lighthouse`` runs it with 3 runs; ``--reports``
-keeps every full report, with its boot-up time and main-thread work per script, for
-profiling). Exits 1 if a run misses a target.
+[--reports DIR] [--pages book/x ...] [--gzip]`` (``make lighthouse`` runs it with 3 runs;
+``--reports`` keeps every full report, with its boot-up time and main-thread work per script,
+for profiling). By default files are served as they are; ``--gzip`` compresses HTML, CSS,
+JavaScript, JSON and SVG responses for clients that accept it, as static hosts such as GitHub
+Pages do, so the table shows what a reader of the published site downloads. Exits 1 if a run
+misses a target.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gzip
 import http.server
+import io
 import json
 import os
 import statistics
@@ -42,15 +47,38 @@ TBT_TARGET = 1.5  # chapter TBT / preface TBT, in the same run
 FCP_TARGET = 1.2  # chapter FCP / preface FCP, in the same run
 
 
+COMPRESSED = {".html", ".css", ".js", ".json", ".svg", ".txt", ".xml"}
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
 
 
+class _GzipHandler(_QuietHandler):
+    """Serves text files gzip-compressed to clients that accept it (as static hosts do)."""
+
+    def send_head(self) -> io.BytesIO | None:
+        path = Path(self.translate_path(self.path))
+        accepts = "gzip" in self.headers.get("Accept-Encoding", "")
+        if not (accepts and path.is_file() and path.suffix in COMPRESSED):
+            return super().send_head()
+        body = gzip.compress(path.read_bytes(), compresslevel=6)
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Vary", "Accept-Encoding")
+        self.end_headers()
+        return io.BytesIO(body)
+
+
 @contextmanager
-def serve(site: Path) -> Iterator[str]:
-    """Serve ``site`` on a free loopback port; yield its base URL."""
-    handler = functools.partial(_QuietHandler, directory=str(site))
+def serve(site: Path, compress: bool = False) -> Iterator[str]:
+    """Serve ``site`` on a free loopback port (text gzip-compressed if ``compress``); yield
+    its base URL."""
+    handler_class = _GzipHandler if compress else _QuietHandler
+    handler = functools.partial(handler_class, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -132,6 +160,9 @@ def main(argv: list[str]) -> int:
         "--reports", type=Path, help="keep each page's full Lighthouse report in this folder"
     )
     parser.add_argument("--pages", nargs="+", help="only these pages (book/preface first)")
+    parser.add_argument(
+        "--gzip", action="store_true", help="serve text gzip-compressed, as static hosts do"
+    )
     args = parser.parse_args(argv)
     if not LIGHTHOUSE.exists():
         print(f"Lighthouse is not installed at {LIGHTHOUSE}: run `make node`", file=sys.stderr)
@@ -139,7 +170,7 @@ def main(argv: list[str]) -> int:
     pages = [REFERENCE, *[page for page in args.pages or toc_pages() if page != REFERENCE]]
     runs: list[dict[str, dict[str, float]]] = []
     failed = []
-    with serve(args.site) as base, tempfile.TemporaryDirectory() as tmp:
+    with serve(args.site, compress=args.gzip) as base, tempfile.TemporaryDirectory() as tmp:
         for number in range(1, args.runs + 1):
             run = {}
             for page in pages:
@@ -150,7 +181,8 @@ def main(argv: list[str]) -> int:
                 run[page] = measure(f"{base}{page}.html", out)
                 print(f"  run {number}: {page} done", file=sys.stderr, flush=True)
             runs.append(run)
-            print(f"\nRun {number} of {args.runs} (Lighthouse 12.2.3, mobile defaults)\n")
+            served = "gzip-compressed" if args.gzip else "uncompressed"
+            print(f"\nRun {number} of {args.runs} (Lighthouse 12.2.3, mobile defaults, {served})\n")
             print("\n".join(run_table(run)), flush=True)
             failed += [f"run {number}: {line}" for line in misses(run)]
     if args.runs > 1:
