@@ -349,31 +349,6 @@ def test_train_runs_gives_each_config_its_own_run_in_order():
     assert not np.array_equal(parallel[0][1].train_loss, parallel[1][1].train_loss)  # exact: ditto
 
 
-def test_start_runs_gives_futures_of_the_runs_train_runs_gives_in_order():
-    configs = [replace(SMALL, steps=20, eval_every=10, seed=s) for s in (0, 1, 2)]
-    futures = tr.start_runs(configs, processes=2)
-    assert len(futures) == 3
-    first = futures[0].result()  # usable while the later runs may still train
-    serial = [tr.train(c) for c in configs]
-    results = [first] + [f.result() for f in futures[1:]]
-    for (m_par, h_par), (m_ser, h_ser) in zip(results, serial, strict=True):
-        # exact: the same run on one thread, in another process of the same machine
-        assert np.array_equal(h_par.train_loss, h_ser.train_loss)
-        assert torch.equal(m_par.unembed, m_ser.unembed)  # exact: the same run
-    assert all(f.done() for f in futures)
-
-
-def test_start_runs_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="configs must hold at least one TrainConfig; got none"):
-        tr.start_runs([])
-    with pytest.raises(TypeError, match=r"configs\[1\] must be a TrainConfig; got str"):
-        tr.start_runs([SMALL, "cfg"])
-    with pytest.raises(ValueError, match="processes must be positive; got processes=0"):
-        tr.start_runs([SMALL], 0)
-    with pytest.raises(ValueError, match="models must give one model \\(or None\\) per config"):
-        tr.start_runs([SMALL], models=[None, None])
-
-
 @pytest.mark.parametrize(
     ("configs", "processes", "error", "match"),
     [

@@ -35,7 +35,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -636,70 +636,6 @@ def train(
     return model, history
 
 
-def _check_runs(
-    configs: Sequence[TrainConfig],
-    processes: int | None,
-    models: Sequence[AttentionOnlyTransformer | None] | None,
-) -> tuple[list[TrainConfig], list[AttentionOnlyTransformer | None], int]:
-    """The arguments of :func:`train_runs` checked, as lists, and the number of processes."""
-    configs = list(configs)
-    if not configs:
-        raise ValueError("configs must hold at least one TrainConfig; got none")
-    for i, config in enumerate(configs):
-        if not isinstance(config, TrainConfig):
-            raise TypeError(f"configs[{i}] must be a TrainConfig; got {type(config).__name__}")
-    models = [None] * len(configs) if models is None else list(models)
-    if len(models) != len(configs):
-        raise ValueError(
-            f"models must give one model (or None) per config; got {len(models)} for "
-            f"{len(configs)} configs"
-        )
-    if processes is None:
-        processes = min(len(configs), os.cpu_count() or 1)
-    _validate.check_positive("processes", processes)
-    return configs, models, processes
-
-
-def start_runs(
-    configs: Sequence[TrainConfig],
-    processes: int | None = None,
-    *,
-    models: Sequence[AttentionOnlyTransformer | None] | None = None,
-) -> list[Future]:
-    """:func:`train_runs` without waiting: one future per config, started in config order.
-
-    The runs go to worker processes in the order of ``configs``, so the first results can
-    be used while the later runs still train. Each run is :func:`train` on one thread in
-    its own process, as in :func:`train_runs`, whatever else runs meanwhile. The workers
-    are spawned, so in a script call this under ``if __name__ == "__main__":``.
-
-    Args:
-        configs: the runs, e.g. one :class:`TrainConfig` per seed.
-        processes: worker processes; ``None`` uses one per CPU core, at most one per run.
-        models: for each config, a model to continue training (as :func:`train`'s
-            ``model``) or ``None`` for a fresh one; ``None`` for all fresh.
-
-    Returns:
-        One :class:`concurrent.futures.Future` per config, in order; its ``result()`` is
-        that run's ``(model, history)``. The workers exit once every run is done.
-
-    Raises:
-        ValueError: if ``configs`` is empty, ``models`` has another length, or
-            ``processes`` is not a positive int.
-        TypeError: if a config is not a :class:`TrainConfig`.
-    """
-    configs, models, processes = _check_runs(configs, processes, models)
-    # Workers are spawned (a fresh interpreter each), never forked from a process whose
-    # torch thread pool is already running.
-    spawn = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=processes, mp_context=spawn)
-    futures = [
-        pool.submit(train, config, model) for config, model in zip(configs, models, strict=True)
-    ]
-    pool.shutdown(wait=False)  # the submitted runs go on; the workers exit after the last
-    return futures
-
-
 def train_runs(
     configs: Sequence[TrainConfig],
     processes: int | None = None,
@@ -712,8 +648,7 @@ def train_runs(
     one :func:`train` gives in this process on this machine. Claims about training are
     claims about the method, checked over several seeds: this runs those seeds side by
     side, one per CPU core. The workers are spawned, so in a script call this under
-    ``if __name__ == "__main__":`` (a notebook needs nothing). :func:`start_runs` starts
-    the same runs without waiting for them.
+    ``if __name__ == "__main__":`` (a notebook needs nothing).
 
     Args:
         configs: the runs, e.g. one :class:`TrainConfig` per seed.
@@ -730,10 +665,28 @@ def train_runs(
             ``processes`` is not a positive int.
         TypeError: if a config is not a :class:`TrainConfig`.
     """
-    configs, models, processes = _check_runs(configs, processes, models)
+    configs = list(configs)
+    if not configs:
+        raise ValueError("configs must hold at least one TrainConfig; got none")
+    for i, config in enumerate(configs):
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"configs[{i}] must be a TrainConfig; got {type(config).__name__}")
+    models = [None] * len(configs) if models is None else list(models)
+    if len(models) != len(configs):
+        raise ValueError(
+            f"models must give one model (or None) per config; got {len(models)} for "
+            f"{len(configs)} configs"
+        )
+    if processes is None:
+        processes = min(len(configs), os.cpu_count() or 1)
+    _validate.check_positive("processes", processes)
     if processes == 1:
         return [train(config, model) for config, model in zip(configs, models, strict=True)]
-    return [future.result() for future in start_runs(configs, processes, models=models)]
+    # Workers are spawned (a fresh interpreter each), never forked from a process whose
+    # torch thread pool is already running.
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=processes, mp_context=spawn) as pool:
+        return list(pool.map(train, configs, models))
 
 
 def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int:
