@@ -7,6 +7,11 @@ the slowest chapter. Exits with the build's exit code. If an incremental build f
 builds once more without Sphinx's saved environment (``_build/.doctrees``), which can be
 stale after a pull; the execution cache is kept, so chapters are not executed again.
 
+Chapters that train the same run (``mha.training.train_runs``) train it once per build: the
+build sets ``MHA_TRAIN_STORE`` to ``_build/.train_store`` (unless it is set already), where
+each fresh run is kept under a key of its config, the package's code, the library versions
+and the kernel settings, and loaded when it is asked for again.
+
 Usage: ``python scripts/build_book.py [extra jupyter-book build options, e.g. --all]``
 """
 
@@ -24,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
 TIMES = BUILD / "execution_times.json"
 DOCTREES = BUILD / ".doctrees"  # Sphinx's saved environment; the execution cache is elsewhere
+TRAIN_STORE = BUILD / ".train_store"  # trained runs shared by the chapters (mha.training)
 
 
 def jupyter_book() -> str:
@@ -57,6 +63,7 @@ def format_times(times: dict[str, dict], since: float) -> list[str]:
 
 def main(argv: list[str]) -> int:
     env = dict(os.environ, PLOTLY_RENDERER="plotly_mimetype")
+    env.setdefault("MHA_TRAIN_STORE", str(TRAIN_STORE))
     command = [jupyter_book(), "build", str(ROOT), "-W", "--keep-going", *argv]
     print("$", " ".join(command), flush=True)
     start = time.time()

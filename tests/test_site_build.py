@@ -267,6 +267,7 @@ def test_a_failed_incremental_build_is_retried_once_without_the_saved_environmen
     calls: list[bool] = []
 
     def call(command, cwd, env):  # a build that fails while the saved environment exists
+        assert env["MHA_TRAIN_STORE"] == str(build_book.TRAIN_STORE)  # runs shared by chapters
         calls.append(doctrees.exists())
         doctrees.mkdir(exist_ok=True)
         return 1 if calls[-1] else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 import numpy as np
@@ -607,3 +608,74 @@ def test_converted_models_keep_the_training_mode_and_refuse_bad_seeds(init: str)
         tr.with_kv_heads(model, 2, init=init, seed=1.5)
     with pytest.raises(ValueError, match="seed must be a non-negative int; got seed=-1"):
         tr.with_kv_heads(model, 2, init=init, seed=-1)
+
+
+def _same_run(a, b):
+    (m_a, h_a), (m_b, h_b) = a, b
+    for name, value in m_a.state_dict().items():
+        assert torch.equal(value, m_b.state_dict()[name]), name  # exact: stored, then loaded
+    for f in dataclasses.fields(h_a):
+        # exact: the arrays written and read back
+        assert np.array_equal(getattr(h_a, f.name), getattr(h_b, f.name)), f.name
+
+
+def test_train_runs_stores_fresh_runs_and_loads_them_instead_of_training(tmp_path, monkeypatch):
+    configs = [replace(SMALL, steps=20, eval_every=10, seed=s) for s in (0, 1)]
+    first = tr.train_runs(configs, processes=1, store=tmp_path)
+    assert len(list(tmp_path.glob("*.pt"))) == 2 and len(list(tmp_path.glob("*.npz"))) == 2
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a stored run was trained again")
+
+    monkeypatch.setattr(tr, "train", no_training)
+    again = tr.train_runs(configs, processes=1, store=tmp_path)
+    for a, b in zip(first, again, strict=True):
+        _same_run(a, b)
+    assert again[0][1].cpu_seconds == first[0][1].cpu_seconds  # exact: the stored number
+    with pytest.raises(AssertionError, match="trained again"):  # another config: trained
+        tr.train_runs([replace(configs[0], steps=30)], processes=1, store=tmp_path)
+
+
+def test_stored_run_equals_training_again(tmp_path):
+    config = replace(SMALL, steps=20, eval_every=10, seed=3)
+    stored = tr.train_runs([config], processes=1, store=tmp_path)[0]
+    loaded = tr.train_runs([config], processes=1, store=tmp_path)[0]
+    fresh = tr.train(config)  # exact below: one thread gives the same run on this machine
+    _same_run(loaded, stored)
+    assert np.array_equal(loaded[1].train_loss, fresh[1].train_loss)  # exact: ditto
+    assert torch.equal(loaded[0].unembed, fresh[0].unembed)  # exact: ditto
+
+
+def test_train_runs_store_from_the_environment_and_not_for_continued_models(tmp_path, monkeypatch):
+    config = replace(SMALL, steps=10, eval_every=10)
+    monkeypatch.setenv(tr.STORE_VARIABLE, str(tmp_path / "env"))
+    tr.train_runs([config], processes=1)
+    assert len(list((tmp_path / "env").glob("*.pt"))) == 1
+    model = config.model()
+    tr.train_runs([config], processes=1, models=[model], store=tmp_path / "given")
+    assert not (tmp_path / "given").exists()  # a continued model is not a fresh run
+    monkeypatch.delenv(tr.STORE_VARIABLE)
+    tr.train_runs([config], processes=1)  # no store named: nothing written anywhere
+    assert len(list((tmp_path / "env").glob("*.pt"))) == 1
+
+
+def test_unreadable_stored_run_is_trained_again(tmp_path):
+    config = replace(SMALL, steps=10, eval_every=10)
+    key = tr.run_key(config)
+    (tmp_path / f"{key}.pt").write_bytes(b"not a checkpoint")
+    (tmp_path / f"{key}.npz").write_bytes(b"not an archive")
+    model, history = tr.train_runs([config], processes=1, store=tmp_path)[0]
+    assert history.step[-1] == 10  # exact: integer steps
+    _same_run((model, history), tr.train_runs([config], processes=1, store=tmp_path)[0])
+
+
+def test_run_key_changes_with_the_config_and_the_kernel_settings(monkeypatch):
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    key = tr.run_key(SMALL)
+    assert key == tr.run_key(replace(SMALL))  # exact: the same config, the same key
+    assert key != tr.run_key(replace(SMALL, seed=SMALL.seed + 1))
+    assert key != tr.run_key(replace(SMALL, lr=SMALL.lr / 2))
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert key != tr.run_key(SMALL)
+    with pytest.raises(TypeError, match="config must be a TrainConfig; got dict"):
+        tr.run_key({})

@@ -25,18 +25,29 @@ the setting after; the model's own ``forward`` leaves it alone. The matrices are
 run, and split the float32 sums differently from one run to the next, so that two runs of
 the same config differed. On one thread the same config gives the same run, bit for bit, on
 a given machine.
+
+:func:`train_runs` can keep fresh runs in a folder (``store=``, or the ``MHA_TRAIN_STORE``
+environment variable, which the book's build sets), under a key made of the config, the
+package's source, the library versions and the numerical-kernel settings. A run asked for
+again with the same key is loaded instead of trained; it is the run training would give
+again on this machine, so two chapters that train the same run train it once per build.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 import multiprocessing
 import os
+import pickle
+import platform
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from zipfile import BadZipFile
 
 import numpy as np
 import torch
@@ -636,11 +647,93 @@ def train(
     return model, history
 
 
+STORE_VARIABLE = "MHA_TRAIN_STORE"
+# Environment variables that choose numerical kernels or threads, so that they key a stored run.
+_KERNEL_PREFIXES = ("ATEN_", "NPY_", "OPENBLAS_", "MKL_", "OMP_", "KMP_", "DNNL_", "ONEDNN_")
+_SOURCE = Path(__file__).resolve().parent
+
+
+def run_key(config: TrainConfig) -> str:
+    """The key under which :func:`train_runs` stores a fresh run of ``config``.
+
+    A run is determined, on a given machine, by its config, the code and the numerical
+    kernels, so the key hashes: the config's fields; every ``.py`` file of this package;
+    the versions of Python, NumPy and PyTorch; the machine's architecture and processor;
+    and the environment variables that select kernels or threads (``ATEN_*``, ``NPY_*``,
+    ``OPENBLAS_*``, ``MKL_*``, ``OMP_*``, ...). Changing any of them trains again.
+
+    Args:
+        config: the run.
+
+    Returns:
+        A hexadecimal SHA-256 digest.
+
+    Raises:
+        TypeError: if ``config`` is not a :class:`TrainConfig`.
+    """
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig; got {type(config).__name__}")
+    digest = hashlib.sha256()
+    parts = [
+        repr(sorted(asdict(config).items())),
+        platform.python_version(),
+        np.__version__,
+        torch.__version__,
+        platform.machine(),
+        platform.processor(),
+        repr(sorted((k, v) for k, v in os.environ.items() if k.startswith(_KERNEL_PREFIXES))),
+    ]
+    for part in parts:
+        digest.update(part.encode("utf8") + b"\0")
+    for source in sorted(_SOURCE.rglob("*.py")):
+        digest.update(source.relative_to(_SOURCE).as_posix().encode("utf8") + b"\0")
+        digest.update(source.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _stored_paths(store: Path, key: str) -> tuple[Path, Path]:
+    return store / f"{key}.pt", store / f"{key}.npz"
+
+
+def _load_run(
+    store: Path, key: str, config: TrainConfig
+) -> tuple[AttentionOnlyTransformer, TrainHistory] | None:
+    """The stored run under ``key``, or ``None`` if there is none (or it cannot be read)."""
+    weights, arrays = _stored_paths(store, key)
+    if not (weights.is_file() and arrays.is_file()):
+        return None
+    try:
+        model = config.model()
+        model.load_state_dict(torch.load(weights, weights_only=True))
+        with np.load(arrays, allow_pickle=False) as saved:
+            history = TrainHistory(
+                **{f.name: saved[f.name] for f in fields(TrainHistory) if f.name != "cpu_seconds"},
+                cpu_seconds=float(saved["cpu_seconds"]),
+            )
+    except (OSError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError, BadZipFile):
+        return None  # unreadable or from another layout: train again
+    return model, history
+
+
+def _store_run(store: Path, key: str, run: tuple[AttentionOnlyTransformer, TrainHistory]) -> None:
+    """Write ``run`` under ``key`` (each file written whole, then renamed into place)."""
+    model, history = run
+    store.mkdir(parents=True, exist_ok=True)
+    weights, arrays = _stored_paths(store, key)
+    partial = store / f"{key}.{os.getpid()}.partial"
+    torch.save(model.state_dict(), partial)
+    os.replace(partial, weights)
+    with open(partial, "wb") as out:
+        np.savez(out, **{f.name: np.asarray(getattr(history, f.name)) for f in fields(history)})
+    os.replace(partial, arrays)
+
+
 def train_runs(
     configs: Sequence[TrainConfig],
     processes: int | None = None,
     *,
     models: Sequence[AttentionOnlyTransformer | None] | None = None,
+    store: str | os.PathLike[str] | None = None,
 ) -> list[tuple[AttentionOnlyTransformer, TrainHistory]]:
     """:func:`train` every config, in parallel worker processes, results in config order.
 
@@ -656,9 +749,14 @@ def train_runs(
             ``1`` trains in this process, one run after the other.
         models: for each config, a model to continue training (as :func:`train`'s
             ``model``) or ``None`` for a fresh one; ``None`` for all fresh.
+        store: a folder that keeps fresh runs under :func:`run_key`: a run found there is
+            loaded instead of trained, and a run trained is written there. ``None`` uses
+            the folder named by the ``MHA_TRAIN_STORE`` environment variable, if set, and
+            otherwise stores nothing. Runs that continue a given model are never stored.
 
     Returns:
-        ``(model, history)`` for each config, in order.
+        ``(model, history)`` for each config, in order (a loaded run's ``cpu_seconds`` is
+        that of the training that produced it).
 
     Raises:
         ValueError: if ``configs`` is empty, ``models`` has another length, or
@@ -677,9 +775,33 @@ def train_runs(
             f"models must give one model (or None) per config; got {len(models)} for "
             f"{len(configs)} configs"
         )
+    if processes is not None:
+        _validate.check_positive("processes", processes)
+    if store is None and os.environ.get(STORE_VARIABLE):
+        store = os.environ[STORE_VARIABLE]
+    folder = None if store is None else Path(store)
+    pairs = zip(configs, models, strict=True)
+    keys = [run_key(c) if folder and m is None else None for c, m in pairs]  # stored if fresh
+    runs = [_load_run(folder, k, c) if k else None for k, c in zip(keys, configs, strict=True)]
+    todo = [i for i, run in enumerate(runs) if run is None]
+    trained = _train_all([configs[i] for i in todo], [models[i] for i in todo], processes)
+    for i, run in zip(todo, trained, strict=True):
+        runs[i] = run
+        if keys[i]:
+            _store_run(folder, keys[i], run)
+    return runs
+
+
+def _train_all(
+    configs: list[TrainConfig],
+    models: list[AttentionOnlyTransformer | None],
+    processes: int | None,
+) -> list[tuple[AttentionOnlyTransformer, TrainHistory]]:
+    """:func:`train` every config, ``processes`` at a time (one per core, at most one per run)."""
+    if not configs:
+        return []
     if processes is None:
         processes = min(len(configs), os.cpu_count() or 1)
-    _validate.check_positive("processes", processes)
     if processes == 1:
         return [train(config, model) for config, model in zip(configs, models, strict=True)]
     # Workers are spawned (a fresh interpreter each), never forked from a process whose
