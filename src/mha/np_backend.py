@@ -209,14 +209,37 @@ def _largest(x: np.ndarray) -> float:
 def _attend(
     q: np.ndarray, k: np.ndarray, v_: np.ndarray, mask: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    scale = 1.0 / np.sqrt(q.shape[-1])
-    if mask is not None and mask.ndim > 2:  # a mask may add batch dimensions to the scores
-        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], mask.shape[:-2])
+    """Explicit attention, one slice of the first batch dimension at a time when there is one.
+
+    Each slice's scores (e.g. one batch element's ``(H, L, S)``) are scaled, normalised and
+    multiplied by the values while they are still in the processor's caches, instead of
+    passing over the whole ``(..., L, S)`` tensor once per step. NumPy multiplies a stack
+    of matrices one matrix at a time, so the result is the same as for the whole stack.
+    """
+    scale = q.dtype.type(1.0 / np.sqrt(q.shape[-1]))
+    mask_lead = () if mask is None or mask.ndim <= 2 else mask.shape[:-2]
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], mask_lead)  # the scores' batch
+    if not lead or np.broadcast_shapes(lead, v_.shape[:-2]) != lead:
         q = np.broadcast_to(q, (*lead, *q.shape[-2:]))  # (..., L, Dh), a view
-    scores = np.matmul(q, k.swapaxes(-1, -2))  # (..., L, Dh) @ (..., Dh, S) -> (..., L, S)
-    scores *= scores.dtype.type(scale)
-    weights = _softmax_inplace(scores, mask)  # (..., L, S)
-    return np.matmul(weights, v_), weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
+        scores = np.matmul(q, k.swapaxes(-1, -2))  # (..., L, Dh) @ (..., Dh, S) -> (..., L, S)
+        scores *= scale
+        weights = _softmax_inplace(scores, mask)  # (..., L, S)
+        return np.matmul(weights, v_), weights  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
+    L, S, Dv = q.shape[-2], k.shape[-2], v_.shape[-1]
+    dtype = np.result_type(q, k, v_)
+    weights = np.empty((*lead, L, S), dtype=dtype)
+    out = np.empty((*lead, L, Dv), dtype=dtype)
+    q, k = np.broadcast_to(q, (*lead, L, q.shape[-1])), np.broadcast_to(k, (*lead, *k.shape[-2:]))
+    v_ = np.broadcast_to(v_, (*lead, S, Dv))  # views
+    if mask is not None:
+        mask = np.broadcast_to(mask, (*lead, L, S))
+    for i in range(lead[0]):
+        scores = weights[i]  # (..., L, S) of slice i, written in place
+        np.matmul(q[i], k[i].swapaxes(-1, -2), out=scores)
+        scores *= scale
+        _softmax_inplace(scores, None if mask is None else mask[i])
+        np.matmul(scores, v_[i], out=out[i])  # (..., L, S) @ (..., S, Dv) -> (..., L, Dv)
+    return out, weights
 
 
 def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
