@@ -109,6 +109,38 @@ def test_gqa_agrees_with_pytorch_sdpa_enable_gqa(h_kv: int) -> None:
         tolerance.assert_close(out, expected, out_tol)
 
 
+def one_query_masks() -> dict[str, np.ndarray | None]:
+    """Masks of one query per head against S keys, as in a decoding step."""
+    per_head = np.random.default_rng(8).random((B, H, 1, S)) < 0.7
+    per_head[0, 1] = False  # one fully masked row
+    return {
+        "none": None,
+        "shared (S,)": np.arange(S) < S - 2,
+        "padding": np_backend.key_padding_mask([S, 2], S),  # (B, 1, 1, S)
+        "per head": per_head,  # (B, H, 1, S)
+    }
+
+
+@pytest.mark.parametrize("h_kv", KV_HEADS)
+def test_a_decoding_step_without_weights_equals_the_step_with_weights(h_kv: int) -> None:
+    """One query per head takes the fast path's own route for groups (queries as rows)."""
+    params = init_params(D, H, num_kv_heads=h_kv, seed=6)
+    rng = np.random.default_rng(7)
+    x, kv = rng.standard_normal((B, 1, D)), rng.standard_normal((B, S, D))  # one new token
+    tx, tkv, tp = torch.from_numpy(x), torch.from_numpy(kv), params.to_torch()
+    for name, mask in one_query_masks().items():
+        t_mask = None if mask is None else torch.from_numpy(mask)
+        out_tol, _ = tolerance.attention_tolerance(x, kv, kv, params, mask)
+        fast, none = torch_backend.multi_head_attention(
+            tx, tkv, tkv, tp, t_mask, need_weights=False
+        )
+        explicit, _ = torch_backend.multi_head_attention(tx, tkv, tkv, tp, t_mask)
+        reference, _ = np_backend.multi_head_attention(x, kv, kv, repeat_kv_heads(params), mask)
+        assert none is None
+        tolerance.assert_close(fast, explicit, out_tol, name=f"{name} fast against explicit")
+        tolerance.assert_close(fast, reference, out_tol, name=f"{name} against repeated heads")
+
+
 @pytest.mark.parametrize(("h_kv", "dtype"), list(product(KV_HEADS, [np.float32, np.float64])))
 def test_numpy_and_pytorch_agree_on_gqa(h_kv: int, dtype) -> None:
     params = init_params(D, H, num_kv_heads=h_kv, seed=4, dtype=dtype)

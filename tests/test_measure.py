@@ -261,11 +261,29 @@ def test_plain_path_holds_scores_and_weights_and_the_loop_one_head_at_a_time():
     assert measured["per_head"][0] < 1.5 * score / H + 2**20
 
 
-def test_cached_step_times_times_each_number_of_key_value_heads():
-    times = measure.cached_step_times(32, 4, [4, 1], 64, steps=2)
-    assert sorted(times) == [1, 4] and min(times.values()) > 0
-    with pytest.raises(ValueError, match="num_kv_heads must divide num_heads"):
-        measure.cached_step_times(32, 4, [3], 64)
+def test_cached_step_times_times_each_pair_of_key_value_heads_and_cache_length():
+    times = measure.cached_step_times(32, 4, [4, 1], [64, 128], rounds=2, flush_bytes=2**20)
+    assert sorted(times) == [(1, 64), (1, 128), (4, 64), (4, 128)]
+    assert min(times.values()) > 0
+    assert list(measure.cached_step_times(32, 4, [2], [16], rounds=1, flush_bytes=0)) == [(2, 16)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"kv_heads": [3]}, ValueError, "num_kv_heads must divide num_heads"),
+        ({"kv_heads": []}, ValueError, "kv_heads must name at least one value"),
+        ({"kv_lens": [0]}, ValueError, "kv_lens must be positive; got kv_lens=0"),
+        ({"kv_lens": [8.0]}, TypeError, "kv_lens must be an int"),
+        ({"rounds": 0}, ValueError, "rounds must be positive"),
+        ({"flush_bytes": -1}, ValueError, "flush_bytes must be at least 0"),
+        ({"clock": "tsc"}, ValueError, "clock must be one of"),
+    ],
+)
+def test_cached_step_times_names_the_bad_argument(kwargs, error, match):
+    args = {"kv_heads": [4], "kv_lens": [8], "rounds": 1, "flush_bytes": 0} | kwargs
+    with pytest.raises(error, match=match):
+        measure.cached_step_times(32, 4, **args)
 
 
 def test_kv_cache_peak_memory_counts_the_positions_written_not_the_capacity():

@@ -292,6 +292,10 @@ def attention_peak_memory(
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
+# Bytes written between timed cached steps (cached_step_times): more than a processor's
+# largest cache, so that each step reads its layer from main memory.
+CACHE_FLUSH_BYTES = 256 * 2**20
+
 
 def _clock(name: str) -> Callable[[], float]:
     if name not in CLOCKS:
@@ -1039,35 +1043,45 @@ def cached_step_times(
     d_model: int,
     num_heads: int,
     kv_heads: list[int],
-    kv_len: int,
+    kv_lens: list[int],
     *,
-    steps: int = 5,
+    rounds: int = 10,
+    flush_bytes: int = CACHE_FLUSH_BYTES,
     clock: str = "cpu",
     seed: int = 0,
-) -> dict[int, float]:
-    """Seconds of one cached decoding step of one layer, for each number of key/value heads.
+) -> dict[tuple[int, int], float]:
+    """Seconds of one cached decoding step of one layer, for each H_kv and cache length S.
 
-    A :class:`mha.kv_cache.KVCache` is filled with ``kv_len`` random keys and values (not
-    timed); then one new token at a time runs :func:`mha.torch_backend.multi_head_attention`
-    with the cache (projections, attention over everything cached, output projection),
-    in float32 on one thread, ``steps`` times; the median is reported. The step reads the
-    whole cache, ``2 S H_kv Dh`` elements, so with a cache larger than the CPU's caches its
-    time shows what reading memory costs.
+    For every pair of ``kv_heads`` and ``kv_lens`` a layer and a :class:`mha.kv_cache.KVCache`
+    holding S random keys and values are made (not timed). Then, in each of ``rounds``
+    rounds, every pair in turn runs one new token through
+    :func:`mha.torch_backend.multi_head_attention` with its cache (projections, attention
+    over everything cached, output projection), in float32 on one thread; the fastest of a
+    pair's steps is reported, since other processes only ever add time, and taking turns
+    spreads a slow spell of the machine over every pair. One untimed round comes first.
+
+    Before each timed step a buffer of ``flush_bytes`` is written, which evicts the layer's
+    weights and cache from the processor's caches, as the other layers of a deep model
+    would: every step then reads its weights and its ``2 S H_kv Dh`` cached elements from
+    main memory, whatever the size of the processor's caches. ``flush_bytes=0`` skips it.
 
     Args:
         d_model: D.
         num_heads: H.
         kv_heads: the values of H_kv to time, each dividing H.
-        kv_len: S, the positions cached before the timed steps.
-        steps: timed steps per H_kv.
+        kv_lens: the values of S, the positions cached before the first step.
+        rounds: timed steps per pair (each step appends its token to the cache).
+        flush_bytes: bytes written before each timed step; at least the largest cache
+            of the processor, or 0.
         clock: ``"cpu"`` or ``"wall"``.
-        seed: seed of the layer and the cached values.
+        seed: seed of the layers and the cached values.
 
     Returns:
-        ``{H_kv: seconds per step}``.
+        ``{(H_kv, S): seconds per step}``.
 
     Raises:
-        ValueError: if a size is not positive or an H_kv does not divide H.
+        ValueError: if a list is empty, a size is not positive, an H_kv does not divide H,
+            or ``flush_bytes`` is negative.
         TypeError: if a size is not an int.
     """
     from mha._linalg import one_thread
@@ -1075,30 +1089,37 @@ def cached_step_times(
     from mha.params import init_params
 
     _validate.check_sizes(d_model, num_heads)
-    for name, value in (("kv_len", kv_len), ("steps", steps)):
-        _validate.check_positive(name, value)
+    for name, values in (("kv_heads", kv_heads), ("kv_lens", kv_lens)):
+        if not values:
+            raise ValueError(f"{name} must name at least one value; got {name}={values!r}")
+        for value in values:
+            _validate.check_positive(name, value)
+    _validate.check_positive("rounds", rounds)
+    _validate.check_at_least("flush_bytes", flush_bytes, 0)
     tick = _clock(clock)
     gen = torch.Generator().manual_seed(seed)
     Dh = d_model // num_heads
-    out = {}
+    flush = torch.zeros(flush_bytes // 4, dtype=torch.float32)
+    x = torch.randn(1, 1, d_model, generator=gen)  # (B, 1, D): the new token
     with one_thread(), torch.no_grad():
+        layers = {}
         for h_kv in kv_heads:
-            params = init_params(d_model, num_heads, num_kv_heads=h_kv, seed=seed).to_torch(
-                torch.float32
-            )
-            cache = KVCache(1, h_kv, Dh, kv_len + steps, dtype=torch.float32)
-            filler = torch.randn(1, h_kv, kv_len, Dh, generator=gen)
-            cache.append(filler, filler)
-            del filler
-            x = torch.randn(1, 1, d_model, generator=gen)
-            times = []
-            for _ in range(steps):
+            params = init_params(d_model, num_heads, num_kv_heads=h_kv, seed=seed)
+            for s in kv_lens:
+                cache = KVCache(1, h_kv, Dh, s + rounds + 1, dtype=torch.float32)
+                filler = torch.randn(1, h_kv, s, Dh, generator=gen)  # (B, H_kv, S, Dh)
+                cache.append(filler, filler)
+                del filler
+                layers[h_kv, s] = (params.to_torch(torch.float32), cache)
+        times: dict[tuple[int, int], list[float]] = {pair: [] for pair in layers}
+        for round_ in range(rounds + 1):
+            for pair, (params, cache) in layers.items():
+                flush.add_(1.0)
                 start = tick()
                 torch_backend.multi_head_attention(x, x, x, params, cache=cache, need_weights=False)
-                times.append(tick() - start)
-            out[h_kv] = statistics.median(times)
-            del cache
-    return out
+                if round_:  # round 0 is the warm-up
+                    times[pair].append(tick() - start)
+    return {pair: min(t) for pair, t in times.items()}
 
 
 def _kv_cache_fill(
