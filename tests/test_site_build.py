@@ -744,3 +744,17 @@ def test_documents_named_to_execute_first_are_read_first_and_the_rest_keep_their
 def test_the_book_executes_trained_heads_first() -> None:
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf8"))
     assert config["sphinx"]["config"]["mha_execute_first"] == ["book/trained-heads"]
+
+
+@pytest.mark.site
+def test_search_scripts_do_not_hold_up_the_first_paint(built_site: Path) -> None:
+    """The theme's search tools and index load with ``defer`` on pages; search.html has them."""
+    scripts = ("_static/searchtools.js", "_static/language_data.js", "searchindex.js")
+    for page in toc_pages():
+        html = page_path(built_site, page).read_text(encoding="utf8")
+        for script in scripts:
+            assert re.search(rf'<script src="(\.\./)*{re.escape(script)}" defer>', html), (
+                f"{page}: {script} is not deferred"
+            )
+    search = (built_site / "search.html").read_text(encoding="utf8")
+    assert all(f'src="{script}"' in search for script in scripts)

@@ -661,3 +661,23 @@ def test_page_has_no_serious_accessibility_violations(visit, toc_page: str, them
         [f"{v['impact']}: {v['id']} ({v['help']}) at {v['nodes']}" for v in blocking],
         f"{toc_page} ({theme}): axe-core violations",
     )
+
+
+def test_search_from_a_chapter_finds_the_chapter_that_teaches_it(browser, site_url) -> None:
+    """The search field of a page (its scripts deferred) leads to results on search.html."""
+    context = browser.new_context(viewport={"width": WIDE, "height": 900})
+    try:
+        tab = context.new_page()
+        tab.goto(f"{site_url}book/preface.html", wait_until="load", timeout=LOAD_TIMEOUT_MS)
+        tab.keyboard.press("Control+k")
+        field = tab.locator("#pst-search-dialog input[name=q]")
+        field.fill("multi-query")
+        field.press("Enter")
+        tab.wait_for_url("**/search.html?q=multi-query*", timeout=LOAD_TIMEOUT_MS)
+        tab.wait_for_selector("#search-results ul.search li a", timeout=LOAD_TIMEOUT_MS)
+        found = tab.eval_on_selector_all(
+            "#search-results ul.search li a", "(links) => links.map((a) => a.href)"
+        )
+    finally:
+        context.close()
+    assert any(urlsplit(href).path.endswith("/book/inference.html") for href in found), found
