@@ -166,6 +166,8 @@ def test_matmul_calls_rejects_unknown_form_and_bad_heads():
         cost.matmul_calls(2, "looped")
     with pytest.raises(ValueError, match="num_heads must be positive; got num_heads=0"):
         cost.matmul_calls(0, "fused")
+    with pytest.raises(ValueError, match="form='tiled' has no explicit scores to count"):
+        cost.matmul_calls(2, "tiled")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, np.float32, "f8"])

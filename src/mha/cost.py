@@ -195,12 +195,18 @@ def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> i
         The number of matrix-multiply operators, an ``int``.
 
     Raises:
-        ValueError: on an unknown form or a non-positive ``num_heads``.
+        ValueError: on an unknown form, on ``"tiled"`` (which forms no weights, and whose
+            products depend on its block sizes), or a non-positive ``num_heads``.
         TypeError: if ``num_heads`` is not an int or ``self_attention`` is not a bool.
     """
     _validate.check_positive("num_heads", num_heads)
     _validate.check_form(form)
     _validate.check_bool("self_attention", self_attention)
+    if form == "tiled":
+        raise ValueError(
+            "form='tiled' has no explicit scores to count (it never forms the weights, and its "
+            "products depend on its block sizes); pass 'per_head', 'fused' or 'packed'"
+        )
     if form == "per_head":
         return 5 * num_heads + 1
     if form == "fused":
