@@ -8,14 +8,35 @@ differ), finite, and a boolean mask (True = may attend) that broadcasts to the t
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from mha import _validate
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def range_checked(fn: _F) -> _F:
+    """``fn`` with NumPy's overflow and invalid-value warnings silenced inside it.
+
+    For functions that check the range of every result they compute and raise their own
+    ``ValueError`` naming the stage that overflowed: NumPy's ``RuntimeWarning`` before that
+    error would only repeat it, less precisely.
+    """
+
+    @functools.wraps(fn)
+    def quiet(*args: Any, **kwargs: Any) -> Any:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return fn(*args, **kwargs)
+
+    return quiet  # type: ignore[return-value]
 
 
 def max_abs(x: np.ndarray) -> float:
@@ -191,6 +212,7 @@ def _max_abs(x: np.ndarray) -> float:
     return math.inf if math.isnan(top) else top
 
 
+@range_checked
 def attention_overflow(
     query: np.ndarray, key: np.ndarray, value: np.ndarray, mask: Any, largest: float
 ) -> str:
@@ -205,6 +227,7 @@ def attention_overflow(
     )
 
 
+@range_checked
 def mha_overflow(
     query: np.ndarray,
     key: np.ndarray,

@@ -122,6 +122,7 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
     return keep[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
 
 
+@_np_checks.range_checked
 def softmax(scores: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """Masked softmax over the last axis (``scores`` is left unchanged).
 
@@ -161,6 +162,7 @@ def _softmax_inplace(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     return scores
 
 
+@_np_checks.range_checked
 def scaled_dot_product_attention(
     query: np.ndarray,
     key: np.ndarray,
@@ -292,6 +294,7 @@ def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     return y
 
 
+@_np_checks.range_checked
 def multi_head_attention(
     query: np.ndarray,
     key: np.ndarray,
@@ -473,6 +476,7 @@ def _grouped(attend: Any, q: Any, k: Any, val: Any, mask: Any, num_kv_heads: int
     )
 
 
+@_np_checks.range_checked
 def layer_norm(
     x: np.ndarray,
     weight: np.ndarray | None = None,
@@ -515,6 +519,7 @@ def layer_norm(
     return y
 
 
+@_np_checks.range_checked
 def attention_block(
     x: np.ndarray,
     params: MHAParams,
