@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from booktoc import toc_pages
+from booktoc import toc_pages, toc_sections
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -467,12 +467,28 @@ def test_bibliography_lists_every_cited_work_and_citations_link_to_it(built_site
 
 
 @pytest.mark.site
-def test_api_page_documents_each_listed_module(built_site: Path) -> None:
-    html = page_path(built_site, "book/api").read_text(encoding="utf8")
-    modules = mha_site.api_modules((BOOK / "api.md").read_text(encoding="utf8"))
-    for module in modules:
-        assert f'id="module-{module}"' in html, f"{module} is not documented"
-    assert 'id="mha.np_backend.multi_head_attention"' in html
+def test_api_pages_document_each_listed_module(built_site: Path) -> None:
+    """Each page of the API reference (the sections of ``book/api`` in ``_toc.yml``)
+    documents the modules its ``{mha-api}`` block lists and no other; the reference's first
+    page links to each of them."""
+    index = page_path(built_site, "book/api").read_text(encoding="utf8")
+    pages = toc_sections("book/api")
+    assert pages, "the API reference has no pages"
+    documented = {}
+    for page in pages:
+        html = page_path(built_site, page).read_text(encoding="utf8")
+        modules = mha_site.api_modules((ROOT / f"{page}.md").read_text(encoding="utf8"))
+        assert modules, f"{page} lists no module"
+        for module in modules:
+            assert f'id="module-{module}"' in html, f"{page}: {module} is not documented"
+        documented[page] = set(re.findall(r'id="module-(mha[\w.]*)"', html))
+        assert documented[page] == set(modules), page
+        stem = page.split("/")[-1]
+        assert f'href="{stem}.html"' in index, f"book/api does not link to {page}"
+    assert 'id="module-' not in index  # the first page documents no module itself
+    backend = next(page for page in pages if "mha.np_backend" in documented[page])
+    html = page_path(built_site, backend).read_text(encoding="utf8")
+    assert 'id="mha.np_backend.multi_head_attention"' in html  # members, not only the module
 
 
 def plotly_outputs(notebook: dict) -> int:
