@@ -47,22 +47,27 @@ PRINT_WIDTH_PX = int((PAPER_WIDTH_MM - MARGIN_MM["left"] - MARGIN_MM["right"]) /
 FIGURE_WIDTH_PX = 760
 
 # A printed table of contents: one entry per chapter (the first heading of each document
-# in the single page), inserted before the first chapter.
+# in the single page), inserted before the first chapter. A document listed as a section of
+# another in _toc.yml (a page of the API reference) has a deeper heading; it is listed under
+# its parent. Every document starts on a new page.
 TOC_JS = r"""
 () => {
   const main = document.querySelector("main article, article, main");
-  const headings = [...main.querySelectorAll("h1, h2")];
+  const headings = [...main.querySelectorAll("h1, h2, h3, h4, h5, h6")];
   const after = (mark) => headings.find(
     (h) => mark.compareDocumentPosition(h) & Node.DOCUMENT_POSITION_FOLLOWING);
   // Sphinx marks where each document starts in the single page; the root one is the first h1.
   const marks = [...main.querySelectorAll('span[id^="document-"]')];
   const chapters = [main.querySelector("h1"), ...marks.map(after)].filter(Boolean);
+  const level = (title) => Number(title.tagName.slice(1));
+  const top = chapters.length > 1 ? level(chapters[1]) : 1;  // a chapter's heading level
   const nav = document.createElement("nav");
   nav.className = "mha-print-toc";
   nav.setAttribute("aria-label", "Contents");
   const heading = document.createElement("h1");
   heading.textContent = "Contents";
   const list = document.createElement("ol");
+  let sections = null;  // the list of the current chapter's sections
   chapters.forEach((title, index) => {
     const section = title.closest("section") || title;
     if (!section.id) section.id = `mha-chapter-${index}`;
@@ -71,7 +76,16 @@ TOC_JS = r"""
     link.href = `#${section.id}`;
     link.textContent = title.textContent.replace(/[#\u00b6]\s*$/, "").trim();
     item.appendChild(link);
-    list.appendChild(item);
+    if (index > 0 && level(title) > top && list.lastElementChild) {
+      if (!sections) {
+        sections = document.createElement("ol");
+        list.lastElementChild.appendChild(sections);
+      }
+      sections.appendChild(item);
+    } else {
+      sections = null;
+      list.appendChild(item);
+    }
     if (index > 0) section.style.breakBefore = "page";
   });
   nav.append(heading, list);

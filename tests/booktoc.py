@@ -32,3 +32,24 @@ def toc_entries(toc: dict) -> list[str]:
 def toc_pages(root: Path = ROOT) -> list[str]:
     """The pages of ``root/_toc.yml`` as ``book/<stem>`` paths, root first."""
     return toc_entries(yaml.safe_load((root / "_toc.yml").read_text(encoding="utf8")))
+
+
+def toc_sections(page: str, root: Path = ROOT) -> list[str]:
+    """The pages listed as ``sections`` of the ``_toc.yml`` entry ``page`` (``book/<stem>``),
+    in reading order, as ``book/<stem>`` paths (nested sections included)."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf8"))
+
+    def find(items: list[dict]) -> dict | None:
+        for item in items:
+            if item.get("file", "").removesuffix(".md") == page:
+                return item
+            for key in ("chapters", "sections", "parts"):
+                found = find(item.get(key, []))
+                if found is not None:
+                    return found
+        return None
+
+    entry = find(toc.get("parts", []) + toc.get("chapters", []))
+    if entry is None:
+        raise ValueError(f"_toc.yml has no entry {page!r}")
+    return toc_entries({"root": page, "chapters": entry.get("sections", [])})[1:]

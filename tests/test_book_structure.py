@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from booktoc import toc_entries, toc_pages
+from booktoc import toc_entries, toc_pages, toc_sections
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -54,6 +54,21 @@ def test_toc_entries_walks_parts_chapters_and_sections() -> None:
         "parts": [{"chapters": [{"file": "book/b", "sections": [{"file": "book/c.md"}]}]}],
     }
     assert toc_entries(toc) == ["book/a", "book/b", "book/c"]
+
+
+def test_toc_sections_lists_the_sections_of_one_entry(tmp_path: Path) -> None:
+    toc = {
+        "root": "book/a",
+        "parts": [
+            {"chapters": [{"file": "book/b"}]},
+            {"chapters": [{"file": "book/c", "sections": [{"file": "book/d.md"}]}]},
+        ],
+    }
+    (tmp_path / "_toc.yml").write_text(yaml.safe_dump(toc), encoding="utf8")
+    assert toc_sections("book/c", tmp_path) == ["book/d"]
+    assert toc_sections("book/b", tmp_path) == []
+    with pytest.raises(ValueError, match="no entry 'book/x'"):
+        toc_sections("book/x", tmp_path)
 
 
 def test_every_toc_entry_is_a_chapter_file_in_book() -> None:
@@ -174,7 +189,34 @@ def public_modules() -> set[str]:
     return {"mha"} | {f"mha.{p.stem}" for p in src.glob("*.py") if not p.stem.startswith("_")}
 
 
-def test_api_page_documents_every_public_module_of_mha() -> None:
-    listed = load_site_extension().api_modules((BOOK / "api.md").read_text(encoding="utf8"))
-    assert len(listed) == len(set(listed)), "a module is listed twice in book/api.md"
+def api_page_modules() -> dict[str, list[str]]:
+    """Page -> the modules its ``{mha-api}`` blocks list, for every page of ``_toc.yml``
+    that has one."""
+    api_modules = load_site_extension().api_modules
+    listed = {page: api_modules((ROOT / f"{page}.md").read_text("utf8")) for page in chapters()}
+    return {page: modules for page, modules in listed.items() if modules}
+
+
+def test_api_pages_are_the_sections_of_the_api_page() -> None:
+    sections = toc_sections("book/api")
+    assert len(sections) >= 2, "the API reference has no pages of its own in _toc.yml"
+    assert list(api_page_modules()) == sections
+
+
+def test_api_pages_document_every_public_module_of_mha_once() -> None:
+    listed = [module for modules in api_page_modules().values() for module in modules]
+    twice = sorted({module for module in listed if listed.count(module) > 1})
+    assert twice == [], f"documented on more than one API page (or twice on one): {twice}"
     assert set(listed) == public_modules()
+
+
+API_INDEX_ROW = re.compile(r"^\| \{ref\}`sec-(?P<stem>[a-z-]+)` \| (?P<modules>.*) \|$", re.M)
+
+
+def test_api_index_names_each_page_and_the_modules_it_holds() -> None:
+    text = (BOOK / "api.md").read_text(encoding="utf8")
+    rows = {
+        f"book/{row['stem']}": re.findall(r"\{py:mod\}`([\w.]+)`", row["modules"])
+        for row in API_INDEX_ROW.finditer(text)
+    }
+    assert rows == api_page_modules()

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from booktoc import toc_pages
+from booktoc import toc_pages, toc_sections
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -467,12 +467,31 @@ def test_bibliography_lists_every_cited_work_and_citations_link_to_it(built_site
 
 
 @pytest.mark.site
-def test_api_page_documents_each_listed_module(built_site: Path) -> None:
-    html = page_path(built_site, "book/api").read_text(encoding="utf8")
-    modules = mha_site.api_modules((BOOK / "api.md").read_text(encoding="utf8"))
-    for module in modules:
-        assert f'id="module-{module}"' in html, f"{module} is not documented"
-    assert 'id="mha.np_backend.multi_head_attention"' in html
+def test_api_pages_document_each_listed_module(built_site: Path) -> None:
+    """Each page of the API reference (the sections of ``book/api`` in ``_toc.yml``)
+    documents the modules its ``{mha-api}`` block lists and no other; the reference's first
+    page links to each of them and to their modules."""
+    index = page_path(built_site, "book/api").read_text(encoding="utf8")
+    pages = toc_sections("book/api")
+    assert pages, "the API reference has no pages"
+    documented = {}
+    for page in pages:
+        html = page_path(built_site, page).read_text(encoding="utf8")
+        modules = mha_site.api_modules((ROOT / f"{page}.md").read_text(encoding="utf8"))
+        assert modules, f"{page} lists no module"
+        for module in modules:
+            assert f'id="module-{module}"' in html, f"{page}: {module} is not documented"
+        documented[page] = set(re.findall(r'id="module-(mha[\w.]*)"', html))
+        assert documented[page] == set(modules), page
+        # The first page's table links to the page and to each of its modules.
+        stem = page.split("/")[-1]
+        assert f'href="{stem}.html#sec-{stem}"' in index, f"book/api does not link to {page}"
+        for module in modules:
+            assert f'href="{stem}.html#module-{module}"' in index, f"book/api: no {module}"
+    assert 'id="module-' not in index  # the first page documents no module itself
+    backend = next(page for page in pages if "mha.np_backend" in documented[page])
+    html = page_path(built_site, backend).read_text(encoding="utf8")
+    assert 'id="mha.np_backend.multi_head_attention"' in html  # members, not only the module
 
 
 def plotly_outputs(notebook: dict) -> int:
@@ -581,11 +600,12 @@ def test_tex_of_finds_math_commands_and_code() -> None:
 
 @pytest.mark.site
 def test_pdf_has_every_chapter_its_figures_and_no_raw_tex(built_site: Path, built_pdf: Path):
-    """The PDF's outline and text have every chapter's title, its text has every figure's
-    title (figures are printed as vector drawings with their text), no TeX command of the
-    book's math or math delimiter is left as text (outside code listings that show it), and
-    hidden code cells are not printed. (``make pdf`` itself fails if a figure is not drawn or
-    is wider than its printed column.)"""
+    """The PDF's outline and text have every chapter's title, its printed contents (the
+    first page) list each chapter once, its text has every figure's title (figures are
+    printed as vector drawings with their text), no TeX command of the book's math or math
+    delimiter is left as text (outside code listings that show it), and hidden code cells
+    are not printed. (``make pdf`` itself fails if a figure is not drawn or is wider than
+    its printed column.)"""
     from pypdf import PdfReader
 
     reader = PdfReader(built_pdf)
@@ -596,12 +616,16 @@ def test_pdf_has_every_chapter_its_figures_and_no_raw_tex(built_site: Path, buil
     outline = {squash(title) for title in titles(reader.outline)}
     text = "\n".join(page.extract_text() for page in reader.pages)
     printed = squash(text)
+    contents = reader.pages[0].extract_text()
+    assert contents.startswith("Contents"), contents[:200]
     commands, listings = set(), ""
     for page in toc_pages():
         source = (ROOT / f"{page}.md").read_text(encoding="utf8")
         title = re.search(r"^# (.+)$", source, re.M).group(1)
         assert squash(title) in outline, f"{page}: {title!r} is not in the PDF's outline"
         assert squash(title) in printed, f"{page}: {title!r} is not in the PDF"
+        listed = squash(contents).count(squash(title))
+        assert listed == 1, f"{page}: {title!r} is listed {listed} times in the PDF's contents"
         used, code = tex_of(source)
         commands |= used
         listings += code + code_literals(page_path(built_site, page).read_text(encoding="utf8"))

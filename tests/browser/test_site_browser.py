@@ -97,7 +97,7 @@ async () => {
   return closed.length;
 }
 """
-SCREENSHOT_MAX_PX = 16_000  # a full-page screenshot of a very long page (the API) is clipped
+SCREENSHOT_MAX_PX = 16_000  # a full-page screenshot of a very long page (an API page) is clipped
 # Before scrolling: what the page has loaded and drawn.
 LOADED_JS = """
 () => ({
