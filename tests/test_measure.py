@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -308,3 +309,41 @@ def test_kv_cache_peak_memory_rejects_bad_fills():
         measure.kv_cache_peak_memory(1, 1, 8, [(4, 4), (0, 1)])
     with pytest.raises(ValueError, match="num_layers must be positive"):
         measure.kv_cache_peak_memory(0, 1, 8, [(4, 4)])
+
+
+def test_fit_growth_recovers_a_cost_curve_and_keeps_its_terms_non_negative():
+    lengths = [128, 256, 512, 1024, 2048]
+    exact = [2e-3 + 3e-6 * s + 5e-9 * s * s for s in lengths]
+    np.testing.assert_allclose(measure.fit_growth(lengths, exact, 2), [2e-3, 3e-6, 5e-9], rtol=1e-9)
+    linear = [1e-3 + 2e-6 * s for s in lengths]
+    np.testing.assert_allclose(measure.fit_growth(lengths, linear, 1), [1e-3, 2e-6], rtol=1e-9)
+    # A curve an unconstrained fit bends with a negative linear term: here it stays at 0.
+    bent = [1e-3 - 2e-7 * s + 3e-9 * s * s for s in lengths]
+    assert np.polyfit(lengths, bent, 2)[1] < 0
+    coef = measure.fit_growth(lengths, bent, 2)
+    assert (coef >= 0).all() and coef[1] == 0  # exact: nnls's active set pins it at zero
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        (([1, 2], [1.0], 1), ValueError, "lengths and seconds must be two sequences"),
+        (([1, 2], [1.0, 2.0], 2), ValueError, "a fit of degree 2 needs at least 3 lengths"),
+        (([1, 2], [1.0, 0.0], 1), ValueError, "seconds must be positive and finite"),
+        (([1, 2], [1.0, 2.0], 0), ValueError, "degree must be positive"),
+        (([1, 2], [1.0, 2.0], 1.0), TypeError, "degree must be an int"),
+    ],
+)
+def test_fit_growth_names_the_bad_argument(args, error, match):
+    with pytest.raises(error, match=match):
+        measure.fit_growth(*args)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity"), reason="Linux only")
+def test_memory_is_measured_on_one_cpu_and_the_affinity_restored():
+    import os
+
+    allowed = os.sched_getaffinity(0)
+    with measure._on_one_cpu():
+        assert len(os.sched_getaffinity(0)) == 1
+    assert os.sched_getaffinity(0) == allowed

@@ -21,7 +21,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -157,11 +158,34 @@ def peak_rss_increase(fn: Callable[[], Any], *, warmup: bool = True) -> int:
         raise RuntimeError(f"peak_rss_increase needs glibc's mallopt; got {err}") from err
     if warmup:
         fn()
-    libc.malloc_trim(0)
-    clear_refs.write_text("5")
-    before = _status_bytes("VmRSS")
-    fn()
-    return _status_bytes("VmHWM") - before
+    with _on_one_cpu():
+        libc.malloc_trim(0)
+        clear_refs.write_text("5")
+        before = _status_bytes("VmRSS")
+        fn()
+        return _status_bytes("VmHWM") - before
+
+
+@contextmanager
+def _on_one_cpu() -> Iterator[None]:
+    """Keep the calling thread on one CPU inside the block (Linux; elsewhere a no-op).
+
+    Since Linux 6.2 a process's resident-page count is a per-CPU counter whose ``VmRSS``
+    and ``VmHWM`` in ``/proc`` lag by up to one batch of pages on every CPU the process ran
+    on (the batch grows with the number of CPUs). On one CPU the lag is one batch, at most
+    ``max(32, 2 n_cpus)`` pages: 512 KiB with 64 CPUs.
+    """
+    import os
+
+    if not hasattr(os, "sched_getaffinity"):
+        yield
+        return
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 MEMORY_PATHS = (
@@ -952,6 +976,51 @@ def time_tiled(
 
 
 # --- Decoding: time per generated token with and without a key/value cache ----------------
+
+
+def fit_growth(lengths: Sequence[int], seconds: Sequence[float], degree: int) -> np.ndarray:
+    """Non-negative coefficients of ``t = c_0 + c_1 S + ... + c_degree S^degree``.
+
+    Fitted by least squares on the relative error (each equation divided by its measured
+    time, so that short contexts count as much as long ones), with every coefficient kept at
+    0 or above: a cost model's terms (a constant, a linear and a quadratic term) cannot be
+    negative, and an unconstrained fit lets one term go negative to offset another.
+
+    Args:
+        lengths: the context lengths S, at least ``degree + 1`` of them.
+        seconds: the time measured at each length, each positive.
+        degree: the highest power of S, 1 or more.
+
+    Shape:
+        lengths and seconds ``(n,)``; returns ``(degree + 1,)``, constant first.
+
+    Returns:
+        The coefficients, in seconds per power of S.
+
+    Raises:
+        ValueError: if the lengths and times differ in number, are too few for the degree,
+            or a time is not positive and finite.
+        TypeError: if ``degree`` is not an int.
+    """
+    from scipy.optimize import nnls
+
+    _validate.check_positive("degree", degree)
+    s = np.asarray(lengths, dtype=np.float64)
+    t = np.asarray(seconds, dtype=np.float64)
+    if s.shape != t.shape or s.ndim != 1:
+        raise ValueError(
+            f"lengths and seconds must be two sequences of one length; got {s.shape} and {t.shape}"
+        )
+    if s.size < degree + 1:
+        raise ValueError(
+            f"a fit of degree {degree} needs at least {degree + 1} lengths; got {s.size}"
+        )
+    if not (np.isfinite(t).all() and (t > 0).all()):
+        raise ValueError(f"seconds must be positive and finite; got {t.tolist()}")
+    scale = s.max()  # powers of S / S_max stay near 1, so the system is well conditioned
+    powers = (s[:, None] / scale) ** np.arange(degree + 1)  # (n, degree + 1)
+    coef, _ = nnls(powers / t[:, None], np.ones_like(t))  # relative error: (A c - t) / t
+    return coef / scale ** np.arange(degree + 1)
 
 
 def decode_times(
