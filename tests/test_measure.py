@@ -347,3 +347,21 @@ def test_memory_is_measured_on_one_cpu_and_the_affinity_restored():
     with measure._on_one_cpu():
         assert len(os.sched_getaffinity(0)) == 1
     assert os.sched_getaffinity(0) == allowed
+
+
+def test_the_last_level_cache_is_read_from_sysfs(monkeypatch, tmp_path):
+    for index, (level, size) in enumerate([(1, "48K"), (2, "2048K"), (3, "32768K"), (3, "96M")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "size").write_text(f"{size}\n")
+    monkeypatch.setattr(measure, "_CPU_CACHES", tmp_path)
+    assert measure.last_level_cache_bytes() == 96 * 2**20
+    assert measure._flush_bytes() == 256 * 2**20  # twice 96 MiB is below the least, 256 MiB
+    (tmp_path / "index9").mkdir()
+    (tmp_path / "index9" / "level").write_text("3\n")
+    (tmp_path / "index9" / "size").write_text("512M\n")  # a server's large last-level cache
+    assert measure._flush_bytes() == 1024 * 2**20
+    monkeypatch.setattr(measure, "_CPU_CACHES", tmp_path / "missing")
+    assert measure.last_level_cache_bytes() is None
+    assert measure._flush_bytes() == measure.CACHE_FLUSH_BYTES

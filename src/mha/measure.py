@@ -316,9 +316,36 @@ def attention_peak_memory(
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
-# Bytes written between timed cached steps (cached_step_times): more than a processor's
-# largest cache, so that each step reads its layer from main memory.
+# The least bytes written between timed cached steps (cached_step_times), so that each
+# step reads its layer from main memory; more on a processor with a larger cache.
 CACHE_FLUSH_BYTES = 256 * 2**20
+_CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+_SIZE_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def last_level_cache_bytes() -> int | None:
+    """The size of this processor's largest cache, from Linux's sysfs (``None`` elsewhere).
+
+    Returns:
+        Bytes of the highest-level cache CPU 0 reports, or ``None`` if it reports none.
+    """
+    sizes = {}
+    for index in sorted(_CPU_CACHES.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        unit = _SIZE_UNITS.get(text[-1:], 1)
+        digits = text[:-1] if text[-1:] in _SIZE_UNITS else text
+        if digits.isdigit():
+            sizes[level] = max(sizes.get(level, 0), int(digits) * unit)
+    return sizes[max(sizes)] if sizes else None
+
+
+def _flush_bytes() -> int:
+    """Twice the largest cache, and at least :data:`CACHE_FLUSH_BYTES`."""
+    return max(CACHE_FLUSH_BYTES, 2 * (last_level_cache_bytes() or 0))
 
 
 def _clock(name: str) -> Callable[[], float]:
@@ -1115,7 +1142,7 @@ def cached_step_times(
     kv_lens: list[int],
     *,
     rounds: int = 10,
-    flush_bytes: int = CACHE_FLUSH_BYTES,
+    flush_bytes: int | None = None,
     clock: str = "cpu",
     seed: int = 0,
 ) -> dict[tuple[int, int], float]:
@@ -1132,7 +1159,8 @@ def cached_step_times(
     Before each timed step a buffer of ``flush_bytes`` is written, which evicts the layer's
     weights and cache from the processor's caches, as the other layers of a deep model
     would: every step then reads its weights and its ``2 S H_kv Dh`` cached elements from
-    main memory, whatever the size of the processor's caches. ``flush_bytes=0`` skips it.
+    main memory. By default the buffer is twice the processor's largest cache
+    (:func:`last_level_cache_bytes`) and at least 256 MiB; ``flush_bytes=0`` skips it.
 
     Args:
         d_model: D.
@@ -1140,8 +1168,8 @@ def cached_step_times(
         kv_heads: the values of H_kv to time, each dividing H.
         kv_lens: the values of S, the positions cached before the first step.
         rounds: timed steps per pair (each step appends its token to the cache).
-        flush_bytes: bytes written before each timed step; at least the largest cache
-            of the processor, or 0.
+        flush_bytes: bytes written before each timed step (``None``: twice the largest
+            cache, at least 256 MiB), or 0 for none.
         clock: ``"cpu"`` or ``"wall"``.
         seed: seed of the layers and the cached values.
 
@@ -1164,6 +1192,8 @@ def cached_step_times(
         for value in values:
             _validate.check_positive(name, value)
     _validate.check_positive("rounds", rounds)
+    if flush_bytes is None:
+        flush_bytes = _flush_bytes()
     _validate.check_at_least("flush_bytes", flush_bytes, 0)
     tick = _clock(clock)
     gen = torch.Generator().manual_seed(seed)
