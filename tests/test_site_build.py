@@ -782,3 +782,70 @@ def test_search_scripts_do_not_hold_up_the_first_paint(built_site: Path) -> None
             )
     search = (built_site / "search.html").read_text(encoding="utf8")
     assert all(f'src="{script}"' in search for script in scripts)
+
+
+def test_hidden_code_is_taken_out_of_the_page_and_kept_in_order() -> None:
+    cell = (
+        '<div class="cell tag_hide-input docutils container">\n'
+        '<details class="admonition hide above-input">\n<summary>Show</summary>\n'
+        '<div class="cell_input docutils container">\n'
+        '<div class="highlight"><pre>{code}</pre></div>\n</div>\n</details>\n'
+        '<div class="cell_output docutils container"><p>out {code}</p></div>\n</div>\n'
+    )
+    shown = '<div class="cell_input docutils container"><pre>shown()</pre></div>\n'
+    body = shown + cell.format(code="first()") + cell.format(code="second()")
+    page, codes = mha_site.take_hidden_code(body, "../_static/hidden-code/x.json")
+    assert page.startswith(shown)  # a visible input stays
+    assert [code.strip() for code in codes] == [
+        '<div class="highlight"><pre>first()</pre></div>',
+        '<div class="highlight"><pre>second()</pre></div>',
+    ]
+    assert "first()</pre>" not in page and "<p>out first()</p>" in page  # outputs stay
+    for index in (0, 1):
+        assert (
+            f'data-mha-code="../_static/hidden-code/x.json" data-mha-index="{index}"></div>' in page
+        )
+    assert page.count("</details>") == 2 and page.count("<div") == page.count("</div>")
+    assert mha_site.take_hidden_code(shown, "x.json") == (shown, [])
+
+
+@pytest.mark.site
+def test_hidden_code_of_every_page_is_in_its_json(built_site: Path) -> None:
+    """No hidden input keeps its code in the page; each placeholder has its code."""
+    pages_with_hidden = 0
+    for page in toc_pages():
+        html = page_path(built_site, page).read_text(encoding="utf8")
+        slots = re.findall(r'data-mha-code="([^"]+)" data-mha-index="(\d+)"', html)
+        hidden = html.count('<details class="admonition hide above-input">')
+        assert len(slots) == hidden, f"{page}: {hidden} hidden inputs, {len(slots)} placeholders"
+        if not slots:
+            continue
+        pages_with_hidden += 1
+        assert "mha-hidden-code.js" in html
+        urls = {url for url, _ in slots}
+        assert len(urls) == 1, urls
+        codes = json.loads((page_path(built_site, page).parent / urls.pop()).read_text("utf8"))
+        assert sorted(int(i) for _, i in slots) == list(range(len(codes)))
+        assert all("<pre>" in code for code in codes), f"{page}: a hidden block without code"
+    assert pages_with_hidden >= 5
+
+
+def test_sidebar_toggles_are_named_after_their_page() -> None:
+    from bs4 import BeautifulSoup
+
+    def theme_toggles(soup):  # what the theme writes: a <summary> holding only a chevron
+        for li in soup.select("li.has-children"):
+            details = soup.new_tag("details")
+            details.extend(li.contents[1:])
+            summary = soup.new_tag("summary")
+            summary.append(soup.new_tag("span", attrs={"class": "toctree-toggle"}))
+            details.insert(0, summary)
+            li.append(details)
+
+    html = (
+        '<ul><li class="has-children"><a href="api.html">API reference</a>'
+        '<ul><li><a href="api-core.html">Core</a></li></ul></li></ul>'
+    )
+    soup = BeautifulSoup(html, "html.parser")
+    mha_site.named_toggles(theme_toggles)(soup)
+    assert soup.select_one("summary")["aria-label"] == "Pages of API reference"

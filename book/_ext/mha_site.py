@@ -584,7 +584,99 @@ def fix_page_html(
         body = summary_named_by_its_text(summary_without_paragraphs(context["body"]))
         styles = [context.get(f"theme_pygments_{mode}_style") for mode in ("light", "dark")]
         plain = plain_token_classes(tuple(styles)) if all(styles) else None
-        context["body"] = plain_code_spans(bibliography_list_items(body), plain or frozenset())
+        body = plain_code_spans(bibliography_list_items(body), plain or frozenset())
+        if app.builder.name == "html":
+            body = hidden_code_loaded_when_shown(app, pagename, body)
+        context["body"] = body
+
+
+def named_toggles(add_toggles: Any) -> Any:
+    """``add_toggles`` (the theme's ``add_collapse_checkboxes``), then name every toggle.
+
+    The theme puts a page's sub-pages in the sidebar under a ``<summary>`` holding only a
+    chevron, which a screen reader announces without a name (axe's ``summary-name``). Each
+    such toggle is named after the page whose sub-pages it shows.
+    """
+
+    @functools.wraps(add_toggles)
+    def add_and_name(soup: Any) -> None:
+        add_toggles(soup)
+        for summary in soup.select("li.has-children > details > summary"):
+            if not summary.get_text(strip=True) and not summary.get("aria-label"):
+                link = summary.find_parent("li").find("a", recursive=False)
+                title = link.get_text(" ", strip=True) if link else "this section"
+                summary["aria-label"] = f"Pages of {title}"
+
+    return add_and_name
+
+
+def name_sidebar_toggles(app: Sphinx) -> None:
+    """Name the sidebar's sub-page toggles (see :func:`named_toggles`)."""
+    try:
+        from pydata_sphinx_theme import toctree
+    except ImportError:
+        return
+    if not hasattr(toctree, "add_collapse_checkboxes"):
+        raise ExtensionError("pydata_sphinx_theme.toctree has no add_collapse_checkboxes")
+    if not getattr(toctree.add_collapse_checkboxes, "__wrapped__", None):
+        toctree.add_collapse_checkboxes = named_toggles(toctree.add_collapse_checkboxes)
+
+
+HIDDEN_CODE_DIR = "_static/hidden-code"  # one JSON list of code blocks per page
+_HIDDEN_INPUT = '<details class="admonition hide above-input">'
+_CELL_INPUT = '<div class="cell_input docutils container">'
+_DIV_TAG = re.compile(r"<div\b|</div>")
+
+
+def _div_end(body: str, start: int) -> int:
+    """The index just past the ``</div>`` closing the ``<div`` that opens at ``start``."""
+    depth = 0
+    for tag in _DIV_TAG.finditer(body, start):
+        depth += 1 if tag.group(0) == "<div" else -1
+        if depth == 0:
+            return tag.end()
+    raise ValueError(f"an unclosed <div> at {start}")
+
+
+def take_hidden_code(body: str, url: str) -> tuple[str, list[str]]:
+    """``body`` with the code of every hidden cell input moved out, and that code.
+
+    A chapter's hidden inputs (``hide-input``: the code behind a figure or a computed
+    paragraph) are closed until the reader opens them, yet they can make up half of the
+    page's HTML. Each one's code is replaced by an empty placeholder that names ``url`` (a
+    JSON list of the code blocks) and its index there; ``mha-hidden-code.js`` fills it in
+    when its toggle is first opened.
+    """
+    codes: list[str] = []
+    out, pos = [], 0
+    while (hidden := body.find(_HIDDEN_INPUT, pos)) != -1:
+        cell = body.find(_CELL_INPUT, hidden)
+        if cell == -1:
+            break
+        end = _div_end(body, cell)
+        codes.append(body[cell + len(_CELL_INPUT) : end - len("</div>")])
+        out.append(body[pos:cell])
+        out.append(
+            f'<div class="cell_input docutils container" data-mha-code="{html.escape(url)}" '
+            f'data-mha-index="{len(codes) - 1}"></div>'
+        )
+        pos = end
+    out.append(body[pos:])
+    return "".join(out), codes
+
+
+def hidden_code_loaded_when_shown(app: Sphinx, pagename: str, body: str) -> str:
+    """Write the page's hidden code to ``_static/hidden-code/<page>.json`` (see
+    :func:`take_hidden_code`) and give the page the script that loads it."""
+    name = pagename.replace("/", "__") + ".json"
+    url = "../" * pagename.count("/") + f"{HIDDEN_CODE_DIR}/{name}"
+    body, codes = take_hidden_code(body, url)
+    if codes:
+        folder = Path(app.outdir) / HIDDEN_CODE_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(json.dumps(codes), encoding="utf8")
+        app.add_js_file("mha-hidden-code.js", loading_method="defer")
+    return body
 
 
 _LETTER_ITEM = re.compile(r"^(\s*)([A-Za-z]{1,2})\.(?=\s|$)")
@@ -667,6 +759,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     # After sphinx.ext.mathjax has added MathJax (deferred scripts run in order).
     app.connect("html-page-context", add_math_script, priority=600)
     app.connect("html-page-context", fix_page_html)
+    app.connect("builder-inited", name_sidebar_toggles)
     app.connect("autodoc-process-docstring", keep_letters_as_text, priority=600)
     app.connect("build-finished", write_execution_times)
     app.add_config_value("mha_execute_first", [], "env")

@@ -681,3 +681,25 @@ def test_search_from_a_chapter_finds_the_chapter_that_teaches_it(browser, site_u
     finally:
         context.close()
     assert any(urlsplit(href).path.endswith("/book/inference.html") for href in found), found
+
+
+def test_a_hidden_code_cell_shows_its_code_when_opened(browser, site_url) -> None:
+    """Hidden inputs load their code from the page's JSON the first time they are opened."""
+    context = browser.new_context(viewport={"width": WIDE, "height": 900})
+    errors: list[str] = []
+    try:
+        tab = context.new_page()
+        tab.on("pageerror", lambda error: errors.append(str(error)))
+        tab.goto(f"{site_url}book/trained-heads.html", wait_until="load", timeout=LOAD_TIMEOUT_MS)
+        slot = tab.locator("[data-mha-code]").first
+        assert slot.inner_html() == ""  # nothing loaded before it is opened
+        details = tab.locator("details.hide.above-input").first
+        details.locator("summary").click()
+        tab.wait_for_function(
+            "() => document.querySelector('[data-mha-code] pre')", timeout=LOAD_TIMEOUT_MS
+        )
+        code = slot.locator("pre").inner_text()
+    finally:
+        context.close()
+    assert errors == []
+    assert len(code.strip()) > 20 and "=" in code, code
