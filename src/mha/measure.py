@@ -133,6 +133,8 @@ def peak_rss_increase(fn: Callable[[], Any], *, warmup: bool = True) -> int:
     is then mapped on allocation and unmapped on free. That setting stays for the rest of
     the process and makes large allocations slower, so measure memory in a separate
     process from timings (:func:`attention_peak_memory` does).
+    The measurement runs with the calling thread on one CPU, where the kernel's count of
+    resident pages lags least (:func:`_on_one_cpu`).
 
     Args:
         fn: the work to measure; its result is dropped before returning.
