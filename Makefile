@@ -49,8 +49,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+## The unit tests once, under this machine's kernels (make test also reruns them portably).
 unit: $(STAMP)
-	$(BIN)/python -m pytest -m "not chapter and not site and not browser and not slow"
+	$(BIN)/python -m pytest -m "not chapter and not site and not browser and not slow and not portability"
 
 ## Install Debian's Chromium for the browser tests (as root; prints how otherwise).
 browser:

@@ -61,6 +61,13 @@ exactness.install()
 
 
 @pytest.fixture(autouse=True)
+def no_train_store_from_the_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's ``MHA_TRAIN_STORE`` must not reach the tests: a test that trains
+    would load runs kept from another source tree instead of training."""
+    monkeypatch.delenv("MHA_TRAIN_STORE", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def no_unjustified_exact_float_comparison():
     """Fail a test that compares floating-point arrays exactly without saying why it may."""
     before = len(exactness.violations)

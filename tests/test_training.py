@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -657,6 +661,24 @@ def test_train_runs_store_from_the_environment_and_not_for_continued_models(tmp_
     monkeypatch.delenv(tr.STORE_VARIABLE)
     tr.train_runs([config], processes=1)  # no store named: nothing written anywhere
     assert len(list((tmp_path / "env").glob("*.pt"))) == 1
+
+
+def test_no_train_store_reaches_a_test():
+    """The autouse fixture in conftest.py clears a store named in the developer's shell."""
+    assert tr.STORE_VARIABLE not in os.environ
+
+
+def test_a_train_store_set_in_the_shell_is_cleared_for_the_tests(tmp_path):
+    env = dict(os.environ, **{tr.STORE_VARIABLE: str(tmp_path / "shell")})
+    probe = f"{Path(__file__).name}::test_no_train_store_reaches_a_test"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", probe],
+        cwd=Path(__file__).parent,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-2000:]
 
 
 def test_unreadable_stored_run_is_trained_again(tmp_path):
