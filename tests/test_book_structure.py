@@ -392,8 +392,8 @@ def test_no_chapter_links_forward_to_a_later_chapters_section() -> None:
 def test_no_chapter_loads_what_a_later_chapter_introduces() -> None:
     pages = book_pages()
     for name, home in RESULT_SOURCES.items():  # the table says where each is introduced
-        assert re.search(rf"\b{name}\(", "".join(c["code"] for c in CODE_CELL.finditer(
-            pages[home]))), f"{home} does not call {name}"
+        code = "".join(cell["code"] for cell in CODE_CELL.finditer(pages[home]))
+        assert re.search(rf"\b{name}\(", code), f"{home} does not call {name}"
         assert f"{name}`" in pages[home], f"{home} does not name {name} in its prose"
     assert later_results(pages) == []
 
