@@ -342,7 +342,7 @@ def test_roofline_takes_the_slower_of_compute_and_memory() -> None:
     step = cost.decode_step_cost(4096, 32, 32, 4096)
     t = cost.roofline_time(step, a100)
     assert t.bound == "memory" and t.seconds == t.memory == step.bytes / a100.bandwidth
-    prefill = cost.decode_step_cost(4096, 32, 32, 4095, cached=False)
+    prefill = cost.decode_step_cost(4096, 32, 32, 4096, cached=False)  # a prefill of 4,096
     t = cost.roofline_time(prefill, a100)
     assert t.bound == "compute" and t.seconds == t.compute == prefill.flops / a100.peak_flops
     with pytest.raises(TypeError, match="work must be a DecodeStepCost"):
