@@ -220,3 +220,184 @@ def test_api_index_names_each_page_and_the_modules_it_holds() -> None:
         for row in API_INDEX_ROW.finditer(text)
     }
     assert rows == api_page_modules()
+
+
+# ---- order: a chapter uses only what earlier chapters introduced ---------------------------
+#
+# What these checks can see, and what they cannot:
+# - Cross-references. A `{ref}`/`{numref}`/`{eq}` role or a Markdown link `[..](#label)`,
+#   `[..](page.md#label)` to a label defined in a page later in `_toc.yml` is a forward link.
+#   A link to a later page *as a whole* (the label on its title, `{doc}`, `[..](page.md)`) is
+#   a pointer ("the subject of chapter X") and allowed; a link to a later page's section,
+#   equation or figure is allowed only in a sentence that says "later", the way a reader is
+#   told that it is a look ahead. Anything a chapter uses without linking to it is not seen.
+# - Results. The entry points in RESULT_SOURCES load what a chapter produced or introduced
+#   (training runs, which `mha.training`'s run store shares between chapters; a pretrained
+#   model). Each belongs to the page that introduces it; a code cell of an earlier page that
+#   calls one fails. Results reached any other way are not seen.
+# - The build: `_config.yml` executes no chapter ahead of its turn.
+
+LABEL_LINE = re.compile(r"^\((?P<label>[A-Za-z0-9_.:-]+)\)=[ \t]*$", re.M)
+OPTION_LABEL = re.compile(r"^:(?:label|name):[ \t]*(?P<label>\S+)[ \t]*$", re.M)
+EQUATION_LABEL = re.compile(r"\$\$[ \t]*\((?P<label>[A-Za-z0-9_.:-]+)\)[ \t]*$", re.M)
+XREF_ROLE = re.compile(r"\{(?P<role>ref|numref|eq|doc)\}`(?:[^`<]*<)?(?P<target>[^`<>]+)>?`")
+MD_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(?P<code>.*?)^```[ \t]*$", re.M | re.S)
+SENTENCE_END = re.compile(r"[.!?](?=\s)|\n[ \t]*\n")
+LATER = re.compile(r"\blater\b", re.I)
+RESULT_SOURCES = {
+    # entry point: the page that introduces what it loads
+    "train_runs": "book/trained-heads",  # training runs (and the run store)
+    "load_minilm": "book/rank-and-subspaces",  # the pretrained encoder, first described there
+}
+RESULT_CALL = re.compile(r"\b(?P<name>" + "|".join(RESULT_SOURCES) + r")\(")
+
+
+def label_homes(pages: dict[str, str]) -> dict[str, tuple[str, bool]]:
+    """Every label of the pages: label -> (page, whether it is the label on the page's title)."""
+    homes = {}
+    for page, text in pages.items():
+        for match in LABEL_LINE.finditer(text):
+            after = text[match.end() :].lstrip("\n")
+            homes[match["label"]] = (page, after.startswith("# "))
+        for pattern in (OPTION_LABEL, EQUATION_LABEL):
+            for match in pattern.finditer(text):
+                homes[match["label"]] = (page, False)
+    return homes
+
+
+def sentence_around(text: str, start: int, end: int) -> str:
+    """The sentence of ``text`` that holds ``text[start:end]``."""
+    before = [m.end() for m in SENTENCE_END.finditer(text, 0, start)]
+    after = SENTENCE_END.search(text, end)
+    return text[before[-1] if before else 0 : after.start() if after else len(text)]
+
+
+def link_targets(text: str, page: str, homes: dict) -> list[tuple[int, int, str | None, bool]]:
+    """(start, end, page linked to or None, whether the link is to that page as a whole)."""
+    found = []
+    for match in XREF_ROLE.finditer(text):
+        target = match["target"].strip()
+        if match["role"] == "doc":
+            linked = str(Path(page).parent / target.removesuffix(".md")).lstrip("/")
+            found.append((match.start(), match.end(), linked, True))
+        elif target in homes:
+            found.append((match.start(), match.end(), *homes[target]))
+    for match in MD_LINK.finditer(text):
+        target = match["target"]
+        if "://" in target:
+            continue
+        path, _, anchor = target.partition("#")
+        if anchor in homes:
+            found.append((match.start(), match.end(), *homes[anchor]))
+        elif path.endswith(".md") and not anchor:
+            linked = str(Path(page).parent / path.removesuffix(".md"))
+            found.append((match.start(), match.end(), linked, True))
+    return found
+
+
+def forward_links(pages: dict[str, str]) -> list[str]:
+    """The links of ``pages`` (page -> text, in reading order) to a later page's section,
+    equation or figure outside a sentence that says "later", one line each."""
+    order = {page: i for i, page in enumerate(pages)}
+    homes = label_homes(pages)
+    problems = []
+    for page, text in pages.items():
+        for start, end, linked, whole in link_targets(text, page, homes):
+            if linked not in order or order[linked] <= order[page] or whole:
+                continue
+            if LATER.search(sentence_around(text, start, end)):
+                continue
+            line = text.count("\n", 0, start) + 1
+            problems.append(f"{page}:{line} links forward to {linked}: {text[start:end]}")
+    return problems
+
+
+def later_results(pages: dict[str, str], sources: dict[str, str] = RESULT_SOURCES) -> list[str]:
+    """Code cells of ``pages`` (in reading order) that call an entry point of ``sources``
+    before the page that introduces it, one line each."""
+    order = {page: i for i, page in enumerate(pages)}
+    problems = []
+    for page, text in pages.items():
+        for cell in CODE_CELL.finditer(text):
+            for call in RESULT_CALL.finditer(cell["code"]):
+                home = sources.get(call["name"])
+                if home in order and order[page] < order[home]:
+                    line = text.count("\n", 0, cell.start("code") + call.start()) + 1
+                    problems.append(f"{page}:{line} calls {call['name']}, introduced in {home}")
+    return problems
+
+
+def book_pages() -> dict[str, str]:
+    return {page: (ROOT / f"{page}.md").read_text(encoding="utf8") for page in chapters()}
+
+
+SYNTHETIC = {
+    "book/a": "(sec-a)=\n# A\n\n(sec-a-part)=\n## Part\n\nText.\n",
+    "book/b": "(sec-b)=\n# B\n\n(sec-b-part)=\n## Part\n\n$$\nx\n$$ (eq-b)\n\nBack to "
+    "{ref}`sec-a-part`.\n",
+}
+
+
+def with_a(text: str) -> dict[str, str]:
+    return {"book/a": SYNTHETIC["book/a"] + "\n" + text + "\n", "book/b": SYNTHETIC["book/b"]}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Heads share keys ({ref}`sec-b-part`).",
+        "As {ref}`the part <sec-b-part>` shows.",
+        "The bound {eq}`eq-b` holds.",
+        "See {numref}`sec-b-part`.",
+        "See [the part](b.md#sec-b-part), and [again](#sec-b-part).",
+        "One sentence says later. The next uses {ref}`sec-b-part`.",
+    ],
+)
+def test_forward_links_catch_a_link_to_a_later_pages_section(text: str) -> None:
+    assert len(forward_links(with_a(text))) >= 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{ref}`sec-b-part` later measures it.",
+        "It is measured later, in\n{ref}`sec-b-part`.",
+        "The subject of {ref}`sec-b` and of {doc}`b` and [B](b.md).",
+        "Its own part, {ref}`sec-a-part`.",
+    ],
+)
+def test_forward_links_allow_pointers_backward_links_and_links_within_the_page(text) -> None:
+    assert forward_links(with_a(text)) == []
+
+
+def test_forward_links_allow_links_back_to_an_earlier_page() -> None:
+    assert forward_links(SYNTHETIC) == []  # book/b links back to book/a's section
+
+
+def test_later_results_catch_a_call_before_the_introducing_page_only_in_code() -> None:
+    sources = {"train_runs": "book/b"}
+    call = "```{code-cell} ipython3\nruns = tr.train_runs(configs)\n```"
+    assert len(later_results(with_a(call), sources)) == 1
+    prose = "The runs of `training.train_runs` come later."
+    assert later_results(with_a(prose), sources) == []
+    late = {"book/a": SYNTHETIC["book/a"], "book/b": SYNTHETIC["book/b"] + call}
+    assert later_results(late, sources) == []  # the introducing page itself
+
+
+def test_no_chapter_links_forward_to_a_later_chapters_section() -> None:
+    assert forward_links(book_pages()) == []
+
+
+def test_no_chapter_loads_what_a_later_chapter_introduces() -> None:
+    pages = book_pages()
+    for name, home in RESULT_SOURCES.items():  # the table says where each is introduced
+        code = "".join(cell["code"] for cell in CODE_CELL.finditer(pages[home]))
+        assert re.search(rf"\b{name}\(", code), f"{home} does not call {name}"
+        assert f"{name}`" in pages[home], f"{home} does not name {name} in its prose"
+    assert later_results(pages) == []
+
+
+def test_config_executes_no_chapter_ahead_of_its_turn() -> None:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf8"))
+    assert not [key for key in config["sphinx"]["config"] if "execute_first" in key]

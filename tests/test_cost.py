@@ -226,22 +226,51 @@ def test_published_configs_have_whole_groups() -> None:
 
 @pytest.mark.parametrize("h_kv", [1, 2, 8])
 def test_decode_step_flops_match_flop_counter_mode_for_the_cached_step(h_kv: int) -> None:
-    """One new token attending to S cached positions, written out as matmuls and counted."""
+    """One new token attending to S positions (S - 1 cached and itself), counted as matmuls."""
     D, H, S, B = 32, 8, 20, 3
     Dh = D // H
     x = torch.randn(B, 1, D)
     w_q, w_o = torch.randn(D, D), torch.randn(D, D)
     w_kv = torch.randn(D, 2 * h_kv * Dh)
-    cache_k, cache_v = torch.randn(B, h_kv, S + 1, Dh), torch.randn(B, h_kv, S + 1, Dh)
+    keys, values = torch.randn(B, h_kv, S, Dh), torch.randn(B, h_kv, S, Dh)  # after the append
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
-        q = (x @ w_q).view(B, h_kv, H // h_kv, Dh)  # (B, H_kv, G, Dh): one query per head
+        q = (x @ w_q).view(B, h_kv, H // h_kv, Dh)  # (B, H_kv, H / H_kv, Dh): one query per head
         _ = x @ w_kv  # the new token's keys and values
-        scores = q @ cache_k.transpose(-1, -2)  # (B, H_kv, G, S + 1)
-        out = scores.softmax(-1) @ cache_v  # (B, H_kv, G, Dh)
+        scores = q @ keys.transpose(-1, -2)  # (B, H_kv, H / H_kv, S)
+        out = scores.softmax(-1) @ values  # (B, H_kv, H / H_kv, Dh)
         _ = out.reshape(B, 1, D) @ w_o
     assert counter.get_total_flops() == cost.decode_step_cost(D, H, h_kv, S, batch_size=B).flops
+
+
+def test_decode_step_flops_uncached_are_the_full_forward_over_kv_len_tokens() -> None:
+    """Without a cache the step is a forward over all S tokens (L = S), counted as matmuls."""
+    D, H, S, B = 32, 8, 7, 2
+    x = torch.randn(B, S, D)
+    w_qkv, w_o = torch.randn(D, 3 * D), torch.randn(D, D)
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        q, k, v = (x @ w_qkv).view(B, S, 3, H, D // H).permute(2, 0, 3, 1, 4)  # (B, H, S, Dh)
+        out = (q @ k.transpose(-1, -2)).softmax(-1) @ v  # (B, H, S, Dh)
+        _ = out.transpose(1, 2).reshape(B, S, D) @ w_o
+    step = cost.decode_step_cost(D, H, H, S, batch_size=B, cached=False)
+    assert counter.get_total_flops() == step.flops
+
+
+def test_decode_step_bytes_are_the_weights_and_the_cache_buffers_read() -> None:
+    """The bytes of a cached step, counted from real buffers: the S - 1 cached positions."""
+    from mha.kv_cache import KVCache
+
+    D, H, h_kv, S, B = 32, 8, 2, 10, 3
+    params = mha.init_params(D, H, num_kv_heads=h_kv, bias=False, dtype=np.float32)
+    weights = sum(a.nbytes for a in (params.w_q, params.w_k, params.w_v, params.w_o))
+    cache = KVCache(B, h_kv, D // H, S - 1, dtype=np.float32)  # exactly the cached positions
+    new_kv = 2 * B * h_kv * (D // H) * 4  # the new token's keys and values, written
+    x_and_out = 2 * B * D * 4  # the new token's input, read, and its output, written
+    step = cost.decode_step_cost(D, H, h_kv, S, np.float32, batch_size=B)
+    assert step.bytes == weights + cache.nbytes + new_kv + x_and_out
 
 
 def test_decode_step_intensity_grows_with_h_over_h_kv_and_the_cache_is_memory_bound() -> None:
@@ -313,7 +342,7 @@ def test_roofline_takes_the_slower_of_compute_and_memory() -> None:
     step = cost.decode_step_cost(4096, 32, 32, 4096)
     t = cost.roofline_time(step, a100)
     assert t.bound == "memory" and t.seconds == t.memory == step.bytes / a100.bandwidth
-    prefill = cost.decode_step_cost(4096, 32, 32, 4095, cached=False)
+    prefill = cost.decode_step_cost(4096, 32, 32, 4096, cached=False)  # a prefill of 4,096
     t = cost.roofline_time(prefill, a100)
     assert t.bound == "compute" and t.seconds == t.compute == prefill.flops / a100.peak_flops
     with pytest.raises(TypeError, match="work must be a DecodeStepCost"):

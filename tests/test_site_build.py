@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import types
 import unicodedata
 from html import unescape
 from html.parser import HTMLParser
@@ -756,18 +755,6 @@ def test_build_reports_execution_times(built_site: Path) -> None:
     for page in executed:
         assert times[page]["succeeded"] is True
         assert times[page]["runtime"] > 0
-
-
-def test_documents_named_to_execute_first_are_read_first_and_the_rest_keep_their_order() -> None:
-    app = types.SimpleNamespace(config=types.SimpleNamespace(mha_execute_first=["b/t", "b/x"]))
-    docnames = ["b/a", "b/i", "b/t", "b/z"]
-    mha_site.execute_first(app, None, docnames)
-    assert docnames == ["b/t", "b/a", "b/i", "b/z"]  # b/x is not being read: left out
-
-
-def test_the_book_executes_trained_heads_first() -> None:
-    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf8"))
-    assert config["sphinx"]["config"]["mha_execute_first"] == ["book/trained-heads"]
 
 
 @pytest.mark.site

@@ -704,19 +704,6 @@ def keep_letters_as_text(
 # --------------------------------------------------------------------------- execution times
 
 
-def execute_first(app: Sphinx, env: Any, docnames: list[str]) -> None:
-    """Read (and so execute) the documents named by ``mha_execute_first`` before the others.
-
-    Sphinx reads, and myst-nb executes, documents in name order. A chapter whose training
-    runs another chapter reuses (``mha.training``'s run store) is best executed first when it
-    trains more runs than there are cores, so that the other chapter loads them instead of
-    training a few with cores left idle. The order of the rest is kept.
-    """
-    first = [name for name in app.config.mha_execute_first if name in docnames]
-    rest = [name for name in docnames if name not in first]
-    docnames[:] = first + rest
-
-
 def write_execution_times(app: Sphinx, exception: Exception | None) -> None:
     """Write each executed document's execution data to ``_build/execution_times.json``."""
     metadata = getattr(app.env, "nb_metadata", {}) or {}
@@ -762,8 +749,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", name_sidebar_toggles)
     app.connect("autodoc-process-docstring", keep_letters_as_text, priority=600)
     app.connect("build-finished", write_execution_times)
-    app.add_config_value("mha_execute_first", [], "env")
-    app.connect("env-before-read-docs", execute_first)
     app.add_css_file("mha-site.css")
     here = Path(__file__).parent
     code = b"".join((here / name).read_bytes() for name in EXTENSION_FILES)

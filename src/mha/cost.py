@@ -609,28 +609,32 @@ def decode_step_cost(
 ) -> DecodeStepCost:
     """What one attention layer costs to produce the next token, with or without a cache.
 
-    With a cache (``cached=True``), the new token of each sequence is projected
+    The new token of each sequence attends to ``S = kv_len`` positions: itself and the
+    ``S - 1`` before it. With a cache (``cached=True``), the new token is projected
     (``4 D^2 + 4 D H_kv Dh`` FLOPs: queries, keys and values of width ``H Dh = D``,
-    ``H_kv Dh`` and ``H_kv Dh``, and the output), and attends to the ``S`` cached positions
-    and itself (``4 H (S + 1) Dh``). Without one, the layer runs again on the whole prefix
-    of ``N = S + 1`` tokens: ``N (4 D^2 + 4 D H_kv Dh) + 4 H N^2 Dh``, the cost of a full
-    forward (the explicit score matrix is dense even under a causal mask).
+    ``H_kv Dh`` and ``H_kv Dh``, and the output) and attends to the ``S - 1`` cached
+    positions and itself (``4 H S Dh``). Without one, the layer runs again on all ``S``
+    tokens, ``L = S``: ``S (4 D^2 + 4 D H_kv Dh) + 4 H S^2 Dh``, the cost of a full forward
+    (the explicit score matrix is dense even under a causal mask), which is also the cost of
+    a prefill of ``S`` tokens.
 
     Bytes: the weights (``2 D^2 + 2 D H_kv Dh`` elements) are read once per step whatever
-    ``B``; with a cache the ``2 B S H_kv Dh`` cached elements are read and ``2 B H_kv Dh``
-    written; without one the ``B N D`` inputs are read and the same outputs written. So a
-    cached step reads every cached element for about ``4 H / H_kv`` FLOPs: its intensity is
-    set by ``H / H_kv``, which is why multi-query and grouped-query attention speed up
-    memory-bound decoding.
+    ``B``; with a cache the ``2 B (S - 1) H_kv Dh`` cached elements are read and
+    ``2 B H_kv Dh`` written; without one the ``B S D`` inputs are read and the same outputs
+    written. So a cached step reads every cached element for about ``4 H / H_kv`` FLOPs: its
+    intensity is set by ``H / H_kv``, which is why multi-query and grouped-query attention
+    speed up memory-bound decoding.
 
     Args:
         d_model: D.
         num_heads: H; must divide D.
         num_kv_heads: H_kv; must divide H.
-        kv_len: S, the positions before the new token.
+        kv_len: S, the key/value length: the positions the new token attends to, itself
+            included (``S - 1`` of them cached before the step).
         dtype: the dtype of weights and cache.
         batch_size: B.
-        cached: whether the keys and values of the prefix come from a cache.
+        cached: whether the keys and values of the ``S - 1`` earlier positions come from a
+            cache.
 
     Returns:
         A :class:`DecodeStepCost`.
@@ -653,17 +657,17 @@ def decode_step_cost(
             f"num_kv_heads={num_kv_heads}"
         )
     _validate.check_bool("cached", cached)
-    D, H, H_kv, B = d_model, num_heads, num_kv_heads, batch_size
-    Dh, N = D // H, kv_len + 1
+    D, H, H_kv, B, S = d_model, num_heads, num_kv_heads, batch_size, kv_len
+    Dh = D // H
     item = _itemsize(dtype)
     per_token = 4 * D * D + 4 * D * H_kv * Dh  # q, k, v and output projections
     weights = 2 * D * D + 2 * D * H_kv * Dh
     if cached:
-        flops = B * (per_token + 4 * H * N * Dh)
-        moved = weights + 2 * B * kv_len * H_kv * Dh + 2 * B * H_kv * Dh + 2 * B * D
+        flops = B * (per_token + 4 * H * S * Dh)
+        moved = weights + 2 * B * (S - 1) * H_kv * Dh + 2 * B * H_kv * Dh + 2 * B * D
     else:
-        flops = B * (N * per_token + 4 * H * N * N * Dh)
-        moved = weights + 2 * B * N * D
+        flops = B * (S * per_token + 4 * H * S * S * Dh)
+        moved = weights + 2 * B * S * D
     return DecodeStepCost(flops=flops, bytes=moved * item)
 
 
