@@ -231,8 +231,7 @@ class KVCache:
             TypeError: if ``key``/``value`` is not an array of the cache's library (``None``
                 included), dtype and device, or ``max_abs`` is not a real number.
         """
-        with self.appending(key, value, max_abs=max_abs):
-            pass
+        self._commit(*self._stage(key, value, max_abs), key, value)
 
     @contextmanager
     def appending(
@@ -264,6 +263,17 @@ class KVCache:
             ValueError, TypeError: as :meth:`append`, before the block runs (except the
                 measured ``max_abs``, checked after it); and whatever the block raises.
         """
+        k, v, end, max_abs = self._stage(key, value, max_abs)
+        yield k[:, :, :end], v[:, :, :end]
+        self._commit(k, v, end, max_abs, key, value)
+
+    def _stage(self, key: Any, value: Any, max_abs: Any) -> tuple[Any, Any, int, float | None]:
+        """Check everything, then write the new positions into free slots past the length
+        (of a copy of the buffers while autograd records); the cache itself is unchanged.
+
+        Returns:
+            The buffers holding them, the length after them, and the checked ``max_abs``.
+        """
         n = self._check_block(key, value)
         if max_abs is not None:
             max_abs = _validate.check_magnitude("max_abs", max_abs)
@@ -273,7 +283,12 @@ class KVCache:
             k, v = k.clone(), v.clone()
         k[:, :, self._length : end] = key
         v[:, :, self._length : end] = value
-        yield k[:, :, :end], v[:, :, :end]
+        return k, v, end, max_abs
+
+    def _commit(
+        self, k: Any, v: Any, end: int, max_abs: float | None, key: Any, value: Any
+    ) -> None:
+        """Make the staged positions part of the cache (measuring them if ``max_abs`` is None)."""
         if max_abs is None:
             max_abs = 0.0
             for name, x in (("key", key), ("value", value)):

@@ -340,8 +340,10 @@ def multi_head_attention(
             ``"per_head"``. The call is atomic: the new positions are appended only once
             every check, the output's range included, has passed, so a refused call leaves
             the cache's length, contents and ``max_abs`` as they were. The cached keys and
-            values are not read again (``cache.max_abs`` bounds them); NaN or infinity that
-            reached them anyway (written into its views) is reported naming the cache.
+            values are not checked again (``cache.max_abs`` bounds them), except by the
+            tiled form, whose :func:`mha.tiled.attention` checks every key it gets; NaN or
+            infinity that reached them anyway (written into its views) is reported naming
+            the cache.
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)`` (with a cache: ``(B, n, D)``, the
