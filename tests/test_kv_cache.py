@@ -114,7 +114,10 @@ def test_append_names_what_is_wrong(key, value, error, match) -> None:
         ({"capacity": 0}, ValueError, "capacity must be positive; got capacity=0"),
         ({"num_kv_heads": 2.0}, TypeError, "num_kv_heads must be an int"),
         ({"dtype": np.int32}, TypeError, "dtype must be float32 or float64"),
-        ({"dtype": torch.int64}, TypeError, "dtype must be a floating dtype"),
+        ({"dtype": torch.int64}, TypeError, "dtype must be one of the dtypes a layer computes"),
+        ({"dtype": torch.float16}, TypeError, r"computes in \(torch.float64, .*\); got dtype tor"),
+        ({"dtype": None}, TypeError, "dtype must be np.float32, np.float64 or a torch dtype"),
+        ({"dtype": np.float64, "device": "meta"}, ValueError, "device must be None or 'cpu'"),
     ],
 )
 def test_constructor_names_the_bad_argument(kwargs, error, match) -> None:
@@ -291,3 +294,269 @@ def test_a_layer_appends_with_a_bound_on_what_it_caches(kind: str) -> None:
     backend.multi_head_attention(x[:, :3], x[:, :3], x[:, :3], params, cache=cache)
     held = max(float(abs(cache.keys).max()), float(abs(cache.values).max()))
     assert held <= cache.max_abs < math.inf  # a bound from the inputs' magnitudes
+
+
+# ---- a refused call leaves the cache exactly as it was -----------------------------------
+
+FORMS = ["fused", "packed", "tiled"]
+DECODE_D, DECODE_H, DECODE_HKV = 8, 2, 1
+
+
+def _float32_layer(kind: str):
+    """A float32 grouped-query layer, its cache holding a 2-position prompt, and a step."""
+    backend = BACKENDS[kind]
+    params = init_params(DECODE_D, DECODE_H, num_kv_heads=DECODE_HKV, seed=3)
+    x = np.random.default_rng(4).standard_normal((1, 4, DECODE_D)).astype(np.float32)
+    dtype = np.float32 if kind == "numpy" else torch.float32
+    if kind == "torch":
+        params, x = params.to_torch(torch.float32), torch.from_numpy(x)
+    else:
+        params = params.to_numpy(np.float32)
+    cache = KVCache(1, DECODE_HKV, DECODE_D // DECODE_H, 4, dtype=dtype)
+    return backend, params, x, cache
+
+
+def _call(backend, params, x, cache, form, mask=None):
+    return backend.multi_head_attention(
+        x, x, x, params, mask, cache=cache, form=form, need_weights=form != "tiled"
+    )[0]
+
+
+def _snapshot(cache: KVCache):
+    def copy(a):
+        return a.copy() if isinstance(a, np.ndarray) else a.detach().clone().numpy()
+
+    return cache.length, copy(cache.keys), copy(cache.values), cache.max_abs
+
+
+def _assert_unchanged(cache: KVCache, before, what: str = "") -> None:
+    length, keys, values, max_abs = _snapshot(cache)
+    assert length == before[0], what
+    assert np.array_equal(keys, before[1], equal_nan=True), what  # exact: untouched memory
+    assert np.array_equal(values, before[2], equal_nan=True), what  # exact: untouched memory
+    assert max_abs == before[3], what  # exact: the same float
+
+
+def _refusals(kind: str, x, cache: KVCache):
+    """(what, call arguments (x, mask, form or None), error) that a layer call must refuse."""
+    ones = np.ones if kind == "numpy" else torch.ones
+    huge = 1e20 * ones((1, 1, DECODE_D), dtype=x.dtype)  # the scores overflow float32
+    nan = x[:, 2:3].clone() if kind == "torch" else x[:, 2:3].copy()
+    nan[0, 0, 0] = math.nan
+    wrong_mask = BACKENDS[kind].causal_mask(1, 2)  # covers the new position only, not S = 3
+    cases = [
+        ("overflow", (huge, None, None), ValueError),
+        ("NaN input", (nan, None, None), ValueError),
+        ("mask", (x[:, 2:3], wrong_mask, None), ValueError),
+        ("capacity", (x[:, :3], None, None), ValueError),
+        ("per_head", (x[:, 2:3], None, "per_head"), ValueError),
+    ]
+    if kind == "torch":
+        cases.append(("device", (x[:, 2:3].to("meta"), None, None), TypeError))
+    return cases
+
+
+@pytest.mark.parametrize(("kind", "form"), list(product(["numpy", "torch"], FORMS)))
+def test_a_refused_layer_call_leaves_the_cache_exactly_as_it_was(kind: str, form: str) -> None:
+    """Length, contents and max_abs, and the next step equals that of a cache never refused."""
+    backend, params, x, cache = _float32_layer(kind)
+    _, _, _, untouched = _float32_layer(kind)
+    prompt = x[:, :2]
+    for c in (cache, untouched):
+        _call(backend, params, prompt, c, form, backend.causal_mask(2))
+    for what, (bad, mask, bad_form), error in _refusals(kind, x, cache):
+        before = _snapshot(cache)
+        with pytest.raises(error), np.errstate(over="ignore", invalid="ignore"):
+            _call(backend, params, bad, cache, bad_form or form, mask)
+        _assert_unchanged(cache, before, what)
+    step = x[:, 2:3]
+    out = _call(backend, params, step, cache, form)
+    ref = _call(backend, params, step, untouched, form)
+    equal = np.array_equal if kind == "numpy" else torch.equal
+    assert cache.length == untouched.length == 3
+    assert equal(out, ref)  # exact: the same call on the same cache contents
+
+
+def test_the_reported_overflow_no_longer_corrupts_the_next_step() -> None:
+    """The report's case: a refused call took the length from 2 to 3, and the next step
+    gave weight 1 to the overflowed position, finite and about 1e21 off."""
+    for kind in ("numpy", "torch"):
+        backend, params, x, cache = _float32_layer(kind)
+        ones = np.ones if kind == "numpy" else torch.ones
+        _call(backend, params, x[:, :2], cache, "fused", backend.causal_mask(2))
+        huge = 1e20 * ones((1, 1, DECODE_D), dtype=x.dtype)
+        with pytest.raises(ValueError, match="overflowed"), np.errstate(over="ignore"):
+            _call(backend, params, huge, cache, "fused")
+        assert cache.length == 2
+        out = _call(backend, params, x[:, 2:3], cache, "fused")
+        full = _call(backend, params, x[:, :3], None, "fused", backend.causal_mask(3))
+        tol, _ = tolerance.attention_tolerance(x[:, :3], x[:, :3], x[:, :3], params)
+        tolerance.assert_close(out[:, 0], full[:, 2], tol[:, 2], name=f"{kind} next step")
+
+
+def test_a_refused_module_call_leaves_the_cache_as_it_was() -> None:
+    from mha import MultiHeadAttention
+
+    layer = MultiHeadAttention(DECODE_D, DECODE_H, num_kv_heads=DECODE_HKV)
+    cache = KVCache(1, DECODE_HKV, DECODE_D // DECODE_H, 4, dtype=torch.float32)
+    x = torch.from_numpy(np.random.default_rng(5).standard_normal((1, 2, DECODE_D))).float()
+    layer(x, mask=torch_backend.causal_mask(2), cache=cache)
+    before = _snapshot(cache)
+    with pytest.raises(ValueError, match="overflowed"):
+        layer(1e20 * torch.ones(1, 1, DECODE_D), cache=cache)
+    _assert_unchanged(cache, before)
+
+
+@pytest.mark.parametrize(("kind", "form"), list(product(["numpy", "torch"], FORMS)))
+@pytest.mark.parametrize("how", ["written into its view", "appended under a false max_abs"])
+def test_nan_in_the_cache_is_reported_as_nan_in_the_cache(kind: str, form: str, how: str) -> None:
+    backend, params, x, cache = _float32_layer(kind)
+    _call(backend, params, x[:, :2], cache, form, backend.causal_mask(2))
+    if how == "written into its view":
+        cache.values[0, 0, 1, 0] = math.nan
+    else:
+        bad = cache.keys[:, :, :1] * math.nan
+        cache.append(bad, bad, max_abs=1.0)  # the caller vouches for what it did not read
+    before = _snapshot(cache)
+    name = "values" if how == "written into its view" else "keys"
+    with pytest.raises(
+        ValueError,
+        match=f"cache must hold finite keys and values; got NaN or infinite values in cache.{name}",
+    ):
+        _call(backend, params, x[:, 3:4], cache, form)
+    _assert_unchanged(cache, before)
+
+
+# ---- append: magnitudes, devices, finiteness, atomic ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("max_abs", "error", "match"),
+    [
+        (-1.0, ValueError, r"max_abs must be finite and at least 0; got max_abs=-1.0"),
+        (math.nan, ValueError, r"max_abs must be finite and at least 0; got max_abs=nan"),
+        (math.inf, ValueError, r"max_abs must be finite and at least 0; got max_abs=inf"),
+        ("big", TypeError, r"max_abs must be a real number \(int or float\); got str 'big'"),
+        (True, TypeError, r"max_abs must be a real number \(int or float\); got bool True"),
+        (np.array(2.0), TypeError, r"got ndarray array\(2\.\); pass max_abs.item\(\)"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_append_refuses_a_bound_that_is_no_magnitude(kind, max_abs, error, match) -> None:
+    cache = make(kind)
+    cache.append(block(kind, 2), block(kind, 2, 1))
+    before = _snapshot(cache)
+    with pytest.raises(error, match=match):
+        cache.append(block(kind, 1, 2), block(kind, 1, 3), max_abs=max_abs)
+    _assert_unchanged(cache, before)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_a_given_bound_is_kept_and_a_measured_one_refuses_nan(kind: str) -> None:
+    cache = make(kind)
+    cache.append(block(kind, 1), block(kind, 1, 1), max_abs=np.float64(100.0))
+    assert cache.max_abs == 100.0  # exact: the bound given
+    before = _snapshot(cache)
+    inf, nan = block(kind, 1, 2), block(kind, 1, 3)
+    inf[0, 0, 0, 0], nan[1, 2, 0, 3] = math.inf, math.nan
+    for key, value, name in ((inf, block(kind, 1), "key"), (block(kind, 1), nan, "value")):
+        with pytest.raises(ValueError, match=f"{name} must be finite; got NaN or infinite values"):
+            cache.append(key, value)
+        _assert_unchanged(cache, before)
+
+
+def test_append_refuses_tensors_on_another_device_than_the_cache() -> None:
+    cache = make("torch")
+    on_meta = r"key must be on the cache's device \(cpu\); got key on meta"
+    with pytest.raises(TypeError, match=on_meta):
+        cache.append(block("torch", 1).to("meta"), block("torch", 1))
+    with pytest.raises(TypeError, match=r"value must be on the cache's device \(cpu\); got value"):
+        cache.append(block("torch", 1), block("torch", 1).to("meta"))
+    assert cache.length == 0
+    meta = KVCache(B, H_KV, DH, 8, dtype=torch.float64, device="meta")
+    on_cpu = r"key must be on the cache's device \(meta\); got key on cpu"
+    with pytest.raises(TypeError, match=on_cpu):
+        meta.append(block("torch", 1), block("torch", 1))  # it would drop the values
+    assert meta.length == 0
+    meta.append(block("torch", 2).to("meta"), block("torch", 2).to("meta"))  # shape inference
+    assert meta.length == 2 and meta.keys.device.type == "meta" and meta.device.type == "meta"
+
+
+@pytest.mark.parametrize(
+    ("kind", "bad", "error", "match"),
+    [
+        ("numpy", None, TypeError, "key must be a numpy.ndarray like the cache; got NoneType"),
+        ("torch", None, TypeError, "key must be a torch.Tensor like the cache; got NoneType"),
+        ("numpy", np.ma.zeros((B, H_KV, 1, DH)), TypeError, "key must be a plain numpy.ndarray"),
+        ("torch", torch.zeros(B, H_KV, 1, DH).to_sparse(), TypeError, "key must be a dense"),
+        ("numpy", np.zeros((H_KV, 1, DH)), ValueError, r"key must have shape \(B, H_kv, n, Dh\)"),
+    ],
+)
+def test_append_refuses_what_is_not_a_block_of_the_cache(kind, bad, error, match) -> None:
+    cache = make(kind)
+    if isinstance(bad, torch.Tensor) and bad.layout == torch.strided:
+        bad = bad.double()
+    with pytest.raises(error, match=match):
+        cache.append(bad, block(kind, 1))
+    assert cache.length == 0 and cache.max_abs == 0.0
+
+
+def test_the_torch_dtypes_of_a_cache_are_those_a_layer_computes_in() -> None:
+    from mha import kv_cache
+
+    assert tuple(getattr(torch, n) for n in kv_cache.TORCH_FLOATS) == torch_backend.FLOATS
+    for dtype in torch_backend.FLOATS:  # each one makes a cache a layer takes
+        backend, params, x, _ = _setup("torch", 2)
+        cache = KVCache(2, 2, D_MODEL // HEADS, 2, dtype=dtype)
+        step = x[:, :1].to(dtype)
+        backend.multi_head_attention(step, step, step, params.to_torch(dtype), cache=cache)
+        assert cache.length == 1
+
+
+# ---- gradients through cached steps ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("h_kv", "need_weights"), list(product([4, 2, 1], [False, True])))
+def test_gradients_through_cached_steps_equal_the_full_causal_forwards(h_kv, need_weights):
+    """A prefill and three steps with autograd recording: the gradients of every parameter
+    and input equal those of the full causal forward (no in-place error from PyTorch)."""
+    from mha import MultiHeadAttention
+
+    layer = MultiHeadAttention(8, 4, num_kv_heads=h_kv, dtype=torch.float64, seed=1)
+    x = torch.from_numpy(np.random.default_rng(6).standard_normal((2, 5, 8))).requires_grad_()
+    weight = torch.from_numpy(np.random.default_rng(7).standard_normal((2, 5, 8)))
+    full = layer(x, mask=torch_backend.causal_mask(5), need_weights=need_weights)[0]
+    (full * weight).sum().backward()
+    expected = [p.grad.clone() for p in layer.parameters()] + [x.grad.clone()]
+    layer.zero_grad()
+    x.grad = None
+    cache = KVCache(2, h_kv, 2, 5, dtype=torch.float64)
+    prefill = layer(x[:, :2], mask=torch_backend.causal_mask(2), cache=cache)[0]
+    steps = [layer(x[:, t : t + 1], cache=cache, need_weights=need_weights)[0] for t in (2, 3, 4)]
+    decoded = torch.cat([prefill, *steps], dim=1)
+    (decoded * weight).sum().backward()
+    got = [p.grad for p in layer.parameters()] + [x.grad]
+    names = [n for n, _ in layer.named_parameters()] + ["x"]
+    tol, _ = tolerance.attention_tolerance(x.detach(), x.detach(), x.detach(), layer.params())
+    tolerance.assert_close(decoded.detach(), full.detach(), tol, name="decoded")
+    for name, a, b in zip(names, got, expected, strict=True):
+        scale = float(b.abs().max()) + 1.0
+        assert float((a - b).abs().max()) <= 1e-12 * scale, name  # float64, a few roundings
+
+
+def test_decoding_without_autograd_still_writes_in_place() -> None:
+    """Copy-on-write is for recorded steps only: a plain decoding step moves n positions."""
+    from mha import MultiHeadAttention
+
+    layer = MultiHeadAttention(8, 2, dtype=torch.float64)
+    cache = KVCache(1, 2, 4, 4, dtype=torch.float64)
+    x = torch.zeros(1, 1, 8, dtype=torch.float64)
+    with torch.no_grad():
+        layer(x, cache=cache)
+        first = cache.keys.data_ptr()
+        layer(x, cache=cache)
+    assert cache.keys.data_ptr() == first
+    layer(x, cache=cache)  # recorded: the parameters require grad
+    assert cache.keys.data_ptr() != first and cache.keys.requires_grad
+    cache.reset()  # the recorded buffers are left to their graph
+    assert not cache.keys.requires_grad

@@ -27,6 +27,7 @@ overflow never returns a non-finite, or a finite but wrong, output silently.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -203,6 +204,20 @@ def check_positive_number(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be a real number (int or float); got {describe(value)}{hint}")
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be positive and finite; got {name}={value!r}")
+
+
+def check_magnitude(name: str, value: Any) -> float:
+    """Check that ``value`` is a magnitude: a real number (Python or NumPy), finite, ``>= 0``.
+
+    Returns:
+        ``value`` as a float.
+    """
+    if isinstance(value, bool) or not isinstance(value, Real):
+        hint = f"; pass {name}.item()" if hasattr(value, "item") and hasattr(value, "shape") else ""
+        raise TypeError(f"{name} must be a real number (int or float); got {describe(value)}{hint}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be finite and at least 0; got {name}={value!r}")
+    return float(value)
 
 
 def check_device(name: str, device: Any) -> Any:
@@ -734,6 +749,50 @@ def check_cache(
             f"{cache.length} and got {new} more"
         )
     return cache.length + new
+
+
+def cached(cache: Any, key: Any, value: Any, magnitudes: dict[str, float], d_model: int) -> Any:
+    """The keys and values a layer attends to, as a context manager.
+
+    Without a cache, ``key`` and ``value`` themselves. With one, its positions followed by
+    these, which :meth:`mha.kv_cache.KVCache.appending` appends only when the block (the
+    attention, the output projection and the range checks) ends without an exception: a
+    refused call leaves the cache as it was.
+
+    Shape:
+        key and value ``(B, H_kv, n, Dh)``; yields ``(B, H_kv, S, Dh)``, ``S`` the positions
+        cached before the call plus ``n``.
+    """
+    if cache is None:
+        return contextlib.nullcontext((key, value))
+    bound = key_value_bound(magnitudes, d_model)  # beyond float64's range: measured instead
+    return cache.appending(key, value, max_abs=bound if math.isfinite(bound) else None)
+
+
+def check_cache_finite(cache: Any, kind: ArrayKind) -> None:
+    """Check that a cache holds no NaN or infinity (one pass over its keys and values).
+
+    Its appends refuse them, so they can only have been written into its views, or appended
+    under a ``max_abs`` that was not a bound.
+    """
+    for name, x in (("keys", cache.keys), ("values", cache.values)):
+        if not kind.all_finite(x):
+            raise ValueError(
+                f"cache must hold finite keys and values; got NaN or infinite values in "
+                f"cache.{name} (appends refuse them: were they written into its views, or "
+                "appended with a max_abs that did not bound them?)"
+            )
+
+
+def check_cached_output(cache: Any, out: Any, kind: ArrayKind) -> None:
+    """With a cache, check that the output is finite, and name NaN or infinity in the cache.
+
+    A layer does not read the cached keys and values before attending to them (their bound,
+    :attr:`mha.kv_cache.KVCache.max_abs`, says they cannot overflow); a non-finite output,
+    one pass over ``(B, L, D)``, is then the sign that the cache holds NaN or infinity.
+    """
+    if cache is not None and not kind.all_finite(out):
+        check_cache_finite(cache, kind)
 
 
 def group_queries(q: Any, num_kv_heads: int) -> Any:

@@ -13,16 +13,34 @@ cached part is returned as views (:attr:`KVCache.keys`, :attr:`KVCache.values`),
 
 The library of the buffers follows ``dtype``: a NumPy dtype gives NumPy arrays, a
 ``torch.dtype`` gives tensors (on ``device``).
+
+**What is checked.** Sizes are positive ints; ``dtype`` is one a layer computes in
+(``torch.float16`` is refused); appended keys and values are arrays of the cache's library,
+dtype and device, of shape ``(B, H_kv, n, Dh)``, within the capacity, finite (when measured),
+and a given bound ``max_abs`` is a finite number ``>= 0``. Every check comes before any change,
+and a layer call with a cache writes its new positions only into free slots until it has
+succeeded (:meth:`KVCache.appending`): a refused call, the layer's included, leaves the cache's
+length, contents and :attr:`KVCache.max_abs` as they were.
+
+**Autograd.** Gradients flow through cached steps and equal those of the full causal forward:
+while autograd records, an append writes into a new buffer rather than over the one earlier
+steps saved for their backward pass (a copy of the buffer per recorded step).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from mha import _validate
+from mha import _np_checks, _validate
 from mha._np_checks import numpy_float_dtype
+
+TORCH_FLOATS = ("float64", "float32", "bfloat16")
+"""The ``torch`` dtypes a cache may have: those a layer computes in (``torch_backend.FLOATS``)."""
 
 
 def _is_torch_dtype(dtype: Any) -> bool:
@@ -48,10 +66,12 @@ class KVCache:
             multi-query attention).
         d_head: Dh.
         capacity: the most positions the cache can hold.
-        dtype: ``np.float32``/``np.float64`` for NumPy buffers, or a floating
-            ``torch.dtype`` for PyTorch buffers.
-        device: where PyTorch buffers live (``None`` for the default); NumPy buffers live on
-            the CPU (``None`` or ``"cpu"``).
+        dtype: ``np.float32``/``np.float64`` for NumPy buffers, or ``torch.float64``,
+            ``torch.float32`` or ``torch.bfloat16`` for PyTorch buffers: the dtypes a layer
+            computes in (``torch.float16`` is refused here, since no layer could use the cache).
+        device: where PyTorch buffers live (``None`` for the default; ``"meta"`` gives a
+            cache for shape inference, which takes only ``meta`` tensors); NumPy buffers
+            live on the CPU (``None`` or ``"cpu"``).
 
     Shape:
         :attr:`keys` and :attr:`values` ``(B, H_kv, S, Dh)``, ``S`` = :attr:`length`.
@@ -59,8 +79,12 @@ class KVCache:
     Raises:
         ValueError: if a size is not positive, or ``device`` names no device available here
             or one other than the CPU for NumPy buffers.
-        TypeError: if a size is not an int, ``dtype`` is not a floating dtype, or ``device``
-            is not a device or a name.
+        TypeError: if a size is not an int, ``dtype`` is ``None`` or not one of the five
+            dtypes above, or ``device`` is not a device or a name.
+
+    Every method checks its arguments before it changes anything, so a refused call leaves
+    the cache as it was; so does a layer call with a cache that raises
+    (:meth:`appending`).
     """
 
     def __init__(
@@ -81,11 +105,21 @@ class KVCache:
         ):
             _validate.check_positive(name, value)
         shape = (batch_size, num_kv_heads, capacity, d_head)
+        if dtype is None:
+            raise TypeError(
+                "dtype must be np.float32, np.float64 or a torch dtype (torch.float64, "
+                "torch.float32, torch.bfloat16); got None"
+            )
         if _is_torch_dtype(dtype):
             import torch
 
-            if not dtype.is_floating_point:
-                raise TypeError(f"dtype must be a floating dtype; got dtype {dtype}")
+            allowed = tuple(getattr(torch, name) for name in TORCH_FLOATS)
+            if dtype not in allowed:
+                names = ", ".join(str(d) for d in allowed)
+                raise TypeError(
+                    f"dtype must be one of the dtypes a layer computes in ({names}); got "
+                    f"dtype {dtype}"
+                )
             device = _validate.check_device("device", device)
             self._k = torch.empty(shape, dtype=dtype, device=device)
             self._v = torch.empty(shape, dtype=dtype, device=device)
@@ -127,6 +161,11 @@ class KVCache:
         return self._k.dtype
 
     @property
+    def device(self) -> Any:
+        """Where the buffers live: a ``torch.device``, or ``"cpu"`` for NumPy buffers."""
+        return getattr(self._k, "device", "cpu")
+
+    @property
     def length(self) -> int:
         """S, the number of positions cached."""
         return self._length
@@ -136,12 +175,14 @@ class KVCache:
 
     @property
     def keys(self) -> Any:
-        """The cached keys ``(B, H_kv, S, Dh)``: a view of the buffer, not a copy."""
+        """The cached keys ``(B, H_kv, S, Dh)``: a view of the buffer, not a copy (while
+        autograd records, see :meth:`append`, each append makes a new buffer)."""
         return self._k[:, :, : self._length]
 
     @property
     def values(self) -> Any:
-        """The cached values ``(B, H_kv, S, Dh)``: a view of the buffer, not a copy."""
+        """The cached values ``(B, H_kv, S, Dh)``: a view of the buffer, not a copy (while
+        autograd records, see :meth:`append`, each append makes a new buffer)."""
         return self._v[:, :, : self._length]
 
     @property
@@ -159,31 +200,110 @@ class KVCache:
     def append(self, key: Any, value: Any, *, max_abs: float | None = None) -> None:
         """Write the projected keys and values of ``n`` new positions after the cached ones.
 
+        Everything is checked before the cache changes: a refused call leaves its length,
+        contents and :attr:`max_abs` as they were.
+
+        **Autograd.** With PyTorch buffers, when autograd records ``key`` or ``value`` (or
+        recorded an earlier append), the new positions are written into a new buffer instead
+        of over the old one, which earlier steps may have saved for their backward pass:
+        gradients then flow through every cached step, and equal those of the full causal
+        forward. This costs a copy of the buffer per append, only while recording; decoding
+        without autograd writes in place.
+
         Args:
-            key: new keys, of the cache's library and dtype.
+            key: new keys, an array of the cache's library, dtype and device (a NumPy
+                array, not a masked array or matrix; a dense tensor).
             value: new values, the same shape.
             max_abs: a bound on every ``|key|`` and ``|value|`` entry already known to the
-                caller (a layer knows one from its inputs' magnitudes); ``None`` measures
-                them. It keeps :attr:`max_abs` a bound without another pass over the data.
+                caller (a layer knows one from its inputs' magnitudes), a finite number
+                ``>= 0``; the entries are then not read, and the caller vouches for them.
+                ``None`` measures them, and refuses NaN and infinity. It keeps
+                :attr:`max_abs` a bound without another pass over the data.
 
         Shape:
             key and value ``(B, H_kv, n, Dh)``.
 
         Raises:
-            ValueError: if a shape does not match the cache, or the cache would exceed its
-                capacity.
-            TypeError: if ``key``/``value`` is not an array of the cache's library and dtype.
+            ValueError: if a shape does not match the cache, ``key`` and ``value`` hold
+                different numbers of positions, the cache would exceed its capacity,
+                ``max_abs`` is negative, NaN or infinite, or (``max_abs=None``) ``key`` or
+                ``value`` holds NaN or infinity.
+            TypeError: if ``key``/``value`` is not an array of the cache's library (``None``
+                included), dtype and device, or ``max_abs`` is not a real number.
         """
+        self._commit(*self._stage(key, value, max_abs), key, value)
+
+    @contextmanager
+    def appending(
+        self, key: Any, value: Any, *, max_abs: float | None = None
+    ) -> Iterator[tuple[Any, Any]]:
+        """Attend to the cached positions and ``n`` new ones; keep the new ones only if that
+        succeeds.
+
+        The context manager a layer uses: it yields the cached keys and values followed by
+        ``key`` and ``value``, and appends these when the block ends without an exception.
+        When the block raises (a layer refusing an overflow, say), the cache keeps its
+        length, contents and :attr:`max_abs`: the new positions were written only into free
+        slots past :attr:`length`, which nothing reads. :meth:`append` is this with an empty
+        block.
+
+        Args:
+            key: new keys, as in :meth:`append`.
+            value: new values, the same shape.
+            max_abs: as in :meth:`append` (``None``: measured when the block ends).
+
+        Shape:
+            key and value ``(B, H_kv, n, Dh)``; yields keys and values ``(B, H_kv, S + n, Dh)``,
+            ``S`` = :attr:`length`.
+
+        Yields:
+            ``(keys, values)``: every position the cache will hold once the block succeeds.
+
+        Raises:
+            ValueError, TypeError: as :meth:`append`, before the block runs (except the
+                measured ``max_abs``, checked after it); and whatever the block raises.
+        """
+        k, v, end, max_abs = self._stage(key, value, max_abs)
+        yield k[:, :, :end], v[:, :, :end]
+        self._commit(k, v, end, max_abs, key, value)
+
+    def _stage(self, key: Any, value: Any, max_abs: Any) -> tuple[Any, Any, int, float | None]:
+        """Check everything, then write the new positions into free slots past the length
+        (of a copy of the buffers while autograd records); the cache itself is unchanged.
+
+        Returns:
+            The buffers holding them, the length after them, and the checked ``max_abs``.
+        """
+        n = self._check_block(key, value)
+        if max_abs is not None:
+            max_abs = _validate.check_magnitude("max_abs", max_abs)
+        end = self._length + n
+        k, v = self._k, self._v
+        if self._copy_on_write(key, value):
+            k, v = k.clone(), v.clone()
+        k[:, :, self._length : end] = key
+        v[:, :, self._length : end] = value
+        return k, v, end, max_abs
+
+    def _commit(
+        self, k: Any, v: Any, end: int, max_abs: float | None, key: Any, value: Any
+    ) -> None:
+        """Make the staged positions part of the cache (measuring them if ``max_abs`` is None)."""
+        if max_abs is None:
+            max_abs = 0.0
+            for name, x in (("key", key), ("value", value)):
+                magnitude = _magnitude(x)
+                if not math.isfinite(magnitude):
+                    raise ValueError(f"{name} must be finite; got NaN or infinite values")
+                max_abs = max(max_abs, magnitude)
+        self._k, self._v = k, v
+        self._length = end
+        self._max_abs = max(self._max_abs, max_abs)
+
+    def _check_block(self, key: Any, value: Any) -> int:
+        """Check the keys and values of new positions; return ``n``, their number."""
         for name, x in (("key", key), ("value", value)):
-            if type(x) is not type(self._k):
-                raise TypeError(
-                    f"{name} must be a {type(self._k).__module__}.{type(self._k).__name__} "
-                    f"like the cache; got {type(x).__name__}"
-                )
-            if x.dtype != self._k.dtype:
-                raise TypeError(
-                    f"{name} must have the cache's dtype {self._k.dtype}; got dtype {x.dtype}"
-                )
+            self._check_array(name, x)
             if x.ndim != 4 or (x.shape[0], x.shape[1], x.shape[3]) != (
                 self.batch_size,
                 self.num_kv_heads,
@@ -204,32 +324,67 @@ class KVCache:
                 f"the cache holds at most capacity={self.capacity} positions; it holds "
                 f"{self._length} and got {n} more"
             )
-        end = self._length + n
-        if max_abs is None:
-            max_abs = max(_magnitude(key), _magnitude(value))
-        self._max_abs = max(self._max_abs, float(max_abs))
-        self._k[:, :, self._length : end] = key
-        self._v[:, :, self._length : end] = value
-        self._length = end
+        return n
+
+    def _check_array(self, name: str, x: Any) -> None:
+        """Check that ``x`` is an array of the cache's library, dtype and device."""
+        kind = type(self._k)
+        if not isinstance(x, kind):
+            raise TypeError(
+                f"{name} must be a {kind.__module__}.{kind.__name__} like the cache; got "
+                f"{type(x).__name__}"
+            )
+        if isinstance(self._k, np.ndarray):
+            _np_checks.check_kind(name, x)
+        else:
+            _validate.check_dense(name, x)
+        if x.dtype != self._k.dtype:
+            raise TypeError(
+                f"{name} must have the cache's dtype {self._k.dtype}; got dtype {x.dtype}"
+            )
+        if not isinstance(self._k, np.ndarray) and x.device != self._k.device:
+            raise TypeError(
+                f"{name} must be on the cache's device ({self._k.device}); got {name} on {x.device}"
+            )
+
+    def _copy_on_write(self, key: Any, value: Any) -> bool:
+        """Whether to write new positions into a copy: while autograd records a step.
+
+        A recorded step saves views of the buffer for its backward pass, so writing over
+        the buffer would corrupt them (PyTorch refuses that backward).
+        """
+        if isinstance(self._k, np.ndarray):
+            return False
+        import torch
+
+        recording = torch.is_grad_enabled() and (key.requires_grad or value.requires_grad)
+        return bool(self._k.requires_grad or recording)
 
     def reset(self) -> None:
-        """Forget every cached position (the buffers are kept for reuse)."""
+        """Forget every cached position (the buffers are kept for reuse; buffers that a
+        recorded step saved for its backward pass are replaced, and left to that step)."""
+        if not isinstance(self._k, np.ndarray) and self._k.requires_grad:
+            import torch
+
+            self._k, self._v = (torch.empty_like(b) for b in (self._k, self._v))  # no graph
         self._length = 0
         self._max_abs = 0.0
 
     def truncate(self, length: int) -> None:
         """Keep only the first ``length`` positions, e.g. to drop rejected draft tokens.
 
+        :attr:`max_abs` stays a bound on what is left (it is not lowered).
+
         Args:
             length: positions to keep, at most :attr:`length`.
 
         Raises:
             ValueError: if ``length`` is negative or more than the cache holds.
-            TypeError: if ``length`` is not an int.
+            TypeError: if ``length`` is not an int (``None`` and bools included).
         """
         _validate.check_int("length", length)
         if not 0 <= length <= self._length:
             raise ValueError(
                 f"length must be in [0, {self._length}], the positions cached; got length={length}"
             )
-        self._length = length
+        self._length = int(length)

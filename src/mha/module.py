@@ -169,7 +169,9 @@ class MultiHeadAttention(nn.Module):
             need_weights: whether to compute and return the attention weights.
             form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
             cache: a :class:`mha.kv_cache.KVCache` for incremental decoding (see
-                :func:`mha.torch_backend.multi_head_attention`).
+                :func:`mha.torch_backend.multi_head_attention`): a refused call leaves it as
+                it was, and ``backward()`` through cached steps gives the gradients of the
+                full causal forward.
 
         Shape:
             query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``

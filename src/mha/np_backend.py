@@ -335,7 +335,15 @@ def multi_head_attention(
         cache: a :class:`mha.kv_cache.KVCache` of this layer's projected keys and values:
             the projections of ``key`` and ``value`` (the new positions) are appended to
             it, and the queries attend to everything it then holds. Its batch size,
-            ``num_kv_heads``, ``d_head`` and dtype must match; not with ``"per_head"``.
+            ``num_kv_heads``, ``d_head`` and dtype must match, the mask must cover its
+            positions and the new ones, and the new ones must fit its capacity; not with
+            ``"per_head"``. The call is atomic: the new positions are appended only once
+            every check, the output's range included, has passed, so a refused call leaves
+            the cache's length, contents and ``max_abs`` as they were. The cached keys and
+            values are not checked again (``cache.max_abs`` bounds them), except by the
+            tiled form, whose :func:`mha.tiled.attention` checks every key it gets; NaN or
+            infinity that reached them anyway (written into its views) is reported naming
+            the cache.
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)`` (with a cache: ``(B, n, D)``, the
@@ -349,9 +357,11 @@ def multi_head_attention(
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
-            broadcast, non-finite inputs, an unknown ``form``, or weights requested from
-            the tiled form.
-        TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
+            broadcast, non-finite inputs, an unknown ``form``, weights requested from
+            the tiled form, an output that would overflow, or a cache that does not fit the
+            layer or the call, is full, or holds NaN or infinity.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask, wrong ``params``, or a
+            cache that is not a ``KVCache`` of NumPy buffers of the inputs' dtype.
     """
     magnitudes = _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
     _validate.check_form_weights(form, need_weights)
@@ -360,12 +370,14 @@ def multi_head_attention(
         q = split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
         k = split_heads(_linear(key, params.w_k, params.b_k), H_kv)  # (B, H_kv, S, Dh)
         val = split_heads(_linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
-        k, val = _with_cache(k, val, cache, magnitudes, params.d_model)
-        out = _grouped(tiled.attention, q, k, val, mask, H_kv)[0]  # (B, H, L, Dh)
-        del q, k, val
-        out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
-        _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
-        return out, None
+        if cache is not None:  # tiled.attention checks the keys it gets: name the cache first
+            _validate.check_cache_finite(cache, _ARRAYS)
+        with _validate.cached(cache, k, val, magnitudes, params.d_model) as (k, val):
+            out = _grouped(tiled.attention, q, k, val, mask, H_kv)[0]  # (B, H, L, Dh)
+            del q, k, val
+            out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
+            _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
+        return out, None  # the cache has the new positions only now, after every check
     if form == "per_head":
         heads, weights = [], []
         for h in range(H):
@@ -398,12 +410,11 @@ def multi_head_attention(
         val = _linear(value, params.w_v, params.b_v)  # (B, S, H_kv Dh)
     q = split_heads(q, H)  # (B, L, D) -> (B, H, L, Dh)
     k, val = split_heads(k, H_kv), split_heads(val, H_kv)  # (B, H_kv, S, Dh)
-    k, val = _with_cache(
-        k, val, cache, magnitudes, D
-    )  # with a cache: all its positions, (B, H_kv, S, Dh)
-    out, weights = _grouped(_attend, q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
-    out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
-    _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
+    # With a cache: all its positions, (B, H_kv, S, Dh), kept only if every check passes.
+    with _validate.cached(cache, k, val, magnitudes, D) as (k, val):
+        out, weights = _grouped(_attend, q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
+        out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
+        _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
     return out, (weights if need_weights else None)
 
 
@@ -417,15 +428,20 @@ def _check_mha_range(
     mask: Any,
     cache: KVCache | None,
 ) -> None:
-    """Raise if the layer overflowed (no pass over any array while the bound holds)."""
+    """Raise if the layer overflowed (no pass over any array while the bound holds).
+
+    With a cache, it has not appended this call's positions yet: it holds those before the
+    call. A non-finite output is checked for NaN or infinity in the cache first.
+    """
     if cache is not None:
         magnitudes = {**magnitudes, "cache": cache.max_abs}
+        _validate.check_cached_output(cache, out, _ARRAYS)
 
     def locate() -> str | None:
         cached = None
-        if cache is not None:  # the positions cached before this call's keys were appended
-            before = cache.length - key.shape[1]
-            cached = tuple(x[:, :, :before].astype(np.float64) for x in (cache.keys, cache.values))
+        if cache is not None:  # the positions cached before this call
+            _validate.check_cache_finite(cache, _ARRAYS)
+            cached = tuple(x.astype(np.float64) for x in (cache.keys, cache.values))
         return _np_checks.mha_overflow(
             *(a.astype(np.float64) for a in (query, key, value)),
             params.to_numpy(np.float64),
@@ -441,20 +457,6 @@ def _check_mha_range(
         _ARRAYS,
         locate,
     )
-
-
-def _with_cache(
-    k: np.ndarray,
-    val: np.ndarray,
-    cache: KVCache | None,
-    magnitudes: dict[str, float],
-    d_model: int,
-) -> tuple[Any, Any]:
-    """The keys and values to attend to: these, or the cache's after appending these."""
-    if cache is None:
-        return k, val
-    cache.append(k, val, max_abs=_validate.key_value_bound(magnitudes, d_model))
-    return cache.keys, cache.values
 
 
 def _grouped(attend: Any, q: Any, k: Any, val: Any, mask: Any, num_kv_heads: int) -> Any:

@@ -566,8 +566,11 @@ def multi_head_attention(
             padding-like 2-D mask with B = L warns (see the module's "How a mask is read").
         form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
         need_weights: return the attention weights (the explicit path) or not (the fast path).
-        cache: a :class:`mha.kv_cache.KVCache` of PyTorch buffers, as in
-            :func:`mha.np_backend.multi_head_attention`.
+        cache: a :class:`mha.kv_cache.KVCache` of PyTorch buffers on the inputs' device,
+            as in :func:`mha.np_backend.multi_head_attention` (atomic: a refused call leaves
+            it as it was). Autograd records through it: gradients through cached steps
+            equal those of the full causal forward (while recording, each step's append
+            writes a new buffer, see :meth:`mha.kv_cache.KVCache.append`).
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)`` (with a cache: the ``n`` new
@@ -582,8 +585,11 @@ def multi_head_attention(
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
-            broadcast, non-finite inputs or an unknown ``form``.
-        TypeError: on non-float or mixed dtypes, a non-boolean mask, or wrong ``params``.
+            broadcast, non-finite inputs, an unknown ``form``, an output that would
+            overflow, or a cache that does not fit the layer or the call, is full, or holds
+            NaN or infinity.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask, wrong ``params``, or a
+            cache that is not a ``KVCache`` of tensors of the inputs' dtype and device.
     """
     magnitudes = _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
     _validate.check_form_weights(form, need_weights)
@@ -617,15 +623,15 @@ def multi_head_attention(
         val = _linear(value, params.w_v, params.b_v)  # (B, S, H_kv Dh)
     q = split_heads(q, H)  # (B, L, D) -> (B, H, L, Dh)
     k, val = split_heads(k, H_kv), split_heads(val, H_kv)  # (B, H_kv, S, Dh)
-    if cache is not None:  # attend to every cached position, these new ones included
-        cache.append(k, val, max_abs=_validate.key_value_bound(magnitudes, D))
-        k, val = cache.keys, cache.values  # (B, H_kv, S, Dh)
-    if need_weights:
-        out, weights = _grouped_attend(q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
-    else:
-        out, weights = _attend_fast(q, k, val, mask), None  # (B, H, L, Dh)
-    out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
-    _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
+    # With a cache: every cached position and these new ones, (B, H_kv, S, Dh); the cache
+    # keeps the new ones only if every check below passes.
+    with _validate.cached(cache, k, val, magnitudes, D) as (k, val):
+        if need_weights:
+            out, weights = _grouped_attend(q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
+        else:
+            out, weights = _attend_fast(q, k, val, mask), None  # (B, H, L, Dh)
+        out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
+        _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
     return out, weights
 
 
@@ -639,18 +645,28 @@ def _check_mha_range(
     mask: torch.Tensor | None,
     cache: KVCache | None,
 ) -> None:
-    """Raise if the layer overflowed (no pass over any array while the bound holds)."""
+    """Raise if the layer overflowed (no pass over any array while the bound holds).
+
+    With a cache, it has not appended this call's positions yet: it holds those before the
+    call. A non-finite output is checked for NaN or infinity in the cache first.
+    """
     cached = None
     if cache is not None:
         magnitudes = {**magnitudes, "cache": cache.max_abs}
-        before = cache.length - key.shape[1]  # the positions cached before this call
-        cached = (cache.keys[:, :, :before], cache.values[:, :, :before])
+        _validate.check_cached_output(cache, out, _ARRAYS)
+        cached = (cache.keys, cache.values)  # the positions cached before this call
+
+    def locate() -> str | None:
+        if cache is not None:
+            _validate.check_cache_finite(cache, _ARRAYS)
+        return _locate(_np_checks.mha_overflow, out, query, key, value, params, mask, cached)
+
     _validate.check_range(
         "multi_head_attention output",
         _validate.mha_bound(magnitudes, params.d_model, params.num_heads),
         out,
         _ARRAYS,
-        lambda: _locate(_np_checks.mha_overflow, out, query, key, value, params, mask, cached),
+        locate,
     )
 
 
