@@ -344,11 +344,49 @@ def test_chapter_math_uses_the_books_notation(path: Path) -> None:
 # too, and a size takes none (``S_i`` is not "S of row i"). Any other superscript is an
 # exponent or a transpose. A bare run of letters is a listed name or a product (``BLD``).
 
-GREEK = set(
-    "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu "
-    "nu xi pi varpi rho varrho sigma varsigma tau upsilon phi varphi chi psi omega Gamma "
-    "Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega ell".split()
-)
+GREEK = {
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "varepsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "vartheta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "pi",
+    "varpi",
+    "rho",
+    "varrho",
+    "sigma",
+    "varsigma",
+    "tau",
+    "upsilon",
+    "phi",
+    "varphi",
+    "chi",
+    "psi",
+    "omega",
+    "Gamma",
+    "Delta",
+    "Theta",
+    "Lambda",
+    "Xi",
+    "Pi",
+    "Sigma",
+    "Upsilon",
+    "Phi",
+    "Psi",
+    "Omega",
+    "ell",
+}
 NAME_COMMANDS = {"mathrm", "operatorname", "mathit", "mathsf"}
 FONT_COMMANDS = {"mathbb", "mathcal", "mathbf", "boldsymbol", "bm", "mathscr", "mathfrak"}
 ACCENTS = {"hat", "tilde", "bar", "widehat", "widetilde", "overline", "vec", "check"}
@@ -462,7 +500,9 @@ class Entry:
 
 
 SYMBOLS_HEADING = "## Every symbol, one meaning"
-ROW = re.compile(r"^\|\s*\$(?P<math>[^$]+)\$\s*\|(?P<meaning>[^|]+)\|(?P<kind>[^|]+)\|(?P<where>[^|]+)\|")
+ROW = re.compile(
+    r"^\|\s*\$(?P<math>[^$]+)\$\s*\|(?P<meaning>[^|]+)\|(?P<kind>[^|]+)\|(?P<where>[^|]+)\|"
+)
 
 
 def parse_symbol_table(source: str) -> dict[str, Entry]:
@@ -541,7 +581,15 @@ def _resolve_atom(a: Atom, table: dict[str, Entry]) -> list[tuple[str, str | Non
 
 # Other authors' letters, allowed only in a paragraph that quotes them (names or cites them).
 VASWANI = ("Vaswani", "vaswani2017attention")
-QUOTED = {"d_k": VASWANI, "d_v": VASWANI, "d_model": VASWANI, "d": ("dao2022flashattention",)}
+BHOJANAPALLI = ("Bhojanapalli", "bhojanapalli2020lowrank")
+DAO = ("Dao", "dao2022flashattention", "their Theorem")
+QUOTED = {
+    "d_k": VASWANI + BHOJANAPALLI,
+    "d_v": VASWANI,
+    "d_model": VASWANI,
+    "d_q": BHOJANAPALLI,
+    "d": DAO + BHOJANAPALLI,  # also the book's feature index in backward-pass
+}
 CLASH_RULES = [
     (
         re.compile(r"\$N\$\s+(?:attention\s+)?heads?\b|number of heads,?\s+\$N\$"),
@@ -579,8 +627,8 @@ def symbol_errors(source: str, stem: str, table: dict[str, Entry]) -> list[str]:
                 continue  # quoted where its author is named
             if symbol in QUOTED and symbol not in table:
                 errors.append(
-                    f"line {math.line}: {symbol!r} is {QUOTED[symbol][0]}'s notation, not the "
-                    "book's (D_h is the head width, D the model width): quote it as theirs"
+                    f"line {math.line}: {symbol!r} is {QUOTED[symbol][0]} et al.'s notation, "
+                    "not the book's (D_h is the head width, D the model width): quote it as theirs"
                 )
                 continue
             if problem is not None:
@@ -619,9 +667,12 @@ def checked_source(path: Path) -> str:
     source = path.read_text(encoding="utf8")
     if SYMBOLS_HEADING in source:
         before, after = source.split(SYMBOLS_HEADING, 1)
-        source = before + "\n" * after.split("\n## ", 1)[0].count("\n") + "\n## " + after.split(
-            "\n## ", 1
-        )[1]
+        source = (
+            before
+            + "\n" * after.split("\n## ", 1)[0].count("\n")
+            + "\n## "
+            + after.split("\n## ", 1)[1]
+        )
     return source
 
 
@@ -654,7 +705,8 @@ SYNTHETIC = {
         ("the $N$ heads one at a time", "x", "the number of heads is H"),
         ("with $G$ the diagonal matrix", "x", "'G': not listed"),
         ("the last $W$ positions", "x", "W is a matrix"),
-        ("$d_k$ for the head width", "x", "'d_k' is Vaswani's notation"),
+        ("$d_k$ for the head width", "x", "'d_k' is Vaswani et al.'s notation"),
+        ("$(H, d_k, D) = (4, 8, 32)$", "x", "'d_k' is Vaswani et al.'s notation"),
         ("$H(A_{i\\cdot}) / \\log S_i$", "x", "S is a size and takes no index"),
         ("From here on $S$ counts the positions cached before a step.", "x", "no redefinition"),
         ("with $N = S + 1$ positions", "x", "N is never S plus"),
@@ -685,7 +737,10 @@ def test_the_books_symbols_pass(source: str) -> None:
 
 def test_equivalent_spellings_are_one_symbol() -> None:
     spellings = [
-        "\\mathrm{softmax}", "\\operatorname{softmax}", "softmax", "\\text{softmax}",
+        "\\mathrm{softmax}",
+        "\\operatorname{softmax}",
+        "softmax",
+        "\\text{softmax}",
     ]
     assert {s for sp in spellings[:3] for s, _ in resolve(sp, SYNTHETIC)} == {"softmax"}
     assert resolve(spellings[3], SYNTHETIC) == []  # \\text is prose, not a symbol
