@@ -15,7 +15,9 @@ the Markdown that code cells display (``$`` pairs on one line of a code cell).
 
 from __future__ import annotations
 
+import ast
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +57,8 @@ class Rule:
                 continue  # a key/value head of grouped-query attention
             if index is not None and self.letters_only and not re.fullmatch(r"[A-Za-z]", index):
                 continue
+            if index == "i" and m.group(0).startswith("A"):
+                continue  # A_i: row i of the weights, as A_{i\cdot}
             found.append(m.group(0))
         return found
 
@@ -106,7 +110,7 @@ QKV_MULTIHEAD = re.compile(r"MultiHead\}?\s*\(\s*Q\s*,\s*K\s*,\s*V\s*\)")
 
 FENCE = re.compile(r"^(```+|~~~+)")
 DISPLAY_MATH = re.compile(r"\$\$(.+?)\$\$", re.S)
-INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\$)([^$\n]+?)(?<![\\$])\$(?!\$)")
+INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\$)([^$]+?)(?<![\\$])\$(?!\$)")
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 
 
@@ -117,29 +121,86 @@ class Math:
     paragraph: str
 
 
+def strings_of(code: str) -> list[tuple[int, str]]:
+    """The string literals of a code cell with their line, an f-string's fields as ``1``
+    (a computed number), so ``f"$H = {H}$"`` reads as ``$H = 1$``. Implicitly joined
+    literals are one string."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an invalid escape is not this test's business
+            tree = ast.parse(code)
+    except SyntaxError:
+        return list(enumerate(code.splitlines(), start=1))
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.JoinedStr):
+            parts = [v.value if isinstance(v, ast.Constant) else "1" for v in node.values]
+            found.append((node.lineno, "".join(parts)))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.append((node.lineno, node.value))
+        else:
+            for child in ast.iter_child_nodes(node):
+                visit(child)
+
+    visit(tree)
+    return found
+
+
+def _cell_code(lines: list[str]) -> str:
+    """A code cell's Python: its options (a ``---`` block, ``:tags:`` lines) blanked."""
+    body = list(lines)
+    if body and body[0].strip() == "---":
+        end = next((k for k in range(1, len(body)) if body[k].strip() == "---"), 0)
+        body[: end + 1] = [""] * (end + 1)
+    for k, line in enumerate(body):
+        if line.startswith(":"):
+            body[k] = ""
+        elif line.strip():
+            break
+    return "\n".join(body)
+
+
+def _math_in(text: str, line: int, paragraph: str) -> list[Math]:
+    found = [
+        Math(line + text[: m.start()].count("\n"), m.group(1), paragraph)
+        for m in DISPLAY_MATH.finditer(text)
+    ]
+    rest = DISPLAY_MATH.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    found += [
+        Math(line + rest[: m.start()].count("\n"), m.group(1), paragraph)
+        for m in INLINE_MATH.finditer(rest)
+    ]
+    return found
+
+
 def math_of(source: str) -> list[Math]:
-    """The math of a MyST chapter, with the line it starts on and its paragraph."""
+    """The math of a MyST chapter, with the line it starts on and its paragraph: ``$...$``
+    and ``$$...$$`` in the text (a pair may span the lines of one paragraph), ``{math}``
+    blocks, and the math of the Markdown that code cells display (their string literals)."""
     found: list[Math] = []
-    lines = source.splitlines()
     text_lines: list[tuple[int, str]] = []
     fence: str | None = None
     code = False
-    for number, line in enumerate(lines, start=1):
+    cell: list[str] = []
+    cell_start = 0
+    for number, line in enumerate(source.splitlines(), start=1):
         marker = FENCE.match(line)
         if fence is None and marker:
-            fence = marker.group(1)
-            code = "{math}" not in line
+            fence, code, cell, cell_start = marker.group(1), "{math}" not in line, [], number
             if not code:
                 text_lines.append((number, "$$"))
             continue
         if fence is not None and line.startswith(fence) and line.strip() == fence:
             if not code:
                 text_lines.append((number, "$$"))
+            else:
+                for lineno, text in strings_of(_cell_code(cell)):
+                    found += _math_in(text, cell_start + lineno, text)
             fence = None
             continue
-        if fence is not None and code:  # a code cell: only $...$ on one line (displayed Markdown)
-            for m in INLINE_MATH.finditer(line):
-                found.append(Math(number, m.group(1), line))
+        if fence is not None and code:
+            cell.append(line)
             continue
         text_lines.append((number, line))
     # The text, paragraph by paragraph, without inline code.
@@ -150,15 +211,9 @@ def math_of(source: str) -> list[Math]:
         elif line.strip():
             paragraphs[-1].append((number, line))
     for para in paragraphs:
-        if not para:
-            continue
-        start = para[0][0]
-        text = "\n".join(INLINE_CODE.sub("", line) for _, line in para)
-        for m in DISPLAY_MATH.finditer(text):
-            found.append(Math(start + text[: m.start()].count("\n"), m.group(1), text))
-        rest = DISPLAY_MATH.sub(" ", text)
-        for m in INLINE_MATH.finditer(rest):
-            found.append(Math(start, m.group(1), text))
+        if para:
+            text = "\n".join(INLINE_CODE.sub("", line) for _, line in para)
+            found += _math_in(text, para[0][0], text)
     return found
 
 
@@ -245,11 +300,13 @@ def test_math_of_reads_text_and_displayed_markdown_but_not_code() -> None:
     source = (
         "Text $W_i^Q$ and `$W_j^Q$` in code.\n\n"
         "$$\nW_k^Q\n$$\n\n"
-        "```{code-cell} ipython3\nw = x @ W  # $W_m^Q$ in a displayed string\n```\n"
+        "```{code-cell} ipython3\nw = x @ W  # $W_c^Q$ in a comment\n"
+        'Markdown(f"$W_m^Q$ and ${h}$ in a displayed " "string, $W_n^Q$ one line on")\n```\n'
         "```{code-cell} ipython3\ncost = 5$\n```\n"
+        "A pair over two lines, $W_p^Q +\nb^Q_h$.\n"
     )
     texts = sorted(m.text.strip() for m in math_of(source))
-    assert texts == ["W_i^Q", "W_k^Q", "W_m^Q"]
+    assert texts == ["1", "W_i^Q", "W_k^Q", "W_m^Q", "W_n^Q", "W_p^Q +\nb^Q_h"]
 
 
 # ---- every chapter -------------------------------------------------------------------
@@ -272,4 +329,444 @@ def chapter_params() -> list:
 @pytest.mark.parametrize("path", chapter_params())
 def test_chapter_math_uses_the_books_notation(path: Path) -> None:
     errors = notation_errors(path.read_text(encoding="utf8"))
+    assert errors == [], f"{path.name}:\n" + "\n".join(errors)
+
+
+# ---- every symbol listed, with one meaning -------------------------------------------------
+#
+# ``book/notation.md`` ends with a table of every symbol of the book's math: its one meaning,
+# its kind, and where it may appear (``all``, or the chapters it is local to). A symbol is
+# a letter (``D``), a Greek letter (``\alpha``), a letter in another font (``\mathbb{R}``,
+# ``\mathcal{L}``) or with an accent (``\tilde{o}``), or a name (``\mathrm{softmax}``,
+# ``\operatorname{softmax}`` and a bare ``softmax`` are one name), with the superscripts and
+# subscripts that are part of its name (``W^Q``, ``D_h``, ``H_{kv}``, ``N_{\mathrm{vocab}}``).
+# Any other subscript is an index (``Q_h``, ``A_{ij}``, ``\xi_1``): its letters are symbols
+# too, and a size takes none (``S_i`` is not "S of row i"). Any other superscript is an
+# exponent or a transpose. A bare run of letters is a listed name or a product (``BLD``).
+
+GREEK = {
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "varepsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "vartheta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "pi",
+    "varpi",
+    "rho",
+    "varrho",
+    "sigma",
+    "varsigma",
+    "tau",
+    "upsilon",
+    "phi",
+    "varphi",
+    "chi",
+    "psi",
+    "omega",
+    "Gamma",
+    "Delta",
+    "Theta",
+    "Lambda",
+    "Xi",
+    "Pi",
+    "Sigma",
+    "Upsilon",
+    "Phi",
+    "Psi",
+    "Omega",
+    "ell",
+}
+NAME_COMMANDS = {"mathrm", "operatorname", "mathit", "mathsf"}
+FONT_COMMANDS = {"mathbb", "mathcal", "mathbf", "boldsymbol", "bm", "mathscr", "mathfrak"}
+ACCENTS = {"hat", "tilde", "bar", "widehat", "widetilde", "overline", "vec", "check"}
+SKIPPED = {"text", "textrm", "textit", "textbf", "texttt", "mbox", "label", "tag"}
+SKIPPED |= {"begin", "end", "color"}  # their argument is prose or an environment's name
+KINDS = {"size", "index", "matrix", "vector", "scalar", "function", "set", "constant"}
+
+
+@dataclass
+class Atom:
+    """One symbol as written: its base and the raw scripts attached to it."""
+
+    base: str
+    sub: str | None = None
+    sup: str | None = None
+    run: str | None = None  # the bare run of letters it came from, if any
+
+
+def _group(s: str, i: int) -> tuple[str, int]:
+    """The balanced ``{...}`` at ``s[i]``: its content and the index after it."""
+    depth = 0
+    for k in range(i, len(s)):
+        if s[k] in "{}" and (k == 0 or s[k - 1] != "\\"):
+            depth += 1 if s[k] == "{" else -1
+            if depth == 0:
+                return s[i + 1 : k], k + 1
+    return s[i + 1 :], len(s)
+
+
+def _arg(s: str, i: int) -> tuple[str, int]:
+    """One argument at ``s[i]``: a group, a command (with its group) or one character."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i >= len(s):
+        return "", i
+    if s[i] == "{":
+        return _group(s, i)
+    if s[i] == "\\":
+        m = re.match(r"\\([A-Za-z]+|.)", s[i:])
+        end = i + len(m.group(0))
+        if m.group(1) in SKIPPED | NAME_COMMANDS | FONT_COMMANDS:
+            _, end = _arg(s, end)
+        return s[i:end], end
+    return s[i], i + 1
+
+
+def plain(text: str) -> str:
+    """A script or a name as plain text: ``{\\text{kv}}`` -> ``kv``."""
+    text = re.sub(r"\\(?:text|mathrm|operatorname|textrm|mathit)\b\s*", "", text)
+    return re.sub(r"\\[,;:! ]|[{}\s]", "", text)
+
+
+def atoms(math: str) -> list[Atom]:
+    """The symbols of a piece of math, in order, before they are looked up."""
+    found: list[Atom] = []
+    last: Atom | None = None  # the atom a script attaches to
+    i = 0
+    while i < len(math):
+        c = math[i]
+        if c == "\\":
+            m = re.match(r"\\([A-Za-z]+|.)", math[i:])
+            cmd, i = m.group(1), i + len(m.group(0))
+            last = None
+            if cmd in SKIPPED:
+                _, i = _arg(math, i)
+            elif cmd in NAME_COMMANDS:
+                name, i = _arg(math, i)
+                name = plain(name)
+                last = Atom(name if len(name) > 1 else f"\\mathrm{{{name}}}")
+            elif cmd in FONT_COMMANDS or cmd in ACCENTS:
+                arg, i = _arg(math, i)
+                last = Atom(f"\\{cmd}{{{plain(arg)}}}")
+            elif cmd in GREEK:
+                last = Atom(f"\\{cmd}")
+            if last is not None:
+                found.append(last)
+        elif c in "_^":
+            arg, i = _arg(math, i + 1)
+            slot = "sub" if c == "_" else "sup"
+            if last is not None and getattr(last, slot) is None:
+                setattr(last, slot, arg)
+            else:
+                found.extend(atoms(arg))  # a script of a bracket or of a group
+        elif c.isalpha():
+            run = re.match(r"[A-Za-z]+", math[i:]).group(0)
+            i += len(run)
+            if run == "O" and math[i:].lstrip().startswith("("):
+                last = Atom("\\mathcal{O}")  # O(N^2) is the order of growth
+            else:
+                last = Atom(run, run=run if len(run) > 1 else None)
+            found.append(last)
+        elif c == "'" and last is not None:
+            i += 1  # a prime: j' is another j
+        else:
+            last = None if c not in " " else last
+            i += 1
+    return found
+
+
+def key(base: str, sup: str | None = None, sub: str | None = None) -> str:
+    """The canonical spelling of a symbol: ``W^Q``, ``D_h``, ``H_kv``."""
+    return base + (f"^{plain(sup)}" if sup else "") + (f"_{plain(sub)}" if sub else "")
+
+
+@dataclass(frozen=True)
+class Entry:
+    symbol: str
+    meaning: str
+    kind: str
+    chapters: frozenset[str] | None  # None: every chapter
+
+
+SYMBOLS_HEADING = "## Every symbol, one meaning"
+ROW = re.compile(
+    r"^\|\s*\$(?P<math>[^$]+)\$\s*\|(?P<meaning>[^|]+)\|(?P<kind>[^|]+)\|(?P<where>[^|]+)\|"
+)
+
+
+def parse_symbol_table(source: str) -> dict[str, Entry]:
+    """The table under ``SYMBOLS_HEADING``: ``| $symbol$ | meaning | kind | where |``."""
+    section = source.split(SYMBOLS_HEADING, 1)[1].split("\n## ", 1)[0]
+    table: dict[str, Entry] = {}
+    for line in section.splitlines():
+        m = ROW.match(line)
+        if not m:
+            continue
+        found = atoms(m["math"])
+        if len(found) != 1:
+            raise ValueError(f"one symbol per row: {line}")
+        a = found[0]
+        symbol = key(a.base, a.sup, a.sub)
+        if symbol in table:
+            raise ValueError(f"{symbol} is listed twice: one symbol, one meaning")
+        kind, where = m["kind"].strip(), m["where"].strip()
+        if kind not in KINDS:
+            raise ValueError(f"{symbol}: kind {kind!r} is not one of {sorted(KINDS)}")
+        chapters = None if where == "all" else frozenset(re.findall(r"sec-([\w-]+)", where))
+        table[symbol] = Entry(symbol, m["meaning"].strip(), kind, chapters)
+    return table
+
+
+def _is_index_word(word: str, table: dict[str, Entry]) -> bool:
+    """``ij``, ``bl``: a word whose letters are all listed indices."""
+    return all(table.get(ch) is not None and table[ch].kind == "index" for ch in word)
+
+
+def resolve(math: str, table: dict[str, Entry]) -> list[tuple[str, str | None]]:
+    """Each symbol of ``math`` as ``(symbol, problem)``; ``problem`` is None when it is fine.
+
+    The symbol is looked up with the scripts that belong to its name, longest first
+    (``W^Q_h`` is ``W^Q`` with index ``h``); a bare run of letters that is not a listed
+    name is the product of its letters."""
+    out: list[tuple[str, str | None]] = []
+    for a in atoms(math):
+        if a.run is not None and a.run not in table:
+            letters = [Atom(ch) for ch in a.run]
+            letters[-1].sub, letters[-1].sup = a.sub, a.sup
+            for atom in letters:
+                out += _resolve_atom(atom, table)
+        else:
+            out += _resolve_atom(a, table)
+    return out
+
+
+def _resolve_atom(a: Atom, table: dict[str, Entry]) -> list[tuple[str, str | None]]:
+    if key(a.base, a.sup, a.sub) in QUOTED:
+        return [(key(a.base, a.sup, a.sub), None)]
+    candidates = []
+    if a.sup and a.sub:
+        candidates.append((key(a.base, a.sup, a.sub), None, None))
+    if a.sup:
+        candidates.append((key(a.base, a.sup), a.sub, None))
+    if a.sub:
+        candidates.append((key(a.base, None, a.sub), None, a.sup))
+    candidates.append((a.base, a.sub, a.sup))
+    for symbol, index, exponent in candidates:
+        if symbol not in table:
+            continue
+        out: list[tuple[str, str | None]] = [(symbol, None)]
+        if index is not None:
+            word = plain(index)
+            if re.fullmatch(r"[A-Za-z]{2,}", word) and not _is_index_word(word, table):
+                return [(key(symbol, None, index), "not listed")]  # a name, not an index
+            if table[symbol].kind == "size":
+                out[0] = (key(symbol, None, index), f"{symbol} is a size and takes no index")
+            out += resolve(index.replace(",", " "), table)
+        if exponent is not None:
+            out += resolve(exponent, table)
+        return out
+    return [(key(a.base, a.sup, a.sub), "not listed")]
+
+
+# Other authors' letters, allowed only in a paragraph that quotes them (names or cites them).
+VASWANI = ("Vaswani", "vaswani2017attention")
+BHOJANAPALLI = ("Bhojanapalli", "bhojanapalli2020lowrank")
+DAO = ("Dao", "dao2022flashattention", "their Theorem")
+QUOTED = {
+    "d_k": VASWANI + BHOJANAPALLI,
+    "d_v": VASWANI,
+    "d_model": VASWANI,
+    "d_q": BHOJANAPALLI,
+    "d": DAO + BHOJANAPALLI,  # also the book's feature index in backward-pass
+}
+CLASH_RULES = [
+    (
+        re.compile(r"\$N\$\s+(?:attention\s+)?heads?\b|number of heads,?\s+\$N\$"),
+        "N is the length N = L = S; the number of heads is H",
+    ),
+    (
+        re.compile(r"\bN\s*=\s*S\s*[+-]|\bS\s*[+-]\s*1\s*=\s*N\b"),
+        "N = L = S: N is never S plus or minus anything",
+    ),
+    (
+        re.compile(
+            r"(?:[Ff]rom here on|[Ii]n this (?:section|chapter)|[Hh]ereafter),?\s+"
+            r"\$[^$]+\$\s+(?:counts|means|stands for|denotes|is now)"
+        ),
+        "a symbol keeps its one meaning of notation.md: no redefinition for a section",
+    ),
+]
+COUNT_NOUNS = (
+    r"positions?|tokens?|heads?|keys?|queries|query|steps?|layers?|sequences?|features?|"
+    r"blocks?|values?|entries|rows?|columns?"
+)
+COUNTED = re.compile(
+    r"\$(?P<math>\\?[A-Za-z]+(?:_\{?[^${}]*\}?)?)\$\s+(?:(?:new|cached|last|allowed|more)\s+)?"
+    r"(?P<noun>" + COUNT_NOUNS + r")\b"
+)
+
+
+def symbol_errors(source: str, stem: str, table: dict[str, Entry]) -> list[str]:
+    """Each symbol of a chapter that is not listed, listed for other chapters only, a
+    size with an index, a matrix that counts, or a known wrong form."""
+    errors = []
+    for math in math_of(source):
+        for symbol, problem in resolve(math.text, table):
+            if symbol in QUOTED and any(name in math.paragraph for name in QUOTED[symbol]):
+                continue  # quoted where its author is named
+            if symbol in QUOTED and symbol not in table:
+                errors.append(
+                    f"line {math.line}: {symbol!r} is {QUOTED[symbol][0]} et al.'s notation, "
+                    "not the book's (D_h is the head width, D the model width): quote it as theirs"
+                )
+                continue
+            if problem is not None:
+                errors.append(f"line {math.line}: {symbol!r}: {problem}")
+                continue
+            chapters = table[symbol].chapters
+            if chapters is not None and stem not in chapters:
+                errors.append(
+                    f"line {math.line}: {symbol!r} means {table[symbol].meaning!r} in "
+                    f"{', '.join(sorted(chapters))} only"
+                )
+    paragraphs = {m.paragraph: m.line for m in reversed(math_of(source))}
+    for text, line in paragraphs.items():  # the prose around the math: known wrong forms
+        math = Math(line, "", text)
+        for pattern, message in CLASH_RULES:
+            for m in pattern.finditer(text):
+                errors.append(f"line {math.line}: {m.group(0)!r}: {message}")
+        for m in COUNTED.finditer(text):
+            found = resolve(m["math"], table)
+            if len(found) == 1 and found[0][1] is None:
+                entry = table[found[0][0]]
+                if entry.kind not in {"size", "scalar", "constant"}:
+                    errors.append(
+                        f"line {math.line}: {m.group(0)!r}: {entry.symbol} is a {entry.kind} "
+                        f"({entry.meaning}), not a count"
+                    )
+    return sorted(set(errors), key=lambda e: int(e.split(":")[0].split()[1]))
+
+
+def symbol_table() -> dict[str, Entry]:
+    return parse_symbol_table((BOOK / "notation.md").read_text(encoding="utf8"))
+
+
+def checked_source(path: Path) -> str:
+    """A chapter's source; for notation.md, without the table that defines the symbols."""
+    source = path.read_text(encoding="utf8")
+    if SYMBOLS_HEADING in source:
+        before, after = source.split(SYMBOLS_HEADING, 1)
+        source = (
+            before
+            + "\n" * after.split("\n## ", 1)[0].count("\n")
+            + "\n## "
+            + after.split("\n## ", 1)[1]
+        )
+    return source
+
+
+SYNTHETIC = {
+    "B": Entry("B", "batch size", "size", None),
+    "L": Entry("L", "query length", "size", None),
+    "S": Entry("S", "key/value length", "size", None),
+    "N": Entry("N", "the one length", "size", None),
+    "H": Entry("H", "number of heads", "size", None),
+    "D": Entry("D", "model width", "size", None),
+    "D_h": Entry("D_h", "head width", "size", None),
+    "H_kv": Entry("H_kv", "key/value heads", "size", None),
+    "i": Entry("i", "a query", "index", None),
+    "j": Entry("j", "a key", "index", None),
+    "h": Entry("h", "a head", "index", None),
+    "A": Entry("A", "weights", "matrix", None),
+    "Q": Entry("Q", "queries", "matrix", None),
+    "K": Entry("K", "keys", "matrix", None),
+    "W": Entry("W", "a weight matrix", "matrix", None),
+    "W^Q": Entry("W^Q", "query projection", "matrix", None),
+    "\\xi": Entry("\\xi", "a gate", "scalar", frozenset({"trained-heads"})),
+    "softmax": Entry("softmax", "softmax", "function", None),
+    "\\mathcal{O}": Entry("\\mathcal{O}", "order of growth", "function", None),
+}
+
+
+@pytest.mark.parametrize(
+    ("source", "stem", "found"),
+    [
+        ("the $N$ heads one at a time", "x", "the number of heads is H"),
+        ("with $G$ the diagonal matrix", "x", "'G': not listed"),
+        ("the last $W$ positions", "x", "W is a matrix"),
+        ("$d_k$ for the head width", "x", "'d_k' is Vaswani et al.'s notation"),
+        ("$(H, d_k, D) = (4, 8, 32)$", "x", "'d_k' is Vaswani et al.'s notation"),
+        ("$H(A_{i\\cdot}) / \\log S_i$", "x", "S is a size and takes no index"),
+        ("From here on $S$ counts the positions cached before a step.", "x", "no redefinition"),
+        ("with $N = S + 1$ positions", "x", "N is never S plus"),
+        ("gates $\\xi_h$", "other-chapter", "in trained-heads only"),
+        ("$\\mathrm{LayerNorm}(X)$", "x", "'LayerNorm': not listed"),
+        ("$X_{\\text{out}}$", "x", "'X_out': not listed"),
+    ],
+)
+def test_each_symbol_rule_finds_its_wrong_form(source: str, stem: str, found: str) -> None:
+    errors = symbol_errors(source + "\n", stem, SYNTHETIC)
+    assert any(found in e for e in errors), errors
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "$\\operatorname{softmax}(Q K^\\top / \\sqrt{D_h})$ and $\\mathrm{softmax}$, softmax",
+        "$W^Q_h$, $A_{ij}$, $A_{h, ij}$, $Q_{i}$ with $H_{kv}$ and $H_\\text{kv}$",
+        "$2BLD^2 + 4 B L S D$ FLOPs, $O(N^2)$",  # products and the order of growth
+        "gates $\\xi_h$",
+        "their $d_k = d_{\\text{model}}/h$ (Vaswani et al.)",
+        "$H$ heads of $D_h$ features, $L$ queries against $S$ keys",
+    ],
+)
+def test_the_books_symbols_pass(source: str) -> None:
+    assert symbol_errors(source + "\n", "trained-heads", SYNTHETIC) == []
+
+
+def test_equivalent_spellings_are_one_symbol() -> None:
+    spellings = [
+        "\\mathrm{softmax}",
+        "\\operatorname{softmax}",
+        "softmax",
+        "\\text{softmax}",
+    ]
+    assert {s for sp in spellings[:3] for s, _ in resolve(sp, SYNTHETIC)} == {"softmax"}
+    assert resolve(spellings[3], SYNTHETIC) == []  # \\text is prose, not a symbol
+    assert {s for s, _ in resolve("H_{kv} + H_{\\mathrm{kv}} + H_\\text{kv}", SYNTHETIC)} == {
+        "H_kv"
+    }
+
+
+def test_the_table_lists_each_symbol_once_with_a_known_kind() -> None:
+    table = symbol_table()
+    assert {"B", "L", "S", "N", "D", "H", "D_h", "H_kv", "W^Q", "softmax"} <= set(table)
+    stems = {p.stem for p in BOOK.glob("*.md")}
+    for entry in table.values():
+        assert entry.chapters is None or entry.chapters <= stems, entry
+
+
+def test_every_listed_symbol_is_used() -> None:
+    """The table holds the book's symbols and no others."""
+    table, used = symbol_table(), set()
+    for path in BOOK.glob("*.md"):
+        for math in math_of(checked_source(path)):
+            used |= {symbol for symbol, problem in resolve(math.text, table) if problem is None}
+    assert sorted(set(table) - used) == []
+
+
+@pytest.mark.parametrize("path", chapter_params())
+def test_chapter_math_uses_only_listed_symbols(path: Path) -> None:
+    errors = symbol_errors(checked_source(path), path.stem, symbol_table())
     assert errors == [], f"{path.name}:\n" + "\n".join(errors)
