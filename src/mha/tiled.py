@@ -16,14 +16,18 @@ queries in blocks of ``block_q`` rows (Br), keys and values in blocks of ``block
 width of the values, ``Dh`` in a multi-head layer), the running maximum and sum ``(..., Br)``
 and one ``(..., Br, Bc)`` tile of scores, and it returns the output together with the
 log-sum-exp of every row, ``lse = m + log l``, from which the backward pass recomputes the
-weights (:func:`mha.backward.tiled_attention`). Like FlashAttention-2 (Dao, 2024) it scales
-the queries rather than the scores and divides the accumulator by ``l`` once, after the last
-block, instead of normalising every tile of weights.
+weights (:func:`mha.backward.tiled_attention`). Like FlashAttention-2 (Dao, 2024) it divides
+the accumulator by ``l`` once, after the last block, where the first FlashAttention rescaled
+the output by ``l`` at every block, and it keeps only the log-sum-exp for the backward pass.
+It scales the queries by ``1/sqrt(Dh)`` once per block rather than each tile of scores, a
+choice of this library (FlashAttention-2's kernels scale each score inside ``exp2``).
 
 Masks follow the book's convention (boolean, True = may attend, broadcastable to
 ``(..., L, S)``). A tile in which nothing may be attended is skipped without loading its
 keys and values; with ``causal=True`` the mask is computed from the positions, so the
-tiles above the diagonal are skipped without a mask array. A fully masked query row gets
+tiles above the diagonal are skipped without a mask array. ``align`` places that diagonal
+as :func:`mha.np_backend.causal_mask` does: top-left (query ``i`` at position ``i``) or
+bottom-right (the queries are the last ``L`` of the ``S`` positions). A fully masked query row gets
 zero output and ``lse = -inf`` (the log of its zero sum), as :mod:`mha.np_backend` gives it
 zero weights and zero output.
 
