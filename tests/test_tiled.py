@@ -5,14 +5,18 @@ reference backend, with random block sizes, masks and causal skipping.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import mha
-from mha import np_backend, tiled, torch_backend
+from mha import _tiles, np_backend, tiled, torch_backend
+from mha import backward as G
 from mha.tolerance import assert_close, gamma, rounding_tolerance
 
 DTYPES = (np.float64, np.float32)
@@ -167,6 +171,110 @@ def test_causal_attention_with_more_queries_than_keys_aligns_positions_at_the_st
     assert_attention_close(q, k, v, out, lse, np_backend.causal_mask(12, 5))
 
 
+# ---- causal alignment: top-left and bottom-right ----------------------------------------
+
+ALIGN_SIZES = [(5, 12), (12, 12), (12, 5)]  # L < S, L = S, L > S
+ALIGN_BLOCKS = [(1, 1), (3, 4), (4, 3), (5, 7), (16, 16)]
+
+
+def torch_causal_bias(align, L, S):
+    """PyTorch's causal bias for ``align``: ``causal_upper_left`` or ``causal_lower_right``."""
+    with warnings.catch_warnings():  # L > S: PyTorch warns that its first L - S rows are empty
+        warnings.simplefilter("ignore", UserWarning)
+        if align == "top_left":
+            return causal_upper_left(L, S)
+        return causal_lower_right(L, S)
+
+
+def torch_sdpa_with_grads(q, k, v, d_out, bias):
+    """PyTorch's attention with ``bias`` as the mask, and autograd's gradients."""
+    tq, tk, tv = (torch.from_numpy(x.copy()).requires_grad_() for x in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=bias)
+    out.backward(torch.from_numpy(d_out))
+    return out.detach().numpy(), (tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy())
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize(("L", "S"), ALIGN_SIZES)
+def test_causal_bias_of_pytorch_is_the_mask_of_each_alignment(align, L, S) -> None:
+    bias = torch_causal_bias(align, L, S)._materialize()
+    np.testing.assert_array_equal(bias.numpy(), np_backend.causal_mask(L, S, align=align))
+    assert _tiles.CAUSAL_ALIGNMENTS == np_backend.CAUSAL_ALIGNMENTS  # the same two names
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize(("L", "S"), ALIGN_SIZES)
+@pytest.mark.parametrize(("block_q", "block_kv"), ALIGN_BLOCKS)
+def test_aligned_causal_attention_and_its_gradients_equal_pytorch_causal_bias(
+    align, L, S, block_q, block_kv
+) -> None:
+    q, k, v = qkv((2, L, 4), (2, S, 4), 3, seed=L * 100 + S, scale=1.5)
+    d_out = np.random.default_rng(S).standard_normal((2, L, 3))
+    mask = np_backend.causal_mask(L, S, align=align)  # (L, S)
+    out, lse = tiled.attention(q, k, v, causal=True, align=align, block_q=block_q,
+                               block_kv=block_kv)  # fmt: skip
+    grads = G.tiled_attention(q, k, v, out, lse, d_out, causal=True, align=align,
+                              block_q=block_q, block_kv=block_kv)  # fmt: skip
+    ref_out, ref_grads = torch_sdpa_with_grads(q, k, v, d_out, torch_causal_bias(align, L, S))
+    seen = mask.any(-1)  # (L,): rows with at least one key
+    assert_attention_close(q, k, v, out, lse, mask)
+    out_tol, _ = tiled.attention_tolerance(q, k, v)
+    assert_close(out[:, seen], ref_out[:, seen], out_tol, name="output against PyTorch")
+    np.testing.assert_array_equal(out[:, ~seen], 0.0)  # exact: an empty row is set to zero
+    _, weights = np_backend.scaled_dot_product_attention(q, k, v, mask)
+    bounds = G.attention_gradient_tolerance(q, k, v, weights, d_out)
+    for name, g, r, b in zip(("d_query", "d_key", "d_value"), grads, ref_grads, bounds,
+                             strict=True):  # fmt: skip
+        assert_close(g, r, b, name=f"{name} against PyTorch")
+    np.testing.assert_array_equal(grads[0][:, ~seen], 0.0)  # exact: an empty row passes nothing
+
+
+@pytest.mark.parametrize(("L", "S"), [(4, 9), (9, 4), (7, 7)])
+def test_causal_alignment_defaults_to_top_left(L, S) -> None:
+    q, k, v = qkv((L, 4), (S, 4), seed=13)
+    default, lse = tiled.attention(q, k, v, causal=True, block_q=3, block_kv=2)
+    top_left, _ = tiled.attention(q, k, v, causal=True, align="top_left", block_q=3, block_kv=2)
+    np.testing.assert_array_equal(default, top_left)  # exact: the same call
+    assert_attention_close(q, k, v, default, lse, np_backend.causal_mask(L, S))
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize(("L", "S"), [*ALIGN_SIZES, (3, 17), (17, 3), (1, 9)])
+@pytest.mark.parametrize(("block_q", "block_kv"), ALIGN_BLOCKS)
+def test_skipped_tiles_are_exactly_those_wholly_above_the_aligned_diagonal(
+    align, L, S, block_q, block_kv
+) -> None:
+    mask = np_backend.causal_mask(L, S, align=align)  # (L, S)
+    offset = _tiles.causal_offset(True, align, L, S)
+    q, k, v = qkv((L, 4), (S, 4), seed=14)
+    trace: list[tiled.TileStep] = []
+    tiled.attention(q, k, v, causal=True, align=align, block_q=block_q, block_kv=block_kv,
+                    trace=trace)  # fmt: skip
+    assert len(trace) == -(-L // block_q) * -(-S // block_kv)
+    for step in trace:
+        rows, cols = slice(*step.q_block), slice(*step.kv_block)
+        assert step.computed == mask[rows, cols].any()  # skipped: nothing in it may be seen
+        keep = _tiles.tile_mask(None, True, rows, cols, offset=offset)  # the backward's too
+        if keep is None:
+            assert mask[rows, cols].all()
+        elif keep is False:
+            assert not mask[rows, cols].any()
+        else:
+            np.testing.assert_array_equal(keep, mask[rows, cols])
+
+
+def test_bottom_right_skips_the_tiles_that_top_left_computes_when_lengths_differ() -> None:
+    q, k, v = qkv((4, 4), (12, 4), seed=15)  # L < S: bottom-right sees more keys
+    count = {}
+    for align in ("top_left", "bottom_right"):
+        trace: list[tiled.TileStep] = []
+        tiled.attention(q, k, v, causal=True, align=align, block_q=2, block_kv=2, trace=trace)
+        count[align] = sum(step.computed for step in trace)
+    # top-left: query rows 0-1 see key block 0, rows 2-3 key blocks 0-1; bottom-right: every
+    # query block sees key blocks 0-4, and rows 2-3 block 5 too
+    assert count == {"top_left": 3, "bottom_right": 11}
+
+
 def test_fully_masked_rows_get_zero_output_and_minus_inf_lse() -> None:
     q, k, v = qkv((2, 3, 9, 4), (2, 3, 11, 4), seed=5)
     mask = np_backend.key_padding_mask([0, 6], 11)  # batch 0 may attend to nothing
@@ -187,21 +295,25 @@ def test_fully_masked_rows_get_zero_output_and_minus_inf_lse() -> None:
     block_q=st.integers(1, 30),
     block_kv=st.integers(1, 30),
     causal=st.booleans(),
+    align=st.sampled_from(["top_left", "bottom_right"]),
     masked=st.booleans(),
     dtype=st.sampled_from(DTYPES),
     seed=st.integers(0, 2**31 - 1),
 )
 def test_tiled_attention_equals_the_reference_for_random_blocks_and_masks(
-    L, S, block_q, block_kv, causal, masked, dtype, seed
+    L, S, block_q, block_kv, causal, align, masked, dtype, seed
 ) -> None:
     q, k, v = qkv((2, L, 4), (2, S, 4), 3, dtype=dtype, seed=seed, scale=1.5)
     rng = np.random.default_rng(seed)
     mask = rng.random((2, L, S)) < 0.6 if masked else None
-    out, lse = tiled.attention(q, k, v, mask, causal=causal, block_q=block_q, block_kv=block_kv)
+    align = align if causal else "top_left"
+    out, lse = tiled.attention(
+        q, k, v, mask, causal=causal, align=align, block_q=block_q, block_kv=block_kv
+    )
     full = None
     if masked or causal:
         full = np.ones((2, L, S), bool) if mask is None else mask
-        full = full & np_backend.causal_mask(L, S) if causal else full
+        full = full & np_backend.causal_mask(L, S, align=align) if causal else full
     assert_attention_close(q, k, v, out, lse, full)
     if full is not None:
         empty = ~full.any(-1)
@@ -308,12 +420,31 @@ def test_torch_tiled_form_is_the_fused_form_without_weights() -> None:
         ({"block_kv": 2.5}, TypeError, r"block_kv must be an int; got float 2.5"),
         ({"mask": np.ones((3, 3))}, TypeError, r"mask must be boolean"),
         ({"mask": np.ones((2, 3), bool)}, ValueError, r"mask must broadcast to"),
+        (
+            {"causal": True, "align": "diagonal"},
+            ValueError,
+            r"align must be one of \('top_left', 'bottom_right'\); got align='diagonal'",
+        ),
+        (
+            {"align": "bottom_right"},
+            ValueError,
+            r"align='bottom_right' applies only with causal=True; got causal=False",
+        ),
     ],
 )
 def test_tiled_attention_rejects_bad_arguments(kwargs, exc, match) -> None:
     q, k, v = qkv((4, 2), (4, 2))
     with pytest.raises(exc, match=match):
         tiled.attention(q, k, v, **kwargs)
+
+
+def test_tiled_backward_rejects_a_bad_align() -> None:
+    q, k, v = qkv((4, 2), (6, 2))
+    out, lse = tiled.attention(q, k, v, causal=True, align="bottom_right")
+    with pytest.raises(ValueError, match=r"align must be one of .*; got align='top-left'"):
+        G.tiled_attention(q, k, v, out, lse, out, causal=True, align="top-left")
+    with pytest.raises(ValueError, match=r"applies only with causal=True; got causal=False"):
+        G.tiled_attention(q, k, v, out, lse, out, align="bottom_right")
 
 
 def test_tiled_functions_reject_bad_inputs() -> None:

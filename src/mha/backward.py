@@ -32,7 +32,7 @@ import numpy as np
 
 from mha import _np_checks as c
 from mha import _validate, np_backend, tiled
-from mha._tiles import tile_mask
+from mha._tiles import causal_offset, tile_mask
 from mha.params import MHAParams
 from mha.tolerance import gamma
 
@@ -166,7 +166,7 @@ def _checked(name: str, grads: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]
     return grads
 
 
-def _tiled_backward(q, k, v_, out, lse, d_out, mask, causal, block_q, block_kv):
+def _tiled_backward(q, k, v_, out, lse, d_out, mask, causal, block_q, block_kv, offset=0):
     batch, L, S = out.shape[:-2], q.shape[-2], k.shape[-2]
     scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
@@ -184,7 +184,7 @@ def _tiled_backward(q, k, v_, out, lse, d_out, mask, causal, block_q, block_kv):
         dk_j, dv_j = d_key[..., cols, :], d_value[..., cols, :]  # views, accumulated in place
         for i0 in range(0, L, block_q):
             rows = slice(i0, min(i0 + block_q, L))
-            keep = tile_mask(mask, causal, rows, cols) if maskable else None
+            keep = tile_mask(mask, causal, rows, cols, offset=offset) if maskable else None
             if keep is False:
                 continue
             q_i, do_i = q[..., rows, :], d_out[..., rows, :]  # (..., Br, Dh), (..., Br, Dv)
@@ -217,6 +217,7 @@ def tiled_attention(
     mask: np.ndarray | None = None,
     *,
     causal: bool = False,
+    align: str = "top_left",
     block_q: int = tiled.DEFAULT_BLOCK_Q,
     block_kv: int = tiled.DEFAULT_BLOCK_KV,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -238,6 +239,7 @@ def tiled_attention(
         d_out: the gradient of the loss with respect to the output.
         mask: the forward's mask (boolean, True = may attend).
         causal: the forward's ``causal``.
+        align: the forward's ``align``; the tiles wholly above its diagonal are skipped.
         block_q: query rows per tile (need not be the forward's).
         block_kv: key/value rows per tile.
 
@@ -254,8 +256,9 @@ def tiled_attention(
 
     Raises:
         ValueError: on mismatched shapes, non-finite inputs (``lse`` may be ``-inf``), a mask
-            that does not broadcast, a block size below 1, or gradients that overflow the
-            dtype.
+            that does not broadcast, a block size below 1, gradients that overflow the
+            dtype, an ``align`` other than ``"top_left"`` and ``"bottom_right"``, or
+            ``"bottom_right"`` without ``causal=True``.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, a non-int block size or
             a ``causal`` that is not a bool.
     """
@@ -267,9 +270,12 @@ def tiled_attention(
     if mask is not None:
         c.check_mask(mask, (*batch, L, S))
     _validate.check_bool("causal", causal)
+    offset = causal_offset(causal, align, L, S)
     _validate.check_block_size("block_q", block_q)
     _validate.check_block_size("block_kv", block_kv)
-    grads = _tiled_backward(query, key, value, out, lse, d_out, mask, causal, block_q, block_kv)
+    grads = _tiled_backward(
+        query, key, value, out, lse, d_out, mask, causal, block_q, block_kv, offset=offset
+    )
     return _checked("backward.tiled_attention", grads)
 
 

@@ -16,14 +16,18 @@ queries in blocks of ``block_q`` rows (Br), keys and values in blocks of ``block
 width of the values, ``Dh`` in a multi-head layer), the running maximum and sum ``(..., Br)``
 and one ``(..., Br, Bc)`` tile of scores, and it returns the output together with the
 log-sum-exp of every row, ``lse = m + log l``, from which the backward pass recomputes the
-weights (:func:`mha.backward.tiled_attention`). Like FlashAttention-2 (Dao, 2024) it scales
-the queries rather than the scores and divides the accumulator by ``l`` once, after the last
-block, instead of normalising every tile of weights.
+weights (:func:`mha.backward.tiled_attention`). Like FlashAttention-2 (Dao, 2024) it divides
+the accumulator by ``l`` once, after the last block, where the first FlashAttention rescaled
+the output by ``l`` at every block, and it keeps only the log-sum-exp for the backward pass.
+It scales the queries by ``1/sqrt(Dh)`` once per block rather than each tile of scores, a
+choice of this library (FlashAttention-2's kernels scale each score inside ``exp2``).
 
 Masks follow the book's convention (boolean, True = may attend, broadcastable to
 ``(..., L, S)``). A tile in which nothing may be attended is skipped without loading its
 keys and values; with ``causal=True`` the mask is computed from the positions, so the
-tiles above the diagonal are skipped without a mask array. A fully masked query row gets
+tiles above the diagonal are skipped without a mask array. ``align`` places that diagonal
+as :func:`mha.np_backend.causal_mask` does: top-left (query ``i`` at position ``i``) or
+bottom-right (the queries are the last ``L`` of the ``S`` positions). A fully masked query row gets
 zero output and ``lse = -inf`` (the log of its zero sum), as :mod:`mha.np_backend` gives it
 zero weights and zero output.
 
@@ -46,7 +50,7 @@ import numpy as np
 
 from mha import _np_checks as c
 from mha import _validate
-from mha._tiles import safe_max, tile_mask
+from mha._tiles import causal_offset, safe_max, tile_mask
 from mha.tolerance import gamma, rounding_tolerance, unit_roundoff
 
 # Default tiles of 128 x 128: per (batch, head) one float32 tile of scores is 64 KiB, small
@@ -345,6 +349,7 @@ def attention(
     mask: np.ndarray | None = None,
     *,
     causal: bool = False,
+    align: str = "top_left",
     block_q: int = DEFAULT_BLOCK_Q,
     block_kv: int = DEFAULT_BLOCK_KV,
     io_counter: IOCounter | None = None,
@@ -366,9 +371,15 @@ def attention(
         key: keys, the same width as ``query``.
         value: values, the same length as ``key``.
         mask: boolean, True = may attend; broadcastable to ``(..., L, S)``.
-        causal: also let query ``i`` attend only to keys ``j <= i`` (positions aligned at
-            the start, as :func:`mha.np_backend.causal_mask`); the tiles above the diagonal
-            are skipped.
+        causal: also let each query attend only to the keys at or before its position, as
+            :func:`mha.np_backend.causal_mask`; the tiles wholly above that diagonal are
+            skipped.
+        align: where the queries sit when ``causal``, as in
+            :func:`mha.np_backend.causal_mask`: ``"top_left"`` (query ``i`` at position
+            ``i``, keys ``j <= i``; PyTorch's ``is_causal=True``) or ``"bottom_right"`` (the
+            queries are the last ``L`` of ``S`` positions, keys ``j <= S - L + i``; what a
+            cache, chunked prefill and checking drafted tokens need, and flash-attn's
+            ``causal=True`` from version 2.1). Only with ``causal=True``.
         block_q: query rows per tile (Br); need not divide L.
         block_kv: key/value rows per tile (Bc); need not divide S.
         io_counter: if given, ``io_counter["read"]`` and ``io_counter["write"]`` grow by
@@ -385,12 +396,15 @@ def attention(
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not broadcast,
-            non-finite inputs, a block size below 1, or scores that overflow the dtype.
+            non-finite inputs, a block size below 1, or scores that overflow the dtype; an
+            ``align`` other than ``"top_left"`` and ``"bottom_right"``, or
+            ``"bottom_right"`` without ``causal=True``.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, a non-int block size,
             a ``causal`` that is not a bool, or an ``io_counter``/``trace`` of another kind.
     """
     batch, L, S, bound = _check_attention(query, key, value, mask, block_q, block_kv, io_counter)
     _validate.check_bool("causal", causal)
+    offset = causal_offset(causal, align, L, S)
     if trace is not None and not isinstance(trace, list):
         raise TypeError(f"trace must be a list or None; got {type(trace).__name__}")
     user_mask = mask
@@ -410,7 +424,7 @@ def attention(
         acc = np.zeros((*batch, n, value.shape[-1]), dtype=dtype)  # (..., Br, Dv)
         for j0 in range(0, S, block_kv):
             cols = slice(j0, min(j0 + block_kv, S))
-            keep = tile_mask(mask, causal, rows, cols) if maskable else None
+            keep = tile_mask(mask, causal, rows, cols, offset=offset) if maskable else None
             if keep is not False:
                 k_j = _load(key, _rows(cols), io_counter)  # (..., Bc, Dh)
                 v_j = _load(value, _rows(cols), io_counter)  # (..., Bc, Dv)
