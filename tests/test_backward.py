@@ -335,3 +335,84 @@ def test_a_gradient_check_fails_outside_its_tolerance() -> None:
     check = G._check_against(ours, theirs, np.array([0.1, 0.1]))
     assert not check.within and check.used == pytest.approx(5.0)
     assert check.difference == 0.5 and check.largest == 2.5  # exact: 2.5 - 2.0 in binary
+
+
+# ---- grouped-query attention ---------------------------------------------------------------
+
+
+def _gqa_masks(B, H, L, S):
+    rng = np.random.default_rng(5)
+    rows = rng.random((B, H, L, S)) < 0.7
+    rows[1, 2, 0] = False  # one fully masked row in one head of the second group
+    return {
+        "none": None,
+        "causal": np_backend.causal_mask(L, S),
+        "padding": np_backend.key_padding_mask([S, 2], S),
+        "per head": rows,
+    }
+
+
+@pytest.mark.parametrize("form", G.BACKWARD_FORMS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("num_kv_heads", [4, 2, 1])  # every H_kv dividing H = 4: MHA, GQA, MQA
+@pytest.mark.parametrize("mask_kind", ["none", "causal", "padding", "per head"])
+def test_grouped_query_gradients_equal_autograd(num_kv_heads, dtype, form, mask_kind) -> None:
+    B, L, S, D, H = 2, 5, 6, 16, 4
+    params = mha.init_params(D, H, num_kv_heads=num_kv_heads, seed=3, dtype=dtype)
+    query, key, value, d_out = arrays((B, L, D), (B, S, D), (B, S, D), (B, L, D), dtype=dtype)
+    mask = _gqa_masks(B, H, L, S)[mask_kind]
+    out, saved = G.multi_head_attention_forward(
+        query, key, value, params, mask, form=form, block_q=2, block_kv=4
+    )
+    ref, _ = np_backend.multi_head_attention(query, key, value, params, mask)
+    assert_close(out, ref, mha.tolerance.attention_tolerance(query, key, value, params, mask)[0])
+    grads = G.multi_head_attention(saved, d_out)
+    Dkv = D // H * num_kv_heads
+    assert grads.d_params.w_qkv.shape == (D, D + 2 * Dkv)
+    assert grads.d_params.num_kv_heads == num_kv_heads
+    tol = G.gradient_tolerance(saved, d_out)
+    t_out, t_params, t_dq, t_dk, t_dv = autograd_gradients(params, query, key, value, mask, d_out)
+    for name, g, r, t in (
+        ("d_query", grads.d_query, t_dq, tol.d_query),
+        ("d_key", grads.d_key, t_dk, tol.d_key),
+        ("d_value", grads.d_value, t_dv, tol.d_value),
+        *((f"d_params.{n}", getattr(grads.d_params, n), t_params[n], getattr(tol.d_params, n))
+          for n in ("w_qkv", "w_o", "b_qkv", "b_o")),
+    ):  # fmt: skip
+        assert_close(g, r, t, name=name)
+    checks = G.compare_with_autograd(
+        query, key, value, params, d_out, mask, form=form, block_q=2, block_kv=4
+    )
+    assert all(c.within for c in checks.values())
+
+
+def test_grouped_query_key_gradients_sum_over_their_group() -> None:
+    """d W_k of a grouped layer is the sum, over each group, of the d W_k of the multi-head
+    layer with that key head repeated (the repeated heads are tied copies)."""
+    B, L, S, D, H, H_kv = 1, 3, 4, 8, 4, 2
+    params = mha.init_params(D, H, num_kv_heads=H_kv, seed=1)
+    query, key, value, d_out = arrays((B, L, D), (B, S, D), (B, S, D), (B, L, D), seed=2)
+    _, saved = G.multi_head_attention_forward(query, key, value, params)
+    grads, tol = G.multi_head_attention(saved, d_out), G.gradient_tolerance(saved, d_out)
+    wide = mha.params.repeat_kv_heads(params)
+    _, wide_saved = G.multi_head_attention_forward(query, key, value, wide)
+    wide_grads = G.multi_head_attention(wide_saved, d_out)
+    wide_tol = G.gradient_tolerance(wide_saved, d_out)
+    Dh, G_ = D // H, H // H_kv
+
+    def group_sum(x):  # (D, H Dh) -> (D, H_kv Dh), summed over the G copies of each head
+        return x.reshape(D, H_kv, G_, Dh).sum(axis=2).reshape(D, H_kv * Dh)
+
+    for block in ("w_k", "w_v"):  # each route within half its tolerance of the exact value
+        d_wide = group_sum(getattr(wide_grads.d_params, block))
+        bound = getattr(tol.d_params, block) + group_sum(getattr(wide_tol.d_params, block))
+        assert_close(getattr(grads.d_params, block), d_wide, bound, name=f"d {block}")
+    assert_close(grads.d_query, wide_grads.d_query, tol.d_query + wide_tol.d_query)
+
+
+def test_linear_refuses_an_input_width_other_than_the_weights_rows() -> None:
+    x, w, d_y = arrays((2, 3, 4), (3, 5), (2, 3, 5))
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., D_in\) with D_in = "):
+        G.linear(x, w, d_y)
+    with pytest.raises(ValueError, match=r"d_y must have shape \(\.\.\., D_out\)"):
+        G.linear(x[..., :3], w, d_y[..., :4])

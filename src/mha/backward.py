@@ -336,6 +336,11 @@ def linear(
         c.check_array(name, a)
     _validate.check_same_dtype({"x": x, "weight": weight, "d_y": d_y})
     _validate.check_rank("weight", weight, 2, "(D_in, D_out)")
+    if x.ndim < 1 or x.shape[-1] != weight.shape[0]:
+        raise ValueError(
+            f"x must have shape (..., D_in) with D_in = weight.shape[0] = {weight.shape[0]}; "
+            f"got x.shape={x.shape}, weight.shape={weight.shape}"
+        )
     c.check_shape("d_y", d_y, (*x.shape[:-1], weight.shape[1]), "(..., D_out)")
     _validate.check_bool("bias", bias)
     d_x, d_weight, d_bias = _linear_backward(x, weight, d_y, bias)
@@ -357,6 +362,33 @@ def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     if b is not None:
         y += b
     return y
+
+
+def _group(x: np.ndarray | None, num_heads: int, num_kv_heads: int) -> np.ndarray | None:
+    """Per-query-head ``(B, H, ...)`` as ``(B, H_kv, G, ...)``: head ``h`` in group ``h // G``.
+
+    Multi-head attention (``H_kv = H``) keeps ``x`` as it is.
+    """
+    if x is None or num_kv_heads == num_heads:
+        return x
+    return x.reshape(x.shape[0], num_kv_heads, -1, *x.shape[2:])  # (B, H_kv, G, ...)
+
+
+def _group_kv(x: np.ndarray, num_heads: int, num_kv_heads: int) -> np.ndarray:
+    """Key or value heads ``(B, H_kv, S, Dh)`` as ``(B, H_kv, 1, S, Dh)``, shared by a group.
+
+    Broadcast against the grouped queries, each key/value head serves the ``G = H / H_kv``
+    query heads of its group without a copy, and the backward sums its gradient over the
+    group (:func:`_unbroadcast` over the axis of size 1).
+    """
+    return x if num_kv_heads == num_heads else x[:, :, None]  # (B, H_kv, 1, S, Dh)
+
+
+def _ungroup(x: np.ndarray, num_heads: int, num_kv_heads: int) -> np.ndarray:
+    """``(B, H_kv, G, ...)`` back to ``(B, H_kv G, ...)``: per query head (or key head, G = 1)."""
+    if num_kv_heads == num_heads:
+        return x
+    return x.reshape(x.shape[0], -1, *x.shape[3:])  # (B, H_kv, G, ...) -> (B, H_kv G, ...)
 
 
 def _check_layer(query, key, value, params, mask) -> dict[str, float]:
@@ -465,15 +497,21 @@ def multi_head_attention_forward(
     magnitudes = _check_layer(query, key, value, params, mask)
     _validate.check_block_size("block_q", block_q)
     _validate.check_block_size("block_kv", block_kv)
-    H = params.num_heads
+    H, H_kv = params.num_heads, params.num_kv_heads
     q = np_backend.split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
-    k = np_backend.split_heads(_linear(key, params.w_k, params.b_k), H)  # (B, H, S, Dh)
-    val = np_backend.split_heads(_linear(value, params.w_v, params.b_v), H)  # (B, H, S, Dh)
+    k = np_backend.split_heads(_linear(key, params.w_k, params.b_k), H_kv)  # (B, H_kv, S, Dh)
+    val = np_backend.split_heads(_linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
+    qg = _group(q, H, H_kv)  # (B, H_kv, G, L, Dh)
+    kg, vg = _group_kv(k, H, H_kv), _group_kv(val, H, H_kv)  # (B, H_kv, 1, S, Dh)
+    maskg = _validate.group_mask(mask, H_kv) if H_kv < H else mask
     weights = lse = None
-    if form == "fused":  # (B, H, L, Dh), (B, H, L, S)
-        heads, weights = np_backend.scaled_dot_product_attention(q, k, val, mask)
-    else:  # (B, H, L, Dh), (B, H, L)
-        heads, lse = tiled.attention(q, k, val, mask, block_q=block_q, block_kv=block_kv)
+    if form == "fused":  # (B, H_kv, G, L, Dh), (B, H_kv, G, L, S)
+        heads, weights = np_backend.scaled_dot_product_attention(qg, kg, vg, maskg)
+        weights = _ungroup(weights, H, H_kv)  # (B, H, L, S)
+    else:  # (B, H_kv, G, L, Dh), (B, H_kv, G, L)
+        heads, lse = tiled.attention(qg, kg, vg, maskg, block_q=block_q, block_kv=block_kv)
+        lse = _ungroup(lse, H, H_kv)  # (B, H, L)
+    heads = _ungroup(heads, H, H_kv)  # (B, H, L, Dh)
     out = _linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
     _validate.check_range(
         "multi_head_attention_forward output",
@@ -491,6 +529,15 @@ def multi_head_attention_forward(
         query, key, value, params, mask, form, q, k, val, heads, weights, lse, block_q, block_kv
     )
     return out, saved
+
+
+def _check_d_out(saved: MHASaved, d_out: np.ndarray) -> None:
+    """The checks of :func:`multi_head_attention` and :func:`gradient_tolerance`, one set."""
+    if not isinstance(saved, MHASaved):
+        raise TypeError(f"saved must be MHASaved; got {_validate.describe(saved)}")
+    c.check_array("d_out", d_out)
+    _validate.check_same_dtype({"d_out": d_out, "saved.query": saved.query})
+    c.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
 
 
 def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
@@ -517,30 +564,32 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
         TypeError: if ``saved`` is not an :class:`MHASaved`, or ``d_out`` is not a float
             array of the layer's dtype.
     """
-    if not isinstance(saved, MHASaved):
-        raise TypeError(f"saved must be MHASaved; got {type(saved).__name__}")
-    c.check_array("d_out", d_out)
-    _validate.check_same_dtype({"d_out": d_out, "saved.query": saved.query})
-    c.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
-    p, H = saved.params, saved.params.num_heads
+    _check_d_out(saved, d_out)
+    p, H, H_kv = saved.params, saved.params.num_heads, saved.params.num_kv_heads
     bias_in, bias_out = p.b_qkv is not None, p.b_o is not None
     concat = np_backend.merge_heads(saved.heads)  # (B, H, L, Dh) -> (B, L, D)
     d_concat, d_w_o, d_b_o = _linear_backward(concat, p.w_o, d_out, bias_out)
-    d_heads = merge_heads(d_concat, H)  # (B, L, D) -> (B, H, L, Dh)
-    if saved.form == "fused":
-        dq, dk, dv = _sdpa_backward(saved.q, saved.k, saved.v, saved.weights, d_heads)
+    d_heads = _group(merge_heads(d_concat, H), H, H_kv)  # (B, L, D) -> (B, H_kv, G, L, Dh)
+    qg = _group(saved.q, H, H_kv)  # (B, H_kv, G, L, Dh)
+    kg, vg = _group_kv(saved.k, H, H_kv), _group_kv(saved.v, H, H_kv)  # (B, H_kv, 1, S, Dh)
+    if saved.form == "fused":  # d_key, d_value summed over each group by _unbroadcast
+        weights = _group(saved.weights, H, H_kv)  # (B, H_kv, G, L, S)
+        dq, dk, dv = _sdpa_backward(qg, kg, vg, weights, d_heads)
     else:
+        maskg = _validate.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
+        heads, lse = _group(saved.heads, H, H_kv), _group(saved.lse, H, H_kv)
         dq, dk, dv = _tiled_backward(
-            saved.q, saved.k, saved.v, saved.heads, saved.lse, d_heads, saved.mask, False,
-            saved.block_q, saved.block_kv,
-        )  # fmt: skip
+            qg, kg, vg, heads, lse, d_heads, maskg, False, saved.block_q, saved.block_kv
+        )
+    dq = _ungroup(dq, H, H_kv)  # (B, H_kv, G, L, Dh) -> (B, H, L, Dh)
+    dk, dv = _ungroup(dk, H, H_kv), _ungroup(dv, H, H_kv)  # (B, H_kv, 1, S, Dh) -> (B, H_kv, S, Dh)
     grads = [
         _linear_backward(x, w, split_heads(d), bias_in)  # (B, N, D) each
         for x, w, d in ((saved.query, p.w_q, dq), (saved.key, p.w_k, dk), (saved.value, p.w_v, dv))
     ]
-    d_w_qkv = np.concatenate([g[1] for g in grads], axis=1)  # 3 x (D, D) -> (D, 3D)
-    d_b_qkv = np.concatenate([g[2] for g in grads]) if bias_in else None  # (3D,)
-    d_params = MHAParams(d_w_qkv, d_w_o, d_b_qkv, d_b_o, H)
+    d_w_qkv = np.concatenate([g[1] for g in grads], axis=1)  # -> (D, D + 2 H_kv Dh)
+    d_b_qkv = np.concatenate([g[2] for g in grads]) if bias_in else None  # (D + 2 H_kv Dh,)
+    d_params = MHAParams(d_w_qkv, d_w_o, d_b_qkv, d_b_o, H, H_kv)
     result = MHAGradients(grads[0][0], grads[1][0], grads[2][0], d_params)
     named = {"d_query": result.d_query, "d_key": result.d_key, "d_value": result.d_value}
     named |= {f"d_params.{n}": getattr(d_params, n) for n in ("w_qkv", "w_o", "b_qkv", "b_o")}
@@ -643,40 +692,44 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     Raises:
         The errors of :func:`multi_head_attention`.
     """
-    if not isinstance(saved, MHASaved):
-        raise TypeError(f"saved must be MHASaved; got {type(saved).__name__}")
-    c.check_array("d_out", d_out)
-    c.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
+    _check_d_out(saved, d_out)
     p = saved.params.map(lambda a: np.abs(a).astype(np.float64))
-    H = p.num_heads
-    weights = saved.weights
+    H, H_kv = p.num_heads, p.num_kv_heads
+    weights = _group(saved.weights, H, H_kv)  # (B, H_kv, G, L, S)
     if weights is None:
-        weights = np_backend.scaled_dot_product_attention(saved.q, saved.k, saved.v, saved.mask)[1]
-    A = weights.astype(np.float64)  # (B, H, L, S)
+        q_g = _group(saved.q, H, H_kv)  # (B, H_kv, G, L, Dh)
+        k_g, v_g = _group_kv(saved.k, H, H_kv), _group_kv(saved.v, H, H_kv)  # (B, H_kv, 1, S, Dh)
+        mask = _validate.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
+        weights = np_backend.scaled_dot_product_attention(q_g, k_g, v_g, mask)[1]
+    A = weights.astype(np.float64)  # (B, H_kv, G, L, S)
     inputs = [np.abs(x).astype(np.float64) for x in (saved.query, saved.key, saved.value)]
-    biases = (p.b_q, p.b_k, p.b_v)
-    q, k, val = (
-        np_backend.split_heads(_linear(x, w, b), H)  # (B, H, L|S, Dh)
-        for x, w, b in zip(inputs, (p.w_q, p.w_k, p.w_v), biases, strict=True)
+    q = _group(np_backend.split_heads(_linear(inputs[0], p.w_q, p.b_q), H), H, H_kv)
+    k, val = (  # (B, H_kv, 1, S, Dh)
+        _group_kv(np_backend.split_heads(_linear(x, w, b), H_kv), H, H_kv)
+        for x, w, b in ((inputs[1], p.w_k, p.b_k), (inputs[2], p.w_v, p.b_v))
     )
     d_out_abs = np.abs(d_out).astype(np.float64)
-    concat = np_backend.merge_heads(A @ val)  # (B, L, D)
+    concat = np_backend.merge_heads(_ungroup(A @ val, H, H_kv))  # (B, L, D)
     d_concat, d_w_o, d_b_o = _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None)
-    d_heads = merge_heads(d_concat, H)  # (B, H, L, Dh)
+    d_heads = _group(merge_heads(d_concat, H), H, H_kv)  # (B, H_kv, G, L, Dh)
     d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, val, A, d_heads)
+    d_q = _ungroup(d_q, H, H_kv)  # (B, H, L, Dh)
+    d_k, d_v = (_ungroup(_unbroadcast(g, k.shape), H, H_kv) for g in (d_k, d_v))  # (B, H_kv, S, Dh)
     grads = [
         _linear_backward(x, w, split_heads(d), p.b_qkv is not None)
         for x, w, d in zip(inputs, (p.w_q, p.w_k, p.w_v), (d_q, d_k, d_v), strict=True)
     ]
     B, L, D = saved.query.shape
     S = saved.key.shape[1]
-    factor = 2 * (10 + 4 * c_max + 4) * gamma(saved.query.dtype, max(B * L, B * S, L, S, D))
+    n = max(B * L, B * S, L, S, D, H // H_kv * L)  # the group sum of d_key adds G L terms
+    factor = 2 * (10 + 4 * c_max + 4) * gamma(saved.query.dtype, n)
     d_params = MHAParams(
         factor * np.concatenate([g[1] for g in grads], axis=1),
         factor * d_w_o,
         None if p.b_qkv is None else factor * np.concatenate([g[2] for g in grads]),
         None if p.b_o is None else factor * d_b_o,
         H,
+        H_kv,
     )
     return MHAGradients(*(factor * g[0] for g in grads), d_params)
 
