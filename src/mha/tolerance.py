@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from mha._np_checks import as_numpy
 from mha._validate import check_positive
 
 
@@ -49,6 +50,25 @@ def _as_numpy(x: Any) -> np.ndarray:
             x = x.double()  # float16/bfloat16 have no exact NumPy twin for every build
         return x.numpy()
     return np.asarray(x)
+
+
+def _check_float_inputs(named: dict[str, Any]) -> None:
+    """Each of ``named`` a NumPy array or torch tensor of one floating dtype."""
+    dtypes = {}
+    for name, x in named.items():
+        dtype = getattr(x, "dtype", None)
+        floating = dtype is not None and (
+            dtype.is_floating_point
+            if hasattr(dtype, "is_floating_point")
+            else np.issubdtype(dtype, np.floating)
+        )
+        if not floating:
+            got = f"dtype {dtype}" if dtype is not None else type(x).__name__
+            raise TypeError(f"{name} must be a floating array or tensor; got {got}")
+        dtypes[name] = str(dtype).removeprefix("torch.")  # torch.float32 is float32
+    if len(set(dtypes.values())) > 1:
+        got = ", ".join(f"{n} {d}" for n, d in dtypes.items())
+        raise TypeError(f"query, key and value must share one dtype; got {got}")
 
 
 def unit_roundoff(dtype: Any) -> float:
@@ -63,8 +83,10 @@ def unit_roundoff(dtype: Any) -> float:
         ``2**-8`` for bfloat16.
 
     Raises:
-        TypeError: if ``dtype`` is not a floating dtype.
+        TypeError: if ``dtype`` is ``None`` or not a floating dtype (or an array of one).
     """
+    if dtype is None:  # np.dtype(None) would read it as float64
+        raise TypeError("dtype must be a floating dtype; got None")
     if not isinstance(dtype, type) and hasattr(dtype, "dtype"):
         dtype = dtype.dtype  # an array or a tensor
     if hasattr(dtype, "is_floating_point"):  # a torch.dtype
@@ -331,17 +353,28 @@ def attention_tolerance(
 
     Returns:
         ``(output_tolerance, weights_tolerance)``: float64 arrays of absolute bounds.
+
+    Raises:
+        TypeError: if ``params`` is not :class:`mha.MHAParams`; an input is not a floating
+            array or tensor, or the three differ in dtype; the mask is not boolean (a float
+            ``0``/``-inf`` mask is refused, as by every backend) or is a ``meta`` tensor.
+        ValueError: the shape and value errors of
+            :func:`mha.np_backend.multi_head_attention` (shapes, empty sequences, a mask that
+            does not broadcast, NaN or infinite inputs), checked on the float64 copies.
     """
     from mha import np_backend
+    from mha.params import MHAParams, repeat_kv_heads
 
+    if not isinstance(params, MHAParams):
+        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
+    _check_float_inputs({"query": query, "key": key, "value": value})
     f64 = np.float64
     x_q, x_k, x_v = (_as_numpy(t).astype(f64) for t in (query, key, value))
-    keep = None if mask is None else _as_numpy(mask).astype(bool)
-    from mha.params import repeat_kv_heads
-
+    keep = None if mask is None else as_numpy("mask", mask)  # checked by the layer below
     # Grouped-query attention computes each head as multi-head attention with its key and
     # value head repeated does: the same bound.
     p = repeat_kv_heads(params.to_numpy(f64))
+    _, w = np_backend.multi_head_attention(x_q, x_k, x_v, p, keep)  # (B, H, L, S)
     H, Dh, S = p.num_heads, p.d_head, x_k.shape[-2]
     g_d, g_h, g_s, g_w = (gamma(query, n) for n in (p.d_model, Dh, S, S + 2))
     root = np.sqrt(Dh)
@@ -357,7 +390,6 @@ def attention_tolerance(
     )  # (B, H, L|S, Dh) each
     kT, dkT = k.swapaxes(-1, -2), dk.swapaxes(-1, -2)
     ds = (dq @ kT + q @ dkT + 2 * g_h * (q @ kT)) / root  # (B, H, L, S)
-    _, w = np_backend.multi_head_attention(x_q, x_k, x_v, p, keep)  # (B, H, L, S)
     dw = w * (ds + ds.max(axis=-1, keepdims=True) + 2 * g_w)  # (B, H, L, S)
     o = w @ v  # (B, H, L, Dh)
     do = dw @ v + w @ dv + 2 * g_s * o  # (B, H, L, Dh)
