@@ -21,11 +21,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 import mha
+import mha.backward
 import mha.bottleneck
 import mha.examples
 import mha.kv_cache
 import mha.measure
 import mha.plotting
+import mha.precision
 import mha.pretrained
 import mha.subspaces
 import mha.tasks
@@ -1666,3 +1668,56 @@ def test_flags_of_every_public_function_must_be_bools(call: Callable[[], Any]) -
 def test_numbers_of_other_public_functions_are_checked(call, exc, match) -> None:
     with pytest.raises(exc, match=match):
         call()
+
+
+# ---- a head width of zero: one clear error everywhere ---------------------------------------
+
+_ZERO_WIDTH = r"query and key must have a head width Dh \(last dimension\) of at least 1"
+
+
+def _zero_width_qkv():
+    q = np.zeros((2, 3, 0))
+    v = np.ones((2, 4, 2))
+    return q, np.zeros((2, 4, 0)), v
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda q, k, v: np_backend.scaled_dot_product_attention(q, k, v), id="numpy"),
+        pytest.param(
+            lambda q, k, v: torch_backend.scaled_dot_product_attention(
+                *(torch.from_numpy(x) for x in (q, k, v))
+            ),
+            id="torch",  # the CPU shortcut, without autograd
+        ),
+        pytest.param(
+            lambda q, k, v: torch_backend.scaled_dot_product_attention(
+                *(torch.from_numpy(x).requires_grad_() for x in (q, k, v))
+            ),
+            id="torch-autograd",
+        ),
+        pytest.param(lambda q, k, v: mha.tiled.attention(q, k, v), id="tiled"),
+        pytest.param(lambda q, k, v: mha.tiled.three_pass_attention(q, k, v), id="three-pass"),
+        pytest.param(lambda q, k, v: mha.tiled.attention_tolerance(q, k, v), id="tolerance"),
+        pytest.param(
+            lambda q, k, v: mha.backward.scaled_dot_product_attention(
+                q, k, v, np.ones((2, 3, 4)), np.ones((2, 3, 2))
+            ),
+            id="backward",
+        ),
+        pytest.param(
+            lambda q, k, v: mha.precision.rounded_attention(
+                *(torch.from_numpy(x) for x in (q, k, v))
+            ),
+            id="rounded",
+        ),
+    ],
+)
+def test_a_zero_head_width_is_refused_alike_everywhere(call) -> None:
+    """The scores divide by sqrt(Dh): with Dh = 0 every backend and form refuses, instead of
+    a ZeroDivisionError or a uniform average with a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no RuntimeWarning before the error
+        with pytest.raises(ValueError, match=_ZERO_WIDTH):
+            call(*_zero_width_qkv())

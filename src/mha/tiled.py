@@ -384,8 +384,10 @@ def attention(
         The output (zero in a fully masked row) and ``lse`` (``-inf`` in a fully masked row).
 
     Raises:
-        ValueError: on mismatched shapes, empty sequences, a mask that does not broadcast,
-            non-finite inputs, a block size below 1, or scores that overflow the dtype.
+        ValueError: on mismatched shapes, empty sequences, a head width ``Dh`` of 0 (the
+            last dimension of query and key; as in both backends), a mask that does not
+            broadcast, non-finite inputs, a block size below 1, or scores that overflow the
+            dtype.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, a non-int block size,
             a ``causal`` that is not a bool, or an ``io_counter``/``trace`` of another kind.
     """
