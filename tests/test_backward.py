@@ -416,3 +416,41 @@ def test_linear_refuses_an_input_width_other_than_the_weights_rows() -> None:
         G.linear(x, w, d_y)
     with pytest.raises(ValueError, match=r"d_y must have shape \(\.\.\., D_out\)"):
         G.linear(x[..., :3], w, d_y[..., :4])
+
+
+# ---- underflow ------------------------------------------------------------------------------
+
+
+def _underflowing_layer():
+    """float32, H = 1, W_q = W_k = I: key 2 scores about 97 below key 0 for every query, so
+    its weights are about e^-97 = 1e-42 (subnormal in float32) and so are its gradients."""
+    rng = np.random.default_rng(2)
+    D, L, S, f = 4, 3, 3, np.float32
+    eye = np.eye(D)
+    w_v, w_o = rng.standard_normal((D, D)), rng.standard_normal((D, D))
+    params = mha.MHAParams(
+        np.concatenate([eye, eye, w_v], 1).astype(f), w_o.astype(f), None, None, 1
+    )
+    q = np.zeros((1, L, D))
+    q[..., 0] = 10.0
+    q[..., 1:] = 0.1 * rng.standard_normal((1, L, D - 1))
+    k = 0.1 * rng.standard_normal((1, S, D))
+    k[0, :, 0] = [10.0, 0.3, -9.3]
+    v, d_out = rng.standard_normal((1, S, D)), rng.standard_normal((1, L, D))
+    return params, *(x.astype(f) for x in (q, k, v, d_out))
+
+
+def test_gradient_tolerance_covers_gradients_below_the_normal_range() -> None:
+    params, query, key, value, d_out = _underflowing_layer()
+    _, saved = G.multi_head_attention_forward(query, key, value, params)
+    grads, tol = G.multi_head_attention(saved, d_out), G.gradient_tolerance(saved, d_out)
+    info = np.finfo(np.float32)
+    assert saved.weights[..., 2].max() < info.tiny  # the weights of key 2 are subnormal
+    assert 0 < np.abs(grads.d_key[0, 2]).max() < info.tiny  # and so is its gradient
+    # A subnormal result is rounded to a multiple of the smallest subnormal: two routes can
+    # differ by one at least, and the bound must allow it (without the underflow term it was
+    # 0.2 of that here, and autograd's gradient differed from this one by 5 times the bound).
+    assert tol.d_key[0, 2].min() >= info.smallest_subnormal
+    assert tol.d_value[0, 2].min() >= info.smallest_subnormal
+    checks = G.compare_with_autograd(query, key, value, params, d_out)
+    assert all(c.within for c in checks.values()), {n: c.used for n, c in checks.items()}

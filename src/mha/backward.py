@@ -599,18 +599,21 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     return result
 
 
-def _sdpa_magnitudes(q, k, v_, weights, d_out):
+def _sdpa_magnitudes(q, k, v_, weights, d_out, tiny):
     """The backward of attention on magnitudes (all inputs >= 0), and the largest score.
 
     ``dZ`` becomes ``A * (dA + rowsum(dA * A))``: every term that the true ``dZ`` adds or
-    subtracts, counted with its absolute value.
+    subtracts, counted with its absolute value. ``tiny`` (the dtype's smallest normal
+    number) is added to every rounded intermediate and result, for underflow (see
+    :func:`gradient_tolerance`); the weights are expected to carry it already.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
     c_max = float(np.matmul(q, k.swapaxes(-1, -2)).max()) * scale
-    d_v = np.matmul(weights.swapaxes(-1, -2), d_out)
-    d_a = np.matmul(d_out, v_.swapaxes(-1, -2))
-    d_s = weights * (d_a + np.einsum("...j,...j->...", d_a, weights)[..., None]) * scale
-    return np.matmul(d_s, k), np.matmul(d_s.swapaxes(-1, -2), q), d_v, c_max
+    d_v = np.matmul(weights.swapaxes(-1, -2), d_out) + tiny  # (..., S, Dv)
+    d_a = np.matmul(d_out, v_.swapaxes(-1, -2)) + tiny  # (..., L, S)
+    d_s = weights * (d_a + np.einsum("...j,...j->...", d_a, weights)[..., None] + tiny) * scale
+    d_s += tiny  # (..., L, S)
+    return np.matmul(d_s, k) + tiny, np.matmul(d_s.swapaxes(-1, -2), q) + tiny, d_v, c_max
 
 
 def attention_gradient_tolerance(
@@ -623,7 +626,8 @@ def attention_gradient_tolerance(
     """How far two routes to the gradients of :func:`scaled_dot_product_attention` may differ.
 
     The bound of :func:`gradient_tolerance` for attention alone: the backward run in float64
-    on magnitudes (absolute values, and ``A * (dA + rowsum(dA * A))`` for the softmax), times
+    on magnitudes (absolute values, and ``A * (dA + rowsum(dA * A))`` for the softmax, with
+    the dtype's ``tiny`` added to every rounded stage for underflow), times
     ``2 (8 + 4c + 4) gamma_n``: at most 8 rounded stages, and the weights' own relative error
     ``(4c + 4) gamma_n`` from the forward, ``c`` the largest score magnitude and ``n`` the
     longest sum.
@@ -652,7 +656,8 @@ def attention_gradient_tolerance(
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
     c.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
     q, k, v_, a, d_o = (np.abs(x).astype(np.float64) for x in (query, key, value, weights, d_out))
-    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, v_, a, d_o)
+    tiny = float(np.finfo(query.dtype).tiny)  # for underflow, as in gradient_tolerance
+    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, v_, a + tiny, d_o, tiny)
     n = max(L, S, query.shape[-1], value.shape[-1])
     factor = 2 * (8 + 4 * c_max + 4) * gamma(query.dtype, n)
     return (
@@ -676,6 +681,17 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     magnitude (as in :func:`mha.tiled.attention_tolerance`). The tolerance is twice
     ``(10 + 4c + 4) gamma_n`` times the magnitude.
 
+    Underflow. The bound ``|fl(x) - x| <= u |x|`` holds in the normal range only; a result
+    below the smallest normal number ``tiny`` is rounded to a multiple of the smallest
+    subnormal ``eta = 2 u tiny``, with an absolute error up to ``eta / 2 = u tiny``. So every
+    rounding errs by at most ``u (|x| + tiny)`` (Higham, 2nd ed., eq. 2.8), and a sum of
+    ``n`` rounded products by at most ``gamma_n (sum_k |x_k y_k| + tiny)``. The magnitude
+    pass therefore adds ``tiny`` to every rounded intermediate (projections, weights, each
+    stage of the backward and each gradient) before it is used, so the underflow errors are
+    carried through the later stages as the relative ones are. This matters only where a
+    gradient is itself near or below ``tiny`` (in float32, about ``1e-38``: weights like
+    ``e^-97``, whose gradients are subnormal and differ between routes by a few ``eta``).
+
     It forms the ``(B, H, L, S)`` weights (recomputed for the tiled form), so it is meant for
     tests and examples, not for long sequences.
 
@@ -695,28 +711,33 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     _check_d_out(saved, d_out)
     p = saved.params.map(lambda a: np.abs(a).astype(np.float64))
     H, H_kv = p.num_heads, p.num_kv_heads
+    tiny = float(np.finfo(saved.query.dtype).tiny)  # u tiny bounds an underflow's error
     weights = _group(saved.weights, H, H_kv)  # (B, H_kv, G, L, S)
     if weights is None:
         q_g = _group(saved.q, H, H_kv)  # (B, H_kv, G, L, Dh)
         k_g, v_g = _group_kv(saved.k, H, H_kv), _group_kv(saved.v, H, H_kv)  # (B, H_kv, 1, S, Dh)
         mask = _validate.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
         weights = np_backend.scaled_dot_product_attention(q_g, k_g, v_g, mask)[1]
-    A = weights.astype(np.float64)  # (B, H_kv, G, L, S)
+    A = weights.astype(np.float64) + tiny  # (B, H_kv, G, L, S)
     inputs = [np.abs(x).astype(np.float64) for x in (saved.query, saved.key, saved.value)]
-    q = _group(np_backend.split_heads(_linear(inputs[0], p.w_q, p.b_q), H), H, H_kv)
+    q = _group(np_backend.split_heads(_linear(inputs[0], p.w_q, p.b_q) + tiny, H), H, H_kv)
     k, val = (  # (B, H_kv, 1, S, Dh)
-        _group_kv(np_backend.split_heads(_linear(x, w, b), H_kv), H, H_kv)
+        _group_kv(np_backend.split_heads(_linear(x, w, b) + tiny, H_kv), H, H_kv)
         for x, w, b in ((inputs[1], p.w_k, p.b_k), (inputs[2], p.w_v, p.b_v))
     )
     d_out_abs = np.abs(d_out).astype(np.float64)
-    concat = np_backend.merge_heads(_ungroup(A @ val, H, H_kv))  # (B, L, D)
-    d_concat, d_w_o, d_b_o = _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None)
+    concat = np_backend.merge_heads(_ungroup(A @ val + tiny, H, H_kv))  # (B, L, D)
+    d_concat, d_w_o, d_b_o = (
+        g if g is None else g + tiny
+        for g in _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None)
+    )
     d_heads = _group(merge_heads(d_concat, H), H, H_kv)  # (B, H_kv, G, L, Dh)
-    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, val, A, d_heads)
+    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, val, A, d_heads, tiny)
+    bias = p.b_qkv is not None
     d_q = _ungroup(d_q, H, H_kv)  # (B, H, L, Dh)
     d_k, d_v = (_ungroup(_unbroadcast(g, k.shape), H, H_kv) for g in (d_k, d_v))  # (B, H_kv, S, Dh)
     grads = [
-        _linear_backward(x, w, split_heads(d), p.b_qkv is not None)
+        [g if g is None else g + tiny for g in _linear_backward(x, w, split_heads(d), bias)]
         for x, w, d in zip(inputs, (p.w_q, p.w_k, p.w_v), (d_q, d_k, d_v), strict=True)
     ]
     B, L, D = saved.query.shape
