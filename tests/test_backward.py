@@ -454,3 +454,19 @@ def test_gradient_tolerance_covers_gradients_below_the_normal_range() -> None:
     assert tol.d_value[0, 2].min() >= info.smallest_subnormal
     checks = G.compare_with_autograd(query, key, value, params, d_out)
     assert all(c.within for c in checks.values()), {n: c.used for n, c in checks.items()}
+
+
+def test_gradient_tolerance_refuses_the_d_out_that_the_backward_refuses() -> None:
+    params, query, key, value, d_out = layer_inputs(
+        1, 3, 4, 8, 2, dtype=np.float64, bias=True, seed=0, self_attention=False
+    )
+    _, saved = G.multi_head_attention_forward(query, key, value, params)
+    for fn in (G.multi_head_attention, G.gradient_tolerance):
+        with pytest.raises(TypeError, match="all inputs and parameters must share one dtype"):
+            fn(saved, d_out.astype(np.float32))
+        with pytest.raises(ValueError, match=r"d_out must have shape \(B, L, D\)"):
+            fn(saved, d_out[:, :2])
+        with pytest.raises(ValueError, match="d_out must be finite"):
+            fn(saved, np.full_like(d_out, np.nan))
+        with pytest.raises(TypeError, match="saved must be MHASaved; got NoneType"):
+            fn(None, d_out)

@@ -408,8 +408,8 @@ class MHASaved:
         mask: its mask, or ``None``.
         form: ``"fused"`` (weights stored) or ``"tiled"`` (log-sum-exp stored).
         q: per-head queries ``(B, H, L, Dh)``.
-        k: per-head keys ``(B, H, S, Dh)``.
-        v: per-head values ``(B, H, S, Dh)``.
+        k: per-head keys ``(B, H_kv, S, Dh)`` (``H_kv = H`` for multi-head attention).
+        v: per-head values ``(B, H_kv, S, Dh)``.
         heads: per-head attention outputs ``(B, H, L, Dh)``.
         weights: the attention weights ``(B, H, L, S)`` (fused form), else ``None``.
         lse: the log-sum-exp ``(B, H, L)`` (tiled form), else ``None``.
