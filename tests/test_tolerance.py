@@ -351,3 +351,53 @@ def test_attention_tolerance_takes_torch_and_numpy_of_one_dtype() -> None:
 def test_a_dtype_of_none_is_refused_not_read_as_float64(fn) -> None:
     with pytest.raises(TypeError, match=r"dtype must be a floating dtype; got None"):
         fn(None)
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: tolerance.max_abs_diff(None, np.ones(2)), TypeError, r"actual must be an array"),
+        (lambda: tolerance.max_abs_diff(np.ones(2), [1, [2]]), ValueError, r"expected must be a "),
+        (lambda: tolerance.max_abs_diff(np.ones(2), np.ones(2) * 1j), TypeError, r"real numbers"),
+        (lambda: tolerance.is_close(np.ones(2), np.ones(2), None), TypeError, r"tolerance must"),
+        (
+            lambda: tolerance.assert_close(np.ones(2), np.ones(2), np.ones(3)),
+            ValueError,
+            r"tolerance must broadcast to the shape of actual \(2,\); got \(3,\)",
+        ),
+        (
+            lambda: tolerance.assert_close(torch.ones(2, device="meta"), np.ones(2), 0.0),
+            TypeError,
+            r"actual must hold values; got a meta tensor",
+        ),
+        (
+            lambda: tolerance.matmul_tolerance(np.ones((2, 3, 4)), np.ones((3, 4, 5))),
+            ValueError,
+            r"a and b must have broadcastable leading \(batch\) dimensions",
+        ),
+        (
+            lambda: tolerance.matmul_tolerance(np.full((2, 2), np.nan), np.ones((2, 2))),
+            ValueError,
+            r"a must be finite",
+        ),
+        (
+            lambda: tolerance.matmul_tolerance([[1.0]], np.ones((1, 1))),
+            TypeError,
+            r"a must be a floating array or tensor; got list",
+        ),
+        (
+            lambda: tolerance.matmul_tolerance(np.ones((2, 2)), None),
+            TypeError,
+            r"b must be a floating array or tensor; got NoneType",
+        ),
+        (lambda: tolerance.rounding_tolerance(None, terms=3), TypeError, r"got None"),
+        (
+            lambda: tolerance.softmax_tolerance(None, logit_scale=1.0, d_head=2, kv_len=3),
+            TypeError,
+            r"dtype must be a floating dtype; got None",
+        ),
+    ],
+)
+def test_comparison_helpers_refuse_what_they_cannot_compare(call, exc, match) -> None:
+    with pytest.raises(exc, match=match):
+        call()
