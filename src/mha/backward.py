@@ -284,7 +284,13 @@ def split_heads(d_heads: np.ndarray) -> np.ndarray:
 
     Returns:
         The gradient with respect to the tensor before the split.
+
+    Raises:
+        ValueError: if ``d_heads`` is not 4-D or not finite.
+        TypeError: if ``d_heads`` is not a float32/float64 NumPy array.
     """
+    c.check_array("d_heads", d_heads)
+    _validate.check_rank("d_heads", d_heads, 4, "(B, H, L, Dh)")
     return np_backend.merge_heads(d_heads)
 
 
@@ -300,7 +306,15 @@ def merge_heads(d_x: np.ndarray, num_heads: int) -> np.ndarray:
 
     Returns:
         The gradient with respect to the per-head tensor.
+
+    Raises:
+        ValueError: if ``d_x`` is not 3-D or not finite, or ``num_heads`` is below 1 or
+            does not divide its width.
+        TypeError: if ``d_x`` is not a float32/float64 NumPy array, or ``num_heads`` is not
+            an int.
     """
+    c.check_array("d_x", d_x)
+    _validate.check_rank("d_x", d_x, 3, "(B, L, D)")
     return np_backend.split_heads(d_x, num_heads)
 
 

@@ -60,6 +60,14 @@ def _torch_format(name: str, dtype: Any) -> None:
         raise TypeError(f"{name} must be a floating torch.dtype; got {describe(dtype)}")
 
 
+def _check_values(values: Any) -> None:
+    """The terms of :func:`sequential_sum` and :func:`pairwise_sum`: a tensor with values."""
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"values must be a torch.Tensor; got {type(values).__name__}")
+    if values.device.type == "meta":
+        raise TypeError("values must hold values; got a meta tensor")
+
+
 def spacing(value: float, dtype: Any) -> float:
     """The gap between consecutive numbers of ``dtype`` at ``|value|`` (one unit in the last place).
 
@@ -146,6 +154,9 @@ def sequential_sum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     This is the accumulation of a naive loop in a low-precision format (PyTorch's own
     ``sum`` and ``cumsum`` accumulate float16 and bfloat16 in float32 on the CPU).
 
+    The terms are converted to ``dtype`` as they are, of any dtype; NaN or infinite terms
+    are summed like any other (the result is NaN or infinite).
+
     Args:
         values: the terms.
         dtype: the floating dtype of the accumulator.
@@ -161,10 +172,10 @@ def sequential_sum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
     Raises:
         ValueError: if ``values`` is 0-D.
-        TypeError: if ``values`` is not a tensor or ``dtype`` is not a floating dtype.
+        TypeError: if ``values`` is not a tensor or is a ``meta`` tensor, or ``dtype`` is
+            not a floating ``torch.dtype``.
     """
-    if not isinstance(values, torch.Tensor):
-        raise TypeError(f"values must be a torch.Tensor; got {type(values).__name__}")
+    _check_values(values)
     _torch_format("dtype", dtype)
     if values.ndim < 1:
         raise ValueError(f"values must have shape (..., n); got 0-D shape {tuple(values.shape)}")
@@ -183,6 +194,9 @@ def pairwise_sum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     with a low-precision accumulator: its error grows as ``log2 n`` roundings, not ``n``, but
     each rounding is the format's.
 
+    The terms are converted to ``dtype`` as they are, of any dtype; NaN or infinite terms
+    are summed like any other (the result is NaN or infinite).
+
     Args:
         values: the terms.
         dtype: the floating dtype of the partial sums.
@@ -195,10 +209,10 @@ def pairwise_sum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
     Raises:
         ValueError: if ``values`` is 0-D or has no terms.
-        TypeError: if ``values`` is not a tensor or ``dtype`` is not a floating dtype.
+        TypeError: if ``values`` is not a tensor or is a ``meta`` tensor, or ``dtype`` is
+            not a floating ``torch.dtype``.
     """
-    if not isinstance(values, torch.Tensor):
-        raise TypeError(f"values must be a torch.Tensor; got {type(values).__name__}")
+    _check_values(values)
     _torch_format("dtype", dtype)
     if values.ndim < 1 or values.shape[-1] == 0:
         raise ValueError(

@@ -127,12 +127,13 @@ def softmax_stats(
         ``row_sum = sum_j exp(s_j - row_max)`` over them (0 when none is allowed).
 
     Raises:
-        ValueError: if ``scores`` is 0-D or not finite, or ``mask`` does not broadcast.
-        TypeError: if ``scores`` is not a float array or ``mask`` is not boolean.
+        ValueError: if ``scores`` is 0-D, has no columns (S = 0) or is not finite, or
+            ``mask`` does not broadcast.
+        TypeError: if ``scores`` is not a float32/float64 array or ``mask`` is not boolean.
     """
     c.check_array("scores", scores)
-    if scores.ndim < 1:
-        raise ValueError(f"scores must have shape (..., S); got 0-D shape {scores.shape}")
+    if scores.ndim < 1 or scores.shape[-1] == 0:
+        raise ValueError(f"scores must have shape (..., S) with S >= 1; got shape {scores.shape}")
     if mask is not None:
         c.check_mask(mask, scores.shape, "scores.shape")
     row_max, row_sum = _stats(scores, mask)
@@ -596,7 +597,7 @@ def attention_tolerance(
         np.linalg.norm(query, axis=-1).max() * np.linalg.norm(key, axis=-1).max() / math.sqrt(Dh)
     )
     terms = max(S, Dh)
-    v_max = float(np.abs(value).max())
+    v_max = float(np.abs(value).max()) if value.size else 0.0  # Dv = 0: an empty output
     out_tol = rounding_tolerance(query.dtype, terms=terms, scale=v_max * (4 * c_max + 4))
     lse_tol = rounding_tolerance(query.dtype, terms=terms, scale=3 * c_max + 1 + math.log(S))
     return out_tol, lse_tol
