@@ -1905,6 +1905,19 @@ def _numeric_cases():
             lambda a: tb.softmax_stats(**a),
             {"scores": [*_ONE_ARRAY_BAD, "0-D"]}, {}, None,
         ),
+        "tiled.combine_stats": (
+            lambda rng, dt: {
+                "max_a": rng.standard_normal((2, 3)).astype(dt),
+                "sum_a": (1 + rng.random((2, 3))).astype(dt),
+                "max_b": rng.standard_normal((2, 3)).astype(dt),
+                "sum_b": (1 + rng.random((2, 3))).astype(dt),
+            },
+            lambda a: tb.combine_stats(**a),
+            {"max_a": ["None", "nan", "int", "float16", "mixed", "masked", "tensor", "list",
+                       "width+1"],
+             "sum_b": ["None", "nan", "inf", "int", "mixed", "tensor", "width+1"]},
+            {}, None,
+        ),
         "backward.scaled_dot_product_attention": (
             sdpa_grads,
             lambda a: G.scaled_dot_product_attention(

@@ -19,6 +19,11 @@ output projection, masks) from what :func:`multi_head_attention_forward` saved, 
 :func:`compare_with_autograd` checks it against PyTorch autograd within
 :func:`gradient_tolerance`.
 
+Grouped-query attention (``H_kv < H`` key/value heads, :class:`mha.MHAParams`) is the
+general case: each key/value head serves the ``G = H / H_kv`` query heads of its group, and
+since it is used ``G`` times its gradient, and those of ``W_k``, ``W_v`` and their biases,
+are the sums over the group (multi-head attention is ``H_kv = H``, multi-query ``H_kv = 1``).
+
 Masked entries have zero weight and so zero gradient; a fully masked query row has zero
 output and passes no gradient to the queries, keys or values.
 """
@@ -483,7 +488,9 @@ def multi_head_attention_forward(
 
     The ``"fused"`` form stores the ``(B, H, L, S)`` weights; the ``"tiled"`` form runs
     :func:`mha.tiled.attention` and stores only the ``(B, H, L)`` log-sum-exp. Both store the
-    per-head queries, keys, values and outputs, ``O(B L D)`` numbers.
+    per-head queries, keys, values and outputs, ``O(B L D)`` numbers. With grouped-query
+    parameters the keys and values have ``H_kv`` heads, each shared by a group of ``G``
+    query heads (broadcast, not copied).
 
     Args:
         query: queries.

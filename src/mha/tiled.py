@@ -172,8 +172,8 @@ def combine_stats(
         ``(m, l)`` of the union of the two blocks.
 
     Raises:
-        ValueError: if a maximum is NaN or ``+inf``, a sum is negative or not finite, or the
-            combined sum overflows the dtype.
+        ValueError: if a maximum is NaN or ``+inf``, a sum is negative or not finite, the
+            shapes do not broadcast, or the combined sum overflows the dtype.
         TypeError: if an input is not a float array, or the dtypes differ.
     """
     for name, m in (("max_a", max_a), ("max_b", max_b)):
@@ -185,6 +185,13 @@ def combine_stats(
         if (s < 0).any():
             raise ValueError(f"{name} must be >= 0; got a negative sum")
     _validate.check_same_dtype({"max_a": max_a, "sum_a": sum_a, "max_b": max_b, "sum_b": sum_b})
+    try:
+        np.broadcast_shapes(max_a.shape, sum_a.shape, max_b.shape, sum_b.shape)
+    except ValueError:
+        raise ValueError(
+            "max_a, sum_a, max_b and sum_b must broadcast to one shape; got "
+            f"{max_a.shape}, {sum_a.shape}, {max_b.shape}, {sum_b.shape}"
+        ) from None
     row_max, row_sum = _combine(max_a, sum_a, max_b, sum_b)
     c.check_result("combine_stats sum", row_sum)
     return row_max, row_sum
@@ -275,7 +282,8 @@ def softmax_tolerance(dtype: Any, *, terms: int, merges: int) -> tuple[float, fl
         ``(relative tolerance of l, absolute tolerance of each weight)``.
 
     Raises:
-        TypeError: if ``terms`` or ``merges`` is not an int, or ``dtype`` is not floating.
+        TypeError: if ``terms`` or ``merges`` is not an int, or ``dtype`` is ``None`` or not
+            floating.
         ValueError: if ``terms < 1``, ``merges < 0``, or the row is too long for the dtype.
     """
     g = gamma(dtype, terms)
