@@ -153,9 +153,12 @@ def scaled_dot_product_attention(
         ``(d_query, d_key, d_value)``.
 
     Raises:
-        ValueError: on mismatched shapes, non-finite inputs, or gradients that overflow the
-            dtype.
-        TypeError: on non-float or mixed dtypes.
+        ValueError: if an input has fewer than 2 dimensions, the widths of query and key or
+            the lengths of key and value differ, the head width is 0, a length is 0, the
+            leading dimensions do not broadcast, ``weights`` is not ``(..., L, S)`` or
+            ``d_out`` not ``(..., L, Dv)`` of the broadcast leading shape, an input is not
+            finite, or a gradient overflows the dtype.
+        TypeError: if an input is not a float32/float64 NumPy array, or the dtypes differ.
     """
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
     c.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
@@ -258,9 +261,10 @@ def tiled_attention(
         ``(d_query, d_key, d_value)``.
 
     Raises:
-        ValueError: on mismatched shapes, non-finite inputs (``lse`` may be ``-inf``), a mask
-            that does not broadcast, a block size below 1, or gradients that overflow the
-            dtype.
+        ValueError: on the shapes refused by :func:`scaled_dot_product_attention` (and
+            ``out`` not ``d_out``'s shape, ``lse`` not ``(..., L)``), non-finite inputs
+            (``lse`` may be ``-inf``), a mask that does not broadcast, a block size below 1,
+            or gradients that overflow the dtype.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, a non-int block size or
             a ``causal`` that is not a bool.
     """
@@ -347,8 +351,9 @@ def linear(
         ``(d_x, d_weight, d_bias)``.
 
     Raises:
-        ValueError: on mismatched shapes, non-finite inputs, or gradients that overflow the
-            dtype.
+        ValueError: if ``weight`` is not 2-D, the width of ``x`` is not ``weight``'s rows,
+            ``d_y`` is not ``(*x.shape[:-1], D_out)``, an input is not finite, or a gradient
+            overflows the dtype.
         TypeError: on non-float or mixed dtypes, or a ``bias`` that is not a bool.
     """
     for name, a in (("x", x), ("weight", weight), ("d_y", d_y)):
