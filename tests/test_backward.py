@@ -470,3 +470,14 @@ def test_gradient_tolerance_refuses_the_d_out_that_the_backward_refuses() -> Non
             fn(saved, np.full_like(d_out, np.nan))
         with pytest.raises(TypeError, match="saved must be MHASaved; got NoneType"):
             fn(None, d_out)
+
+
+@pytest.mark.parametrize("form", G.BACKWARD_FORMS)
+def test_grouped_query_self_attention_gradients_within_the_tolerance(form) -> None:
+    params = mha.init_params(12, 6, num_kv_heads=2, seed=5, dtype=np.float32)
+    x, d_out = arrays((2, 5, 12), (2, 5, 12), dtype=np.float32, seed=6)
+    checks = G.compare_with_autograd(
+        x, x, x, params, d_out, np_backend.causal_mask(5), form=form, block_q=2, block_kv=2
+    )
+    assert list(checks) == ["d inputs", "d w_qkv", "d w_o", "d b_qkv", "d b_o"]
+    assert all(c.within for c in checks.values()), {n: c.used for n, c in checks.items()}
