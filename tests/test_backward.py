@@ -335,3 +335,149 @@ def test_a_gradient_check_fails_outside_its_tolerance() -> None:
     check = G._check_against(ours, theirs, np.array([0.1, 0.1]))
     assert not check.within and check.used == pytest.approx(5.0)
     assert check.difference == 0.5 and check.largest == 2.5  # exact: 2.5 - 2.0 in binary
+
+
+# ---- grouped-query attention ---------------------------------------------------------------
+
+
+def _gqa_masks(B, H, L, S):
+    rng = np.random.default_rng(5)
+    rows = rng.random((B, H, L, S)) < 0.7
+    rows[1, 2, 0] = False  # one fully masked row in one head of the second group
+    return {
+        "none": None,
+        "causal": np_backend.causal_mask(L, S),
+        "padding": np_backend.key_padding_mask([S, 2], S),
+        "per head": rows,
+    }
+
+
+@pytest.mark.parametrize("form", G.BACKWARD_FORMS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("num_kv_heads", [4, 2, 1])  # every H_kv dividing H = 4: MHA, GQA, MQA
+@pytest.mark.parametrize("mask_kind", ["none", "causal", "padding", "per head"])
+def test_grouped_query_gradients_equal_autograd(num_kv_heads, dtype, form, mask_kind) -> None:
+    B, L, S, D, H = 2, 5, 6, 16, 4
+    params = mha.init_params(D, H, num_kv_heads=num_kv_heads, seed=3, dtype=dtype)
+    query, key, value, d_out = arrays((B, L, D), (B, S, D), (B, S, D), (B, L, D), dtype=dtype)
+    mask = _gqa_masks(B, H, L, S)[mask_kind]
+    out, saved = G.multi_head_attention_forward(
+        query, key, value, params, mask, form=form, block_q=2, block_kv=4
+    )
+    ref, _ = np_backend.multi_head_attention(query, key, value, params, mask)
+    assert_close(out, ref, mha.tolerance.attention_tolerance(query, key, value, params, mask)[0])
+    grads = G.multi_head_attention(saved, d_out)
+    Dkv = D // H * num_kv_heads
+    assert grads.d_params.w_qkv.shape == (D, D + 2 * Dkv)
+    assert grads.d_params.num_kv_heads == num_kv_heads
+    tol = G.gradient_tolerance(saved, d_out)
+    t_out, t_params, t_dq, t_dk, t_dv = autograd_gradients(params, query, key, value, mask, d_out)
+    for name, g, r, t in (
+        ("d_query", grads.d_query, t_dq, tol.d_query),
+        ("d_key", grads.d_key, t_dk, tol.d_key),
+        ("d_value", grads.d_value, t_dv, tol.d_value),
+        *((f"d_params.{n}", getattr(grads.d_params, n), t_params[n], getattr(tol.d_params, n))
+          for n in ("w_qkv", "w_o", "b_qkv", "b_o")),
+    ):  # fmt: skip
+        assert_close(g, r, t, name=name)
+    checks = G.compare_with_autograd(
+        query, key, value, params, d_out, mask, form=form, block_q=2, block_kv=4
+    )
+    assert all(c.within for c in checks.values())
+
+
+def test_grouped_query_key_gradients_sum_over_their_group() -> None:
+    """d W_k of a grouped layer is the sum, over each group, of the d W_k of the multi-head
+    layer with that key head repeated (the repeated heads are tied copies)."""
+    B, L, S, D, H, H_kv = 1, 3, 4, 8, 4, 2
+    params = mha.init_params(D, H, num_kv_heads=H_kv, seed=1)
+    query, key, value, d_out = arrays((B, L, D), (B, S, D), (B, S, D), (B, L, D), seed=2)
+    _, saved = G.multi_head_attention_forward(query, key, value, params)
+    grads, tol = G.multi_head_attention(saved, d_out), G.gradient_tolerance(saved, d_out)
+    wide = mha.params.repeat_kv_heads(params)
+    _, wide_saved = G.multi_head_attention_forward(query, key, value, wide)
+    wide_grads = G.multi_head_attention(wide_saved, d_out)
+    wide_tol = G.gradient_tolerance(wide_saved, d_out)
+    Dh, G_ = D // H, H // H_kv
+
+    def group_sum(x):  # (D, H Dh) -> (D, H_kv Dh), summed over the G copies of each head
+        return x.reshape(D, H_kv, G_, Dh).sum(axis=2).reshape(D, H_kv * Dh)
+
+    for block in ("w_k", "w_v"):  # each route within half its tolerance of the exact value
+        d_wide = group_sum(getattr(wide_grads.d_params, block))
+        bound = getattr(tol.d_params, block) + group_sum(getattr(wide_tol.d_params, block))
+        assert_close(getattr(grads.d_params, block), d_wide, bound, name=f"d {block}")
+    assert_close(grads.d_query, wide_grads.d_query, tol.d_query + wide_tol.d_query)
+
+
+def test_linear_refuses_an_input_width_other_than_the_weights_rows() -> None:
+    x, w, d_y = arrays((2, 3, 4), (3, 5), (2, 3, 5))
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., D_in\) with D_in = "):
+        G.linear(x, w, d_y)
+    with pytest.raises(ValueError, match=r"d_y must have shape \(\.\.\., D_out\)"):
+        G.linear(x[..., :3], w, d_y[..., :4])
+
+
+# ---- underflow ------------------------------------------------------------------------------
+
+
+def _underflowing_layer():
+    """float32, H = 1, W_q = W_k = I: key 2 scores about 97 below key 0 for every query, so
+    its weights are about e^-97 = 1e-42 (subnormal in float32) and so are its gradients."""
+    rng = np.random.default_rng(2)
+    D, L, S, f = 4, 3, 3, np.float32
+    eye = np.eye(D)
+    w_v, w_o = rng.standard_normal((D, D)), rng.standard_normal((D, D))
+    params = mha.MHAParams(
+        np.concatenate([eye, eye, w_v], 1).astype(f), w_o.astype(f), None, None, 1
+    )
+    q = np.zeros((1, L, D))
+    q[..., 0] = 10.0
+    q[..., 1:] = 0.1 * rng.standard_normal((1, L, D - 1))
+    k = 0.1 * rng.standard_normal((1, S, D))
+    k[0, :, 0] = [10.0, 0.3, -9.3]
+    v, d_out = rng.standard_normal((1, S, D)), rng.standard_normal((1, L, D))
+    return params, *(x.astype(f) for x in (q, k, v, d_out))
+
+
+def test_gradient_tolerance_covers_gradients_below_the_normal_range() -> None:
+    params, query, key, value, d_out = _underflowing_layer()
+    _, saved = G.multi_head_attention_forward(query, key, value, params)
+    grads, tol = G.multi_head_attention(saved, d_out), G.gradient_tolerance(saved, d_out)
+    info = np.finfo(np.float32)
+    assert saved.weights[..., 2].max() < info.tiny  # the weights of key 2 are subnormal
+    assert 0 < np.abs(grads.d_key[0, 2]).max() < info.tiny  # and so is its gradient
+    # A subnormal result is rounded to a multiple of the smallest subnormal: two routes can
+    # differ by one at least, and the bound must allow it (without the underflow term it was
+    # 0.2 of that here, and autograd's gradient differed from this one by 5 times the bound).
+    assert tol.d_key[0, 2].min() >= info.smallest_subnormal
+    assert tol.d_value[0, 2].min() >= info.smallest_subnormal
+    checks = G.compare_with_autograd(query, key, value, params, d_out)
+    assert all(c.within for c in checks.values()), {n: c.used for n, c in checks.items()}
+
+
+def test_gradient_tolerance_refuses_the_d_out_that_the_backward_refuses() -> None:
+    params, query, key, value, d_out = layer_inputs(
+        1, 3, 4, 8, 2, dtype=np.float64, bias=True, seed=0, self_attention=False
+    )
+    _, saved = G.multi_head_attention_forward(query, key, value, params)
+    for fn in (G.multi_head_attention, G.gradient_tolerance):
+        with pytest.raises(TypeError, match="all inputs and parameters must share one dtype"):
+            fn(saved, d_out.astype(np.float32))
+        with pytest.raises(ValueError, match=r"d_out must have shape \(B, L, D\)"):
+            fn(saved, d_out[:, :2])
+        with pytest.raises(ValueError, match="d_out must be finite"):
+            fn(saved, np.full_like(d_out, np.nan))
+        with pytest.raises(TypeError, match="saved must be MHASaved; got NoneType"):
+            fn(None, d_out)
+
+
+@pytest.mark.parametrize("form", G.BACKWARD_FORMS)
+def test_grouped_query_self_attention_gradients_within_the_tolerance(form) -> None:
+    params = mha.init_params(12, 6, num_kv_heads=2, seed=5, dtype=np.float32)
+    x, d_out = arrays((2, 5, 12), (2, 5, 12), dtype=np.float32, seed=6)
+    checks = G.compare_with_autograd(
+        x, x, x, params, d_out, np_backend.causal_mask(5), form=form, block_q=2, block_kv=2
+    )
+    assert list(checks) == ["d inputs", "d w_qkv", "d w_o", "d b_qkv", "d b_o"]
+    assert all(c.within for c in checks.values()), {n: c.used for n, c in checks.items()}

@@ -21,11 +21,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 import mha
+import mha.backward
 import mha.bottleneck
 import mha.examples
 import mha.kv_cache
 import mha.measure
 import mha.plotting
+import mha.precision
 import mha.pretrained
 import mha.subspaces
 import mha.tasks
@@ -1666,3 +1668,432 @@ def test_flags_of_every_public_function_must_be_bools(call: Callable[[], Any]) -
 def test_numbers_of_other_public_functions_are_checked(call, exc, match) -> None:
     with pytest.raises(exc, match=match):
         call()
+
+
+# ---- a head width of zero: one clear error everywhere ---------------------------------------
+
+_ZERO_WIDTH = r"query and key must have a head width Dh \(last dimension\) of at least 1"
+
+
+def _zero_width_qkv():
+    q = np.zeros((2, 3, 0))
+    v = np.ones((2, 4, 2))
+    return q, np.zeros((2, 4, 0)), v
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda q, k, v: np_backend.scaled_dot_product_attention(q, k, v), id="numpy"),
+        pytest.param(
+            lambda q, k, v: torch_backend.scaled_dot_product_attention(
+                *(torch.from_numpy(x) for x in (q, k, v))
+            ),
+            id="torch",  # the CPU shortcut, without autograd
+        ),
+        pytest.param(
+            lambda q, k, v: torch_backend.scaled_dot_product_attention(
+                *(torch.from_numpy(x).requires_grad_() for x in (q, k, v))
+            ),
+            id="torch-autograd",
+        ),
+        pytest.param(lambda q, k, v: mha.tiled.attention(q, k, v), id="tiled"),
+        pytest.param(lambda q, k, v: mha.tiled.three_pass_attention(q, k, v), id="three-pass"),
+        pytest.param(lambda q, k, v: mha.tiled.attention_tolerance(q, k, v), id="tolerance"),
+        pytest.param(
+            lambda q, k, v: mha.backward.scaled_dot_product_attention(
+                q, k, v, np.ones((2, 3, 4)), np.ones((2, 3, 2))
+            ),
+            id="backward",
+        ),
+        pytest.param(
+            lambda q, k, v: mha.precision.rounded_attention(
+                *(torch.from_numpy(x) for x in (q, k, v))
+            ),
+            id="rounded",
+        ),
+    ],
+)
+def test_a_zero_head_width_is_refused_alike_everywhere(call) -> None:
+    """The scores divide by sqrt(Dh): with Dh = 0 every backend and form refuses, instead of
+    a ZeroDivisionError or a uniform average with a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no RuntimeWarning before the error
+        with pytest.raises(ValueError, match=_ZERO_WIDTH):
+            call(*_zero_width_qkv())
+
+
+# ---- generated bad inputs of the numeric modules: tiled, backward, precision, tolerance ----
+#
+# Each case is one public function with valid arguments, then (seven times in eight) one
+# argument replaced by a mutation. A "bad" mutation must be refused by mha's own error; a
+# "same" mutation (the same numbers in another container: a tensor or a list for an array)
+# must be refused by mha's own error or give exactly the valid call's result. The valid call
+# itself must succeed and agree with a reference route within the library's tolerance.
+
+
+def _nan(a):
+    b = np.array(a, dtype=np.float64 if a.dtype.kind != "f" else a.dtype, copy=True)
+    b.flat[0] = np.nan
+    return b
+
+
+def _inf(a):
+    b = np.array(a, copy=True)
+    b.flat[-1] = -np.inf
+    return b
+
+
+def _tnan(t):
+    t = t.clone()
+    t.view(-1)[0] = float("nan")
+    return t
+
+
+_MUTATIONS = {
+    "None": lambda a: None,
+    "nan": _nan,
+    "inf": _inf,
+    "int": lambda a: a.astype(np.int64),
+    "float16": lambda a: a.astype(np.float16),
+    "mixed": lambda a: a.astype(np.float32 if a.dtype == np.float64 else np.float64),
+    "masked": lambda a: np.ma.masked_array(a, mask=np.zeros(a.shape, bool)),
+    "tensor": lambda a: torch.from_numpy(np.array(a)),
+    "list": lambda a: np.asarray(a).tolist(),
+    "width+1": lambda a: np.concatenate([a, a[..., :1]], axis=-1),
+    "length+1": lambda a: np.concatenate([a, a[..., :1, :]], axis=-2),
+    "batch+1": lambda a: np.concatenate([a, a[:1]], axis=0),
+    "0-D": lambda a: np.asarray(a).reshape(-1)[0],
+    "float mask": lambda m: np.where(m, 0.0, -np.inf),
+    "mask shape": lambda m: np.ones((m.shape[-2] + 1, m.shape[-1]), bool),
+    "t-nan": _tnan,
+    "t-meta": lambda t: t.to("meta"),
+    "t-int": lambda t: t.long(),
+    "t-numpy": lambda t: t.numpy(),
+    "t-batch+1": lambda t: torch.cat([t, t[:1]], dim=0),
+    "t-width+1": lambda t: torch.cat([t, t[..., :1]], dim=-1),
+    "zero": lambda x: 0,
+    "negative": lambda x: -1,
+    "fraction": lambda x: 1.5,
+    "bool": lambda x: True,
+    "string": lambda x: "1",
+    "nan number": lambda x: float("nan"),
+    "inf number": lambda x: float("inf"),
+    "huge": lambda x: 1e39,  # beyond float16's and float32's largest
+    "int dtype": lambda d: np.int32,
+    "torch int dtype": lambda d: torch.int8,
+    "numpy float dtype": lambda d: np.float16,
+    "not a dtype": lambda d: "nope",
+    "dict": lambda p: {},
+    "other width": lambda p: init_params(6, 2, seed=0),
+    "tuple": lambda s: (),
+}
+
+_ARRAY_BAD = ["None", "nan", "inf", "int", "float16", "mixed", "masked", "tensor", "list"]
+_ONE_ARRAY_BAD = [m for m in _ARRAY_BAD if m != "mixed"]  # one float array: any float dtype
+_NUMBER_BAD = ["None", "zero", "negative", "fraction", "bool", "string"]
+_TENSOR_BAD = ["None", "t-nan", "t-meta", "t-int", "t-numpy"]
+_DTYPE_BAD = ["None", "int dtype", "not a dtype"]
+
+
+def _numeric_cases():
+    """name -> (build(rng, dtype) -> valid arguments, call, bad, same, reference)."""
+
+    def qkv(rng, dt, B=2, L=3, S=4, Dh=4, Dv=3):
+        return {
+            "query": rng.standard_normal((B, L, Dh)).astype(dt),
+            "key": rng.standard_normal((B, S, Dh)).astype(dt),
+            "value": rng.standard_normal((B, S, Dv)).astype(dt),
+            "mask": rng.random((L, S)) < 0.8,
+        }
+
+    def attention_reference(a, got):
+        want = np_backend.scaled_dot_product_attention(
+            a["query"], a["key"], a["value"], a.get("mask")
+        )[0]
+        tol = mha.tiled.attention_tolerance(a["query"], a["key"], a["value"])[0]
+        mha.tolerance.assert_close(got[0], want, tol)
+
+    qkv_bad = {
+        "query": [*_ARRAY_BAD, "width+1", "batch+1", "0-D"],
+        "key": [*_ARRAY_BAD, "width+1", "length+1"],
+        "value": [*_ARRAY_BAD, "length+1", "batch+1"],
+        "mask": ["float mask", "mask shape", "tensor"],
+    }
+
+    def layer(rng, dt):
+        params = init_params(8, 4, num_kv_heads=int(rng.choice([1, 2, 4])), seed=1, dtype=dt)
+        x = {n: rng.standard_normal((2, 3 if n == "q" else 4, 8)).astype(dt) for n in "qkv"}
+        return {
+            "query": x["q"],
+            "key": x["k"],
+            "value": x["v"],
+            "params": params,
+            "mask": np_backend.causal_mask(3, 4),
+        }
+
+    def saved_and_d_out(rng, dt):
+        a = layer(rng, dt)
+        _, saved = mha.backward.multi_head_attention_forward(**a)
+        return {"saved": saved, "d_out": rng.standard_normal((2, 3, 8)).astype(dt)}
+
+    def sdpa_grads(rng, dt):
+        a = qkv(rng, dt)
+        out, lse = mha.tiled.attention(a["query"], a["key"], a["value"], a["mask"])
+        w = np_backend.scaled_dot_product_attention(a["query"], a["key"], a["value"], a["mask"])
+        d_out = rng.standard_normal(out.shape).astype(dt)
+        return {**a, "weights": w[1], "out": out, "lse": lse, "d_out": d_out}
+
+    def sdpa_grads_reference(a, got):
+        want = mha.backward.tiled_attention(
+            a["query"], a["key"], a["value"], a["out"], a["lse"], a["d_out"], a["mask"]
+        )
+        tols = mha.backward.attention_gradient_tolerance(
+            a["query"], a["key"], a["value"], a["weights"], a["d_out"]
+        )
+        for g, w, t in zip(got, want, tols, strict=True):
+            mha.tolerance.assert_close(g, w, t)
+
+    grad_bad = {
+        "query": [*_ARRAY_BAD, "width+1", "batch+1"],
+        "key": [*_ARRAY_BAD, "length+1"],
+        "value": [*_ARRAY_BAD, "length+1"],
+        "d_out": [*_ARRAY_BAD, "width+1", "batch+1"],
+    }
+
+    def torch_qkv(rng, dt):
+        return {n: torch.from_numpy(x) for n, x in qkv(rng, np.float64).items() if n != "mask"} | {
+            "weights_dtype": torch.float16
+        }
+
+    def rounded_reference(a, got):
+        q, k, v = (a[n].numpy() for n in ("query", "key", "value"))
+        want = np_backend.scaled_dot_product_attention(q, k, v)[0]
+        tol = mha.tolerance.unit_roundoff(torch.float16) * np.abs(v).max()  # the docstring's
+        tol += mha.tiled.attention_tolerance(q, k, v)[0]  # and the float64 routes' own
+        mha.tolerance.assert_close(got, want, tol)
+
+    def spacing_reference(a, got):
+        x = np.abs(np.asarray(a["value"], dtype=a["dtype"]))
+        assert got == float(np.spacing(x))  # exact: a power of two
+
+    tb = mha.tiled
+    G = mha.backward
+    P = mha.precision
+    T = mha.tolerance
+    return {
+        "tiled.attention": (
+            qkv, lambda a: tb.attention(**a, block_q=2, block_kv=3), qkv_bad, {},
+            attention_reference,
+        ),
+        "tiled.three_pass_attention": (
+            qkv, lambda a: tb.three_pass_attention(**a, block_q=2, block_kv=3), qkv_bad, {},
+            attention_reference,
+        ),
+        "tiled.attention blocks": (
+            lambda rng, dt: {**qkv(rng, dt), "block_q": 2, "block_kv": 3},
+            lambda a: tb.attention(**a),
+            {"block_q": _NUMBER_BAD, "block_kv": _NUMBER_BAD}, {}, attention_reference,
+        ),
+        "tiled.online_softmax": (
+            lambda rng, dt: {"scores": rng.standard_normal((2, 5)).astype(dt)},
+            lambda a: tb.online_softmax(a["scores"], block_size=2),
+            {"scores": [*_ONE_ARRAY_BAD, "0-D"]}, {}, None,
+        ),
+        "tiled.softmax_stats": (
+            lambda rng, dt: {"scores": rng.standard_normal((2, 5)).astype(dt)},
+            lambda a: tb.softmax_stats(**a),
+            {"scores": [*_ONE_ARRAY_BAD, "0-D"]}, {}, None,
+        ),
+        "tiled.combine_stats": (
+            lambda rng, dt: {
+                "max_a": rng.standard_normal((2, 3)).astype(dt),
+                "sum_a": (1 + rng.random((2, 3))).astype(dt),
+                "max_b": rng.standard_normal((2, 3)).astype(dt),
+                "sum_b": (1 + rng.random((2, 3))).astype(dt),
+            },
+            lambda a: tb.combine_stats(**a),
+            {"max_a": ["None", "nan", "int", "float16", "mixed", "masked", "tensor", "list",
+                       "width+1"],
+             "sum_b": ["None", "nan", "inf", "int", "mixed", "tensor", "width+1"]},
+            {}, None,
+        ),
+        "backward.scaled_dot_product_attention": (
+            sdpa_grads,
+            lambda a: G.scaled_dot_product_attention(
+                a["query"], a["key"], a["value"], a["weights"], a["d_out"]
+            ),
+            grad_bad | {"weights": [*_ARRAY_BAD, "width+1"]}, {}, sdpa_grads_reference,
+        ),
+        "backward.tiled_attention": (
+            sdpa_grads,
+            lambda a: G.tiled_attention(
+                a["query"], a["key"], a["value"], a["out"], a["lse"], a["d_out"], a["mask"],
+                block_q=2, block_kv=3,
+            ),
+            grad_bad | {"lse": ["None", "int", "mixed", "tensor", "width+1"],
+                        "out": [*_ARRAY_BAD, "width+1"], "mask": ["float mask", "mask shape"]},
+            {}, None,
+        ),
+        "backward.linear": (
+            lambda rng, dt: {
+                "x": rng.standard_normal((2, 3, 4)).astype(dt),
+                "weight": rng.standard_normal((4, 5)).astype(dt),
+                "d_y": rng.standard_normal((2, 3, 5)).astype(dt),
+            },
+            lambda a: G.linear(**a),
+            {"x": [*_ARRAY_BAD, "width+1", "batch+1"], "weight": [*_ARRAY_BAD, "width+1"],
+             "d_y": [*_ARRAY_BAD, "width+1", "batch+1"]},
+            {},
+            lambda a, got: T.assert_close(
+                got[0], a["d_y"] @ a["weight"].T, T.matmul_tolerance(a["d_y"], a["weight"].T)
+            ),
+        ),
+        "backward.multi_head_attention_forward": (
+            layer, lambda a: G.multi_head_attention_forward(**a, form="tiled"),
+            {"query": [*_ARRAY_BAD, "width+1", "batch+1"], "key": [*_ARRAY_BAD, "width+1"],
+             "value": [*_ARRAY_BAD, "length+1"], "params": ["None", "dict", "other width"],
+             "mask": ["float mask", "mask shape", "tensor"]},
+            {},
+            lambda a, got: T.assert_close(
+                got[0], np_backend.multi_head_attention(**a)[0], T.attention_tolerance(**a)[0]
+            ),
+        ),
+        "backward.multi_head_attention": (
+            saved_and_d_out, lambda a: G.multi_head_attention(**a),
+            {"saved": ["None", "tuple"], "d_out": [*_ARRAY_BAD, "width+1", "batch+1"]}, {},
+            None,
+        ),
+        "backward.gradient_tolerance": (
+            saved_and_d_out, lambda a: G.gradient_tolerance(**a),
+            {"saved": ["None", "tuple"], "d_out": [*_ARRAY_BAD, "width+1", "batch+1"]}, {},
+            None,
+        ),
+        "precision.spacing": (
+            lambda rng, dt: {"value": float(rng.choice([1e-6, 1e-40, 3.0, -7e3, 6e4])),
+                             "dtype": np.float16 if dt == np.float64 else np.float32},
+            lambda a: P.spacing(a["value"], a["dtype"]),
+            {"value": ["None", "zero", "bool", "string", "nan number", "inf number", "huge"],
+             "dtype": _DTYPE_BAD},
+            {}, spacing_reference,
+        ),
+        "precision.rounded_attention": (
+            torch_qkv, lambda a: P.rounded_attention(**a),
+            {"query": [*_TENSOR_BAD, "t-batch+1", "t-width+1"], "key": [*_TENSOR_BAD],
+             "value": [*_TENSOR_BAD, "t-batch+1"],
+             "weights_dtype": ["torch int dtype", "numpy float dtype", "not a dtype"]},
+            {}, rounded_reference,
+        ),
+        "precision.exp_overflow_threshold": (
+            lambda rng, dt: {"dtype": dt}, lambda a: P.exp_overflow_threshold(a["dtype"]),
+            {"dtype": _DTYPE_BAD}, {}, None,
+        ),
+        "tolerance.gamma": (
+            lambda rng, dt: {"dtype": dt, "terms": 7}, lambda a: T.gamma(a["dtype"], a["terms"]),
+            {"dtype": _DTYPE_BAD, "terms": _NUMBER_BAD}, {}, None,
+        ),
+        "tolerance.attention_tolerance": (
+            layer, lambda a: T.attention_tolerance(**a),
+            {"query": ["None", "nan", "int", "mixed", "width+1", "batch+1"],
+             "params": ["None", "dict", "other width"], "mask": ["float mask", "mask shape"]},
+            {"query": ["tensor"], "key": ["tensor"], "mask": ["tensor"]}, None,
+        ),
+        "tolerance.matmul_tolerance": (
+            lambda rng, dt: {"a": rng.standard_normal((2, 3, 4)).astype(dt),
+                             "b": rng.standard_normal((4, 5)).astype(dt)},
+            lambda a: T.matmul_tolerance(a["a"], a["b"]),
+            {"a": ["None", "nan", "inf", "int", "width+1", "0-D"], "b": ["None", "nan", "int"]},
+            {"a": ["tensor"], "b": ["tensor"]}, None,
+        ),
+        "tolerance.assert_close": (
+            lambda rng, dt: {"actual": rng.standard_normal((2, 3)).astype(dt),
+                             "expected": rng.standard_normal((2, 3)).astype(dt),
+                             "tolerance": 10.0},
+            lambda a: T.assert_close(a["actual"], a["expected"], a["tolerance"]),
+            {"actual": ["None", "width+1"], "expected": ["None", "batch+1"],
+             "tolerance": ["None", "negative", "nan number", "inf number", "string"]},
+            {"actual": ["tensor", "list"], "expected": ["tensor", "list"]}, None,
+        ),
+    }  # fmt: skip
+
+
+_NUMERIC_CASES = _numeric_cases()
+
+
+@st.composite
+def _numeric_calls(draw: st.DrawFn) -> dict[str, Any]:
+    name = draw(st.sampled_from(sorted(_NUMERIC_CASES)))
+    build, _, bad, same, _ = _NUMERIC_CASES[name]
+    dtype = draw(st.sampled_from([np.float64, np.float32]))
+    seed = draw(st.integers(0, 2**16))
+    mutation = None
+    choices = [(arg, m, "bad") for arg, ms in bad.items() for m in ms]
+    choices += [(arg, m, "same") for arg, ms in same.items() for m in ms]
+    if draw(st.integers(0, 7)):
+        mutation = draw(st.sampled_from(choices))
+    return {"name": name, "dtype": dtype, "seed": seed, "mutation": mutation}
+
+
+def _numeric_outcome(call: Callable[[], Any]) -> tuple[str, Any]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # no NumPy warning before our error
+            return "ok", call()
+    except (ValueError, TypeError) as error:
+        assert _raised_by_mha(error), f"{type(error).__name__} from outside mha: {error}"
+        return "error", error
+
+
+@settings(max_examples=1000, deadline=None)
+@given(case=_numeric_calls())
+def test_generated_bad_inputs_of_the_numeric_modules_get_our_error_or_the_reference(case):
+    _check_numeric_call(case, event)
+
+
+_EVERY_MUTATION = [
+    (name, (arg, m, expect))
+    for name, (_, _, bad, same, _) in sorted(_NUMERIC_CASES.items())
+    for expect, table in (("bad", bad), ("same", same))
+    for arg, ms in table.items()
+    for m in ms
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "mutation"),
+    [pytest.param(n, m, id=f"{n}-{m[0]}-{m[1]}") for n, m in _EVERY_MUTATION],
+)
+def test_every_mutation_of_the_numeric_modules_once(name, mutation) -> None:
+    """Each (function, argument, mutation) of the search above once, so that none depends
+    on being drawn."""
+    case = {"name": name, "dtype": np.float64, "seed": 0, "mutation": mutation}
+    _check_numeric_call(case, lambda _: None)
+
+
+def _check_numeric_call(case: dict[str, Any], event: Callable[[str], None]) -> None:
+    build, call, _, _, reference = _NUMERIC_CASES[case["name"]]
+    valid = build(np.random.default_rng(case["seed"]), case["dtype"])
+    if case["mutation"] is None:
+        kind, result = _numeric_outcome(lambda: call(valid))
+        assert kind == "ok", f"a valid call was refused: {result}"
+        if reference is not None:
+            reference(valid, result)
+        event(f"{case['name']}: valid")
+        return
+    arg, mutation, expect = case["mutation"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # casting NaN to int, on purpose
+        args = dict(valid, **{arg: _MUTATIONS[mutation](valid[arg])})
+    kind, result = _numeric_outcome(lambda: call(args))
+    event(f"{expect}: {kind}")
+    if expect == "bad":
+        assert kind == "error", f"{case['name']} accepted {arg} {mutation}"
+        return
+    if kind == "ok":  # the same numbers in another container: exactly the same result
+        want = call(valid)
+        for g, w in zip(
+            (result if isinstance(result, tuple) else (result,)),
+            (want if isinstance(want, tuple) else (want,)),
+            strict=True,
+        ):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))  # exact: same arithmetic

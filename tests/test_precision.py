@@ -141,8 +141,104 @@ def test_new_precision_functions_reject_bad_arguments() -> None:
         P.pairwise_sum([1.0], torch.float16)
     with pytest.raises(TypeError, match="query must be a floating torch.Tensor"):
         P.rounded_attention(np.ones((2, 2)), torch.ones(2, 2), torch.ones(2, 2))
-    with pytest.raises(ValueError, match="query and key must have one width"):
+    with pytest.raises(ValueError, match="query and key must have the same width"):
         P.rounded_attention(torch.ones(2, 3), torch.ones(2, 2), torch.ones(2, 2))
-    with pytest.raises(TypeError, match="dtype must be a floating dtype"):
+    with pytest.raises(TypeError, match="weights_dtype must be a floating torch.dtype"):
         P.rounded_attention(torch.ones(2, 2), torch.ones(2, 2), torch.ones(2, 2),
                             weights_dtype=torch.int8)  # fmt: skip
+
+
+# ---- spacing below the normal range, and the boundary ---------------------------------------
+
+
+def _magnitudes(dtype, finfo) -> np.ndarray:
+    """Numbers of ``dtype`` from its smallest subnormal to its largest, 40 per binade and
+    every power of two, both signs (float64 values exactly representable in ``dtype``)."""
+    info = finfo(dtype)
+    tiny, eps, big = float(info.tiny), float(info.eps), float(info.max)
+    low = np.log2(eps * tiny)  # the smallest subnormal
+    grid = 2.0 ** np.linspace(low, np.log2(big), 40 * int(np.log2(big) - low))
+    powers = 2.0 ** np.arange(low, np.log2(big) + 1)
+    x = np.concatenate([grid, powers, [tiny * (1 - eps), tiny, big]])
+    return np.concatenate([x, -x])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_spacing_equals_numpy_spacing_at_every_magnitude_subnormals_included(dtype) -> None:
+    with np.errstate(over="ignore"):  # the top of the grid may round past max to inf
+        values = np.unique(_magnitudes(dtype, np.finfo).astype(dtype))
+    # at max np.spacing gives inf (the next number up is inf); below it, the gap above
+    values = values[(np.abs(values) < np.finfo(dtype).max) & (values != 0)]
+    assert (np.abs(values) < np.finfo(dtype).tiny).sum() > 50  # subnormals are tested
+    ours = np.array([P.spacing(float(v), dtype) for v in values])
+    np.testing.assert_array_equal(ours, np.spacing(np.abs(values)))  # exact: powers of two
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_spacing_equals_the_gap_to_torch_nextafter_subnormals_included(dtype) -> None:
+    x = torch.tensor(_magnitudes(dtype, torch.finfo)).to(dtype).abs().unique()
+    x = x[torch.isfinite(x) & (x != 0) & (x < torch.finfo(dtype).max)]  # a next number above
+    assert int((x < torch.finfo(dtype).tiny).sum()) > 50
+    gap = (next_up(x) - x).double().numpy()  # neighbours: their difference is exact
+    ours = np.array([P.spacing(float(v), dtype) for v in x.double()])
+    np.testing.assert_array_equal(ours, gap)  # exact: powers of two
+
+
+def test_spacing_below_the_normal_range_is_the_smallest_subnormal() -> None:
+    assert P.spacing(1e-6, np.float16) == float(np.spacing(np.float16(1e-6))) == 2.0**-24
+    assert P.spacing(1e-40, np.float32) == float(np.finfo(np.float32).smallest_subnormal)
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: P.spacing(1.0, None), TypeError, r"dtype must be a floating dtype; got None"),
+        (lambda: P.exp_overflow_threshold(None), TypeError, r"floating dtype; got None"),
+        (lambda: P.running_sum_limit(None), TypeError, r"floating dtype; got None"),
+        (lambda: P.spacing(7e4, np.float16), ValueError, r"value must be within the finite"),
+        (lambda: P.spacing(float("nan"), np.float16), ValueError, r"finite and nonzero"),
+        (lambda: P.spacing(True, np.float16), TypeError, r"value must be a real number"),
+        (lambda: P.spacing("1", np.float16), TypeError, r"value must be a real number"),
+        (
+            lambda: P.sequential_sum(torch.ones(3), np.float16),
+            TypeError,
+            r"dtype must be a floating torch.dtype; got",
+        ),
+        (
+            lambda: P.pairwise_sum(torch.ones(3), None),
+            TypeError,
+            r"dtype must be a floating torch.dtype; got None",
+        ),
+    ],
+)
+def test_precision_refuses_none_and_out_of_range_arguments(call, exc, match) -> None:
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def _qkv(*shapes):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
+
+
+@pytest.mark.parametrize("bad", ["query", "key", "value"])
+@pytest.mark.parametrize("what", [float("nan"), float("inf")])
+def test_rounded_attention_refuses_nan_and_infinite_inputs(bad, what) -> None:
+    named = dict(zip(("query", "key", "value"), _qkv((2, 3, 4), (2, 5, 4), (2, 5, 3)), strict=True))
+    named[bad][0, 1, 0] = what
+    with pytest.raises(ValueError, match=rf"{bad} must be finite; got NaN or infinite values"):
+        P.rounded_attention(**named, weights_dtype=torch.float16)
+
+
+def test_rounded_attention_checks_leading_dimensions_and_devices() -> None:
+    q, k, v = _qkv((2, 3, 4), (3, 5, 4), (3, 5, 3))
+    with pytest.raises(ValueError, match=r"broadcastable leading \(batch\) dimensions"):
+        P.rounded_attention(q, k, v)
+    with pytest.raises(TypeError, match=r"query must hold values; got a meta tensor"):
+        P.rounded_attention(q.to("meta"), k, v)
+    with pytest.raises(ValueError, match=r"query must have shape \(\.\.\., length, width\)"):
+        P.rounded_attention(q[0, 0], k, v)
+    with pytest.raises(ValueError, match=r"head width Dh \(last dimension\) of at least 1"):
+        P.rounded_attention(q[..., :0], k[..., :0], v)
+    broadcast = P.rounded_attention(q[:1], k[:1].expand(3, 5, 4), v[:1])  # broadcasts: fine
+    assert broadcast.shape == (3, 3, 3)

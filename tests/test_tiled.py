@@ -537,3 +537,20 @@ def test_three_pass_attention_with_whole_rows_in_the_softmax_pass(softmax_rows) 
     assert_close(weights, ref_w, out_tol / float(np.abs(v).max()))
     with pytest.raises(ValueError, match="softmax_rows must be at least 1"):
         tiled.three_pass_attention(q, k, v, softmax_rows=0)
+
+
+def test_combine_stats_refuses_statistics_that_do_not_broadcast() -> None:
+    m, s = np.zeros((2, 3)), np.ones((2, 3))
+    with pytest.raises(ValueError, match=r"max_a, sum_a, max_b and sum_b must broadcast"):
+        tiled.combine_stats(m, s, np.zeros(4), np.ones(4))
+
+
+def test_softmax_stats_refuses_rows_without_columns() -> None:
+    with pytest.raises(ValueError, match=r"scores must have shape \(\.\.\., S\) with S >= 1"):
+        tiled.softmax_stats(np.zeros((2, 0)))
+
+
+def test_attention_tolerance_takes_values_of_width_zero() -> None:
+    q, k = np.ones((2, 3)), np.ones((4, 3))
+    out_tol, lse_tol = tiled.attention_tolerance(q, k, np.ones((4, 0)))
+    assert out_tol == 0.0 and lse_tol > 0  # exact: no value, no output to be off

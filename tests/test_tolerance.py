@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mha import tolerance
+from mha import np_backend, tolerance
 
 
 @pytest.mark.parametrize(
@@ -273,3 +273,131 @@ def test_float32_attention_agrees_with_float64_within_the_logit_scale_bound(logi
         tolerance.assert_close(out, out64, out_bound, name=f"{name} output")
     fast = torch.nn.functional.scaled_dot_product_attention(*t)
     tolerance.assert_close(fast, out64, out_bound, name="fast path output")
+
+
+# ---- the boundary of attention_tolerance and unit_roundoff ---------------------------------
+
+
+def _layer(seed=0):
+    import mha
+
+    params = mha.init_params(8, 2, num_kv_heads=1, seed=seed)
+    x = np.random.default_rng(seed).standard_normal((2, 3, 8))
+    return params, x
+
+
+def test_attention_tolerance_refuses_an_additive_float_mask_as_every_backend_does() -> None:
+    params, x = _layer()
+    keep = np_backend.causal_mask(3)
+    additive = np.where(keep, 0.0, -np.inf)  # astype(bool) would read it inverted
+    match = r"mask must be boolean \(True = may attend\); got dtype float64"
+    with pytest.raises(TypeError, match=match):
+        tolerance.attention_tolerance(x, x, x, params, additive)
+    with pytest.raises(TypeError, match=match):
+        np_backend.multi_head_attention(x, x, x, params, additive)
+    with pytest.raises(TypeError, match=r"mask must be boolean .*got dtype float32"):
+        tolerance.attention_tolerance(x, x, x, params, torch.from_numpy(additive).float())
+    out_tol, w_tol = tolerance.attention_tolerance(x, x, x, params, keep)  # a bool mask is read
+    assert out_tol.shape == (2, 3, 8) and w_tol.shape == (2, 2, 3, 3)
+    assert (w_tol[..., ~keep] == 0).all()  # exact: masked weights are 0 in every route
+
+
+@pytest.mark.parametrize(
+    ("args", "exc", "match"),
+    [
+        ("params None", TypeError, r"params must be MHAParams; got NoneType"),
+        ("int query", TypeError, r"query must be a floating array or tensor; got dtype int64"),
+        ("mixed dtypes", TypeError, r"query, key and value must share one dtype; got .*float32"),
+        ("list key", TypeError, r"key must be a floating array or tensor; got list"),
+        ("nan query", ValueError, r"query must be finite"),
+        ("wrong width", ValueError, r"key width must equal d_model=8"),
+        ("meta mask", TypeError, r"mask must hold values; got a meta tensor"),
+        ("mask shape", ValueError, r"mask must broadcast to \(B, H, L, S\)"),
+    ],
+)
+def test_attention_tolerance_checks_its_arguments(args, exc, match) -> None:
+    params, x = _layer()
+    q, k, v, p, m = x, x, x, params, None
+    if args == "params None":
+        p = None
+    elif args == "int query":
+        q = np.ones((2, 3, 8), dtype=np.int64)
+    elif args == "mixed dtypes":
+        v = x.astype(np.float32)
+    elif args == "list key":
+        k = x.tolist()
+    elif args == "nan query":
+        q = x.copy()
+        q[0, 0, 0] = np.nan
+    elif args == "wrong width":
+        k = x[..., :6]
+    elif args == "meta mask":
+        m = torch.ones(3, 3, dtype=torch.bool, device="meta")
+    elif args == "mask shape":
+        m = np.ones((4, 3), bool)
+    with pytest.raises(exc, match=match):
+        tolerance.attention_tolerance(q, k, v, p, m)
+
+
+def test_attention_tolerance_takes_torch_and_numpy_of_one_dtype() -> None:
+    params, x = _layer()
+    t = torch.from_numpy(x)
+    mixed = tolerance.attention_tolerance(t, x, t, params)
+    same = tolerance.attention_tolerance(x, x, x, params)
+    np.testing.assert_array_equal(mixed[0], same[0])  # exact: the same float64 computation
+
+
+@pytest.mark.parametrize("fn", [tolerance.unit_roundoff, lambda d: tolerance.gamma(d, 3)])
+def test_a_dtype_of_none_is_refused_not_read_as_float64(fn) -> None:
+    with pytest.raises(TypeError, match=r"dtype must be a floating dtype; got None"):
+        fn(None)
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (lambda: tolerance.max_abs_diff(None, np.ones(2)), TypeError, r"actual must be an array"),
+        (lambda: tolerance.max_abs_diff(np.ones(2), [1, [2]]), ValueError, r"expected must be a "),
+        (lambda: tolerance.max_abs_diff(np.ones(2), np.ones(2) * 1j), TypeError, r"real numbers"),
+        (lambda: tolerance.is_close(np.ones(2), np.ones(2), None), TypeError, r"tolerance must"),
+        (
+            lambda: tolerance.assert_close(np.ones(2), np.ones(2), np.ones(3)),
+            ValueError,
+            r"tolerance must broadcast to the shape of actual \(2,\); got \(3,\)",
+        ),
+        (
+            lambda: tolerance.assert_close(torch.ones(2, device="meta"), np.ones(2), 0.0),
+            TypeError,
+            r"actual must hold values; got a meta tensor",
+        ),
+        (
+            lambda: tolerance.matmul_tolerance(np.ones((2, 3, 4)), np.ones((3, 4, 5))),
+            ValueError,
+            r"a and b must have broadcastable leading \(batch\) dimensions",
+        ),
+        (
+            lambda: tolerance.matmul_tolerance(np.full((2, 2), np.nan), np.ones((2, 2))),
+            ValueError,
+            r"a must be finite",
+        ),
+        (
+            lambda: tolerance.matmul_tolerance([[1.0]], np.ones((1, 1))),
+            TypeError,
+            r"a must be a floating array or tensor; got list",
+        ),
+        (
+            lambda: tolerance.matmul_tolerance(np.ones((2, 2)), None),
+            TypeError,
+            r"b must be a floating array or tensor; got NoneType",
+        ),
+        (lambda: tolerance.rounding_tolerance(None, terms=3), TypeError, r"got None"),
+        (
+            lambda: tolerance.softmax_tolerance(None, logit_scale=1.0, d_head=2, kv_len=3),
+            TypeError,
+            r"dtype must be a floating dtype; got None",
+        ),
+    ],
+)
+def test_comparison_helpers_refuse_what_they_cannot_compare(call, exc, match) -> None:
+    with pytest.raises(exc, match=match):
+        call()

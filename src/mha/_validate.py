@@ -410,7 +410,8 @@ def check_qkv(query: Any, key: Any, value: Any) -> tuple[int, int, int, int]:
     """Check the per-head tensors of scaled dot-product attention.
 
     Shape:
-        query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``.
+        query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``, with
+        ``Dh >= 1`` (``Dv = 0`` is allowed: an empty output).
 
     Returns:
         ``(L, S, Dh, Dv)``.
@@ -430,6 +431,12 @@ def check_qkv(query: Any, key: Any, value: Any) -> tuple[int, int, int, int]:
         )
     if S_v != S:
         raise ValueError(f"key and value must have the same length; got key {S}, value {S_v}")
+    if d_q == 0:  # the scores are scaled by 1 / sqrt(Dh); with no width they are not defined
+        raise ValueError(
+            "query and key must have a head width Dh (last dimension) of at least 1, since "
+            f"the scores are divided by sqrt(Dh); got query {tuple(query.shape)}, key "
+            f"{tuple(key.shape)}"
+        )
     check_nonempty("query", L, "L")
     check_nonempty("key", S, "S")
     return L, S, d_q, d_v

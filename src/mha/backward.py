@@ -19,6 +19,11 @@ output projection, masks) from what :func:`multi_head_attention_forward` saved, 
 :func:`compare_with_autograd` checks it against PyTorch autograd within
 :func:`gradient_tolerance`.
 
+Grouped-query attention (``H_kv < H`` key/value heads, :class:`mha.MHAParams`) is the
+general case: each key/value head serves the ``G = H / H_kv`` query heads of its group, and
+since it is used ``G`` times its gradient, and those of ``W_k``, ``W_v`` and their biases,
+are the sums over the group (multi-head attention is ``H_kv = H``, multi-query ``H_kv = 1``).
+
 Masked entries have zero weight and so zero gradient; a fully masked query row has zero
 output and passes no gradient to the queries, keys or values.
 """
@@ -148,9 +153,12 @@ def scaled_dot_product_attention(
         ``(d_query, d_key, d_value)``.
 
     Raises:
-        ValueError: on mismatched shapes, non-finite inputs, or gradients that overflow the
-            dtype.
-        TypeError: on non-float or mixed dtypes.
+        ValueError: if an input has fewer than 2 dimensions, the widths of query and key or
+            the lengths of key and value differ, the head width is 0, a length is 0, the
+            leading dimensions do not broadcast, ``weights`` is not ``(..., L, S)`` or
+            ``d_out`` not ``(..., L, Dv)`` of the broadcast leading shape, an input is not
+            finite, or a gradient overflows the dtype.
+        TypeError: if an input is not a float32/float64 NumPy array, or the dtypes differ.
     """
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
     c.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
@@ -255,10 +263,11 @@ def tiled_attention(
         ``(d_query, d_key, d_value)``.
 
     Raises:
-        ValueError: on mismatched shapes, non-finite inputs (``lse`` may be ``-inf``), a mask
-            that does not broadcast, a block size below 1, gradients that overflow the
-            dtype, an ``align`` other than ``"top_left"`` and ``"bottom_right"``, or
-            ``"bottom_right"`` without ``causal=True``.
+        ValueError: on the shapes refused by :func:`scaled_dot_product_attention` (and
+            ``out`` not ``d_out``'s shape, ``lse`` not ``(..., L)``), non-finite inputs
+            (``lse`` may be ``-inf``), a mask that does not broadcast, a block size below 1,
+            gradients that overflow the dtype, an ``align`` other than ``"top_left"`` and
+            ``"bottom_right"``, or ``"bottom_right"`` without ``causal=True``.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, a non-int block size or
             a ``causal`` that is not a bool.
     """
@@ -290,7 +299,13 @@ def split_heads(d_heads: np.ndarray) -> np.ndarray:
 
     Returns:
         The gradient with respect to the tensor before the split.
+
+    Raises:
+        ValueError: if ``d_heads`` is not 4-D or not finite.
+        TypeError: if ``d_heads`` is not a float32/float64 NumPy array.
     """
+    c.check_array("d_heads", d_heads)
+    _validate.check_rank("d_heads", d_heads, 4, "(B, H, L, Dh)")
     return np_backend.merge_heads(d_heads)
 
 
@@ -306,7 +321,15 @@ def merge_heads(d_x: np.ndarray, num_heads: int) -> np.ndarray:
 
     Returns:
         The gradient with respect to the per-head tensor.
+
+    Raises:
+        ValueError: if ``d_x`` is not 3-D or not finite, or ``num_heads`` is below 1 or
+            does not divide its width.
+        TypeError: if ``d_x`` is not a float32/float64 NumPy array, or ``num_heads`` is not
+            an int.
     """
+    c.check_array("d_x", d_x)
+    _validate.check_rank("d_x", d_x, 3, "(B, L, D)")
     return np_backend.split_heads(d_x, num_heads)
 
 
@@ -334,14 +357,20 @@ def linear(
         ``(d_x, d_weight, d_bias)``.
 
     Raises:
-        ValueError: on mismatched shapes, non-finite inputs, or gradients that overflow the
-            dtype.
+        ValueError: if ``weight`` is not 2-D, the width of ``x`` is not ``weight``'s rows,
+            ``d_y`` is not ``(*x.shape[:-1], D_out)``, an input is not finite, or a gradient
+            overflows the dtype.
         TypeError: on non-float or mixed dtypes, or a ``bias`` that is not a bool.
     """
     for name, a in (("x", x), ("weight", weight), ("d_y", d_y)):
         c.check_array(name, a)
     _validate.check_same_dtype({"x": x, "weight": weight, "d_y": d_y})
     _validate.check_rank("weight", weight, 2, "(D_in, D_out)")
+    if x.ndim < 1 or x.shape[-1] != weight.shape[0]:
+        raise ValueError(
+            f"x must have shape (..., D_in) with D_in = weight.shape[0] = {weight.shape[0]}; "
+            f"got x.shape={x.shape}, weight.shape={weight.shape}"
+        )
     c.check_shape("d_y", d_y, (*x.shape[:-1], weight.shape[1]), "(..., D_out)")
     _validate.check_bool("bias", bias)
     d_x, d_weight, d_bias = _linear_backward(x, weight, d_y, bias)
@@ -365,6 +394,33 @@ def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     return y
 
 
+def _group(x: np.ndarray | None, num_heads: int, num_kv_heads: int) -> np.ndarray | None:
+    """Per-query-head ``(B, H, ...)`` as ``(B, H_kv, G, ...)``: head ``h`` in group ``h // G``.
+
+    Multi-head attention (``H_kv = H``) keeps ``x`` as it is.
+    """
+    if x is None or num_kv_heads == num_heads:
+        return x
+    return x.reshape(x.shape[0], num_kv_heads, -1, *x.shape[2:])  # (B, H_kv, G, ...)
+
+
+def _group_kv(x: np.ndarray, num_heads: int, num_kv_heads: int) -> np.ndarray:
+    """Key or value heads ``(B, H_kv, S, Dh)`` as ``(B, H_kv, 1, S, Dh)``, shared by a group.
+
+    Broadcast against the grouped queries, each key/value head serves the ``G = H / H_kv``
+    query heads of its group without a copy, and the backward sums its gradient over the
+    group (:func:`_unbroadcast` over the axis of size 1).
+    """
+    return x if num_kv_heads == num_heads else x[:, :, None]  # (B, H_kv, 1, S, Dh)
+
+
+def _ungroup(x: np.ndarray, num_heads: int, num_kv_heads: int) -> np.ndarray:
+    """``(B, H_kv, G, ...)`` back to ``(B, H_kv G, ...)``: per query head (or key head, G = 1)."""
+    if num_kv_heads == num_heads:
+        return x
+    return x.reshape(x.shape[0], -1, *x.shape[3:])  # (B, H_kv, G, ...) -> (B, H_kv G, ...)
+
+
 def _check_layer(query, key, value, params, mask) -> dict[str, float]:
     """The argument checks of :func:`mha.np_backend.multi_head_attention`; the magnitudes."""
     return _validate.check_mha(query, key, value, params, mask, "fused", c.ARRAYS)
@@ -382,8 +438,8 @@ class MHASaved:
         mask: its mask, or ``None``.
         form: ``"fused"`` (weights stored) or ``"tiled"`` (log-sum-exp stored).
         q: per-head queries ``(B, H, L, Dh)``.
-        k: per-head keys ``(B, H, S, Dh)``.
-        v: per-head values ``(B, H, S, Dh)``.
+        k: per-head keys ``(B, H_kv, S, Dh)`` (``H_kv = H`` for multi-head attention).
+        v: per-head values ``(B, H_kv, S, Dh)``.
         heads: per-head attention outputs ``(B, H, L, Dh)``.
         weights: the attention weights ``(B, H, L, S)`` (fused form), else ``None``.
         lse: the log-sum-exp ``(B, H, L)`` (tiled form), else ``None``.
@@ -443,7 +499,9 @@ def multi_head_attention_forward(
 
     The ``"fused"`` form stores the ``(B, H, L, S)`` weights; the ``"tiled"`` form runs
     :func:`mha.tiled.attention` and stores only the ``(B, H, L)`` log-sum-exp. Both store the
-    per-head queries, keys, values and outputs, ``O(B L D)`` numbers.
+    per-head queries, keys, values and outputs, ``O(B L D)`` numbers. With grouped-query
+    parameters the keys and values have ``H_kv`` heads, each shared by a group of ``G``
+    query heads (broadcast, not copied).
 
     Args:
         query: queries.
@@ -471,15 +529,21 @@ def multi_head_attention_forward(
     magnitudes = _check_layer(query, key, value, params, mask)
     _validate.check_block_size("block_q", block_q)
     _validate.check_block_size("block_kv", block_kv)
-    H = params.num_heads
+    H, H_kv = params.num_heads, params.num_kv_heads
     q = np_backend.split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
-    k = np_backend.split_heads(_linear(key, params.w_k, params.b_k), H)  # (B, H, S, Dh)
-    val = np_backend.split_heads(_linear(value, params.w_v, params.b_v), H)  # (B, H, S, Dh)
+    k = np_backend.split_heads(_linear(key, params.w_k, params.b_k), H_kv)  # (B, H_kv, S, Dh)
+    val = np_backend.split_heads(_linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
+    qg = _group(q, H, H_kv)  # (B, H_kv, G, L, Dh)
+    kg, vg = _group_kv(k, H, H_kv), _group_kv(val, H, H_kv)  # (B, H_kv, 1, S, Dh)
+    maskg = _validate.group_mask(mask, H_kv) if H_kv < H else mask
     weights = lse = None
-    if form == "fused":  # (B, H, L, Dh), (B, H, L, S)
-        heads, weights = np_backend.scaled_dot_product_attention(q, k, val, mask)
-    else:  # (B, H, L, Dh), (B, H, L)
-        heads, lse = tiled.attention(q, k, val, mask, block_q=block_q, block_kv=block_kv)
+    if form == "fused":  # (B, H_kv, G, L, Dh), (B, H_kv, G, L, S)
+        heads, weights = np_backend.scaled_dot_product_attention(qg, kg, vg, maskg)
+        weights = _ungroup(weights, H, H_kv)  # (B, H, L, S)
+    else:  # (B, H_kv, G, L, Dh), (B, H_kv, G, L)
+        heads, lse = tiled.attention(qg, kg, vg, maskg, block_q=block_q, block_kv=block_kv)
+        lse = _ungroup(lse, H, H_kv)  # (B, H, L)
+    heads = _ungroup(heads, H, H_kv)  # (B, H, L, Dh)
     out = _linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
     _validate.check_range(
         "multi_head_attention_forward output",
@@ -497,6 +561,15 @@ def multi_head_attention_forward(
         query, key, value, params, mask, form, q, k, val, heads, weights, lse, block_q, block_kv
     )
     return out, saved
+
+
+def _check_d_out(saved: MHASaved, d_out: np.ndarray) -> None:
+    """The checks of :func:`multi_head_attention` and :func:`gradient_tolerance`, one set."""
+    if not isinstance(saved, MHASaved):
+        raise TypeError(f"saved must be MHASaved; got {_validate.describe(saved)}")
+    c.check_array("d_out", d_out)
+    _validate.check_same_dtype({"d_out": d_out, "saved.query": saved.query})
+    c.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
 
 
 def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
@@ -523,30 +596,32 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
         TypeError: if ``saved`` is not an :class:`MHASaved`, or ``d_out`` is not a float
             array of the layer's dtype.
     """
-    if not isinstance(saved, MHASaved):
-        raise TypeError(f"saved must be MHASaved; got {type(saved).__name__}")
-    c.check_array("d_out", d_out)
-    _validate.check_same_dtype({"d_out": d_out, "saved.query": saved.query})
-    c.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
-    p, H = saved.params, saved.params.num_heads
+    _check_d_out(saved, d_out)
+    p, H, H_kv = saved.params, saved.params.num_heads, saved.params.num_kv_heads
     bias_in, bias_out = p.b_qkv is not None, p.b_o is not None
     concat = np_backend.merge_heads(saved.heads)  # (B, H, L, Dh) -> (B, L, D)
     d_concat, d_w_o, d_b_o = _linear_backward(concat, p.w_o, d_out, bias_out)
-    d_heads = merge_heads(d_concat, H)  # (B, L, D) -> (B, H, L, Dh)
-    if saved.form == "fused":
-        dq, dk, dv = _sdpa_backward(saved.q, saved.k, saved.v, saved.weights, d_heads)
+    d_heads = _group(merge_heads(d_concat, H), H, H_kv)  # (B, L, D) -> (B, H_kv, G, L, Dh)
+    qg = _group(saved.q, H, H_kv)  # (B, H_kv, G, L, Dh)
+    kg, vg = _group_kv(saved.k, H, H_kv), _group_kv(saved.v, H, H_kv)  # (B, H_kv, 1, S, Dh)
+    if saved.form == "fused":  # d_key, d_value summed over each group by _unbroadcast
+        weights = _group(saved.weights, H, H_kv)  # (B, H_kv, G, L, S)
+        dq, dk, dv = _sdpa_backward(qg, kg, vg, weights, d_heads)
     else:
+        maskg = _validate.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
+        heads, lse = _group(saved.heads, H, H_kv), _group(saved.lse, H, H_kv)
         dq, dk, dv = _tiled_backward(
-            saved.q, saved.k, saved.v, saved.heads, saved.lse, d_heads, saved.mask, False,
-            saved.block_q, saved.block_kv,
-        )  # fmt: skip
+            qg, kg, vg, heads, lse, d_heads, maskg, False, saved.block_q, saved.block_kv
+        )
+    dq = _ungroup(dq, H, H_kv)  # (B, H_kv, G, L, Dh) -> (B, H, L, Dh)
+    dk, dv = _ungroup(dk, H, H_kv), _ungroup(dv, H, H_kv)  # (B, H_kv, 1, S, Dh) -> (B, H_kv, S, Dh)
     grads = [
         _linear_backward(x, w, split_heads(d), bias_in)  # (B, N, D) each
         for x, w, d in ((saved.query, p.w_q, dq), (saved.key, p.w_k, dk), (saved.value, p.w_v, dv))
     ]
-    d_w_qkv = np.concatenate([g[1] for g in grads], axis=1)  # 3 x (D, D) -> (D, 3D)
-    d_b_qkv = np.concatenate([g[2] for g in grads]) if bias_in else None  # (3D,)
-    d_params = MHAParams(d_w_qkv, d_w_o, d_b_qkv, d_b_o, H)
+    d_w_qkv = np.concatenate([g[1] for g in grads], axis=1)  # -> (D, D + 2 H_kv Dh)
+    d_b_qkv = np.concatenate([g[2] for g in grads]) if bias_in else None  # (D + 2 H_kv Dh,)
+    d_params = MHAParams(d_w_qkv, d_w_o, d_b_qkv, d_b_o, H, H_kv)
     result = MHAGradients(grads[0][0], grads[1][0], grads[2][0], d_params)
     named = {"d_query": result.d_query, "d_key": result.d_key, "d_value": result.d_value}
     named |= {f"d_params.{n}": getattr(d_params, n) for n in ("w_qkv", "w_o", "b_qkv", "b_o")}
@@ -556,18 +631,21 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     return result
 
 
-def _sdpa_magnitudes(q, k, v_, weights, d_out):
+def _sdpa_magnitudes(q, k, v_, weights, d_out, tiny):
     """The backward of attention on magnitudes (all inputs >= 0), and the largest score.
 
     ``dZ`` becomes ``A * (dA + rowsum(dA * A))``: every term that the true ``dZ`` adds or
-    subtracts, counted with its absolute value.
+    subtracts, counted with its absolute value. ``tiny`` (the dtype's smallest normal
+    number) is added to every rounded intermediate and result, for underflow (see
+    :func:`gradient_tolerance`); the weights are expected to carry it already.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
     c_max = float(np.matmul(q, k.swapaxes(-1, -2)).max()) * scale
-    d_v = np.matmul(weights.swapaxes(-1, -2), d_out)
-    d_a = np.matmul(d_out, v_.swapaxes(-1, -2))
-    d_s = weights * (d_a + np.einsum("...j,...j->...", d_a, weights)[..., None]) * scale
-    return np.matmul(d_s, k), np.matmul(d_s.swapaxes(-1, -2), q), d_v, c_max
+    d_v = np.matmul(weights.swapaxes(-1, -2), d_out) + tiny  # (..., S, Dv)
+    d_a = np.matmul(d_out, v_.swapaxes(-1, -2)) + tiny  # (..., L, S)
+    d_s = weights * (d_a + np.einsum("...j,...j->...", d_a, weights)[..., None] + tiny) * scale
+    d_s += tiny  # (..., L, S)
+    return np.matmul(d_s, k) + tiny, np.matmul(d_s.swapaxes(-1, -2), q) + tiny, d_v, c_max
 
 
 def attention_gradient_tolerance(
@@ -580,7 +658,8 @@ def attention_gradient_tolerance(
     """How far two routes to the gradients of :func:`scaled_dot_product_attention` may differ.
 
     The bound of :func:`gradient_tolerance` for attention alone: the backward run in float64
-    on magnitudes (absolute values, and ``A * (dA + rowsum(dA * A))`` for the softmax), times
+    on magnitudes (absolute values, and ``A * (dA + rowsum(dA * A))`` for the softmax, with
+    the dtype's ``tiny`` added to every rounded stage for underflow), times
     ``2 (8 + 4c + 4) gamma_n``: at most 8 rounded stages, and the weights' own relative error
     ``(4c + 4) gamma_n`` from the forward, ``c`` the largest score magnitude and ``n`` the
     longest sum.
@@ -609,7 +688,8 @@ def attention_gradient_tolerance(
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
     c.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
     q, k, v_, a, d_o = (np.abs(x).astype(np.float64) for x in (query, key, value, weights, d_out))
-    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, v_, a, d_o)
+    tiny = float(np.finfo(query.dtype).tiny)  # for underflow, as in gradient_tolerance
+    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, v_, a + tiny, d_o, tiny)
     n = max(L, S, query.shape[-1], value.shape[-1])
     factor = 2 * (8 + 4 * c_max + 4) * gamma(query.dtype, n)
     return (
@@ -633,6 +713,17 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     magnitude (as in :func:`mha.tiled.attention_tolerance`). The tolerance is twice
     ``(10 + 4c + 4) gamma_n`` times the magnitude.
 
+    Underflow. The bound ``|fl(x) - x| <= u |x|`` holds in the normal range only; a result
+    below the smallest normal number ``tiny`` is rounded to a multiple of the smallest
+    subnormal ``eta = 2 u tiny``, with an absolute error up to ``eta / 2 = u tiny``. So every
+    rounding errs by at most ``u (|x| + tiny)`` (Higham, 2nd ed., eq. 2.8), and a sum of
+    ``n`` rounded products by at most ``gamma_n (sum_k |x_k y_k| + tiny)``. The magnitude
+    pass therefore adds ``tiny`` to every rounded intermediate (projections, weights, each
+    stage of the backward and each gradient) before it is used, so the underflow errors are
+    carried through the later stages as the relative ones are. This matters only where a
+    gradient is itself near or below ``tiny`` (in float32, about ``1e-38``: weights like
+    ``e^-97``, whose gradients are subnormal and differ between routes by a few ``eta``).
+
     It forms the ``(B, H, L, S)`` weights (recomputed for the tiled form), so it is meant for
     tests and examples, not for long sequences.
 
@@ -649,40 +740,49 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     Raises:
         The errors of :func:`multi_head_attention`.
     """
-    if not isinstance(saved, MHASaved):
-        raise TypeError(f"saved must be MHASaved; got {type(saved).__name__}")
-    c.check_array("d_out", d_out)
-    c.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
+    _check_d_out(saved, d_out)
     p = saved.params.map(lambda a: np.abs(a).astype(np.float64))
-    H = p.num_heads
-    weights = saved.weights
+    H, H_kv = p.num_heads, p.num_kv_heads
+    tiny = float(np.finfo(saved.query.dtype).tiny)  # u tiny bounds an underflow's error
+    weights = _group(saved.weights, H, H_kv)  # (B, H_kv, G, L, S)
     if weights is None:
-        weights = np_backend.scaled_dot_product_attention(saved.q, saved.k, saved.v, saved.mask)[1]
-    A = weights.astype(np.float64)  # (B, H, L, S)
+        q_g = _group(saved.q, H, H_kv)  # (B, H_kv, G, L, Dh)
+        k_g, v_g = _group_kv(saved.k, H, H_kv), _group_kv(saved.v, H, H_kv)  # (B, H_kv, 1, S, Dh)
+        mask = _validate.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
+        weights = np_backend.scaled_dot_product_attention(q_g, k_g, v_g, mask)[1]
+    A = weights.astype(np.float64) + tiny  # (B, H_kv, G, L, S)
     inputs = [np.abs(x).astype(np.float64) for x in (saved.query, saved.key, saved.value)]
-    biases = (p.b_q, p.b_k, p.b_v)
-    q, k, val = (
-        np_backend.split_heads(_linear(x, w, b), H)  # (B, H, L|S, Dh)
-        for x, w, b in zip(inputs, (p.w_q, p.w_k, p.w_v), biases, strict=True)
+    q = _group(np_backend.split_heads(_linear(inputs[0], p.w_q, p.b_q) + tiny, H), H, H_kv)
+    k, val = (  # (B, H_kv, 1, S, Dh)
+        _group_kv(np_backend.split_heads(_linear(x, w, b) + tiny, H_kv), H, H_kv)
+        for x, w, b in ((inputs[1], p.w_k, p.b_k), (inputs[2], p.w_v, p.b_v))
     )
     d_out_abs = np.abs(d_out).astype(np.float64)
-    concat = np_backend.merge_heads(A @ val)  # (B, L, D)
-    d_concat, d_w_o, d_b_o = _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None)
-    d_heads = merge_heads(d_concat, H)  # (B, H, L, Dh)
-    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, val, A, d_heads)
+    concat = np_backend.merge_heads(_ungroup(A @ val + tiny, H, H_kv))  # (B, L, D)
+    d_concat, d_w_o, d_b_o = (
+        g if g is None else g + tiny
+        for g in _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None)
+    )
+    d_heads = _group(merge_heads(d_concat, H), H, H_kv)  # (B, H_kv, G, L, Dh)
+    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, val, A, d_heads, tiny)
+    bias = p.b_qkv is not None
+    d_q = _ungroup(d_q, H, H_kv)  # (B, H, L, Dh)
+    d_k, d_v = (_ungroup(_unbroadcast(g, k.shape), H, H_kv) for g in (d_k, d_v))  # (B, H_kv, S, Dh)
     grads = [
-        _linear_backward(x, w, split_heads(d), p.b_qkv is not None)
+        [g if g is None else g + tiny for g in _linear_backward(x, w, split_heads(d), bias)]
         for x, w, d in zip(inputs, (p.w_q, p.w_k, p.w_v), (d_q, d_k, d_v), strict=True)
     ]
     B, L, D = saved.query.shape
     S = saved.key.shape[1]
-    factor = 2 * (10 + 4 * c_max + 4) * gamma(saved.query.dtype, max(B * L, B * S, L, S, D))
+    n = max(B * L, B * S, L, S, D, H // H_kv * L)  # the group sum of d_key adds G L terms
+    factor = 2 * (10 + 4 * c_max + 4) * gamma(saved.query.dtype, n)
     d_params = MHAParams(
         factor * np.concatenate([g[1] for g in grads], axis=1),
         factor * d_w_o,
         None if p.b_qkv is None else factor * np.concatenate([g[2] for g in grads]),
         None if p.b_o is None else factor * d_b_o,
         H,
+        H_kv,
     )
     return MHAGradients(*(factor * g[0] for g in grads), d_params)
 

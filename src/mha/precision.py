@@ -32,14 +32,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from mha._validate import broadcast_batch, check_qkv, describe
 
-def _finfo(dtype: Any) -> tuple[float, float]:
-    """``(max, eps)`` of a NumPy or PyTorch floating dtype."""
+
+def _finfo(dtype: Any) -> tuple[float, float, float]:
+    """``(max, eps, tiny)`` of a NumPy or PyTorch floating dtype (``tiny`` the smallest normal)."""
+    if dtype is None:  # np.dtype(None) would read it as float64
+        raise TypeError("dtype must be a floating dtype; got None")
     if isinstance(dtype, torch.dtype):
         if not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating dtype; got dtype {dtype}")
         info = torch.finfo(dtype)
-        return float(info.max), float(info.eps)
+        return float(info.max), float(info.eps), float(info.tiny)
     try:
         np_dtype = np.dtype(dtype)
     except TypeError as error:
@@ -47,29 +51,57 @@ def _finfo(dtype: Any) -> tuple[float, float]:
     if not np.issubdtype(np_dtype, np.floating):
         raise TypeError(f"dtype must be a floating dtype; got dtype {np_dtype}")
     info = np.finfo(np_dtype)
-    return float(info.max), float(info.eps)
+    return float(info.max), float(info.eps), float(info.tiny)
+
+
+def _torch_format(name: str, dtype: Any) -> None:
+    """Check that ``dtype`` is a floating ``torch.dtype`` (what ``Tensor.to`` takes)."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating torch.dtype; got {describe(dtype)}")
+
+
+def _check_values(values: Any) -> None:
+    """The terms of :func:`sequential_sum` and :func:`pairwise_sum`: a tensor with values."""
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"values must be a torch.Tensor; got {type(values).__name__}")
+    if values.device.type == "meta":
+        raise TypeError("values must hold values; got a meta tensor")
 
 
 def spacing(value: float, dtype: Any) -> float:
     """The gap between consecutive numbers of ``dtype`` at ``|value|`` (one unit in the last place).
 
-    ``eps 2**floor(log2 |value|)``, for ``|value|`` in the normal range.
+    ``eps 2**floor(log2 |value|)`` in the normal range, ``|value| >= tiny`` (the smallest
+    normal number); below it, among the subnormal numbers, the gap is constant, the smallest
+    subnormal ``eps tiny``. So the spacing is ``max(eps 2**floor(log2 |value|), eps tiny)``,
+    as ``np.spacing`` gives for a number of ``dtype`` (at a power of two, the gap above it).
 
     Args:
-        value: a nonzero, finite number.
+        value: a nonzero, finite real number no larger in magnitude than ``dtype``'s
+            largest finite number.
         dtype: a NumPy or PyTorch floating dtype.
 
     Returns:
         The spacing, a power of two.
 
     Raises:
-        ValueError: if ``value`` is zero or not finite.
-        TypeError: if ``dtype`` is not a floating dtype.
+        ValueError: if ``value`` is zero, NaN or infinite, or beyond ``dtype``'s finite range.
+        TypeError: if ``value`` is not a real number (a bool is not), or ``dtype`` is
+            ``None`` or not a floating dtype.
     """
-    _, eps = _finfo(dtype)
+    largest, eps, tiny = _finfo(dtype)
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TypeError(f"value must be a real number; got {describe(value)}")
+    value = float(value)
     if not (math.isfinite(value) and value != 0):
         raise ValueError(f"value must be finite and nonzero; got value={value!r}")
-    return eps * 2.0 ** (math.frexp(value)[1] - 1)  # |value| = m 2**e, 1/2 <= m < 1
+    if abs(value) > largest:
+        raise ValueError(
+            f"value must be within the finite range of {dtype} (|value| <= {largest:.6g}); "
+            f"got value={value!r}"
+        )
+    normal = eps * 2.0 ** (math.frexp(value)[1] - 1)  # |value| = m 2**e, 1/2 <= m < 1
+    return max(normal, eps * tiny)  # below tiny, the subnormals' constant gap
 
 
 def exp_overflow_threshold(dtype: Any) -> float:
@@ -89,9 +121,9 @@ def exp_overflow_threshold(dtype: Any) -> float:
         The threshold, as a Python float (exactly representable in ``dtype``).
 
     Raises:
-        TypeError: if ``dtype`` is not a floating dtype.
+        TypeError: if ``dtype`` is ``None`` or not a floating dtype.
     """
-    largest, eps = _finfo(dtype)
+    largest, eps, _ = _finfo(dtype)
     emax = math.frexp(largest)[1] - 1
     bound = (emax + 1) * math.log(2.0) + math.log1p(-eps / 4)
     step = spacing(bound, dtype)
@@ -110,9 +142,9 @@ def running_sum_limit(dtype: Any) -> float:
         ``2 / eps``.
 
     Raises:
-        TypeError: if ``dtype`` is not a floating dtype.
+        TypeError: if ``dtype`` is ``None`` or not a floating dtype.
     """
-    _, eps = _finfo(dtype)
+    _, eps, _ = _finfo(dtype)
     return 2.0 / eps
 
 
@@ -121,6 +153,9 @@ def sequential_sum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
     This is the accumulation of a naive loop in a low-precision format (PyTorch's own
     ``sum`` and ``cumsum`` accumulate float16 and bfloat16 in float32 on the CPU).
+
+    The terms are converted to ``dtype`` as they are, of any dtype; NaN or infinite terms
+    are summed like any other (the result is NaN or infinite).
 
     Args:
         values: the terms.
@@ -137,11 +172,11 @@ def sequential_sum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
     Raises:
         ValueError: if ``values`` is 0-D.
-        TypeError: if ``values`` is not a tensor or ``dtype`` is not a floating dtype.
+        TypeError: if ``values`` is not a tensor or is a ``meta`` tensor, or ``dtype`` is
+            not a floating ``torch.dtype``.
     """
-    if not isinstance(values, torch.Tensor):
-        raise TypeError(f"values must be a torch.Tensor; got {type(values).__name__}")
-    _finfo(dtype)
+    _check_values(values)
+    _torch_format("dtype", dtype)
     if values.ndim < 1:
         raise ValueError(f"values must have shape (..., n); got 0-D shape {tuple(values.shape)}")
     terms = values.to(dtype)
@@ -159,6 +194,9 @@ def pairwise_sum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     with a low-precision accumulator: its error grows as ``log2 n`` roundings, not ``n``, but
     each rounding is the format's.
 
+    The terms are converted to ``dtype`` as they are, of any dtype; NaN or infinite terms
+    are summed like any other (the result is NaN or infinite).
+
     Args:
         values: the terms.
         dtype: the floating dtype of the partial sums.
@@ -171,11 +209,11 @@ def pairwise_sum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
     Raises:
         ValueError: if ``values`` is 0-D or has no terms.
-        TypeError: if ``values`` is not a tensor or ``dtype`` is not a floating dtype.
+        TypeError: if ``values`` is not a tensor or is a ``meta`` tensor, or ``dtype`` is
+            not a floating ``torch.dtype``.
     """
-    if not isinstance(values, torch.Tensor):
-        raise TypeError(f"values must be a torch.Tensor; got {type(values).__name__}")
-    _finfo(dtype)
+    _check_values(values)
+    _torch_format("dtype", dtype)
     if values.ndim < 1 or values.shape[-1] == 0:
         raise ValueError(
             f"values must have shape (..., n), n >= 1; got shape {tuple(values.shape)}"
@@ -225,21 +263,31 @@ def rounded_attention(
         The output, float64.
 
     Raises:
-        TypeError: if an input is not a floating tensor or a format is not a floating dtype.
-        ValueError: if the last dimensions of query and key, or the lengths of key and
-            value, differ.
+        TypeError: if an input is not a floating tensor, the inputs are on different devices
+            (or hold no values, ``meta``), or a format is not a floating ``torch.dtype``.
+        ValueError: if an input has fewer than 2 dimensions or holds NaN or infinity, the
+            widths of query and key or the lengths of key and value differ, a length is 0,
+            or the leading (batch) dimensions do not broadcast.
     """
-    for name, x in (("query", query), ("key", key), ("value", value)):
+    named = {"query": query, "key": key, "value": value}
+    for name, x in named.items():
         if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
-            raise TypeError(f"{name} must be a floating torch.Tensor; got {type(x).__name__}")
-    for fmt in (scores_dtype, weights_dtype):
+            got = f"dtype {x.dtype}" if isinstance(x, torch.Tensor) else describe(x)
+            raise TypeError(f"{name} must be a floating torch.Tensor; got {got}")
+        if x.device.type == "meta":
+            raise TypeError(f"{name} must hold values; got a meta tensor")
+    devices = {name: x.device for name, x in named.items()}
+    if len(set(devices.values())) > 1:
+        got = ", ".join(f"{n} on {d}" for n, d in devices.items())
+        raise TypeError(f"query, key and value must be on one device; got {got}")
+    for name, fmt in (("scores_dtype", scores_dtype), ("weights_dtype", weights_dtype)):
         if fmt is not None:
-            _finfo(fmt)
-    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"query and key must have one width and key and value one length; got query "
-            f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        )
+            _torch_format(name, fmt)
+    check_qkv(query, key, value)  # ranks, the width of query and key, the length of key and value
+    broadcast_batch(query, key, value)  # the leading dimensions
+    for name, x in named.items():
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} must be finite; got NaN or infinite values")
     q, k, v = (x.double() for x in (query, key, value))
     z = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (..., L, S)
     if scores_dtype is not None:

@@ -131,12 +131,13 @@ def softmax_stats(
         ``row_sum = sum_j exp(s_j - row_max)`` over them (0 when none is allowed).
 
     Raises:
-        ValueError: if ``scores`` is 0-D or not finite, or ``mask`` does not broadcast.
-        TypeError: if ``scores`` is not a float array or ``mask`` is not boolean.
+        ValueError: if ``scores`` is 0-D, has no columns (S = 0) or is not finite, or
+            ``mask`` does not broadcast.
+        TypeError: if ``scores`` is not a float32/float64 array or ``mask`` is not boolean.
     """
     c.check_array("scores", scores)
-    if scores.ndim < 1:
-        raise ValueError(f"scores must have shape (..., S); got 0-D shape {scores.shape}")
+    if scores.ndim < 1 or scores.shape[-1] == 0:
+        raise ValueError(f"scores must have shape (..., S) with S >= 1; got shape {scores.shape}")
     if mask is not None:
         c.check_mask(mask, scores.shape, "scores.shape")
     row_max, row_sum = _stats(scores, mask)
@@ -175,8 +176,8 @@ def combine_stats(
         ``(m, l)`` of the union of the two blocks.
 
     Raises:
-        ValueError: if a maximum is NaN or ``+inf``, a sum is negative or not finite, or the
-            combined sum overflows the dtype.
+        ValueError: if a maximum is NaN or ``+inf``, a sum is negative or not finite, the
+            shapes do not broadcast, or the combined sum overflows the dtype.
         TypeError: if an input is not a float array, or the dtypes differ.
     """
     for name, m in (("max_a", max_a), ("max_b", max_b)):
@@ -188,6 +189,13 @@ def combine_stats(
         if (s < 0).any():
             raise ValueError(f"{name} must be >= 0; got a negative sum")
     _validate.check_same_dtype({"max_a": max_a, "sum_a": sum_a, "max_b": max_b, "sum_b": sum_b})
+    try:
+        np.broadcast_shapes(max_a.shape, sum_a.shape, max_b.shape, sum_b.shape)
+    except ValueError:
+        raise ValueError(
+            "max_a, sum_a, max_b and sum_b must broadcast to one shape; got "
+            f"{max_a.shape}, {sum_a.shape}, {max_b.shape}, {sum_b.shape}"
+        ) from None
     row_max, row_sum = _combine(max_a, sum_a, max_b, sum_b)
     c.check_result("combine_stats sum", row_sum)
     return row_max, row_sum
@@ -278,7 +286,8 @@ def softmax_tolerance(dtype: Any, *, terms: int, merges: int) -> tuple[float, fl
         ``(relative tolerance of l, absolute tolerance of each weight)``.
 
     Raises:
-        TypeError: if ``terms`` or ``merges`` is not an int, or ``dtype`` is not floating.
+        TypeError: if ``terms`` or ``merges`` is not an int, or ``dtype`` is ``None`` or not
+            floating.
         ValueError: if ``terms < 1``, ``merges < 0``, or the row is too long for the dtype.
     """
     g = gamma(dtype, terms)
@@ -395,9 +404,10 @@ def attention(
         The output (zero in a fully masked row) and ``lse`` (``-inf`` in a fully masked row).
 
     Raises:
-        ValueError: on mismatched shapes, empty sequences, a mask that does not broadcast,
-            non-finite inputs, a block size below 1, or scores that overflow the dtype; an
-            ``align`` other than ``"top_left"`` and ``"bottom_right"``, or
+        ValueError: on mismatched shapes, empty sequences, a head width ``Dh`` of 0 (the
+            last dimension of query and key; as in both backends), a mask that does not
+            broadcast, non-finite inputs, a block size below 1, scores that overflow the dtype,
+            an ``align`` other than ``"top_left"`` and ``"bottom_right"``, or
             ``"bottom_right"`` without ``causal=True``.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, a non-int block size,
             a ``causal`` that is not a bool, or an ``io_counter``/``trace`` of another kind.
@@ -608,7 +618,7 @@ def attention_tolerance(
         np.linalg.norm(query, axis=-1).max() * np.linalg.norm(key, axis=-1).max() / math.sqrt(Dh)
     )
     terms = max(S, Dh)
-    v_max = float(np.abs(value).max())
+    v_max = float(np.abs(value).max()) if value.size else 0.0  # Dv = 0: an empty output
     out_tol = rounding_tolerance(query.dtype, terms=terms, scale=v_max * (4 * c_max + 4))
     lse_tol = rounding_tolerance(query.dtype, terms=terms, scale=3 * c_max + 1 + math.log(S))
     return out_tol, lse_tol

@@ -38,17 +38,47 @@ from typing import Any
 
 import numpy as np
 
+from mha._np_checks import as_numpy
 from mha._validate import check_positive
 
 
-def _as_numpy(x: Any) -> np.ndarray:
-    """``x`` as a NumPy array (a torch tensor is detached and moved to the CPU)."""
-    if hasattr(x, "detach"):
-        x = x.detach().cpu()
-        if not x.dtype.is_floating_point or x.dtype.itemsize < 4:
-            x = x.double()  # float16/bfloat16 have no exact NumPy twin for every build
-        return x.numpy()
-    return np.asarray(x)
+def _as_numpy(name: str, x: Any) -> np.ndarray:
+    """``x`` as a NumPy array of real numbers (a tensor detached and moved to the CPU).
+
+    Raises:
+        TypeError: for ``None`` or another object that is not numbers, a complex array, a
+            masked array, or a sparse or ``meta`` tensor.
+        ValueError: for a ragged nested sequence.
+    """
+    if x is None:
+        raise TypeError(f"{name} must be an array or tensor of numbers; got None")
+    if hasattr(x, "detach") and type(x).__module__.startswith("torch"):
+        x = as_numpy(name, x.detach().double())  # float16/bfloat16 exactly as float64
+    else:
+        x = as_numpy(name, x)
+    if x.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers; got dtype {x.dtype}")
+    return x
+
+
+def _check_float_inputs(named: dict[str, Any], together: str | None = None) -> None:
+    """Each of ``named`` a NumPy array or torch tensor of a floating dtype; with ``together``
+    (how the message names them), all of one dtype."""
+    dtypes = {}
+    for name, x in named.items():
+        dtype = getattr(x, "dtype", None)
+        floating = dtype is not None and (
+            dtype.is_floating_point
+            if hasattr(dtype, "is_floating_point")
+            else np.issubdtype(dtype, np.floating)
+        )
+        if not floating:
+            got = f"dtype {dtype}" if dtype is not None else type(x).__name__
+            raise TypeError(f"{name} must be a floating array or tensor; got {got}")
+        dtypes[name] = str(dtype).removeprefix("torch.")  # torch.float32 is float32
+    if together is not None and len(set(dtypes.values())) > 1:
+        got = ", ".join(f"{n} {d}" for n, d in dtypes.items())
+        raise TypeError(f"{together} must share one dtype; got {got}")
 
 
 def unit_roundoff(dtype: Any) -> float:
@@ -63,8 +93,10 @@ def unit_roundoff(dtype: Any) -> float:
         ``2**-8`` for bfloat16.
 
     Raises:
-        TypeError: if ``dtype`` is not a floating dtype.
+        TypeError: if ``dtype`` is ``None`` or not a floating dtype (or an array of one).
     """
+    if dtype is None:  # np.dtype(None) would read it as float64
+        raise TypeError("dtype must be a floating dtype; got None")
     if not isinstance(dtype, type) and hasattr(dtype, "dtype"):
         dtype = dtype.dtype  # an array or a tensor
     if hasattr(dtype, "is_floating_point"):  # a torch.dtype
@@ -93,7 +125,7 @@ def gamma(dtype: Any, terms: int) -> float:
         ``gamma_n``.
 
     Raises:
-        TypeError: if ``terms`` is not an int or ``dtype`` is not floating.
+        TypeError: if ``terms`` is not an int, or ``dtype`` is ``None`` or not floating.
         ValueError: if ``terms < 1``, or ``n u >= 1`` (no bound exists: the sum is too long
             for the precision).
     """
@@ -122,7 +154,8 @@ def rounding_tolerance(dtype: Any, *, terms: int, scale: float = 1.0, stages: in
         ``2 * stages * gamma_n * scale``.
 
     Raises:
-        TypeError: if ``terms`` or ``stages`` is not an int.
+        TypeError: if ``terms`` or ``stages`` is not an int, ``scale`` is not a number, or
+            ``dtype`` is ``None`` or not floating.
         ValueError: if ``terms`` or ``stages`` is below 1, ``scale`` is negative or not
             finite, or the sum is too long for the precision.
     """
@@ -164,8 +197,8 @@ def softmax_tolerance(dtype: Any, *, logit_scale: float, d_head: int, kv_len: in
         ``rho``, a bound on the absolute difference of any weight between two routes.
 
     Raises:
-        TypeError: if ``d_head`` or ``kv_len`` is not an int, or ``logit_scale`` is not a
-            number.
+        TypeError: if ``d_head`` or ``kv_len`` is not an int, ``logit_scale`` is not a
+            number, or ``dtype`` is ``None`` or not floating.
         ValueError: if ``d_head`` or ``kv_len`` is below 1, ``logit_scale`` is negative or
             not finite, or a sum is too long for the precision.
     """
@@ -198,18 +231,29 @@ def matmul_tolerance(a: Any, b: Any) -> np.ndarray:
         The bound as a float64 NumPy array.
 
     Raises:
-        ValueError: if ``a`` or ``b`` has fewer than 2 dimensions or their inner
-            dimensions differ.
-        TypeError: if their dtype is not floating.
+        ValueError: if ``a`` or ``b`` has fewer than 2 dimensions, holds NaN or infinity,
+            or their inner dimensions differ or leading dimensions do not broadcast.
+        TypeError: if ``a`` or ``b`` is not a NumPy array or torch tensor of a floating
+            dtype, or is a ``meta`` or sparse tensor.
     """
-    a_np, b_np = _as_numpy(a), _as_numpy(b)
+    _check_float_inputs({"a": a, "b": b})  # the bound is in a's dtype
+    a_np, b_np = _as_numpy("a", a), _as_numpy("b", b)
     for name, x in (("a", a_np), ("b", b_np)):
         if x.ndim < 2:
             raise ValueError(f"{name} must have shape (..., rows, cols); got shape {x.shape}")
+        if not np.isfinite(x).all():
+            raise ValueError(f"{name} must be finite; got NaN or infinite values")
     if a_np.shape[-1] != b_np.shape[-2]:
         raise ValueError(
             f"a and b must have matching inner dimensions; got a {a_np.shape}, b {b_np.shape}"
         )
+    try:
+        np.broadcast_shapes(a_np.shape[:-2], b_np.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            "a and b must have broadcastable leading (batch) dimensions; got a "
+            f"{a_np.shape}, b {b_np.shape}"
+        ) from None
     g = gamma(a, a_np.shape[-1])
     return 2.0 * g * (np.abs(a_np.astype(np.float64)) @ np.abs(b_np.astype(np.float64)))
 
@@ -222,12 +266,15 @@ def max_abs_diff(actual: Any, expected: Any) -> float:
         expected: the same shape.
 
     Returns:
-        The largest absolute difference, a ``float`` (0 for empty arrays).
+        The largest absolute difference, a ``float`` (0 for empty arrays; NaN when an
+        entry of either is NaN).
 
     Raises:
-        ValueError: if the shapes differ.
+        ValueError: if the shapes differ, or an argument is a ragged sequence.
+        TypeError: if an argument is ``None`` or not real numbers (complex, object), or a
+            ``meta`` or sparse tensor.
     """
-    a, e = _as_numpy(actual), _as_numpy(expected)
+    a, e = _as_numpy("actual", actual), _as_numpy("expected", expected)
     if a.shape != e.shape:
         raise ValueError(f"actual and expected must have one shape; got {a.shape} and {e.shape}")
     if a.size == 0:
@@ -237,10 +284,17 @@ def max_abs_diff(actual: Any, expected: Any) -> float:
 
 def _excess(actual: Any, expected: Any, tolerance: Any) -> tuple[float, float, float]:
     """(largest ``|diff| - tol``, the diff there, the tolerance there)."""
-    a, e = _as_numpy(actual).astype(np.float64), _as_numpy(expected).astype(np.float64)
+    a = _as_numpy("actual", actual).astype(np.float64)
+    e = _as_numpy("expected", expected).astype(np.float64)
     if a.shape != e.shape:
         raise ValueError(f"actual and expected must have one shape; got {a.shape} and {e.shape}")
-    tol = np.broadcast_to(np.asarray(tolerance, dtype=np.float64), a.shape)
+    tol = _as_numpy("tolerance", tolerance).astype(np.float64)
+    try:
+        tol = np.broadcast_to(tol, a.shape)
+    except ValueError:
+        raise ValueError(
+            f"tolerance must broadcast to the shape of actual {a.shape}; got {tol.shape}"
+        ) from None
     if np.any(tol < 0) or not np.all(np.isfinite(tol)):
         raise ValueError("tolerance must be finite and >= 0")
     if a.size == 0:
@@ -270,7 +324,10 @@ def is_close(actual: Any, expected: Any, tolerance: Any) -> bool:
         ``True`` when every ``|actual - expected| <= tolerance`` entry by entry.
 
     Raises:
-        ValueError: if the shapes differ or the tolerance is negative or not finite.
+        ValueError: if the shapes differ, the tolerance does not broadcast to them or is
+            negative or not finite, or an argument is a ragged sequence.
+        TypeError: if an argument is ``None`` or not real numbers (complex, object), or a
+            ``meta`` or sparse tensor.
     """
     return _excess(actual, expected, tolerance)[0] <= 0
 
@@ -291,7 +348,10 @@ def assert_close(actual: Any, expected: Any, tolerance: Any, *, name: str = "act
 
     Raises:
         AssertionError: if an entry differs by more than its tolerance.
-        ValueError: if the shapes differ or the tolerance is negative or not finite.
+        ValueError: if the shapes differ, the tolerance does not broadcast to them or is
+            negative or not finite, or an argument is a ragged sequence.
+        TypeError: if an argument is ``None`` or not real numbers (complex, object), or a
+            ``meta`` or sparse tensor.
     """
     over, diff, tol = _excess(actual, expected, tolerance)
     if over > 0:
@@ -331,17 +391,29 @@ def attention_tolerance(
 
     Returns:
         ``(output_tolerance, weights_tolerance)``: float64 arrays of absolute bounds.
+
+    Raises:
+        TypeError: if ``params`` is not :class:`mha.MHAParams`; an input is not a floating
+            array or tensor, or the three differ in dtype; the mask is not boolean (a float
+            ``0``/``-inf`` mask is refused, as by every backend) or is a ``meta`` tensor.
+        ValueError: the shape and value errors of
+            :func:`mha.np_backend.multi_head_attention` (shapes, empty sequences, a mask that
+            does not broadcast, NaN or infinite inputs), checked on the float64 copies.
     """
     from mha import np_backend
+    from mha.params import MHAParams, repeat_kv_heads
 
+    if not isinstance(params, MHAParams):
+        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
+    _check_float_inputs({"query": query, "key": key, "value": value}, "query, key and value")
     f64 = np.float64
-    x_q, x_k, x_v = (_as_numpy(t).astype(f64) for t in (query, key, value))
-    keep = None if mask is None else _as_numpy(mask).astype(bool)
-    from mha.params import repeat_kv_heads
-
+    named = {"query": query, "key": key, "value": value}
+    x_q, x_k, x_v = (_as_numpy(n, t).astype(f64) for n, t in named.items())
+    keep = None if mask is None else as_numpy("mask", mask)  # checked by the layer below
     # Grouped-query attention computes each head as multi-head attention with its key and
     # value head repeated does: the same bound.
     p = repeat_kv_heads(params.to_numpy(f64))
+    _, w = np_backend.multi_head_attention(x_q, x_k, x_v, p, keep)  # (B, H, L, S)
     H, Dh, S = p.num_heads, p.d_head, x_k.shape[-2]
     g_d, g_h, g_s, g_w = (gamma(query, n) for n in (p.d_model, Dh, S, S + 2))
     root = np.sqrt(Dh)
@@ -357,7 +429,6 @@ def attention_tolerance(
     )  # (B, H, L|S, Dh) each
     kT, dkT = k.swapaxes(-1, -2), dk.swapaxes(-1, -2)
     ds = (dq @ kT + q @ dkT + 2 * g_h * (q @ kT)) / root  # (B, H, L, S)
-    _, w = np_backend.multi_head_attention(x_q, x_k, x_v, p, keep)  # (B, H, L, S)
     dw = w * (ds + ds.max(axis=-1, keepdims=True) + 2 * g_w)  # (B, H, L, S)
     o = w @ v  # (B, H, L, Dh)
     do = dw @ v + w @ dv + 2 * g_s * o  # (B, H, L, Dh)

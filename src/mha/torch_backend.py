@@ -272,8 +272,9 @@ def scaled_dot_product_attention(
         dimensions broadcast those of query, key and mask; the output's also value's.
 
     Raises:
-        ValueError: on mismatched shapes, empty sequences, a mask that does not
-            broadcast, non-finite inputs, or scores that overflow the dtype.
+        ValueError: on mismatched shapes, empty sequences, a head width ``Dh`` of 0 (the
+            last dimension of query and key), a mask that does not broadcast, non-finite
+            inputs, or scores that overflow the dtype.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, tensors that are not
             dense, or tensors on different devices.
     """
