@@ -40,6 +40,27 @@ def test_latex_matrix_rejects_bad_input(a, digits, error, match) -> None:
         display.latex_matrix(a, digits)
 
 
+def test_head_name_counts_layers_and_heads_from_one() -> None:
+    assert display.head_name(0, 2) == "1.3"  # code indices (0, 2): head 3 of layer 1
+    assert display.head_name(1, 3) == "2.4"
+    assert display.head_name(np.int64(5), np.intp(11)) == "6.12"  # np.unravel_index's ints
+    assert display.head_name(9, 10) != display.head_name(10, 9)  # "10.11" and "11.10"
+
+
+@pytest.mark.parametrize(
+    ("layer", "head", "error", "match"),
+    [
+        (-1, 0, ValueError, "layer must be at least 0; got layer=-1"),
+        (0, -2, ValueError, "head must be at least 0; got head=-2"),
+        (0.0, 1, TypeError, "layer must be an int; got float"),
+        (0, True, TypeError, "head must be an int; got bool"),
+    ],
+)
+def test_head_name_rejects_indices_that_are_not_counts(layer, head, error, match) -> None:
+    with pytest.raises(error, match=match):
+        display.head_name(layer, head)
+
+
 def test_markdown_table_formats_each_column_and_escapes_bars() -> None:
     table = display.markdown_table(
         ["seed", "share"], [(0, 0.12345), ("a|b", 1.0)], formats=[None, "{:.2f}"]

@@ -1,7 +1,8 @@
-"""Output for reading: matrices as LaTeX and results as Markdown tables.
+"""Output for reading: matrices as LaTeX, results as Markdown tables, heads by name.
 
 Chapters show numbers as a reader reads them, never as a Python repr: a small matrix as
-a LaTeX ``bmatrix`` inside math, a list of results as a Markdown table.
+a LaTeX ``bmatrix`` inside math, a list of results as a Markdown table, a head by the
+book's name for it (``head_name``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,29 @@ def latex_matrix(a: Any, digits: int = 3) -> str:
     rows = np.atleast_2d(m).astype(np.float64)
     body = r" \\ ".join(" & ".join(_number(x, digits) for x in row) for row in rows)
     return rf"\begin{{bmatrix}} {body} \end{{bmatrix}}"
+
+
+def head_name(layer: int, head: int) -> str:
+    """The book's name of a head: ``"layer.head"``, both counted from 1.
+
+    Code indexes layers and heads from 0; the book's text, tables and figures count them
+    from 1, so the head at code indices ``(0, 2)`` (``weights[0, 2]``) is head ``"1.3"``:
+    head 3 of layer 1. A model with one layer still names its heads ``"1.h"``.
+
+    Args:
+        layer: the layer's code index, from 0.
+        head: the head's code index within its layer, from 0.
+
+    Returns:
+        The name, ``f"{layer + 1}.{head + 1}"``.
+
+    Raises:
+        TypeError: if ``layer`` or ``head`` is not an int (a NumPy integer is one).
+        ValueError: if ``layer`` or ``head`` is negative.
+    """
+    _validate.check_at_least("layer", layer, 0)
+    _validate.check_at_least("head", head, 0)
+    return f"{int(layer) + 1}.{int(head) + 1}"
 
 
 def _cell(value: Any, fmt: str | None) -> str:
