@@ -1,0 +1,102 @@
+"""A paragraph is read once: a cell whose output is prose has its input folded.
+
+The rule (CONTRIBUTING.md): a cell that displays prose or a table computed as Markdown
+does only that, and carries ``hide-input``; the code before it, which computes and
+asserts the numbers and shows the library's use, stays in view in its own cell.
+Checked in each chapter's source and again in its built page.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from booktoc import toc_pages
+from prose_cells import FOLDED_TAGS, built_prose_cells, markdown_helpers, prose_cells, shows_prose
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = [ROOT / f"{page}.md" for page in toc_pages()]
+
+HEADER = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+"""
+
+
+def test_shows_prose_sees_markdown_helpers_and_display_but_not_errors_or_figures() -> None:
+    helpers = markdown_helpers(
+        ["def table(c, r):\n    return Markdown(str(c))", "def seeds(r):\n    return table(1, r)"]
+    )
+    assert {"Markdown", "table", "seeds"} <= helpers
+    assert shows_prose('x = 1\nMarkdown(f"x is {x}")', helpers)
+    assert shows_prose("seeds([1])", helpers)
+    assert shows_prose("for i in range(2):\n    display(Markdown(str(i)))", helpers)
+    assert not shows_prose("Markdown(display.error_message(lambda: f(), ValueError))", helpers)
+    assert not shows_prose("fig = make()\nfig", helpers)
+    assert not shows_prose('Markdown("x")\ny = 2', helpers)  # displays nothing: not last
+    assert not shows_prose("%time f()", helpers)
+
+
+def test_prose_cells_reads_tags_of_a_myst_notebook() -> None:
+    text = HEADER + (
+        "```{code-cell} ipython3\nfrom IPython.display import Markdown\n```\n\n"
+        '```{code-cell} ipython3\n:tags: [hide-input]\nMarkdown("folded")\n```\n\n'
+        '```{code-cell} ipython3\nx = 1\nMarkdown(f"open {x}")\n```\n'
+    )
+    cells = prose_cells(text)
+    assert [(c.first_line, c.tags) for c in cells] == [
+        ('Markdown("folded")', ("hide-input",)),
+        ("x = 1", ()),
+    ]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.stem)
+def test_cells_that_display_prose_are_folded(path: Path) -> None:
+    open_cells = [
+        c.first_line
+        for c in prose_cells(path.read_text(encoding="utf8"))
+        if not set(c.tags) & FOLDED_TAGS
+    ]
+    assert open_cells == [], (
+        f"{path.name}: these cells display prose with their input open; move the "
+        f"Markdown into a cell of its own tagged hide-input: {open_cells}"
+    )
+
+
+def test_built_prose_cells_finds_paragraph_and_table_outputs_only() -> None:
+    page = (
+        '<div class="cell tag_hide-input docutils container">'
+        '<div class="cell_output docutils container"><p>prose</p></div></div>'
+        '<div class="cell docutils container"><div class="cell_input docutils container">'
+        '<div class="highlight"><pre>x</pre></div></div>'
+        '<div class="cell_output docutils container">'
+        '<div class="pst-scrollable-table-container"><table><tr><td>1</td></tr></table></div>'
+        "</div></div>"
+        '<div class="cell docutils container"><div class="cell_output docutils container">'
+        '<div class="output text_plain"><pre>3</pre></div></div></div>'
+        '<div class="cell docutils container"><div class="cell_output docutils container">'
+        '<div class="highlight-text notranslate"><pre>ValueError: x</pre></div></div></div>'
+    )
+    found = built_prose_cells(page)
+    assert [children for _, children in found] == [["p."], ["table.pst-scrollable-table-container"]]
+    assert "tag_hide-input" in found[0][0] and "tag_hide-input" not in found[1][0]
+
+
+@pytest.mark.site
+def test_built_pages_fold_every_cell_whose_output_is_prose(built_site: Path) -> None:
+    checked = 0
+    for page in toc_pages():
+        html = (built_site / f"{page}.html").read_text(encoding="utf8")
+        for classes, children in built_prose_cells(html):
+            checked += 1
+            tags = {c.removeprefix("tag_") for c in classes if c.startswith("tag_")}
+            assert tags & FOLDED_TAGS, f"{page}: a cell shows prose with its input open: {children}"
+    assert checked > 100  # the book computes well over a hundred of its paragraphs
