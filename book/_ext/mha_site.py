@@ -258,7 +258,10 @@ def add_math_script(
     attributes = {}
     if app.builder.name == "html":
         scripts = context.get("script_files", [])
-        mathjax = [js for js in scripts if getattr(js, "filename", None) == app.config.mathjax_path]
+        path = app.config.mathjax_path  # Sphinx names it by its place in _static
+        mathjax = [
+            js for js in scripts if getattr(js, "filename", None) in (path, f"_static/{path}")
+        ]
         for js in mathjax:
             scripts.remove(js)
         if mathjax:
@@ -291,6 +294,9 @@ def add_figure_scripts(
 # --------------------------------------------------------------------------- a fast first screen
 
 DESIGN_ASSETS = ("sphinx-design.min.css", "design-tabs.js")  # sphinx-design's, on every page
+# Scripts that inline scripts of the head use as the parser reaches them (the theme sets
+# ``DOCUMENTATION_OPTIONS.pagename`` inline): they stay where they are (0.4 KB).
+PARSER_SCRIPTS = ("documentation_options.js",)
 _DESIGN_CLASS = re.compile(r'class="(?:[^"]*\s)?sd-')
 
 
@@ -311,9 +317,10 @@ def lighter_head(
     without until it is parsed.
 
     - Every script file in the head that would run as the parser reaches it (doctools,
-      clipboard, copy buttons, toggles, the theme's) is deferred: they all act on the parsed
-      page (on ``DOMContentLoaded``), and deferred scripts still run in their order, before
-      that event. The inline scripts beside them only set variables that these read later.
+      clipboard, copy buttons, toggles, the theme's) is deferred, but for the 0.4 KB of
+      ``documentation_options.js``, which the theme's inline scripts use at once: they all
+      act on the parsed page (on ``DOMContentLoaded``), and deferred scripts still run in
+      their order, before that event. The inline scripts beside them only set variables that these read later.
     - sphinx-design's stylesheet (55 KB) and its tabs script are left out of pages with no
       sphinx-design element.
 
@@ -331,6 +338,8 @@ def lighter_head(
     for index, js in enumerate(scripts):
         attributes = getattr(js, "attributes", None)
         if attributes is None or not js.filename or {"defer", "async"} & set(attributes):
+            continue
+        if _asset_name(js) in PARSER_SCRIPTS:
             continue
         if attributes.get("type", "text/javascript") not in ("text/javascript", "module"):
             continue
