@@ -320,7 +320,8 @@ def lighter_head(
       clipboard, copy buttons, toggles, the theme's) is deferred, but for the 0.4 KB of
       ``documentation_options.js``, which the theme's inline scripts use at once: they all
       act on the parsed page (on ``DOMContentLoaded``), and deferred scripts still run in
-      their order, before that event. The inline scripts beside them only set variables that these read later.
+      their order, before that event. The inline scripts beside them only set variables
+      that these read later.
     - sphinx-design's stylesheet (55 KB) and its tabs script are left out of pages with no
       sphinx-design element.
 
