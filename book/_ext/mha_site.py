@@ -11,9 +11,13 @@
   browser, which keeps pages small).
 - MathJax 3 (TeX to SVG) is served from ``_static/mathjax/`` (copied from the
   ``sphinx-mathjax-offline`` package; ``_config.yml`` points ``mathjax_path`` at it); pages
-  with math get ``_static/mha-math.js``, which typesets formulas as they come near the screen.
+  with math get ``_static/mha-math.js``, which loads MathJax when the first formula comes near
+  and typesets formulas as they come near the screen.
 - Lighter pages: highlighted code without the markup of tokens drawn as plain text, and
   (``book/_templates``) no Font Awesome JavaScript, whose icons the theme's CSS already draws.
+  A faster first screen: the head's script files deferred, sphinx-design's stylesheet only on
+  pages that use it, MathJax loaded only when a formula comes near (``mha-math.js``), hidden
+  code loaded when opened; the site's icon linked on every page and at the site's root.
 - API reference: a ``{mha-api}`` block lists modules, one per line; each becomes a section
   with that module's autodoc documentation.
 - Downloads: every chapter's executed notebook (with its outputs, also when they come from
