@@ -3,11 +3,12 @@
 Fast checks on the chapters' sources, one per kind of defect an editorial read found:
 sentences about the book's build, its tests or the machine it ran on; expected errors shown
 as tracebacks; string literals whose backslashes Python reads as invalid escapes (a TeX
-command in a non-raw f-string).
+command in a non-raw f-string); asserts on literals alone, which cannot fail.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import warnings
 from pathlib import Path
@@ -97,3 +98,107 @@ def test_invalid_escapes_sees_a_tex_command_in_a_plain_string() -> None:
 def test_chapter_code_has_no_invalid_escape(path: Path) -> None:
     found = [msg for _, src in code_cells(path) for msg in invalid_escapes(src)]
     assert found == [], f"{path.name}: {found}"
+
+
+def _parse(source: str) -> ast.Module | None:
+    lines = source.split("\n")
+    try:
+        return ast.parse(
+            "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in lines)
+        )
+    except SyntaxError:
+        return None
+
+
+def constant_names(sources: list[str]) -> set[str]:
+    """Names that every assignment in the cells binds to literals (or to such names)."""
+    values: dict[str, list[ast.AST]] = {}
+    for tree in filter(None, map(_parse, sources)):
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                targets, value = [node.target], node.value
+            elif isinstance(node, (ast.For, ast.comprehension, ast.With, ast.FunctionDef)):
+                for t in ast.walk(getattr(node, "target", node)):
+                    if isinstance(t, ast.Name):
+                        values.setdefault(t.id, []).append(node)  # bound by a loop or call
+            for target in targets:
+                if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
+                    pairs = zip(target.elts, value.elts, strict=False)
+                else:
+                    pairs = [(target, value)]
+                for t, v in pairs:
+                    for name in ast.walk(t):
+                        if isinstance(name, ast.Name):
+                            values.setdefault(name.id, []).append(v if t is name else node)
+    known: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for name, bound in values.items():
+            if name not in known and all(_literal(v, known) for v in bound):
+                known.add(name)
+                grew = True
+    return known
+
+
+def _literal(node: ast.AST, known: set[str]) -> bool:
+    """Whether ``node`` is built of literals and ``known`` names by arithmetic alone."""
+    allowed = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Tuple)
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            if n.id not in known:
+                return False
+        elif not isinstance(
+            n, (*allowed, ast.operator, ast.unaryop, ast.cmpop, ast.boolop, ast.expr_context)
+        ):
+            return False
+    return True
+
+
+def literal_asserts(source: str, known: frozenset[str] = frozenset()) -> list[str]:
+    """Asserts (or parts of an ``and``) built of literals and names bound to literals alone:
+    arithmetic on literals cannot fail. An assert whose line says ``# a check of ...``
+    (the arithmetic, the code) is marked as what it is, and passes."""
+    tree = _parse(source)
+    if tree is None:
+        return []
+    lines = source.split("\n")
+    found = []
+    for node in ast.walk(tree):
+        # An assert marked "a check of the arithmetic/code" says it checks a derivation.
+        if isinstance(node, ast.Assert) and "# a check of" not in lines[node.lineno - 1]:
+            test = node.test
+            parts = (
+                test.values
+                if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)
+                else [test]
+            )
+            found += [ast.unparse(p) for p in parts if _literal(p, set(known))]
+    return found
+
+
+def test_literal_asserts_finds_arithmetic_on_literals_only() -> None:
+    cells = ["D, H, Dh = 24, 3, 5\nout = f(D)", "assert H * Dh != D and out.shape == (4, D)"]
+    known = frozenset(constant_names(cells))
+    assert known == {"D", "H", "Dh"}
+    assert literal_asserts(cells[1], known) == ["H * Dh != D"]
+    assert literal_asserts("assert 3 * 5 != 24\nassert x == 2\nassert f(1) == 1") == ["3 * 5 != 24"]
+    assert literal_asserts("assert 3 * 5 != 24  # a check of the arithmetic") == []
+    assert (
+        literal_asserts(
+            "for k in (1, 2):\n    assert k > 0",
+            frozenset(constant_names(["for k in (1, 2):\n    pass"])),
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.stem)
+def test_chapter_asserts_can_fail(path: Path) -> None:
+    sources = [src for _, src in code_cells(path)]
+    known = frozenset(constant_names(sources))
+    found = [test for src in sources for test in literal_asserts(src, known)]
+    assert found == [], f"{path.name}: asserts on literals alone: {found}"
