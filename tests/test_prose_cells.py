@@ -17,19 +17,6 @@ from prose_cells import FOLDED_TAGS, built_prose_cells, markdown_helpers, prose_
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = [ROOT / f"{page}.md" for page in toc_pages()]
 
-HEADER = """---
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
----
-
-"""
-
 
 def test_shows_prose_sees_markdown_helpers_and_display_but_not_errors_or_figures() -> None:
     helpers = markdown_helpers(
@@ -46,7 +33,7 @@ def test_shows_prose_sees_markdown_helpers_and_display_but_not_errors_or_figures
 
 
 def test_prose_cells_reads_tags_of_a_myst_notebook() -> None:
-    text = HEADER + (
+    text = (
         "```{code-cell} ipython3\nfrom IPython.display import Markdown\n```\n\n"
         '```{code-cell} ipython3\n:tags: [hide-input]\nMarkdown("folded")\n```\n\n'
         '```{code-cell} ipython3\nx = 1\nMarkdown(f"open {x}")\n```\n'
