@@ -1623,7 +1623,6 @@ FLAG_AND_NUMBER_CASES = [
     ("load_minilm_check_hash", lambda: mha.pretrained.load_minilm(check_hash="no")),
     ("principal_angles_degrees", lambda: mha.subspaces.principal_angles(np.eye(3), np.eye(3), 1)),
     ("head_importance_normalize", lambda: mha.training.head_importance(None, [], "yes")),
-    ("greedy_decode_use_cache", lambda: mha.training.greedy_decode(None, None, 1, use_cache=1)),
 ]
 
 
@@ -1652,16 +1651,6 @@ def test_flags_of_every_public_function_must_be_bools(call: Callable[[], Any]) -
             ),
             TypeError,
             r"prefix_prob must be a real number; got bool True",
-        ),
-        (
-            lambda: mha.training.greedy_decode(None, None, 1.0),
-            TypeError,
-            r"steps must be an int; got float 1\.0",
-        ),
-        (
-            lambda: mha.training.greedy_decode(None, None, -1),
-            ValueError,
-            r"steps must be at least 0; got steps=-1",
         ),
     ],
 )

@@ -435,3 +435,87 @@ def attention_tolerance(
     w_o = np.abs(p.w_o)
     d_out = np_backend.merge_heads(do) @ w_o + 2 * g_d * (np_backend.merge_heads(o) @ w_o)
     return d_out, dw
+
+
+def online_softmax_tolerance(dtype: Any, *, terms: int, merges: int) -> tuple[float, float]:
+    """How far two blockings of the same softmax may differ: the sum ``l`` and each weight.
+
+    Both routes see the same scores ``z``; they differ in how the row is cut into blocks and
+    merged (:func:`combine_stats`). A term ``exp(z_j - m)`` is computed as a product of at
+    most ``merges + 1`` exponentials whose arguments, each rounded once, add up to
+    ``x_j = z_j - m <= 0``; so it is off by a relative ``u |x_j| + (7 merges + 6) u``: each
+    ``exp`` within 3 ulp (``6u``, ``u`` the unit roundoff; NumPy's own tests allow 3 ulp in
+    float32, 1 in float64) and each product ``u``. Every addition on the way (in a block's sum
+    or in a merge) is one of at most ``n - 1`` along any term's path. Since
+    ``|x| exp(x) <= 1/e`` for ``x <= 0``, the size of the scores drops out: with ``n`` terms and
+    ``l >= 1`` (its largest term is ``exp(0) = 1``) the sum is off by at most a relative
+
+        ``r = u n / e + (7 merges + 6) u + gamma_n``,
+
+    and a weight ``exp(x_j) / l <= 1`` by at most ``u / e + (7 merges + 7) u + r`` absolutely.
+    Two routes differ by at most twice each bound.
+
+    Args:
+        dtype: the floating dtype of the arithmetic.
+        terms: ``n``, the length of the row (allowed entries or all).
+        merges: the largest number of combinations any block passes through (``k - 1`` for
+            ``k`` blocks merged left to right; 0 for one block).
+
+    Returns:
+        ``(relative tolerance of l, absolute tolerance of each weight)``.
+
+    Raises:
+        TypeError: if ``terms`` or ``merges`` is not an int, or ``dtype`` is ``None`` or not
+            floating.
+        ValueError: if ``terms < 1``, ``merges < 0``, or the row is too long for the dtype.
+    """
+    g = gamma(dtype, terms)
+    _validate.check_at_least("merges", merges, 0)
+    u = unit_roundoff(dtype)
+    row_sum = u * terms / math.e + (7 * merges + 6) * u + g
+    weight = u / math.e + (7 * merges + 7) * u + row_sum
+    return 2 * row_sum, 2 * weight
+
+
+def tiled_attention_tolerance(
+    query: np.ndarray, key: np.ndarray, value: np.ndarray
+) -> tuple[float, float]:
+    """How far two routes to the same attention output and log-sum-exp may differ.
+
+    A bound for any two summation orders (the naive path, any blocking of the tiled one,
+    another BLAS), to first order in the unit roundoff ``u``. With
+    ``c >= max_ij sum_d |q_id k_jd| / sqrt(Dh)`` (here ``max ||q_i|| max ||k_j|| / sqrt(Dh)``)
+    and ``gamma = gamma_n`` for ``n = max(S, Dh)`` (:func:`mha.tolerance.gamma`): a score is
+    off by at most ``gamma c``, the maximum subtracted from it by as much, so each
+    unnormalised weight is off by a relative ``2 gamma c + u``; the row sum adds
+    ``gamma`` and the division ``u``, so a weight is off by a relative ``(4c + 3) gamma`` at
+    most, and the output, a weighted average of the values, by that times ``max |v|`` plus
+    ``gamma max |v|`` for its own sum. The log-sum-exp ``m + log l`` is off by at most
+    ``2 gamma c`` (its maximum and the sum's scores) plus ``gamma`` (the sum's relative
+    error) plus ``u |lse| <= u (c + log S)``. Each bound is doubled for two routes
+    (:func:`mha.tolerance.rounding_tolerance`).
+
+    Args:
+        query: queries.
+        key: keys.
+        value: values.
+
+    Shape:
+        query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``.
+
+    Returns:
+        ``(output tolerance, lse tolerance)``, absolute, for every entry.
+
+    Raises:
+        The errors of :func:`attention` for the arrays.
+    """
+    _check_attention(query, key, value, None, 1, 1)
+    S, Dh = key.shape[-2], query.shape[-1]
+    c_max = float(
+        np.linalg.norm(query, axis=-1).max() * np.linalg.norm(key, axis=-1).max() / math.sqrt(Dh)
+    )
+    terms = max(S, Dh)
+    v_max = float(np.abs(value).max()) if value.size else 0.0  # Dv = 0: an empty output
+    out_tol = rounding_tolerance(query.dtype, terms=terms, scale=v_max * (4 * c_max + 4))
+    lse_tol = rounding_tolerance(query.dtype, terms=terms, scale=3 * c_max + 1 + math.log(S))
+    return out_tol, lse_tol

@@ -299,105 +299,8 @@ def check_finite(name: str, x: Any, all_finite: Callable[[Any], bool]) -> None:
         raise ValueError(f"{name} must be finite; got NaN or infinite values")
 
 
-RANGE_MARGIN = 4.0
 """How far below the dtype's largest value a bound must stay (for rounding, and for the
 bound's own arithmetic) for a computation to be taken as unable to overflow."""
-
-
-def attention_bound(q_max: float, k_max: float, v_max: float, d_head: int) -> float:
-    """A bound on every intermediate of ``softmax(Q K^T / sqrt(Dh)) V`` from input magnitudes.
-
-    A score is a sum of ``Dh`` products, so ``|s| <= Dh |q|max |k|max / sqrt(Dh)``; the
-    output averages values, so ``|o| <= |v|max``.
-    """
-    return max(math.sqrt(d_head) * q_max * k_max, v_max)
-
-
-def key_value_bound(magnitudes: dict[str, float], d_model: int) -> float:
-    """A bound on every projected key and value, ``D max(|key|, |value|)max |W|max + |b|max``.
-
-    ``magnitudes`` is as in :func:`mha_bound`. A layer hands it to
-    :meth:`mha.kv_cache.KVCache.append`, so that the cache bounds what it holds without
-    measuring it.
-    """
-    w, b = magnitudes["params.w_qkv"], magnitudes.get("params.b_qkv", 0.0)
-    return d_model * max(magnitudes["key"], magnitudes["value"]) * w + b
-
-
-def mha_bound(magnitudes: dict[str, float], d_model: int, num_heads: int) -> float:
-    """A bound on every intermediate of multi-head attention from input magnitudes.
-
-    ``magnitudes`` maps ``query``, ``key``, ``value`` and ``params.<name>`` to the largest
-    ``|x|`` of each (absent biases count as 0). A projection sums ``D`` products, so
-    ``|x W + b| <= D |x|max |W|max + |b|max``; then :func:`attention_bound`; then the output
-    projection of the attended values, ``D |v|max |W_o|max + |b_o|max``. An optional
-    ``cache`` entry (:attr:`mha.kv_cache.KVCache.max_abs`) bounds the keys and values
-    attended from a key/value cache. Grouped-query attention shares key heads, which changes
-    none of these bounds.
-    """
-    w, b = magnitudes["params.w_qkv"], magnitudes.get("params.b_qkv", 0.0)
-    q, k, v = (d_model * magnitudes[name] * w + b for name in ("query", "key", "value"))
-    cached = magnitudes.get("cache", 0.0)  # the keys and values already in a cache
-    k, v = max(k, cached), max(v, cached)
-    out = d_model * v * magnitudes["params.w_o"] + magnitudes.get("params.b_o", 0.0)
-    return max(q, k, attention_bound(q, k, v, d_model // num_heads), out)
-
-
-def overflow_stage(stages: Sequence[tuple[str, Callable[[], float]]], largest: float) -> str | None:
-    """The first stage whose float64 magnitude exceeds ``largest``, described for a message.
-
-    Args:
-        stages: ``(what, magnitude)`` in the order the computation runs; ``magnitude()`` is
-            the largest absolute value of that stage recomputed in float64.
-        largest: the largest finite value of the dtype.
-
-    Returns:
-        ``"<what> reach <value> in float64"``, or ``None`` when every stage fits.
-    """
-    for what, magnitude in stages:
-        value = magnitude()
-        if not value <= largest:
-            return f"{what} reach {value:.3g} in float64"
-    return None
-
-
-def check_range(
-    name: str,
-    bound: float,
-    result: Any,
-    kind: ArrayKind,
-    locate: Callable[[], str | None],
-) -> None:
-    """Check that a computation from finite inputs did not overflow its dtype.
-
-    While ``bound`` (from the inputs' magnitudes) stays :data:`RANGE_MARGIN` times below the
-    dtype's largest finite value, nothing can overflow and nothing more is done. Beyond it,
-    ``locate()`` redoes the computation in float64 and names the first stage that leaves the
-    range (``None`` if none does, or if it cannot be redone); the result must then also be
-    finite.
-
-    Args:
-        name: what the result is (``"multi_head_attention output"``).
-        bound: a bound on every intermediate's magnitude.
-        result: the result, of the computation's dtype.
-        kind: the backend's arrays.
-        locate: finds the stage that overflowed; called only beyond the bound.
-
-    Raises:
-        ValueError: if a stage overflowed or the result is not finite.
-    """
-    largest = kind.largest(result.dtype)
-    if bound * RANGE_MARGIN < largest:
-        return
-    where = locate()
-    if where is None and kind.all_finite(result):
-        return
-    wider = ", or compute in float64" if largest < 1e300 else ""
-    raise ValueError(
-        f"{name} overflowed {result.dtype} although every input is finite: "
-        f"{where or 'an intermediate result is not finite'}, beyond its largest finite value "
-        f"{largest:.3g}. Scale the inputs or parameters down{wider}"
-    )
 
 
 def check_nonempty(name: str, length: int, symbol: str) -> None:
@@ -530,22 +433,6 @@ def check_layer_norm_params(d_model: int, weight: Any, bias: Any, eps: Any) -> N
             raise ValueError(f"{name} must have shape (D,) = ({d_model},); got {tuple(p.shape)}")
 
 
-def check_layer_norm_range(spread: float, width: int, largest: float, dtype: Any) -> None:
-    """Check that LayerNorm's variance cannot overflow: ``D * spread**2`` below ``largest``.
-
-    ``spread`` is the largest ``max - min`` of a row of ``x``; every squared deviation from
-    the row's mean, and their sum over the ``D`` entries, is at most ``D * spread**2``.
-    Beyond that range PyTorch and NumPy return zeros (the variance overflows to infinity).
-    """
-    bound = width * (spread * spread)
-    if not bound * RANGE_MARGIN < largest:
-        raise ValueError(
-            f"x must have rows whose variance fits {dtype}: D (max - min)^2 = {bound:.3g} "
-            f"(D={width}, largest max - min {spread:.3g}) reaches its largest finite value "
-            f"{largest:.3g}, so the variance would overflow. Scale x down or compute in float64"
-        )
-
-
 def check_form_weights(form: str, need_weights: bool) -> None:
     """Check ``need_weights`` (a bool), and that the tiled form, which never forms weights,
     is not asked for them."""
@@ -559,13 +446,6 @@ def check_form_weights(form: str, need_weights: bool) -> None:
 def check_block_size(name: str, value: Any) -> None:
     """Check that a block size (rows of a tile) is an int of at least one."""
     check_at_least(name, value, 1)
-
-
-def head_slice(mask: Any, h: int) -> Any:
-    """The part of a ``(..., H|1, L, S)``-broadcastable mask that applies to head ``h``."""
-    if mask.ndim < 3:
-        return mask  # (L, S) or (S,): the same for every head
-    return mask[..., h if mask.shape[-3] > 1 else 0, :, :]  # (B|1, H|1, L, S) -> (B|1, L, S)
 
 
 def check_softmax(scores: Any, mask: Any, kind: ArrayKind) -> None:
@@ -606,10 +486,6 @@ def check_attention(
         kind.check_mask(mask, (*batch, L, S), "(..., L, S)")
         kind.check_devices({"query": query, "mask": mask})
     return magnitudes
-
-
-class AmbiguousMaskWarning(UserWarning):
-    """A 2-D mask ``(L, S)`` that could also be meant as a key-padding mask ``(B, S)``."""
 
 
 def _mha_mask_hint(mask: Any, B: int, H: int) -> str:
@@ -678,151 +554,6 @@ def check_mha_mask(mask: Any, target: tuple[int, int, int, int], kind: ArrayKind
             )
 
 
-def check_mha(
-    query: Any,
-    key: Any,
-    value: Any,
-    params: Any,
-    mask: Any,
-    form: str,
-    kind: ArrayKind,
-    cache: Any = None,
-) -> dict[str, float]:
-    """Check the arguments of a backend's ``multi_head_attention``.
-
-    With a key/value ``cache``, the keys and values are the new positions only: the mask
-    must cover the cached positions and the new ones, ``S = cache.length + key length``.
-
-    Returns:
-        The largest magnitude of each input and parameter array, by name (for
-        :func:`mha_bound`).
-    """
-    from mha.params import MHAParams  # here, not at the top: mha.params imports this module
-
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    check_form(form)
-    magnitudes = check_arrays((("query", query), ("key", key), ("value", value)), kind)
-    B, L, S = check_mha_inputs(query, key, value, params.d_model)
-    named = {"query": query, "key": key, "value": value}
-    for name in PARAM_ARRAYS:
-        x = getattr(params, name)
-        if x is not None:
-            hint = f" (convert with params.{kind.convert}())"
-            magnitudes[f"params.{name}"] = kind.check_array(f"params.{name}", x, hint)
-            named[f"params.{name}"] = x
-    check_same_dtype(named)
-    if cache is not None:
-        S = check_cache(cache, params, B, S, query.dtype, form, kind)
-        named["cache"] = cache.keys  # its buffers must live with the inputs
-    if mask is not None:
-        check_mha_mask(mask, (B, params.num_heads, L, S), kind)
-        named["mask"] = mask
-    kind.check_devices(named)
-    return magnitudes
-
-
-def check_cache(
-    cache: Any, params: Any, batch_size: int, new: int, dtype: Any, form: str, kind: ArrayKind
-) -> int:
-    """Check that a key/value cache fits this call; return S, the positions after appending."""
-    from mha.kv_cache import KVCache  # here: mha.kv_cache imports this module
-
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a mha.kv_cache.KVCache; got {type(cache).__name__}")
-    if form == "per_head":
-        raise ValueError(
-            "form='per_head' does not take a cache; use form='fused', 'packed' or 'tiled'"
-        )
-    if not isinstance(cache.keys, kind.array_type):
-        raise TypeError(
-            f"cache must hold {kind.type_name} buffers like the inputs; got "
-            f"{type(cache.keys).__name__}"
-        )
-    if cache.dtype != dtype:
-        raise TypeError(
-            f"cache must have the inputs' dtype {dtype}; got a cache of dtype {cache.dtype}"
-        )
-    want = (batch_size, params.num_kv_heads, params.d_head)
-    got = (cache.batch_size, cache.num_kv_heads, cache.d_head)
-    if want != got:
-        raise ValueError(
-            "cache must have the inputs' batch size and the layer's num_kv_heads and d_head: "
-            f"want (B, H_kv, Dh) = {want}; got {got}"
-        )
-    if cache.length + new > cache.capacity:
-        raise ValueError(
-            f"the cache holds at most capacity={cache.capacity} positions; it holds "
-            f"{cache.length} and got {new} more"
-        )
-    return cache.length + new
-
-
-def cached(cache: Any, key: Any, value: Any, magnitudes: dict[str, float], d_model: int) -> Any:
-    """The keys and values a layer attends to, as a context manager.
-
-    Without a cache, ``key`` and ``value`` themselves. With one, its positions followed by
-    these, which :meth:`mha.kv_cache.KVCache.appending` appends only when the block (the
-    attention, the output projection and the range checks) ends without an exception: a
-    refused call leaves the cache as it was.
-
-    Shape:
-        key and value ``(B, H_kv, n, Dh)``; yields ``(B, H_kv, S, Dh)``, ``S`` the positions
-        cached before the call plus ``n``.
-    """
-    if cache is None:
-        return contextlib.nullcontext((key, value))
-    bound = key_value_bound(magnitudes, d_model)  # beyond float64's range: measured instead
-    return cache.appending(key, value, max_abs=bound if math.isfinite(bound) else None)
-
-
-def check_cache_finite(cache: Any, kind: ArrayKind) -> None:
-    """Check that a cache holds no NaN or infinity (one pass over its keys and values).
-
-    Its appends refuse them, so they can only have been written into its views, or appended
-    under a ``max_abs`` that was not a bound.
-    """
-    for name, x in (("keys", cache.keys), ("values", cache.values)):
-        if not kind.all_finite(x):
-            raise ValueError(
-                f"cache must hold finite keys and values; got NaN or infinite values in "
-                f"cache.{name} (appends refuse them: were they written into its views, or "
-                "appended with a max_abs that did not bound them?)"
-            )
-
-
-def check_cached_output(cache: Any, out: Any, kind: ArrayKind) -> None:
-    """With a cache, check that the output is finite, and name NaN or infinity in the cache.
-
-    A layer does not read the cached keys and values before attending to them (their bound,
-    :attr:`mha.kv_cache.KVCache.max_abs`, says they cannot overflow); a non-finite output,
-    one pass over ``(B, L, D)``, is then the sign that the cache holds NaN or infinity.
-    """
-    if cache is not None and not kind.all_finite(out):
-        check_cache_finite(cache, kind)
-
-
-def group_queries(q: Any, num_kv_heads: int) -> Any:
-    """Query heads ``(B, H, L, Dh)`` as ``(B, H_kv, G, L, Dh)``: group ``g`` shares a key head.
-
-    Consecutive query heads form a group (head ``h`` is in group ``h // G``), so the grouped
-    product with keys ``(B, H_kv, 1, S, Dh)`` broadcasts over ``G`` and equals attention with
-    each key head repeated ``G`` times (``repeat_interleave``), without the copies.
-    """
-    B, H, L, Dh = q.shape
-    return q.reshape(B, num_kv_heads, H // num_kv_heads, L, Dh)  # (B, H_kv, G, L, Dh)
-
-
-def group_mask(mask: Any, num_kv_heads: int) -> Any:
-    """A ``(..., H|1, L, S)`` mask laid out like the grouped scores ``(..., H_kv, G, L, S)``."""
-    if mask is None or mask.ndim < 3:
-        return mask  # (L, S) or (S,): the same for every head
-    *lead, H, L, S = mask.shape
-    if H == 1:
-        return mask.reshape(*lead, 1, 1, L, S)
-    return mask.reshape(*lead, num_kv_heads, H // num_kv_heads, L, S)
-
-
 def check_layer_norm(x: Any, weight: Any, bias: Any, eps: Any, kind: ArrayKind) -> dict[str, float]:
     """Check the arguments of a backend's ``layer_norm``.
 
@@ -841,13 +572,3 @@ def check_layer_norm(x: Any, weight: Any, bias: Any, eps: Any, kind: ArrayKind) 
     return magnitudes
 
 
-def layer_norm_bound(magnitudes: dict[str, float], width: int) -> tuple[float, float]:
-    """Bounds on LayerNorm's variance stage and on its output, from input magnitudes.
-
-    A deviation from the row mean is at most ``2 |x|max``, so every squared deviation and
-    their sum over the ``D`` entries is at most ``D (2 |x|max)^2``; a normalised entry is at
-    most ``sqrt(D)`` in size, so the output is at most ``sqrt(D) |weight|max + |bias|max``.
-    """
-    spread = 2.0 * magnitudes["x"]
-    variance = width * (spread * spread)
-    return variance, math.sqrt(width) * magnitudes["weight"] + magnitudes["bias"]

@@ -21,23 +21,6 @@ import numpy as np
 import torch
 
 
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Run PyTorch on one CPU thread inside the block; restore the thread count after.
-
-    Also usable as a decorator (``@one_thread()``).
-
-    Yields:
-        Nothing; the block runs with ``torch.get_num_threads() == 1``.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def to_torch(a: np.ndarray) -> torch.Tensor:
     """``a`` as a CPU torch tensor of a LAPACK dtype (float32 stays, others become float64).
 

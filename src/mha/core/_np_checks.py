@@ -173,103 +173,11 @@ def check_shape(name: str, x: np.ndarray, shape: tuple[int, ...], layout: str) -
 
 # --- Where an overflow happened (only on the error path, in float64) ----------------------
 
-_ROWS = 256  # query rows per block, so that no float64 (..., L, S) array is formed
 
 
-def _attention64(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any
-) -> tuple[float, np.ndarray]:
-    """Float64 attention block by block: the largest attended score and the output."""
-    L, S = q.shape[-2], k.shape[-2]
-    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    if mask is not None:
-        lead = np.broadcast_shapes(lead, np.shape(mask)[:-2])
-        mask = np.broadcast_to(mask, (*lead, L, S))
-    scale = 1.0 / np.sqrt(q.shape[-1])
-    top, out = 0.0, np.empty((*lead, L, v.shape[-1]))
-    for i in range(0, L, _ROWS):
-        rows = slice(i, min(i + _ROWS, L))
-        s = np.matmul(q[..., rows, :], k.swapaxes(-1, -2)) * scale  # (..., Br, S)
-        s = np.broadcast_to(s, (*lead, *s.shape[-2:]))
-        if mask is None:
-            top = max(top, _max_abs(s))
-        else:
-            keep = np.broadcast_to(mask[..., rows, :], s.shape)
-            top = max(top, _max_abs(s[keep]))
-            s = np.where(keep, s, -np.inf)
-        row_max = s.max(axis=-1, keepdims=True)
-        w = np.exp(s - np.where(np.isfinite(row_max), row_max, 0.0))
-        total = w.sum(axis=-1, keepdims=True)
-        out[..., rows, :] = np.matmul(w / np.where(total == 0, 1.0, total), v)
-    return top, out
 
 
-def _max_abs(x: np.ndarray) -> float:
-    """The largest ``|x|`` (NaN counts as infinite)."""
-    if not x.size:
-        return 0.0
-    top = float(np.abs(x).max())
-    return math.inf if math.isnan(top) else top
 
 
-@range_checked
-def attention_overflow(
-    query: np.ndarray, key: np.ndarray, value: np.ndarray, mask: Any, largest: float
-) -> str:
-    """Which stage of scaled dot-product attention exceeds ``largest``, from float64 copies."""
-    top, out = _attention64(query, key, value, mask)
-    return _validate.overflow_stage(
-        [
-            ("the scores Q K^T / sqrt(Dh)", lambda: top),
-            ("the weighted sums of the values", lambda: _max_abs(out)),
-        ],
-        largest,
-    )
 
 
-@range_checked
-def mha_overflow(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    params: Any,
-    mask: Any,
-    cached: tuple[np.ndarray, np.ndarray] | None = None,
-    *,
-    largest: float,
-) -> str | None:
-    """Which stage of multi-head attention exceeds ``largest``, from float64 copies.
-
-    ``params`` are float64 NumPy :class:`mha.MHAParams`; ``cached`` the float64 keys and
-    values ``(B, H_kv, S0, Dh)`` a key/value cache held before this call, which the new
-    positions' keys and values follow. With ``H_kv < H`` each key/value head is repeated
-    for its group (only on this error path).
-    """
-    H, H_kv = params.num_heads, params.num_kv_heads
-
-    def heads(x: np.ndarray, w: np.ndarray, b: Any, n: int) -> np.ndarray:
-        y = x @ w + (0.0 if b is None else b)  # (B, N, n Dh)
-        return y.reshape(*y.shape[:-1], n, -1).swapaxes(-2, -3)  # (B, n, N, Dh)
-
-    q = heads(query, params.w_q, params.b_q, H)  # (B, H, L, Dh)
-    k = heads(key, params.w_k, params.b_k, H_kv)  # (B, H_kv, S, Dh)
-    v = heads(value, params.w_v, params.b_v, H_kv)
-    projected = max(_max_abs(q), _max_abs(k), _max_abs(v))
-    if cached is not None:
-        k = np.concatenate([cached[0], k], axis=2)  # (B, H_kv, S0 + S, Dh)
-        v = np.concatenate([cached[1], v], axis=2)
-    k, v = (np.repeat(t, H // H_kv, axis=1) for t in (k, v))  # (B, H, S, Dh)
-    top, attended = _attention64(q, k, v, mask)  # (B, H, L, Dh)
-    concat = attended.swapaxes(-2, -3).reshape(*query.shape)  # (B, H, L, Dh) -> (B, L, D)
-    return _validate.overflow_stage(
-        [
-            ("the projections x W + b", lambda: projected),
-            ("the scores Q K^T / sqrt(Dh)", lambda: top),
-            ("the weighted sums of the values", lambda: _max_abs(attended)),
-            (
-                "the output projection",
-                lambda: _max_abs(concat @ params.w_o + (0.0 if params.b_o is None else params.b_o)),
-            ),
-        ],
-        largest,
-    )

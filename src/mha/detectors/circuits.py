@@ -1,0 +1,250 @@
+"""TODO."""
+
+from __future__ import annotations
+
+
+def value_norms(x: Any, params: MHAParams) -> np.ndarray:
+    """``|(x_j W^V_h + b^V_h) W^O_h|``: what head ``h`` writes per unit of weight on key ``j``.
+
+    A head's output at query ``i`` is ``sum_j A[i, j] (x_j W^V_h + b^V_h) W^O_h`` (plus the
+    shared ``b^O``), so key ``j`` contributes a vector of norm ``A[i, j]`` times this
+    number. Kobayashi et al. (2020) call attention weighted by it norm-based attention.
+
+    Args:
+        x: the keys' and values' input, NumPy array or torch tensor.
+        params: the layer's parameters (either backend; computed in float64).
+
+    Returns:
+        The norm of what each head writes per unit weight on each key.
+
+    Shape:
+        x ``(B, S, D)``. Returns ``(B, H, S)`` float64.
+
+    Raises:
+        ValueError: if ``x`` is not ``(B, S, D)`` with D = params.d_model.
+    """
+    x = _float_array("x", x)
+    p = _params64(params)
+    H, D, Dh = p.num_heads, p.d_model, p.d_head
+    if x.ndim != 3 or x.shape[-1] != D:
+        raise ValueError(f"x must have shape (B, S, D) with D={D}; got shape {x.shape}")
+    v = x @ p.w_v + (0.0 if p.b_v is None else p.b_v)  # (B, S, D)
+    v = v.reshape(*x.shape[:2], H, Dh).transpose(0, 2, 1, 3)  # (B, S, D) -> (B, H, S, Dh)
+    out = np.einsum("bhsd,hde->bhse", v, p.w_o.reshape(H, Dh, D))  # (B, H, S, D)
+    return np.linalg.norm(out, axis=-1)  # (B, H, S)
+
+
+def value_weighted_attention(weights: Any, norms: Any) -> np.ndarray:
+    """Each key's share of what a head writes: ``A[i, j] n_j / sum_k A[i, k] n_k``.
+
+    ``n_j`` is :func:`value_norms`. The rows are distributions again, so every detector
+    applies: the first-token score of the result is the share of the norm-weighted
+    output that comes from the first token, to set beside its share of the weight. Rows
+    whose allowed keys all have norm 0 stay 0.
+
+    Args:
+        weights: the head's attention weights.
+        norms: :func:`value_norms` of the same layer and input.
+
+    Returns:
+        The norm-weighted weights, rows that are distributions (or 0).
+
+    Shape:
+        weights ``(B, H, L, S)``; norms ``(B, H, S)``. Returns ``(B, H, L, S)``.
+
+    Raises:
+        ValueError: if the shapes do not match, a norm is negative, or the rows of
+            ``weights`` are not distributions.
+    """
+    w = _check_weights(weights)
+    n = _float_array("norms", norms)
+    if n.shape != w.shape[:-2] + w.shape[-1:]:
+        raise ValueError(
+            f"norms must have shape {w.shape[:-2] + w.shape[-1:]} for weights {w.shape}; "
+            f"got {n.shape}"
+        )
+    if (n < 0).any():
+        raise ValueError("norms must be non-negative")
+    mass = w * n[..., None, :]  # (B, H, L, S)
+    total = mass.sum(axis=-1, keepdims=True)  # (B, H, L, 1)
+    return np.divide(mass, total, out=np.zeros_like(mass), where=total > 0)
+
+
+def score_terms(x: Any, params: MHAParams) -> dict[str, np.ndarray]:
+    """The four terms of a biased head's scores ``(x_i W^Q + b^Q)(x_j W^K + b^K)^T / sqrt(Dh)``.
+
+    - ``"bilinear"``: ``x_i W^Q_h (W^K_h)^T x_j^T``, the QK circuit of Elhage et al.;
+    - ``"query_bias"``: ``b^Q_h (x_j W^K_h)^T``, the query bias against each key: it
+      depends on the key ``j``, so the softmax does not remove it;
+    - ``"key_bias"``: ``x_i W^Q_h (b^K_h)^T``, the same for every key of query ``i``: the
+      softmax removes it;
+    - ``"constant"``: ``b^Q_h (b^K_h)^T``, the same everywhere: removed too.
+
+    Each term is divided by ``sqrt(Dh)``; they sum to the head's scores. Without biases
+    the last three are 0.
+
+    Args:
+        x: one input for queries and keys (self-attention), NumPy array or torch tensor.
+        params: the layer's parameters (computed in float64).
+
+    Returns:
+        ``{"bilinear", "query_bias", "key_bias", "constant"}``, each term of the
+        scores (divided by ``sqrt(Dh)``); they sum to the scores.
+
+    Shape:
+        x ``(B, L, D)``. Each term ``(B, H, L, L)``.
+
+    Raises:
+        ValueError: if ``x`` is not ``(B, L, D)`` with D = params.d_model.
+    """
+    x = _float_array("x", x)
+    p = _params64(params)
+    H, D, Dh = p.num_heads, p.d_model, p.d_head
+    if x.ndim != 3 or x.shape[-1] != D:
+        raise ValueError(f"x must have shape (B, L, D) with D={D}; got shape {x.shape}")
+
+    from mha import np_backend
+
+    q = np_backend.split_heads(x @ p.w_q, H)  # (B, L, D) -> (B, H, L, Dh)
+    k = np_backend.split_heads(x @ p.w_k, H)  # (B, L, D) -> (B, H, L, Dh)
+    zero = np.zeros(D)
+    b_q = (zero if p.b_q is None else p.b_q).reshape(H, 1, Dh)  # (D,) -> (H, 1, Dh)
+    b_k = (zero if p.b_k is None else p.b_k).reshape(H, 1, Dh)  # (D,) -> (H, 1, Dh)
+    root = np.sqrt(Dh)
+    shape = q.shape[:-1] + k.shape[-2:-1]  # (B, H, L, L)
+    return {
+        "bilinear": q @ np.swapaxes(k, -1, -2) / root,
+        "query_bias": np.broadcast_to(b_q @ np.swapaxes(k, -1, -2) / root, shape),
+        "key_bias": np.broadcast_to(q @ np.swapaxes(b_k, -1, -2) / root, shape),
+        "constant": np.broadcast_to(b_q @ np.swapaxes(b_k, -1, -2) / root, shape),
+    }
+
+
+def copying_score(w_e: Any, w_v: Any, w_o: Any, w_u: Any) -> np.ndarray:
+    """``sum(lambda) / sum(|lambda|)`` over the eigenvalues of ``W_E W^V_h W^O_h W_U``.
+
+    The full OV circuit maps a token attended to onto the logits the head adds (row
+    vectors: token ``t`` adds ``e_t W_E W^V_h W^O_h W_U``). A head that copies raises the
+    logit of the token it attends to, so the circuit has large positive eigenvalues: the
+    score is 1 for a circuit with only non-negative eigenvalues, -1 for only non-positive
+    ones, near 0 for a random one (Elhage et al. 2021; Olsson et al. 2022 use it, with
+    prefix matching, to identify induction heads). The ``V x V`` circuit has the same
+    non-zero eigenvalues as the ``Dh x Dh`` matrix ``W^O_h W_U W_E W^V_h``, which is what
+    is computed.
+
+    Args:
+        w_e: token embedding.
+        w_v: one head's value block, or a stack of them.
+        w_o: the head's rows of the output projection, or a stack.
+        w_u: unembedding.
+
+    Returns:
+        The score of each head, in ``[-1, 1]``.
+
+    Shape:
+        w_e ``(V, D)``; w_v ``(..., D, Dh)``; w_o ``(..., Dh, D)``; w_u ``(D, V)``.
+        Returns ``(...)``.
+
+    Raises:
+        ValueError: if the shapes do not chain, or every eigenvalue is 0.
+    """
+    e, v, o, u = (
+        _float_array(name, t)
+        for name, t in (("w_e", w_e), ("w_v", w_v), ("w_o", w_o), ("w_u", w_u))
+    )
+    D = e.shape[-1]
+    if (
+        e.ndim != 2
+        or u.shape != (D, e.shape[0])
+        or v.shape[-2] != D
+        or o.shape[-1] != D
+        or o.shape[-2] != v.shape[-1]
+        or v.shape[:-2] != o.shape[:-2]
+    ):
+        raise ValueError(
+            "w_e (V, D), w_v (..., D, Dh), w_o (..., Dh, D) and w_u (D, V) must chain; got "
+            f"{e.shape}, {v.shape}, {o.shape}, {u.shape}"
+        )
+    small = o @ (u @ e) @ v  # (..., Dh, D) (D, D) (..., D, Dh) -> (..., Dh, Dh)
+    lam = np.linalg.eigvals(small)  # (..., Dh)
+    total = np.abs(lam).sum(axis=-1)
+    if (total == 0).any():
+        raise ValueError("the OV circuit must have a non-zero eigenvalue; got a zero circuit")
+    return lam.sum(axis=-1).real / total
+
+
+def duplicate_targets(tokens: Any) -> np.ndarray:
+    """Where a duplicate-token head should attend: every other position holding the query's token.
+
+    ``targets[b, i, j]`` is True when ``j != i`` and ``tokens[b, j] == tokens[b, i]``, in
+    both directions (an encoder's query may look at a later copy as well as an earlier
+    one). Queries whose token occurs once have no target. Beside :func:`induction_targets`,
+    which marks the key *after* an earlier copy, this marks the copy itself.
+
+    Args:
+        tokens: token ids (NumPy or torch).
+
+    Shape:
+        tokens ``(B, L)``. Returns ``(B, L, L)`` bool, indexed ``[b, query, key]``.
+
+    Returns:
+        The boolean targets, ``[b, query, key]``.
+
+    Raises:
+        ValueError: if ``tokens`` is not 2-D.
+        TypeError: if ``tokens`` is not an integer array.
+    """
+    t = _as_tokens(tokens)
+    same = t[:, :, None] == t[:, None, :]  # (B, L, L): [b, i, j] = tokens[i] == tokens[j]
+    return same & ~np.eye(t.shape[1], dtype=bool)
+
+
+def duplicate_token_score(weights: Any, tokens: Any) -> np.ndarray:
+    """Mean attention mass the queries put on the other copies of their own token.
+
+    Averages, over every (sequence, query) pair that has a target in
+    :func:`duplicate_targets`, the total weight of that query's row on its targets. On a
+    random segment repeated once, a head that looks from each token to its other copy
+    scores 1, an induction head about 0.
+
+    Args:
+        weights: attention weights, batch first, e.g. ``(B, H, L, L)`` for one layer.
+        tokens: the token ids the weights were computed on.
+
+    Shape:
+        weights ``(B, ..., L, L)``, tokens ``(B, L)``. Returns ``(...)``, e.g. ``(H,)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per middle index (e.g. per head).
+
+    Raises:
+        ValueError: if the shapes do not match, the rows of ``weights`` are not
+            distributions, or no token occurs twice.
+        TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
+    """
+    return _token_target_score(weights, tokens, duplicate_targets, "no query has a duplicate")
+
+
+def _token_target_score(
+    weights: Any, tokens: Any, targets_of: Callable[[np.ndarray], np.ndarray], none: str
+) -> np.ndarray:
+    """Mean weight on the targets ``targets_of(tokens)`` over the queries that have one.
+
+    ``none`` ends the error raised when no query has a target.
+    """
+    t = _as_tokens(tokens)
+    w = _check_weights(weights)
+    B, L = t.shape
+    if w.ndim < 3 or w.shape[0] != B or w.shape[-2:] != (L, L):
+        raise ValueError(
+            f"weights must have shape (B, ..., L, L) = ({B}, ..., {L}, {L}) to match tokens; "
+            f"got {w.shape}"
+        )
+    targets = targets_of(t)  # (B, L, L)
+    has = targets.any(axis=-1)  # (B, L)
+    if not has.any():
+        raise ValueError(f"tokens must contain a repeated token; {none}")
+    extra = (1,) * (w.ndim - 3)
+    mass = (w * targets.reshape(B, *extra, L, L)).sum(axis=-1)  # (B, ..., L)
+    mass = np.moveaxis(mass, 0, -2)  # (..., B, L)
+    return _score(mass[..., has].mean(axis=-1))  # (...)
