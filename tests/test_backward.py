@@ -1,4 +1,4 @@
-"""mha.backward: gradients by hand against PyTorch autograd and finite differences, the tiled
+"""mha.numerics.backward: gradients by hand against PyTorch autograd and finite differences, the tiled
 backward against the one from stored weights, and the memory each needs."""
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha
-from mha import backward as G
-from mha import np_backend, tiled, torch_backend
-from mha.tolerance import assert_close, gamma, matmul_tolerance, unit_roundoff
+from mha.numerics import backward as G
+from mha.backends import np_backend
+from mha.backends import tiled
+from mha.backends import torch_backend
+from mha.numerics.tolerance import assert_close, gamma, matmul_tolerance, unit_roundoff
 
 DTYPES = {np.float64: torch.float64, np.float32: torch.float32}
 
@@ -116,7 +118,7 @@ def layer_inputs(B, L, S, D, H, *, dtype, bias, seed, self_attention):
 
 
 def autograd_gradients(params, query, key, value, mask, d_out):
-    """Gradients from PyTorch autograd through mha.torch_backend (the explicit path)."""
+    """Gradients from PyTorch autograd through mha.backends.torch_backend (the explicit path)."""
     p = params.to_torch().map(lambda t: t.requires_grad_())
     xs = {id(x): torch.from_numpy(x.copy()).requires_grad_() for x in (query, key, value)}
     tq, tk, tv = xs[id(query)], xs[id(key)], xs[id(value)]
@@ -170,8 +172,8 @@ def test_layer_gradients_equal_autograd(B, L, S, D, H, bias, self_attention, kin
     t_out, t_params, t_dq, t_dk, t_dv = autograd_gradients(params, query, key, value, mask, d_out)
     ref_out, _ = np_backend.multi_head_attention(query, key, value, params, mask)
     if form == "fused":
-        out_tol, _ = mha.tolerance.attention_tolerance(query, key, value, params, mask)
-        mha.tolerance.assert_close(out, ref_out, out_tol)  # the reference's forward
+        out_tol, _ = mha.numerics.tolerance.attention_tolerance(query, key, value, params, mask)
+        mha.numerics.tolerance.assert_close(out, ref_out, out_tol)  # the reference's forward
     if self_attention:  # one input: its gradient is the sum of the three
         grads = G.MHAGradients(
             grads.d_query + grads.d_key + grads.d_value, None, None, grads.d_params
@@ -252,7 +254,7 @@ def test_layer_gradients_match_finite_differences() -> None:
 def test_linear_and_head_gradients_are_the_transposes() -> None:
     x, w, d_y = arrays((2, 3, 4), (4, 5), (2, 3, 5))
     d_x, d_w, d_b = G.linear(x, w, d_y)
-    tol = mha.tolerance.rounding_tolerance(d_y, terms=6, scale=6 * np.abs(d_y).max())
+    tol = mha.numerics.tolerance.rounding_tolerance(d_y, terms=6, scale=6 * np.abs(d_y).max())
     assert_close(d_b, d_y.sum((0, 1)), tol)  # a sum of 6 rows, perhaps in another order
     assert_close(
         d_w,
@@ -365,7 +367,7 @@ def test_grouped_query_gradients_equal_autograd(num_kv_heads, dtype, form, mask_
         query, key, value, params, mask, form=form, block_q=2, block_kv=4
     )
     ref, _ = np_backend.multi_head_attention(query, key, value, params, mask)
-    assert_close(out, ref, mha.tolerance.attention_tolerance(query, key, value, params, mask)[0])
+    assert_close(out, ref, mha.numerics.tolerance.attention_tolerance(query, key, value, params, mask)[0])
     grads = G.multi_head_attention(saved, d_out)
     Dkv = D // H * num_kv_heads
     assert grads.d_params.w_qkv.shape == (D, D + 2 * Dkv)
@@ -394,7 +396,7 @@ def test_grouped_query_key_gradients_sum_over_their_group() -> None:
     query, key, value, d_out = arrays((B, L, D), (B, S, D), (B, S, D), (B, L, D), seed=2)
     _, saved = G.multi_head_attention_forward(query, key, value, params)
     grads, tol = G.multi_head_attention(saved, d_out), G.gradient_tolerance(saved, d_out)
-    wide = mha.params.repeat_kv_heads(params)
+    wide = mha.core.params.repeat_kv_heads(params)
     _, wide_saved = G.multi_head_attention_forward(query, key, value, wide)
     wide_grads = G.multi_head_attention(wide_saved, d_out)
     wide_tol = G.gradient_tolerance(wide_saved, d_out)

@@ -1,7 +1,7 @@
 """Generated inputs for the key/value cache and cached layer calls: every call is answered
 correctly or refused by the package's own error, and a refused call leaves the cache as it was.
 
-The search of ``test_errors.py`` (calls without a cache) extended to :mod:`mha.kv_cache` and to
+The search of ``test_errors.py`` (calls without a cache) extended to :mod:`mha.core.kv_cache` and to
 layer calls with a cache, in both backends and every form that takes one: grouped-query caches
 (``num_kv_heads``), causal alignment of a chunk after the cached prompt, caches that do not fit
 the layer or the call, bounds that are no magnitude, devices, and inputs that overflow.
@@ -20,8 +20,11 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import mha
-from mha import init_params, np_backend, tolerance, torch_backend
-from mha.kv_cache import KVCache
+from mha import init_params
+from mha.backends import np_backend
+from mha.numerics import tolerance
+from mha.backends import torch_backend
+from mha.core.kv_cache import KVCache
 
 BACKENDS = {"numpy": np_backend, "torch": torch_backend}
 _MHA_DIR = Path(mha.__file__).parent

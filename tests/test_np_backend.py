@@ -8,7 +8,9 @@ from itertools import product
 import numpy as np
 import pytest
 
-from mha import MHAParams, init_params, np_backend, tolerance
+from mha import MHAParams, init_params
+from mha.backends import np_backend
+from mha.numerics import tolerance
 
 F64 = np.float64
 
@@ -408,7 +410,6 @@ def test_an_empty_batch_gives_empty_outputs(form: str, need_weights: bool) -> No
 
 def test_inputs_up_to_the_bound_are_computed_without_a_second_pass(monkeypatch) -> None:
     """Magnitudes far inside float32's range never trigger the float64 recomputation."""
-    from mha import _np_checks
 
     def fail(*args):
         raise AssertionError("the overflow search ran")

@@ -1,4 +1,4 @@
-"""mha.precision: float16/bfloat16 thresholds from finfo, checked against real arithmetic."""
+"""mha.numerics.precision: float16/bfloat16 thresholds from finfo, checked against real arithmetic."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from mha import precision as P
-from mha import tiled
-from mha.tolerance import assert_close
+from mha.numerics import precision as P
+from mha.backends import tiled
+from mha.numerics.tolerance import assert_close
 
 TORCH_LOW = (torch.float16, torch.bfloat16, torch.float32)
 

@@ -1,4 +1,4 @@
-"""mha.tiled: the online softmax, the tiled forward and the three-pass forward, against the
+"""mha.backends.tiled: the online softmax, the tiled forward and the three-pass forward, against the
 reference backend, with random block sizes, masks and causal skipping.
 
 (The instrumented IO counts and the memory measurements are in tests/test_cost_tiled.py.)"""
@@ -15,9 +15,12 @@ from hypothesis import strategies as st
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import mha
-from mha import _tiles, np_backend, tiled, torch_backend
-from mha import backward as G
-from mha.tolerance import assert_close, gamma, rounding_tolerance
+from mha.backends import _tiles
+from mha.backends import np_backend
+from mha.backends import tiled
+from mha.backends import torch_backend
+from mha.numerics import backward as G
+from mha.numerics.tolerance import assert_close, gamma, rounding_tolerance
 
 DTYPES = (np.float64, np.float32)
 

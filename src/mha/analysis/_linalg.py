@@ -1,5 +1,5 @@
-"""Linear-algebra helpers shared by :mod:`mha.rank`, :mod:`mha.subspaces`,
-:mod:`mha.bottleneck` and :mod:`mha.training`.
+"""Linear-algebra helpers shared by :mod:`mha.analysis.rank`, :mod:`mha.analysis.subspaces`,
+:mod:`mha.analysis.bottleneck` and :mod:`mha.training`.
 
 Threads: every decomposition here (SVD, singular values, pseudo-inverse) is computed by
 PyTorch's LAPACK on one CPU thread, not by ``numpy.linalg``. The matrices of this package
@@ -13,12 +13,12 @@ Float32 matrices are decomposed in float32; every other floating dtype in float6
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
+
+from mha.core._tools import one_thread
 
 
 def to_torch(a: np.ndarray) -> torch.Tensor:

@@ -22,9 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from mha import _linalg, _validate
-from mha.params import MHAParams
-from mha.rank import numerical_rank
+from mha.analysis import _linalg
+from mha.analysis.rank import numerical_rank
+from mha.core import _tools, _validate
+from mha.core.params import MHAParams
+from mha.numerics.tolerance import DISTRIBUTION_ROW_SUM_ATOL
 
 
 def centering_matrix(n: int) -> np.ndarray:
@@ -396,7 +398,7 @@ def _fit(
     xt, goal_t = torch.tensor(x, dtype=torch.float64), torch.tensor(goals)
     opt = torch.optim.Adam([w], lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
-    with _linalg.one_thread():  # tiny matrices: extra threads only add synchronisation
+    with _tools.one_thread():  # tiny matrices: extra threads only add synchronisation
         for _ in range(steps):
             opt.zero_grad()
             q = xt @ (w[:, 0] * mask[:, None, :])  # (K, N, width)
@@ -467,20 +469,15 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
     return float(best(tuple(range(len(logs))), num_heads))
 
 
-ROW_SUM_ATOL = 1e-5
-"""How far a row may sum from 1 in :func:`total_variation` and :func:`kl_divergence`
-(float32 softmax rows of a few hundred keys are well inside it)."""
-
-
 def _check_pair(weights: Any, target: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Two row-stochastic matrices of one shape (rows within ``ROW_SUM_ATOL`` of 1)."""
+    """Two row-stochastic matrices of one shape (rows within ``DISTRIBUTION_ROW_SUM_ATOL`` of 1)."""
     p, w = _linalg.as_matrix("target", target), _linalg.as_matrix("weights", weights)
     if w.shape != p.shape:
         raise ValueError(f"weights and target must have the same shape; got {w.shape}, {p.shape}")
     for name, m in (("weights", w), ("target", p)):
-        if (m < 0).any() or np.any(np.abs(m.sum(axis=1) - 1.0) > ROW_SUM_ATOL):
+        if (m < 0).any() or np.any(np.abs(m.sum(axis=1) - 1.0) > DISTRIBUTION_ROW_SUM_ATOL):
             raise ValueError(
-                f"{name} rows must be distributions (>= 0, summing to 1 within {ROW_SUM_ATOL})"
+                f"{name} rows must be distributions (>= 0, summing to 1 within {DISTRIBUTION_ROW_SUM_ATOL})"
             )
     return w, p
 

@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha import _linalg, np_backend, packing
-from mha.params import MHAParams
+from mha.analysis import _linalg
+from mha.backends import np_backend
+from mha.core import _tools, packing
+from mha.core.params import MHAParams
 
 
 def default_rtol(shape: tuple[int, int], dtype: Any = np.float64) -> float:
@@ -137,7 +139,7 @@ def attention_parts(x: np.ndarray, params: MHAParams) -> dict[str, np.ndarray]:
         ``{"weights", "heads", "concat", "output"}`` -> NumPy array.
 
     Raises:
-        ValueError, TypeError: as :func:`mha.np_backend.multi_head_attention`.
+        ValueError, TypeError: as :func:`mha.backends.np_backend.multi_head_attention`.
     """
     output, weights = np_backend.multi_head_attention(x, x, x, params)  # checks the inputs
     H = params.num_heads
@@ -249,7 +251,7 @@ def circuit_singular_values(params: MHAParams) -> dict[str, np.ndarray]:
 
     w_q, w_k, w_v = _linalg.to_torch(packing.split_head_blocks(p.w_qkv, H))  # (H, D, Dh) each
     w_o = _linalg.to_torch(packing.split_head_rows(p.w_o, H))  # (D, D) -> (H, Dh, D)
-    with _linalg.one_thread():
+    with _tools.one_thread():
         qk = w_q @ w_k.transpose(1, 2)  # (H, D, Dh) @ (H, Dh, D) -> (H, D, D)
         ov = w_v @ w_o  # (H, D, Dh) @ (H, Dh, D) -> (H, D, D)
         return {"QK": torch.linalg.svdvals(qk).numpy(), "OV": torch.linalg.svdvals(ov).numpy()}
@@ -259,7 +261,7 @@ def query_bias_shares(model: Any, texts: list[str]) -> dict[str, Any]:
     """How much of what a pretrained model's softmax sees comes from its query biases.
 
     With biases, head ``h``'s scores are the QK circuit plus three bias terms
-    (:func:`mha.detectors.score_terms`); the softmax removes the two that are the same for
+    (:func:`mha.detectors.circuits.score_terms`); the softmax removes the two that are the same for
     every key, and the query bias against each key, ``b^Q_h (x_j W^K_h)^T``, remains. For
     every text on its own, every layer (on that layer's input) and every head, this returns
     the ratio of Frobenius norms of the row-centred query-bias term and of the row-centred
@@ -268,7 +270,7 @@ def query_bias_shares(model: Any, texts: list[str]) -> dict[str, Any]:
     should not.
 
     Args:
-        model: an :class:`mha.pretrained.MiniLM` (anything with ``run``, ``num_layers``,
+        model: an :class:`mha.models.minilm.MiniLM` (anything with ``run``, ``num_layers``,
             ``num_heads`` and ``attention_params``).
         texts: the texts, each run on its own.
 
@@ -280,7 +282,7 @@ def query_bias_shares(model: Any, texts: list[str]) -> dict[str, Any]:
     Raises:
         ValueError: if ``texts`` is empty.
     """
-    from mha import detectors
+    from mha.detectors import circuits
 
     if not texts:
         raise ValueError("texts must hold at least one text; got none")
@@ -294,7 +296,7 @@ def query_bias_shares(model: Any, texts: list[str]) -> dict[str, Any]:
         share = np.zeros((model.num_layers, model.num_heads))
         for layer in range(model.num_layers):
             x = out.hidden_states[layer].double().numpy()  # (1, L, D): the layer's input
-            terms = detectors.score_terms(x, model.attention_params(layer))  # (1, H, L, L)
+            terms = circuits.score_terms(x, model.attention_params(layer))  # (1, H, L, L)
             norm = np.linalg.norm(centred(sum(terms.values())), axis=(-2, -1))  # (1, H)
             share[layer] = (np.linalg.norm(centred(terms["query_bias"]), axis=(-2, -1)) / norm)[0]
             weights = out.attentions[layer][0].double().numpy()  # (H, L, L): the model's own

@@ -19,16 +19,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha import _linalg, _validate, packing
-from mha.params import MHAParams
+from mha.analysis import _linalg
+from mha.core import _tools, _validate, packing
+from mha.core.params import MHAParams
 
 
 def orthonormal_basis(a: Any) -> np.ndarray:
     """An orthonormal basis of the column space of ``a``: its left singular vectors.
 
     One SVD gives both the basis and the check that ``a`` has full column rank (its
-    numerical rank, with :func:`mha.rank.numerical_rank`'s default tolerance).
-    Computed with PyTorch on one CPU thread, as in :mod:`mha.rank`.
+    numerical rank, with :func:`mha.analysis.rank.numerical_rank`'s default tolerance).
+    Computed with PyTorch on one CPU thread, as in :mod:`mha.analysis.rank`.
 
     Args:
         a: a matrix with full column rank.
@@ -81,7 +82,7 @@ def principal_cosines(a: Any, b: Any) -> np.ndarray:
         TypeError: if either is not a floating array or tensor.
     """
     qa, qb = _bases(a, b)
-    with _linalg.one_thread():
+    with _tools.one_thread():
         s = torch.linalg.svdvals(
             _linalg.to_torch(qa).T @ _linalg.to_torch(qb)
         )  # (p, q) -> (min(p, q),)
@@ -128,7 +129,7 @@ def principal_angles(a: Any, b: Any, degrees: bool = False) -> np.ndarray:
     if qa.shape[1] < qb.shape[1]:
         qa, qb = qb, qa  # now q <= p: the residual of Q_b has min(p, q) singular values
     ta, tb = _linalg.to_torch(qa), _linalg.to_torch(qb)
-    with _linalg.one_thread():
+    with _tools.one_thread():
         m = ta.T @ tb  # (p, q)
         cos = torch.linalg.svdvals(m).numpy()  # descending
         sin = torch.linalg.svdvals(tb - ta @ m).numpy()[::-1]  # ascending
@@ -220,7 +221,7 @@ def pairwise_principal_cosines(blocks: np.ndarray) -> np.ndarray:
             f"blocks must have shape (H, D, Dh); got {np.ndim(blocks)}-D shape {np.shape(blocks)}"
         )
     bases = _linalg.to_torch(np.stack([orthonormal_basis(blk) for blk in blocks]))  # (H, D, k)
-    with _linalg.one_thread():
+    with _tools.one_thread():
         gram = torch.einsum("idk,jdl->ijkl", bases, bases)  # Q_i^T Q_j, (H, H, k, k)
         s = torch.linalg.svdvals(gram).numpy()  # (H, H, k)
     return np.clip(s, 0.0, 1.0)

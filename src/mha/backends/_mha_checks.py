@@ -1,6 +1,25 @@
-"""TODO."""
+"""The argument checks of a backend's ``multi_head_attention``, the cache's included.
+
+They need :class:`mha.core.params.MHAParams` and :class:`mha.core.kv_cache.KVCache`, so they
+sit above :mod:`mha.core`, whose ``_validate`` checks the arrays alone.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+from mha.core._overflow import key_value_bound
+from mha.core._validate import (
+    PARAM_ARRAYS,
+    ArrayKind,
+    check_arrays,
+    check_form,
+    check_mha_inputs,
+    check_mha_mask,
+    check_same_dtype,
+)
 
 
 def check_mha(
@@ -22,7 +41,9 @@ def check_mha(
         The largest magnitude of each input and parameter array, by name (for
         :func:`mha_bound`).
     """
-    from mha.params import MHAParams  # here, not at the top: mha.params imports this module
+    from mha.core.params import (
+        MHAParams,  # here, not at the top: mha.core.params imports this module
+    )
 
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
@@ -51,10 +72,10 @@ def check_cache(
     cache: Any, params: Any, batch_size: int, new: int, dtype: Any, form: str, kind: ArrayKind
 ) -> int:
     """Check that a key/value cache fits this call; return S, the positions after appending."""
-    from mha.kv_cache import KVCache  # here: mha.kv_cache imports this module
+    from mha.core.kv_cache import KVCache  # here: mha.core.kv_cache imports this module
 
     if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a mha.kv_cache.KVCache; got {type(cache).__name__}")
+        raise TypeError(f"cache must be a mha.core.kv_cache.KVCache; got {type(cache).__name__}")
     if form == "per_head":
         raise ValueError(
             "form='per_head' does not take a cache; use form='fused', 'packed' or 'tiled'"
@@ -87,7 +108,7 @@ def cached(cache: Any, key: Any, value: Any, magnitudes: dict[str, float], d_mod
     """The keys and values a layer attends to, as a context manager.
 
     Without a cache, ``key`` and ``value`` themselves. With one, its positions followed by
-    these, which :meth:`mha.kv_cache.KVCache.appending` appends only when the block (the
+    these, which :meth:`mha.core.kv_cache.KVCache.appending` appends only when the block (the
     attention, the output projection and the range checks) ends without an exception: a
     refused call leaves the cache as it was.
 
@@ -120,7 +141,7 @@ def check_cached_output(cache: Any, out: Any, kind: ArrayKind) -> None:
     """With a cache, check that the output is finite, and name NaN or infinity in the cache.
 
     A layer does not read the cached keys and values before attending to them (their bound,
-    :attr:`mha.kv_cache.KVCache.max_abs`, says they cannot overflow); a non-finite output,
+    :attr:`mha.core.kv_cache.KVCache.max_abs`, says they cannot overflow); a non-finite output,
     one pass over ``(B, L, D)``, is then the sign that the cache holds NaN or infinity.
     """
     if cache is not None and not kind.all_finite(out):

@@ -1,4 +1,4 @@
-"""Tile helpers shared by the tiled forward (:mod:`mha.tiled`) and backward (:mod:`mha.backward`).
+"""Tile helpers shared by the tiled forward (:mod:`mha.backends.tiled`) and backward (:mod:`mha.numerics.backward`).
 
 A tile is a block of query rows ``rows`` against a block of key columns ``cols``.
 """
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # as mha.np_backend.CAUSAL_ALIGNMENTS
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # as mha.backends.np_backend.CAUSAL_ALIGNMENTS
 
 
 def safe_max(row_max: np.ndarray) -> np.ndarray:
@@ -25,7 +25,7 @@ def causal_offset(causal: bool, align: Any, q_len: int, kv_len: int) -> int:
 
     ``"top_left"`` gives 0 (both sequences start together); ``"bottom_right"`` gives
     ``S - L`` (both end together; negative when ``L > S``), as
-    :func:`mha.np_backend.causal_mask`. Without ``causal`` the offset is 0 and unused.
+    :func:`mha.backends.np_backend.causal_mask`. Without ``causal`` the offset is 0 and unused.
 
     Raises:
         ValueError: if ``align`` is not ``"top_left"`` or ``"bottom_right"``, or is

@@ -12,9 +12,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mha import _validate, packing, torch_backend
-from mha.kv_cache import KVCache
-from mha.params import MHAParams, init_params
+from mha.backends import torch_backend
+from mha.core import _validate, packing
+from mha.core.kv_cache import KVCache
+from mha.core.params import MHAParams, init_params
 
 
 class MultiHeadAttention(nn.Module):
@@ -26,7 +27,7 @@ class MultiHeadAttention(nn.Module):
         bias: whether the input and output projections have biases.
         num_kv_heads: key/value heads H_kv, dividing H (``None``: H, multi-head
             attention; 1: multi-query attention).
-        seed: seed of the initial parameters (see :func:`mha.params.init_params`); the
+        seed: seed of the initial parameters (see :func:`mha.core.params.init_params`); the
             NumPy backend gets the same model from ``init_params(..., seed=seed)``.
         dtype: parameter dtype (float64, float32 or bfloat16).
         device: parameter device (a ``torch.device`` or a name such as ``"cpu"``; ``"meta"``
@@ -40,10 +41,10 @@ class MultiHeadAttention(nn.Module):
     Raises:
         ValueError: if a size is not positive, H does not divide D, ``seed`` is negative,
             or ``device`` names no device available here; in ``forward``, as
-            :func:`mha.torch_backend.multi_head_attention`.
+            :func:`mha.backends.torch_backend.multi_head_attention`.
         TypeError: if a size or ``seed`` is not an int, ``bias`` is not a bool, ``dtype`` is
             not one of the three, or ``device`` is not a device or a name; in ``forward``,
-            as :func:`mha.torch_backend.multi_head_attention`.
+            as :func:`mha.backends.torch_backend.multi_head_attention`.
     """
 
     def __init__(
@@ -148,7 +149,7 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``query`` to ``key``/``value`` (self-attention when they are omitted).
 
         The defaults differ on purpose from those of the functions
-        (:func:`mha.torch_backend.multi_head_attention`: ``need_weights=True``,
+        (:func:`mha.backends.torch_backend.multi_head_attention`: ``need_weights=True``,
         ``form="fused"``) and of ``nn.MultiheadAttention.forward`` (``need_weights=True``).
         The functions are what the book reads, where the weights are the object of study and
         the fused form is the one the equations write. The module is a layer inside a model
@@ -163,13 +164,13 @@ class MultiHeadAttention(nn.Module):
             key: keys; ``None`` for ``query`` (self-attention).
             value: values; ``None`` for ``key``.
             mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)`` from the
-                right, as in :func:`mha.torch_backend.multi_head_attention`: ``(L, S)`` for
+                right, as in :func:`mha.backends.torch_backend.multi_head_attention`: ``(L, S)`` for
                 all, ``(H, L, S)`` per head, ``(B, 1, 1, S)`` or ``(B, 1, L, S)`` per batch
                 element (a ``(B, S)`` or ``(B, L, S)`` mask is not read per batch element).
             need_weights: whether to compute and return the attention weights.
             form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
-            cache: a :class:`mha.kv_cache.KVCache` for incremental decoding (see
-                :func:`mha.torch_backend.multi_head_attention`): a refused call leaves it as
+            cache: a :class:`mha.core.kv_cache.KVCache` for incremental decoding (see
+                :func:`mha.backends.torch_backend.multi_head_attention`): a refused call leaves it as
                 it was, and ``backward()`` through cached steps gives the gradients of the
                 full causal forward.
 
@@ -181,7 +182,7 @@ class MultiHeadAttention(nn.Module):
             ``(output, weights)``; ``weights`` is ``None`` unless ``need_weights``.
 
         Raises:
-            ValueError, TypeError: as :func:`mha.torch_backend.multi_head_attention`.
+            ValueError, TypeError: as :func:`mha.backends.torch_backend.multi_head_attention`.
         """
         key = query if key is None else key
         value = key if value is None else value
@@ -218,7 +219,7 @@ def to_torch_mha(
             ``MHAParams`` (an ``nn.MultiheadAttention`` included: :func:`from_torch_mha`
             converts the other way), or ``batch_first`` is not a bool.
         ValueError: if ``source`` is grouped-query attention (``nn.MultiheadAttention`` has
-            one key/value head per query head); :func:`mha.params.repeat_kv_heads` gives
+            one key/value head per query head); :func:`mha.core.params.repeat_kv_heads` gives
             the equivalent multi-head layer.
     """
     if isinstance(source, nn.MultiheadAttention):
@@ -237,7 +238,7 @@ def to_torch_mha(
         raise ValueError(
             "source must be multi-head attention: nn.MultiheadAttention has no grouped-query "
             f"layout; got num_heads={p.num_heads}, num_kv_heads={p.num_kv_heads} (convert "
-            "with mha.params.repeat_kv_heads(params) first)"
+            "with mha.core.params.repeat_kv_heads(params) first)"
         )
     p = p.to_torch()
     has_bias = p.b_qkv is not None or p.b_o is not None

@@ -1,6 +1,6 @@
 """Multi-head attention in NumPy: the reference implementation.
 
-Same function and argument names as :mod:`mha.torch_backend`, so a chapter switches
+Same function and argument names as :mod:`mha.backends.torch_backend`, so a chapter switches
 backend by changing one import. Inputs are batch first: ``(B, L, D)`` queries and
 ``(B, S, D)`` keys/values. Masks are boolean, **True = may attend**, broadcastable to
 ``(B, H, L, S)``.
@@ -16,7 +16,7 @@ head and query dimensions, ``(B, 1, 1, S)`` for key padding (:func:`key_padding_
 it) or ``(B, 1, L, S)``. Two readings that broadcasting would take silently against what was
 almost surely meant are caught: a 3-D mask whose leading size equals both ``B`` and ``H`` is
 refused (``ValueError``; pass ``mask[:, None]`` or ``mask[None]``), and a 2-D mask that looks
-like key padding while ``B = L`` draws an :class:`AmbiguousMaskWarning` (pass
+like key padding while ``B = L`` draws an :class:`~mha.core.masks.AmbiguousMaskWarning` (pass
 ``mask[None, None]`` to state the ``(L, S)`` reading). A mask that does not broadcast names
 the likely intended shape in its error.
 
@@ -35,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from mha import _np_checks, _validate, tiled
-from mha._np_checks import ARRAYS
-from mha.kv_cache import KVCache
-from mha.params import MHAParams
+from mha.backends import _mha_checks, tiled
+from mha.core import _groups, _np_checks, _overflow, _validate
+from mha.core._np_checks import ARRAYS
+from mha.core.kv_cache import KVCache
+from mha.core.params import MHAParams
 
-_ARRAYS = ARRAYS  # the checks this backend's arguments get (mha._np_checks)
-AmbiguousMaskWarning = _validate.AmbiguousMaskWarning  # a 2-D mask that may be key padding
+_ARRAYS = ARRAYS  # the checks this backend's arguments get (mha.core._np_checks)
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
 
 
@@ -122,7 +122,7 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
     return keep[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
 
 
-@_np_checks.range_checked
+@_overflow.range_checked
 def softmax(scores: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """Masked softmax over the last axis (``scores`` is left unchanged).
 
@@ -162,7 +162,7 @@ def _softmax_inplace(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     return scores
 
 
-@_np_checks.range_checked
+@_overflow.range_checked
 def scaled_dot_product_attention(
     query: np.ndarray,
     key: np.ndarray,
@@ -193,12 +193,12 @@ def scaled_dot_product_attention(
     """
     m = _validate.check_attention(query, key, value, mask, _ARRAYS)
     out, weights = _attend(query, key, value, mask)
-    _validate.check_range(
+    _overflow.check_range(
         "scaled_dot_product_attention output",
-        _validate.attention_bound(m["query"], m["key"], m["value"], query.shape[-1]),
+        _overflow.attention_bound(m["query"], m["key"], m["value"], query.shape[-1]),
         out,
         _ARRAYS,
-        lambda: _np_checks.attention_overflow(
+        lambda: _overflow.attention_overflow(
             *(a.astype(np.float64) for a in (query, key, value)), mask, _largest(out)
         ),
     )
@@ -295,7 +295,7 @@ def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     return y
 
 
-@_np_checks.range_checked
+@_overflow.range_checked
 def multi_head_attention(
     query: np.ndarray,
     key: np.ndarray,
@@ -317,7 +317,7 @@ def multi_head_attention(
       ``key`` and ``value`` are the same array); for cross-attention the query is
       projected alone and key and value (the same array) share one ``(D, 2D)``
       projection; distinct key and value arrays fall back to three projections;
-    - ``"tiled"``: the fused projections, then :func:`mha.tiled.attention`, which never
+    - ``"tiled"``: the fused projections, then :func:`mha.backends.tiled.attention`, which never
       forms the ``(B, H, L, S)`` scores or weights (so ``need_weights`` must be False).
 
     Args:
@@ -333,7 +333,7 @@ def multi_head_attention(
             padding-like 2-D mask with B = L warns (see the module's "How a mask is read").
         form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
         need_weights: whether to return the attention weights (False for ``"tiled"``).
-        cache: a :class:`mha.kv_cache.KVCache` of this layer's projected keys and values:
+        cache: a :class:`mha.core.kv_cache.KVCache` of this layer's projected keys and values:
             the projections of ``key`` and ``value`` (the new positions) are appended to
             it, and the queries attend to everything it then holds. Its batch size,
             ``num_kv_heads``, ``d_head`` and dtype must match, the mask must cover its
@@ -342,7 +342,7 @@ def multi_head_attention(
             every check, the output's range included, has passed, so a refused call leaves
             the cache's length, contents and ``max_abs`` as they were. The cached keys and
             values are not checked again (``cache.max_abs`` bounds them), except by the
-            tiled form, whose :func:`mha.tiled.attention` checks every key it gets; NaN or
+            tiled form, whose :func:`mha.backends.tiled.attention` checks every key it gets; NaN or
             infinity that reached them anyway (written into its views) is reported naming
             the cache.
 
@@ -364,7 +364,7 @@ def multi_head_attention(
         TypeError: on non-float or mixed dtypes, a non-boolean mask, wrong ``params``, or a
             cache that is not a ``KVCache`` of NumPy buffers of the inputs' dtype.
     """
-    magnitudes = _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
+    magnitudes = _mha_checks.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
     _validate.check_form_weights(form, need_weights)
     H, H_kv = params.num_heads, params.num_kv_heads
     if form == "tiled":  # one projection at a time, split into heads as it is made
@@ -372,8 +372,8 @@ def multi_head_attention(
         k = split_heads(_linear(key, params.w_k, params.b_k), H_kv)  # (B, H_kv, S, Dh)
         val = split_heads(_linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
         if cache is not None:  # tiled.attention checks the keys it gets: name the cache first
-            _validate.check_cache_finite(cache, _ARRAYS)
-        with _validate.cached(cache, k, val, magnitudes, params.d_model) as (k, val):
+            _mha_checks.check_cache_finite(cache, _ARRAYS)
+        with _mha_checks.cached(cache, k, val, magnitudes, params.d_model) as (k, val):
             out = _grouped(tiled.attention, q, k, val, mask, H_kv)[0]  # (B, H, L, Dh)
             del q, k, val
             out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
@@ -386,7 +386,7 @@ def multi_head_attention(
             q = _linear(query, blk["w_q"], blk["b_q"])  # (B, L, D) -> (B, L, Dh)
             k = _linear(key, blk["w_k"], blk["b_k"])  # (B, S, D) -> (B, S, Dh)
             val = _linear(value, blk["w_v"], blk["b_v"])  # (B, S, D) -> (B, S, Dh)
-            head_mask = None if mask is None else _validate.head_slice(mask, h)
+            head_mask = None if mask is None else _groups.head_slice(mask, h)
             out_h, w_h = _attend(q, k, val, head_mask)  # (B, L, Dh), (B, L, S)
             heads.append(out_h)
             if need_weights:  # otherwise each head's (B, L, S) weights are freed in turn
@@ -412,7 +412,7 @@ def multi_head_attention(
     q = split_heads(q, H)  # (B, L, D) -> (B, H, L, Dh)
     k, val = split_heads(k, H_kv), split_heads(val, H_kv)  # (B, H_kv, S, Dh)
     # With a cache: all its positions, (B, H_kv, S, Dh), kept only if every check passes.
-    with _validate.cached(cache, k, val, magnitudes, D) as (k, val):
+    with _mha_checks.cached(cache, k, val, magnitudes, D) as (k, val):
         out, weights = _grouped(_attend, q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
         out = _linear(merge_heads(out), params.w_o, params.b_o)  # (B, L, D)
         _check_mha_range(magnitudes, out, query, key, value, params, mask, cache)
@@ -436,14 +436,14 @@ def _check_mha_range(
     """
     if cache is not None:
         magnitudes = {**magnitudes, "cache": cache.max_abs}
-        _validate.check_cached_output(cache, out, _ARRAYS)
+        _mha_checks.check_cached_output(cache, out, _ARRAYS)
 
     def locate() -> str | None:
         cached = None
         if cache is not None:  # the positions cached before this call
-            _validate.check_cache_finite(cache, _ARRAYS)
+            _mha_checks.check_cache_finite(cache, _ARRAYS)
             cached = tuple(x.astype(np.float64) for x in (cache.keys, cache.values))
-        return _np_checks.mha_overflow(
+        return _overflow.mha_overflow(
             *(a.astype(np.float64) for a in (query, key, value)),
             params.to_numpy(np.float64),
             mask,
@@ -451,9 +451,9 @@ def _check_mha_range(
             largest=_largest(out),
         )
 
-    _validate.check_range(
+    _overflow.check_range(
         "multi_head_attention output",
-        _validate.mha_bound(magnitudes, params.d_model, params.num_heads),
+        _overflow.mha_bound(magnitudes, params.d_model, params.num_heads),
         out,
         _ARRAYS,
         locate,
@@ -471,15 +471,15 @@ def _grouped(attend: Any, q: Any, k: Any, val: Any, mask: Any, num_kv_heads: int
     B, H = q.shape[:2]
     if num_kv_heads == H:
         return attend(q, k, val, mask)
-    qg = _validate.group_queries(q, num_kv_heads)  # (B, H_kv, G, L, Dh)
-    grouped = _validate.group_mask(mask, num_kv_heads)
+    qg = _groups.group_queries(q, num_kv_heads)  # (B, H_kv, G, L, Dh)
+    grouped = _groups.group_mask(mask, num_kv_heads)
     out, *rest = attend(qg, k[:, :, None], val[:, :, None], grouped)  # (B, H_kv, G, L, ...)
     return tuple(  # (B, H_kv, G, ...) -> (B, H, ...): output, and weights or lse
         None if r is None else r.reshape(B, H, *r.shape[3:]) for r in (out, *rest)
     )
 
 
-@_np_checks.range_checked
+@_overflow.range_checked
 def layer_norm(
     x: np.ndarray,
     weight: np.ndarray | None = None,
@@ -507,10 +507,10 @@ def layer_norm(
         TypeError: on non-float or mixed dtypes, or a non-number ``eps`` (such as an array).
     """
     magnitudes = _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
-    variance, bound = _validate.layer_norm_bound(magnitudes, x.shape[-1])
-    if variance * _validate.RANGE_MARGIN >= _largest(x):  # only then a pass over the rows
+    variance, bound = _overflow.layer_norm_bound(magnitudes, x.shape[-1])
+    if variance * _overflow.RANGE_MARGIN >= _largest(x):  # only then a pass over the rows
         spread = float((x.max(axis=-1).astype(np.float64) - x.min(axis=-1)).max())
-        _validate.check_layer_norm_range(spread, x.shape[-1], _largest(x), x.dtype)
+        _overflow.check_layer_norm_range(spread, x.shape[-1], _largest(x), x.dtype)
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
     var = x.var(axis=-1, keepdims=True)  # (..., 1), biased as in torch
     y = (x - mean) / np.sqrt(var + eps)
@@ -518,11 +518,11 @@ def layer_norm(
         y = y * weight
     if bias is not None:
         y = y + bias
-    _validate.check_range("layer_norm output", bound, y, _ARRAYS, lambda: None)
+    _overflow.check_range("layer_norm output", bound, y, _ARRAYS, lambda: None)
     return y
 
 
-@_np_checks.range_checked
+@_overflow.range_checked
 def attention_block(
     x: np.ndarray,
     params: MHAParams,

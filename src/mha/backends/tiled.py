@@ -16,7 +16,7 @@ queries in blocks of ``block_q`` rows (Br), keys and values in blocks of ``block
 width of the values, ``Dh`` in a multi-head layer), the running maximum and sum ``(..., Br)``
 and one ``(..., Br, Bc)`` tile of scores, and it returns the output together with the
 log-sum-exp of every row, ``lse = m + log l``, from which the backward pass recomputes the
-weights (:func:`mha.backward.tiled_attention`). Like FlashAttention-2 (Dao, 2024) it divides
+weights (:func:`mha.numerics.backward.tiled_attention`). Like FlashAttention-2 (Dao, 2024) it divides
 the accumulator by ``l`` once, after the last block, where the first FlashAttention rescaled
 the output by ``l`` at every block, and it keeps only the log-sum-exp for the backward pass.
 It scales the queries by ``1/sqrt(Dh)`` once per block rather than each tile of scores, a
@@ -26,9 +26,9 @@ Masks follow the book's convention (boolean, True = may attend, broadcastable to
 ``(..., L, S)``). A tile in which nothing may be attended is skipped without loading its
 keys and values; with ``causal=True`` the mask is computed from the positions, so the
 tiles above the diagonal are skipped without a mask array. ``align`` places that diagonal
-as :func:`mha.np_backend.causal_mask` does: top-left (query ``i`` at position ``i``) or
+as :func:`mha.backends.np_backend.causal_mask` does: top-left (query ``i`` at position ``i``) or
 bottom-right (the queries are the last ``L`` of the ``S`` positions). A fully masked query row gets
-zero output and ``lse = -inf`` (the log of its zero sum), as :mod:`mha.np_backend` gives it
+zero output and ``lse = -inf`` (the log of its zero sum), as :mod:`mha.backends.np_backend` gives it
 zero weights and zero output.
 
 :func:`three_pass_attention` is the standard algorithm written the same way, tile by tile:
@@ -44,14 +44,11 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from mha import _np_checks as c
-from mha import _validate
-from mha._tiles import causal_offset, safe_max, tile_mask
-from mha.tolerance import gamma, rounding_tolerance, unit_roundoff
+from mha.backends._tiles import causal_offset, safe_max, tile_mask
+from mha.core import _np_checks, _overflow, _validate
 
 # Default tiles of 128 x 128: per (batch, head) one float32 tile of scores is 64 KiB, small
 # next to a score tensor from a few hundred positions on, and large enough that the Python
@@ -135,11 +132,11 @@ def softmax_stats(
             ``mask`` does not broadcast.
         TypeError: if ``scores`` is not a float32/float64 array or ``mask`` is not boolean.
     """
-    c.check_array("scores", scores)
+    _np_checks.check_array("scores", scores)
     if scores.ndim < 1 or scores.shape[-1] == 0:
         raise ValueError(f"scores must have shape (..., S) with S >= 1; got shape {scores.shape}")
     if mask is not None:
-        c.check_mask(mask, scores.shape, "scores.shape")
+        _np_checks.check_mask(mask, scores.shape, "scores.shape")
     row_max, row_sum = _stats(scores, mask)
     return np.asarray(row_max), np.asarray(row_sum)  # 0-D arrays, not scalars, for one row
 
@@ -181,11 +178,11 @@ def combine_stats(
         TypeError: if an input is not a float array, or the dtypes differ.
     """
     for name, m in (("max_a", max_a), ("max_b", max_b)):
-        c.check_array(name, m, check_finite=False)
+        _np_checks.check_array(name, m, check_finite=False)
         if np.isnan(m).any() or np.isposinf(m).any():
             raise ValueError(f"{name} must be finite or -inf; got NaN or +inf values")
     for name, s in (("sum_a", sum_a), ("sum_b", sum_b)):
-        c.check_array(name, s)
+        _np_checks.check_array(name, s)
         if (s < 0).any():
             raise ValueError(f"{name} must be >= 0; got a negative sum")
     _validate.check_same_dtype({"max_a": max_a, "sum_a": sum_a, "max_b": max_b, "sum_b": sum_b})
@@ -197,7 +194,7 @@ def combine_stats(
             f"{max_a.shape}, {sum_a.shape}, {max_b.shape}, {sum_b.shape}"
         ) from None
     row_max, row_sum = _combine(max_a, sum_a, max_b, sum_b)
-    c.check_result("combine_stats sum", row_sum)
+    _np_checks.check_result("combine_stats sum", row_sum)
     return row_max, row_sum
 
 
@@ -208,7 +205,7 @@ def online_softmax(
 
     One pass over the blocks of ``block_size`` columns combines their statistics
     (:func:`combine_stats`) into each row's maximum and sum; a second pass writes
-    ``exp(s - max) / sum``. The result equals :func:`mha.np_backend.softmax` to rounding:
+    ``exp(s - max) / sum``. The result equals :func:`mha.backends.np_backend.softmax` to rounding:
     masked entries get weight 0 and a fully masked row gets all zeros.
 
     Args:
@@ -231,11 +228,11 @@ def online_softmax(
         TypeError: if ``scores`` is not a float array, ``mask`` is not boolean or
             ``block_size`` is not an int.
     """
-    c.check_array("scores", scores)
+    _np_checks.check_array("scores", scores)
     if scores.ndim < 1:
         raise ValueError(f"scores must have shape (..., S); got 0-D shape {scores.shape}")
     if mask is not None:
-        c.check_mask(mask, scores.shape, "scores.shape")
+        _np_checks.check_mask(mask, scores.shape, "scores.shape")
         mask = np.broadcast_to(mask, scores.shape)  # a view: no copy
     _validate.check_block_size("block_size", block_size)
     S = scores.shape[-1]
@@ -285,7 +282,7 @@ def _check_attention(
     query, key, value, mask, block_q, block_kv, io_counter=None
 ) -> tuple[tuple[int, ...], int, int, float]:
     """The checks of :func:`attention`; returns the batch, L, S and a bound on every stage."""
-    m = _validate.check_attention(query, key, value, mask, c.ARRAYS)
+    m = _validate.check_attention(query, key, value, mask, _np_checks.ARRAYS)
     L, S, _, _ = _validate.check_qkv(query, key, value)
     batch = _validate.broadcast_batch(query, key, value)
     _validate.check_block_size("block_q", block_q)
@@ -294,19 +291,21 @@ def _check_attention(
         raise TypeError(
             f"io_counter must be a collections.Counter or None; got {type(io_counter).__name__}"
         )
-    bound = _validate.attention_bound(m["query"], m["key"], m["value"], query.shape[-1])
+    bound = _overflow.attention_bound(m["query"], m["key"], m["value"], query.shape[-1])
     return batch, L, S, bound
 
 
 def _check_range(name, bound, out, query, key, value, mask) -> None:
     """Raise if the scores or the output overflowed (only beyond ``bound``, a float64 pass)."""
-    _validate.check_range(
+    _overflow.check_range(
         name,
         bound,
         out,
-        c.ARRAYS,
-        lambda: c.attention_overflow(
-            *(a.astype(np.float64) for a in (query, key, value)), mask, c.largest(out.dtype)
+        _np_checks.ARRAYS,
+        lambda: _overflow.attention_overflow(
+            *(a.astype(np.float64) for a in (query, key, value)),
+            mask,
+            _np_checks.largest(out.dtype),
         ),
     )
 
@@ -341,10 +340,10 @@ def attention(
         value: values, the same length as ``key``.
         mask: boolean, True = may attend; broadcastable to ``(..., L, S)``.
         causal: also let each query attend only to the keys at or before its position, as
-            :func:`mha.np_backend.causal_mask`; the tiles wholly above that diagonal are
+            :func:`mha.backends.np_backend.causal_mask`; the tiles wholly above that diagonal are
             skipped.
         align: where the queries sit when ``causal``, as in
-            :func:`mha.np_backend.causal_mask`: ``"top_left"`` (query ``i`` at position
+            :func:`mha.backends.np_backend.causal_mask`: ``"top_left"`` (query ``i`` at position
             ``i``, keys ``j <= i``; PyTorch's ``is_causal=True``) or ``"bottom_right"`` (the
             queries are the last ``L`` of ``S`` positions, keys ``j <= S - L + i``; what a
             cache, chunked prefill and checking drafted tokens need, and flash-attn's
@@ -475,7 +474,7 @@ def three_pass_attention(
     all S columns and twice when not (statistics by the online rule, then normalisation).
     Pass 3 reads the weights and the values back, again tile by tile, and writes the output.
     The result equals :func:`attention` and
-    :func:`mha.np_backend.scaled_dot_product_attention` to rounding; it exists to count
+    :func:`mha.backends.np_backend.scaled_dot_product_attention` to rounding; it exists to count
     (``io_counter``) what materialising the scores and weights moves.
 
     Args:
@@ -538,5 +537,3 @@ def three_pass_attention(
         _store(out, _rows(rows), acc, io_counter)
     _check_range("tiled.three_pass_attention output", bound, out, query, key, value, user_mask)
     return out, weights
-
-

@@ -1,17 +1,17 @@
-"""Multi-head attention in PyTorch, with the names and arguments of :mod:`mha.np_backend`.
+"""Multi-head attention in PyTorch, with the names and arguments of :mod:`mha.backends.np_backend`.
 
 Inputs are batch first: ``(B, L, D)`` queries and ``(B, S, D)`` keys/values. Masks are
 boolean, **True = may attend**, broadcastable to ``(B, H, L, S)``: the convention of
 ``torch.nn.functional.scaled_dot_product_attention``, and the opposite of
-``torch.nn.MultiheadAttention`` (see :mod:`mha.module` for the conversion).
+``torch.nn.MultiheadAttention`` (see :mod:`mha.backends.module` for the conversion).
 
 A fully masked query row gets all-zero weights and a zero attention output, as in the
 NumPy backend and in ``scaled_dot_product_attention``. When no weights are requested,
 the fused and packed forms call ``scaled_dot_product_attention``, which never stores the
 ``(B, H, L, S)`` score tensor.
 
-Masks are read as in :mod:`mha.np_backend` (its module docstring states the rule: NumPy
-broadcasting from the right, a refused ambiguous 3-D mask, an :class:`AmbiguousMaskWarning`
+Masks are read as in :mod:`mha.backends.np_backend` (its module docstring states the rule: NumPy
+broadcasting from the right, a refused ambiguous 3-D mask, an :class:`~mha.core.masks.AmbiguousMaskWarning`
 for a 2-D mask that looks like key padding when ``B = L``). Inputs, parameters and mask must
 share one device. Tensors on the ``meta`` device (no values) are accepted for shape
 inference: every check that needs values is skipped. ``torch.func.vmap``, ``grad`` and
@@ -40,13 +40,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mha import _np_checks, _validate
-from mha.kv_cache import KVCache
-from mha.params import MHAParams
+from mha.backends import _mha_checks
+from mha.core import _groups, _overflow, _validate
+from mha.core.kv_cache import KVCache
+from mha.core.params import MHAParams
 
 FLOATS = (torch.float64, torch.float32, torch.bfloat16)
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
-AmbiguousMaskWarning = _validate.AmbiguousMaskWarning  # a 2-D mask that may be key padding
 
 
 _FUNCTORCH = getattr(torch._C, "_functorch", None)  # torch.func's wrappers (vmap, grad)
@@ -280,12 +280,12 @@ def scaled_dot_product_attention(
     """
     m = _validate.check_attention(query, key, value, mask, _ARRAYS)
     out, weights = _attend(query, key, value, mask)
-    _validate.check_range(
+    _overflow.check_range(
         "scaled_dot_product_attention output",
-        _validate.attention_bound(m["query"], m["key"], m["value"], query.shape[-1]),
+        _overflow.attention_bound(m["query"], m["key"], m["value"], query.shape[-1]),
         out,
         _ARRAYS,
-        lambda: _locate(_np_checks.attention_overflow, out, query, key, value, mask),
+        lambda: _locate(_overflow.attention_overflow, out, query, key, value, mask),
     )
     return out, weights
 
@@ -295,7 +295,7 @@ def _largest(dtype: torch.dtype) -> float:
 
 
 def _locate(find: Any, result: torch.Tensor, *args: Any) -> str | None:
-    """``find`` (an overflow finder of :mod:`mha._np_checks`) on float64 copies of ``args``.
+    """``find`` (an overflow finder of :mod:`mha.core._np_checks`) on float64 copies of ``args``.
 
     Called only when the inputs' magnitudes do not rule an overflow out. Under
     ``torch.func`` transforms the computation is not redone (``None``), and only a
@@ -367,15 +367,15 @@ def _attend_fast(q, k, v_, mask):
 def _grouped_attend(q, k, v_, mask, num_kv_heads: int):
     """:func:`_attend` over heads; with ``H_kv < H``, each key/value head serves its group.
 
-    As :func:`mha.np_backend.multi_head_attention` does: grouped queries
+    As :func:`mha.backends.np_backend.multi_head_attention` does: grouped queries
     ``(B, H_kv, G, L, Dh)`` against keys and values ``(B, H_kv, 1, S, Dh)``, broadcast over
     the group instead of copied, then laid out per query head again.
     """
     B, H = q.shape[:2]
     if num_kv_heads == H:
         return _attend(q, k, v_, mask)
-    qg = _validate.group_queries(q, num_kv_heads)  # (B, H_kv, G, L, Dh)
-    grouped = _validate.group_mask(mask, num_kv_heads)
+    qg = _groups.group_queries(q, num_kv_heads)  # (B, H_kv, G, L, Dh)
+    grouped = _groups.group_mask(mask, num_kv_heads)
     out, weights = _attend(qg, k[:, :, None], v_[:, :, None], grouped)  # (B, H_kv, G, L, .)
     return out.reshape(B, H, *out.shape[3:]), weights.reshape(B, H, *weights.shape[3:])
 
@@ -412,7 +412,7 @@ def cpu_shortcuts(enabled: bool) -> Iterator[None]:
       the plain softmax exactly: the same kernel on the same scores.
 
     Plain: the path autograd records (scores, then an out-of-place softmax). The two paths
-    agree to rounding, which the tests check; :mod:`mha.measure` and the book measure the
+    agree to rounding, which the tests check; :mod:`mha.cost.measure` and the book measure the
     memory of the default (shortcut) path.
 
     Args:
@@ -547,7 +547,7 @@ def multi_head_attention(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``Concat(head_1, ..., head_H) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
-    The forms and arguments are those of :func:`mha.np_backend.multi_head_attention`.
+    The forms and arguments are those of :func:`mha.backends.np_backend.multi_head_attention`.
     With ``need_weights=False`` the fused and packed forms use
     ``torch.nn.functional.scaled_dot_product_attention`` (the fast path); the ``"tiled"``
     form is the fused form on that path, whose CPU kernel works tile by tile.
@@ -567,11 +567,11 @@ def multi_head_attention(
             padding-like 2-D mask with B = L warns (see the module's "How a mask is read").
         form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
         need_weights: return the attention weights (the explicit path) or not (the fast path).
-        cache: a :class:`mha.kv_cache.KVCache` of PyTorch buffers on the inputs' device,
-            as in :func:`mha.np_backend.multi_head_attention` (atomic: a refused call leaves
+        cache: a :class:`mha.core.kv_cache.KVCache` of PyTorch buffers on the inputs' device,
+            as in :func:`mha.backends.np_backend.multi_head_attention` (atomic: a refused call leaves
             it as it was). Autograd records through it: gradients through cached steps
             equal those of the full causal forward (while recording, each step's append
-            writes a new buffer, see :meth:`mha.kv_cache.KVCache.append`).
+            writes a new buffer, see :meth:`mha.core.kv_cache.KVCache.append`).
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)`` (with a cache: the ``n`` new
@@ -592,7 +592,7 @@ def multi_head_attention(
         TypeError: on non-float or mixed dtypes, a non-boolean mask, wrong ``params``, or a
             cache that is not a ``KVCache`` of tensors of the inputs' dtype and device.
     """
-    magnitudes = _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
+    magnitudes = _mha_checks.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
     _validate.check_form_weights(form, need_weights)
     H, H_kv, D, kv_cols = params.num_heads, params.num_kv_heads, params.d_model, params.kv_width
     if form == "per_head":
@@ -602,7 +602,7 @@ def multi_head_attention(
             q = _linear(query, blk["w_q"], blk["b_q"])  # (B, L, D) -> (B, L, Dh)
             k = _linear(key, blk["w_k"], blk["b_k"])  # (B, S, D) -> (B, S, Dh)
             val = _linear(value, blk["w_v"], blk["b_v"])  # (B, S, D) -> (B, S, Dh)
-            head_mask = None if mask is None else _validate.head_slice(mask, h)
+            head_mask = None if mask is None else _groups.head_slice(mask, h)
             out_h, w_h = _attend(q, k, val, head_mask)  # (B, L, Dh), (B, L, S)
             heads.append(out_h)
             if need_weights:  # otherwise each head's (B, L, S) weights are freed in turn
@@ -626,7 +626,7 @@ def multi_head_attention(
     k, val = split_heads(k, H_kv), split_heads(val, H_kv)  # (B, H_kv, S, Dh)
     # With a cache: every cached position and these new ones, (B, H_kv, S, Dh); the cache
     # keeps the new ones only if every check below passes.
-    with _validate.cached(cache, k, val, magnitudes, D) as (k, val):
+    with _mha_checks.cached(cache, k, val, magnitudes, D) as (k, val):
         if need_weights:
             out, weights = _grouped_attend(q, k, val, mask, H_kv)  # (B, H, L, Dh), (B, H, L, S)
         else:
@@ -654,17 +654,17 @@ def _check_mha_range(
     cached = None
     if cache is not None:
         magnitudes = {**magnitudes, "cache": cache.max_abs}
-        _validate.check_cached_output(cache, out, _ARRAYS)
+        _mha_checks.check_cached_output(cache, out, _ARRAYS)
         cached = (cache.keys, cache.values)  # the positions cached before this call
 
     def locate() -> str | None:
         if cache is not None:
-            _validate.check_cache_finite(cache, _ARRAYS)
-        return _locate(_np_checks.mha_overflow, out, query, key, value, params, mask, cached)
+            _mha_checks.check_cache_finite(cache, _ARRAYS)
+        return _locate(_overflow.mha_overflow, out, query, key, value, params, mask, cached)
 
-    _validate.check_range(
+    _overflow.check_range(
         "multi_head_attention output",
-        _validate.mha_bound(magnitudes, params.d_model, params.num_heads),
+        _overflow.mha_bound(magnitudes, params.d_model, params.num_heads),
         out,
         _ARRAYS,
         locate,
@@ -699,15 +699,15 @@ def layer_norm(
             or tensors on different devices.
     """
     magnitudes = _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
-    variance, bound = _validate.layer_norm_bound(magnitudes, x.shape[-1])
+    variance, bound = _overflow.layer_norm_bound(magnitudes, x.shape[-1])
     largest = _largest(x.dtype)
-    if variance * _validate.RANGE_MARGIN >= largest:  # only then a pass over the rows
+    if variance * _overflow.RANGE_MARGIN >= largest:  # only then a pass over the rows
         with torch.no_grad():
             lo, hi = torch.aminmax(_values(x), dim=-1)
         spread = float((hi.double() - lo.double()).max())
-        _validate.check_layer_norm_range(spread, x.shape[-1], largest, x.dtype)
+        _overflow.check_layer_norm_range(spread, x.shape[-1], largest, x.dtype)
     y = F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
-    _validate.check_range("layer_norm output", bound, y, _ARRAYS, lambda: None)
+    _overflow.check_range("layer_norm output", bound, y, _ARRAYS, lambda: None)
     return y
 
 

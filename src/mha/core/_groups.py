@@ -1,6 +1,12 @@
-"""TODO."""
+"""Grouped-query reshapes shared by the backends and the manual backward.
+
+With ``H_kv`` key/value heads and ``G = H / H_kv`` query heads in each group, consecutive
+query heads form a group (head ``h`` is in group ``h // G``).
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 
 def head_slice(mask: Any, h: int) -> Any:

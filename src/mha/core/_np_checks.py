@@ -1,6 +1,6 @@
 """Argument checks for NumPy arrays, shared by every NumPy module.
 
-:mod:`mha.np_backend`, :mod:`mha.tiled` and :mod:`mha.backward` reject the same inputs with
+:mod:`mha.backends.np_backend`, :mod:`mha.backends.tiled` and :mod:`mha.numerics.backward` reject the same inputs with
 the same messages: a float32/float64 ``numpy.ndarray`` (not a masked array, whose hidden
 entries the arithmetic would still read, nor a ``numpy.matrix``, whose ``*`` and shapes
 differ), finite, and a boolean mask (True = may attend) that broadcasts to the target shape.
@@ -8,35 +8,14 @@ differ), finite, and a boolean mask (True = may attend) that broadcasts to the t
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
-from mha import _validate
+from mha.core import _overflow, _validate
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def range_checked(fn: _F) -> _F:
-    """``fn`` with NumPy's overflow and invalid-value warnings silenced inside it.
-
-    For functions that check the range of every result they compute and raise their own
-    ``ValueError`` naming the stage that overflowed: NumPy's ``RuntimeWarning`` before that
-    error would only repeat it, less precisely.
-    """
-
-    @functools.wraps(fn)
-    def quiet(*args: Any, **kwargs: Any) -> Any:
-        with np.errstate(over="ignore", invalid="ignore"):
-            return fn(*args, **kwargs)
-
-    return quiet  # type: ignore[return-value]
 
 
 def max_abs(x: np.ndarray) -> float:
@@ -157,7 +136,7 @@ def check_result(name: str, x: np.ndarray) -> None:
     Raises:
         ValueError: if ``x`` holds NaN or infinity (an overflow of its dtype).
     """
-    _validate.check_range(name, math.inf, x, ARRAYS, lambda: None)
+    _overflow.check_range(name, math.inf, x, ARRAYS, lambda: None)
 
 
 def check_mask(mask: Any, target: tuple[int, ...], layout: str = "(..., L, S)") -> None:
@@ -172,12 +151,3 @@ def check_shape(name: str, x: np.ndarray, shape: tuple[int, ...], layout: str) -
 
 
 # --- Where an overflow happened (only on the error path, in float64) ----------------------
-
-
-
-
-
-
-
-
-

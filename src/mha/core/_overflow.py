@@ -1,6 +1,44 @@
-"""TODO."""
+"""Overflow: bounds on every stage from input magnitudes, and the float64 locator.
+
+Results are checked without another pass over any array: the reduction that tests an input
+for finiteness also gives its largest magnitude, and from those magnitudes a bound on every
+stage of the computation follows (:func:`attention_bound`, :func:`mha_bound`,
+:func:`layer_norm_bound`). While the bound stays below the dtype's largest finite value
+nothing can overflow, and no check runs after the computation. Only beyond it (magnitudes of
+about 1e16 in float32) is the computation redone in float64 (:func:`attention_overflow`,
+:func:`mha_overflow`) to find a stage that overflowed, and :func:`check_range` raises naming
+it: an overflow never returns a non-finite, or a finite but wrong, output silently.
+"""
 
 from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from mha.core import _validate
+from mha.core._validate import ArrayKind
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def range_checked(fn: _F) -> _F:
+    """``fn`` with NumPy's overflow and invalid-value warnings silenced inside it.
+
+    For functions that check the range of every result they compute and raise their own
+    ``ValueError`` naming the stage that overflowed: NumPy's ``RuntimeWarning`` before that
+    error would only repeat it, less precisely.
+    """
+
+    @functools.wraps(fn)
+    def quiet(*args: Any, **kwargs: Any) -> Any:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return fn(*args, **kwargs)
+
+    return quiet  # type: ignore[return-value]
 
 
 RANGE_MARGIN = 4.0
@@ -19,7 +57,7 @@ def key_value_bound(magnitudes: dict[str, float], d_model: int) -> float:
     """A bound on every projected key and value, ``D max(|key|, |value|)max |W|max + |b|max``.
 
     ``magnitudes`` is as in :func:`mha_bound`. A layer hands it to
-    :meth:`mha.kv_cache.KVCache.append`, so that the cache bounds what it holds without
+    :meth:`mha.core.kv_cache.KVCache.append`, so that the cache bounds what it holds without
     measuring it.
     """
     w, b = magnitudes["params.w_qkv"], magnitudes.get("params.b_qkv", 0.0)
@@ -33,7 +71,7 @@ def mha_bound(magnitudes: dict[str, float], d_model: int, num_heads: int) -> flo
     ``|x|`` of each (absent biases count as 0). A projection sums ``D`` products, so
     ``|x W + b| <= D |x|max |W|max + |b|max``; then :func:`attention_bound`; then the output
     projection of the attended values, ``D |v|max |W_o|max + |b_o|max``. An optional
-    ``cache`` entry (:attr:`mha.kv_cache.KVCache.max_abs`) bounds the keys and values
+    ``cache`` entry (:attr:`mha.core.kv_cache.KVCache.max_abs`) bounds the keys and values
     attended from a key/value cache. Grouped-query attention shares key heads, which changes
     none of these bounds.
     """

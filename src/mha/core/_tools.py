@@ -1,6 +1,11 @@
-"""TODO."""
+"""General tools that any module may use: running on one CPU thread."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
 
 
 @contextmanager

@@ -27,13 +27,14 @@ overflow never returns a non-finite, or a finite but wrong, output silently.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
+
+from mha.core.masks import AmbiguousMaskWarning
 
 FORMS = ("per_head", "fused", "packed", "tiled")
 PARAM_ARRAYS = ("w_qkv", "w_o", "b_qkv", "b_o")
@@ -570,5 +571,3 @@ def check_layer_norm(x: Any, weight: Any, bias: Any, eps: Any, kind: ArrayKind) 
     kind.check_devices({"x": x, "weight": weight, "bias": bias})
     check_layer_norm_params(x.shape[-1], weight, bias, eps)
     return magnitudes
-
-

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from mha import _np_checks, _validate
-from mha._np_checks import numpy_float_dtype
+from mha.core import _np_checks, _validate
+from mha.core._np_checks import numpy_float_dtype
 
 TORCH_FLOATS = ("float64", "float32", "bfloat16")
 """The ``torch`` dtypes a cache may have: those a layer computes in (``torch_backend.FLOATS``)."""

@@ -1,4 +1,9 @@
-"""TODO."""
+"""The mask convention: a boolean mask broadcastable to ``(..., L, S)``, True = may attend.
+
+A mask broadcasts to ``(B, H, L, S)`` by NumPy's rule, aligned from the right, as
+``torch.nn.functional.scaled_dot_product_attention`` reads it. Every backend reads masks the
+same way and warns with :class:`AmbiguousMaskWarning` when a 2-D mask may mean key padding.
+"""
 
 from __future__ import annotations
 

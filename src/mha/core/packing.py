@@ -15,8 +15,8 @@ Grouped-query attention (``H_kv`` key/value heads for ``H`` query heads, ``H_kv`
 Multi-head attention is ``H_kv = H`` (``(D, 3D)``), multi-query attention ``H_kv = 1``.
 PyTorch's ``nn.MultiheadAttention`` has only the square layout.
 
-This module is the one place that knows these layouts: :class:`mha.params.MHAParams`, the
-PyTorch module and its converters (:mod:`mha.module`) and the analyses of single heads
+This module is the one place that knows these layouts: :class:`mha.core.params.MHAParams`, the
+PyTorch module and its converters (:mod:`mha.backends.module`) and the analyses of single heads
 take their slices and transposes from here. The helpers move between the layouts and say
 which column belongs to which head and projection. They accept NumPy arrays and PyTorch
 tensors and return the same kind (views where the layouts allow).
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from mha._validate import check_int, check_sizes
+from mha.core._validate import check_int, check_sizes
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
 
@@ -47,7 +47,7 @@ def check_kv_heads(num_heads: int, num_kv_heads: int) -> None:
         ValueError: if ``num_kv_heads`` is not positive or does not divide ``num_heads``.
         TypeError: if ``num_kv_heads`` is not an int.
     """
-    from mha._validate import check_positive
+    from mha.core._validate import check_positive
 
     check_positive("num_kv_heads", num_kv_heads)
     if num_heads % num_kv_heads != 0:

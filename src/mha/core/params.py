@@ -3,7 +3,7 @@
 ``MHAParams`` holds NumPy arrays or PyTorch tensors. The query, key and value weights
 are stored packed side by side in one ``(D, 3D)`` matrix, so the packed form needs no
 copy; ``w_q``, ``w_k`` and ``w_v`` are views of its three column blocks (the layout is
-:mod:`mha.packing`'s). Weights multiply on the right: ``q = x @ w_q``.
+:mod:`mha.core.packing`'s). Weights multiply on the right: ``q = x @ w_q``.
 
 Parameters are built by :func:`init_params` (random, from one seed, for either backend)
 and :func:`planted_heads` (heads that attend where they are told, for testing detectors).
@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from mha import packing
-from mha._np_checks import numpy_float_dtype
-from mha._validate import check_bool, check_device, check_seed, check_sizes, describe
+from mha.core import packing
+from mha.core._np_checks import numpy_float_dtype
+from mha.core._validate import check_bool, check_device, check_seed, check_sizes, describe
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
 

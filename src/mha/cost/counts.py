@@ -8,19 +8,18 @@ the ``1/sqrt(Dh)`` scaling, the softmax). :func:`matmul_calls` is how many matri
 each form dispatches, and :func:`score_tensor_bytes` the size of the ``(B, H, L, S)`` score
 tensor.
 
-Nothing here runs attention: :mod:`mha.measure` measures what a real run did (FLOPs counted
+Nothing here runs attention: :mod:`mha.cost.measure` measures what a real run did (FLOPs counted
 by PyTorch, operators, memory, time), and the tests and the book check each model against it.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from mha import _validate
+from mha.core import _validate
 
 # --- FLOPs: the model --------------------------------------------------------------------
 
@@ -177,7 +176,7 @@ def attention_flops(
 
 
 def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> int:
-    """Matrix products one :func:`mha.torch_backend.multi_head_attention` call dispatches.
+    """Matrix products one :func:`mha.backends.torch_backend.multi_head_attention` call dispatches.
 
     Counted for ``need_weights=True`` (explicit scores): the per-head form runs 3 input
     projections and 2 attention products per head, then one output projection
@@ -672,19 +671,3 @@ def decode_step_cost(
 
 
 # --- IO: the model (elements moved between slow and fast memory) ---------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

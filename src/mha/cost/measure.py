@@ -17,23 +17,21 @@ import collections
 import ctypes
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from mha import _validate, torch_backend
-from mha.module import to_torch_mha
-from mha.params import MHAParams, init_params
+from mha.core import _validate
 
 # --- FLOPs and operators ------------------------------------------------------------------
 
@@ -222,26 +220,60 @@ def last_level_cache_bytes() -> int | None:
     return sizes[max(sizes)] if sizes else None
 
 
-def _flush_bytes() -> int:
-    """Twice the largest cache, and at least :data:`CACHE_FLUSH_BYTES`."""
+def flush_bytes() -> int:
+    """Bytes to write between two timed calls so that the second reads from main memory.
+
+    Returns:
+        Twice the largest cache (:func:`last_level_cache_bytes`), and at least
+        :data:`CACHE_FLUSH_BYTES`.
+    """
     return max(CACHE_FLUSH_BYTES, 2 * (last_level_cache_bytes() or 0))
 
 
-def _clock(name: str) -> Callable[[], float]:
+def clock_named(name: str) -> Callable[[], float]:
+    """The clock of :data:`CLOCKS` called ``name``.
+
+    Args:
+        name: ``"wall"`` or ``"cpu"``.
+
+    Returns:
+        A function that returns seconds.
+
+    Raises:
+        ValueError: if ``name`` is not a key of :data:`CLOCKS`.
+    """
     if name not in CLOCKS:
         raise ValueError(f"clock must be one of {tuple(CLOCKS)}; got clock={name!r}")
     return CLOCKS[name]
 
 
-def _calibrate(fn: Callable[[], Any], min_time: float) -> int:
-    """Calls of ``fn`` that last about ``min_time`` seconds (after one warm-up call)."""
+def calibrate(fn: Callable[[], Any], min_time: float) -> int:
+    """The number of calls of ``fn`` that last about ``min_time`` seconds.
+
+    Args:
+        fn: the function to time; called once here, as a warm-up, to measure one call.
+        min_time: seconds the calls should last together.
+
+    Returns:
+        At least 1.
+    """
     start = time.perf_counter()
     fn()
     first = time.perf_counter() - start
     return max(1, math.ceil(min_time / max(first, 1e-9)))
 
 
-def _mean_time(fn: Callable[[], Any], number: int, clock: Callable[[], float]) -> float:
+def mean_time(fn: Callable[[], Any], number: int, clock: Callable[[], float]) -> float:
+    """The mean time of ``number`` calls of ``fn`` in a row.
+
+    Args:
+        fn: the function to time.
+        number: how many calls.
+        clock: a function that returns seconds (:func:`clock_named`).
+
+    Returns:
+        Seconds per call.
+    """
     start = clock()
     for _ in range(number):
         fn()
@@ -278,15 +310,15 @@ def median_time(
         TypeError: if ``repeat`` or ``number`` is not an int.
     """
     _validate.check_positive("repeat", repeat)
-    tick = _clock(clock)
+    tick = clock_named(clock)
     if not min_time > 0:
         raise ValueError(f"min_time must be positive; got min_time={min_time}")
     if number is None:
-        number = _calibrate(fn, min_time)
+        number = calibrate(fn, min_time)
     else:
         _validate.check_positive("number", number)
         fn()  # warm-up
-    return statistics.median(_mean_time(fn, number, tick) for _ in range(repeat))
+    return statistics.median(mean_time(fn, number, tick) for _ in range(repeat))
 
 
 def interleaved_times(
@@ -325,15 +357,15 @@ def interleaved_times(
         raise ValueError(
             f"warmup and min_time must be non-negative; got warmup={warmup}, min_time={min_time}"
         )
-    tick = _clock(clock)
+    tick = clock_named(clock)
     for _ in range(warmup):
         for fn in fns.values():
             fn()
-    numbers = {name: _calibrate(fn, min_time) if min_time > 0 else 1 for name, fn in fns.items()}
+    numbers = {name: calibrate(fn, min_time) if min_time > 0 else 1 for name, fn in fns.items()}
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
-            times[name].append(_mean_time(fn, numbers[name], tick))
+            times[name].append(mean_time(fn, numbers[name], tick))
     return times
 
 
@@ -367,39 +399,41 @@ _BLAS_THREAD_VARIABLES = (
 
 def _child_env(threads: int | None) -> dict[str, str]:
     """This process's environment, with the BLAS thread count set (unless ``threads`` is None)."""
-    import os
-
     env = dict(os.environ)
     if threads is not None:
         env.update({name: str(threads) for name in _BLAS_THREAD_VARIABLES})
     return env
 
 
-def _run_child(entry: str, spec: dict[str, Any], threads: int | None) -> Any:
+def run_child(module: str, entry: str, spec: dict[str, Any], threads: int | None) -> Any:
+    """Run ``module.entry()`` in a fresh Python process and return what it prints.
+
+    A fresh process measures memory from its own baseline, and reads the BLAS thread count
+    from its environment when NumPy loads.
+
+    Args:
+        module: the module that defines ``entry``.
+        entry: a function that reads ``spec`` as JSON on stdin and prints its result as JSON
+            on the last line of stdout.
+        spec: the arguments of the measurement.
+        threads: the BLAS thread count of the child, or ``None`` for this process's setting.
+
+    Returns:
+        The decoded JSON result.
+
+    Raises:
+        RuntimeError: if the child fails, with the end of its stderr.
+    """
     result = subprocess.run(
-        [sys.executable, "-c", f"from mha.measure import {entry}; {entry}()"],
+        [sys.executable, "-c", f"from {module} import {entry}; {entry}()"],
         input=json.dumps(spec),
         capture_output=True,
         text=True,
         env=_child_env(threads),
     )
     if result.returncode != 0:
-        raise RuntimeError(f"measurement failed:\n{result.stderr[-3000:]}")
+        raise RuntimeError(f"measurement failed in {module}.{entry}:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 # --- Decoding: time per generated token with and without a key/value cache ----------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-

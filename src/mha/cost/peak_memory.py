@@ -1,7 +1,26 @@
-"""TODO."""
+"""Peak-memory experiments on attention, each in a fresh child process (Linux only).
+
+:func:`attention_peak_memory` measures the forms of one layer, :func:`tiled_peak_memory`
+the NumPy tiled form against the one that writes the scores, and
+:func:`kv_cache_peak_memory` a key/value cache. Each starts its child with
+:func:`mha.cost.measure.run_child` and measures with :func:`mha.cost.measure.peak_rss_increase`.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from mha.backends import torch_backend
+from mha.backends.module import to_torch_mha
+from mha.core import _validate
+from mha.core.params import MHAParams, init_params
+from mha.cost.measure import peak_rss_increase, run_child
 
 MEMORY_PATHS = (
     "explicit",
@@ -92,7 +111,7 @@ def attention_peak_memory(
     weights are held at once); ``"per_head"`` is the per-head loop, ``"sdpa"`` the packed form
     with ``need_weights=False`` (``scaled_dot_product_attention``), ``"nn.MultiheadAttention"``
     PyTorch's module in eval mode with ``need_weights=False``; ``"explicit, plain"`` is
-    ``"explicit"`` with :func:`mha.torch_backend.cpu_shortcuts` off, the documented
+    ``"explicit"`` with :func:`mha.backends.torch_backend.cpu_shortcuts` off, the documented
     operations a plain ``softmax(q @ k.T)`` uses (scores, then the weights in a tensor of
     their own: two are held). Each number comes from
     :func:`peak_rss_increase` in a child Python process, so this process's allocator is
@@ -115,22 +134,15 @@ def attention_peak_memory(
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
     spec = _memory_spec(batch_size, q_lens, d_model, num_heads, paths, dtype, threads, MEMORY_PATHS)
-    result = subprocess.run(
-        [sys.executable, "-c", "from mha.measure import _memory_child; _memory_child()"],
-        input=json.dumps(spec),
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"memory measurement failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_child(__name__, "_memory_child", spec, threads)
 
 
 TILED_MEMORY_PATHS = ("numpy", "numpy tiled", "sdpa", "numpy backward", "numpy tiled backward")
 
 
 def _tiled_memory_runner(path: str, params: MHAParams, x: np.ndarray) -> Callable[[], Any]:
-    from mha import backward, np_backend
+    from mha.backends import np_backend
+    from mha.numerics import backward
 
     N = np_backend
     if path == "numpy":
@@ -186,11 +198,11 @@ def tiled_peak_memory(
     """Measured peak extra resident memory of NumPy forward and backward passes, in a child.
 
     Self-attention of ``x`` of shape ``(B, L, D)`` with :func:`mha.init_params` weights:
-    ``"numpy"`` is :func:`mha.np_backend.multi_head_attention` (fused form, weights not
+    ``"numpy"`` is :func:`mha.backends.np_backend.multi_head_attention` (fused form, weights not
     returned: one ``(B, H, L, S)`` tensor, scores then weights, is held); ``"numpy tiled"``
     the same function with ``form="tiled"``; ``"sdpa"`` the PyTorch packed form without
     weights (``scaled_dot_product_attention``); ``"numpy backward"`` a forward that stores the
-    weights plus the backward of :mod:`mha.backward`; ``"numpy tiled backward"`` the tiled
+    weights plus the backward of :mod:`mha.numerics.backward`; ``"numpy tiled backward"`` the tiled
     forward (storing the log-sum-exp) plus the tiled backward. Each number comes from
     :func:`peak_rss_increase` in a child Python process.
 
@@ -213,14 +225,14 @@ def tiled_peak_memory(
     spec = _memory_spec(
         batch_size, q_lens, d_model, num_heads, paths, dtype, threads, TILED_MEMORY_PATHS
     )
-    return _run_child("_tiled_memory_child", spec, threads)
+    return run_child(__name__, "_tiled_memory_child", spec, threads)
 
 
 def _kv_cache_fill(
     num_layers: int, num_kv_heads: int, d_head: int, capacity: int, positions: int
 ) -> list[Any]:
     """Caches of ``num_layers`` layers of ``capacity``, each holding ``positions`` (float32)."""
-    from mha.kv_cache import KVCache
+    from mha.core.kv_cache import KVCache
 
     caches = [
         KVCache(1, num_kv_heads, d_head, capacity, dtype=torch.float32) for _ in range(num_layers)
@@ -250,7 +262,7 @@ def kv_cache_peak_memory(
 ) -> list[int]:
     """Measured resident memory that filling key/value caches adds, in a fresh process.
 
-    For each ``(capacity, positions)``, ``num_layers`` float32 :class:`mha.kv_cache.KVCache`
+    For each ``(capacity, positions)``, ``num_layers`` float32 :class:`mha.core.kv_cache.KVCache`
     of batch 1 and ``capacity`` positions are allocated, and one block of ``positions``
     keys and values, ``(1, H_kv, positions, Dh)``, is appended to each; the figure is
     :func:`peak_rss_increase` of that, so it holds the pages written (not the capacity
@@ -291,7 +303,7 @@ def kv_cache_peak_memory(
         "d_head": d_head,
         "fills": [list(pair) for pair in fills],
     }
-    return _run_child("_kv_cache_memory_child", spec, 1)
+    return run_child(__name__, "_kv_cache_memory_child", spec, 1)
 
 
 def _memory_spec(

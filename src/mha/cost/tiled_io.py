@@ -1,6 +1,18 @@
-"""TODO."""
+"""The IO model of tiled attention: element transfers between slow and fast memory.
+
+:func:`tiled_attention_io` counts the reads and writes of the tiled form for given block
+sizes (:func:`tiled_block_sizes` picks them from a fast-memory size,
+:func:`tiled_fast_memory` the size they need), :func:`naive_attention_io` those of the form
+that writes the ``(L, S)`` scores, and :func:`flash_io_bound` the asymptotic bound of Dao et
+al. (2022). :mod:`mha.backends.tiled` counts the same transfers while it runs.
+"""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mha.core import _validate
 
 
 @dataclass(frozen=True)
@@ -122,7 +134,7 @@ def tiled_attention_io(
     blocks: tuple[int, int] | None = None,
     causal: bool = False,
 ) -> AttentionIO:
-    """Exact element count of one head of :func:`mha.tiled.attention` (``Dv = Dh``).
+    """Exact element count of one head of :func:`mha.backends.tiled.attention` (``Dv = Dh``).
 
     Each of the ``ceil(L / Br)`` query blocks is read once and reads every key and value
     block (with ``causal``, only the blocks that start at or before its last row); the
@@ -177,7 +189,7 @@ def naive_attention_io(
     blocks: tuple[int, int] | None = None,
     softmax_rows: int | None = None,
 ) -> AttentionIO:
-    """Exact element count of one head of :func:`mha.tiled.three_pass_attention` (``Dv = Dh``).
+    """Exact element count of one head of :func:`mha.backends.tiled.three_pass_attention` (``Dv = Dh``).
 
     Standard attention with its two matrix products done in the tiles of the tiled
     algorithm, plus the materialisation of the scores and weights. Pass 1 reads Q once and
@@ -201,7 +213,7 @@ def naive_attention_io(
             softmax rows from M.
         blocks: ``(Br, Bc)`` instead of ``fast_memory``.
         softmax_rows: with ``blocks``, the rows per block of the softmax pass (``None``: the
-            tiles), as in :func:`mha.tiled.three_pass_attention`.
+            tiles), as in :func:`mha.backends.tiled.three_pass_attention`.
 
     Returns:
         The reads and writes, an :class:`AttentionIO`.

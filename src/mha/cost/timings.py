@@ -1,7 +1,29 @@
-"""TODO."""
+"""Timing experiments on attention: the forms, the projections, tiled attention, decoding.
+
+Built on the timers of :mod:`mha.cost.measure`: :func:`time_forms` and
+:func:`time_form_rounds` time the forms of one layer, :func:`projection_times` the
+projections, :func:`time_tiled` the tiled form in a child process with its BLAS threads set,
+:func:`decode_times` and :func:`cached_step_times` decoding with and without a key/value
+cache, and :func:`fit_growth` fits how a time grows with length.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from mha.backends import torch_backend
+from mha.backends.module import to_torch_mha
+from mha.core import _validate
+from mha.core.params import MHAParams, init_params
+from mha.cost.measure import calibrate, clock_named, interleaved_times, mean_time, run_child
 
 FORMS_TIMED = ("per_head", "fused", "packed", "nn.MultiheadAttention", "sdpa")
 
@@ -10,7 +32,7 @@ def form_runners(params: MHAParams, x: torch.Tensor) -> dict[str, Callable[[], t
     """Zero-argument callables computing the same self-attention of ``x`` five ways.
 
     ``"per_head"``, ``"fused"`` and ``"packed"`` are the three forms of
-    :func:`mha.torch_backend.multi_head_attention` with explicit scores and weights (the
+    :func:`mha.backends.torch_backend.multi_head_attention` with explicit scores and weights (the
     same arithmetic, dispatched as 5H + 1, 6 and 4 matrix products; the per-head loop runs
     with ``need_weights=False``, which only skips stacking its heads' weights);
     ``"nn.MultiheadAttention"`` is PyTorch's module with the same weights (eval mode,
@@ -91,7 +113,7 @@ def time_forms(
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(batch_size, q_len, d_model, generator=gen)
     _validate.check_positive("repeat", repeat)
-    _clock(clock)  # an unknown clock fails before any work
+    clock_named(clock)  # an unknown clock fails before any work
     if not min_time > 0:
         raise ValueError(f"min_time must be positive; got min_time={min_time}")
     runners = form_runners(params, x)
@@ -143,12 +165,12 @@ def time_form_rounds(
         ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or an
             unknown clock.
     """
-    from mha._linalg import one_thread
+    from mha.core._tools import one_thread
 
     _validate.check_positive("batch_size", batch_size)
     _validate.check_positive("q_len", q_len)
     _validate.check_positive("repeat", repeat)
-    _clock(clock)
+    clock_named(clock)
     if not min_time > 0:
         raise ValueError(f"min_time must be positive; got min_time={min_time}")
     params = init_params(d_model, num_heads, seed=seed).to_torch(torch.float32)
@@ -179,11 +201,11 @@ def trivial_op_time(*, calls: int = 2000, repeat: int = 5, clock: str = "cpu") -
         ValueError, TypeError: if ``calls`` or ``repeat`` is not a positive int, or the clock
             is unknown.
     """
-    from mha._linalg import one_thread
+    from mha.core._tools import one_thread
 
     _validate.check_positive("calls", calls)
     _validate.check_positive("repeat", repeat)
-    tick = _clock(clock)
+    tick = clock_named(clock)
     a, b = torch.ones(1), torch.ones(1)
 
     def loop() -> None:
@@ -192,7 +214,7 @@ def trivial_op_time(*, calls: int = 2000, repeat: int = 5, clock: str = "cpu") -
 
     with one_thread(), torch.inference_mode():
         loop()  # warm-up
-        return statistics.median(_mean_time(loop, 1, tick) for _ in range(repeat)) / calls
+        return statistics.median(mean_time(loop, 1, tick) for _ in range(repeat)) / calls
 
 
 def projection_times(
@@ -231,7 +253,7 @@ def projection_times(
         ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or
             an unknown clock.
     """
-    from mha._linalg import one_thread
+    from mha.core._tools import one_thread
 
     _validate.check_positive("q_len", q_len)
     _validate.check_sizes(d_model, num_heads)
@@ -274,7 +296,8 @@ def _deferred_attention(q: np.ndarray, k: np.ndarray, v_: np.ndarray) -> np.ndar
 
 def _tiled_time_child() -> None:
     """Entry point of the child process of :func:`time_tiled` (JSON on stdin)."""
-    from mha import backward, np_backend, tiled
+    from mha.backends import np_backend, tiled
+    from mha.numerics import backward
 
     spec = json.loads(sys.stdin.read())
     if spec["threads"] is not None:
@@ -307,12 +330,12 @@ def _tiled_time_child() -> None:
             runners[f"layer backward, {f}"] = lambda f=f: backward.multi_head_attention(
                 saved[f], d_out
             )
-    tick = _clock(spec["clock"])
-    numbers = {name: _calibrate(fn, spec["min_time"]) for name, fn in runners.items()}
+    tick = clock_named(spec["clock"])
+    numbers = {name: calibrate(fn, spec["min_time"]) for name, fn in runners.items()}
     samples: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(spec["repeat"]):
         for name, fn in runners.items():
-            samples[name].append(_mean_time(fn, numbers[name], tick))
+            samples[name].append(mean_time(fn, numbers[name], tick))
     print(json.dumps({name: statistics.median(s) for name, s in samples.items()}))
 
 
@@ -335,17 +358,17 @@ def time_tiled(
     """Median seconds of NumPy attention, naive and tiled, measured in a child process.
 
     On per-head ``q``, ``k``, ``v`` of shape ``(B, H, L, D / H)`` (self-attention, no
-    mask): ``"naive"`` is :func:`mha.np_backend.scaled_dot_product_attention` (forms the
+    mask): ``"naive"`` is :func:`mha.backends.np_backend.scaled_dot_product_attention` (forms the
     scores, scales them, normalises the weights); ``"naive, deferred"`` forms the scores too,
     but scales the queries instead and divides the output by the row sums once, as the tiled
     form does; ``"sdpa"`` is PyTorch's ``scaled_dot_product_attention`` on the same float32
     or float64 arrays (a compiled loop over tiles); ``"tiled BrxBc"`` is
-    :func:`mha.tiled.attention` with those blocks. With
+    :func:`mha.backends.tiled.attention` with those blocks. With
     ``backward``, also the layer on ``x`` of shape ``(B, L, D)``: ``"layer forward"``
-    (:func:`mha.np_backend.multi_head_attention`), ``"layer forward, fused, saving"`` and
-    ``"layer forward, tiled, saving"`` (:func:`mha.backward.multi_head_attention_forward`),
+    (:func:`mha.backends.np_backend.multi_head_attention`), ``"layer forward, fused, saving"`` and
+    ``"layer forward, tiled, saving"`` (:func:`mha.numerics.backward.multi_head_attention_forward`),
     ``"layer backward, fused"`` and ``"layer backward, tiled"``
-    (:func:`mha.backward.multi_head_attention`). Runs are interleaved, so a slow spell of the
+    (:func:`mha.numerics.backward.multi_head_attention`). Runs are interleaved, so a slow spell of the
     machine hits all of them. The child's BLAS runs ``threads`` threads (set through the
     usual environment variables before NumPy loads): on a shared machine, idle BLAS threads
     waiting for a core can slow the many small products of the tiles far more than the few
@@ -385,7 +408,7 @@ def time_tiled(
     for block_q, block_kv in blocks:
         _validate.check_block_size("block_q", block_q)
         _validate.check_block_size("block_kv", block_kv)
-    _clock(clock)
+    clock_named(clock)
     if dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
     if not min_time > 0:
@@ -405,7 +428,7 @@ def time_tiled(
         "seed": seed,
         "threads": threads,
     }
-    return _run_child("_tiled_time_child", spec, threads)
+    return run_child(__name__, "_tiled_time_child", spec, threads)
 
 
 def fit_growth(lengths: Sequence[int], seconds: Sequence[float], degree: int) -> np.ndarray:
@@ -476,7 +499,7 @@ def decode_times(
     the work itself: other processes only ever add time.
 
     Args:
-        model: an :class:`mha.training.AttentionOnlyTransformer` (any model with
+        model: an :class:`mha.models.attention_only.AttentionOnlyTransformer` (any model with
             ``new_caches``, ``vocab_size``, ``max_len`` and ``forward(tokens, caches=...)``).
         context_lens: the context lengths S.
         steps: tokens decoded per cached timing.
@@ -493,7 +516,7 @@ def decode_times(
             model's ``max_len``, or ``statistic`` is unknown.
         TypeError: if a length or count is not an int.
     """
-    from mha._linalg import one_thread
+    from mha.core._tools import one_thread
 
     for name, value in (("steps", steps), ("repeat", repeat)):
         _validate.check_positive(name, value)
@@ -508,7 +531,7 @@ def decode_times(
                 f"context_lens[{i}] + steps must stay within max_len={model.max_len}; "
                 f"got {S} + {steps}"
             )
-    tick = _clock(clock)
+    tick = clock_named(clock)
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, list[float]] = {"cached": [], "uncached": []}
     with one_thread(), torch.no_grad():
@@ -551,10 +574,10 @@ def cached_step_times(
 ) -> dict[tuple[int, int], float]:
     """Seconds of one cached decoding step of one layer, for each H_kv and cache length S.
 
-    For every pair of ``kv_heads`` and ``kv_lens`` a layer and a :class:`mha.kv_cache.KVCache`
+    For every pair of ``kv_heads`` and ``kv_lens`` a layer and a :class:`mha.core.kv_cache.KVCache`
     holding S random keys and values are made (not timed). Then, in each of ``rounds``
     rounds, every pair in turn runs one new token through
-    :func:`mha.torch_backend.multi_head_attention` with its cache (projections, attention
+    :func:`mha.backends.torch_backend.multi_head_attention` with its cache (projections, attention
     over everything cached, output projection), in float32 on one thread; the fastest of a
     pair's steps is reported, since other processes only ever add time, and taking turns
     spreads a slow spell of the machine over every pair. One untimed round comes first.
@@ -584,9 +607,9 @@ def cached_step_times(
             or ``flush_bytes`` is negative.
         TypeError: if a size is not an int.
     """
-    from mha._linalg import one_thread
-    from mha.kv_cache import KVCache
-    from mha.params import init_params
+    from mha.core._tools import one_thread
+    from mha.core.kv_cache import KVCache
+    from mha.core.params import init_params
 
     _validate.check_sizes(d_model, num_heads)
     for name, values in (("kv_heads", kv_heads), ("kv_lens", kv_lens)):
@@ -596,9 +619,9 @@ def cached_step_times(
             _validate.check_positive(name, value)
     _validate.check_positive("rounds", rounds)
     if flush_bytes is None:
-        flush_bytes = _flush_bytes()
+        flush_bytes = flush_bytes()
     _validate.check_at_least("flush_bytes", flush_bytes, 0)
-    tick = _clock(clock)
+    tick = clock_named(clock)
     gen = torch.Generator().manual_seed(seed)
     Dh = d_model // num_heads
     flush = torch.zeros(flush_bytes // 4, dtype=torch.float32)
@@ -622,11 +645,3 @@ def cached_step_times(
                 if round_:  # round 0 is the warm-up
                     times[pair].append(tick() - start)
     return {pair: min(t) for pair, t in times.items()}
-
-
-
-
-
-
-
-

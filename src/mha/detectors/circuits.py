@@ -1,6 +1,28 @@
-"""TODO."""
+"""Weight-based circuit scores: what a head does, read from its weights and values.
+
+Where :mod:`mha.detectors.patterns` scores where a head attends, these scores weigh in what
+it reads and writes: :func:`value_norms` and :func:`value_weighted_attention` (attention
+weighted by the size of what each key contributes), :func:`score_terms` (the four terms of a
+query-key score: token-token, token-position, position-token, position-position),
+:func:`copying_score` (how much a head's OV circuit copies a token to the same token's
+logit), and :func:`duplicate_token_score` with :func:`duplicate_targets` (attention to
+earlier copies of the query's token).
+"""
 
 from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mha.core.params import MHAParams
+from mha.detectors._scoring import (
+    as_tokens,
+    check_weights,
+    float_array,
+    params64,
+    token_target_score,
+)
 
 
 def value_norms(x: Any, params: MHAParams) -> np.ndarray:
@@ -23,8 +45,8 @@ def value_norms(x: Any, params: MHAParams) -> np.ndarray:
     Raises:
         ValueError: if ``x`` is not ``(B, S, D)`` with D = params.d_model.
     """
-    x = _float_array("x", x)
-    p = _params64(params)
+    x = float_array("x", x)
+    p = params64(params)
     H, D, Dh = p.num_heads, p.d_model, p.d_head
     if x.ndim != 3 or x.shape[-1] != D:
         raise ValueError(f"x must have shape (B, S, D) with D={D}; got shape {x.shape}")
@@ -56,8 +78,8 @@ def value_weighted_attention(weights: Any, norms: Any) -> np.ndarray:
         ValueError: if the shapes do not match, a norm is negative, or the rows of
             ``weights`` are not distributions.
     """
-    w = _check_weights(weights)
-    n = _float_array("norms", norms)
+    w = check_weights(weights)
+    n = float_array("norms", norms)
     if n.shape != w.shape[:-2] + w.shape[-1:]:
         raise ValueError(
             f"norms must have shape {w.shape[:-2] + w.shape[-1:]} for weights {w.shape}; "
@@ -97,13 +119,13 @@ def score_terms(x: Any, params: MHAParams) -> dict[str, np.ndarray]:
     Raises:
         ValueError: if ``x`` is not ``(B, L, D)`` with D = params.d_model.
     """
-    x = _float_array("x", x)
-    p = _params64(params)
+    x = float_array("x", x)
+    p = params64(params)
     H, D, Dh = p.num_heads, p.d_model, p.d_head
     if x.ndim != 3 or x.shape[-1] != D:
         raise ValueError(f"x must have shape (B, L, D) with D={D}; got shape {x.shape}")
 
-    from mha import np_backend
+    from mha.backends import np_backend
 
     q = np_backend.split_heads(x @ p.w_q, H)  # (B, L, D) -> (B, H, L, Dh)
     k = np_backend.split_heads(x @ p.w_k, H)  # (B, L, D) -> (B, H, L, Dh)
@@ -149,8 +171,7 @@ def copying_score(w_e: Any, w_v: Any, w_o: Any, w_u: Any) -> np.ndarray:
         ValueError: if the shapes do not chain, or every eigenvalue is 0.
     """
     e, v, o, u = (
-        _float_array(name, t)
-        for name, t in (("w_e", w_e), ("w_v", w_v), ("w_o", w_o), ("w_u", w_u))
+        float_array(name, t) for name, t in (("w_e", w_e), ("w_v", w_v), ("w_o", w_o), ("w_u", w_u))
     )
     D = e.shape[-1]
     if (
@@ -194,7 +215,7 @@ def duplicate_targets(tokens: Any) -> np.ndarray:
         ValueError: if ``tokens`` is not 2-D.
         TypeError: if ``tokens`` is not an integer array.
     """
-    t = _as_tokens(tokens)
+    t = as_tokens(tokens)
     same = t[:, :, None] == t[:, None, :]  # (B, L, L): [b, i, j] = tokens[i] == tokens[j]
     return same & ~np.eye(t.shape[1], dtype=bool)
 
@@ -222,29 +243,4 @@ def duplicate_token_score(weights: Any, tokens: Any) -> np.ndarray:
             distributions, or no token occurs twice.
         TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
     """
-    return _token_target_score(weights, tokens, duplicate_targets, "no query has a duplicate")
-
-
-def _token_target_score(
-    weights: Any, tokens: Any, targets_of: Callable[[np.ndarray], np.ndarray], none: str
-) -> np.ndarray:
-    """Mean weight on the targets ``targets_of(tokens)`` over the queries that have one.
-
-    ``none`` ends the error raised when no query has a target.
-    """
-    t = _as_tokens(tokens)
-    w = _check_weights(weights)
-    B, L = t.shape
-    if w.ndim < 3 or w.shape[0] != B or w.shape[-2:] != (L, L):
-        raise ValueError(
-            f"weights must have shape (B, ..., L, L) = ({B}, ..., {L}, {L}) to match tokens; "
-            f"got {w.shape}"
-        )
-    targets = targets_of(t)  # (B, L, L)
-    has = targets.any(axis=-1)  # (B, L)
-    if not has.any():
-        raise ValueError(f"tokens must contain a repeated token; {none}")
-    extra = (1,) * (w.ndim - 3)
-    mass = (w * targets.reshape(B, *extra, L, L)).sum(axis=-1)  # (B, ..., L)
-    mass = np.moveaxis(mass, 0, -2)  # (..., B, L)
-    return _score(mass[..., has].mean(axis=-1))  # (...)
+    return token_target_score(weights, tokens, duplicate_targets, "no query has a duplicate")

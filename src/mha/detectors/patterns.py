@@ -22,11 +22,12 @@ Detectors (score, and the pattern that scores 1):
 - :func:`induction_score`: mean over queries with a target of the mass on the key after an
   earlier copy of the query's token (:func:`induction_targets`); an induction head.
 
-:func:`mha.params.planted_heads` builds multi-head attention parameters whose heads follow
+:func:`mha.core.params.planted_heads` builds multi-head attention parameters whose heads follow
 given patterns, to check that the detectors recover what was planted.
 
 The positional detectors (previous, next, self) need self-attention, ``L == S``. Rows must
-be non-negative and sum to 1 within ``ROW_SUM_ATOL``; scores are computed in float64 from
+be non-negative and sum to 1 within
+:data:`mha.numerics.tolerance.ATTENTION_ROW_SUM_ATOL`; scores are computed in float64 from
 the rows divided by their sums, so the rounding of float32 softmax cannot push a score
 outside ``[0, 1]``. Inputs may be NumPy arrays or anything ``numpy.asarray`` accepts (such
 as a CPU ``torch.Tensor``).
@@ -34,67 +35,19 @@ as a CPU ``torch.Tensor``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from mha import _validate
-from mha._np_checks import as_numpy
-from mha.params import MHAParams
+from mha.core import _validate
+from mha.core._np_checks import as_numpy
+from mha.detectors._scoring import as_tokens, check_weights, float_array, score, token_target_score
 
-ROW_SUM_ATOL = 1e-4
 """How far a row of ``weights`` may sum from 1 (float32 softmax rounding is far below it)."""
 
 SCORE_NAMES = ("previous_token", "next_token", "self", "first_token", "broadness", "future")
 """The detectors that :func:`all_scores` always runs (on square weights)."""
-
-
-def _check_weights(weights: Any, name: str = "weights") -> np.ndarray:
-    """Check that ``weights`` is a float array ``(..., L, S)`` of probability rows.
-
-    Returns:
-        The weights in float64, each row divided by its sum.
-    """
-    w = as_numpy(name, weights)
-    if not np.issubdtype(w.dtype, np.floating):
-        raise TypeError(
-            f"{name} must be a floating array of attention weights; got dtype {w.dtype}"
-        )
-    if w.ndim < 2:
-        raise ValueError(f"{name} must have shape (..., L, S); got {w.ndim}-D shape {w.shape}")
-    if w.shape[-2] < 1 or w.shape[-1] < 1:
-        raise ValueError(f"{name} must have at least one query and one key; got shape {w.shape}")
-    w = w.astype(np.float64)
-    if not np.isfinite(w).all():
-        raise ValueError(f"{name} must be finite; got NaN or infinite values")
-    if (w < 0).any():
-        raise ValueError(
-            f"{name} must be non-negative (rows are distributions); got min {w.min():.3g}"
-        )
-    sums = w.sum(axis=-1, keepdims=True)  # (..., L, 1)
-    bad = np.abs(sums - 1.0) > ROW_SUM_ATOL
-    if bad.any():
-        worst = float(sums.reshape(-1)[np.argmax(np.abs(sums - 1.0))])
-        raise ValueError(
-            f"{name} rows must each sum to 1 (within {ROW_SUM_ATOL}); got {int(bad.sum())} "
-            f"row(s) that do not, e.g. a row summing to {worst:.6g}"
-        )
-    return w / sums
-
-
-def _float_array(name: str, x: Any) -> np.ndarray:
-    """``x`` as a float64 NumPy array; a non-numeric array is refused naming ``name``."""
-    a = as_numpy(name, x)
-    if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
-        raise TypeError(f"{name} must be a numeric array; got dtype {a.dtype}")
-    return a.astype(np.float64)
-
-
-def _params64(params: Any) -> MHAParams:
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    return params.to_numpy(np.float64)
 
 
 def _check_square(w: np.ndarray, name: str, detector: str) -> None:
@@ -104,18 +57,14 @@ def _check_square(w: np.ndarray, name: str, detector: str) -> None:
         )
 
 
-def _score(x: np.ndarray) -> np.ndarray:
-    return np.asarray(np.clip(x, 0.0, 1.0))
-
-
 def _neighbour_score(weights: Any, offset: int, name: str) -> np.ndarray:
     """Mean weight on the key ``offset`` positions from each query that has one."""
-    w = _check_weights(weights)
+    w = check_weights(weights)
     _check_square(w, "weights", name)
     if w.shape[-1] < 2:
         raise ValueError(f"weights must have L >= 2 for {name}; got shape {w.shape}")
     diag = np.diagonal(w, offset=offset, axis1=-2, axis2=-1)  # (..., L, L) -> (..., L-1)
-    return _score(diag.mean(axis=-1))  # (..., L-1) -> (...)
+    return score(diag.mean(axis=-1))  # (..., L-1) -> (...)
 
 
 def previous_token_score(weights: Any) -> np.ndarray:
@@ -180,9 +129,9 @@ def self_score(weights: Any) -> np.ndarray:
         ValueError: if ``weights`` is not square or its rows are not distributions.
         TypeError: if ``weights`` is not a floating array.
     """
-    w = _check_weights(weights)
+    w = check_weights(weights)
     _check_square(w, "weights", "self_score")
-    return _score(np.diagonal(w, axis1=-2, axis2=-1).mean(axis=-1))  # (..., L) -> (...)
+    return score(np.diagonal(w, axis1=-2, axis2=-1).mean(axis=-1))  # (..., L) -> (...)
 
 
 def future_score(weights: Any) -> np.ndarray:
@@ -205,10 +154,10 @@ def future_score(weights: Any) -> np.ndarray:
         ValueError: if ``weights`` is not square or its rows are not distributions.
         TypeError: if ``weights`` is not a floating array.
     """
-    w = _check_weights(weights)
+    w = check_weights(weights)
     _check_square(w, "weights", "future_score")
     later = np.triu(w, k=1).sum(axis=-1)  # (..., L, L) -> (..., L)
-    return _score(later.mean(axis=-1))  # (..., L) -> (...)
+    return score(later.mean(axis=-1))  # (..., L) -> (...)
 
 
 def first_token_score(weights: Any) -> np.ndarray:
@@ -230,8 +179,8 @@ def first_token_score(weights: Any) -> np.ndarray:
         ValueError: if the rows of ``weights`` are not distributions.
         TypeError: if ``weights`` is not a floating array.
     """
-    w = _check_weights(weights)
-    return _score(w[..., :, 0].mean(axis=-1))  # (..., L) -> (...)
+    w = check_weights(weights)
+    return score(w[..., :, 0].mean(axis=-1))  # (..., L) -> (...)
 
 
 def _check_key_mask(key_in_class: Any, w: np.ndarray) -> np.ndarray:
@@ -273,10 +222,10 @@ def token_class_score(weights: Any, key_in_class: Any) -> np.ndarray:
             ``weights`` are not distributions.
         TypeError: if ``key_in_class`` is not boolean or ``weights`` not floating.
     """
-    w = _check_weights(weights)
+    w = check_weights(weights)
     k = _check_key_mask(key_in_class, w)
     mass = (w * k[..., None, :]).sum(axis=-1)  # (..., L, S) -> (..., L)
-    return _score(mass.mean(axis=-1))  # (..., L) -> (...)
+    return score(mass.mean(axis=-1))  # (..., L) -> (...)
 
 
 def broadness_score(weights: Any, mask: Any = None) -> np.ndarray:
@@ -303,7 +252,7 @@ def broadness_score(weights: Any, mask: Any = None) -> np.ndarray:
             no row with two keys, or the rows are not distributions.
         TypeError: if ``mask`` is not boolean or ``weights`` not floating.
     """
-    w = _check_weights(weights)
+    w = check_weights(weights)
     if mask is None:
         allowed = np.full(w.shape[-2], float(w.shape[-1]))  # (L,)
     else:
@@ -328,7 +277,7 @@ def broadness_score(weights: Any, mask: Any = None) -> np.ndarray:
     valid = allowed >= 2  # (..., L) or (L,)
     norm = np.where(valid, entropy / np.log(np.where(valid, allowed, 2.0)), 0.0)  # (..., L)
     valid = np.broadcast_to(valid, norm.shape)
-    return _score(norm.sum(axis=-1) / valid.sum(axis=-1))  # (..., L) -> (...)
+    return score(norm.sum(axis=-1) / valid.sum(axis=-1))  # (..., L) -> (...)
 
 
 def _check_arcs(arcs: Any, L: int, S: int) -> np.ndarray:
@@ -376,14 +325,14 @@ def arc_score(weights: Any, arcs: Iterable[Sequence[int]]) -> np.ndarray:
             ``[0, S)``; or the rows of ``weights`` are not distributions.
         TypeError: if ``arcs`` are not integers or ``weights`` not floating.
     """
-    w = _check_weights(weights)
+    w = check_weights(weights)
     L, S = w.shape[-2:]
     a = _check_arcs(arcs, L, S)
     target = np.zeros((L, S), dtype=bool)
     target[a[:, 0], a[:, 1]] = True  # duplicates collapse
     queries = target.any(axis=-1)  # (L,)
     mass = (w * target).sum(axis=-1)  # (..., L, S) -> (..., L)
-    return _score(mass[..., queries].mean(axis=-1))  # (..., Q) -> (...)
+    return score(mass[..., queries].mean(axis=-1))  # (..., Q) -> (...)
 
 
 def word_arcs_to_token_arcs(
@@ -466,15 +415,6 @@ def all_scores(
     return out
 
 
-def _as_tokens(tokens: Any) -> np.ndarray:
-    t = as_numpy("tokens", tokens)
-    if not np.issubdtype(t.dtype, np.integer):
-        raise TypeError(f"tokens must be an integer array of token ids; got dtype {t.dtype}")
-    if t.ndim != 2:
-        raise ValueError(f"tokens must have shape (B, L); got {t.ndim}-D shape {t.shape}")
-    return t
-
-
 def induction_targets(tokens: Any) -> np.ndarray:
     """Where an induction head should attend: the key after each earlier copy of the query.
 
@@ -496,7 +436,7 @@ def induction_targets(tokens: Any) -> np.ndarray:
         ValueError: if ``tokens`` is not 2-D.
         TypeError: if ``tokens`` is not an integer array.
     """
-    t = _as_tokens(tokens)
+    t = as_tokens(tokens)
     same = t[:, :, None] == t[:, None, :]  # (B, L, L): [b, i, j] = tokens[i] == tokens[j]
     earlier = np.tril(same, k=-1)  # keep j < i
     targets = np.zeros_like(earlier)
@@ -527,7 +467,7 @@ def induction_score(weights: Any, tokens: Any) -> np.ndarray:
             distributions, or no query has a target (no token repeats).
         TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
     """
-    return _token_target_score(
+    return token_target_score(
         weights, tokens, induction_targets, "no query has an induction target"
     )
 
@@ -652,7 +592,7 @@ def word_attention(weights: Any, word_ids: Sequence[int | None]) -> np.ndarray:
             ``0..W-1``, or the rows of ``weights`` are not distributions.
         TypeError: if ``weights`` is not floating.
     """
-    w = _check_weights(weights)
+    w = check_weights(weights)
     _check_square(w, "weights", "word_attention")
     L = w.shape[-1]
     if len(word_ids) != L:
@@ -695,7 +635,7 @@ def head_accuracy(
             a word index other than the word itself, ``direction`` is unknown, or the
             weights are not a non-negative square array.
     """
-    a = _float_array("word_weights", word_weights)
+    a = float_array("word_weights", word_weights)
     if a.ndim < 2 or a.shape[-1] != a.shape[-2] or (a < 0).any():
         raise ValueError(
             f"word_weights must be a non-negative (..., W, W) array; got shape {a.shape}"
@@ -738,17 +678,3 @@ def offset_accuracy(heads: Sequence[int | None], offset: int) -> float:
     if not scored:
         raise ValueError("heads must give at least one word a head; got none")
     return float(np.mean([i + offset == h for i, h in scored]))
-
-
-
-
-
-
-
-
-
-
-
-
-
-

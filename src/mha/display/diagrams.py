@@ -1,10 +1,24 @@
-"""TODO."""
+"""Diagrams: the layer's dataflow, which weights each head owns, and the tiles of tiled attention.
+
+:func:`layer_diagram` draws multi-head attention as boxes and arrows (each head a lane of
+its colour, from :data:`mha.display.plotting.HEAD_COLOURS`), :func:`weight_ownership` the
+columns and rows of the weight matrices that belong to each head, and :func:`tile_steps`
+the order in which the tiled form (:func:`mha.backends.tiled.attention`) visits the tiles
+of the score matrix.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-# Okabe and Ito's palette: distinguishable with the common colour-vision deficiencies.
-HEAD_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from mha.core import _validate
+from mha.display.plotting import HEAD_COLOURS, SEQUENTIAL
 
 
 @dataclass(frozen=True)
@@ -106,7 +120,7 @@ def _layout_text(layout: str, sizes: Mapping[str, int] | None) -> str:
     text = layout.replace("Dh", "D<sub>h</sub>").replace("*", "·")
     if sizes is None:
         return text
-    from mha.shapes import resolve_layout
+    from mha.display.shapes import resolve_layout
 
     return f"{text} = {resolve_layout(layout, sizes)}"
 
@@ -127,7 +141,7 @@ def layer_diagram(
     Args:
         num_heads: the number of lanes drawn (at most ``len(HEAD_COLOURS)``).
         title: the figure's title.
-        sizes: symbol sizes (:func:`mha.shapes.shape_sizes`) to print each arrow's shape.
+        sizes: symbol sizes (:func:`mha.display.shapes.shape_sizes`) to print each arrow's shape.
 
     Returns:
         A Plotly figure (shapes and annotations, and one hover point per step).
@@ -243,7 +257,7 @@ def weight_ownership(
     Raises:
         ValueError: if the layer has fewer key/value heads than query heads.
     """
-    from mha import packing
+    from mha.core import packing
 
     D, H = params.d_model, params.num_heads
     if params.num_kv_heads != H:
@@ -324,7 +338,7 @@ def tile_steps(
     causal: bool = True,
     acc_columns: int = 4,
 ) -> go.Figure:
-    """The steps of :func:`mha.tiled.attention` on one head, one slider position per tile.
+    """The steps of :func:`mha.backends.tiled.attention` on one head, one slider position per tile.
 
     The upper panel is the ``(L, S)`` grid of scores that is never formed: every tile drawn as
     a rectangle, the live tile outlined, and each entry coloured by what has happened to it
@@ -335,8 +349,8 @@ def tile_steps(
     yet are blank). Panels are stacked, so the figure keeps its width on a phone.
 
     Args:
-        steps: the ``trace`` of :func:`mha.tiled.attention` on 2-D query, key and value
-            (:class:`mha.tiled.TileStep` items, in order).
+        steps: the ``trace`` of :func:`mha.backends.tiled.attention` on 2-D query, key and value
+            (:class:`mha.backends.tiled.TileStep` items, in order).
         q_len: L.
         kv_len: S.
         title: the figure's title (short; ``<br>`` starts a second line).

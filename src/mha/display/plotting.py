@@ -16,14 +16,13 @@ Colour scales (all readable with the common colour-vision deficiencies):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mha import _validate
+from mha.core import _validate
 
 WEIGHTS = "Blues"
 SEQUENTIAL = "Viridis"
@@ -576,7 +575,7 @@ FORM_COLOURS = dict(
         ("#D55E00", "#0072B2", "#56B4E9", "#999999", "#009E73"),
         strict=True,
     )
-)  # Okabe and Ito's palette, one colour per form timed by mha.measure
+)  # Okabe and Ito's palette, one colour per form timed by mha.cost.measure
 
 
 def form_timings(
@@ -590,7 +589,7 @@ def form_timings(
     doubling), the ticks are the measured lengths, and the legend sits below the panels.
 
     Args:
-        times: ``{(H, N): {form: seconds}}``, as :func:`mha.measure.time_forms` returns
+        times: ``{(H, N): {form: seconds}}``, as :func:`mha.cost.timings.time_forms` returns
             for each ``(H, N)``; every cell must time the same forms.
         title: the figure's title.
 
@@ -708,7 +707,5 @@ def head_pair_panels(
     return fig
 
 
-
-
-
-
+# Okabe and Ito's palette: distinguishable with the common colour-vision deficiencies.
+HEAD_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mha._validate import check_int, check_sizes
-from mha.packing import check_kv_heads
+from mha.core._validate import check_int, check_sizes
+from mha.core.packing import check_kv_heads
 
 SYMBOLS: tuple[tuple[str, str, str], ...] = (
     ("B", "batch_size", "batch size: sequences processed together"),

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mha import _validate
+from mha.core import _validate
 
 
 def _number(value: float, digits: int) -> str:

@@ -1,6 +1,40 @@
-"""TODO."""
+"""A small attention-only transformer, the model the training chapters train.
+
+The model is the one of Elhage et al. (2021) and Olsson et al. (2022) at toy size: token
+and learned positional embeddings, ``num_layers`` residual blocks ``x <- x + MHA(x)`` of
+causal multi-head self-attention (this package's
+:func:`mha.backends.torch_backend.multi_head_attention`), and a linear unembedding. No MLPs
+and no LayerNorm, so everything the model computes goes through its attention heads.
+
+Heads are switched on and off with *gates* ``xi`` (Michel et al., 2019): head ``h`` of a
+layer contributes ``xi_h * head_h(x)`` before the output projection. Gating the heads'
+outputs equals scaling the rows of ``W^O`` that read them,
+
+    ``Concat(xi_1 head_1, ..., xi_H head_H) W^O = Concat(head_1, ..., head_H) (G W^O)``,
+
+with ``G = diag(xi_1 1_Dh, ..., xi_H 1_Dh)``, so :func:`gated_params` implements the gate
+by scaling ``W^O`` and the attention code is unchanged. With all gates 1 the model is the
+ungated model exactly; ``xi_h = 0`` removes head ``h`` (ablation); ``dL / dxi_h`` at 1 is
+the gradient in Michel et al.'s head importance. :mod:`mha.training.runs` trains the model
+and :mod:`mha.training.ablation` takes its heads apart.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mha.backends import torch_backend
+from mha.backends.module import MultiHeadAttention
+from mha.core import _validate, packing
+from mha.core.kv_cache import KVCache
+from mha.core.params import MHAParams, repeat_kv_heads
 
 
 def gated_params(params: MHAParams, gate: torch.Tensor | None) -> MHAParams:
@@ -50,7 +84,7 @@ def head_contributions(
         ``contributions[:, h]``, head ``h``'s share of the output.
 
     Raises:
-        ValueError, TypeError: as :func:`mha.torch_backend.scaled_dot_product_attention`.
+        ValueError, TypeError: as :func:`mha.backends.torch_backend.scaled_dot_product_attention`.
     """
     params = repeat_kv_heads(params)  # grouped-query heads: each head with its key/value head
     H = params.num_heads
@@ -127,7 +161,7 @@ class AttentionOnlyTransformer(nn.Module):
                 d_model,
                 num_heads,
                 num_kv_heads=num_kv_heads,
-                seed=_layer_seed(seed, layer),
+                seed=layer_seed(seed, layer),
                 dtype=dtype,
             )
             for layer in range(num_layers)
@@ -159,7 +193,7 @@ class AttentionOnlyTransformer(nn.Module):
         return self.pos.shape[0]
 
     def new_caches(self, batch_size: int, capacity: int | None = None) -> list[KVCache]:
-        """One empty :class:`mha.kv_cache.KVCache` per layer, for :meth:`forward`'s ``caches``.
+        """One empty :class:`mha.core.kv_cache.KVCache` per layer, for :meth:`forward`'s ``caches``.
 
         Args:
             batch_size: B, the sequences decoded together.
@@ -290,7 +324,16 @@ class AttentionOnlyTransformer(nn.Module):
         return logits, (weights if need_weights else None)
 
 
-def _layer_seed(seed: int, layer: int) -> int:
+def layer_seed(seed: int, layer: int) -> int:
+    """The seed of layer ``layer``'s parameters in a model seeded with ``seed``.
+
+    Args:
+        seed: the model's seed.
+        layer: the layer's index.
+
+    Returns:
+        A seed drawn from ``numpy.random.SeedSequence([seed, layer])``.
+    """
     return int(np.random.SeedSequence([seed, layer]).generate_state(1)[0])
 
 

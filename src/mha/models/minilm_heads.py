@@ -1,6 +1,23 @@
-"""TODO."""
+"""What MiniLM's heads do: detector scores against baselines, on sentences and random tokens.
+
+:func:`sentence_scores` scores every head of :func:`mha.models.minilm.load_minilm` on parsed
+sentences (the syntax arcs of :data:`SYNTAX_SCORES` and the pattern detectors of
+:mod:`mha.detectors.patterns`); :func:`offset_baselines` and :func:`held_out_comparison` are
+what a fixed-offset guess scores and whether a head beats it on held-out sentences;
+:func:`pair_attention_weights` reads the weights between two words; and
+:func:`repeated_random_ids` with :func:`repeated_token_scores` look for induction and
+duplicate-token heads on repeated random tokens.
+"""
 
 from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from mha.detectors import circuits, patterns
+from mha.models.minilm import MiniLM
 
 
 def sentence_scores(
@@ -18,7 +35,7 @@ def sentence_scores(
     directions (``dep_to_head_accuracy``: how often the word a dependent attends to most,
     leaving out itself, [CLS] and [SEP], is its head word; ``head_to_dep_accuracy``: how
     often the word attending most to it is), on word-level weights
-    (:func:`mha.detectors.word_attention`).
+    (:func:`mha.detectors.patterns.word_attention`).
 
     Args:
         weights: the attention weights of every head on the sentence.
@@ -44,17 +61,17 @@ def sentence_scores(
             f"{len(tokens)} and {len(word_ids)}"
         )
     arcs = [(d, h) for d, h in enumerate(word_heads) if h is not None]
-    s = detectors.all_scores(w, arcs=detectors.word_arcs_to_token_arcs(arcs, word_ids))
+    s = patterns.all_scores(w, arcs=patterns.word_arcs_to_token_arcs(arcs, word_ids))
     s["dep_to_head"] = s.pop("arc")
-    s["head_to_dep"] = detectors.arc_score(
-        w, detectors.word_arcs_to_token_arcs([(h, d) for d, h in arcs], word_ids)
+    s["head_to_dep"] = patterns.arc_score(
+        w, patterns.word_arcs_to_token_arcs([(h, d) for d, h in arcs], word_ids)
     )
     s["cls"] = s.pop("first_token")
-    s["sep"] = detectors.token_class_score(w, np.array(tokens) == "[SEP]")
-    s["full_stop"] = detectors.token_class_score(w, np.array(tokens) == ".")
-    words = detectors.word_attention(w, word_ids)  # (..., W, W)
+    s["sep"] = patterns.token_class_score(w, np.array(tokens) == "[SEP]")
+    s["full_stop"] = patterns.token_class_score(w, np.array(tokens) == ".")
+    words = patterns.word_attention(w, word_ids)  # (..., W, W)
     for name, direction in (("dep_to_head", "dependent"), ("head_to_dep", "head")):
-        s[f"{name}_accuracy"] = detectors.head_accuracy(words, word_heads, direction=direction)
+        s[f"{name}_accuracy"] = patterns.head_accuracy(words, word_heads, direction=direction)
     return s
 
 
@@ -71,7 +88,7 @@ def offset_baselines(
     Many dependency arcs join neighbouring words, so a head that only looks ``k`` tokens
     away already scores on them. For each offset ``k``: the attention mass along the arcs
     (``dep_to_head``, ``head_to_dep``) of the token-level pattern
-    :func:`mha.detectors.offset_attention` ``(L, k)``, computed with the detector
+    :func:`mha.detectors.patterns.offset_attention` ``(L, k)``, computed with the detector
     :func:`sentence_scores` uses; and Clark et al.'s (2019) accuracy of always predicting
     the word at the fixed offset (``dep_to_head_accuracy``: word ``i``'s head predicted at
     ``i + k``; ``head_to_dep_accuracy``: the word attending to ``i`` is ``i - k``).
@@ -95,20 +112,20 @@ def offset_baselines(
     if not arcs:
         raise ValueError("word_heads must give at least one word a head; got none")
     token_arcs = {
-        "dep_to_head": detectors.word_arcs_to_token_arcs(arcs, word_ids),
-        "head_to_dep": detectors.word_arcs_to_token_arcs([(h, d) for d, h in arcs], word_ids),
+        "dep_to_head": patterns.word_arcs_to_token_arcs(arcs, word_ids),
+        "head_to_dep": patterns.word_arcs_to_token_arcs([(h, d) for d, h in arcs], word_ids),
     }
     out = {
         name: np.array(
-            [float(detectors.arc_score(detectors.offset_attention(L, k), a)) for k in offsets]
+            [float(patterns.arc_score(patterns.offset_attention(L, k), a)) for k in offsets]
         )
         for name, a in token_arcs.items()
     }
     out["dep_to_head_accuracy"] = np.array(
-        [detectors.offset_accuracy(word_heads, k) for k in offsets]
+        [patterns.offset_accuracy(word_heads, k) for k in offsets]
     )
     out["head_to_dep_accuracy"] = np.array(
-        [detectors.offset_accuracy(word_heads, -k) for k in offsets]
+        [patterns.offset_accuracy(word_heads, -k) for k in offsets]
     )
     return out
 
@@ -206,8 +223,8 @@ def repeated_random_ids(
     pieces, no special or unused tokens), drawn with a seeded generator, so the only
     repeats are the second copy: on these inputs a head that looks from the second copy
     of a word to the word after its first copy is an induction head
-    (:func:`mha.detectors.induction_score`), one that looks at the other copy a
-    duplicate-token head (:func:`mha.detectors.duplicate_token_score`).
+    (:func:`mha.detectors.patterns.induction_score`), one that looks at the other copy a
+    duplicate-token head (:func:`mha.detectors.circuits.duplicate_token_score`).
 
     Args:
         model: the model (for its vocabulary).
@@ -275,11 +292,11 @@ def repeated_token_scores(
     w = torch.stack(out.attentions, dim=1).double().numpy()  # (B, num_layers, H, L, L)
     L = ids.shape[1]
     uniform = np.broadcast_to(
-        detectors.uniform_attention(np.ones((L, L), dtype=bool)), (num_sequences, L, L)
+        patterns.uniform_attention(np.ones((L, L), dtype=bool)), (num_sequences, L, L)
     )
     return {
-        "induction": detectors.induction_score(w, ids),
-        "duplicate": detectors.duplicate_token_score(w, ids),
-        "uniform_induction": detectors.induction_score(uniform, ids),
-        "uniform_duplicate": detectors.duplicate_token_score(uniform, ids),
+        "induction": patterns.induction_score(w, ids),
+        "duplicate": circuits.duplicate_token_score(w, ids),
+        "uniform_induction": patterns.induction_score(uniform, ids),
+        "uniform_duplicate": circuits.duplicate_token_score(uniform, ids),
     }

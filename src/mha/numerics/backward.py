@@ -10,11 +10,11 @@ key/value length, as everywhere in the book):
     ``dQ = dZ K / sqrt(Dh)``,  ``dK = dZ^T Q / sqrt(Dh)``.
 
 :func:`softmax` and :func:`scaled_dot_product_attention` differentiate the functions of
-:mod:`mha.np_backend` from the stored weights ``A``; :func:`tiled_attention` differentiates
-:func:`mha.tiled.attention` from its log-sum-exp instead, recomputing ``A`` one tile at a
+:mod:`mha.backends.np_backend` from the stored weights ``A``; :func:`tiled_attention` differentiates
+:func:`mha.backends.tiled.attention` from its log-sum-exp instead, recomputing ``A`` one tile at a
 time (``rowsum(dA * A)`` equals ``rowsum(dO * O)``, which needs no ``A``).
 :func:`multi_head_attention` differentiates the whole layer of
-:func:`mha.np_backend.multi_head_attention` (projections and biases, head split and merge,
+:func:`mha.backends.np_backend.multi_head_attention` (projections and biases, head split and merge,
 output projection, masks) from what :func:`multi_head_attention_forward` saved, and
 :func:`compare_with_autograd` checks it against PyTorch autograd within
 :func:`gradient_tolerance`.
@@ -35,11 +35,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mha import _np_checks as c
-from mha import _validate, np_backend, tiled
-from mha._tiles import causal_offset, tile_mask
-from mha.params import MHAParams
-from mha.tolerance import gamma
+from mha.backends import _mha_checks, np_backend, tiled
+from mha.backends._tiles import causal_offset, tile_mask
+from mha.core import _groups, _np_checks, _overflow, _validate
+from mha.core.params import MHAParams
+from mha.numerics.tolerance import gamma
 
 BACKWARD_FORMS = ("fused", "tiled")
 
@@ -62,7 +62,7 @@ def _softmax_backward(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
 
 
 def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
-    """Gradient of :func:`mha.np_backend.softmax` with respect to its scores.
+    """Gradient of :func:`mha.backends.np_backend.softmax` with respect to its scores.
 
     With ``A = softmax(Z)`` row by row, ``dA_ij / dZ_ik = A_ij (delta_jk - A_ik)``, so
     ``dZ = A * (dA - rowsum(dA * A))``. A masked entry (weight 0) gets gradient 0.
@@ -85,12 +85,12 @@ def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
             the dtype.
         TypeError: if an input is not a float array, or the dtypes differ.
     """
-    c.check_array("weights", weights)
-    c.check_array("d_weights", d_weights)
+    _np_checks.check_array("weights", weights)
+    _np_checks.check_array("d_weights", d_weights)
     _validate.check_same_dtype({"weights": weights, "d_weights": d_weights})
-    c.check_shape("d_weights", d_weights, weights.shape, "weights.shape")
+    _np_checks.check_shape("d_weights", d_weights, weights.shape, "weights.shape")
     d_scores = _softmax_backward(weights, d_weights.copy())
-    c.check_result("backward.softmax gradient", d_scores)
+    _np_checks.check_result("backward.softmax gradient", d_scores)
     return d_scores
 
 
@@ -112,11 +112,11 @@ def _sdpa_backward(q, k, v_, weights, d_out):
 def _check_sdpa_grads(query, key, value, d_out, extra: dict) -> tuple[tuple, int, int]:
     named = {"query": query, "key": key, "value": value, "d_out": d_out} | extra
     for name, x in _validate.distinct(*named.items()):
-        c.check_array(name, x, check_finite=name != "lse")
+        _np_checks.check_array(name, x, check_finite=name != "lse")
     _validate.check_same_dtype(named)
     L, S, _, Dv = _validate.check_qkv(query, key, value)
     batch = _validate.broadcast_batch(query, key, value)
-    c.check_shape("d_out", d_out, (*batch, L, Dv), "(..., L, Dv)")
+    _np_checks.check_shape("d_out", d_out, (*batch, L, Dv), "(..., L, Dv)")
     return batch, L, S
 
 
@@ -127,7 +127,7 @@ def scaled_dot_product_attention(
     weights: np.ndarray,
     d_out: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Gradients of :func:`mha.np_backend.scaled_dot_product_attention` from its weights.
+    """Gradients of :func:`mha.backends.np_backend.scaled_dot_product_attention` from its weights.
 
     ``dV = A^T dO``, ``dA = dO V^T``, ``dZ = A * (dA - rowsum(dA * A))``,
     ``dQ = dZ K / sqrt(Dh)``, ``dK = dZ^T Q / sqrt(Dh)``. The mask acts through ``A``
@@ -161,7 +161,7 @@ def scaled_dot_product_attention(
         TypeError: if an input is not a float32/float64 NumPy array, or the dtypes differ.
     """
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
-    c.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
+    _np_checks.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
     return _checked(
         "backward.scaled_dot_product_attention", _sdpa_backward(query, key, value, weights, d_out)
     )
@@ -170,7 +170,7 @@ def scaled_dot_product_attention(
 def _checked(name: str, grads: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     """``grads``, each checked to be finite (an overflow of the dtype raises)."""
     for what, g in zip(("d_query", "d_key", "d_value"), grads, strict=False):
-        c.check_result(f"{name} {what}", g)
+        _np_checks.check_result(f"{name} {what}", g)
     return grads
 
 
@@ -229,7 +229,7 @@ def tiled_attention(
     block_q: int = tiled.DEFAULT_BLOCK_Q,
     block_kv: int = tiled.DEFAULT_BLOCK_KV,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Gradients of :func:`mha.tiled.attention` from its output and log-sum-exp, tile by tile.
+    """Gradients of :func:`mha.backends.tiled.attention` from its output and log-sum-exp, tile by tile.
 
     No ``(L, S)`` array is formed. For each block ``K^(j)``, ``V^(j)`` of keys and values
     (outer loop) and each block ``Q^(i)`` of queries (inner loop) the tile ``P`` of the
@@ -272,12 +272,12 @@ def tiled_attention(
             a ``causal`` that is not a bool.
     """
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"out": out, "lse": lse})
-    c.check_shape("out", out, d_out.shape, "(..., L, Dv)")
-    c.check_shape("lse", lse, (*batch, L), "(..., L)")
+    _np_checks.check_shape("out", out, d_out.shape, "(..., L, Dv)")
+    _np_checks.check_shape("lse", lse, (*batch, L), "(..., L)")
     if np.isnan(lse).any() or np.isposinf(lse).any():
         raise ValueError("lse must be finite or -inf; got NaN or +inf values")
     if mask is not None:
-        c.check_mask(mask, (*batch, L, S))
+        _np_checks.check_mask(mask, (*batch, L, S))
     _validate.check_bool("causal", causal)
     offset = causal_offset(causal, align, L, S)
     _validate.check_block_size("block_q", block_q)
@@ -289,7 +289,7 @@ def tiled_attention(
 
 
 def split_heads(d_heads: np.ndarray) -> np.ndarray:
-    """Gradient of :func:`mha.np_backend.split_heads`: a permutation, so its inverse.
+    """Gradient of :func:`mha.backends.np_backend.split_heads`: a permutation, so its inverse.
 
     Args:
         d_heads: the gradient with respect to the per-head tensor.
@@ -304,13 +304,13 @@ def split_heads(d_heads: np.ndarray) -> np.ndarray:
         ValueError: if ``d_heads`` is not 4-D or not finite.
         TypeError: if ``d_heads`` is not a float32/float64 NumPy array.
     """
-    c.check_array("d_heads", d_heads)
+    _np_checks.check_array("d_heads", d_heads)
     _validate.check_rank("d_heads", d_heads, 4, "(B, H, L, Dh)")
     return np_backend.merge_heads(d_heads)
 
 
 def merge_heads(d_x: np.ndarray, num_heads: int) -> np.ndarray:
-    """Gradient of :func:`mha.np_backend.merge_heads`: a permutation, so its inverse.
+    """Gradient of :func:`mha.backends.np_backend.merge_heads`: a permutation, so its inverse.
 
     Args:
         d_x: the gradient with respect to the merged tensor.
@@ -328,7 +328,7 @@ def merge_heads(d_x: np.ndarray, num_heads: int) -> np.ndarray:
         TypeError: if ``d_x`` is not a float32/float64 NumPy array, or ``num_heads`` is not
             an int.
     """
-    c.check_array("d_x", d_x)
+    _np_checks.check_array("d_x", d_x)
     _validate.check_rank("d_x", d_x, 3, "(B, L, D)")
     return np_backend.split_heads(d_x, num_heads)
 
@@ -363,7 +363,7 @@ def linear(
         TypeError: on non-float or mixed dtypes, or a ``bias`` that is not a bool.
     """
     for name, a in (("x", x), ("weight", weight), ("d_y", d_y)):
-        c.check_array(name, a)
+        _np_checks.check_array(name, a)
     _validate.check_same_dtype({"x": x, "weight": weight, "d_y": d_y})
     _validate.check_rank("weight", weight, 2, "(D_in, D_out)")
     if x.ndim < 1 or x.shape[-1] != weight.shape[0]:
@@ -371,12 +371,12 @@ def linear(
             f"x must have shape (..., D_in) with D_in = weight.shape[0] = {weight.shape[0]}; "
             f"got x.shape={x.shape}, weight.shape={weight.shape}"
         )
-    c.check_shape("d_y", d_y, (*x.shape[:-1], weight.shape[1]), "(..., D_out)")
+    _np_checks.check_shape("d_y", d_y, (*x.shape[:-1], weight.shape[1]), "(..., D_out)")
     _validate.check_bool("bias", bias)
     d_x, d_weight, d_bias = _linear_backward(x, weight, d_y, bias)
     for what, g in (("d_x", d_x), ("d_weight", d_weight), ("d_bias", d_bias)):
         if g is not None:
-            c.check_result(f"backward.linear {what}", g)
+            _np_checks.check_result(f"backward.linear {what}", g)
     return d_x, d_weight, d_bias
 
 
@@ -422,8 +422,8 @@ def _ungroup(x: np.ndarray, num_heads: int, num_kv_heads: int) -> np.ndarray:
 
 
 def _check_layer(query, key, value, params, mask) -> dict[str, float]:
-    """The argument checks of :func:`mha.np_backend.multi_head_attention`; the magnitudes."""
-    return _validate.check_mha(query, key, value, params, mask, "fused", c.ARRAYS)
+    """The argument checks of :func:`mha.backends.np_backend.multi_head_attention`; the magnitudes."""
+    return _mha_checks.check_mha(query, key, value, params, mask, "fused", _np_checks.ARRAYS)
 
 
 @dataclass(frozen=True)
@@ -495,10 +495,10 @@ def multi_head_attention_forward(
     block_q: int = tiled.DEFAULT_BLOCK_Q,
     block_kv: int = tiled.DEFAULT_BLOCK_KV,
 ) -> tuple[np.ndarray, MHASaved]:
-    """The forward of :func:`mha.np_backend.multi_head_attention`, keeping what backward needs.
+    """The forward of :func:`mha.backends.np_backend.multi_head_attention`, keeping what backward needs.
 
     The ``"fused"`` form stores the ``(B, H, L, S)`` weights; the ``"tiled"`` form runs
-    :func:`mha.tiled.attention` and stores only the ``(B, H, L)`` log-sum-exp. Both store the
+    :func:`mha.backends.tiled.attention` and stores only the ``(B, H, L)`` log-sum-exp. Both store the
     per-head queries, keys, values and outputs, ``O(B L D)`` numbers. With grouped-query
     parameters the keys and values have ``H_kv`` heads, each shared by a group of ``G``
     query heads (broadcast, not copied).
@@ -520,9 +520,9 @@ def multi_head_attention_forward(
         The output and an :class:`MHASaved` for :func:`multi_head_attention`.
 
     Raises:
-        ValueError: the errors of :func:`mha.np_backend.multi_head_attention`, or a ``form``
+        ValueError: the errors of :func:`mha.backends.np_backend.multi_head_attention`, or a ``form``
             other than ``"fused"`` and ``"tiled"``.
-        TypeError: the errors of :func:`mha.np_backend.multi_head_attention`.
+        TypeError: the errors of :func:`mha.backends.np_backend.multi_head_attention`.
     """
     if form not in BACKWARD_FORMS:
         raise ValueError(f"form must be one of {BACKWARD_FORMS}; got form={form!r}")
@@ -535,7 +535,7 @@ def multi_head_attention_forward(
     val = np_backend.split_heads(_linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
     qg = _group(q, H, H_kv)  # (B, H_kv, G, L, Dh)
     kg, vg = _group_kv(k, H, H_kv), _group_kv(val, H, H_kv)  # (B, H_kv, 1, S, Dh)
-    maskg = _validate.group_mask(mask, H_kv) if H_kv < H else mask
+    maskg = _groups.group_mask(mask, H_kv) if H_kv < H else mask
     weights = lse = None
     if form == "fused":  # (B, H_kv, G, L, Dh), (B, H_kv, G, L, S)
         heads, weights = np_backend.scaled_dot_product_attention(qg, kg, vg, maskg)
@@ -545,16 +545,16 @@ def multi_head_attention_forward(
         lse = _ungroup(lse, H, H_kv)  # (B, H, L)
     heads = _ungroup(heads, H, H_kv)  # (B, H, L, Dh)
     out = _linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
-    _validate.check_range(
+    _overflow.check_range(
         "multi_head_attention_forward output",
-        _validate.mha_bound(magnitudes, params.d_model, params.num_heads),
+        _overflow.mha_bound(magnitudes, params.d_model, params.num_heads),
         out,
-        c.ARRAYS,
-        lambda: c.mha_overflow(
+        _np_checks.ARRAYS,
+        lambda: _overflow.mha_overflow(
             *(a.astype(np.float64) for a in (query, key, value)),
             params.to_numpy(np.float64),
             mask,
-            c.largest(out.dtype),
+            _np_checks.largest(out.dtype),
         ),
     )
     saved = MHASaved(
@@ -567,13 +567,13 @@ def _check_d_out(saved: MHASaved, d_out: np.ndarray) -> None:
     """The checks of :func:`multi_head_attention` and :func:`gradient_tolerance`, one set."""
     if not isinstance(saved, MHASaved):
         raise TypeError(f"saved must be MHASaved; got {_validate.describe(saved)}")
-    c.check_array("d_out", d_out)
+    _np_checks.check_array("d_out", d_out)
     _validate.check_same_dtype({"d_out": d_out, "saved.query": saved.query})
-    c.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
+    _np_checks.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
 
 
 def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
-    """Gradients of :func:`mha.np_backend.multi_head_attention` from a saved forward.
+    """Gradients of :func:`mha.backends.np_backend.multi_head_attention` from a saved forward.
 
     In order: the output projection (:func:`linear`), the head merge
     (:func:`merge_heads`), attention (:func:`scaled_dot_product_attention` from the stored
@@ -608,7 +608,7 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
         weights = _group(saved.weights, H, H_kv)  # (B, H_kv, G, L, S)
         dq, dk, dv = _sdpa_backward(qg, kg, vg, weights, d_heads)
     else:
-        maskg = _validate.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
+        maskg = _groups.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
         heads, lse = _group(saved.heads, H, H_kv), _group(saved.lse, H, H_kv)
         dq, dk, dv = _tiled_backward(
             qg, kg, vg, heads, lse, d_heads, maskg, False, saved.block_q, saved.block_kv
@@ -627,7 +627,7 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     named |= {f"d_params.{n}": getattr(d_params, n) for n in ("w_qkv", "w_o", "b_qkv", "b_o")}
     for what, g in named.items():
         if g is not None:
-            c.check_result(f"backward.multi_head_attention {what}", g)
+            _np_checks.check_result(f"backward.multi_head_attention {what}", g)
     return result
 
 
@@ -686,7 +686,7 @@ def attention_gradient_tolerance(
         The errors of :func:`scaled_dot_product_attention`.
     """
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
-    c.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
+    _np_checks.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
     q, k, v_, a, d_o = (np.abs(x).astype(np.float64) for x in (query, key, value, weights, d_out))
     tiny = float(np.finfo(query.dtype).tiny)  # for underflow, as in gradient_tolerance
     d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, v_, a + tiny, d_o, tiny)
@@ -708,9 +708,9 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     its absolute value and ``dZ = A * (dA - rowsum(dA * A))`` by ``A * (dA + rowsum(dA * A))``,
     so that each result bounds the sum of the absolute values of everything added into the
     gradient. Each of the at most 10 rounded stages of the chain errs by ``gamma_n`` relative
-    to those magnitudes (``n`` the longest sum, :func:`mha.tolerance.gamma`), and the
+    to those magnitudes (``n`` the longest sum, :func:`mha.numerics.tolerance.gamma`), and the
     forward's weights ``A`` by a relative ``(4c + 4) gamma_n`` with ``c`` the largest score
-    magnitude (as in :func:`mha.tiled.attention_tolerance`). The tolerance is twice
+    magnitude (as in :func:`mha.numerics.tolerance.tiled_attention_tolerance`). The tolerance is twice
     ``(10 + 4c + 4) gamma_n`` times the magnitude.
 
     Underflow. The bound ``|fl(x) - x| <= u |x|`` holds in the normal range only; a result
@@ -748,7 +748,7 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     if weights is None:
         q_g = _group(saved.q, H, H_kv)  # (B, H_kv, G, L, Dh)
         k_g, v_g = _group_kv(saved.k, H, H_kv), _group_kv(saved.v, H, H_kv)  # (B, H_kv, 1, S, Dh)
-        mask = _validate.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
+        mask = _groups.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
         weights = np_backend.scaled_dot_product_attention(q_g, k_g, v_g, mask)[1]
     A = weights.astype(np.float64) + tiny  # (B, H_kv, G, L, S)
     inputs = [np.abs(x).astype(np.float64) for x in (saved.query, saved.key, saved.value)]
@@ -836,7 +836,7 @@ def compare_with_autograd(
 
     The gradients by hand come from :func:`multi_head_attention_forward` (with ``form``)
     and :func:`multi_head_attention`; autograd's from the same layer in
-    :func:`mha.torch_backend.multi_head_attention` on copies of the inputs and parameters in
+    :func:`mha.backends.torch_backend.multi_head_attention` on copies of the inputs and parameters in
     the same dtype. Each is compared entry by entry with :func:`gradient_tolerance`. When
     one array is passed as query, key and value (self-attention, ``query is key is value``)
     autograd sees one input and returns one gradient, the sum of the three by hand.
@@ -865,7 +865,7 @@ def compare_with_autograd(
     """
     import torch
 
-    from mha import torch_backend
+    from mha.backends import torch_backend
 
     out, saved = multi_head_attention_forward(
         query, key, value, params, mask, form=form, block_q=block_q, block_kv=block_kv

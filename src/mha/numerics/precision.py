@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha._validate import broadcast_batch, check_qkv, describe
+from mha.core._validate import broadcast_batch, check_qkv, describe
 
 
 def _finfo(dtype: Any) -> tuple[float, float, float]:

@@ -34,12 +34,23 @@ process. Everything else is compared with :func:`assert_close` or :func:`is_clos
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from mha._np_checks import as_numpy
-from mha._validate import check_positive
+from mha.core import _np_checks, _validate
+from mha.core._np_checks import as_numpy
+from mha.core._validate import check_positive
+
+ATTENTION_ROW_SUM_ATOL = 1e-4
+"""How far a row of attention weights given to a detector (:mod:`mha.detectors`) may sum
+from 1."""
+
+DISTRIBUTION_ROW_SUM_ATOL = 1e-5
+"""How far a row may sum from 1 in :func:`mha.analysis.bottleneck.total_variation` and
+:func:`mha.analysis.bottleneck.kl_divergence` (float32 softmax rows of a few hundred keys are
+well inside it)."""
 
 
 def _as_numpy(name: str, x: Any) -> np.ndarray:
@@ -397,11 +408,11 @@ def attention_tolerance(
             array or tensor, or the three differ in dtype; the mask is not boolean (a float
             ``0``/``-inf`` mask is refused, as by every backend) or is a ``meta`` tensor.
         ValueError: the shape and value errors of
-            :func:`mha.np_backend.multi_head_attention` (shapes, empty sequences, a mask that
+            :func:`mha.backends.np_backend.multi_head_attention` (shapes, empty sequences, a mask that
             does not broadcast, NaN or infinite inputs), checked on the float64 copies.
     """
-    from mha import np_backend
-    from mha.params import MHAParams, repeat_kv_heads
+    from mha.backends import np_backend
+    from mha.core.params import MHAParams, repeat_kv_heads
 
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
@@ -485,7 +496,7 @@ def tiled_attention_tolerance(
     A bound for any two summation orders (the naive path, any blocking of the tiled one,
     another BLAS), to first order in the unit roundoff ``u``. With
     ``c >= max_ij sum_d |q_id k_jd| / sqrt(Dh)`` (here ``max ||q_i|| max ||k_j|| / sqrt(Dh)``)
-    and ``gamma = gamma_n`` for ``n = max(S, Dh)`` (:func:`mha.tolerance.gamma`): a score is
+    and ``gamma = gamma_n`` for ``n = max(S, Dh)`` (:func:`mha.numerics.tolerance.gamma`): a score is
     off by at most ``gamma c``, the maximum subtracted from it by as much, so each
     unnormalised weight is off by a relative ``2 gamma c + u``; the row sum adds
     ``gamma`` and the division ``u``, so a weight is off by a relative ``(4c + 3) gamma`` at
@@ -493,7 +504,7 @@ def tiled_attention_tolerance(
     ``gamma max |v|`` for its own sum. The log-sum-exp ``m + log l`` is off by at most
     ``2 gamma c`` (its maximum and the sum's scores) plus ``gamma`` (the sum's relative
     error) plus ``u |lse| <= u (c + log S)``. Each bound is doubled for two routes
-    (:func:`mha.tolerance.rounding_tolerance`).
+    (:func:`mha.numerics.tolerance.rounding_tolerance`).
 
     Args:
         query: queries.
@@ -509,7 +520,7 @@ def tiled_attention_tolerance(
     Raises:
         The errors of :func:`attention` for the arrays.
     """
-    _check_attention(query, key, value, None, 1, 1)
+    _validate.check_attention(query, key, value, None, _np_checks.ARRAYS)
     S, Dh = key.shape[-2], query.shape[-1]
     c_max = float(
         np.linalg.norm(query, axis=-1).max() * np.linalg.norm(key, axis=-1).max() / math.sqrt(Dh)

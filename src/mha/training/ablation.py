@@ -1,6 +1,40 @@
-"""TODO."""
+"""Ablation and interpretation of a trained attention-only transformer's heads.
+
+A head is switched off by its gate (:func:`mha.models.attention_only.gated_params`):
+:func:`ablation_loss` is the loss with some heads off, :func:`head_importance` the gradient
+of the loss with respect to the gates at 1 (Michel et al., 2019), and :func:`prune_curve`,
+:func:`importance_order` and :func:`greedy_prune_order` prune heads in some order.
+:func:`path_ablation` removes a head from only some of the paths that read it (the queries,
+keys or values of later layers, or the logits), :func:`copying_scores` reads a head's OV
+circuit, and :func:`with_kv_heads` turns a model into one with fewer key/value heads.
+Like the training functions, they run on one CPU thread (:func:`mha.core._tools.one_thread`).
+"""
 
 from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mha.backends import torch_backend
+from mha.backends.module import MultiHeadAttention
+from mha.core import _validate, packing
+from mha.core._tools import one_thread
+from mha.core.params import MHAParams, init_params, mean_pool_kv_heads, repeat_kv_heads
+from mha.detectors import circuits
+from mha.models.attention_only import (
+    AttentionOnlyTransformer,
+    head_contributions,
+    layer_seed,
+    next_token_loss,
+)
+from mha.training.runs import TrainHistory, segment_losses, split_losses
+from mha.training.tasks import RepeatedSegments
 
 
 def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int:
@@ -263,7 +297,7 @@ def greedy_prune_order(
 def copying_scores(model: AttentionOnlyTransformer) -> np.ndarray:
     """The copying score of every head's OV circuit ``W_E W^V_h W^O_h W_U``.
 
-    :func:`mha.detectors.copying_score` of each head, with the model's token embedding
+    :func:`mha.detectors.circuits.copying_score` of each head, with the model's token embedding
     ``W_E`` and unembedding ``W_U`` (the positional embedding is left out): close to 1 for
     a head whose output raises the logit of the token it attends to, as an induction head's
     must (Olsson et al. 2022), near 0 for a random head. Computed in float64.
@@ -285,7 +319,7 @@ def copying_scores(model: AttentionOnlyTransformer) -> np.ndarray:
         blocks = [p.head(h) for h in range(p.num_heads)]
         w_v = np.stack([b["w_v"] for b in blocks])  # (H, D, Dh)
         w_o = np.stack([b["w_o"] for b in blocks])  # (H, Dh, D)
-        out.append(detectors.copying_score(w_e, w_v, w_o, w_u))
+        out.append(circuits.copying_score(w_e, w_v, w_o, w_u))
     return np.stack(out)  # (num_layers, H)
 
 
@@ -295,8 +329,8 @@ def with_kv_heads(
     """A copy of ``model`` whose layers have ``num_kv_heads`` key/value heads.
 
     ``init="mean"`` mean-pools the key and value projections of each group
-    (:func:`mha.params.mean_pool_kv_heads`), the conversion of Ainslie et al. (2023);
-    ``"random"`` draws them afresh (as :func:`mha.params.init_params` would, from ``seed``),
+    (:func:`mha.core.params.mean_pool_kv_heads`), the conversion of Ainslie et al. (2023);
+    ``"random"`` draws them afresh (as :func:`mha.core.params.init_params` would, from ``seed``),
     the control their ablation compares with. Query and output projections, embeddings and
     unembedding are copied.
 
@@ -330,7 +364,7 @@ def with_kv_heads(
                 p.num_heads,
                 num_kv_heads=num_kv_heads,
                 bias=p.b_qkv is not None,
-                seed=_layer_seed(seed, i),
+                seed=layer_seed(seed, i),
             ).to_torch(p.dtype, p.w_qkv.device)
             kv = slice(p.d_model, None)  # the key and value columns
             w_qkv = p.w_qkv.clone()
@@ -469,7 +503,7 @@ def path_ablation_losses(
         ValueError, TypeError: as :func:`path_ablation`.
     """
     logits, _ = path_ablation(model, batch.tokens, off, paths, replacement=replacement)
-    return _split_losses(logits, batch)
+    return split_losses(logits, batch)
 
 
 def single_ablation_losses(

@@ -1,24 +1,11 @@
-"""A small attention-only transformer, trained on the repeated-segment task, and its heads.
+"""Training the attention-only transformer on the repeated-segment task, and keeping runs.
 
-The model is the one of Elhage et al. (2021) and Olsson et al. (2022) at toy size: token
-and learned positional embeddings, ``num_layers`` residual blocks ``x <- x + MHA(x)`` of
-causal multi-head self-attention (this package's :func:`mha.torch_backend.multi_head_attention`),
-and a linear unembedding. No MLPs and no LayerNorm, so everything the model computes goes
-through its attention heads.
-
-Heads are switched on and off with *gates* ``xi`` (Michel et al., 2019): head ``h`` of a
-layer contributes ``xi_h * head_h(x)`` before the output projection. Gating the heads'
-outputs equals scaling the rows of ``W^O`` that read them,
-
-    ``Concat(xi_1 head_1, ..., xi_H head_H) W^O = Concat(head_1, ..., head_H) (G W^O)``,
-
-with ``G = diag(xi_1 1_Dh, ..., xi_H 1_Dh)``, so :func:`gated_params` implements the gate
-by scaling ``W^O`` and the attention code is unchanged. With all gates 1 the model is the
-ungated model exactly; ``xi_h = 0`` removes head ``h`` (ablation); ``dL / dxi_h`` at 1 is
-the gradient in Michel et al.'s head importance.
+:func:`train` trains one :class:`~mha.models.attention_only.AttentionOnlyTransformer` from a
+:class:`TrainConfig` and records a :class:`TrainHistory`; :func:`train_runs` trains several
+configs in worker processes; :func:`segment_losses` and :func:`head_scores` evaluate a model.
 
 The functions that train or evaluate the model (:func:`train`, :func:`segment_losses` and
-the ablation and pruning built on it, :func:`head_scores`, :func:`head_importance`) run on
+the ablation and pruning of :mod:`mha.training.ablation` built on it, :func:`head_scores`) run on
 one CPU thread whatever torch's global setting, and restore
 the setting after; the model's own ``forward`` leaves it alone. The matrices are tiny: on a
 2-core machine two threads took about six times the CPU time of one for the same training
@@ -37,29 +24,26 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import math
 import multiprocessing
 import os
 import pickle
 import platform
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from zipfile import BadZipFile
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from mha import _validate, detectors, packing, tasks, torch_backend
-from mha._linalg import one_thread
-from mha.kv_cache import KVCache
-from mha.module import MultiHeadAttention
-from mha.params import MHAParams, init_params, mean_pool_kv_heads, repeat_kv_heads
-from mha.tasks import RepeatedSegments
+from mha.core import _validate
+from mha.core._tools import one_thread
+from mha.detectors import patterns
+from mha.models.attention_only import AttentionOnlyTransformer, next_token_loss
+from mha.training import tasks
+from mha.training.tasks import RepeatedSegments
 
 
 @one_thread()
@@ -84,10 +68,22 @@ def segment_losses(
     """
     with torch.no_grad():
         logits, _ = model(batch.tokens, gates)
-    return _split_losses(logits, batch)
+    return split_losses(logits, batch)
 
 
-def _split_losses(logits: torch.Tensor, batch: RepeatedSegments) -> dict[str, float]:
+def split_losses(logits: torch.Tensor, batch: RepeatedSegments) -> dict[str, float]:
+    """The next-token losses of ``logits`` on the first and the repeated positions of ``batch``.
+
+    Args:
+        logits: the model's logits on ``batch.tokens``.
+        batch: the data.
+
+    Shape:
+        logits ``(B, L, V)``.
+
+    Returns:
+        ``{"first": ..., "repeat": ..., "all": ...}``, as :func:`segment_losses` gives them.
+    """
     rep = batch.repeated  # (B, L)
     return {
         "first": float(next_token_loss(logits, batch.tokens, ~rep)),
@@ -100,7 +96,7 @@ def _split_losses(logits: torch.Tensor, batch: RepeatedSegments) -> dict[str, fl
 class TrainConfig:
     """Everything that determines a training run (same config, same run).
 
-    Data: :func:`mha.tasks.repeated_segments` with this config's sizes, a fresh batch per
+    Data: :func:`mha.training.tasks.repeated_segments` with this config's sizes, a fresh batch per
     step from a generator seeded with ``(seed, 1)``; the evaluation batch comes from
     ``(seed, 2)``. Model: :class:`AttentionOnlyTransformer` seeded with ``seed``.
     Optimiser: AdamW with constant learning rate ``lr``.
@@ -172,7 +168,7 @@ class TrainConfig:
             batch_size: number of sequences.
 
         Returns:
-            A :class:`mha.tasks.RepeatedSegments` batch.
+            A :class:`mha.training.tasks.RepeatedSegments` batch.
         """
         return tasks.repeated_segments(
             batch_size,
@@ -236,8 +232,8 @@ def head_scores(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> dic
 
     Returns:
         ``{"previous_token": (num_layers, H), "induction": (num_layers, H)}``: the
-        :func:`mha.detectors.previous_token_score` averaged over the batch, and
-        :func:`mha.detectors.induction_score`.
+        :func:`mha.detectors.patterns.previous_token_score` averaged over the batch, and
+        :func:`mha.detectors.patterns.induction_score`.
     """
     with torch.no_grad():
         _, weights = model(batch.tokens, need_weights=True)
@@ -247,8 +243,8 @@ def head_scores(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> dic
 def _scores(weights: list[torch.Tensor], batch: RepeatedSegments) -> dict[str, np.ndarray]:
     w = np.stack([x.numpy() for x in weights], axis=1)  # (B, layers, H, L, L)
     return {
-        "previous_token": detectors.previous_token_score(w).mean(axis=0),  # (layers, H)
-        "induction": detectors.induction_score(w, batch.tokens),  # (layers, H)
+        "previous_token": patterns.previous_token_score(w).mean(axis=0),  # (layers, H)
+        "induction": patterns.induction_score(w, batch.tokens),  # (layers, H)
     }
 
 
@@ -289,7 +285,7 @@ def train(
     def measure(step: int) -> None:
         with torch.no_grad():
             logits, weights = model(held_out.tokens, need_weights=True)
-        losses, scores = _split_losses(logits, held_out), _scores(weights, held_out)
+        losses, scores = split_losses(logits, held_out), _scores(weights, held_out)
         log["step"].append(step)
         log["first"].append(losses["first"])
         log["repeat"].append(losses["repeat"])
@@ -323,7 +319,7 @@ def train(
 STORE_VARIABLE = "MHA_TRAIN_STORE"
 # Environment variables that choose numerical kernels or threads, so that they key a stored run.
 _KERNEL_PREFIXES = ("ATEN_", "NPY_", "OPENBLAS_", "MKL_", "OMP_", "KMP_", "DNNL_", "ONEDNN_")
-_SOURCE = Path(__file__).resolve().parent
+_SOURCE = Path(__file__).resolve().parents[1]  # the package, every subpackage included
 
 
 def run_key(config: TrainConfig) -> str:
@@ -486,17 +482,3 @@ def _train_all(
 
 """The paths a head's output reaches: each later layer's query, key and value inputs, and
 the unembedding (the direct path to the logits)."""
-
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -11,8 +11,8 @@ position ``i`` then attends to the key whose previous token equals ``x[i]`` and 
 its token. Because the period and the prefix vary, no fixed positional offset solves the
 task; the tokens before the first repeat are unpredictable.
 
-:func:`mha.detectors.induction_targets` gives, for every query, the keys an induction head
-should attend to, and :func:`mha.detectors.induction_score` measures how much attention goes
+:func:`mha.detectors.patterns.induction_targets` gives, for every query, the keys an induction head
+should attend to, and :func:`mha.detectors.patterns.induction_score` measures how much attention goes
 there.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha import _validate
+from mha.core import _validate
 
 
 @dataclass(frozen=True)

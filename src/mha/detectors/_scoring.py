@@ -1,0 +1,97 @@
+"""Checks and conversions that the pattern and circuit scores share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from mha.core._np_checks import as_numpy
+from mha.core.params import MHAParams
+from mha.numerics.tolerance import ATTENTION_ROW_SUM_ATOL
+
+
+def check_weights(weights: Any, name: str = "weights") -> np.ndarray:
+    """Check that ``weights`` is a float array ``(..., L, S)`` of probability rows.
+
+    Returns:
+        The weights in float64, each row divided by its sum.
+    """
+    w = as_numpy(name, weights)
+    if not np.issubdtype(w.dtype, np.floating):
+        raise TypeError(
+            f"{name} must be a floating array of attention weights; got dtype {w.dtype}"
+        )
+    if w.ndim < 2:
+        raise ValueError(f"{name} must have shape (..., L, S); got {w.ndim}-D shape {w.shape}")
+    if w.shape[-2] < 1 or w.shape[-1] < 1:
+        raise ValueError(f"{name} must have at least one query and one key; got shape {w.shape}")
+    w = w.astype(np.float64)
+    if not np.isfinite(w).all():
+        raise ValueError(f"{name} must be finite; got NaN or infinite values")
+    if (w < 0).any():
+        raise ValueError(
+            f"{name} must be non-negative (rows are distributions); got min {w.min():.3g}"
+        )
+    sums = w.sum(axis=-1, keepdims=True)  # (..., L, 1)
+    bad = np.abs(sums - 1.0) > ATTENTION_ROW_SUM_ATOL
+    if bad.any():
+        worst = float(sums.reshape(-1)[np.argmax(np.abs(sums - 1.0))])
+        raise ValueError(
+            f"{name} rows must each sum to 1 (within {ATTENTION_ROW_SUM_ATOL}); got {int(bad.sum())} "
+            f"row(s) that do not, e.g. a row summing to {worst:.6g}"
+        )
+    return w / sums
+
+
+def float_array(name: str, x: Any) -> np.ndarray:
+    """``x`` as a float64 NumPy array; a non-numeric array is refused naming ``name``."""
+    a = as_numpy(name, x)
+    if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
+        raise TypeError(f"{name} must be a numeric array; got dtype {a.dtype}")
+    return a.astype(np.float64)
+
+
+def params64(params: Any) -> MHAParams:
+    if not isinstance(params, MHAParams):
+        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
+    return params.to_numpy(np.float64)
+
+
+def score(x: np.ndarray) -> np.ndarray:
+    return np.asarray(np.clip(x, 0.0, 1.0))
+
+
+def as_tokens(tokens: Any) -> np.ndarray:
+    t = as_numpy("tokens", tokens)
+    if not np.issubdtype(t.dtype, np.integer):
+        raise TypeError(f"tokens must be an integer array of token ids; got dtype {t.dtype}")
+    if t.ndim != 2:
+        raise ValueError(f"tokens must have shape (B, L); got {t.ndim}-D shape {t.shape}")
+    return t
+
+
+def token_target_score(
+    weights: Any, tokens: Any, targets_of: Callable[[np.ndarray], np.ndarray], none: str
+) -> np.ndarray:
+    """Mean weight on the targets ``targets_of(tokens)`` over the queries that have one.
+
+    ``none`` ends the error raised when no query has a target.
+    """
+    t = as_tokens(tokens)
+    w = check_weights(weights)
+    B, L = t.shape
+    if w.ndim < 3 or w.shape[0] != B or w.shape[-2:] != (L, L):
+        raise ValueError(
+            f"weights must have shape (B, ..., L, L) = ({B}, ..., {L}, {L}) to match tokens; "
+            f"got {w.shape}"
+        )
+    targets = targets_of(t)  # (B, L, L)
+    has = targets.any(axis=-1)  # (B, L)
+    if not has.any():
+        raise ValueError(f"tokens must contain a repeated token; {none}")
+    extra = (1,) * (w.ndim - 3)
+    mass = (w * targets.reshape(B, *extra, L, L)).sum(axis=-1)  # (B, ..., L)
+    mass = np.moveaxis(mass, 0, -2)  # (..., B, L)
+    return score(mass[..., has].mean(axis=-1))  # (...)
