@@ -1,7 +1,8 @@
 """Speed and memory of mha's implementations, as ratios against torch.nn.MultiheadAttention.
 
 Run it with ``make bench`` (or ``.venv/bin/python scripts/bench.py``). Everything is timed in
-this one process, on the same inputs, in interleaved rounds (``mha.cost.measure.interleaved_times``);
+this one process, on the same inputs, in interleaved rounds
+(``mha.cost.measure.interleaved_times``);
 each ratio is the median over rounds of the time against the reference's time in the same
 round, so the ratios compare like with like on whatever machine runs it. Default shape:
 (B, L=S, D, H) = (4, 512, 512, 8), float32, self-attention, no mask.
@@ -39,11 +40,8 @@ import numpy as np
 import torch
 
 import mha
-from mha.cost import counts
-from mha.cost import measure
-from mha.cost import peak_memory
-from mha.backends import np_backend
-from mha.backends import torch_backend
+from mha.backends import np_backend, torch_backend
+from mha.cost import counts, measure, peak_memory
 
 REF = "nn.MultiheadAttention"
 REF_WEIGHTS = "nn.MultiheadAttention weights"

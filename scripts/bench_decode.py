@@ -1,6 +1,7 @@
 """Time per generated token with and without a key/value cache, and the cache's memory.
 
-A causal attention-only model of the book's kind (``mha.models.attention_only.AttentionOnlyTransformer``,
+A causal attention-only model of the book's kind
+(``mha.models.attention_only.AttentionOnlyTransformer``,
 random weights) generates one token at context lengths S: with a cache (prefill S tokens,
 then decode one token at a time against the cached keys and values) and without (run the
 model on all S + 1 tokens again). ``mha.cost.timings.decode_times`` takes the medians, on one
@@ -26,10 +27,8 @@ import tracemalloc
 import numpy as np
 import torch
 
-from mha.cost import counts
-from mha.cost import measure
-from mha.cost import timings
 from mha.core.kv_cache import KVCache
+from mha.cost import counts, measure, timings
 from mha.models.attention_only import AttentionOnlyTransformer
 
 

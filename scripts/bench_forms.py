@@ -30,8 +30,7 @@ import argparse
 
 import torch
 
-from mha.cost import measure
-from mha.cost import timings
+from mha.cost import measure, timings
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,8 +2,8 @@
 
 Run it with ``make bench`` (or ``.venv/bin/python scripts/bench_tiled.py``; ``--help`` lists the
 options). Each measurement runs in a child process (mha.cost.peak_memory.tiled_peak_memory and
-mha.cost.timings.time_tiled): memory from the resident-set high-water mark reset just before the call,
-times as medians of interleaved rounds in one process, so ratios compare like with like. The
+mha.cost.timings.time_tiled): memory from the resident-set high-water mark reset just before the
+call, times as medians of interleaved rounds in one process, so ratios compare like with like. The
 BLAS of that process runs one thread by default (``--threads``), so that on a busy machine idle
 BLAS threads do not slow the many small products of the tiles more than the few large products
 of the naive path. Targets:
@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 
-from mha.cost import counts
-from mha.cost import timings
-from mha.cost import peak_memory
 from mha.backends import tiled
+from mha.cost import counts, peak_memory, timings
 
 MIB = 2**20
 
@@ -105,9 +103,10 @@ def backward(args: argparse.Namespace) -> None:
         mark = f"<=3.00 {verdict(ratio <= 3)}" if name == "layer backward, fused" else ""
         print(f"{name:32s} {1e3 * times[name]:9.1f} {ratio:10.2f} {mark:>12s}")
     print(
-        "forward: mha.backends.np_backend.multi_head_attention; saving: mha.backward."
-        "multi_head_attention_forward;\nbackward: mha.numerics.backward.multi_head_attention from the "
-        "saved forward (weights, or log-sum-exp for tiled)"
+        "forward: mha.backends.np_backend.multi_head_attention; saving: "
+        "mha.numerics.backward.multi_head_attention_forward;\nbackward: "
+        "mha.numerics.backward.multi_head_attention from the saved forward (weights, or "
+        "log-sum-exp for tiled)"
     )
 
 

@@ -1,5 +1,5 @@
-"""mha.numerics.backward: gradients by hand against PyTorch autograd and finite differences, the tiled
-backward against the one from stored weights, and the memory each needs."""
+"""mha.numerics.backward: gradients by hand against PyTorch autograd and finite differences, the
+tiled backward against the one from stored weights, and the memory each needs."""
 
 from __future__ import annotations
 
@@ -10,10 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha
+from mha.backends import np_backend, tiled, torch_backend
 from mha.numerics import backward as G
-from mha.backends import np_backend
-from mha.backends import tiled
-from mha.backends import torch_backend
 from mha.numerics.tolerance import assert_close, gamma, matmul_tolerance, unit_roundoff
 
 DTYPES = {np.float64: torch.float64, np.float32: torch.float32}
@@ -367,7 +365,9 @@ def test_grouped_query_gradients_equal_autograd(num_kv_heads, dtype, form, mask_
         query, key, value, params, mask, form=form, block_q=2, block_kv=4
     )
     ref, _ = np_backend.multi_head_attention(query, key, value, params, mask)
-    assert_close(out, ref, mha.numerics.tolerance.attention_tolerance(query, key, value, params, mask)[0])
+    assert_close(
+        out, ref, mha.numerics.tolerance.attention_tolerance(query, key, value, params, mask)[0]
+    )
     grads = G.multi_head_attention(saved, d_out)
     Dkv = D // H * num_kv_heads
     assert grads.d_params.w_qkv.shape == (D, D + 2 * Dkv)

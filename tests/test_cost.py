@@ -10,9 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha
-from mha.cost import counts
-from mha.cost import measure
 from mha.backends import torch_backend
+from mha.cost import counts, measure
 
 # (B, L, S, D, H): self- and cross-attention, one head and many, Dh = 1 included.
 SHAPES = [(1, 4, 4, 8, 1), (2, 5, 7, 16, 4), (1, 9, 9, 8, 8), (2, 3, 11, 24, 6)]

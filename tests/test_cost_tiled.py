@@ -11,12 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha.cost import counts
-from mha.cost import tiled_io
-from mha.cost import timings
-from mha.cost import peak_memory
-from mha.backends import np_backend
-from mha.backends import tiled
+from mha.backends import np_backend, tiled
+from mha.cost import counts, peak_memory, tiled_io, timings
 
 
 def qkv(shape_q, shape_k, *, seed=0):
@@ -59,7 +55,9 @@ def test_three_pass_io_counted_in_a_run_equals_the_model(L, S, Dh, block_q, bloc
     io = collections.Counter()
     tiled.three_pass_attention(q, k, v, block_q=block_q, block_kv=block_kv,
                                softmax_rows=softmax_rows, io_counter=io)  # fmt: skip
-    model = tiled_io.naive_attention_io(L, S, Dh, blocks=(block_q, block_kv), softmax_rows=softmax_rows)
+    model = tiled_io.naive_attention_io(
+        L, S, Dh, blocks=(block_q, block_kv), softmax_rows=softmax_rows
+    )
     assert (io["read"], io["write"]) == (model.reads, model.writes)
 
 
@@ -105,7 +103,9 @@ def test_tiled_forward_never_holds_an_l_by_s_array_measured() -> None:
 def test_tiled_backward_needs_no_l_by_s_array_measured() -> None:
     L, D, H = 2048, 64, 1
     score = counts.score_tensor_bytes(1, L, L, H)  # 16 MiB: one (L, S) float32 array
-    peak = peak_memory.tiled_peak_memory(1, [L], D, H, paths=("numpy backward", "numpy tiled backward"))
+    peak = peak_memory.tiled_peak_memory(
+        1, [L], D, H, paths=("numpy backward", "numpy tiled backward")
+    )
     assert peak["numpy backward"][0] >= 1.9 * score  # A stored, then dA and dS beside it
     assert peak["numpy tiled backward"][0] < score / 2
 

@@ -10,9 +10,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import mha
-from mha.detectors import patterns
-from mha.detectors import circuits
 from mha.backends import np_backend
+from mha.detectors import circuits, patterns
 from mha.detectors.patterns import induction_score, induction_targets
 from mha.training.tasks import repeated_segments
 
@@ -25,7 +24,7 @@ def one_hot_rows(targets: list[int], S: int = L) -> np.ndarray:
     return w
 
 
-def patterns() -> dict[str, np.ndarray]:
+def ideal_patterns() -> dict[str, np.ndarray]:
     """Ideal patterns on L = 10 tokens (first/last rows fall back to self where needed)."""
     idx = np.arange(L)
     cls = np.zeros(L, dtype=bool)
@@ -50,15 +49,15 @@ def score(name: str, w: np.ndarray) -> np.ndarray:
         return patterns.token_class_score(w, CLASS)
     if name == "arc":
         return patterns.arc_score(w, ARCS)
-    return getattr(det, f"{name}_score")(w)
+    return getattr(patterns, f"{name}_score")(w)
 
 
-@pytest.mark.parametrize("name", list(patterns()))
+@pytest.mark.parametrize("name", list(ideal_patterns()))
 def test_each_detector_scores_one_on_its_ideal_pattern(name):
-    assert score(name, patterns()[name]) == pytest.approx(1.0)
+    assert score(name, ideal_patterns()[name]) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("name", list(patterns()))
+@pytest.mark.parametrize("name", list(ideal_patterns()))
 def test_each_detector_scores_low_on_the_other_patterns(name):
     for other, w in patterns().items():
         if other == name:
@@ -117,8 +116,12 @@ def test_token_class_score_accepts_a_class_per_leading_index():
 def test_detectors_match_their_definitions_on_a_random_pattern():
     rng = np.random.default_rng(0)
     w = np_backend.softmax(rng.standard_normal((L, L)))
-    assert patterns.previous_token_score(w) == pytest.approx(np.mean([w[i, i - 1] for i in range(1, L)]))
-    assert patterns.next_token_score(w) == pytest.approx(np.mean([w[i, i + 1] for i in range(L - 1)]))
+    assert patterns.previous_token_score(w) == pytest.approx(
+        np.mean([w[i, i - 1] for i in range(1, L)])
+    )
+    assert patterns.next_token_score(w) == pytest.approx(
+        np.mean([w[i, i + 1] for i in range(L - 1)])
+    )
     assert patterns.self_score(w) == pytest.approx(np.mean(np.diag(w)))
     assert patterns.first_token_score(w) == pytest.approx(w[:, 0].mean())
     assert patterns.token_class_score(w, CLASS) == pytest.approx(w[:, CLASS].sum(1).mean())
@@ -139,7 +142,7 @@ def test_scores_keep_the_leading_dimensions():
 
 
 def test_all_scores_runs_the_optional_detectors_only_when_asked():
-    w = patterns()["previous_token"]
+    w = ideal_patterns()["previous_token"]
     base = patterns.all_scores(w)
     assert tuple(base) == patterns.SCORE_NAMES
     full = patterns.all_scores(w, key_in_class=CLASS, arcs=ARCS)
@@ -172,7 +175,9 @@ def stochastic(draw, square: bool = True):
 @given(stochastic())
 def test_every_score_lies_in_the_unit_interval_on_random_stochastic_rows(w):
     n = w.shape[-1]
-    scores = patterns.all_scores(w, key_in_class=np.arange(n) % 2 == 0, arcs=[(n - 1, 0), (0, n - 1)])
+    scores = patterns.all_scores(
+        w, key_in_class=np.arange(n) % 2 == 0, arcs=[(n - 1, 0), (0, n - 1)]
+    )
     for name, s in scores.items():
         assert s.shape == w.shape[:-2], name
         assert np.all((s >= 0) & (s <= 1)), name
@@ -203,7 +208,9 @@ def test_bad_weights_raise_errors_naming_the_argument(weights, error, match):
         patterns.first_token_score(weights)
 
 
-@pytest.mark.parametrize("fn", [patterns.previous_token_score, patterns.next_token_score, patterns.self_score])
+@pytest.mark.parametrize(
+    "fn", [patterns.previous_token_score, patterns.next_token_score, patterns.self_score]
+)
 def test_positional_detectors_require_square_weights(fn):
     with pytest.raises(ValueError, match=rf"weights must be square .* for {fn.__name__}"):
         fn(np.full((2, 3, 4), 0.25))
@@ -273,7 +280,7 @@ def test_future_score_is_zero_for_causal_heads_and_counts_mass_on_later_keys():
     rng = np.random.default_rng(3)
     causal = np_backend.softmax(rng.standard_normal((2, L, L)), np_backend.causal_mask(L))
     assert np.all(patterns.future_score(causal) == 0.0)
-    assert patterns.future_score(patterns()["next_token"]) == pytest.approx((L - 1) / L)
+    assert patterns.future_score(ideal_patterns()["next_token"]) == pytest.approx((L - 1) / L)
     assert patterns.future_score(np.full((L, L), 1.0 / L)) == pytest.approx((L - 1) / (2 * L))
     w = np_backend.softmax(rng.standard_normal((L, L)))
     expected = np.mean([w[i, i + 1 :].sum() for i in range(L)])
@@ -412,10 +419,12 @@ def test_uniform_attention_errors_name_mask(mask, error, match):
 
 
 def test_offset_attention_is_the_ideal_previous_and_next_token_pattern():
-    prev = patterns()["previous_token"]
-    np.testing.assert_array_equal(patterns.offset_attention(L, -1), prev)  # exact: 0/1, no arithmetic
+    prev = ideal_patterns()["previous_token"]
     np.testing.assert_array_equal(
-        patterns.offset_attention(L, 1), patterns()["next_token"]
+        patterns.offset_attention(L, -1), prev
+    )  # exact: 0/1, no arithmetic
+    np.testing.assert_array_equal(
+        patterns.offset_attention(L, 1), ideal_patterns()["next_token"]
     )  # exact: 0/1
     np.testing.assert_array_equal(patterns.offset_attention(L, 0), np.eye(L))  # exact: 0/1
     assert patterns.previous_token_score(patterns.offset_attention(L, -1)) == 1.0

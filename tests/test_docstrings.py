@@ -25,14 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from package import public_modules
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "mha"
 ARRAY_ANNOTATION = re.compile(r"\b(ndarray|Tensor|Array)\b")
 SECTION = re.compile(r"^\s*(Args|Attributes|Shape|Returns|Yields|Raises):", re.M)
-
-
-def public_modules() -> list[str]:
-    return ["mha"] + sorted(f"mha.{p.stem}" for p in SRC.glob("*.py") if not p.stem.startswith("_"))
 
 
 def public_callables() -> Iterator[tuple[str, Any]]:
@@ -132,7 +129,10 @@ def test_the_walk_finds_the_public_api() -> None:
     ):
         assert name in CALLABLES, name
     assert "mha.core.params.MHAParams.d_model" not in CALLABLES  # a property
-    assert required_sections(CALLABLES["mha.backends.torch_backend.cpu_shortcuts"]) >= {"Args", "Yields"}
+    assert required_sections(CALLABLES["mha.backends.torch_backend.cpu_shortcuts"]) >= {
+        "Args",
+        "Yields",
+    }
     assert required_sections(CALLABLES["mha.backends.np_backend.softmax"]) == {
         "Args",
         "Returns",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mha.models import examples
 from mha.backends import np_backend
+from mha.models import examples
 from mha.numerics import tolerance
 
 

@@ -16,12 +16,10 @@ import torch
 import torch.nn.functional as F
 
 import mha
-from mha.cost import counts
-from mha.cost import measure
-from mha.backends import np_backend
-from mha.numerics import tolerance
-from mha.backends import torch_backend
+from mha.backends import np_backend, torch_backend
 from mha.core.params import MHAParams, init_params, mean_pool_kv_heads, repeat_kv_heads
+from mha.cost import counts, measure
+from mha.numerics import tolerance
 
 B, L, S, D, H = 2, 5, 7, 24, 6
 KV_HEADS = [6, 3, 2, 1]  # MHA, two GQA groupings, MQA

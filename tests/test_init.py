@@ -42,8 +42,7 @@ def test_import_mha_and_the_numpy_backend_work_without_torch() -> None:
 
 
 def test_torch_names_load_on_first_access() -> None:
-    from mha.backends import module
-    from mha.backends import torch_backend
+    from mha.backends import module, torch_backend
 
     assert mha.backends.torch_backend is torch_backend
     assert mha.MultiHeadAttention is module.MultiHeadAttention

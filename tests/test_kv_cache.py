@@ -12,10 +12,9 @@ import pytest
 import torch
 
 from mha import init_params
-from mha.backends import np_backend
-from mha.numerics import tolerance
-from mha.backends import torch_backend
+from mha.backends import np_backend, torch_backend
 from mha.core.kv_cache import KVCache
+from mha.numerics import tolerance
 
 B, H_KV, DH = 2, 3, 4
 

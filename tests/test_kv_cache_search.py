@@ -21,10 +21,9 @@ from hypothesis import strategies as st
 
 import mha
 from mha import init_params
-from mha.backends import np_backend
-from mha.numerics import tolerance
-from mha.backends import torch_backend
+from mha.backends import np_backend, torch_backend
 from mha.core.kv_cache import KVCache
+from mha.numerics import tolerance
 
 BACKENDS = {"numpy": np_backend, "torch": torch_backend}
 _MHA_DIR = Path(mha.__file__).parent

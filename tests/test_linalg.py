@@ -1,4 +1,5 @@
-"""Tests for mha.analysis._linalg: one-thread decompositions shared by rank, subspaces and bottleneck."""
+"""Tests for mha.analysis._linalg: one-thread decompositions shared by rank, subspaces and
+bottleneck."""
 
 from __future__ import annotations
 

@@ -14,11 +14,8 @@ import torch
 import torch.nn.functional as F
 
 import mha
-from mha.cost import counts
-from mha.cost import measure
-from mha.cost import timings
-from mha.cost import peak_memory
 from mha.backends import torch_backend
+from mha.cost import counts, measure, peak_memory, timings
 
 
 def test_flop_counter_counts_cpu_sdpa_that_plain_flop_counter_mode_misses():

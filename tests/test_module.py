@@ -9,9 +9,16 @@ import pytest
 import torch
 from torch import nn
 
-from mha import MHAParams, MultiHeadAttention, from_torch_mha, init_params, to_torch_attn_mask, to_torch_mha
-from mha.numerics import tolerance
+from mha import (
+    MHAParams,
+    MultiHeadAttention,
+    from_torch_mha,
+    init_params,
+    to_torch_attn_mask,
+    to_torch_mha,
+)
 from mha.backends import torch_backend
+from mha.numerics import tolerance
 
 B, L, S, D, H = 3, 5, 6, 12, 4
 f64 = torch.float64

@@ -8,8 +8,8 @@ import torch
 
 from mha import MHAParams, init_params
 from mha.backends import np_backend
-from mha.detectors import patterns
 from mha.core.params import planted_heads
+from mha.detectors import patterns
 
 D, H = 12, 3
 

@@ -16,8 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from mha import init_params, to_torch_attn_mask, to_torch_mha
-from mha.backends import np_backend
-from mha.backends import torch_backend
+from mha.backends import np_backend, torch_backend
 
 FORMS = ("per_head", "fused", "packed")
 MASK_KINDS = ("none", "causal", "key_padding", "L,S", "1,H,L,S", "B,H,L,S", "S")

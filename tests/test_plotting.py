@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mha.display import plotting
-from mha.display import diagrams
+from mha.display import diagrams, plotting
 
 
 def weights(n: int = 3, L: int = 4, S: int = 5, seed: int = 0) -> np.ndarray:

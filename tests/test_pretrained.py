@@ -15,12 +15,27 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from mha.detectors import patterns
 from mha.backends import np_backend
-from mha.numerics import tolerance
 from mha.core.params import MHAParams
-from mha.models.minilm import INSTALL_HINT, MODEL_SHA256, bert_attention_params, load_minilm, model_dir, sha256_of
-from mha.models.minilm_heads import SYNTAX_SCORES, held_out_comparison, offset_baselines, pair_attention_weights, repeated_random_ids, repeated_token_scores, sentence_scores
+from mha.detectors import patterns
+from mha.models.minilm import (
+    INSTALL_HINT,
+    MODEL_SHA256,
+    bert_attention_params,
+    load_minilm,
+    model_dir,
+    sha256_of,
+)
+from mha.models.minilm_heads import (
+    SYNTAX_SCORES,
+    held_out_comparison,
+    offset_baselines,
+    pair_attention_weights,
+    repeated_random_ids,
+    repeated_token_scores,
+    sentence_scores,
+)
+from mha.numerics import tolerance
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
 

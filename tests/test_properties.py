@@ -12,9 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mha import MHAParams, init_params
-from mha.backends import np_backend
+from mha.backends import np_backend, torch_backend
 from mha.numerics import tolerance
-from mha.backends import torch_backend
 
 FORMS = ("per_head", "fused", "packed")
 SETTINGS = settings(max_examples=30, deadline=None)

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mha.backends import np_backend
-from mha.display import shapes
 from mha.core.params import init_params
+from mha.display import shapes
 
 
 def sizes(**overrides: int) -> dict[str, int]:

@@ -53,7 +53,8 @@ build_book = load("build_book", ROOT / "scripts" / "build_book.py")
 
 
 def makes_plotly_figures(source: str) -> bool:
-    """Whether a chapter's code builds and shows a Plotly figure (directly or by mha.display.plotting)."""
+    """Whether a chapter's code builds and shows a Plotly figure (directly or by
+    mha.display.plotting)."""
     direct = "plotly" in source and ("go.Figure" in source or "px." in source)
     return direct or re.search(r"\bplotting\.[a-z_]+\(", source) is not None
 
@@ -490,7 +491,9 @@ def test_api_pages_document_each_listed_module(built_site: Path) -> None:
     assert 'id="module-' not in index  # the first page documents no module itself
     backend = next(page for page in pages if "mha.backends.np_backend" in documented[page])
     html = page_path(built_site, backend).read_text(encoding="utf8")
-    assert 'id="mha.backends.np_backend.multi_head_attention"' in html  # members, not only the module
+    assert (
+        'id="mha.backends.np_backend.multi_head_attention"' in html
+    )  # members, not only the module
 
 
 def plotly_outputs(notebook: dict) -> int:

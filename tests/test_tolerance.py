@@ -146,8 +146,7 @@ def test_is_close_rejects_other_shapes_and_bad_tolerances() -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_attention_tolerance_bounds_the_forms_and_the_backends(dtype, seed) -> None:
     from mha import init_params
-    from mha.backends import np_backend
-    from mha.backends import torch_backend
+    from mha.backends import np_backend, torch_backend
 
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((2, 9, 24)).astype(dtype)
@@ -220,8 +219,7 @@ def test_float32_weights_at_logits_of_1e4_differ_from_float64_by_about_1e_4() ->
     1e4, so every float32 route rounds that score by 2**-11; the two weights (scores 0.97
     apart) then move by about w1 w2 2**-11 ~ 1e-4 from their float64 values.
     """
-    from mha.backends import np_backend
-    from mha.backends import torch_backend
+    from mha.backends import np_backend, torch_backend
 
     q = np.array([[[3.0]]], dtype=np.float32)  # (1, L=1, Dh=1)
     k = np.array([[[3333.3218], [3333.0]]], dtype=np.float32)  # (1, S=2, Dh=1)
@@ -247,8 +245,7 @@ def test_float32_weights_at_logits_of_1e4_differ_from_float64_by_about_1e_4() ->
 
 @pytest.mark.parametrize("logit_scale", [1.0, 1e2, 1e4])
 def test_float32_attention_agrees_with_float64_within_the_logit_scale_bound(logit_scale) -> None:
-    from mha.backends import np_backend
-    from mha.backends import torch_backend
+    from mha.backends import np_backend, torch_backend
 
     g = np.random.default_rng(int(logit_scale))
     Dh, S = 16, 9

@@ -14,10 +14,8 @@ from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import mha
 from mha import init_params, to_torch_attn_mask, to_torch_mha
-from mha.numerics import backward
-from mha.backends import np_backend
-from mha.numerics import tolerance
-from mha.backends import torch_backend
+from mha.backends import np_backend, torch_backend
+from mha.numerics import backward, tolerance
 
 FORMS = ("per_head", "fused", "packed")
 B, L, S, D, H = 2, 5, 7, 12, 3

@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from mha.detectors import circuits
-from mha.numerics import tolerance
-from mha.models import attention_only
-from mha.training import runs
-from mha.training import ablation
-from mha.training.tasks import repeated_segments
 from mha.backends.torch_backend import causal_mask
+from mha.detectors import circuits
+from mha.models import attention_only
+from mha.numerics import tolerance
+from mha.training import ablation, runs
+from mha.training.tasks import repeated_segments
 
 SMALL = runs.TrainConfig(
     vocab_size=24, seq_len=16, min_period=4, max_period=8, prefix_prob=0.0, d_model=32,
@@ -109,7 +108,9 @@ def test_ablation_removes_one_head_and_leaves_the_others_untouched(layer):
     assert torch.equal(full[layer], cut[layer])  # everything before the layer is unchanged
     p = model.layers[layer].params()
     heads_full = attention_only.head_contributions(full[layer], p, mask)
-    heads_cut = attention_only.head_contributions(cut[layer], attention_only.gated_params(p, gates[layer]), mask)
+    heads_cut = attention_only.head_contributions(
+        cut[layer], attention_only.gated_params(p, gates[layer]), mask
+    )
     keep = [0, 1, 3]
     # exact: the same arithmetic on the same values
     assert torch.equal(heads_full[:, keep], heads_cut[:, keep])  # the other heads: exactly
@@ -208,8 +209,12 @@ def test_segment_losses_split_first_and_repeated_positions():
     losses = runs.segment_losses(model, b)
     logits = model(b.tokens)[0].detach()
     rep = b.repeated
-    assert losses["repeat"] == pytest.approx(float(attention_only.next_token_loss(logits, b.tokens, rep)))
-    assert losses["first"] == pytest.approx(float(attention_only.next_token_loss(logits, b.tokens, ~rep)))
+    assert losses["repeat"] == pytest.approx(
+        float(attention_only.next_token_loss(logits, b.tokens, rep))
+    )
+    assert losses["first"] == pytest.approx(
+        float(attention_only.next_token_loss(logits, b.tokens, ~rep))
+    )
 
 
 def test_prune_curve_runs_from_the_full_model_to_no_heads():
@@ -256,7 +261,7 @@ def test_training_runs_on_one_thread_whatever_the_global_setting(monkeypatch):
         seen.append(torch.get_num_threads())
         return loss(*args, **kwargs)
 
-    monkeypatch.setattr(tr, "next_token_loss", spy)
+    monkeypatch.setattr(runs, "next_token_loss", spy)
     config = replace(SMALL, steps=10, eval_every=5, batch_size=64)  # big enough to split
     threads = torch.get_num_threads()
     try:
@@ -621,7 +626,7 @@ def test_train_runs_stores_fresh_runs_and_loads_them_instead_of_training(tmp_pat
     def no_training(*args, **kwargs):
         raise AssertionError("a stored run was trained again")
 
-    monkeypatch.setattr(tr, "train", no_training)
+    monkeypatch.setattr(runs, "train", no_training)
     again = runs.train_runs(configs, processes=1, store=tmp_path)
     for a, b in zip(first, again, strict=True):
         _same_run(a, b)

@@ -7,10 +7,8 @@ import pytest
 import torch
 
 from mha import init_params
-from mha.core import _validate
-from mha.core import _groups
-from mha.backends import np_backend
-from mha.backends import torch_backend
+from mha.backends import np_backend, torch_backend
+from mha.core import _groups, _validate
 
 TARGET = (2, 3, 4, 5)  # (B, H, L, S)
 

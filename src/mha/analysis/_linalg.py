@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mha.core._np_checks import as_numpy
 from mha.core._tools import one_thread
 
 
@@ -39,7 +40,7 @@ def as_matrix(name: str, a: Any) -> np.ndarray:
         ValueError: if ``a`` is not 2-D or holds NaN or infinity.
     """
     if hasattr(a, "detach"):
-        a = a.detach().cpu().numpy()
+        a = as_numpy(name, a)
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name} must be a NumPy array or a torch tensor; got {type(a).__name__}")
     if a.ndim != 2:

@@ -477,7 +477,8 @@ def _check_pair(weights: Any, target: Any) -> tuple[np.ndarray, np.ndarray]:
     for name, m in (("weights", w), ("target", p)):
         if (m < 0).any() or np.any(np.abs(m.sum(axis=1) - 1.0) > DISTRIBUTION_ROW_SUM_ATOL):
             raise ValueError(
-                f"{name} rows must be distributions (>= 0, summing to 1 within {DISTRIBUTION_ROW_SUM_ATOL})"
+                f"{name} rows must be distributions (>= 0, summing to 1 within "
+                f"{DISTRIBUTION_ROW_SUM_ATOL})"
             )
     return w, p
 

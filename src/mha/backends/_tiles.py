@@ -1,4 +1,5 @@
-"""Tile helpers shared by the tiled forward (:mod:`mha.backends.tiled`) and backward (:mod:`mha.numerics.backward`).
+"""Tile helpers shared by the tiled forward (:mod:`mha.backends.tiled`) and backward
+(:mod:`mha.numerics.backward`).
 
 A tile is a block of query rows ``rows`` against a block of key columns ``cols``.
 """

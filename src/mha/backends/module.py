@@ -170,8 +170,8 @@ class MultiHeadAttention(nn.Module):
             need_weights: whether to compute and return the attention weights.
             form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
             cache: a :class:`mha.core.kv_cache.KVCache` for incremental decoding (see
-                :func:`mha.backends.torch_backend.multi_head_attention`): a refused call leaves it as
-                it was, and ``backward()`` through cached steps gives the gradients of the
+                :func:`mha.backends.torch_backend.multi_head_attention`): a refused call leaves it
+                as it was, and ``backward()`` through cached steps gives the gradients of the
                 full causal forward.
 
         Shape:

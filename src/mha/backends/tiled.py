@@ -16,8 +16,8 @@ queries in blocks of ``block_q`` rows (Br), keys and values in blocks of ``block
 width of the values, ``Dh`` in a multi-head layer), the running maximum and sum ``(..., Br)``
 and one ``(..., Br, Bc)`` tile of scores, and it returns the output together with the
 log-sum-exp of every row, ``lse = m + log l``, from which the backward pass recomputes the
-weights (:func:`mha.numerics.backward.tiled_attention`). Like FlashAttention-2 (Dao, 2024) it divides
-the accumulator by ``l`` once, after the last block, where the first FlashAttention rescaled
+weights (:func:`mha.numerics.backward.tiled_attention`). Like FlashAttention-2 (Dao, 2024) it
+divides the accumulator by ``l`` once, after the last block, where the first FlashAttention rescaled
 the output by ``l`` at every block, and it keeps only the log-sum-exp for the backward pass.
 It scales the queries by ``1/sqrt(Dh)`` once per block rather than each tile of scores, a
 choice of this library (FlashAttention-2's kernels scale each score inside ``exp2``).
@@ -35,8 +35,8 @@ zero weights and zero output.
 scores written to "slow" memory, read back for the softmax, weights written and read back
 for the weighted sum. Both functions can count the elements they move between slow memory
 (the arrays passed in and returned) and the working tiles (``io_counter``), which is how the
-IO model in :mod:`mha.cost` is checked. :func:`softmax_tolerance` bounds how far two
-blockings of the same softmax may differ.
+IO model in :mod:`mha.cost` is checked. :func:`mha.numerics.tolerance.online_softmax_tolerance`
+bounds how far two blockings of the same softmax may differ.
 """
 
 from __future__ import annotations

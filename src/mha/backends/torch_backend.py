@@ -11,7 +11,8 @@ the fused and packed forms call ``scaled_dot_product_attention``, which never st
 ``(B, H, L, S)`` score tensor.
 
 Masks are read as in :mod:`mha.backends.np_backend` (its module docstring states the rule: NumPy
-broadcasting from the right, a refused ambiguous 3-D mask, an :class:`~mha.core.masks.AmbiguousMaskWarning`
+broadcasting from the right, a refused ambiguous 3-D mask, an
+:class:`~mha.core.masks.AmbiguousMaskWarning`
 for a 2-D mask that looks like key padding when ``B = L``). Inputs, parameters and mask must
 share one device. Tensors on the ``meta`` device (no values) are accepted for shape
 inference: every check that needs values is skipped. ``torch.func.vmap``, ``grad`` and
@@ -568,8 +569,8 @@ def multi_head_attention(
         form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
         need_weights: return the attention weights (the explicit path) or not (the fast path).
         cache: a :class:`mha.core.kv_cache.KVCache` of PyTorch buffers on the inputs' device,
-            as in :func:`mha.backends.np_backend.multi_head_attention` (atomic: a refused call leaves
-            it as it was). Autograd records through it: gradients through cached steps
+            as in :func:`mha.backends.np_backend.multi_head_attention` (atomic: a refused call
+            leaves it as it was). Autograd records through it: gradients through cached steps
             equal those of the full causal forward (while recording, each step's append
             writes a new buffer, see :meth:`mha.core.kv_cache.KVCache.append`).
 

@@ -1,6 +1,7 @@
 """Argument checks for NumPy arrays, shared by every NumPy module.
 
-:mod:`mha.backends.np_backend`, :mod:`mha.backends.tiled` and :mod:`mha.numerics.backward` reject the same inputs with
+:mod:`mha.backends.np_backend`, :mod:`mha.backends.tiled` and :mod:`mha.numerics.backward` reject
+the same inputs with
 the same messages: a float32/float64 ``numpy.ndarray`` (not a masked array, whose hidden
 entries the arithmetic would still read, nor a ``numpy.matrix``, whose ``*`` and shapes
 differ), finite, and a boolean mask (True = may attend) that broadcasts to the target shape.
@@ -81,10 +82,13 @@ def check_array(name: str, x: Any, *, check_finite: bool = True) -> float:
 
 
 def as_numpy(name: str, x: Any) -> np.ndarray:
-    """``x`` (an array, a nested sequence or a torch tensor) as a NumPy array.
+    """``x`` (an array, a nested sequence or a torch tensor) as a NumPy array: the one conversion.
 
-    A tensor is detached and copied to the CPU (bfloat16 as float32, negative views
-    resolved). What NumPy cannot read as one array is refused naming ``name``.
+    The rule: the values are kept exactly, and so is the dtype wherever NumPy has it. A tensor
+    is detached and copied to the CPU, conjugate and negative views resolved; bfloat16, which
+    NumPy lacks, becomes float32 (exactly: bfloat16 is float32 with a shorter significand).
+    A NumPy array is returned as it is. A caller that computes in float64 casts the result,
+    which is exact too. What NumPy cannot read as one array is refused naming ``name``.
 
     Raises:
         TypeError: for a masked array, a sparse, nested or ``meta`` tensor, or an object
@@ -142,6 +146,28 @@ def check_result(name: str, x: np.ndarray) -> None:
 def check_mask(mask: Any, target: tuple[int, ...], layout: str = "(..., L, S)") -> None:
     """Check that ``mask`` is a boolean NumPy array that broadcasts to ``target``."""
     ARRAYS.check_mask(mask, target, layout)
+
+
+def broadcast(name: str, x: np.ndarray, shape: tuple[int, ...], target: str) -> np.ndarray:
+    """``x`` broadcast to ``shape`` (a read-only view), or a ``ValueError`` naming ``target``."""
+    try:
+        return np.broadcast_to(x, shape)
+    except ValueError:
+        raise ValueError(
+            f"{name} must broadcast to {target} {tuple(shape)}; got shape {x.shape}"
+        ) from None
+
+
+def boolean_mask(name: str, mask: Any, shape: tuple[int, ...], target: str) -> np.ndarray:
+    """A boolean mask (True = may attend), converted and broadcast to ``shape``.
+
+    For code that reads a mask beside arrays it did not compute (detectors, figures); the
+    backends check masks against the layer's ``(B, H, L, S)`` in :mod:`mha.core._validate`.
+    """
+    m = as_numpy(name, mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"{name} must be boolean (True = may attend); got dtype {m.dtype}")
+    return broadcast(name, m, shape, target)
 
 
 def check_shape(name: str, x: np.ndarray, shape: tuple[int, ...], layout: str) -> None:

@@ -189,7 +189,8 @@ def naive_attention_io(
     blocks: tuple[int, int] | None = None,
     softmax_rows: int | None = None,
 ) -> AttentionIO:
-    """Exact element count of one head of :func:`mha.backends.tiled.three_pass_attention` (``Dv = Dh``).
+    """Exact element count of one head of :func:`mha.backends.tiled.three_pass_attention` (``Dv =
+    Dh``).
 
     Standard attention with its two matrix products done in the tiles of the tiled
     algorithm, plus the materialisation of the scores and weights. Pass 1 reads Q once and

@@ -368,8 +368,8 @@ def time_tiled(
     (:func:`mha.backends.np_backend.multi_head_attention`), ``"layer forward, fused, saving"`` and
     ``"layer forward, tiled, saving"`` (:func:`mha.numerics.backward.multi_head_attention_forward`),
     ``"layer backward, fused"`` and ``"layer backward, tiled"``
-    (:func:`mha.numerics.backward.multi_head_attention`). Runs are interleaved, so a slow spell of the
-    machine hits all of them. The child's BLAS runs ``threads`` threads (set through the
+    (:func:`mha.numerics.backward.multi_head_attention`). Runs are interleaved, so a slow spell of
+    the machine hits all of them. The child's BLAS runs ``threads`` threads (set through the
     usual environment variables before NumPy loads): on a shared machine, idle BLAS threads
     waiting for a core can slow the many small products of the tiles far more than the few
     large products of the naive path.

@@ -39,8 +39,8 @@ def check_weights(weights: Any, name: str = "weights") -> np.ndarray:
     if bad.any():
         worst = float(sums.reshape(-1)[np.argmax(np.abs(sums - 1.0))])
         raise ValueError(
-            f"{name} rows must each sum to 1 (within {ATTENTION_ROW_SUM_ATOL}); got {int(bad.sum())} "
-            f"row(s) that do not, e.g. a row summing to {worst:.6g}"
+            f"{name} rows must each sum to 1 (within {ATTENTION_ROW_SUM_ATOL}); got "
+            f"{int(bad.sum())} row(s) that do not, e.g. a row summing to {worst:.6g}"
         )
     return w / sums
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from mha.core import _validate
-from mha.core._np_checks import as_numpy
+from mha.core._np_checks import as_numpy, boolean_mask
 from mha.detectors._scoring import as_tokens, check_weights, float_array, score, token_target_score
 
 """How far a row of ``weights`` may sum from 1 (float32 softmax rounding is far below it)."""
@@ -256,15 +256,7 @@ def broadness_score(weights: Any, mask: Any = None) -> np.ndarray:
     if mask is None:
         allowed = np.full(w.shape[-2], float(w.shape[-1]))  # (L,)
     else:
-        m = as_numpy("mask", mask)
-        if m.dtype != np.bool_:
-            raise TypeError(f"mask must be boolean (True = may attend); got dtype {m.dtype}")
-        try:
-            m = np.broadcast_to(m, w.shape)
-        except ValueError:
-            raise ValueError(
-                f"mask must broadcast to weights {w.shape}; got shape {m.shape}"
-            ) from None
+        m = boolean_mask("mask", mask, w.shape, "weights")
         if (w[~m] > 0).any():
             raise ValueError("weights must be 0 where mask is False; got weight on masked keys")
         allowed = m.sum(axis=-1).astype(np.float64)  # (..., L)

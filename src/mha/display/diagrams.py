@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mha.core import _validate
+from mha.core._np_checks import as_numpy
 from mha.display.plotting import HEAD_COLOURS, SEQUENTIAL
 
 
@@ -264,8 +265,7 @@ def weight_ownership(
         raise ValueError(
             f"params must have num_kv_heads = num_heads; got {params.num_kv_heads} and {H}"
         )
-    w = params.w_qkv
-    w = np.asarray(w.detach().cpu().double().numpy() if hasattr(w, "detach") else w)
+    w = as_numpy("params.w_qkv", params.w_qkv)
     proj, head = packing.column_owner(D, H)  # (3D,), (3D,)
     owner = proj * H + head  # one code per (projection, head) block
     names = [f"{'QKV'[p]}, head {h + 1} (code: head({h}))" for p in range(3) for h in range(H)]

@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mha.core import _validate
+from mha.core._np_checks import as_numpy, boolean_mask
 
 WEIGHTS = "Blues"
 SEQUENTIAL = "Viridis"
@@ -31,9 +32,7 @@ COLORSCALES = (WEIGHTS, SEQUENTIAL, DIVERGING, "Cividis", "Greys")
 
 
 def _matrix_stack(name: str, weights: Any, ndim: int) -> np.ndarray:
-    if hasattr(weights, "detach"):
-        weights = weights.detach().cpu().double().numpy()
-    w = np.asarray(weights)
+    w = as_numpy(name, weights)
     if w.ndim != ndim or not np.issubdtype(w.dtype, np.number):
         layout = "(L, S)" if ndim == 2 else "(n, L, S)"
         raise ValueError(f"{name} must be a numeric array of shape {layout}; got shape {w.shape}")
@@ -106,17 +105,7 @@ def _masked_layer(name: str, mask: Any, z: np.ndarray) -> tuple[np.ndarray, np.n
     """``z`` with masked cells set to NaN, and the grey layer's values (None: no mask)."""
     if mask is None:
         return z, None
-    if hasattr(mask, "detach"):
-        mask = mask.detach().cpu().numpy()
-    m = np.asarray(mask)
-    if m.dtype != np.bool_:
-        raise TypeError(f"{name} must be boolean (True = may attend); got dtype {m.dtype}")
-    try:
-        keep = np.broadcast_to(m, z.shape)
-    except ValueError:
-        raise ValueError(
-            f"{name} must broadcast to the map's shape {z.shape}; got shape {m.shape}"
-        ) from None
+    keep = boolean_mask(name, mask, z.shape, "the map's shape")
     return np.where(keep, z, np.nan), np.where(keep, np.nan, 1.0)
 
 

@@ -229,7 +229,8 @@ def tiled_attention(
     block_q: int = tiled.DEFAULT_BLOCK_Q,
     block_kv: int = tiled.DEFAULT_BLOCK_KV,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Gradients of :func:`mha.backends.tiled.attention` from its output and log-sum-exp, tile by tile.
+    """Gradients of :func:`mha.backends.tiled.attention` from its output and log-sum-exp, tile by
+    tile.
 
     No ``(L, S)`` array is formed. For each block ``K^(j)``, ``V^(j)`` of keys and values
     (outer loop) and each block ``Q^(i)`` of queries (inner loop) the tile ``P`` of the
@@ -422,7 +423,8 @@ def _ungroup(x: np.ndarray, num_heads: int, num_kv_heads: int) -> np.ndarray:
 
 
 def _check_layer(query, key, value, params, mask) -> dict[str, float]:
-    """The argument checks of :func:`mha.backends.np_backend.multi_head_attention`; the magnitudes."""
+    """The argument checks of :func:`mha.backends.np_backend.multi_head_attention`; the
+    magnitudes."""
     return _mha_checks.check_mha(query, key, value, params, mask, "fused", _np_checks.ARRAYS)
 
 
@@ -495,11 +497,12 @@ def multi_head_attention_forward(
     block_q: int = tiled.DEFAULT_BLOCK_Q,
     block_kv: int = tiled.DEFAULT_BLOCK_KV,
 ) -> tuple[np.ndarray, MHASaved]:
-    """The forward of :func:`mha.backends.np_backend.multi_head_attention`, keeping what backward needs.
+    """The forward of :func:`mha.backends.np_backend.multi_head_attention`, keeping what backward
+    needs.
 
     The ``"fused"`` form stores the ``(B, H, L, S)`` weights; the ``"tiled"`` form runs
-    :func:`mha.backends.tiled.attention` and stores only the ``(B, H, L)`` log-sum-exp. Both store the
-    per-head queries, keys, values and outputs, ``O(B L D)`` numbers. With grouped-query
+    :func:`mha.backends.tiled.attention` and stores only the ``(B, H, L)`` log-sum-exp. Both store
+    the per-head queries, keys, values and outputs, ``O(B L D)`` numbers. With grouped-query
     parameters the keys and values have ``H_kv`` heads, each shared by a group of ``G``
     query heads (broadcast, not copied).
 
@@ -520,7 +523,8 @@ def multi_head_attention_forward(
         The output and an :class:`MHASaved` for :func:`multi_head_attention`.
 
     Raises:
-        ValueError: the errors of :func:`mha.backends.np_backend.multi_head_attention`, or a ``form``
+        ValueError: the errors of :func:`mha.backends.np_backend.multi_head_attention`, or a
+        ``form``
             other than ``"fused"`` and ``"tiled"``.
         TypeError: the errors of :func:`mha.backends.np_backend.multi_head_attention`.
     """
@@ -710,8 +714,8 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     gradient. Each of the at most 10 rounded stages of the chain errs by ``gamma_n`` relative
     to those magnitudes (``n`` the longest sum, :func:`mha.numerics.tolerance.gamma`), and the
     forward's weights ``A`` by a relative ``(4c + 4) gamma_n`` with ``c`` the largest score
-    magnitude (as in :func:`mha.numerics.tolerance.tiled_attention_tolerance`). The tolerance is twice
-    ``(10 + 4c + 4) gamma_n`` times the magnitude.
+    magnitude (as in :func:`mha.numerics.tolerance.tiled_attention_tolerance`). The tolerance is
+    twice ``(10 + 4c + 4) gamma_n`` times the magnitude.
 
     Underflow. The bound ``|fl(x) - x| <= u |x|`` holds in the normal range only; a result
     below the smallest normal number ``tiny`` is rounded to a multiple of the smallest
@@ -836,8 +840,8 @@ def compare_with_autograd(
 
     The gradients by hand come from :func:`multi_head_attention_forward` (with ``form``)
     and :func:`multi_head_attention`; autograd's from the same layer in
-    :func:`mha.backends.torch_backend.multi_head_attention` on copies of the inputs and parameters in
-    the same dtype. Each is compared entry by entry with :func:`gradient_tolerance`. When
+    :func:`mha.backends.torch_backend.multi_head_attention` on copies of the inputs and parameters
+    in the same dtype. Each is compared entry by entry with :func:`gradient_tolerance`. When
     one array is passed as query, key and value (self-attention, ``query is key is value``)
     autograd sees one input and returns one gradient, the sum of the three by hand.
 

@@ -33,25 +33,16 @@ import numpy as np
 import torch
 
 from mha.core._validate import broadcast_batch, check_qkv, describe
+from mha.numerics.tolerance import unit_roundoff
 
 
 def _finfo(dtype: Any) -> tuple[float, float, float]:
     """``(max, eps, tiny)`` of a NumPy or PyTorch floating dtype (``tiny`` the smallest normal)."""
-    if dtype is None:  # np.dtype(None) would read it as float64
-        raise TypeError("dtype must be a floating dtype; got None")
-    if isinstance(dtype, torch.dtype):
-        if not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating dtype; got dtype {dtype}")
-        info = torch.finfo(dtype)
-        return float(info.max), float(info.eps), float(info.tiny)
-    try:
-        np_dtype = np.dtype(dtype)
-    except TypeError as error:
-        raise TypeError(f"dtype must be a floating dtype; got {dtype!r}") from error
-    if not np.issubdtype(np_dtype, np.floating):
-        raise TypeError(f"dtype must be a floating dtype; got dtype {np_dtype}")
-    info = np.finfo(np_dtype)
-    return float(info.max), float(info.eps), float(info.tiny)
+    eps = 2 * unit_roundoff(dtype)  # refuses None and non-floating dtypes
+    if not isinstance(dtype, type) and hasattr(dtype, "dtype"):
+        dtype = dtype.dtype  # an array or a tensor, as unit_roundoff reads it
+    info = torch.finfo(dtype) if isinstance(dtype, torch.dtype) else np.finfo(np.dtype(dtype))
+    return float(info.max), eps, float(info.tiny)
 
 
 def _torch_format(name: str, dtype: Any) -> None:

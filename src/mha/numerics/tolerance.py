@@ -27,6 +27,17 @@ At large logits the bound is set by the scores: :func:`softmax_tolerance` gives 
 agreement of attention weights as a function of the logit scale (about ``1e-4`` in float32 at
 logits of ``1e4``, where it is about ``1e-6`` at logits of order 1).
 
+Every bound the package asserts with is here, each under one name: the rounding of one
+product or chain (:func:`gamma`, :func:`rounding_tolerance`, :func:`matmul_tolerance`), the
+softmax at a logit scale (:func:`softmax_tolerance`), a whole layer against the float64
+reference (:func:`attention_tolerance`, which runs :mod:`mha.backends.np_backend`, so this
+module sits above the backends), two blockings of an online softmax
+(:func:`online_softmax_tolerance`) and two routes to tiled attention's output and
+log-sum-exp (:func:`tiled_attention_tolerance`), and how far rows of weights handed to the
+detectors and the bottleneck's distances may sum from 1 (:data:`ATTENTION_ROW_SUM_ATOL`,
+:data:`DISTRIBUTION_ROW_SUM_ATOL`). The bounds on gradients sit beside the gradients they
+bound, in :mod:`mha.numerics.backward`.
+
 Exact equality is right only where the arithmetic is exact: copies, views, reshapes,
 permutations, integer and boolean results, and one call repeated on the same inputs in one
 process. Everything else is compared with :func:`assert_close` or :func:`is_close`.
@@ -40,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from mha.core import _np_checks, _validate
-from mha.core._np_checks import as_numpy
+from mha.core._np_checks import as_numpy, broadcast
 from mha.core._validate import check_positive
 
 ATTENTION_ROW_SUM_ATOL = 1e-4
@@ -53,8 +64,8 @@ DISTRIBUTION_ROW_SUM_ATOL = 1e-5
 well inside it)."""
 
 
-def _as_numpy(name: str, x: Any) -> np.ndarray:
-    """``x`` as a NumPy array of real numbers (a tensor detached and moved to the CPU).
+def _as_float64(name: str, x: Any) -> np.ndarray:
+    """``x`` as a float64 NumPy array of real numbers (exactly: every float casts exactly).
 
     Raises:
         TypeError: for ``None`` or another object that is not numbers, a complex array, a
@@ -63,13 +74,10 @@ def _as_numpy(name: str, x: Any) -> np.ndarray:
     """
     if x is None:
         raise TypeError(f"{name} must be an array or tensor of numbers; got None")
-    if hasattr(x, "detach") and type(x).__module__.startswith("torch"):
-        x = as_numpy(name, x.detach().double())  # float16/bfloat16 exactly as float64
-    else:
-        x = as_numpy(name, x)
+    x = as_numpy(name, x)
     if x.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers; got dtype {x.dtype}")
-    return x
+    return x.astype(np.float64, copy=False)
 
 
 def _check_float_inputs(named: dict[str, Any], together: str | None = None) -> None:
@@ -248,7 +256,7 @@ def matmul_tolerance(a: Any, b: Any) -> np.ndarray:
             dtype, or is a ``meta`` or sparse tensor.
     """
     _check_float_inputs({"a": a, "b": b})  # the bound is in a's dtype
-    a_np, b_np = _as_numpy("a", a), _as_numpy("b", b)
+    a_np, b_np = _as_float64("a", a), _as_float64("b", b)
     for name, x in (("a", a_np), ("b", b_np)):
         if x.ndim < 2:
             raise ValueError(f"{name} must have shape (..., rows, cols); got shape {x.shape}")
@@ -266,7 +274,7 @@ def matmul_tolerance(a: Any, b: Any) -> np.ndarray:
             f"{a_np.shape}, b {b_np.shape}"
         ) from None
     g = gamma(a, a_np.shape[-1])
-    return 2.0 * g * (np.abs(a_np.astype(np.float64)) @ np.abs(b_np.astype(np.float64)))
+    return 2.0 * g * (np.abs(a_np) @ np.abs(b_np))
 
 
 def max_abs_diff(actual: Any, expected: Any) -> float:
@@ -285,27 +293,21 @@ def max_abs_diff(actual: Any, expected: Any) -> float:
         TypeError: if an argument is ``None`` or not real numbers (complex, object), or a
             ``meta`` or sparse tensor.
     """
-    a, e = _as_numpy("actual", actual), _as_numpy("expected", expected)
+    a, e = _as_float64("actual", actual), _as_float64("expected", expected)
     if a.shape != e.shape:
         raise ValueError(f"actual and expected must have one shape; got {a.shape} and {e.shape}")
     if a.size == 0:
         return 0.0
-    return float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64))))
+    return float(np.max(np.abs(a - e)))
 
 
 def _excess(actual: Any, expected: Any, tolerance: Any) -> tuple[float, float, float]:
     """(largest ``|diff| - tol``, the diff there, the tolerance there)."""
-    a = _as_numpy("actual", actual).astype(np.float64)
-    e = _as_numpy("expected", expected).astype(np.float64)
+    a = _as_float64("actual", actual)
+    e = _as_float64("expected", expected)
     if a.shape != e.shape:
         raise ValueError(f"actual and expected must have one shape; got {a.shape} and {e.shape}")
-    tol = _as_numpy("tolerance", tolerance).astype(np.float64)
-    try:
-        tol = np.broadcast_to(tol, a.shape)
-    except ValueError:
-        raise ValueError(
-            f"tolerance must broadcast to the shape of actual {a.shape}; got {tol.shape}"
-        ) from None
+    tol = broadcast("tolerance", _as_float64("tolerance", tolerance), a.shape, "actual's shape")
     if np.any(tol < 0) or not np.all(np.isfinite(tol)):
         raise ValueError("tolerance must be finite and >= 0")
     if a.size == 0:
@@ -408,8 +410,8 @@ def attention_tolerance(
             array or tensor, or the three differ in dtype; the mask is not boolean (a float
             ``0``/``-inf`` mask is refused, as by every backend) or is a ``meta`` tensor.
         ValueError: the shape and value errors of
-            :func:`mha.backends.np_backend.multi_head_attention` (shapes, empty sequences, a mask that
-            does not broadcast, NaN or infinite inputs), checked on the float64 copies.
+            :func:`mha.backends.np_backend.multi_head_attention` (shapes, empty sequences, a mask
+            that does not broadcast, NaN or infinite inputs), checked on the float64 copies.
     """
     from mha.backends import np_backend
     from mha.core.params import MHAParams, repeat_kv_heads
@@ -419,7 +421,7 @@ def attention_tolerance(
     _check_float_inputs({"query": query, "key": key, "value": value}, "query, key and value")
     f64 = np.float64
     named = {"query": query, "key": key, "value": value}
-    x_q, x_k, x_v = (_as_numpy(n, t).astype(f64) for n, t in named.items())
+    x_q, x_k, x_v = (_as_float64(n, t) for n, t in named.items())
     keep = None if mask is None else as_numpy("mask", mask)  # checked by the layer below
     # Grouped-query attention computes each head as multi-head attention with its key and
     # value head repeated does: the same bound.
@@ -452,8 +454,8 @@ def online_softmax_tolerance(dtype: Any, *, terms: int, merges: int) -> tuple[fl
     """How far two blockings of the same softmax may differ: the sum ``l`` and each weight.
 
     Both routes see the same scores ``z``; they differ in how the row is cut into blocks and
-    merged (:func:`combine_stats`). A term ``exp(z_j - m)`` is computed as a product of at
-    most ``merges + 1`` exponentials whose arguments, each rounded once, add up to
+    merged (:func:`mha.backends.tiled.combine_stats`). A term ``exp(z_j - m)`` is computed as a
+    product of at most ``merges + 1`` exponentials whose arguments, each rounded once, add up to
     ``x_j = z_j - m <= 0``; so it is off by a relative ``u |x_j| + (7 merges + 6) u``: each
     ``exp`` within 3 ulp (``6u``, ``u`` the unit roundoff; NumPy's own tests allow 3 ulp in
     float32, 1 in float64) and each product ``u``. Every addition on the way (in a block's sum
@@ -496,8 +498,8 @@ def tiled_attention_tolerance(
     A bound for any two summation orders (the naive path, any blocking of the tiled one,
     another BLAS), to first order in the unit roundoff ``u``. With
     ``c >= max_ij sum_d |q_id k_jd| / sqrt(Dh)`` (here ``max ||q_i|| max ||k_j|| / sqrt(Dh)``)
-    and ``gamma = gamma_n`` for ``n = max(S, Dh)`` (:func:`mha.numerics.tolerance.gamma`): a score is
-    off by at most ``gamma c``, the maximum subtracted from it by as much, so each
+    and ``gamma = gamma_n`` for ``n = max(S, Dh)`` (:func:`mha.numerics.tolerance.gamma`): a score
+    is off by at most ``gamma c``, the maximum subtracted from it by as much, so each
     unnormalised weight is off by a relative ``2 gamma c + u``; the row sum adds
     ``gamma`` and the division ``u``, so a weight is off by a relative ``(4c + 3) gamma`` at
     most, and the output, a weighted average of the values, by that times ``max |v|`` plus
@@ -518,7 +520,7 @@ def tiled_attention_tolerance(
         ``(output tolerance, lse tolerance)``, absolute, for every entry.
 
     Raises:
-        The errors of :func:`attention` for the arrays.
+        The errors of :func:`mha.backends.tiled.attention` for the arrays.
     """
     _validate.check_attention(query, key, value, None, _np_checks.ARRAYS)
     S, Dh = key.shape[-2], query.shape[-1]

@@ -12,8 +12,8 @@ its token. Because the period and the prefix vary, no fixed positional offset so
 task; the tokens before the first repeat are unpredictable.
 
 :func:`mha.detectors.patterns.induction_targets` gives, for every query, the keys an induction head
-should attend to, and :func:`mha.detectors.patterns.induction_score` measures how much attention goes
-there.
+should attend to, and :func:`mha.detectors.patterns.induction_score` measures how much attention
+goes there.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Output for reading: matrices as LaTeX, results as Markdown tables, heads by name.
 
 Chapters show numbers as a reader reads them, never as a Python repr: a small matrix as
-a LaTeX ``bmatrix`` inside math, a list of results as a Markdown table, a head by the
-book's name for it (``head_name``).
+a LaTeX ``bmatrix`` inside math, a list of results as a Markdown table (:func:`table` displays
+one), a head by the book's name for it (``head_name``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from mha.core import _validate
+from mha.core._np_checks import as_numpy
 
 
 def _number(value: float, digits: int) -> str:
@@ -41,9 +42,7 @@ def latex_matrix(a: Any, digits: int = 3) -> str:
         ValueError: if ``a`` is not 1-D or 2-D, or ``digits`` is negative.
         TypeError: if ``a`` is not numeric or ``digits`` is not an int.
     """
-    if hasattr(a, "detach"):
-        a = a.detach().cpu().numpy()
-    m = np.asarray(a)
+    m = as_numpy("a", a)
     if not (np.issubdtype(m.dtype, np.number) or m.dtype == np.bool_):
         raise TypeError(f"a must be numeric; got dtype {m.dtype}")
     if m.ndim not in (1, 2):
@@ -114,6 +113,29 @@ def markdown_table(
             "| " + " | ".join(_cell(v, f) for v, f in zip(row, formats, strict=True)) + " |"
         )
     return "\n".join(lines)
+
+
+def table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    formats: Sequence[str | None] | None = None,
+) -> Any:
+    """A Markdown table that a notebook displays as a table: :func:`markdown_table`, shown.
+
+    Args:
+        columns: the column headers.
+        rows: the rows, one value per column.
+        formats: as in :func:`markdown_table`.
+
+    Returns:
+        An ``IPython.display.Markdown`` object; the last value of a cell is displayed.
+
+    Raises:
+        ValueError: as :func:`markdown_table`.
+    """
+    from IPython.display import Markdown  # here: only a notebook needs IPython
+
+    return Markdown(markdown_table(columns, rows, formats))
 
 
 def error_message(
