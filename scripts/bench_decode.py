@@ -9,7 +9,7 @@ thread, in CPU time by default, all in this one process; the ratio uncached / ca
 cache's speed-up on this machine.
 
 It also checks the cache's memory: the bytes of the caches of a model against
-``mha.cost.counts.kv_cache_bytes``, and the resident memory that filling them adds
+``mha.cost.arithmetic.kv_cache_bytes``, and the resident memory that filling them adds
 (``mha.cost.measure.peak_rss_increase``), and that an append allocates nothing that grows with
 the cached length (``tracemalloc``, which NumPy reports to).
 
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from mha.core.kv_cache import KVCache
-from mha.cost import counts, measure, timings
+from mha.cost import arithmetic, measure, timings
 from mha.models.attention_only import AttentionOnlyTransformer
 
 
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
 
     S, D_h, layers = args.memory_len, args.d_model // args.heads, args.layers
     for h_kv in args.kv_heads:
-        expected = counts.kv_cache_bytes(layers, S, h_kv, D_h, torch.float32)
+        expected = arithmetic.kv_cache_bytes(layers, S, h_kv, D_h, torch.float32)
 
         def fill(h_kv: int = h_kv) -> list[KVCache]:
             caches = [KVCache(1, h_kv, D_h, S, dtype=torch.float32) for _ in range(layers)]

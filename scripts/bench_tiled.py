@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 
 from mha.backends import tiled
-from mha.cost import counts, peak_memory, timings
+from mha.cost import arithmetic, peak_memory, timings
 
 MIB = 2**20
 
@@ -37,7 +37,7 @@ def verdict(ok: bool) -> str:
 
 def memory(args: argparse.Namespace) -> None:
     B, L, D, H = 1, args.memory_len, args.d_model, args.num_heads
-    score = counts.score_tensor_bytes(B, L, L, H)
+    score = arithmetic.score_tensor_bytes(B, L, L, H)
     paths = ("numpy tiled", "numpy tiled backward", "sdpa")
     if not args.skip_naive_memory:
         paths += ("numpy", "numpy backward")

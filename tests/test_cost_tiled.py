@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mha.backends import np_backend, tiled
-from mha.cost import counts, peak_memory, tiled_io, timings
+from mha.cost import arithmetic, peak_memory, tiled_io, timings
 
 
 def qkv(shape_q, shape_k, *, seed=0):
@@ -91,7 +91,7 @@ def test_a_causal_mask_array_skips_the_same_tiles_as_the_causal_flag() -> None:
 
 def test_tiled_forward_never_holds_an_l_by_s_array_measured() -> None:
     L, D, H = 4096, 64, 1
-    score = counts.score_tensor_bytes(1, L, L, H)  # 64 MiB: one (L, S) float32 array
+    score = arithmetic.score_tensor_bytes(1, L, L, H)  # 64 MiB: one (L, S) float32 array
     peak = peak_memory.tiled_peak_memory(1, [L], D, H, paths=("numpy", "numpy tiled"))
     assert peak["numpy"][0] >= 0.9 * score  # the measurement sees an (L, S) array
     assert peak["numpy tiled"][0] < score / 8
@@ -102,7 +102,7 @@ def test_tiled_forward_never_holds_an_l_by_s_array_measured() -> None:
 
 def test_tiled_backward_needs_no_l_by_s_array_measured() -> None:
     L, D, H = 2048, 64, 1
-    score = counts.score_tensor_bytes(1, L, L, H)  # 16 MiB: one (L, S) float32 array
+    score = arithmetic.score_tensor_bytes(1, L, L, H)  # 16 MiB: one (L, S) float32 array
     peak = peak_memory.tiled_peak_memory(
         1, [L], D, H, paths=("numpy backward", "numpy tiled backward")
     )

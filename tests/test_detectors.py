@@ -59,7 +59,7 @@ def test_each_detector_scores_one_on_its_ideal_pattern(name):
 
 @pytest.mark.parametrize("name", list(ideal_patterns()))
 def test_each_detector_scores_low_on_the_other_patterns(name):
-    for other, w in patterns().items():
+    for other, w in ideal_patterns().items():
         if other == name:
             continue
         # The highest cross scores: the uniform pattern read as a two-key class (2/L = 0.2),
@@ -133,7 +133,7 @@ def test_detectors_match_their_definitions_on_a_random_pattern():
 def test_scores_keep_the_leading_dimensions():
     rng = np.random.default_rng(1)
     w = np_backend.softmax(rng.standard_normal((2, 3, L, L)))
-    for name in (*patterns(), "arc"):
+    for name in (*ideal_patterns(), "arc"):
         out = score(name, w)
         assert out.shape == (2, 3), name
         assert out[1, 2] == pytest.approx(score(name, w[1, 2])), name
@@ -584,7 +584,7 @@ def test_copying_score_errors_name_the_shapes():
 
 
 def test_duplicate_targets_mark_every_other_copy_in_both_directions():
-    t = circuits.duplicate_targets(np.array([[5, 6, 5, 7, 5]]))[0]
+    t = patterns.duplicate_targets(np.array([[5, 6, 5, 7, 5]]))[0]
     assert t[0].tolist() == [False, False, True, False, True]
     assert t[2].tolist() == [True, False, False, False, True]
     assert not t[1].any() and not t[3].any()
@@ -595,12 +595,12 @@ def test_duplicate_head_scores_one_and_induction_head_zero():
     rng = np.random.default_rng(0)
     seg = np.stack([rng.permutation(20)[:6] for _ in range(3)])
     tokens = np.concatenate([seg, seg], axis=1)  # (3, 12): a segment repeated once
-    dup = circuits.duplicate_targets(tokens).astype(float)  # every token has exactly one copy
+    dup = patterns.duplicate_targets(tokens).astype(float)  # every token has exactly one copy
     assert np.array_equal(dup.sum(-1), np.ones((3, 12)))  # exact: integer counts
     ind_t = induction_targets(tokens).astype(float)
     ind = np.where(ind_t.any(-1, keepdims=True), ind_t, np.eye(12))
     w = np.stack([dup, ind], axis=1)  # (3, 2, 12, 12)
-    score = circuits.duplicate_token_score(w, tokens)
+    score = patterns.duplicate_token_score(w, tokens)
     assert np.isclose(score[0], 1.0) and np.isclose(score[1], 0.0)
     assert np.isclose(induction_score(w, tokens)[1], 1.0)
 
@@ -608,8 +608,8 @@ def test_duplicate_head_scores_one_and_induction_head_zero():
 def test_duplicate_token_score_errors():
     w = np.full((1, 4, 4), 0.25)
     with pytest.raises(ValueError, match="no query has a duplicate"):
-        circuits.duplicate_token_score(w, np.array([[1, 2, 3, 4]]))
+        patterns.duplicate_token_score(w, np.array([[1, 2, 3, 4]]))
     with pytest.raises(ValueError, match="weights must have shape \\(B, ..., L, L\\)"):
-        circuits.duplicate_token_score(w, np.array([[1, 1, 3]]))
+        patterns.duplicate_token_score(w, np.array([[1, 1, 3]]))
     with pytest.raises(TypeError, match="tokens must be an integer array"):
-        circuits.duplicate_token_score(w, np.array([[1.0, 1.0, 3.0, 4.0]]))
+        patterns.duplicate_token_score(w, np.array([[1.0, 1.0, 3.0, 4.0]]))

@@ -24,6 +24,7 @@ import mha
 import mha.analysis.bottleneck
 import mha.analysis.subspaces
 import mha.core.kv_cache
+import mha.core.masks
 import mha.cost.measure
 import mha.display.plotting
 import mha.models.examples

@@ -14,7 +14,7 @@ import sys
 sys.modules["torch"] = None  # every `import torch` now raises ImportError
 import numpy as np
 import mha
-from mha.cost import counts
+from mha.cost import arithmetic
 from mha.detectors import patterns
 from mha.backends import np_backend
 from mha.core import packing
@@ -26,7 +26,7 @@ out, weights = np_backend.multi_head_attention(x, x, x, params, np_backend.causa
 assert out.shape == (1, 3, 8) and weights.shape == (1, 2, 3, 3)
 assert patterns.previous_token_score(weights[0]).shape == (2,)
 assert packing.split_head_blocks(params.w_qkv, 2).shape == (3, 2, 8, 4)
-assert counts.attention_flops(1, 3, 3, 8, 2).matmul > 0
+assert arithmetic.attention_flops(1, 3, 3, 8, 2).matmul > 0
 tolerance.assert_close(weights.sum(-1), np.ones((1, 2, 3)), 1e-12)
 try:
     mha.MultiHeadAttention

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import mha
 from mha.backends import torch_backend
-from mha.cost import counts, measure, peak_memory, timings
+from mha.cost import arithmetic, measure, peak_memory, timings
 
 
 def test_flop_counter_counts_cpu_sdpa_that_plain_flop_counter_mode_misses():
@@ -73,7 +73,7 @@ def test_explicit_attention_stores_score_tensors_and_sdpa_does_not():
     B, L, D, H = 1, 512, 32, 8
     paths = ("explicit", "explicit, autograd", "sdpa")
     measured = peak_memory.attention_peak_memory(B, [L], D, H, paths=paths)
-    score = counts.score_tensor_bytes(B, L, L, H)
+    score = arithmetic.score_tensor_bytes(B, L, L, H)
     slack = 2**20  # the kernel's resident-page counters are approximate (per-CPU batches)
     # Without autograd the softmax overwrites the scores: one tensor, not two.
     assert score - slack <= measured["explicit"][0] < 1.5 * score
@@ -140,7 +140,9 @@ def test_count_flops_is_empty_for_work_without_matrix_products():
 
 def test_attention_peak_memory_reports_a_failed_child(monkeypatch):
     monkeypatch.setattr(measure.sys, "executable", "/bin/false")
-    with pytest.raises(RuntimeError, match="memory measurement failed"):
+    with pytest.raises(
+        RuntimeError, match="measurement failed in mha.cost.peak_memory._memory_child"
+    ):
         peak_memory.attention_peak_memory(1, [8], 8, 2)
 
 
@@ -257,7 +259,7 @@ def test_plain_path_holds_scores_and_weights_and_the_loop_one_head_at_a_time():
     B, L, D, H = 1, 512, 32, 8
     paths = ("explicit, plain", "per_head")
     measured = peak_memory.attention_peak_memory(B, [L], D, H, paths=paths)
-    score = counts.score_tensor_bytes(B, L, L, H)
+    score = arithmetic.score_tensor_bytes(B, L, L, H)
     assert measured["explicit, plain"][0] >= 2 * score - 2**20  # the softmax's own output
     # The loop frees each head's (B, L, S) weights before the next head's scores exist.
     assert measured["per_head"][0] < 1.5 * score / H + 2**20
@@ -290,8 +292,8 @@ def test_cached_step_times_names_the_bad_argument(kwargs, error, match):
 
 def test_kv_cache_peak_memory_counts_the_positions_written_not_the_capacity():
     layers, h_kv, d_head, positions = 2, 4, 16, 8192
-    resident = counts.kv_cache_bytes(layers, positions, h_kv, d_head, torch.float32)
-    reserved = counts.kv_cache_bytes(layers, 32 * positions, h_kv, d_head, torch.float32)
+    resident = arithmetic.kv_cache_bytes(layers, positions, h_kv, d_head, torch.float32)
+    reserved = arithmetic.kv_cache_bytes(layers, 32 * positions, h_kv, d_head, torch.float32)
     block = h_kv * positions * d_head * 4  # the block appended, held while filling
     slack = 2**20  # the kernel's resident-page counters are approximate (per-CPU batches)
     full, partial = peak_memory.kv_cache_peak_memory(
@@ -358,11 +360,11 @@ def test_the_last_level_cache_is_read_from_sysfs(monkeypatch, tmp_path):
         (folder / "size").write_text(f"{size}\n")
     monkeypatch.setattr(measure, "_CPU_CACHES", tmp_path)
     assert measure.last_level_cache_bytes() == 96 * 2**20
-    assert measure._flush_bytes() == 256 * 2**20  # twice 96 MiB is below the least, 256 MiB
+    assert measure.flush_bytes() == 256 * 2**20  # twice 96 MiB is below the least, 256 MiB
     (tmp_path / "index9").mkdir()
     (tmp_path / "index9" / "level").write_text("3\n")
     (tmp_path / "index9" / "size").write_text("512M\n")  # a server's large last-level cache
-    assert measure._flush_bytes() == 1024 * 2**20
+    assert measure.flush_bytes() == 1024 * 2**20
     monkeypatch.setattr(measure, "_CPU_CACHES", tmp_path / "missing")
     assert measure.last_level_cache_bytes() is None
-    assert measure._flush_bytes() == measure.CACHE_FLUSH_BYTES
+    assert measure.flush_bytes() == measure.CACHE_FLUSH_BYTES

@@ -235,7 +235,7 @@ def test_pages_url_is_the_github_pages_address() -> None:
 
 
 def test_api_modules_reads_one_module_per_line() -> None:
-    text = "intro\n```{mha-api}\nmha\nmha.params  # core\n\nmha.cost\n```\nafter\n"
+    text = "intro\n```{mha-api}\nmha\nmha.core.params  # core\n\nmha.cost\n```\nafter\n"
     assert mha_site.api_modules(text) == ["mha", "mha.core.params", "mha.cost"]
 
 

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from mha.core import _validate
 from mha.core._validate import ArrayKind
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -213,7 +212,7 @@ def attention_overflow(
 ) -> str:
     """Which stage of scaled dot-product attention exceeds ``largest``, from float64 copies."""
     top, out = _attention64(query, key, value, mask)
-    return _validate.overflow_stage(
+    return overflow_stage(
         [
             ("the scores Q K^T / sqrt(Dh)", lambda: top),
             ("the weighted sums of the values", lambda: _max_abs(out)),
@@ -256,7 +255,7 @@ def mha_overflow(
     k, v = (np.repeat(t, H // H_kv, axis=1) for t in (k, v))  # (B, H, S, Dh)
     top, attended = _attention64(q, k, v, mask)  # (B, H, L, Dh)
     concat = attended.swapaxes(-2, -3).reshape(*query.shape)  # (B, H, L, Dh) -> (B, L, D)
-    return _validate.overflow_stage(
+    return overflow_stage(
         [
             ("the projections x W + b", lambda: projected),
             ("the scores Q K^T / sqrt(Dh)", lambda: top),

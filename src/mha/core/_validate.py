@@ -162,6 +162,12 @@ def check_positive(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be positive; got {name}={value}")
 
 
+def check_positive_sizes(**sizes: Any) -> None:
+    """Check that every keyword argument is a positive int, naming the first that is not."""
+    for name, value in sizes.items():
+        check_positive(name, value)
+
+
 def check_at_least(name: str, value: Any, low: int) -> None:
     """Check that ``value`` is an integer of at least ``low`` (a count, a size or an index)."""
     check_int(name, value)

@@ -97,13 +97,9 @@ class KVCache:
         dtype: Any = np.float64,
         device: Any = None,
     ) -> None:
-        for name, value in (
-            ("batch_size", batch_size),
-            ("num_kv_heads", num_kv_heads),
-            ("d_head", d_head),
-            ("capacity", capacity),
-        ):
-            _validate.check_positive(name, value)
+        _validate.check_positive_sizes(
+            batch_size=batch_size, num_kv_heads=num_kv_heads, d_head=d_head, capacity=capacity
+        )
         shape = (batch_size, num_kv_heads, capacity, d_head)
         if dtype is None:
             raise TypeError(

@@ -9,4 +9,11 @@ from __future__ import annotations
 
 
 class AmbiguousMaskWarning(UserWarning):
-    """A 2-D mask ``(L, S)`` that could also be meant as a key-padding mask ``(B, S)``."""
+    """A 2-D mask ``(L, S)`` that could also be meant as a key-padding mask ``(B, S)``.
+
+    The backends warn with it when ``B = L`` and the mask's rows look like key padding; pass
+    ``mask[None, None]`` to state the ``(L, S)`` reading.
+
+    Args:
+        *args: the message, as for any ``Warning``.
+    """

@@ -283,12 +283,7 @@ def kv_cache_peak_memory(
         TypeError: if a size is not an int.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
-    for name, value in (
-        ("num_layers", num_layers),
-        ("num_kv_heads", num_kv_heads),
-        ("d_head", d_head),
-    ):
-        _validate.check_positive(name, value)
+    _validate.check_positive_sizes(num_layers=num_layers, num_kv_heads=num_kv_heads, d_head=d_head)
     for i, (capacity, positions) in enumerate(fills):
         _validate.check_positive(f"fills[{i}] capacity", capacity)
         _validate.check_positive(f"fills[{i}] positions", positions)

@@ -288,11 +288,7 @@ def flash_io_bound(q_len: int, kv_len: int, d_head: int, fast_memory: int) -> fl
         ValueError: if a size is not positive.
         TypeError: if a size is not an int.
     """
-    for name, value in (
-        ("q_len", q_len),
-        ("kv_len", kv_len),
-        ("d_head", d_head),
-        ("fast_memory", fast_memory),
-    ):
-        _validate.check_positive(name, value)
+    _validate.check_positive_sizes(
+        q_len=q_len, kv_len=kv_len, d_head=d_head, fast_memory=fast_memory
+    )
     return q_len * kv_len * d_head**2 / fast_memory

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -70,28 +69,3 @@ def as_tokens(tokens: Any) -> np.ndarray:
     if t.ndim != 2:
         raise ValueError(f"tokens must have shape (B, L); got {t.ndim}-D shape {t.shape}")
     return t
-
-
-def token_target_score(
-    weights: Any, tokens: Any, targets_of: Callable[[np.ndarray], np.ndarray], none: str
-) -> np.ndarray:
-    """Mean weight on the targets ``targets_of(tokens)`` over the queries that have one.
-
-    ``none`` ends the error raised when no query has a target.
-    """
-    t = as_tokens(tokens)
-    w = check_weights(weights)
-    B, L = t.shape
-    if w.ndim < 3 or w.shape[0] != B or w.shape[-2:] != (L, L):
-        raise ValueError(
-            f"weights must have shape (B, ..., L, L) = ({B}, ..., {L}, {L}) to match tokens; "
-            f"got {w.shape}"
-        )
-    targets = targets_of(t)  # (B, L, L)
-    has = targets.any(axis=-1)  # (B, L)
-    if not has.any():
-        raise ValueError(f"tokens must contain a repeated token; {none}")
-    extra = (1,) * (w.ndim - 3)
-    mass = (w * targets.reshape(B, *extra, L, L)).sum(axis=-1)  # (B, ..., L)
-    mass = np.moveaxis(mass, 0, -2)  # (..., B, L)
-    return score(mass[..., has].mean(axis=-1))  # (...)

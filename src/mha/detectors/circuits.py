@@ -4,9 +4,8 @@ Where :mod:`mha.detectors.patterns` scores where a head attends, these scores we
 it reads and writes: :func:`value_norms` and :func:`value_weighted_attention` (attention
 weighted by the size of what each key contributes), :func:`score_terms` (the four terms of a
 query-key score: token-token, token-position, position-token, position-position),
-:func:`copying_score` (how much a head's OV circuit copies a token to the same token's
-logit), and :func:`duplicate_token_score` with :func:`duplicate_targets` (attention to
-earlier copies of the query's token).
+and :func:`copying_score` (how much a head's OV circuit copies a token to the same token's
+logit).
 """
 
 from __future__ import annotations
@@ -15,14 +14,18 @@ from typing import Any
 
 import numpy as np
 
+from mha.backends import np_backend
 from mha.core.params import MHAParams
-from mha.detectors._scoring import (
-    as_tokens,
-    check_weights,
-    float_array,
-    params64,
-    token_target_score,
-)
+from mha.detectors._scoring import check_weights, float_array, params64
+
+
+def _layer_input(x: Any, params: Any, layout: str) -> tuple[np.ndarray, MHAParams]:
+    """``x`` and ``params`` in float64, ``x`` checked to be a layer's input ``(B, n, D)``."""
+    x = float_array("x", x)
+    p = params64(params)
+    if x.ndim != 3 or x.shape[-1] != p.d_model:
+        raise ValueError(f"x must have shape {layout} with D={p.d_model}; got shape {x.shape}")
+    return x, p
 
 
 def value_norms(x: Any, params: MHAParams) -> np.ndarray:
@@ -45,11 +48,8 @@ def value_norms(x: Any, params: MHAParams) -> np.ndarray:
     Raises:
         ValueError: if ``x`` is not ``(B, S, D)`` with D = params.d_model.
     """
-    x = float_array("x", x)
-    p = params64(params)
+    x, p = _layer_input(x, params, "(B, S, D)")
     H, D, Dh = p.num_heads, p.d_model, p.d_head
-    if x.ndim != 3 or x.shape[-1] != D:
-        raise ValueError(f"x must have shape (B, S, D) with D={D}; got shape {x.shape}")
     v = x @ p.w_v + (0.0 if p.b_v is None else p.b_v)  # (B, S, D)
     v = v.reshape(*x.shape[:2], H, Dh).transpose(0, 2, 1, 3)  # (B, S, D) -> (B, H, S, Dh)
     out = np.einsum("bhsd,hde->bhse", v, p.w_o.reshape(H, Dh, D))  # (B, H, S, D)
@@ -119,13 +119,8 @@ def score_terms(x: Any, params: MHAParams) -> dict[str, np.ndarray]:
     Raises:
         ValueError: if ``x`` is not ``(B, L, D)`` with D = params.d_model.
     """
-    x = float_array("x", x)
-    p = params64(params)
+    x, p = _layer_input(x, params, "(B, L, D)")
     H, D, Dh = p.num_heads, p.d_model, p.d_head
-    if x.ndim != 3 or x.shape[-1] != D:
-        raise ValueError(f"x must have shape (B, L, D) with D={D}; got shape {x.shape}")
-
-    from mha.backends import np_backend
 
     q = np_backend.split_heads(x @ p.w_q, H)  # (B, L, D) -> (B, H, L, Dh)
     k = np_backend.split_heads(x @ p.w_k, H)  # (B, L, D) -> (B, H, L, Dh)
@@ -192,55 +187,3 @@ def copying_score(w_e: Any, w_v: Any, w_o: Any, w_u: Any) -> np.ndarray:
     if (total == 0).any():
         raise ValueError("the OV circuit must have a non-zero eigenvalue; got a zero circuit")
     return lam.sum(axis=-1).real / total
-
-
-def duplicate_targets(tokens: Any) -> np.ndarray:
-    """Where a duplicate-token head should attend: every other position holding the query's token.
-
-    ``targets[b, i, j]`` is True when ``j != i`` and ``tokens[b, j] == tokens[b, i]``, in
-    both directions (an encoder's query may look at a later copy as well as an earlier
-    one). Queries whose token occurs once have no target. Beside :func:`induction_targets`,
-    which marks the key *after* an earlier copy, this marks the copy itself.
-
-    Args:
-        tokens: token ids (NumPy or torch).
-
-    Shape:
-        tokens ``(B, L)``. Returns ``(B, L, L)`` bool, indexed ``[b, query, key]``.
-
-    Returns:
-        The boolean targets, ``[b, query, key]``.
-
-    Raises:
-        ValueError: if ``tokens`` is not 2-D.
-        TypeError: if ``tokens`` is not an integer array.
-    """
-    t = as_tokens(tokens)
-    same = t[:, :, None] == t[:, None, :]  # (B, L, L): [b, i, j] = tokens[i] == tokens[j]
-    return same & ~np.eye(t.shape[1], dtype=bool)
-
-
-def duplicate_token_score(weights: Any, tokens: Any) -> np.ndarray:
-    """Mean attention mass the queries put on the other copies of their own token.
-
-    Averages, over every (sequence, query) pair that has a target in
-    :func:`duplicate_targets`, the total weight of that query's row on its targets. On a
-    random segment repeated once, a head that looks from each token to its other copy
-    scores 1, an induction head about 0.
-
-    Args:
-        weights: attention weights, batch first, e.g. ``(B, H, L, L)`` for one layer.
-        tokens: the token ids the weights were computed on.
-
-    Shape:
-        weights ``(B, ..., L, L)``, tokens ``(B, L)``. Returns ``(...)``, e.g. ``(H,)``.
-
-    Returns:
-        The scores in ``[0, 1]``, one per middle index (e.g. per head).
-
-    Raises:
-        ValueError: if the shapes do not match, the rows of ``weights`` are not
-            distributions, or no token occurs twice.
-        TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
-    """
-    return token_target_score(weights, tokens, duplicate_targets, "no query has a duplicate")

@@ -35,14 +35,14 @@ as a CPU ``torch.Tensor``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from mha.core import _validate
 from mha.core._np_checks import as_numpy, boolean_mask
-from mha.detectors._scoring import as_tokens, check_weights, float_array, score, token_target_score
+from mha.detectors._scoring import as_tokens, check_weights, float_array, score
 
 """How far a row of ``weights`` may sum from 1 (float32 softmax rounding is far below it)."""
 
@@ -459,7 +459,7 @@ def induction_score(weights: Any, tokens: Any) -> np.ndarray:
             distributions, or no query has a target (no token repeats).
         TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
     """
-    return token_target_score(
+    return _token_target_score(
         weights, tokens, induction_targets, "no query has an induction target"
     )
 
@@ -670,3 +670,80 @@ def offset_accuracy(heads: Sequence[int | None], offset: int) -> float:
     if not scored:
         raise ValueError("heads must give at least one word a head; got none")
     return float(np.mean([i + offset == h for i, h in scored]))
+
+
+def duplicate_targets(tokens: Any) -> np.ndarray:
+    """Where a duplicate-token head should attend: every other position holding the query's token.
+
+    ``targets[b, i, j]`` is True when ``j != i`` and ``tokens[b, j] == tokens[b, i]``, in
+    both directions (an encoder's query may look at a later copy as well as an earlier
+    one). Queries whose token occurs once have no target. Beside :func:`induction_targets`,
+    which marks the key *after* an earlier copy, this marks the copy itself.
+
+    Args:
+        tokens: token ids (NumPy or torch).
+
+    Shape:
+        tokens ``(B, L)``. Returns ``(B, L, L)`` bool, indexed ``[b, query, key]``.
+
+    Returns:
+        The boolean targets, ``[b, query, key]``.
+
+    Raises:
+        ValueError: if ``tokens`` is not 2-D.
+        TypeError: if ``tokens`` is not an integer array.
+    """
+    t = as_tokens(tokens)
+    same = t[:, :, None] == t[:, None, :]  # (B, L, L): [b, i, j] = tokens[i] == tokens[j]
+    return same & ~np.eye(t.shape[1], dtype=bool)
+
+
+def duplicate_token_score(weights: Any, tokens: Any) -> np.ndarray:
+    """Mean attention mass the queries put on the other copies of their own token.
+
+    Averages, over every (sequence, query) pair that has a target in
+    :func:`duplicate_targets`, the total weight of that query's row on its targets. On a
+    random segment repeated once, a head that looks from each token to its other copy
+    scores 1, an induction head about 0.
+
+    Args:
+        weights: attention weights, batch first, e.g. ``(B, H, L, L)`` for one layer.
+        tokens: the token ids the weights were computed on.
+
+    Shape:
+        weights ``(B, ..., L, L)``, tokens ``(B, L)``. Returns ``(...)``, e.g. ``(H,)``.
+
+    Returns:
+        The scores in ``[0, 1]``, one per middle index (e.g. per head).
+
+    Raises:
+        ValueError: if the shapes do not match, the rows of ``weights`` are not
+            distributions, or no token occurs twice.
+        TypeError: if ``weights`` is not floating or ``tokens`` is not integer.
+    """
+    return _token_target_score(weights, tokens, duplicate_targets, "no query has a duplicate")
+
+
+def _token_target_score(
+    weights: Any, tokens: Any, targets_of: Callable[[np.ndarray], np.ndarray], none: str
+) -> np.ndarray:
+    """Mean weight on the targets ``targets_of(tokens)`` over the queries that have one.
+
+    ``none`` ends the error raised when no query has a target.
+    """
+    t = as_tokens(tokens)
+    w = check_weights(weights)
+    B, L = t.shape
+    if w.ndim < 3 or w.shape[0] != B or w.shape[-2:] != (L, L):
+        raise ValueError(
+            f"weights must have shape (B, ..., L, L) = ({B}, ..., {L}, {L}) to match tokens; "
+            f"got {w.shape}"
+        )
+    targets = targets_of(t)  # (B, L, L)
+    has = targets.any(axis=-1)  # (B, L)
+    if not has.any():
+        raise ValueError(f"tokens must contain a repeated token; {none}")
+    extra = (1,) * (w.ndim - 3)
+    mass = (w * targets.reshape(B, *extra, L, L)).sum(axis=-1)  # (B, ..., L)
+    mass = np.moveaxis(mass, 0, -2)  # (..., B, L)
+    return score(mass[..., has].mean(axis=-1))  # (...)

@@ -123,9 +123,8 @@ def table(
     """A Markdown table that a notebook displays as a table: :func:`markdown_table`, shown.
 
     Args:
-        columns: the column headers.
-        rows: the rows, one value per column.
-        formats: as in :func:`markdown_table`.
+        columns, rows, formats: the headers, the rows and the formats of the cells, as
+            :func:`markdown_table` takes them.
 
     Returns:
         An ``IPython.display.Markdown`` object; the last value of a cell is displayed.

@@ -138,12 +138,9 @@ class AttentionOnlyTransformer(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        for name, value in (
-            ("vocab_size", vocab_size),
-            ("max_len", max_len),
-            ("num_layers", num_layers),
-        ):
-            _validate.check_positive(name, value)
+        _validate.check_positive_sizes(
+            vocab_size=vocab_size, max_len=max_len, num_layers=num_layers
+        )
         gen = torch.Generator().manual_seed(seed)
         scale = 1.0 / math.sqrt(d_model)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.detectors import circuits, patterns
+from mha.detectors import patterns
 from mha.models.minilm import MiniLM
 
 
@@ -224,7 +224,7 @@ def repeated_random_ids(
     repeats are the second copy: on these inputs a head that looks from the second copy
     of a word to the word after its first copy is an induction head
     (:func:`mha.detectors.patterns.induction_score`), one that looks at the other copy a
-    duplicate-token head (:func:`mha.detectors.circuits.duplicate_token_score`).
+    duplicate-token head (:func:`mha.detectors.patterns.duplicate_token_score`).
 
     Args:
         model: the model (for its vocabulary).
@@ -296,7 +296,7 @@ def repeated_token_scores(
     )
     return {
         "induction": patterns.induction_score(w, ids),
-        "duplicate": circuits.duplicate_token_score(w, ids),
+        "duplicate": patterns.duplicate_token_score(w, ids),
         "uniform_induction": patterns.induction_score(uniform, ids),
-        "uniform_duplicate": circuits.duplicate_token_score(uniform, ids),
+        "uniform_duplicate": patterns.duplicate_token_score(uniform, ids),
     }

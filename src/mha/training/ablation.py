@@ -490,11 +490,8 @@ def path_ablation_losses(
     """:func:`segment_losses` of the model under :func:`path_ablation`.
 
     Args:
-        model: the model.
-        batch: the data.
-        off: ``(layer, head)`` pairs whose term is removed.
-        paths: a subset of :data:`PATHS`.
-        replacement: ``"zero"`` or ``"mean"``.
+        batch: the data; :func:`path_ablation` runs on its tokens.
+        model, off, paths, replacement: as :func:`path_ablation` takes them.
 
     Returns:
         ``{"first": ..., "repeat": ..., "all": ...}`` as :func:`segment_losses`.

@@ -251,13 +251,9 @@ def score_tensor_bytes(
         ValueError: if a size is not positive.
         TypeError: if a size is not an int or ``dtype`` is not a dtype.
     """
-    for name, value in (
-        ("batch_size", batch_size),
-        ("q_len", q_len),
-        ("kv_len", kv_len),
-        ("num_heads", num_heads),
-    ):
-        _validate.check_positive(name, value)
+    _validate.check_positive_sizes(
+        batch_size=batch_size, q_len=q_len, kv_len=kv_len, num_heads=num_heads
+    )
     return batch_size * num_heads * q_len * kv_len * _itemsize(dtype)
 
 
@@ -294,14 +290,13 @@ def kv_cache_bytes(
         ValueError: if a size is not positive.
         TypeError: if a size is not an int or ``dtype`` is not a dtype.
     """
-    for name, value in (
-        ("num_layers", num_layers),
-        ("kv_len", kv_len),
-        ("num_kv_heads", num_kv_heads),
-        ("d_head", d_head),
-        ("batch_size", batch_size),
-    ):
-        _validate.check_positive(name, value)
+    _validate.check_positive_sizes(
+        num_layers=num_layers,
+        kv_len=kv_len,
+        num_kv_heads=num_kv_heads,
+        d_head=d_head,
+        batch_size=batch_size,
+    )
     return 2 * num_layers * batch_size * kv_len * num_kv_heads * d_head * _itemsize(dtype)
 
 
@@ -644,12 +639,7 @@ def decode_step_cost(
         TypeError: if a size is not an int or ``cached`` is not a bool.
     """
     _validate.check_sizes(d_model, num_heads)
-    for name, value in (
-        ("num_kv_heads", num_kv_heads),
-        ("kv_len", kv_len),
-        ("batch_size", batch_size),
-    ):
-        _validate.check_positive(name, value)
+    _validate.check_positive_sizes(num_kv_heads=num_kv_heads, kv_len=kv_len, batch_size=batch_size)
     if num_heads % num_kv_heads != 0:
         raise ValueError(
             f"num_kv_heads must divide num_heads; got num_heads={num_heads}, "
