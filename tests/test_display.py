@@ -91,8 +91,8 @@ def test_error_message_shows_the_class_and_message_of_the_expected_error() -> No
 
 
 def test_table_displays_the_markdown_table_of_its_rows() -> None:
-    shown = formatting.table(["head", "score"], [("1.2", 0.5)], formats=[None, "{:.2f}"])
+    shown = formatting.table(["head", "score"], [("1.2", 0.5)])
     assert type(shown).__name__ == "Markdown"
-    assert shown.data == formatting.markdown_table(["head", "score"], [("1.2", "0.50")])
+    assert shown.data == "| head | score |\n|---|---|\n| 1.2 | 0.5 |"
     with pytest.raises(ValueError, match=r"rows\[0\] must have one value per column \(2\)"):
         formatting.table(["a", "b"], [(1,)])

@@ -29,6 +29,7 @@ from mha.analysis import _linalg
 from mha.backends import np_backend
 from mha.core import _tools, packing
 from mha.core.params import MHAParams
+from mha.detectors import circuits
 
 
 def default_rtol(shape: tuple[int, int], dtype: Any = np.float64) -> float:
@@ -282,7 +283,6 @@ def query_bias_shares(model: Any, texts: list[str]) -> dict[str, Any]:
     Raises:
         ValueError: if ``texts`` is empty.
     """
-    from mha.detectors import circuits
 
     if not texts:
         raise ValueError("texts must hold at least one text; got none")

@@ -20,6 +20,8 @@ from mha.core._validate import (
     check_mha_mask,
     check_same_dtype,
 )
+from mha.core.kv_cache import KVCache
+from mha.core.params import MHAParams
 
 
 def check_mha(
@@ -41,9 +43,6 @@ def check_mha(
         The largest magnitude of each input and parameter array, by name (for
         :func:`mha_bound`).
     """
-    from mha.core.params import (
-        MHAParams,  # here, not at the top: mha.core.params imports this module
-    )
 
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
@@ -72,7 +71,6 @@ def check_cache(
     cache: Any, params: Any, batch_size: int, new: int, dtype: Any, form: str, kind: ArrayKind
 ) -> int:
     """Check that a key/value cache fits this call; return S, the positions after appending."""
-    from mha.core.kv_cache import KVCache  # here: mha.core.kv_cache imports this module
 
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a mha.core.kv_cache.KVCache; got {type(cache).__name__}")

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from mha.core._validate import check_int, check_sizes
+from mha.core._validate import check_int, check_positive, check_sizes
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
 
@@ -47,7 +47,6 @@ def check_kv_heads(num_heads: int, num_kv_heads: int) -> None:
         ValueError: if ``num_kv_heads`` is not positive or does not divide ``num_heads``.
         TypeError: if ``num_kv_heads`` is not an int.
     """
-    from mha.core._validate import check_positive
 
     check_positive("num_kv_heads", num_kv_heads)
     if num_heads % num_kv_heads != 0:

@@ -18,6 +18,7 @@ import ctypes
 import json
 import math
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -175,7 +176,6 @@ def _on_one_cpu() -> Iterator[None]:
     on (the batch grows with the number of CPUs). On one CPU the lag is one batch, at most
     ``max(32, 2 n_cpus)`` pages: 512 KiB with 64 CPUs.
     """
-    import os
 
     if not hasattr(os, "sched_getaffinity"):
         yield
@@ -376,7 +376,6 @@ def cpu_model() -> str:
         The ``model name`` of ``/proc/cpuinfo`` on Linux, else :func:`platform.processor`
         or :func:`platform.machine`; ``"unknown CPU"`` if none says.
     """
-    import platform
 
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():

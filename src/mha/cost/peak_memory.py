@@ -16,11 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.backends import torch_backend
+from mha.backends import np_backend, torch_backend
 from mha.backends.module import to_torch_mha
 from mha.core import _validate
+from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams, init_params
 from mha.cost.measure import peak_rss_increase, run_child
+from mha.numerics import backward
 
 MEMORY_PATHS = (
     "explicit",
@@ -141,8 +143,6 @@ TILED_MEMORY_PATHS = ("numpy", "numpy tiled", "sdpa", "numpy backward", "numpy t
 
 
 def _tiled_memory_runner(path: str, params: MHAParams, x: np.ndarray) -> Callable[[], Any]:
-    from mha.backends import np_backend
-    from mha.numerics import backward
 
     N = np_backend
     if path == "numpy":
@@ -232,7 +232,6 @@ def _kv_cache_fill(
     num_layers: int, num_kv_heads: int, d_head: int, capacity: int, positions: int
 ) -> list[Any]:
     """Caches of ``num_layers`` layers of ``capacity``, each holding ``positions`` (float32)."""
-    from mha.core.kv_cache import KVCache
 
     caches = [
         KVCache(1, num_kv_heads, d_head, capacity, dtype=torch.float32) for _ in range(num_layers)

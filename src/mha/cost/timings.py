@@ -19,11 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.backends import torch_backend
+from mha.backends import np_backend, tiled, torch_backend
 from mha.backends.module import to_torch_mha
 from mha.core import _validate
+from mha.core._tools import one_thread
+from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams, init_params
 from mha.cost.measure import calibrate, clock_named, interleaved_times, mean_time, run_child
+from mha.numerics import backward
 
 FORMS_TIMED = ("per_head", "fused", "packed", "nn.MultiheadAttention", "sdpa")
 
@@ -165,7 +168,6 @@ def time_form_rounds(
         ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or an
             unknown clock.
     """
-    from mha.core._tools import one_thread
 
     _validate.check_positive("batch_size", batch_size)
     _validate.check_positive("q_len", q_len)
@@ -201,7 +203,6 @@ def trivial_op_time(*, calls: int = 2000, repeat: int = 5, clock: str = "cpu") -
         ValueError, TypeError: if ``calls`` or ``repeat`` is not a positive int, or the clock
             is unknown.
     """
-    from mha.core._tools import one_thread
 
     _validate.check_positive("calls", calls)
     _validate.check_positive("repeat", repeat)
@@ -253,7 +254,6 @@ def projection_times(
         ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or
             an unknown clock.
     """
-    from mha.core._tools import one_thread
 
     _validate.check_positive("q_len", q_len)
     _validate.check_sizes(d_model, num_heads)
@@ -296,8 +296,6 @@ def _deferred_attention(q: np.ndarray, k: np.ndarray, v_: np.ndarray) -> np.ndar
 
 def _tiled_time_child() -> None:
     """Entry point of the child process of :func:`time_tiled` (JSON on stdin)."""
-    from mha.backends import np_backend, tiled
-    from mha.numerics import backward
 
     spec = json.loads(sys.stdin.read())
     if spec["threads"] is not None:
@@ -516,7 +514,6 @@ def decode_times(
             model's ``max_len``, or ``statistic`` is unknown.
         TypeError: if a length or count is not an int.
     """
-    from mha.core._tools import one_thread
 
     for name, value in (("steps", steps), ("repeat", repeat)):
         _validate.check_positive(name, value)
@@ -607,9 +604,6 @@ def cached_step_times(
             or ``flush_bytes`` is negative.
         TypeError: if a size is not an int.
     """
-    from mha.core._tools import one_thread
-    from mha.core.kv_cache import KVCache
-    from mha.core.params import init_params
 
     _validate.check_sizes(d_model, num_heads)
     for name, values in (("kv_heads", kv_heads), ("kv_lens", kv_lens)):

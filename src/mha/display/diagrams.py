@@ -17,9 +17,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mha.core import _validate
+from mha.core import _validate, packing
 from mha.core._np_checks import as_numpy
 from mha.display.plotting import HEAD_COLOURS, SEQUENTIAL
+from mha.display.shapes import resolve_layout
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,6 @@ def _layout_text(layout: str, sizes: Mapping[str, int] | None) -> str:
     text = layout.replace("Dh", "D<sub>h</sub>").replace("*", "·")
     if sizes is None:
         return text
-    from mha.display.shapes import resolve_layout
 
     return f"{text} = {resolve_layout(layout, sizes)}"
 
@@ -258,7 +258,6 @@ def weight_ownership(
     Raises:
         ValueError: if the layer has fewer key/value heads than query heads.
     """
-    from mha.core import packing
 
     D, H = params.d_model, params.num_heads
     if params.num_kv_heads != H:

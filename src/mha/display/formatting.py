@@ -115,26 +115,25 @@ def markdown_table(
     return "\n".join(lines)
 
 
-def table(
-    columns: Sequence[str],
-    rows: Iterable[Sequence[Any]],
-    formats: Sequence[str | None] | None = None,
-) -> Any:
-    """A Markdown table that a notebook displays as a table: :func:`markdown_table`, shown.
+def table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Any:
+    """A Markdown table that a notebook shows as a table: :func:`markdown_table`, displayed.
+
+    The cells are written with ``str``; for other formats, display
+    ``IPython.display.Markdown(markdown_table(columns, rows, formats))``.
 
     Args:
-        columns, rows, formats: the headers, the rows and the formats of the cells, as
-            :func:`markdown_table` takes them.
+        columns: the column headers.
+        rows: the rows, one value per column.
 
     Returns:
-        An ``IPython.display.Markdown`` object; the last value of a cell is displayed.
+        An ``IPython.display.Markdown`` object; as the last value of a cell it is displayed.
 
     Raises:
-        ValueError: as :func:`markdown_table`.
+        ValueError: if a row does not have one value per column.
     """
     from IPython.display import Markdown  # here: only a notebook needs IPython
 
-    return Markdown(markdown_table(columns, rows, formats))
+    return Markdown(markdown_table(columns, rows))
 
 
 def error_message(

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mha.backends import np_backend
 from mha.backends.module import MultiHeadAttention
 from mha.core import _validate
 from mha.core._tools import one_thread
-from mha.core.params import MHAParams
+from mha.core.params import MHAParams, init_params
 
 
 def worked_example() -> tuple[np.ndarray, MHAParams]:
@@ -302,8 +303,6 @@ def residual_stack(
         TypeError: if ``norm_first`` is not a bool.
     """
     _validate.check_bool("norm_first", norm_first)
-    from mha.backends import np_backend
-    from mha.core.params import init_params
 
     streams = [x]
     for k in range(num_blocks):

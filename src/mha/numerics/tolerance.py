@@ -50,9 +50,11 @@ from typing import Any
 
 import numpy as np
 
+from mha.backends import np_backend
 from mha.core import _np_checks, _validate
 from mha.core._np_checks import as_numpy, broadcast
 from mha.core._validate import check_positive
+from mha.core.params import MHAParams, repeat_kv_heads
 
 ATTENTION_ROW_SUM_ATOL = 1e-4
 """How far a row of attention weights given to a detector (:mod:`mha.detectors`) may sum
@@ -413,8 +415,6 @@ def attention_tolerance(
             :func:`mha.backends.np_backend.multi_head_attention` (shapes, empty sequences, a mask
             that does not broadcast, NaN or infinite inputs), checked on the float64 copies.
     """
-    from mha.backends import np_backend
-    from mha.core.params import MHAParams, repeat_kv_heads
 
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
