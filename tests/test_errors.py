@@ -1857,7 +1857,7 @@ def _numeric_cases():
         want = mha.numerics.backward.tiled_attention(
             a["query"], a["key"], a["value"], a["out"], a["lse"], a["d_out"], a["mask"]
         )
-        tols = mha.numerics.backward.attention_gradient_tolerance(
+        tols = mha.numerics.tolerance.attention_gradient_tolerance(
             a["query"], a["key"], a["value"], a["weights"], a["d_out"]
         )
         for g, w, t in zip(got, want, tols, strict=True):
@@ -1977,8 +1977,8 @@ def _numeric_cases():
             {"saved": ["None", "tuple"], "d_out": [*_ARRAY_BAD, "width+1", "batch+1"]}, {},
             None,
         ),
-        "backward.gradient_tolerance": (
-            saved_and_d_out, lambda a: G.gradient_tolerance(**a),
+        "tolerance.gradient_tolerance": (
+            saved_and_d_out, lambda a: T.gradient_tolerance(**a),
             {"saved": ["None", "tuple"], "d_out": [*_ARRAY_BAD, "width+1", "batch+1"]}, {},
             None,
         ),

@@ -225,7 +225,7 @@ def test_aligned_causal_attention_and_its_gradients_equal_pytorch_causal_bias(
     assert_close(out[:, seen], ref_out[:, seen], out_tol, name="output against PyTorch")
     np.testing.assert_array_equal(out[:, ~seen], 0.0)  # exact: an empty row is set to zero
     _, weights = np_backend.scaled_dot_product_attention(q, k, v, mask)
-    bounds = G.attention_gradient_tolerance(q, k, v, weights, d_out)
+    bounds = tolerance.attention_gradient_tolerance(q, k, v, weights, d_out)
     for name, g, r, b in zip(("d_query", "d_key", "d_value"), grads, ref_grads, bounds,
                              strict=True):  # fmt: skip
         assert_close(g, r, b, name=f"{name} against PyTorch")

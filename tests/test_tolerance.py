@@ -366,7 +366,7 @@ def test_a_dtype_of_none_is_refused_not_read_as_float64(fn) -> None:
         (
             lambda: tolerance.assert_close(np.ones(2), np.ones(2), np.ones(3)),
             ValueError,
-            r"tolerance must broadcast to the shape of actual \(2,\); got \(3,\)",
+            r"tolerance must broadcast to the shape of actual \(2,\); got shape \(3,\)",
         ),
         (
             lambda: tolerance.assert_close(torch.ones(2, device="meta"), np.ones(2), 0.0),

@@ -678,7 +678,7 @@ def test_torch_func_grad_equals_autograd(form: str, need_weights: bool) -> None:
     x_g = x.clone().requires_grad_()
     (by_autograd,) = torch.autograd.grad(loss(x_g), x_g)
     out, saved = backward.multi_head_attention_forward(x.numpy(), x.numpy(), x.numpy(), p)
-    tol = backward.gradient_tolerance(saved, 2 * out)  # d(sum out^2) / d out = 2 out
+    tol = tolerance.gradient_tolerance(saved, 2 * out)  # d(sum out^2) / d out = 2 out
     tolerance.assert_close(by_func, by_autograd, tol.d_query + tol.d_key + tol.d_value)
 
 
@@ -691,7 +691,7 @@ def test_torch_func_grad_reaches_the_modules_parameters() -> None:
     out, saved = backward.multi_head_attention_forward(
         x.numpy(), x.numpy(), x.numpy(), m.params().to_numpy()
     )
-    tol = backward.gradient_tolerance(saved, np.ones_like(out)).d_params
+    tol = tolerance.gradient_tolerance(saved, np.ones_like(out)).d_params
     for name, t in m.named_parameters():
         tolerance.assert_close(grads[name], t.grad, getattr(tol, name), name=name)
 

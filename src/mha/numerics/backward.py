@@ -16,8 +16,8 @@ time (``rowsum(dA * A)`` equals ``rowsum(dO * O)``, which needs no ``A``).
 :func:`multi_head_attention` differentiates the whole layer of
 :func:`mha.backends.np_backend.multi_head_attention` (projections and biases, head split and merge,
 output projection, masks) from what :func:`multi_head_attention_forward` saved, and
-:func:`compare_with_autograd` checks it against PyTorch autograd within
-:func:`gradient_tolerance`.
+:func:`mha.numerics.gradcheck.compare_with_autograd` checks it against PyTorch autograd within
+:func:`mha.numerics.tolerance.gradient_tolerance`.
 
 Grouped-query attention (``H_kv < H`` key/value heads, :class:`mha.MHAParams`) is the
 general case: each key/value head serves the ``G = H / H_kv`` query heads of its group, and
@@ -39,7 +39,6 @@ from mha.backends import _mha_checks, np_backend, tiled
 from mha.backends._tiles import causal_offset, tile_mask
 from mha.core import _groups, _np_checks, _overflow, _validate
 from mha.core.params import MHAParams
-from mha.numerics.tolerance import gamma
 
 BACKWARD_FORMS = ("fused", "tiled")
 
@@ -568,7 +567,7 @@ def multi_head_attention_forward(
 
 
 def _check_d_out(saved: MHASaved, d_out: np.ndarray) -> None:
-    """The checks of :func:`multi_head_attention` and :func:`gradient_tolerance`, one set."""
+    """The checks of :func:`multi_head_attention` and :func:`gradient_magnitudes`, one set."""
     if not isinstance(saved, MHASaved):
         raise TypeError(f"saved must be MHASaved; got {_validate.describe(saved)}")
     _np_checks.check_array("d_out", d_out)
@@ -641,7 +640,7 @@ def _sdpa_magnitudes(q, k, v_, weights, d_out, tiny):
     ``dZ`` becomes ``A * (dA + rowsum(dA * A))``: every term that the true ``dZ`` adds or
     subtracts, counted with its absolute value. ``tiny`` (the dtype's smallest normal
     number) is added to every rounded intermediate and result, for underflow (see
-    :func:`gradient_tolerance`); the weights are expected to carry it already.
+    :func:`gradient_magnitudes`); the weights are expected to carry it already.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
     c_max = float(np.matmul(q, k.swapaxes(-1, -2)).max()) * scale
@@ -652,21 +651,18 @@ def _sdpa_magnitudes(q, k, v_, weights, d_out, tiny):
     return np.matmul(d_s, k) + tiny, np.matmul(d_s.swapaxes(-1, -2), q) + tiny, d_v, c_max
 
 
-def attention_gradient_tolerance(
+def attention_gradient_magnitudes(
     query: np.ndarray,
     key: np.ndarray,
     value: np.ndarray,
     weights: np.ndarray,
     d_out: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """How far two routes to the gradients of :func:`scaled_dot_product_attention` may differ.
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], float, int]:
+    """The backward of :func:`scaled_dot_product_attention` run on magnitudes, in float64.
 
-    The bound of :func:`gradient_tolerance` for attention alone: the backward run in float64
-    on magnitudes (absolute values, and ``A * (dA + rowsum(dA * A))`` for the softmax, with
-    the dtype's ``tiny`` added to every rounded stage for underflow), times
-    ``2 (8 + 4c + 4) gamma_n``: at most 8 rounded stages, and the weights' own relative error
-    ``(4c + 4) gamma_n`` from the forward, ``c`` the largest score magnitude and ``n`` the
-    longest sum.
+    Absolute values throughout, ``A * (dA + rowsum(dA * A))`` for the softmax, and the
+    dtype's ``tiny`` added to every rounded stage for underflow: what
+    :func:`mha.numerics.tolerance.attention_gradient_tolerance` scales into a bound.
 
     Args:
         query: the forward's queries.
@@ -675,16 +671,13 @@ def attention_gradient_tolerance(
         weights: its attention weights.
         d_out: the gradient of the loss with respect to the output.
 
-    Returns:
-        ``(query_tolerance, key_tolerance, value_tolerance)``, absolute bounds entry by
-        entry on the gradients of two routes.
-
     Shape:
-        As in :func:`scaled_dot_product_attention`. Returns tolerances of the shapes of
-        query, key and value.
+        As in :func:`scaled_dot_product_attention`; the magnitudes have the shapes of query,
+        key and value.
 
     Returns:
-        Float64 tolerances ``(for d_query, for d_key, for d_value)``, entry by entry.
+        ``((for d_query, for d_key, for d_value), c, n)``: the magnitudes, the largest score
+        magnitude ``c`` and the longest sum ``n``.
 
     Raises:
         The errors of :func:`scaled_dot_product_attention`.
@@ -692,44 +685,22 @@ def attention_gradient_tolerance(
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
     _np_checks.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
     q, k, v_, a, d_o = (np.abs(x).astype(np.float64) for x in (query, key, value, weights, d_out))
-    tiny = float(np.finfo(query.dtype).tiny)  # for underflow, as in gradient_tolerance
+    tiny = float(np.finfo(query.dtype).tiny)  # for underflow, as in gradient_magnitudes
     d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, v_, a + tiny, d_o, tiny)
     n = max(L, S, query.shape[-1], value.shape[-1])
-    factor = 2 * (8 + 4 * c_max + 4) * gamma(query.dtype, n)
-    return (
-        factor * _unbroadcast(d_q, query.shape),
-        factor * _unbroadcast(d_k, key.shape),
-        factor * _unbroadcast(d_v, value.shape),
-    )
+    shapes = (query.shape, key.shape, value.shape)
+    return tuple(_unbroadcast(g, s) for g, s in zip((d_q, d_k, d_v), shapes, strict=True)), c_max, n
 
 
-def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
-    """How far two routes to the gradients of :func:`multi_head_attention` may differ.
+def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradients, float, int]:
+    """The backward of :func:`multi_head_attention` run on magnitudes, in float64.
 
-    A first-order rounding bound, entry by entry, for any two summation orders (this module
-    against autograd, the fused against the tiled backward, another BLAS). The backward
-    pass is run once more in float64 on magnitudes: every input, weight and bias replaced by
-    its absolute value and ``dZ = A * (dA - rowsum(dA * A))`` by ``A * (dA + rowsum(dA * A))``,
-    so that each result bounds the sum of the absolute values of everything added into the
-    gradient. Each of the at most 10 rounded stages of the chain errs by ``gamma_n`` relative
-    to those magnitudes (``n`` the longest sum, :func:`mha.numerics.tolerance.gamma`), and the
-    forward's weights ``A`` by a relative ``(4c + 4) gamma_n`` with ``c`` the largest score
-    magnitude (as in :func:`mha.numerics.tolerance.tiled_attention_tolerance`). The tolerance is
-    twice ``(10 + 4c + 4) gamma_n`` times the magnitude.
-
-    Underflow. The bound ``|fl(x) - x| <= u |x|`` holds in the normal range only; a result
-    below the smallest normal number ``tiny`` is rounded to a multiple of the smallest
-    subnormal ``eta = 2 u tiny``, with an absolute error up to ``eta / 2 = u tiny``. So every
-    rounding errs by at most ``u (|x| + tiny)`` (Higham, 2nd ed., eq. 2.8), and a sum of
-    ``n`` rounded products by at most ``gamma_n (sum_k |x_k y_k| + tiny)``. The magnitude
-    pass therefore adds ``tiny`` to every rounded intermediate (projections, weights, each
-    stage of the backward and each gradient) before it is used, so the underflow errors are
-    carried through the later stages as the relative ones are. This matters only where a
-    gradient is itself near or below ``tiny`` (in float32, about ``1e-38``: weights like
-    ``e^-97``, whose gradients are subnormal and differ between routes by a few ``eta``).
-
-    It forms the ``(B, H, L, S)`` weights (recomputed for the tiled form), so it is meant for
-    tests and examples, not for long sequences.
+    Every input, weight and bias replaced by its absolute value and
+    ``dZ = A * (dA - rowsum(dA * A))`` by ``A * (dA + rowsum(dA * A))``, with the dtype's
+    ``tiny`` added to every rounded intermediate: each result bounds the sum of the absolute
+    values of everything added into its gradient, which
+    :func:`mha.numerics.tolerance.gradient_tolerance` scales into a bound. It forms the
+    ``(B, H, L, S)`` weights (recomputed for the tiled form).
 
     Args:
         saved: what :func:`multi_head_attention_forward` returned.
@@ -739,7 +710,8 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
         d_out ``(B, L, D)``.
 
     Returns:
-        :class:`MHAGradients` of float64 tolerances, each of its gradient's shape.
+        ``(magnitudes, c, n)``: :class:`MHAGradients` of float64 magnitudes, each of its
+        gradient's shape, the largest score magnitude ``c`` and the longest sum ``n``.
 
     Raises:
         The errors of :func:`multi_head_attention`.
@@ -779,130 +751,12 @@ def gradient_tolerance(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     B, L, D = saved.query.shape
     S = saved.key.shape[1]
     n = max(B * L, B * S, L, S, D, H // H_kv * L)  # the group sum of d_key adds G L terms
-    factor = 2 * (10 + 4 * c_max + 4) * gamma(saved.query.dtype, n)
     d_params = MHAParams(
-        factor * np.concatenate([g[1] for g in grads], axis=1),
-        factor * d_w_o,
-        None if p.b_qkv is None else factor * np.concatenate([g[2] for g in grads]),
-        None if p.b_o is None else factor * d_b_o,
+        np.concatenate([g[1] for g in grads], axis=1),
+        d_w_o,
+        None if p.b_qkv is None else np.concatenate([g[2] for g in grads]),
+        None if p.b_o is None else d_b_o,
         H,
         H_kv,
     )
-    return MHAGradients(*(factor * g[0] for g in grads), d_params)
-
-
-@dataclass(frozen=True)
-class GradientCheck:
-    """One gradient by hand against autograd's (see :func:`compare_with_autograd`).
-
-    Attributes:
-        difference: the largest ``|by hand - autograd|`` over the entries.
-        largest: the largest ``|autograd|`` entry (the gradient's size).
-        used: the largest ``|by hand - autograd| / tolerance`` over the entries, the share of
-            :func:`gradient_tolerance` used (at most 1 when the check passes).
-    """
-
-    difference: float
-    largest: float
-    used: float
-
-    @property
-    def relative(self) -> float:
-        """``difference / largest``."""
-        return self.difference / self.largest if self.largest else self.difference
-
-    @property
-    def within(self) -> bool:
-        """Whether every entry is within its tolerance."""
-        return self.used <= 1.0
-
-
-def _check_against(ours: np.ndarray, theirs: np.ndarray, tol: np.ndarray) -> GradientCheck:
-    diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
-    tol = np.asarray(tol, dtype=np.float64)
-    used = np.where(tol > 0, diff / np.where(tol > 0, tol, 1.0), np.where(diff > 0, np.inf, 0.0))
-    return GradientCheck(float(diff.max()), float(np.abs(theirs).max()), float(used.max()))
-
-
-def compare_with_autograd(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    params: MHAParams,
-    d_out: np.ndarray,
-    mask: np.ndarray | None = None,
-    *,
-    form: str = "fused",
-    block_q: int = tiled.DEFAULT_BLOCK_Q,
-    block_kv: int = tiled.DEFAULT_BLOCK_KV,
-) -> dict[str, GradientCheck]:
-    """Every gradient of :func:`multi_head_attention` against PyTorch autograd, in one dtype.
-
-    The gradients by hand come from :func:`multi_head_attention_forward` (with ``form``)
-    and :func:`multi_head_attention`; autograd's from the same layer in
-    :func:`mha.backends.torch_backend.multi_head_attention` on copies of the inputs and parameters
-    in the same dtype. Each is compared entry by entry with :func:`gradient_tolerance`. When
-    one array is passed as query, key and value (self-attention, ``query is key is value``)
-    autograd sees one input and returns one gradient, the sum of the three by hand.
-
-    Args:
-        query: queries.
-        key: keys.
-        value: values.
-        params: the layer's parameters (NumPy, the inputs' dtype).
-        d_out: the gradient of the loss with respect to the output.
-        mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
-        form: ``"fused"`` (weights stored) or ``"tiled"`` (recomputed from the log-sum-exp).
-        block_q: query rows per tile (tiled form).
-        block_kv: key/value rows per tile (tiled form).
-
-    Shape:
-        query ``(B, L, D)``, key and value ``(B, S, D)``, d_out ``(B, L, D)``.
-
-    Returns:
-        ``{name: GradientCheck}`` for ``"d query"``, ``"d key"``, ``"d value"`` (or one
-        ``"d inputs"`` for self-attention), ``"d w_qkv"``, ``"d w_o"`` and, when the layer has
-        biases, ``"d b_qkv"`` and ``"d b_o"``.
-
-    Raises:
-        The errors of :func:`multi_head_attention_forward` and :func:`multi_head_attention`.
-    """
-    import torch
-
-    from mha.backends import torch_backend
-
-    out, saved = multi_head_attention_forward(
-        query, key, value, params, mask, form=form, block_q=block_q, block_kv=block_kv
-    )
-    ours = multi_head_attention(saved, d_out)
-    tol = gradient_tolerance(saved, d_out)
-    p_t = params.to_torch().map(lambda t: t.requires_grad_())
-    leaves = {id(x): torch.from_numpy(x.copy()).requires_grad_() for x in (query, key, value)}
-    y_t, _ = torch_backend.multi_head_attention(
-        leaves[id(query)], leaves[id(key)], leaves[id(value)], p_t,
-        None if mask is None else torch.from_numpy(np.asarray(mask)),
-    )  # fmt: skip
-    y_t.backward(torch.from_numpy(d_out))
-    checks = {}
-    if query is key is value:
-        checks["d inputs"] = _check_against(
-            ours.d_query + ours.d_key + ours.d_value,
-            leaves[id(query)].grad.numpy(),
-            tol.d_query + tol.d_key + tol.d_value,
-        )
-    else:
-        sums: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # an array passed twice
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            g, t = getattr(ours, f"d_{name}"), getattr(tol, f"d_{name}")
-            g0, t0 = sums.get(id(x), (0, 0))
-            sums[id(x)] = (g0 + g, t0 + t)
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            if id(x) in sums:
-                g, t = sums.pop(id(x))
-                checks[f"d {name}"] = _check_against(g, leaves[id(x)].grad.numpy(), t)
-    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
-        g = getattr(ours.d_params, name)
-        if g is not None:
-            ref = getattr(p_t, name).grad.numpy()
-            checks[f"d {name}"] = _check_against(g, ref, getattr(tol.d_params, name))
-    return checks
+    return MHAGradients(*(g[0] for g in grads), d_params), c_max, n

@@ -35,8 +35,9 @@ module sits above the backends), two blockings of an online softmax
 (:func:`online_softmax_tolerance`) and two routes to tiled attention's output and
 log-sum-exp (:func:`tiled_attention_tolerance`), and how far rows of weights handed to the
 detectors and the bottleneck's distances may sum from 1 (:data:`ATTENTION_ROW_SUM_ATOL`,
-:data:`DISTRIBUTION_ROW_SUM_ATOL`). The bounds on gradients sit beside the gradients they
-bound, in :mod:`mha.numerics.backward`.
+:data:`DISTRIBUTION_ROW_SUM_ATOL`), and the gradients by hand of :mod:`mha.numerics.backward`
+against another route (:func:`gradient_tolerance`, :func:`attention_gradient_tolerance`, which
+scale that module's backward run on magnitudes).
 
 Exact equality is right only where the arithmetic is exact: copies, views, reshapes,
 permutations, integer and boolean results, and one call repeated on the same inputs in one
@@ -55,6 +56,7 @@ from mha.core import _np_checks, _validate
 from mha.core._np_checks import as_numpy, broadcast
 from mha.core._validate import check_positive
 from mha.core.params import MHAParams, repeat_kv_heads
+from mha.numerics import backward
 
 ATTENTION_ROW_SUM_ATOL = 1e-4
 """How far a row of attention weights given to a detector (:mod:`mha.detectors`) may sum
@@ -309,7 +311,9 @@ def _excess(actual: Any, expected: Any, tolerance: Any) -> tuple[float, float, f
     e = _as_float64("expected", expected)
     if a.shape != e.shape:
         raise ValueError(f"actual and expected must have one shape; got {a.shape} and {e.shape}")
-    tol = broadcast("tolerance", _as_float64("tolerance", tolerance), a.shape, "actual's shape")
+    tol = broadcast(
+        "tolerance", _as_float64("tolerance", tolerance), a.shape, "the shape of actual"
+    )
     if np.any(tol < 0) or not np.all(np.isfinite(tol)):
         raise ValueError("tolerance must be finite and >= 0")
     if a.size == 0:
@@ -532,3 +536,103 @@ def tiled_attention_tolerance(
     out_tol = rounding_tolerance(query.dtype, terms=terms, scale=v_max * (4 * c_max + 4))
     lse_tol = rounding_tolerance(query.dtype, terms=terms, scale=3 * c_max + 1 + math.log(S))
     return out_tol, lse_tol
+
+
+def attention_gradient_tolerance(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    weights: np.ndarray,
+    d_out: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How far two routes to the gradients of attention alone may differ.
+
+    The bound of :func:`gradient_tolerance` for attention alone
+    (:func:`mha.numerics.backward.scaled_dot_product_attention`): the backward run in float64
+    on magnitudes (absolute values, and ``A * (dA + rowsum(dA * A))`` for the softmax, with
+    the dtype's ``tiny`` added to every rounded stage for underflow), times
+    ``2 (8 + 4c + 4) gamma_n``: at most 8 rounded stages, and the weights' own relative error
+    ``(4c + 4) gamma_n`` from the forward, ``c`` the largest score magnitude and ``n`` the
+    longest sum.
+
+    Args:
+        query: the forward's queries.
+        key: its keys.
+        value: its values.
+        weights: its attention weights.
+        d_out: the gradient of the loss with respect to the output.
+
+    Shape:
+        As in :func:`mha.numerics.backward.scaled_dot_product_attention`. Returns tolerances of the
+        shapes of query, key and value.
+
+    Returns:
+        Float64 tolerances ``(for d_query, for d_key, for d_value)``, entry by entry.
+
+    Raises:
+        The errors of :func:`mha.numerics.backward.scaled_dot_product_attention`.
+    """
+    magnitudes, c_max, n = backward.attention_gradient_magnitudes(query, key, value, weights, d_out)
+    factor = 2 * (8 + 4 * c_max + 4) * gamma(query.dtype, n)
+    return tuple(factor * m for m in magnitudes)
+
+
+def gradient_tolerance(saved: backward.MHASaved, d_out: np.ndarray) -> backward.MHAGradients:
+    """How far two routes to the gradients of a layer may differ (:mod:`mha.numerics.backward`).
+
+    A first-order rounding bound, entry by entry, for any two summation orders (this module
+    against autograd, the fused against the tiled backward, another BLAS). The backward
+    pass is run once more in float64 on magnitudes: every input, weight and bias replaced by
+    its absolute value and ``dZ = A * (dA - rowsum(dA * A))`` by ``A * (dA + rowsum(dA * A))``,
+    so that each result bounds the sum of the absolute values of everything added into the
+    gradient. Each of the at most 10 rounded stages of the chain errs by ``gamma_n`` relative
+    to those magnitudes (``n`` the longest sum, :func:`gamma`), and the
+    forward's weights ``A`` by a relative ``(4c + 4) gamma_n`` with ``c`` the largest score
+    magnitude (as in :func:`tiled_attention_tolerance`). The tolerance is
+    twice ``(10 + 4c + 4) gamma_n`` times the magnitude.
+
+    Underflow. The bound ``|fl(x) - x| <= u |x|`` holds in the normal range only; a result
+    below the smallest normal number ``tiny`` is rounded to a multiple of the smallest
+    subnormal ``eta = 2 u tiny``, with an absolute error up to ``eta / 2 = u tiny``. So every
+    rounding errs by at most ``u (|x| + tiny)`` (Higham, 2nd ed., eq. 2.8), and a sum of
+    ``n`` rounded products by at most ``gamma_n (sum_k |x_k y_k| + tiny)``. The magnitude
+    pass therefore adds ``tiny`` to every rounded intermediate (projections, weights, each
+    stage of the backward and each gradient) before it is used, so the underflow errors are
+    carried through the later stages as the relative ones are. This matters only where a
+    gradient is itself near or below ``tiny`` (in float32, about ``1e-38``: weights like
+    ``e^-97``, whose gradients are subnormal and differ between routes by a few ``eta``).
+
+    It forms the ``(B, H, L, S)`` weights (recomputed for the tiled form), so it is meant for
+    tests and examples, not for long sequences.
+
+    Args:
+        saved: what :func:`mha.numerics.backward.multi_head_attention_forward` returned.
+        d_out: the gradient of the loss with respect to the output.
+
+    Shape:
+        d_out ``(B, L, D)``.
+
+    Returns:
+        :class:`~mha.numerics.backward.MHAGradients` of float64 tolerances, each of its gradient's
+        shape.
+
+    Raises:
+        The errors of :func:`mha.numerics.backward.multi_head_attention`.
+    """
+    magnitudes, c_max, n = backward.gradient_magnitudes(saved, d_out)
+    factor = 2 * (10 + 4 * c_max + 4) * gamma(saved.query.dtype, n)
+    p = magnitudes.d_params
+    d_params = MHAParams(
+        factor * p.w_qkv,
+        factor * p.w_o,
+        None if p.b_qkv is None else factor * p.b_qkv,
+        None if p.b_o is None else factor * p.b_o,
+        p.num_heads,
+        p.num_kv_heads,
+    )
+    return backward.MHAGradients(
+        factor * magnitudes.d_query,
+        factor * magnitudes.d_key,
+        factor * magnitudes.d_value,
+        d_params,
+    )
