@@ -360,11 +360,11 @@ def test_the_last_level_cache_is_read_from_sysfs(monkeypatch, tmp_path):
         (folder / "size").write_text(f"{size}\n")
     monkeypatch.setattr(measure, "_CPU_CACHES", tmp_path)
     assert measure.last_level_cache_bytes() == 96 * 2**20
-    assert measure.flush_bytes() == 256 * 2**20  # twice 96 MiB is below the least, 256 MiB
+    assert measure.default_flush_bytes() == 256 * 2**20  # twice 96 MiB is below the least, 256 MiB
     (tmp_path / "index9").mkdir()
     (tmp_path / "index9" / "level").write_text("3\n")
     (tmp_path / "index9" / "size").write_text("512M\n")  # a server's large last-level cache
-    assert measure.flush_bytes() == 1024 * 2**20
+    assert measure.default_flush_bytes() == 1024 * 2**20
     monkeypatch.setattr(measure, "_CPU_CACHES", tmp_path / "missing")
     assert measure.last_level_cache_bytes() is None
-    assert measure.flush_bytes() == measure.CACHE_FLUSH_BYTES
+    assert measure.default_flush_bytes() == measure.CACHE_FLUSH_BYTES

@@ -283,7 +283,6 @@ def query_bias_shares(model: Any, texts: list[str]) -> dict[str, Any]:
     Raises:
         ValueError: if ``texts`` is empty.
     """
-
     if not texts:
         raise ValueError("texts must hold at least one text; got none")
 

@@ -43,7 +43,6 @@ def check_mha(
         The largest magnitude of each input and parameter array, by name (for
         :func:`mha_bound`).
     """
-
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
     check_form(form)

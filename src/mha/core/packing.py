@@ -47,7 +47,6 @@ def check_kv_heads(num_heads: int, num_kv_heads: int) -> None:
         ValueError: if ``num_kv_heads`` is not positive or does not divide ``num_heads``.
         TypeError: if ``num_kv_heads`` is not an int.
     """
-
     check_positive("num_kv_heads", num_kv_heads)
     if num_heads % num_kv_heads != 0:
         raise ValueError(

@@ -176,7 +176,6 @@ def _on_one_cpu() -> Iterator[None]:
     on (the batch grows with the number of CPUs). On one CPU the lag is one batch, at most
     ``max(32, 2 n_cpus)`` pages: 512 KiB with 64 CPUs.
     """
-
     if not hasattr(os, "sched_getaffinity"):
         yield
         return
@@ -220,7 +219,7 @@ def last_level_cache_bytes() -> int | None:
     return sizes[max(sizes)] if sizes else None
 
 
-def flush_bytes() -> int:
+def default_flush_bytes() -> int:
     """Bytes to write between two timed calls so that the second reads from main memory.
 
     Returns:
@@ -376,7 +375,6 @@ def cpu_model() -> str:
         The ``model name`` of ``/proc/cpuinfo`` on Linux, else :func:`platform.processor`
         or :func:`platform.machine`; ``"unknown CPU"`` if none says.
     """
-
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         for line in cpuinfo.read_text(errors="replace").splitlines():

@@ -25,7 +25,14 @@ from mha.core import _validate
 from mha.core._tools import one_thread
 from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams, init_params
-from mha.cost.measure import calibrate, clock_named, interleaved_times, mean_time, run_child
+from mha.cost.measure import (
+    calibrate,
+    clock_named,
+    default_flush_bytes,
+    interleaved_times,
+    mean_time,
+    run_child,
+)
 from mha.numerics import backward
 
 FORMS_TIMED = ("per_head", "fused", "packed", "nn.MultiheadAttention", "sdpa")
@@ -168,7 +175,6 @@ def time_form_rounds(
         ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or an
             unknown clock.
     """
-
     _validate.check_positive("batch_size", batch_size)
     _validate.check_positive("q_len", q_len)
     _validate.check_positive("repeat", repeat)
@@ -203,7 +209,6 @@ def trivial_op_time(*, calls: int = 2000, repeat: int = 5, clock: str = "cpu") -
         ValueError, TypeError: if ``calls`` or ``repeat`` is not a positive int, or the clock
             is unknown.
     """
-
     _validate.check_positive("calls", calls)
     _validate.check_positive("repeat", repeat)
     tick = clock_named(clock)
@@ -254,7 +259,6 @@ def projection_times(
         ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or
             an unknown clock.
     """
-
     _validate.check_positive("q_len", q_len)
     _validate.check_sizes(d_model, num_heads)
     if not min_time > 0:
@@ -514,7 +518,6 @@ def decode_times(
             model's ``max_len``, or ``statistic`` is unknown.
         TypeError: if a length or count is not an int.
     """
-
     for name, value in (("steps", steps), ("repeat", repeat)):
         _validate.check_positive(name, value)
     reducers = {"median": statistics.median, "min": min}
@@ -604,7 +607,6 @@ def cached_step_times(
             or ``flush_bytes`` is negative.
         TypeError: if a size is not an int.
     """
-
     _validate.check_sizes(d_model, num_heads)
     for name, values in (("kv_heads", kv_heads), ("kv_lens", kv_lens)):
         if not values:
@@ -613,7 +615,7 @@ def cached_step_times(
             _validate.check_positive(name, value)
     _validate.check_positive("rounds", rounds)
     if flush_bytes is None:
-        flush_bytes = flush_bytes()
+        flush_bytes = default_flush_bytes()
     _validate.check_at_least("flush_bytes", flush_bytes, 0)
     tick = clock_named(clock)
     gen = torch.Generator().manual_seed(seed)

@@ -419,7 +419,6 @@ def attention_tolerance(
             :func:`mha.backends.np_backend.multi_head_attention` (shapes, empty sequences, a mask
             that does not broadcast, NaN or infinite inputs), checked on the float64 copies.
     """
-
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
     _check_float_inputs({"query": query, "key": key, "value": value}, "query, key and value")
