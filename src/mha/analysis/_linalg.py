@@ -5,8 +5,8 @@ Threads: every decomposition here (SVD, singular values, pseudo-inverse) is comp
 PyTorch's LAPACK on one CPU thread, not by ``numpy.linalg``. The matrices of this package
 are small (a few hundred rows at most), so worker threads save little, and NumPy's OpenBLAS
 thread pool, which no NumPy API limits locally, made many small SVDs and products over 20
-times slower in CPU time when the machine's other core was busy. :func:`one_thread` is the
-one switch, also used around small training runs.
+times slower in CPU time when the machine's other core was busy. :func:`mha.core._tools.one_thread`
+is the one switch, also used around small training runs.
 
 Float32 matrices are decomposed in float32; every other floating dtype in float64.
 """

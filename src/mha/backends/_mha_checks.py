@@ -41,7 +41,7 @@ def check_mha(
 
     Returns:
         The largest magnitude of each input and parameter array, by name (for
-        :func:`mha_bound`).
+        :func:`mha.core._overflow.mha_bound`).
     """
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")

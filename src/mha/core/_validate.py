@@ -1,4 +1,4 @@
-"""Argument checks and glue shared by the NumPy and PyTorch backends.
+"""Argument checks shared by every module, the NumPy and PyTorch backends first.
 
 Every check raises ``ValueError`` (a shape or value is wrong) or ``TypeError`` (a kind or
 dtype is wrong) with a message that names the argument, the rule and what it got. The
@@ -6,8 +6,8 @@ checks only read ``.shape``, ``.ndim`` and ``.dtype``, so they work on NumPy arr
 PyTorch tensors alike; each backend describes its arrays once, in an :class:`ArrayKind`
 (the array type, its floating dtypes, its boolean dtype, how to find an array's largest
 magnitude, which also tests it for finiteness, and where it lives), and the checks of a
-whole call (:func:`check_softmax`, :func:`check_attention`, :func:`check_mha`,
-:func:`check_layer_norm`) take it.
+whole call (:func:`check_softmax`, :func:`check_attention`, :func:`check_layer_norm`, and
+``mha.backends._mha_checks.check_mha``) take it.
 
 Options are checked as strictly as arrays: a flag must be a ``bool`` (:func:`check_bool`), a
 count or size an ``int`` (a Python or NumPy integer, never a bool or float;
@@ -16,13 +16,8 @@ real number above 0 (:func:`check_positive_number`), a seed a non-negative int
 (:func:`check_seed`) and a device a name PyTorch can allocate on (:func:`check_device`). The
 same non-integer raises the same ``TypeError`` wherever it is passed.
 
-Results are checked too, without another pass over any array: the reduction that tests an
-input for finiteness also gives its largest magnitude, and from those magnitudes a bound on
-every stage of the computation follows (:func:`attention_bound`, :func:`mha_bound`). While the
-bound stays below the dtype's largest finite value nothing can overflow, and no check runs
-after the computation. Only beyond it (magnitudes of about 1e16 in float32) is the computation
-redone in float64 to find a stage that overflowed, and :func:`check_range` raises naming it: an
-overflow never returns a non-finite, or a finite but wrong, output silently.
+The magnitudes these checks measure bound every stage of the computation; the bounds, and
+the float64 search for a stage that overflowed, are in ``mha.core._overflow``.
 """
 
 from __future__ import annotations
@@ -534,8 +529,8 @@ def check_mha_mask(mask: Any, target: tuple[int, int, int, int], kind: ArrayKind
     - A 3-D mask is read as ``(H, L, S)``. When ``B = H > 1`` and its leading size is that
       number, it could as well be ``(B, L, S)``: refused, with the two explicit spellings.
     - A 2-D mask is read as ``(L, S)``. When ``B = L > 1`` and it looks like a key-padding
-      mask ``(B, S)`` (:func:`looks_like_padding`), an :class:`AmbiguousMaskWarning` points
-      to ``key_padding_mask`` and to ``mask[None, None]``, which states the ``(L, S)``
+      mask ``(B, S)`` (:func:`looks_like_padding`), an :class:`mha.core.masks.AmbiguousMaskWarning`
+      points to ``key_padding_mask`` and to ``mask[None, None]``, which states the ``(L, S)``
       reading and silences the warning.
     """
     B, H, L, _ = target

@@ -3,12 +3,12 @@
 These tools say what a real run did, to check the arithmetic of :mod:`mha.cost` against:
 :func:`count_flops` (``FlopCounterMode``, taught to count the CPU kernel of
 ``scaled_dot_product_attention``), :func:`count_aten_ops` (how many PyTorch operators a
-forward dispatches), :func:`peak_rss_increase`, :func:`attention_peak_memory` and
-:func:`kv_cache_peak_memory` (resident memory high-water marks, Linux only, the latter two
-in a child process), and the timers:
+forward dispatches), :func:`peak_rss_increase`, :func:`mha.cost.peak_memory.attention_peak_memory`
+and :func:`mha.cost.peak_memory.kv_cache_peak_memory` (resident memory high-water marks, Linux only,
+the latter two in a child process), and the timers:
 :func:`median_time` for one callable, :func:`interleaved_times` for several taking turns (so
-that a slow spell of a shared machine hits all of them) and :func:`time_forms` for the
-forms of one layer.
+that a slow spell of a shared machine hits all of them) and :func:`mha.cost.timings.time_forms` for
+the forms of one layer.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def peak_rss_increase(fn: Callable[[], Any], *, warmup: bool = True) -> int:
     heap, it first fixes glibc's mmap threshold at 64 KiB (``mallopt``): every larger block
     is then mapped on allocation and unmapped on free. That setting stays for the rest of
     the process and makes large allocations slower, so measure memory in a separate
-    process from timings (:func:`attention_peak_memory` does).
+    process from timings (:func:`mha.cost.peak_memory.attention_peak_memory` does).
     The measurement runs with the calling thread on one CPU, where the kernel's count of
     resident pages lags least (:func:`_on_one_cpu`).
 

@@ -116,8 +116,8 @@ def attention_peak_memory(
     ``"explicit"`` with :func:`mha.backends.torch_backend.cpu_shortcuts` off, the documented
     operations a plain ``softmax(q @ k.T)`` uses (scores, then the weights in a tensor of
     their own: two are held). Each number comes from
-    :func:`peak_rss_increase` in a child Python process, so this process's allocator is
-    left alone.
+    :func:`mha.cost.measure.peak_rss_increase` in a child Python process, so this process's
+    allocator is left alone.
 
     Args:
         batch_size: B.
@@ -204,7 +204,7 @@ def tiled_peak_memory(
     weights (``scaled_dot_product_attention``); ``"numpy backward"`` a forward that stores the
     weights plus the backward of :mod:`mha.numerics.backward`; ``"numpy tiled backward"`` the tiled
     forward (storing the log-sum-exp) plus the tiled backward. Each number comes from
-    :func:`peak_rss_increase` in a child Python process.
+    :func:`mha.cost.measure.peak_rss_increase` in a child Python process.
 
     Args:
         batch_size: B.
@@ -264,8 +264,8 @@ def kv_cache_peak_memory(
     For each ``(capacity, positions)``, ``num_layers`` float32 :class:`mha.core.kv_cache.KVCache`
     of batch 1 and ``capacity`` positions are allocated, and one block of ``positions``
     keys and values, ``(1, H_kv, positions, Dh)``, is appended to each; the figure is
-    :func:`peak_rss_increase` of that, so it holds the pages written (not the capacity
-    reserved) and the block itself. It runs in a child Python process, so that this
+    :func:`mha.cost.measure.peak_rss_increase` of that, so it holds the pages written (not the
+    capacity reserved) and the block itself. It runs in a child Python process, so that this
     process's allocator, and any timing done in it afterwards, are left alone.
 
     Args:

@@ -109,7 +109,7 @@ def time_forms(
         threads: PyTorch threads during the timing (restored afterwards); ``None`` keeps
             the current setting.
         seed: seed of the weights and of ``x``.
-        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`mha.cost.measure.median_time`.
 
     Returns:
         ``{form: seconds}`` for every name in :data:`FORMS_TIMED`.
@@ -152,8 +152,8 @@ def time_form_rounds(
     """Every round of :func:`time_forms`' timings, not only their medians.
 
     The forms of :func:`form_runners` on ``x`` of shape ``(B, L, D)`` (float32, inference
-    mode, one PyTorch thread), interleaved as in :func:`interleaved_times`: round ``k`` of
-    every form ran at about the same moment, so per-round ratios of two forms cancel a slow
+    mode, one PyTorch thread), interleaved as in :func:`mha.cost.measure.interleaved_times`: round
+    ``k`` of every form ran at about the same moment, so per-round ratios of two forms cancel a slow
     spell of a shared machine, and their spread over the rounds shows how well a ratio is
     measured.
 
@@ -165,7 +165,7 @@ def time_form_rounds(
         repeat: rounds.
         min_time: seconds per timing.
         seed: seed of the weights and of ``x``.
-        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`mha.cost.measure.median_time`.
 
     Returns:
         ``{form: [seconds per call in round 1, round 2, ...]}`` for every name in
@@ -194,13 +194,13 @@ def trivial_op_time(*, calls: int = 2000, repeat: int = 5, clock: str = "cpu") -
     The median over ``repeat`` timings of ``calls`` calls of ``torch.add`` on two
     one-element float32 tensors (inference mode, one thread): what one operator costs in
     Python, argument parsing, dispatch and allocating its output, with nothing to compute.
-    Multiplied by a count of operators (:func:`count_aten_ops`), it predicts the part of a
-    time difference that dispatch alone explains.
+    Multiplied by a count of operators (:func:`mha.cost.measure.count_aten_ops`), it predicts the
+    part of a time difference that dispatch alone explains.
 
     Args:
         calls: operator calls per timing.
         repeat: timings (the median is taken).
-        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`mha.cost.measure.median_time`.
 
     Returns:
         Seconds per operator call.
@@ -237,8 +237,8 @@ def projection_times(
 
     ``"narrow"`` runs the per-head loop's ``3H`` products ``(L, D) @ (D, Dh)``; ``"wide"``
     the fused form's three ``(L, D) @ (D, D)`` products of the same weights (float32,
-    inference mode, one thread, interleaved as in :func:`interleaved_times`). The same
-    FLOPs, so the difference is what ``3H - 3`` more calls and narrower products cost.
+    inference mode, one thread, interleaved as in :func:`mha.cost.measure.interleaved_times`). The
+    same FLOPs, so the difference is what ``3H - 3`` more calls and narrower products cost.
 
     Args:
         q_len: L.
@@ -247,7 +247,7 @@ def projection_times(
         repeat: timings per variant (the median is taken).
         min_time: seconds per timing.
         seed: seed of ``x`` and the weights.
-        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`mha.cost.measure.median_time`.
 
     Shape:
         x ``(L, D)``; wide weights ``(D, D)``; narrow weights ``(D, Dh)``.
@@ -389,7 +389,7 @@ def time_tiled(
         min_time: seconds per timing.
         threads: BLAS and PyTorch threads in the child (``None``: the libraries' defaults).
         dtype: ``"float32"`` or ``"float64"``.
-        clock: ``"wall"`` or ``"cpu"``, as in :func:`median_time`.
+        clock: ``"wall"`` or ``"cpu"``, as in :func:`mha.cost.measure.median_time`.
         seed: seed of the inputs and weights.
 
     Returns:
@@ -586,7 +586,8 @@ def cached_step_times(
     weights and cache from the processor's caches, as the other layers of a deep model
     would: every step then reads its weights and its ``2 S H_kv Dh`` cached elements from
     main memory. By default the buffer is twice the processor's largest cache
-    (:func:`last_level_cache_bytes`) and at least 256 MiB; ``flush_bytes=0`` skips it.
+    (:func:`mha.cost.measure.last_level_cache_bytes`) and at least 256 MiB; ``flush_bytes=0`` skips
+    it.
 
     Args:
         d_model: D.

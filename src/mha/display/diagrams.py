@@ -137,7 +137,7 @@ def layer_diagram(
     Boxes are the steps of the book's equations (``Q_h = X W^Q_h``, ...,
     ``MultiHead(X, Y) = Concat(head_1, ..., head_H) W^O``); every arrow carries the layout
     of its tensor (see :func:`layer_edges`), and, with ``sizes``, its shape. Each head's
-    lane has its own colour from :data:`HEAD_COLOURS`.
+    lane has its own colour from :data:`mha.display.plotting.HEAD_COLOURS`.
 
     Args:
         num_heads: the number of lanes drawn (at most ``len(HEAD_COLOURS)``).

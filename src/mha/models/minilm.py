@@ -522,4 +522,5 @@ def load_minilm(
     return MiniLM(config, tokenizer, embeddings, layers)
 
 
-"""The syntactic scores of :func:`sentence_scores` that :func:`offset_baselines` gives."""
+"""The syntactic scores of :func:`mha.models.minilm_heads.sentence_scores` that
+:func:`mha.models.minilm_heads.offset_baselines` gives."""

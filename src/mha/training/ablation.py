@@ -109,7 +109,7 @@ def ablation_loss(
         model: the model.
         batch: the data.
         off: ``(layer, head)`` pairs to remove.
-        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`segment_losses`).
+        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`mha.training.runs.segment_losses`).
 
     Returns:
         The mean next-token loss over ``part``, a ``float``.
@@ -143,7 +143,8 @@ def head_importance(
 
     The per-sequence gradients come from one backward pass per batch: each sequence gets
     its own gates, ``x <- x + sum_h xi[b, layer, h] head_contribution_h(x) + b_o`` (see
-    :func:`head_contributions`), which at ``xi = 1`` is the model's forward pass.
+    :func:`mha.models.attention_only.head_contributions`), which at ``xi = 1`` is the model's
+    forward pass.
 
     Args:
         model: the model.
@@ -227,7 +228,7 @@ def prune_curve(
         model: the model.
         batch: the data.
         order: ``(layer, head)`` pairs in the order they are removed.
-        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`segment_losses`).
+        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`mha.training.runs.segment_losses`).
 
     Shape:
         Returns ``(len(order) + 1,)``: entry ``k`` is the loss with the first ``k`` heads
@@ -277,7 +278,7 @@ def greedy_prune_order(
     Args:
         model: the model.
         batch: the data.
-        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`segment_losses`).
+        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`mha.training.runs.segment_losses`).
 
     Returns:
         Every ``(layer, head)``, in the order removed.
@@ -341,13 +342,14 @@ def with_kv_heads(
         seed: seed of the random key/value projections (``init="random"``).
 
     Returns:
-        A new :class:`AttentionOnlyTransformer` (the original is left alone), in the
-        original's dtype, device and training mode.
+        A new :class:`mha.models.attention_only.AttentionOnlyTransformer` (the original is left
+        alone), in the original's dtype, device and training mode.
 
     Raises:
         ValueError: if ``num_kv_heads`` does not divide the model's key/value heads,
             ``init`` is unknown, or ``seed`` is negative.
-        TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`, or
+        TypeError: if ``model`` is not an
+        :class:`mha.models.attention_only.AttentionOnlyTransformer`, or
             ``num_kv_heads`` or ``seed`` is not an int.
     """
     if not isinstance(model, AttentionOnlyTransformer):
@@ -487,14 +489,14 @@ def path_ablation_losses(
     *,
     replacement: str = "zero",
 ) -> dict[str, float]:
-    """:func:`segment_losses` of the model under :func:`path_ablation`.
+    """:func:`mha.training.runs.segment_losses` of the model under :func:`path_ablation`.
 
     Args:
         batch: the data; :func:`path_ablation` runs on its tokens.
         model, off, paths, replacement: as :func:`path_ablation` takes them.
 
     Returns:
-        ``{"first": ..., "repeat": ..., "all": ...}`` as :func:`segment_losses`.
+        ``{"first": ..., "repeat": ..., "all": ...}`` as :func:`mha.training.runs.segment_losses`.
 
     Raises:
         ValueError, TypeError: as :func:`path_ablation`.
@@ -511,7 +513,7 @@ def single_ablation_losses(
     Args:
         model: the model.
         batch: the data.
-        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`segment_losses`).
+        part: ``"all"``, ``"first"`` or ``"repeat"`` (see :func:`mha.training.runs.segment_losses`).
 
     Shape:
         Returns ``(num_layers, H)``.
@@ -536,7 +538,7 @@ def seen_guess_loss(batch: RepeatedSegments) -> float:
     At a repeated position every token of the prefix and of the segment has been seen
     (``start + period`` distinct tokens), and the next token is one of them, so a model
     that knows only *which* tokens occurred, not where, loses ``log(start + period)``
-    there. Averaged over the query positions that :func:`segment_losses` counts as
+    there. Averaged over the query positions that :func:`mha.training.runs.segment_losses` counts as
     ``"repeat"``.
 
     Args:
@@ -575,7 +577,7 @@ def phase_timing(history: TrainHistory, level: float = 0.5) -> dict[str, float]:
       recording before the plateau ends.
 
     Args:
-        history: the run's :class:`TrainHistory` (two or more layers).
+        history: the run's :class:`mha.training.runs.TrainHistory` (two or more layers).
         level: the threshold of ``"prev"`` and ``"ind"``.
 
     Returns:

@@ -98,8 +98,8 @@ class TrainConfig:
 
     Data: :func:`mha.training.tasks.repeated_segments` with this config's sizes, a fresh batch per
     step from a generator seeded with ``(seed, 1)``; the evaluation batch comes from
-    ``(seed, 2)``. Model: :class:`AttentionOnlyTransformer` seeded with ``seed``.
-    Optimiser: AdamW with constant learning rate ``lr``.
+    ``(seed, 2)``. Model: :class:`mha.models.attention_only.AttentionOnlyTransformer` seeded with
+    ``seed``. Optimiser: AdamW with constant learning rate ``lr``.
 
     Attributes:
         vocab_size: number of token ids V.
@@ -149,7 +149,8 @@ class TrainConfig:
         """The model at initialisation.
 
         Returns:
-            A new :class:`AttentionOnlyTransformer` with this config's sizes and seed.
+            A new :class:`mha.models.attention_only.AttentionOnlyTransformer` with this config's
+            sizes and seed.
         """
         return AttentionOnlyTransformer(
             self.vocab_size,
@@ -261,14 +262,15 @@ def train(
     Args:
         config: everything that determines the run.
         model: a model to continue training (a copy is trained; this one is left alone),
-            e.g. one converted by :func:`with_kv_heads`; ``None`` starts from
+            e.g. one converted by :func:`mha.training.ablation.with_kv_heads`; ``None`` starts from
             ``config.model()``. The data still come from ``config``'s seed.
 
     Returns:
         The trained model and its :class:`TrainHistory`.
 
     Raises:
-        TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`.
+        TypeError: if ``model`` is not an
+        :class:`mha.models.attention_only.AttentionOnlyTransformer`.
     """
     start = time.process_time()
     if model is None:
