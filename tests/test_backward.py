@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha
+import mha.core.params
+import mha.numerics.tolerance
 from mha.backends import np_backend, tiled, torch_backend
 from mha.numerics import backward as G
 from mha.numerics import gradcheck, tolerance

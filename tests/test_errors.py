@@ -23,15 +23,20 @@ from torch import nn
 import mha
 import mha.analysis.bottleneck
 import mha.analysis.subspaces
+import mha.backends.tiled
 import mha.core.kv_cache
 import mha.core.masks
 import mha.cost.measure
+import mha.cost.timings
+import mha.display.diagrams
 import mha.display.plotting
 import mha.models.examples
 import mha.models.minilm
 import mha.numerics.backward
 import mha.numerics.precision
+import mha.numerics.tolerance
 import mha.training
+import mha.training.ablation
 import mha.training.tasks
 from mha import MHAParams, init_params
 from mha.backends import np_backend, torch_backend

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import mha
+import mha.cost.peak_memory
 from mha.backends import torch_backend
 from mha.cost import arithmetic, measure, peak_memory, timings
 

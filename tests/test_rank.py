@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha
+import mha.backends.np_backend
 from mha.analysis import rank
 
 
