@@ -41,6 +41,8 @@ def range_checked(fn: _F) -> _F:
 
 
 RANGE_MARGIN = 4.0
+"""How far below the dtype's largest value a bound must stay (for rounding, and for the
+bound's own arithmetic) for a computation to be taken as unable to overflow."""
 
 
 def attention_bound(q_max: float, k_max: float, v_max: float, d_head: int) -> float:

@@ -301,10 +301,6 @@ def check_finite(name: str, x: Any, all_finite: Callable[[Any], bool]) -> None:
         raise ValueError(f"{name} must be finite; got NaN or infinite values")
 
 
-"""How far below the dtype's largest value a bound must stay (for rounding, and for the
-bound's own arithmetic) for a computation to be taken as unable to overflow."""
-
-
 def check_nonempty(name: str, length: int, symbol: str) -> None:
     """Check that a sequence length is at least one."""
     if length < 1:

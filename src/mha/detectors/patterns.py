@@ -44,8 +44,6 @@ from mha.core import _validate
 from mha.core._np_checks import as_numpy, boolean_mask
 from mha.detectors._scoring import as_tokens, check_weights, float_array, score
 
-"""How far a row of ``weights`` may sum from 1 (float32 softmax rounding is far below it)."""
-
 SCORE_NAMES = ("previous_token", "next_token", "self", "first_token", "broadness", "future")
 """The detectors that :func:`all_scores` always runs (on square weights)."""
 

@@ -520,7 +520,3 @@ def load_minilm(
         layers.append(layer.to(dtype))
     embeddings = {k: v.to(dtype) for k, v in embeddings.items()}
     return MiniLM(config, tokenizer, embeddings, layers)
-
-
-"""The syntactic scores of :func:`mha.models.minilm_heads.sentence_scores` that
-:func:`mha.models.minilm_heads.offset_baselines` gives."""

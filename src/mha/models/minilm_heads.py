@@ -76,6 +76,7 @@ def sentence_scores(
 
 
 SYNTAX_SCORES = ("dep_to_head", "head_to_dep", "dep_to_head_accuracy", "head_to_dep_accuracy")
+"""The syntactic scores of :func:`sentence_scores` that :func:`offset_baselines` gives."""
 
 
 def offset_baselines(

@@ -383,6 +383,8 @@ def with_kv_heads(
 
 
 PATHS = ("query", "key", "value", "logits")
+"""The paths a head's output reaches: each later layer's query, key and value inputs, and
+the unembedding (the direct path to the logits)."""
 
 
 def _head_terms(

@@ -480,7 +480,3 @@ def _train_all(
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=processes, mp_context=spawn) as pool:
         return list(pool.map(train, configs, models))
-
-
-"""The paths a head's output reaches: each later layer's query, key and value inputs, and
-the unembedding (the direct path to the logits)."""
