@@ -1,10 +1,12 @@
-"""Argument checks for NumPy arrays, shared by every NumPy module.
+"""Argument checks for NumPy arrays, and the one conversion of a tensor to NumPy.
 
-:mod:`mha.backends.np_backend`, :mod:`mha.backends.tiled` and :mod:`mha.numerics.backward` reject
-the same inputs with
-the same messages: a float32/float64 ``numpy.ndarray`` (not a masked array, whose hidden
-entries the arithmetic would still read, nor a ``numpy.matrix``, whose ``*`` and shapes
-differ), finite, and a boolean mask (True = may attend) that broadcasts to the target shape.
+:mod:`mha.backends.np_backend`, :mod:`mha.backends.tiled` and :mod:`mha.numerics.backward`
+reject the same inputs with the same messages: a float32/float64 ``numpy.ndarray`` (not a
+masked array, whose hidden entries the arithmetic would still read, nor a ``numpy.matrix``,
+whose ``*`` and shapes differ), finite, and a boolean mask (True = may attend) that
+broadcasts to the target shape. Every module that reads a tensor or a nested sequence as a
+NumPy array does it with :func:`as_numpy` (one rule: the values exactly, the dtype where
+NumPy has it), and reads a mask beside arrays it did not compute with :func:`boolean_mask`.
 """
 
 from __future__ import annotations
