@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
+# The forms of multi_head_attention. mha.np_backend computes all four; mha.torch_backend
+# computes the first three (its own FORMS) and refuses "tiled", which only NumPy computes tile
+# by tile (mha.tiled.attention).
 FORMS = ("per_head", "fused", "packed", "tiled")
 PARAM_ARRAYS = ("w_qkv", "w_o", "b_qkv", "b_o")
 
@@ -257,10 +260,12 @@ def check_length(name: str, value: Any, symbol: str) -> None:
     check_nonempty(name, value, symbol)
 
 
-def check_form(form: str) -> None:
-    """Check that ``form`` names one of the MHA forms."""
-    if form not in FORMS:
-        raise ValueError(f"form must be one of {FORMS}; got form={form!r}")
+def check_form(form: str, forms: tuple[str, ...] = FORMS) -> None:
+    """Check that ``form`` names one of ``forms``, the MHA forms a backend computes."""
+    if form not in forms:
+        elsewhere = [f for f in FORMS if f not in forms]
+        note = f" (form={form!r} is computed by mha.np_backend only)" if form in elsewhere else ""
+        raise ValueError(f"form must be one of {forms}; got form={form!r}{note}")
 
 
 def check_rank(name: str, x: Any, ndim: int, layout: str) -> None:
@@ -687,11 +692,13 @@ def check_mha(
     form: str,
     kind: ArrayKind,
     cache: Any = None,
+    forms: tuple[str, ...] = FORMS,
 ) -> dict[str, float]:
     """Check the arguments of a backend's ``multi_head_attention``.
 
     With a key/value ``cache``, the keys and values are the new positions only: the mask
     must cover the cached positions and the new ones, ``S = cache.length + key length``.
+    ``forms`` are the forms the backend computes (all of :data:`FORMS` unless it says less).
 
     Returns:
         The largest magnitude of each input and parameter array, by name (for
@@ -701,7 +708,7 @@ def check_mha(
 
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    check_form(form)
+    check_form(form, forms)
     magnitudes = check_arrays((("query", query), ("key", key), ("value", value)), kind)
     B, L, S = check_mha_inputs(query, key, value, params.d_model)
     named = {"query": query, "key": key, "value": value}
@@ -713,7 +720,7 @@ def check_mha(
             named[f"params.{name}"] = x
     check_same_dtype(named)
     if cache is not None:
-        S = check_cache(cache, params, B, S, query.dtype, form, kind)
+        S = check_cache(cache, params, B, S, query.dtype, form, kind, forms)
         named["cache"] = cache.keys  # its buffers must live with the inputs
     if mask is not None:
         check_mha_mask(mask, (B, params.num_heads, L, S), kind)
@@ -723,7 +730,14 @@ def check_mha(
 
 
 def check_cache(
-    cache: Any, params: Any, batch_size: int, new: int, dtype: Any, form: str, kind: ArrayKind
+    cache: Any,
+    params: Any,
+    batch_size: int,
+    new: int,
+    dtype: Any,
+    form: str,
+    kind: ArrayKind,
+    forms: tuple[str, ...] = FORMS,
 ) -> int:
     """Check that a key/value cache fits this call; return S, the positions after appending."""
     from mha.kv_cache import KVCache  # here: mha.kv_cache imports this module
@@ -731,9 +745,9 @@ def check_cache(
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a mha.kv_cache.KVCache; got {type(cache).__name__}")
     if form == "per_head":
-        raise ValueError(
-            "form='per_head' does not take a cache; use form='fused', 'packed' or 'tiled'"
-        )
+        names = [repr(f) for f in forms if f != "per_head"]
+        others = f"{', '.join(names[:-1])} or {names[-1]}"
+        raise ValueError(f"form='per_head' does not take a cache; use form={others}")
     if not isinstance(cache.keys, kind.array_type):
         raise TypeError(
             f"cache must hold {kind.type_name} buffers like the inputs; got "

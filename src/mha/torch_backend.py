@@ -45,6 +45,10 @@ from mha.kv_cache import KVCache
 from mha.params import MHAParams
 
 FLOATS = (torch.float64, torch.float32, torch.bfloat16)
+# The forms this backend computes. The tiled form of mha.np_backend is refused here: this
+# backend has no tiled computation of its own, and need_weights=False already runs
+# scaled_dot_product_attention, whose kernel PyTorch chooses.
+FORMS = ("per_head", "fused", "packed")
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
 AmbiguousMaskWarning = _validate.AmbiguousMaskWarning  # a 2-D mask that may be key padding
 
@@ -547,10 +551,10 @@ def multi_head_attention(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``Concat(head_1, ..., head_H) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
-    The forms and arguments are those of :func:`mha.np_backend.multi_head_attention`.
-    With ``need_weights=False`` the fused and packed forms use
-    ``torch.nn.functional.scaled_dot_product_attention`` (the fast path); the ``"tiled"``
-    form is the fused form on that path, whose CPU kernel works tile by tile.
+    The forms and arguments are those of :func:`mha.np_backend.multi_head_attention`,
+    except the ``"tiled"`` form, which is refused: this backend has no tiled computation of
+    its own (:data:`FORMS` lists the forms it computes). With ``need_weights=False`` the fused
+    and packed forms use ``torch.nn.functional.scaled_dot_product_attention`` (the fast path).
     :class:`mha.MultiHeadAttention` defaults to that path (``need_weights=False``,
     ``form="packed"``); its ``forward`` says why.
 
@@ -565,7 +569,7 @@ def multi_head_attention(
             batch element. A ``(B, S)`` or ``(B, L, S)`` mask is *not* read per batch
             element; a 3-D mask whose leading size equals both B and H is refused, and a
             padding-like 2-D mask with B = L warns (see the module's "How a mask is read").
-        form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
+        form: ``"per_head"``, ``"fused"`` or ``"packed"`` (:data:`FORMS`).
         need_weights: return the attention weights (the explicit path) or not (the fast path).
         cache: a :class:`mha.kv_cache.KVCache` of PyTorch buffers on the inputs' device,
             as in :func:`mha.np_backend.multi_head_attention` (atomic: a refused call leaves
@@ -586,13 +590,15 @@ def multi_head_attention(
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
-            broadcast, non-finite inputs, an unknown ``form``, an output that would
-            overflow, or a cache that does not fit the layer or the call, is full, or holds
-            NaN or infinity.
+            broadcast, non-finite inputs, a ``form`` not in :data:`FORMS` (``"tiled"``
+            included), an output that would overflow, or a cache that does not fit the layer
+            or the call, is full, or holds NaN or infinity.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, wrong ``params``, or a
             cache that is not a ``KVCache`` of tensors of the inputs' dtype and device.
     """
-    magnitudes = _validate.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
+    magnitudes = _validate.check_mha(
+        query, key, value, params, mask, form, _ARRAYS, cache, forms=FORMS
+    )
     _validate.check_form_weights(form, need_weights)
     H, H_kv, D, kv_cols = params.num_heads, params.num_kv_heads, params.d_model, params.kv_width
     if form == "per_head":
