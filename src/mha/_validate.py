@@ -22,7 +22,9 @@ every stage of the computation follows (:func:`attention_bound`, :func:`mha_boun
 bound stays below the dtype's largest finite value nothing can overflow, and no check runs
 after the computation. Only beyond it (magnitudes of about 1e16 in float32) is the computation
 redone in float64 to find a stage that overflowed, and :func:`check_range` raises naming it: an
-overflow never returns a non-finite, or a finite but wrong, output silently.
+overflow never returns a non-finite, or a finite but wrong, output silently. A backend may let
+its caller switch off every check that reads values (``ArrayKind.reads_values``, set by
+:func:`mha.torch_backend.value_checks`): kinds, dtypes, shapes and devices are still checked.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ class ArrayKind:
         check_kind: ``check_kind(name, x)`` raises ``TypeError`` for an array of the type
             that the backend still cannot compute with (a masked array, a sparse tensor).
         device_of: ``device_of(x)``, where ``x`` lives; ``None`` when there is one place.
+        reads_values: ``reads_values()``, False while the backend's checks of values are
+            switched off: no check then reads an array's values (finiteness, magnitudes,
+            overflow), and :meth:`check_array` returns ``inf``, no bound. ``None``: always on.
     """
 
     type_name: str
@@ -73,18 +78,28 @@ class ArrayKind:
     values: Callable[[Any], Any]
     check_kind: Callable[[str, Any], None] | None = None
     device_of: Callable[[Any], Any] | None = None
+    reads_values: Callable[[], bool] | None = None
+
+    def checks_values(self) -> bool:
+        """True unless the backend's checks of values are switched off (see ``reads_values``)."""
+        return self.reads_values is None or self.reads_values()
 
     def all_finite(self, x: Any) -> bool:
         """True when ``x`` holds no NaN or infinity."""
         return math.isfinite(self.max_abs(x))
 
     def check_array(self, name: str, x: Any, hint: str = "") -> float:
-        """Check that ``x`` is a finite floating array of this kind; return its largest ``|x|``."""
+        """Check that ``x`` is a finite floating array of this kind; return its largest ``|x|``.
+
+        With the checks of values off, its kind and dtype only, and ``inf`` (no bound).
+        """
         if not isinstance(x, self.array_type):
             raise TypeError(f"{name} must be a {self.type_name}; got {type(x).__name__}{hint}")
         if self.check_kind is not None:
             self.check_kind(name, x)
         check_float(name, x, self.floats)
+        if not self.checks_values():
+            return math.inf
         magnitude = self.max_abs(x)
         if not math.isfinite(magnitude):
             raise ValueError(f"{name} must be finite; got NaN or infinite values")
@@ -389,8 +404,11 @@ def check_range(
         locate: finds the stage that overflowed; called only beyond the bound.
 
     Raises:
-        ValueError: if a stage overflowed or the result is not finite.
+        ValueError: if a stage overflowed or the result is not finite (never while ``kind``'s
+            checks of values are off).
     """
+    if not kind.checks_values():
+        return
     largest = kind.largest(result.dtype)
     if bound * RANGE_MARGIN < largest:
         return
@@ -812,7 +830,7 @@ def check_cached_output(cache: Any, out: Any, kind: ArrayKind) -> None:
     :attr:`mha.kv_cache.KVCache.max_abs`, says they cannot overflow); a non-finite output,
     one pass over ``(B, L, D)``, is then the sign that the cache holds NaN or infinity.
     """
-    if cache is not None and not kind.all_finite(out):
+    if cache is not None and kind.checks_values() and not kind.all_finite(out):
         check_cache_finite(cache, kind)
 
 

@@ -21,6 +21,11 @@ negative views (``is_neg()``); sparse and nested tensors are refused. Empty batc
 path, ``need_weights=True``: PyTorch's CPU kernel behind the fast path has no derivative of its
 backward.
 
+Every call reads the values of its inputs and parameters once (their finiteness and largest
+magnitudes, which bound the result so that an overflow is caught): one reduction, and on an
+accelerator one host synchronisation, per array. :func:`value_checks` switches these reads off
+inside a block, as :func:`mha.training.train` does for its training steps.
+
 On the CPU, explicit attention without autograd and the finiteness checks take three
 shortcuts that rest on behaviour NumPy and PyTorch do not document (a NumPy-allocated score
 buffer, a softmax written over its input, NumPy's reduction for finiteness). They are
@@ -113,6 +118,45 @@ def _numpy_values(x: torch.Tensor) -> np.ndarray | None:
     return None if x.device.type == "meta" else x.detach().cpu().resolve_neg().numpy()
 
 
+_VALUE_CHECKS = contextvars.ContextVar("mha_torch_backend_value_checks", default=True)
+
+
+@contextmanager
+def value_checks(enabled: bool) -> Iterator[None]:
+    """Switch the checks that read tensors' values on or off inside the block (on by default).
+
+    With the checks on, every function of this module reads each input and parameter once:
+    NaN and infinity are refused, and the largest magnitudes bound every intermediate, so
+    that an overflow raises instead of returning a non-finite or wrong result. Each read is a
+    reduction whose answer the host waits for: one synchronisation per array and per call.
+
+    With them off, the block's calls check only what needs no values (kinds, dtypes, shapes,
+    devices and options) and compute as PyTorch does: NaN or infinity in an input, or an
+    overflow, comes out in the result, unreported. A key/value cache still measures what it
+    appends (no bound comes from the inputs), so its own bound stays true. The results are
+    the same tensors either way: the checks only read.
+
+    Turn them off where the values are known to be fit, e.g. a model's own training steps
+    whose loss is checked once per step (:func:`mha.training.train`).
+
+    Args:
+        enabled: ``False`` to skip the checks of values inside the block, ``True`` to run them.
+
+    Yields:
+        Nothing; the setting applies to this thread (and task) until the block ends, and
+        is restored when it ends, by an exception too.
+
+    Raises:
+        TypeError: if ``enabled`` is not a bool.
+    """
+    _validate.check_bool("enabled", enabled)
+    token = _VALUE_CHECKS.set(enabled)
+    try:
+        yield
+    finally:
+        _VALUE_CHECKS.reset(token)
+
+
 _ARRAYS = _validate.ArrayKind(
     "torch.Tensor",
     torch.Tensor,
@@ -124,6 +168,7 @@ _ARRAYS = _validate.ArrayKind(
     _numpy_values,
     _validate.check_dense,
     lambda x: x.device,
+    _VALUE_CHECKS.get,
 )
 
 
@@ -707,7 +752,7 @@ def layer_norm(
     magnitudes = _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
     variance, bound = _validate.layer_norm_bound(magnitudes, x.shape[-1])
     largest = _largest(x.dtype)
-    if variance * _validate.RANGE_MARGIN >= largest:  # only then a pass over the rows
+    if _VALUE_CHECKS.get() and variance * _validate.RANGE_MARGIN >= largest:  # a pass over rows
         with torch.no_grad():
             lo, hi = torch.aminmax(_values(x), dim=-1)
         spread = float((hi.double() - lo.double()).max())
