@@ -889,3 +889,32 @@ def test_value_checks_take_a_bool() -> None:
         torch_backend.value_checks(0),
     ):
         pass
+
+
+# ---- the private PyTorch names behind torch.func support -----------------------------------
+
+
+def test_the_private_torch_func_names_the_backend_reads_exist_and_work() -> None:
+    """Fails (never skips), naming each missing name, if a PyTorch version removes one."""
+    internals = torch_backend._functorch_internals()  # ImportError names what is missing
+    assert torch_backend._FUNCTORCH is not None
+    seen = []
+
+    def look(row: torch.Tensor) -> torch.Tensor:
+        with internals.disable():
+            plain = internals.unwrap(row)
+            seen.append((internals.level() is not None, internals.is_wrapped(row), plain.shape))
+        return row
+
+    torch.func.vmap(look)(torch.ones(2, 3))
+    assert seen == [(True, True, (2, 3))]  # inside vmap: a wrapped row, every row's values
+    assert internals.level() is None and not internals.is_wrapped(torch.ones(3))
+
+
+def test_a_missing_private_torch_func_name_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(torch._C._functorch, "get_unwrapped")
+    with pytest.raises(
+        ImportError,
+        match=r"lacks the private torch.func names .*: torch\._C\._functorch\.get_unwrapped$",
+    ):
+        torch_backend._functorch_internals()

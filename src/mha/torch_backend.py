@@ -15,7 +15,8 @@ broadcasting from the right, a refused ambiguous 3-D mask, an :class:`AmbiguousM
 for a 2-D mask that looks like key padding when ``B = L``). Inputs, parameters and mask must
 share one device. Tensors on the ``meta`` device (no values) are accepted for shape
 inference: every check that needs values is skipped. ``torch.func.vmap``, ``grad`` and
-``jacrev`` work over these functions (their checks read the wrapped values), and so do
+``jacrev`` work over these functions (their checks read the wrapped values, through four
+private names of PyTorch, looked up in one place), and so do
 negative views (``is_neg()``); sparse and nested tensors are refused. Empty batches
 (``B = 0``) give empty outputs. Double backward (a gradient of a gradient) needs the explicit
 path, ``need_weights=True``: PyTorch's CPU kernel behind the fast path has no derivative of its
@@ -39,6 +40,7 @@ import contextvars
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -58,17 +60,60 @@ CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal ma
 AmbiguousMaskWarning = _validate.AmbiguousMaskWarning  # a 2-D mask that may be key padding
 
 
-_FUNCTORCH = getattr(torch._C, "_functorch", None)  # torch.func's wrappers (vmap, grad)
+# PyTorch's private names for reading the values inside torch.func's wrappers (vmap, grad),
+# by the role each plays here; every use of them goes through _functorch_internals.
+_FUNCTORCH_NAMES = {
+    "is_wrapped": "torch._C._functorch.is_functorch_wrapped_tensor",
+    "level": "torch._C._functorch.maybe_current_level",
+    "unwrap": "torch._C._functorch.get_unwrapped",
+    "disable": "torch._C._DisableFuncTorch",
+}
+
+
+def _functorch_internals() -> SimpleNamespace:
+    """The private ``torch.func`` names of ``_FUNCTORCH_NAMES``, looked up in ``torch``.
+
+    The one place where this package touches PyTorch's private API: a PyTorch that renames or
+    removes one of these names breaks reading values under ``torch.func`` transforms here, and
+    nowhere else.
+
+    Returns:
+        A namespace with ``is_wrapped(x)``, ``level()`` (``None`` outside any transform),
+        ``unwrap(x)`` and ``disable()`` (a context manager that suspends the transforms).
+
+    Raises:
+        ImportError: naming every one of the names this PyTorch lacks.
+    """
+    found, missing = {}, []
+    for role, path in _FUNCTORCH_NAMES.items():
+        obj: Any = torch
+        for part in path.split(".")[1:]:
+            obj = getattr(obj, part, None)
+        if obj is None:
+            missing.append(path)
+        found[role] = obj
+    if missing:
+        raise ImportError(
+            f"torch {torch.__version__} lacks the private torch.func names that "
+            f"mha.torch_backend reads values under vmap and grad with: {', '.join(missing)}"
+        )
+    return SimpleNamespace(**found)
+
+
+try:
+    _FUNCTORCH: SimpleNamespace | None = _functorch_internals()
+except ImportError:  # the tests name what is missing; here, tensors are read as plain ones
+    _FUNCTORCH = None
 
 
 def _wrapped(x: torch.Tensor) -> bool:
     """True for a tensor that ``torch.func.vmap`` or ``torch.func.grad`` wraps."""
-    return _FUNCTORCH is not None and _FUNCTORCH.is_functorch_wrapped_tensor(x)
+    return _FUNCTORCH is not None and _FUNCTORCH.is_wrapped(x)
 
 
 def _in_transform() -> bool:
     """True inside a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``, ...)."""
-    return _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None
+    return _FUNCTORCH is not None and _FUNCTORCH.level() is not None
 
 
 def _values(x: torch.Tensor) -> torch.Tensor:
@@ -77,7 +122,7 @@ def _values(x: torch.Tensor) -> torch.Tensor:
     Under ``vmap`` it holds the values of every vmapped slice, so a check of it checks them all.
     """
     while _wrapped(x):
-        x = _FUNCTORCH.get_unwrapped(x)
+        x = _FUNCTORCH.unwrap(x)
     return x
 
 
@@ -93,7 +138,7 @@ def _max_abs(x: torch.Tensor) -> float:
     if x.numel() == 0:
         return 0.0
     if _in_transform():
-        with torch._C._DisableFuncTorch():  # read the values outside the transforms
+        with _FUNCTORCH.disable():  # read the values outside the transforms
             return _max_abs_of_values(_values(x))
     return _max_abs_of_values(x)
 
@@ -112,7 +157,7 @@ def _max_abs_of_values(x: torch.Tensor) -> float:
 def _numpy_values(x: torch.Tensor) -> np.ndarray | None:
     """``x``'s values as a NumPy array (``None`` for a ``meta`` tensor, which has none)."""
     if _in_transform():
-        with torch._C._DisableFuncTorch():  # read the values outside the transforms
+        with _FUNCTORCH.disable():  # read the values outside the transforms
             x = _values(x)
             return None if x.device.type == "meta" else x.detach().cpu().resolve_neg().numpy()
     return None if x.device.type == "meta" else x.detach().cpu().resolve_neg().numpy()
