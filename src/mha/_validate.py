@@ -22,7 +22,9 @@ every stage of the computation follows (:func:`attention_bound`, :func:`mha_boun
 bound stays below the dtype's largest finite value nothing can overflow, and no check runs
 after the computation. Only beyond it (magnitudes of about 1e16 in float32) is the computation
 redone in float64 to find a stage that overflowed, and :func:`check_range` raises naming it: an
-overflow never returns a non-finite, or a finite but wrong, output silently.
+overflow never returns a non-finite, or a finite but wrong, output silently. A backend may let
+its caller switch off every check that reads values (``ArrayKind.reads_values``, set by
+:func:`mha.torch_backend.value_checks`): kinds, dtypes, shapes and devices are still checked.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
+# The forms of multi_head_attention. mha.np_backend computes all four; mha.torch_backend
+# computes the first three (its own FORMS) and refuses "tiled", which only NumPy computes tile
+# by tile (mha.tiled.attention).
 FORMS = ("per_head", "fused", "packed", "tiled")
 PARAM_ARRAYS = ("w_qkv", "w_o", "b_qkv", "b_o")
 
@@ -58,6 +63,9 @@ class ArrayKind:
         check_kind: ``check_kind(name, x)`` raises ``TypeError`` for an array of the type
             that the backend still cannot compute with (a masked array, a sparse tensor).
         device_of: ``device_of(x)``, where ``x`` lives; ``None`` when there is one place.
+        reads_values: ``reads_values()``, False while the backend's checks of values are
+            switched off: no check then reads an array's values (finiteness, magnitudes,
+            overflow), and :meth:`check_array` returns ``inf``, no bound. ``None``: always on.
     """
 
     type_name: str
@@ -70,18 +78,28 @@ class ArrayKind:
     values: Callable[[Any], Any]
     check_kind: Callable[[str, Any], None] | None = None
     device_of: Callable[[Any], Any] | None = None
+    reads_values: Callable[[], bool] | None = None
+
+    def checks_values(self) -> bool:
+        """True unless the backend's checks of values are switched off (see ``reads_values``)."""
+        return self.reads_values is None or self.reads_values()
 
     def all_finite(self, x: Any) -> bool:
         """True when ``x`` holds no NaN or infinity."""
         return math.isfinite(self.max_abs(x))
 
     def check_array(self, name: str, x: Any, hint: str = "") -> float:
-        """Check that ``x`` is a finite floating array of this kind; return its largest ``|x|``."""
+        """Check that ``x`` is a finite floating array of this kind; return its largest ``|x|``.
+
+        With the checks of values off, its kind and dtype only, and ``inf`` (no bound).
+        """
         if not isinstance(x, self.array_type):
             raise TypeError(f"{name} must be a {self.type_name}; got {type(x).__name__}{hint}")
         if self.check_kind is not None:
             self.check_kind(name, x)
         check_float(name, x, self.floats)
+        if not self.checks_values():
+            return math.inf
         magnitude = self.max_abs(x)
         if not math.isfinite(magnitude):
             raise ValueError(f"{name} must be finite; got NaN or infinite values")
@@ -257,10 +275,12 @@ def check_length(name: str, value: Any, symbol: str) -> None:
     check_nonempty(name, value, symbol)
 
 
-def check_form(form: str) -> None:
-    """Check that ``form`` names one of the MHA forms."""
-    if form not in FORMS:
-        raise ValueError(f"form must be one of {FORMS}; got form={form!r}")
+def check_form(form: str, forms: tuple[str, ...] = FORMS) -> None:
+    """Check that ``form`` names one of ``forms``, the MHA forms a backend computes."""
+    if form not in forms:
+        elsewhere = [f for f in FORMS if f not in forms]
+        note = f" (form={form!r} is computed by mha.np_backend only)" if form in elsewhere else ""
+        raise ValueError(f"form must be one of {forms}; got form={form!r}{note}")
 
 
 def check_rank(name: str, x: Any, ndim: int, layout: str) -> None:
@@ -384,8 +404,11 @@ def check_range(
         locate: finds the stage that overflowed; called only beyond the bound.
 
     Raises:
-        ValueError: if a stage overflowed or the result is not finite.
+        ValueError: if a stage overflowed or the result is not finite (never while ``kind``'s
+            checks of values are off).
     """
+    if not kind.checks_values():
+        return
     largest = kind.largest(result.dtype)
     if bound * RANGE_MARGIN < largest:
         return
@@ -687,11 +710,13 @@ def check_mha(
     form: str,
     kind: ArrayKind,
     cache: Any = None,
+    forms: tuple[str, ...] = FORMS,
 ) -> dict[str, float]:
     """Check the arguments of a backend's ``multi_head_attention``.
 
     With a key/value ``cache``, the keys and values are the new positions only: the mask
     must cover the cached positions and the new ones, ``S = cache.length + key length``.
+    ``forms`` are the forms the backend computes (all of :data:`FORMS` unless it says less).
 
     Returns:
         The largest magnitude of each input and parameter array, by name (for
@@ -701,7 +726,7 @@ def check_mha(
 
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    check_form(form)
+    check_form(form, forms)
     magnitudes = check_arrays((("query", query), ("key", key), ("value", value)), kind)
     B, L, S = check_mha_inputs(query, key, value, params.d_model)
     named = {"query": query, "key": key, "value": value}
@@ -713,7 +738,7 @@ def check_mha(
             named[f"params.{name}"] = x
     check_same_dtype(named)
     if cache is not None:
-        S = check_cache(cache, params, B, S, query.dtype, form, kind)
+        S = check_cache(cache, params, B, S, query.dtype, form, kind, forms)
         named["cache"] = cache.keys  # its buffers must live with the inputs
     if mask is not None:
         check_mha_mask(mask, (B, params.num_heads, L, S), kind)
@@ -723,7 +748,14 @@ def check_mha(
 
 
 def check_cache(
-    cache: Any, params: Any, batch_size: int, new: int, dtype: Any, form: str, kind: ArrayKind
+    cache: Any,
+    params: Any,
+    batch_size: int,
+    new: int,
+    dtype: Any,
+    form: str,
+    kind: ArrayKind,
+    forms: tuple[str, ...] = FORMS,
 ) -> int:
     """Check that a key/value cache fits this call; return S, the positions after appending."""
     from mha.kv_cache import KVCache  # here: mha.kv_cache imports this module
@@ -731,9 +763,9 @@ def check_cache(
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a mha.kv_cache.KVCache; got {type(cache).__name__}")
     if form == "per_head":
-        raise ValueError(
-            "form='per_head' does not take a cache; use form='fused', 'packed' or 'tiled'"
-        )
+        names = [repr(f) for f in forms if f != "per_head"]
+        others = f"{', '.join(names[:-1])} or {names[-1]}"
+        raise ValueError(f"form='per_head' does not take a cache; use form={others}")
     if not isinstance(cache.keys, kind.array_type):
         raise TypeError(
             f"cache must hold {kind.type_name} buffers like the inputs; got "
@@ -798,7 +830,7 @@ def check_cached_output(cache: Any, out: Any, kind: ArrayKind) -> None:
     :attr:`mha.kv_cache.KVCache.max_abs`, says they cannot overflow); a non-finite output,
     one pass over ``(B, L, D)``, is then the sign that the cache holds NaN or infinity.
     """
-    if cache is not None and not kind.all_finite(out):
+    if cache is not None and kind.checks_values() and not kind.all_finite(out):
         check_cache_finite(cache, kind)
 
 

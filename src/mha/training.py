@@ -589,6 +589,11 @@ def train(
     evaluation batch, with one forward pass: :func:`segment_losses` and
     :func:`head_scores`. Runs on one CPU thread (see the module docstring).
 
+    The training steps run with the backend's checks of values off
+    (:func:`mha.torch_backend.value_checks`): their inputs are the model's own embeddings and
+    weights, and the loss, read once per step, is checked instead; NaN or infinity anywhere
+    in the model reaches it. The measurements run with the checks on.
+
     Args:
         config: everything that determines the run.
         model: a model to continue training (a copy is trained; this one is left alone),
@@ -600,6 +605,7 @@ def train(
 
     Raises:
         TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`.
+        ValueError: if a training step's loss is NaN or infinite (training diverged).
     """
     start = time.process_time()
     if model is None:
@@ -628,12 +634,18 @@ def train(
         if step % config.eval_every == 0:
             measure(step)
         tokens = config.batch(data, config.batch_size).tokens
-        logits, _ = model(tokens)
-        loss = next_token_loss(logits, tokens)
+        with torch_backend.value_checks(False):  # the loss is checked instead, below
+            logits, _ = model(tokens)
+            loss = next_token_loss(logits, tokens)
         opt.zero_grad()
         loss.backward()
-        opt.step()
         train_loss[step] = loss.item()
+        if not math.isfinite(train_loss[step]):
+            raise ValueError(
+                f"the training loss must stay finite; got {train_loss[step]} at step {step} "
+                f"(lr={config.lr}): training diverged"
+            )
+        opt.step()
     measure(config.steps)
     history = TrainHistory(
         step=np.array(log["step"]),
