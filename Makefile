@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
 	$(BIN)/python scripts/bench_tiled.py
 	$(BIN)/python scripts/bench_decode.py
+	$(BIN)/python scripts/bench_checks.py
 
 clean:
 	rm -rf _build .pytest_cache test-artifacts

@@ -111,7 +111,9 @@ def _cached_calls(draw: st.DrawFn) -> dict[str, Any]:
     cache_device = "cpu"
     if kind == "torch":
         cache_device = _mostly(draw, bad, "cache device", ["cpu"], ["meta"])
-    form = _mostly(draw, bad, "form", ["fused", "packed", "tiled"], ["per_head", "bogus"])
+    forms = ["fused", "packed"] + (["tiled"] if kind == "numpy" else [])  # tiled: NumPy's only
+    refused = ["per_head", "bogus"] + ([] if kind == "numpy" else ["tiled"])
+    form = _mostly(draw, bad, "form", forms, refused)
     # how the chunk's queries sit after the prompt: bottom-right causal is decoding's alignment;
     # the others are valid masks of other meanings, (n, n) covers the new positions only
     align = _mostly(

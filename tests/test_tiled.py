@@ -389,28 +389,27 @@ def test_tiled_form_equals_the_fused_form_with_masks_and_cross_attention(dtype) 
     assert_close(got[0], np.broadcast_to(params.b_o, (7, 12)), tol)  # fully masked: the bias
 
 
-@pytest.mark.parametrize("backend", [np_backend, torch_backend])
-def test_tiled_form_refuses_to_return_weights(backend) -> None:
+def test_tiled_form_refuses_to_return_weights() -> None:
     params = mha.init_params(8, 2, seed=0)
     x = np.zeros((1, 3, 8))
-    if backend is torch_backend:
-        params, x = params.to_torch(), torch.from_numpy(x)
     with pytest.raises(ValueError, match="form='tiled' never forms the .* pass need_weights=False"):
-        backend.multi_head_attention(x, x, x, params, form="tiled")
+        np_backend.multi_head_attention(x, x, x, params, form="tiled")
 
 
-def test_torch_tiled_form_is_the_fused_form_without_weights() -> None:
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_torch_backend_refuses_the_tiled_form_naming_its_forms(need_weights: bool) -> None:
+    """PyTorch has no tiled computation here: the form is refused, not run as another."""
     params = mha.init_params(8, 2, seed=0).to_torch()
     x = torch.randn(2, 5, 8, dtype=torch.float64)
-    mask = torch.from_numpy(np_backend.causal_mask(5))
-    got, _ = torch_backend.multi_head_attention(
-        x, x, x, params, mask, form="tiled", need_weights=False
-    )
-    ref, _ = torch_backend.multi_head_attention(
-        x, x, x, params, mask, form="fused", need_weights=False
-    )
-    # exact: the tiled form runs the fused form's code
-    torch.testing.assert_close(got, ref, rtol=0, atol=0)  # one code path
+    assert torch_backend.FORMS == ("per_head", "fused", "packed")
+    with pytest.raises(
+        ValueError,
+        match=r"form must be one of \('per_head', 'fused', 'packed'\); got form='tiled' "
+        r"\(form='tiled' is computed by mha.backends.np_backend only\)",
+    ):
+        torch_backend.multi_head_attention(x, x, x, params, form="tiled", need_weights=need_weights)
+    with pytest.raises(ValueError, match="got form='tiled'"):
+        mha.MultiHeadAttention(8, 2)(x.float(), form="tiled")
 
 
 # ---- errors ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import mha
 from mha import init_params, to_torch_attn_mask, to_torch_mha
-from mha.backends import np_backend, torch_backend
+from mha.backends import _torch_func, np_backend, torch_backend
 from mha.core.masks import AmbiguousMaskWarning
 from mha.numerics import backward, tolerance
 
@@ -791,3 +791,126 @@ def test_both_backends_warn_with_the_one_mask_warning_of_mha_core_masks() -> Non
     padding = np_backend.key_padding_mask([3, 1, 2], 3)[:, 0, 0, :]
     with pytest.warns(AmbiguousMaskWarning):
         np_backend.multi_head_attention(x, x, x, p, padding)
+
+
+# ---- the switch for the checks that read values ---------------------------------------------
+
+
+def _huge_and_nan() -> tuple[mha.MHAParams, torch.Tensor, torch.Tensor]:
+    """float32 parameters, an input whose scores overflow, and an input holding NaN."""
+    params = init_params(D, H, seed=0).to_torch(torch.float32)
+    huge = 1e20 * torch.ones(1, 3, D)
+    nan = torch.randn(1, 3, D)
+    nan[0, 1, 2] = math.nan
+    return params, huge, nan
+
+
+def test_value_checks_refuse_overflow_and_nan_by_default_and_skip_them_when_off() -> None:
+    params, huge, nan = _huge_and_nan()
+    call = torch_backend.multi_head_attention
+    with pytest.raises(ValueError, match="multi_head_attention output overflowed torch.float32"):
+        call(huge, huge, huge, params)
+    with pytest.raises(ValueError, match="query must be finite; got NaN or infinite values"):
+        call(nan, nan, nan, params)
+    with torch_backend.value_checks(False):
+        out, _ = call(huge, huge, huge, params)  # accepted: PyTorch's answer, unchecked
+        assert out.shape == huge.shape
+        out, weights = call(nan, nan, nan, params)
+        assert torch.isnan(out).any() and torch.isnan(weights).any()
+        with pytest.raises(ValueError, match="form must be one of"):  # options are still checked
+            call(nan, nan, nan, params, form="flash")
+        with pytest.raises(TypeError, match="must have a floating dtype"):  # and dtypes
+            call(nan.long(), nan.long(), nan.long(), params)
+        inner, _ = torch_backend.scaled_dot_product_attention(nan, nan, nan)
+        assert torch.isnan(inner).any()
+        assert torch.isnan(torch_backend.softmax(nan)).any()
+        assert torch.isnan(torch_backend.layer_norm(nan)).any()
+
+
+def test_value_checks_off_read_no_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks' reductions (aminmax on the plain path) do not run: no synchronisation."""
+    params, _, _ = _huge_and_nan()
+    x = torch.randn(2, 5, D)
+    reads = []
+    aminmax = torch.aminmax
+    monkeypatch.setattr(torch, "aminmax", lambda *a, **k: reads.append(1) or aminmax(*a, **k))
+    with torch_backend.cpu_shortcuts(False):
+        torch_backend.multi_head_attention(x, x, x, params)
+        arrays = [getattr(params, name) for name in ("w_qkv", "w_o", "b_qkv", "b_o")]
+        assert len(reads) == 1 + sum(a is not None for a in arrays)  # x once, each parameter
+        reads.clear()
+        with torch_backend.value_checks(False):
+            on, _ = torch_backend.multi_head_attention(x, x, x, params)
+            torch_backend.layer_norm(x)
+        assert reads == []
+        off, _ = torch_backend.multi_head_attention(x, x, x, params)
+    assert torch.equal(on, off)  # exact: the checks only read, the same code computes
+
+
+def test_value_checks_are_restored_after_the_block_even_on_an_exception() -> None:
+    params, _, nan = _huge_and_nan()
+    with pytest.raises(RuntimeError, match="inside the block"), torch_backend.value_checks(False):
+        torch_backend.multi_head_attention(nan, nan, nan, params)  # accepted: checks off
+        raise RuntimeError("inside the block")
+    with pytest.raises(ValueError, match="query must be finite"):
+        torch_backend.multi_head_attention(nan, nan, nan, params)
+    with (
+        torch_backend.value_checks(False),
+        torch_backend.value_checks(True),  # the inner block wins
+        pytest.raises(ValueError, match="query must be finite"),
+    ):
+        torch_backend.multi_head_attention(nan, nan, nan, params)
+
+
+def test_value_checks_apply_to_the_thread_that_switched_them() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    params, _, nan = _huge_and_nan()
+
+    def refused() -> bool:
+        try:
+            torch_backend.multi_head_attention(nan, nan, nan, params)
+        except ValueError:
+            return True
+        return False
+
+    with torch_backend.value_checks(False), ThreadPoolExecutor(1) as pool:
+        assert not refused()
+        assert pool.submit(refused).result()  # another thread keeps the default: on
+
+
+def test_value_checks_take_a_bool() -> None:
+    with (
+        pytest.raises(TypeError, match="enabled must be a bool; got"),
+        torch_backend.value_checks(0),
+    ):
+        pass
+
+
+# ---- the private PyTorch names behind torch.func support -----------------------------------
+
+
+def test_the_private_torch_func_names_the_backend_reads_exist_and_work() -> None:
+    """Fails (never skips), naming each missing name, if a PyTorch version removes one."""
+    internals = _torch_func.functorch_internals()  # ImportError names what is missing
+    assert _torch_func.FUNCTORCH is not None
+    seen = []
+
+    def look(row: torch.Tensor) -> torch.Tensor:
+        with internals.disable():
+            plain = internals.unwrap(row)
+            seen.append((internals.level() is not None, internals.is_wrapped(row), plain.shape))
+        return row
+
+    torch.func.vmap(look)(torch.ones(2, 3))
+    assert seen == [(True, True, (2, 3))]  # inside vmap: a wrapped row, every row's values
+    assert internals.level() is None and not internals.is_wrapped(torch.ones(3))
+
+
+def test_a_missing_private_torch_func_name_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(torch._C._functorch, "get_unwrapped")
+    with pytest.raises(
+        ImportError,
+        match=r"lacks the private torch.func names .*: torch\._C\._functorch\.get_unwrapped$",
+    ):
+        _torch_func.functorch_internals()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import subprocess
 import sys
@@ -696,3 +697,35 @@ def test_run_key_changes_with_the_config_and_the_kernel_settings(monkeypatch):
     assert key != runs.run_key(SMALL)
     with pytest.raises(TypeError, match="config must be a TrainConfig; got dict"):
         runs.run_key({})
+
+
+def test_train_runs_its_steps_with_the_value_checks_off_and_measures_with_them_on(monkeypatch):
+    """Every training step's forward skips the checks that read values; evaluation keeps them."""
+    from mha.backends import torch_backend
+
+    calls = []
+    attend = torch_backend.multi_head_attention
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs["need_weights"], torch_backend._VALUE_CHECKS.get()))
+        return attend(*args, **kwargs)
+
+    monkeypatch.setattr(torch_backend, "multi_head_attention", spy)
+    config = replace(SMALL, steps=3, eval_every=2)
+    runs.train(config)
+    steps = [on for need_weights, on in calls if not need_weights]
+    measurements = [on for need_weights, on in calls if need_weights]
+    assert len(steps) == config.steps * config.num_layers
+    assert len(measurements) == 3 * config.num_layers  # at steps 0, 2 and the end
+    assert not any(steps) and all(measurements)
+    assert torch_backend._VALUE_CHECKS.get()  # on again after training
+
+
+def test_train_refuses_a_loss_that_is_not_finite():
+    model = SMALL.model()
+    with torch.no_grad():
+        model.unembed[0, 0] = math.inf
+    with pytest.raises(
+        ValueError, match=r"the training loss must stay finite; got (nan|inf) at step 0"
+    ):
+        runs.train(replace(SMALL, steps=2), model)

@@ -12,6 +12,7 @@ from typing import Any
 
 from mha.core._overflow import key_value_bound
 from mha.core._validate import (
+    FORMS,
     PARAM_ARRAYS,
     ArrayKind,
     check_arrays,
@@ -33,11 +34,13 @@ def check_mha(
     form: str,
     kind: ArrayKind,
     cache: Any = None,
+    forms: tuple[str, ...] = FORMS,
 ) -> dict[str, float]:
     """Check the arguments of a backend's ``multi_head_attention``.
 
     With a key/value ``cache``, the keys and values are the new positions only: the mask
     must cover the cached positions and the new ones, ``S = cache.length + key length``.
+    ``forms`` are the forms the backend computes (all of ``FORMS`` unless it says less).
 
     Returns:
         The largest magnitude of each input and parameter array, by name (for
@@ -45,7 +48,7 @@ def check_mha(
     """
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    check_form(form)
+    check_form(form, forms)
     magnitudes = check_arrays((("query", query), ("key", key), ("value", value)), kind)
     B, L, S = check_mha_inputs(query, key, value, params.d_model)
     named = {"query": query, "key": key, "value": value}
@@ -57,7 +60,7 @@ def check_mha(
             named[f"params.{name}"] = x
     check_same_dtype(named)
     if cache is not None:
-        S = check_cache(cache, params, B, S, query.dtype, form, kind)
+        S = check_cache(cache, params, B, S, query.dtype, form, kind, forms)
         named["cache"] = cache.keys  # its buffers must live with the inputs
     if mask is not None:
         check_mha_mask(mask, (B, params.num_heads, L, S), kind)
@@ -67,16 +70,22 @@ def check_mha(
 
 
 def check_cache(
-    cache: Any, params: Any, batch_size: int, new: int, dtype: Any, form: str, kind: ArrayKind
+    cache: Any,
+    params: Any,
+    batch_size: int,
+    new: int,
+    dtype: Any,
+    form: str,
+    kind: ArrayKind,
+    forms: tuple[str, ...] = FORMS,
 ) -> int:
     """Check that a key/value cache fits this call; return S, the positions after appending."""
-
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a mha.core.kv_cache.KVCache; got {type(cache).__name__}")
     if form == "per_head":
-        raise ValueError(
-            "form='per_head' does not take a cache; use form='fused', 'packed' or 'tiled'"
-        )
+        names = [repr(f) for f in forms if f != "per_head"]
+        others = f"{', '.join(names[:-1])} or {names[-1]}"
+        raise ValueError(f"form='per_head' does not take a cache; use form={others}")
     if not isinstance(cache.keys, kind.array_type):
         raise TypeError(
             f"cache must hold {kind.type_name} buffers like the inputs; got "
@@ -141,5 +150,5 @@ def check_cached_output(cache: Any, out: Any, kind: ArrayKind) -> None:
     :attr:`mha.core.kv_cache.KVCache.max_abs`, says they cannot overflow); a non-finite output,
     one pass over ``(B, L, D)``, is then the sign that the cache holds NaN or infinity.
     """
-    if cache is not None and not kind.all_finite(out):
+    if cache is not None and kind.checks_values() and not kind.all_finite(out):
         check_cache_finite(cache, kind)

@@ -168,7 +168,8 @@ class MultiHeadAttention(nn.Module):
                 all, ``(H, L, S)`` per head, ``(B, 1, 1, S)`` or ``(B, 1, L, S)`` per batch
                 element (a ``(B, S)`` or ``(B, L, S)`` mask is not read per batch element).
             need_weights: whether to compute and return the attention weights.
-            form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
+            form: ``"per_head"``, ``"fused"`` or ``"packed"``
+                (:data:`mha.backends.torch_backend.FORMS`).
             cache: a :class:`mha.core.kv_cache.KVCache` for incremental decoding (see
                 :func:`mha.backends.torch_backend.multi_head_attention`): a refused call leaves it
                 as it was, and ``backward()`` through cached steps gives the gradients of the

@@ -16,11 +16,17 @@ broadcasting from the right, a refused ambiguous 3-D mask, an
 for a 2-D mask that looks like key padding when ``B = L``). Inputs, parameters and mask must
 share one device. Tensors on the ``meta`` device (no values) are accepted for shape
 inference: every check that needs values is skipped. ``torch.func.vmap``, ``grad`` and
-``jacrev`` work over these functions (their checks read the wrapped values), and so do
+``jacrev`` work over these functions (their checks read the wrapped values, through four
+private names of PyTorch, looked up in one place), and so do
 negative views (``is_neg()``); sparse and nested tensors are refused. Empty batches
 (``B = 0``) give empty outputs. Double backward (a gradient of a gradient) needs the explicit
 path, ``need_weights=True``: PyTorch's CPU kernel behind the fast path has no derivative of its
 backward.
+
+Every call reads the values of its inputs and parameters once (their finiteness and largest
+magnitudes, which bound the result so that an overflow is caught): one reduction, and on an
+accelerator one host synchronisation, per array. :func:`value_checks` switches these reads off
+inside a block, as :func:`mha.training.runs.train` does for its training steps.
 
 On the CPU, explicit attention without autograd and the finiteness checks take three
 shortcuts that rest on behaviour NumPy and PyTorch do not document (a NumPy-allocated score
@@ -41,36 +47,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mha.backends import _mha_checks
+from mha.backends import _mha_checks, _torch_func
 from mha.core import _groups, _overflow, _validate
+from mha.core._np_checks import as_numpy
 from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams
 
 FLOATS = (torch.float64, torch.float32, torch.bfloat16)
+# The forms this backend computes. The tiled form of mha.backends.np_backend is refused here: this
+# backend has no tiled computation of its own, and need_weights=False already runs
+# scaled_dot_product_attention, whose kernel PyTorch chooses.
+FORMS = ("per_head", "fused", "packed")
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
-
-
-_FUNCTORCH = getattr(torch._C, "_functorch", None)  # torch.func's wrappers (vmap, grad)
-
-
-def _wrapped(x: torch.Tensor) -> bool:
-    """True for a tensor that ``torch.func.vmap`` or ``torch.func.grad`` wraps."""
-    return _FUNCTORCH is not None and _FUNCTORCH.is_functorch_wrapped_tensor(x)
-
-
-def _in_transform() -> bool:
-    """True inside a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``, ...)."""
-    return _FUNCTORCH is not None and _FUNCTORCH.maybe_current_level() is not None
-
-
-def _values(x: torch.Tensor) -> torch.Tensor:
-    """The plain tensor holding ``x``'s values (inside ``torch.func``'s wrappers, if any).
-
-    Under ``vmap`` it holds the values of every vmapped slice, so a check of it checks them all.
-    """
-    while _wrapped(x):
-        x = _FUNCTORCH.get_unwrapped(x)
-    return x
 
 
 def _max_abs(x: torch.Tensor) -> float:
@@ -84,9 +72,9 @@ def _max_abs(x: torch.Tensor) -> float:
     """
     if x.numel() == 0:
         return 0.0
-    if _in_transform():
-        with torch._C._DisableFuncTorch():  # read the values outside the transforms
-            return _max_abs_of_values(_values(x))
+    if _torch_func.in_transform():
+        with _torch_func.FUNCTORCH.disable():  # read the values outside the transforms
+            return _max_abs_of_values(_torch_func.values(x))
     return _max_abs_of_values(x)
 
 
@@ -103,11 +91,58 @@ def _max_abs_of_values(x: torch.Tensor) -> float:
 
 def _numpy_values(x: torch.Tensor) -> np.ndarray | None:
     """``x``'s values as a NumPy array (``None`` for a ``meta`` tensor, which has none)."""
-    if _in_transform():
-        with torch._C._DisableFuncTorch():  # read the values outside the transforms
-            x = _values(x)
-            return None if x.device.type == "meta" else x.detach().cpu().resolve_neg().numpy()
-    return None if x.device.type == "meta" else x.detach().cpu().resolve_neg().numpy()
+    if _torch_func.in_transform():
+        with _torch_func.FUNCTORCH.disable():  # read the values outside the transforms
+            x = _torch_func.values(x)
+            return None if x.device.type == "meta" else as_numpy("x", x)
+    return None if x.device.type == "meta" else as_numpy("x", x)
+
+
+@contextmanager
+def _switched(setting: contextvars.ContextVar[bool], enabled: bool) -> Iterator[None]:
+    """``setting`` set to ``enabled`` inside the block, restored when it ends (by an exception
+    too); ``enabled`` must be a bool."""
+    _validate.check_bool("enabled", enabled)
+    token = setting.set(enabled)
+    try:
+        yield
+    finally:
+        setting.reset(token)
+
+
+_VALUE_CHECKS = contextvars.ContextVar("mha_torch_backend_value_checks", default=True)
+
+
+@contextmanager
+def value_checks(enabled: bool) -> Iterator[None]:
+    """Switch the checks that read tensors' values on or off inside the block (on by default).
+
+    With the checks on, every function of this module reads each input and parameter once:
+    NaN and infinity are refused, and the largest magnitudes bound every intermediate, so
+    that an overflow raises instead of returning a non-finite or wrong result. Each read is a
+    reduction whose answer the host waits for: one synchronisation per array and per call.
+
+    With them off, the block's calls check only what needs no values (kinds, dtypes, shapes,
+    devices and options) and compute as PyTorch does: NaN or infinity in an input, or an
+    overflow, comes out in the result, unreported. A key/value cache still measures what it
+    appends (no bound comes from the inputs), so its own bound stays true. The results are
+    the same tensors either way: the checks only read.
+
+    Turn them off where the values are known to be fit, e.g. a model's own training steps
+    whose loss is checked once per step (:func:`mha.training.runs.train`).
+
+    Args:
+        enabled: ``False`` to skip the checks of values inside the block, ``True`` to run them.
+
+    Yields:
+        Nothing; the setting applies to this thread (and task) until the block ends, and
+        is restored when it ends, by an exception too.
+
+    Raises:
+        TypeError: if ``enabled`` is not a bool.
+    """
+    with _switched(_VALUE_CHECKS, enabled):
+        yield
 
 
 _ARRAYS = _validate.ArrayKind(
@@ -121,6 +156,7 @@ _ARRAYS = _validate.ArrayKind(
     _numpy_values,
     _validate.check_dense,
     lambda x: x.device,
+    _VALUE_CHECKS.get,
 )
 
 
@@ -305,7 +341,7 @@ def _locate(find: Any, result: torch.Tensor, *args: Any) -> str | None:
     tensors = []
     for a in args:
         tensors += [a.w_qkv, a.w_o] if isinstance(a, MHAParams) else [a]
-    if any(isinstance(t, torch.Tensor) and _wrapped(t) for t in tensors):
+    if any(isinstance(t, torch.Tensor) and _torch_func.wrapped(t) for t in tensors):
         return None
 
     def copy(a: Any) -> Any:
@@ -314,8 +350,8 @@ def _locate(find: Any, result: torch.Tensor, *args: Any) -> str | None:
         if isinstance(a, tuple):
             return tuple(map(copy, a))
         if isinstance(a, torch.Tensor):
-            a = a.detach().cpu()
-            return a.numpy() if a.dtype == torch.bool else a.double().numpy()
+            a = as_numpy("x", a)
+            return a if a.dtype == np.bool_ else a.astype(np.float64)
         return a
 
     return find(*map(copy, args), largest=_largest(result.dtype))
@@ -425,17 +461,13 @@ def cpu_shortcuts(enabled: bool) -> Iterator[None]:
     Raises:
         TypeError: if ``enabled`` is not a bool.
     """
-    _validate.check_bool("enabled", enabled)
-    token = _SHORTCUTS.set(enabled)
-    try:
+    with _switched(_SHORTCUTS, enabled):
         yield
-    finally:
-        _SHORTCUTS.reset(token)
 
 
 def _shortcuts_apply(x: torch.Tensor) -> bool:
     """True when the CPU shortcuts are on and ``x`` lives on the CPU, outside ``torch.func``."""
-    return _SHORTCUTS.get() and x.device.type == "cpu" and not _in_transform()
+    return _SHORTCUTS.get() and x.device.type == "cpu" and not _torch_func.in_transform()
 
 
 def _max_abs_by_numpy(x: torch.Tensor) -> float:
@@ -548,10 +580,10 @@ def multi_head_attention(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``Concat(head_1, ..., head_H) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
-    The forms and arguments are those of :func:`mha.backends.np_backend.multi_head_attention`.
-    With ``need_weights=False`` the fused and packed forms use
-    ``torch.nn.functional.scaled_dot_product_attention`` (the fast path); the ``"tiled"``
-    form is the fused form on that path, whose CPU kernel works tile by tile.
+    The forms and arguments are those of :func:`mha.backends.np_backend.multi_head_attention`,
+    except the ``"tiled"`` form, which is refused: this backend has no tiled computation of
+    its own (:data:`FORMS` lists the forms it computes). With ``need_weights=False`` the fused
+    and packed forms use ``torch.nn.functional.scaled_dot_product_attention`` (the fast path).
     :class:`mha.MultiHeadAttention` defaults to that path (``need_weights=False``,
     ``form="packed"``); its ``forward`` says why.
 
@@ -566,7 +598,7 @@ def multi_head_attention(
             batch element. A ``(B, S)`` or ``(B, L, S)`` mask is *not* read per batch
             element; a 3-D mask whose leading size equals both B and H is refused, and a
             padding-like 2-D mask with B = L warns (see the module's "How a mask is read").
-        form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``.
+        form: ``"per_head"``, ``"fused"`` or ``"packed"`` (:data:`FORMS`).
         need_weights: return the attention weights (the explicit path) or not (the fast path).
         cache: a :class:`mha.core.kv_cache.KVCache` of PyTorch buffers on the inputs' device,
             as in :func:`mha.backends.np_backend.multi_head_attention` (atomic: a refused call
@@ -587,13 +619,15 @@ def multi_head_attention(
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
-            broadcast, non-finite inputs, an unknown ``form``, an output that would
-            overflow, or a cache that does not fit the layer or the call, is full, or holds
-            NaN or infinity.
+            broadcast, non-finite inputs, a ``form`` not in :data:`FORMS` (``"tiled"``
+            included), an output that would overflow, or a cache that does not fit the layer
+            or the call, is full, or holds NaN or infinity.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, wrong ``params``, or a
             cache that is not a ``KVCache`` of tensors of the inputs' dtype and device.
     """
-    magnitudes = _mha_checks.check_mha(query, key, value, params, mask, form, _ARRAYS, cache)
+    magnitudes = _mha_checks.check_mha(
+        query, key, value, params, mask, form, _ARRAYS, cache, forms=FORMS
+    )
     _validate.check_form_weights(form, need_weights)
     H, H_kv, D, kv_cols = params.num_heads, params.num_kv_heads, params.d_model, params.kv_width
     if form == "per_head":
@@ -702,9 +736,9 @@ def layer_norm(
     magnitudes = _validate.check_layer_norm(x, weight, bias, eps, _ARRAYS)
     variance, bound = _overflow.layer_norm_bound(magnitudes, x.shape[-1])
     largest = _largest(x.dtype)
-    if variance * _overflow.RANGE_MARGIN >= largest:  # only then a pass over the rows
+    if _VALUE_CHECKS.get() and variance * _overflow.RANGE_MARGIN >= largest:  # a pass over rows
         with torch.no_grad():
-            lo, hi = torch.aminmax(_values(x), dim=-1)
+            lo, hi = torch.aminmax(_torch_func.values(x), dim=-1)
         spread = float((hi.double() - lo.double()).max())
         _overflow.check_layer_norm_range(spread, x.shape[-1], largest, x.dtype)
     y = F.layer_norm(x, (x.shape[-1],), weight, bias, eps)

@@ -17,7 +17,10 @@ real number above 0 (:func:`check_positive_number`), a seed a non-negative int
 same non-integer raises the same ``TypeError`` wherever it is passed.
 
 The magnitudes these checks measure bound every stage of the computation; the bounds, and
-the float64 search for a stage that overflowed, are in ``mha.core._overflow``.
+the float64 search for a stage that overflowed, are in ``mha.core._overflow``. A backend may
+let its caller switch off every check that reads values (``ArrayKind.reads_values``, set by
+:func:`mha.backends.torch_backend.value_checks`): kinds, dtypes, shapes and devices are still
+checked.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from typing import Any
 
 from mha.core.masks import AmbiguousMaskWarning
 
+# The forms of multi_head_attention. mha.backends.np_backend computes all four;
+# mha.backends.torch_backend computes the first three (its own FORMS) and refuses "tiled",
+# which only NumPy computes tile by tile (mha.backends.tiled.attention).
 FORMS = ("per_head", "fused", "packed", "tiled")
 PARAM_ARRAYS = ("w_qkv", "w_o", "b_qkv", "b_o")
 
@@ -54,6 +60,9 @@ class ArrayKind:
         check_kind: ``check_kind(name, x)`` raises ``TypeError`` for an array of the type
             that the backend still cannot compute with (a masked array, a sparse tensor).
         device_of: ``device_of(x)``, where ``x`` lives; ``None`` when there is one place.
+        reads_values: ``reads_values()``, False while the backend's checks of values are
+            switched off: no check then reads an array's values (finiteness, magnitudes,
+            overflow), and :meth:`check_array` returns ``inf``, no bound. ``None``: always on.
     """
 
     type_name: str
@@ -66,18 +75,28 @@ class ArrayKind:
     values: Callable[[Any], Any]
     check_kind: Callable[[str, Any], None] | None = None
     device_of: Callable[[Any], Any] | None = None
+    reads_values: Callable[[], bool] | None = None
+
+    def checks_values(self) -> bool:
+        """True unless the backend's checks of values are switched off (see ``reads_values``)."""
+        return self.reads_values is None or self.reads_values()
 
     def all_finite(self, x: Any) -> bool:
         """True when ``x`` holds no NaN or infinity."""
         return math.isfinite(self.max_abs(x))
 
     def check_array(self, name: str, x: Any, hint: str = "") -> float:
-        """Check that ``x`` is a finite floating array of this kind; return its largest ``|x|``."""
+        """Check that ``x`` is a finite floating array of this kind; return its largest ``|x|``.
+
+        With the checks of values off, its kind and dtype only, and ``inf`` (no bound).
+        """
         if not isinstance(x, self.array_type):
             raise TypeError(f"{name} must be a {self.type_name}; got {type(x).__name__}{hint}")
         if self.check_kind is not None:
             self.check_kind(name, x)
         check_float(name, x, self.floats)
+        if not self.checks_values():
+            return math.inf
         magnitude = self.max_abs(x)
         if not math.isfinite(magnitude):
             raise ValueError(f"{name} must be finite; got NaN or infinite values")
@@ -259,10 +278,16 @@ def check_length(name: str, value: Any, symbol: str) -> None:
     check_nonempty(name, value, symbol)
 
 
-def check_form(form: str) -> None:
-    """Check that ``form`` names one of the MHA forms."""
-    if form not in FORMS:
-        raise ValueError(f"form must be one of {FORMS}; got form={form!r}")
+def check_form(form: str, forms: tuple[str, ...] = FORMS) -> None:
+    """Check that ``form`` names one of ``forms``, the MHA forms a backend computes."""
+    if form not in forms:
+        elsewhere = [f for f in FORMS if f not in forms]
+        note = (
+            f" (form={form!r} is computed by mha.backends.np_backend only)"
+            if form in elsewhere
+            else ""
+        )
+        raise ValueError(f"form must be one of {forms}; got form={form!r}{note}")
 
 
 def check_rank(name: str, x: Any, ndim: int, layout: str) -> None:

@@ -523,8 +523,7 @@ def multi_head_attention_forward(
 
     Raises:
         ValueError: the errors of :func:`mha.backends.np_backend.multi_head_attention`, or a
-        ``form``
-            other than ``"fused"`` and ``"tiled"``.
+            ``form`` other than ``"fused"`` and ``"tiled"``.
         TypeError: the errors of :func:`mha.backends.np_backend.multi_head_attention`.
     """
     if form not in BACKWARD_FORMS:

@@ -349,7 +349,7 @@ def with_kv_heads(
         ValueError: if ``num_kv_heads`` does not divide the model's key/value heads,
             ``init`` is unknown, or ``seed`` is negative.
         TypeError: if ``model`` is not an
-        :class:`mha.models.attention_only.AttentionOnlyTransformer`, or
+            :class:`mha.models.attention_only.AttentionOnlyTransformer`, or
             ``num_kv_heads`` or ``seed`` is not an int.
     """
     if not isinstance(model, AttentionOnlyTransformer):

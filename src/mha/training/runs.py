@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import multiprocessing
 import os
 import pickle
@@ -38,6 +39,7 @@ from zipfile import BadZipFile
 import numpy as np
 import torch
 
+from mha.backends import torch_backend
 from mha.core import _validate
 from mha.core._tools import one_thread
 from mha.detectors import patterns
@@ -259,6 +261,11 @@ def train(
     evaluation batch, with one forward pass: :func:`segment_losses` and
     :func:`head_scores`. Runs on one CPU thread (see the module docstring).
 
+    The training steps run with the backend's checks of values off
+    (:func:`mha.backends.torch_backend.value_checks`): their inputs are the model's own
+    embeddings and weights, and the loss, read once per step, is checked instead; NaN or
+    infinity anywhere in the model reaches it. The measurements run with the checks on.
+
     Args:
         config: everything that determines the run.
         model: a model to continue training (a copy is trained; this one is left alone),
@@ -270,7 +277,8 @@ def train(
 
     Raises:
         TypeError: if ``model`` is not an
-        :class:`mha.models.attention_only.AttentionOnlyTransformer`.
+            :class:`mha.models.attention_only.AttentionOnlyTransformer`.
+        ValueError: if a training step's loss is NaN or infinite (training diverged).
     """
     start = time.process_time()
     if model is None:
@@ -299,12 +307,18 @@ def train(
         if step % config.eval_every == 0:
             measure(step)
         tokens = config.batch(data, config.batch_size).tokens
-        logits, _ = model(tokens)
-        loss = next_token_loss(logits, tokens)
+        with torch_backend.value_checks(False):  # the loss is checked instead, below
+            logits, _ = model(tokens)
+            loss = next_token_loss(logits, tokens)
         opt.zero_grad()
         loss.backward()
-        opt.step()
         train_loss[step] = loss.item()
+        if not math.isfinite(train_loss[step]):
+            raise ValueError(
+                f"the training loss must stay finite; got {train_loss[step]} at step {step} "
+                f"(lr={config.lr}): training diverged"
+            )
+        opt.step()
     measure(config.steps)
     history = TrainHistory(
         step=np.array(log["step"]),
