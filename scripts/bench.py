@@ -1,7 +1,8 @@
 """Speed and memory of mha's implementations, as ratios against torch.nn.MultiheadAttention.
 
 Run it with ``make bench`` (or ``.venv/bin/python scripts/bench.py``). Everything is timed in
-this one process, on the same inputs, in interleaved rounds (``mha.measure.interleaved_times``);
+this one process, on the same inputs, in interleaved rounds
+(``mha.cost.measure.interleaved_times``);
 each ratio is the median over rounds of the time against the reference's time in the same
 round, so the ratios compare like with like on whatever machine runs it. Default shape:
 (B, L=S, D, H) = (4, 512, 512, 8), float32, self-attention, no mask.
@@ -21,10 +22,10 @@ fused native operator). Targets:
   ``(B, H, L, S)`` weights that this path must write and return.
 - NumPy reference: <= 1.5x the native inference path.
 - Peak extra memory of the fast path at (1, 4096, 512, 8) below one (B, H, L, S) float32
-  score tensor (``mha.measure.attention_peak_memory``, in a child process).
+  score tensor (``mha.cost.peak_memory.attention_peak_memory``, in a child process).
 
-GFLOP/s count the matrix products of one forward (``mha.cost.attention_flops``) and are shown
-as a share of the best rate of a float32 square matmul at 1024, 2048 and 4096, timed in the
+GFLOP/s count the matrix products of one forward (``mha.cost.arithmetic.attention_flops``) and are
+shown as a share of the best rate of a float32 square matmul at 1024, 2048 and 4096, timed in the
 same rounds.
 """
 
@@ -39,7 +40,8 @@ import numpy as np
 import torch
 
 import mha
-from mha import cost, measure, np_backend, torch_backend
+from mha.backends import np_backend, torch_backend
+from mha.cost import arithmetic, measure, peak_memory
 
 REF = "nn.MultiheadAttention"
 REF_WEIGHTS = "nn.MultiheadAttention weights"
@@ -123,12 +125,12 @@ def main() -> None:
     peak_fns = {f"matmul {n}^3": fn for n, fn in matmuls(tuple(args.peak_sizes)).items()}
     times = measure.interleaved_times(fns | peak_fns, args.repeats, warmup=2)
     rates = {
-        n: cost.matmul_flops(n, n, n) / statistics.median(times[f"matmul {n}^3"])
+        n: arithmetic.matmul_flops(n, n, n) / statistics.median(times[f"matmul {n}^3"])
         for n in args.peak_sizes
     }
     best_n = max(rates, key=rates.get)
     peak = rates[best_n]
-    flops = cost.attention_flops(B, L, L, D, H).matmul
+    flops = arithmetic.attention_flops(B, L, L, D, H).matmul
 
     head = ("implementation", "ms", *REF_COLUMNS.values(), "GFLOP/s", "share", "targets")
     print("{:30s} {:>8s} {:>6s} {:>7s} {:>7s} {:>8s} {:>6s}  {}".format(*head))
@@ -158,10 +160,10 @@ def main() -> None:
     )
 
     M = args.memory_len
-    (extra,) = measure.attention_peak_memory(
+    (extra,) = peak_memory.attention_peak_memory(
         1, [M], D, H, paths=("sdpa",), threads=torch.get_num_threads()
     )["sdpa"]
-    score_bytes = cost.score_tensor_bytes(1, M, M, H)
+    score_bytes = arithmetic.score_tensor_bytes(1, M, M, H)
     verdict = "ok" if extra < score_bytes else "MISS"
     print(
         f"peak extra memory of the fast path at (1, {M}, {D}, {H}): {extra / 2**20:.1f} MiB; "

@@ -1,13 +1,14 @@
 """Time a training step of the book's model with and without the checks that read values.
 
-The model and the step are those of ``mha.training.train`` with the book's config
+The model and the step are those of ``mha.training.runs.train`` with the book's config
 (``TrainConfig()``): a fresh batch of the repeated-segment task, the forward pass, the
 next-token loss, its backward pass and an AdamW step, on one thread. With the checks on, every
 attention call of the forward reads each of its inputs and parameters once
-(``mha.torch_backend.value_checks``); ``train`` switches them off for its steps. Two copies of
-the model, one per setting, take their steps in turn (``mha.measure.interleaved_times``), all
-in this one process; the ratio on / off is the median of the per-round ratios. The forward
-pass alone, the part of the step that the checks touch, is timed the same way.
+(``mha.backends.torch_backend.value_checks``); ``train`` switches them off for its steps. Two
+copies of the model, one per setting, take their steps in turn
+(``mha.cost.measure.interleaved_times``), all in this one process; the ratio on / off is
+the median of the per-round ratios. The forward pass alone, the part of the step that the
+checks touch, is timed the same way.
 
 Examples::
 
@@ -23,8 +24,10 @@ import statistics
 import numpy as np
 import torch
 
-from mha import measure, torch_backend
-from mha.training import TrainConfig, next_token_loss
+from mha.backends import torch_backend
+from mha.cost import measure
+from mha.models.attention_only import next_token_loss
+from mha.training.runs import TrainConfig
 
 
 def _step(config: TrainConfig, checks: bool):

@@ -1,15 +1,16 @@
 """Time per generated token with and without a key/value cache, and the cache's memory.
 
-A causal attention-only model of the book's kind (``mha.training.AttentionOnlyTransformer``,
+A causal attention-only model of the book's kind
+(``mha.models.attention_only.AttentionOnlyTransformer``,
 random weights) generates one token at context lengths S: with a cache (prefill S tokens,
 then decode one token at a time against the cached keys and values) and without (run the
-model on all S + 1 tokens again). ``mha.measure.decode_times`` takes the medians, on one
+model on all S + 1 tokens again). ``mha.cost.timings.decode_times`` takes the medians, on one
 thread, in CPU time by default, all in this one process; the ratio uncached / cached is the
 cache's speed-up on this machine.
 
 It also checks the cache's memory: the bytes of the caches of a model against
-``mha.cost.kv_cache_bytes``, and the resident memory that filling them adds
-(``mha.measure.peak_rss_increase``), and that an append allocates nothing that grows with
+``mha.cost.arithmetic.kv_cache_bytes``, and the resident memory that filling them adds
+(``mha.cost.measure.peak_rss_increase``), and that an append allocates nothing that grows with
 the cached length (``tracemalloc``, which NumPy reports to).
 
 Examples::
@@ -26,9 +27,9 @@ import tracemalloc
 import numpy as np
 import torch
 
-from mha import cost, measure
-from mha.kv_cache import KVCache
-from mha.training import AttentionOnlyTransformer
+from mha.core.kv_cache import KVCache
+from mha.cost import arithmetic, measure, timings
+from mha.models.attention_only import AttentionOnlyTransformer
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         model = AttentionOnlyTransformer(
             64, max_len, args.d_model, args.heads, args.layers, num_kv_heads=h_kv
         )
-        times = measure.decode_times(
+        times = timings.decode_times(
             model, args.lengths, steps=args.steps, repeat=args.repeat, clock=args.clock
         )
         for S, c, u in zip(args.lengths, times["cached"], times["uncached"], strict=True):
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
 
     S, D_h, layers = args.memory_len, args.d_model // args.heads, args.layers
     for h_kv in args.kv_heads:
-        expected = cost.kv_cache_bytes(layers, S, h_kv, D_h, torch.float32)
+        expected = arithmetic.kv_cache_bytes(layers, S, h_kv, D_h, torch.float32)
 
         def fill(h_kv: int = h_kv) -> list[KVCache]:
             caches = [KVCache(1, h_kv, D_h, S, dtype=torch.float32) for _ in range(layers)]

@@ -1,6 +1,6 @@
 """Time the forms of one multi-head attention layer and print their ratios to the fused form.
 
-The five forms compute the same self-attention (see ``mha.measure.form_runners``):
+The five forms compute the same self-attention (see ``mha.cost.timings.form_runners``):
 
 - ``per_head``: a Python loop over heads, 3H projections of width Dh (explicit scores);
 - ``fused``: three (D, D) projections, then all heads at once (explicit scores);
@@ -30,7 +30,7 @@ import argparse
 
 import torch
 
-from mha import measure
+from mha.cost import measure, timings
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,13 +70,13 @@ def main(argv: list[str] | None = None) -> None:
         f"median of {args.repeat} timings of about {args.min_time} s"
     )
     header = f"{'H':>4} {'N':>6} {'fused ms':>9} " + " ".join(
-        f"{name:>22}" for name in measure.FORMS_TIMED
+        f"{name:>22}" for name in timings.FORMS_TIMED
     )
     print("time / fused time:")
     print(header)
     for h in args.heads:
         for n in args.lengths:
-            t = measure.time_forms(
+            t = timings.time_forms(
                 args.batch_size,
                 n,
                 args.d_model,
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
                 threads=threads,
                 clock=args.clock,
             )
-            ratios = " ".join(f"{t[name] / t['fused']:22.2f}" for name in measure.FORMS_TIMED)
+            ratios = " ".join(f"{t[name] / t['fused']:22.2f}" for name in timings.FORMS_TIMED)
             print(f"{h:4d} {n:6d} {1e3 * t['fused']:9.3f} {ratios}", flush=True)
 
 

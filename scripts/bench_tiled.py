@@ -1,9 +1,9 @@
 """Memory and speed of tiled attention and of the backward pass in NumPy, against their targets.
 
 Run it with ``make bench`` (or ``.venv/bin/python scripts/bench_tiled.py``; ``--help`` lists the
-options). Each measurement runs in a child process (mha.measure.tiled_peak_memory and
-mha.measure.time_tiled): memory from the resident-set high-water mark reset just before the call,
-times as medians of interleaved rounds in one process, so ratios compare like with like. The
+options). Each measurement runs in a child process (mha.cost.peak_memory.tiled_peak_memory and
+mha.cost.timings.time_tiled): memory from the resident-set high-water mark reset just before the
+call, times as medians of interleaved rounds in one process, so ratios compare like with like. The
 BLAS of that process runs one thread by default (``--threads``), so that on a busy machine idle
 BLAS threads do not slow the many small products of the tiles more than the few large products
 of the naive path. Targets:
@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import argparse
 
-from mha import cost, measure, tiled
+from mha.backends import tiled
+from mha.cost import arithmetic, peak_memory, timings
 
 MIB = 2**20
 
@@ -36,11 +37,11 @@ def verdict(ok: bool) -> str:
 
 def memory(args: argparse.Namespace) -> None:
     B, L, D, H = 1, args.memory_len, args.d_model, args.num_heads
-    score = cost.score_tensor_bytes(B, L, L, H)
+    score = arithmetic.score_tensor_bytes(B, L, L, H)
     paths = ("numpy tiled", "numpy tiled backward", "sdpa")
     if not args.skip_naive_memory:
         paths += ("numpy", "numpy backward")
-    peak = {p: b[0] for p, b in measure.tiled_peak_memory(B, [L], D, H, paths=paths).items()}
+    peak = {p: b[0] for p, b in peak_memory.tiled_peak_memory(B, [L], D, H, paths=paths).items()}
     print(f"\npeak extra memory at (B, L=S, D, H) = ({B}, {L}, {D}, {H}), float32")
     print(f"  one (B, H, L, S) float32 score tensor: {score / MIB:.0f} MiB")
     print(f"{'path':32s} {'MiB':>9s} {'/ score':>8s} {'target':>12s}")
@@ -61,14 +62,14 @@ def memory(args: argparse.Namespace) -> None:
 def speed(args: argparse.Namespace) -> None:
     L, D, H = args.time_len, args.d_model, args.num_heads
     blocks = parse_blocks(args.blocks)
-    times = measure.time_tiled(
+    times = timings.time_tiled(
         1, L, D, H, blocks=blocks, repeat=args.repeats, min_time=args.min_time,
         threads=args.threads, clock="wall",
     )  # fmt: skip
     naive = times.pop("naive")
     deferred, sdpa = times.pop("naive, deferred"), times.pop("sdpa")
     print(f"\nforward time at (B, L=S, Dh, H) = (1, {L}, {D // H}, {H}), float32, per-head tensors")
-    print(f"  naive (mha.np_backend.scaled_dot_product_attention): {1e3 * naive:.1f} ms")
+    print(f"  naive (mha.backends.np_backend.scaled_dot_product_attention): {1e3 * naive:.1f} ms")
     print(f"  naive with Q scaled and O divided once: {1e3 * deferred:.1f} ms, "
           f"{deferred / naive:.2f} x naive")  # fmt: skip
     print(
@@ -84,7 +85,7 @@ def speed(args: argparse.Namespace) -> None:
 
 def backward(args: argparse.Namespace) -> None:
     B, L, D, H = args.backward_shape
-    times = measure.time_tiled(
+    times = timings.time_tiled(
         B, L, D, H, blocks=[], backward=True, repeat=args.repeats, min_time=args.min_time,
         threads=args.threads, clock="wall",
     )  # fmt: skip
@@ -102,9 +103,10 @@ def backward(args: argparse.Namespace) -> None:
         mark = f"<=3.00 {verdict(ratio <= 3)}" if name == "layer backward, fused" else ""
         print(f"{name:32s} {1e3 * times[name]:9.1f} {ratio:10.2f} {mark:>12s}")
     print(
-        "forward: mha.np_backend.multi_head_attention; saving: mha.backward."
-        "multi_head_attention_forward;\nbackward: mha.backward.multi_head_attention from the "
-        "saved forward (weights, or log-sum-exp for tiled)"
+        "forward: mha.backends.np_backend.multi_head_attention; saving: "
+        "mha.numerics.backward.multi_head_attention_forward;\nbackward: "
+        "mha.numerics.backward.multi_head_attention from the saved forward (weights, or "
+        "log-sum-exp for tiled)"
     )
 
 
@@ -131,7 +133,7 @@ def main() -> None:
     args = parser.parse_args()
     args.threads = args.threads or None
     print(
-        f"BLAS threads: {args.threads or 'library default'}; default blocks of mha.tiled: "
+        f"BLAS threads: {args.threads or 'library default'}; default blocks of mha.backends.tiled: "
         f"Br = {tiled.DEFAULT_BLOCK_Q}, Bc = {tiled.DEFAULT_BLOCK_KV}"
     )
     memory(args)

@@ -7,7 +7,7 @@ the slowest chapter. Exits with the build's exit code. If an incremental build f
 builds once more without Sphinx's saved environment (``_build/.doctrees``), which can be
 stale after a pull; the execution cache is kept, so chapters are not executed again.
 
-Chapters that train the same run (``mha.training.train_runs``) train it once per build: the
+Chapters that train the same run (``mha.training.runs.train_runs``) train it once per build: the
 build sets ``MHA_TRAIN_STORE`` to ``_build/.train_store`` (unless it is set already), where
 each fresh run is kept under a key of its config, the package's code, the library versions
 and the kernel settings, and loaded when it is asked for again.

@@ -1,6 +1,6 @@
 """Compute reference outputs of all-MiniLM-L6-v2 with Hugging Face ``transformers``, once.
 
-``tests/test_pretrained.py`` checks that :mod:`mha.pretrained` (this package's attention,
+``tests/test_pretrained.py`` checks that :mod:`mha.models.minilm` (this package's attention,
 loaded with the same weights) reproduces these attention probabilities and hidden states.
 ``transformers`` is NOT a dependency of the project: it is needed only to run this script,
 for example from a throw-away install directory::
@@ -26,7 +26,7 @@ import torch
 import transformers
 from transformers import BertModel
 
-from mha.pretrained import MODEL_SHA256, model_dir, sha256_of
+from mha.models.minilm import MODEL_SHA256, model_dir, sha256_of
 
 SENTENCES = [
     "The keys to the cabinet are on the table.",

@@ -4,7 +4,7 @@ Exact equality of two floating-point results is right only where the arithmetic 
 copies, views, reshapes, permutations, masking with exact zeros, and one call repeated on
 the same inputs in one process. Two routes that round differently (a column block of a
 product against the product with the block, one BLAS kernel against another) agree only to
-a tolerance (``mha.tolerance``), and bit-equality seen on one machine fails on another.
+a tolerance (``mha.numerics.tolerance``), and bit-equality seen on one machine fails on another.
 
 :func:`install` wraps the exact comparisons (``np.array_equal``, ``np.array_equiv``,
 ``np.testing.assert_array_equal``, ``np.testing.assert_equal``, ``torch.equal``, and

@@ -1,5 +1,5 @@
-"""mha.backward: gradients by hand against PyTorch autograd and finite differences, the tiled
-backward against the one from stored weights, and the memory each needs."""
+"""mha.numerics.backward: gradients by hand against PyTorch autograd and finite differences, the
+tiled backward against the one from stored weights, and the memory each needs."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha
-from mha import backward as G
-from mha import np_backend, tiled, torch_backend
-from mha.tolerance import assert_close, gamma, matmul_tolerance, unit_roundoff
+import mha.core.params
+import mha.numerics.tolerance
+from mha.backends import np_backend, tiled, torch_backend
+from mha.numerics import backward as G
+from mha.numerics import gradcheck, tolerance
+from mha.numerics.tolerance import assert_close, gamma, matmul_tolerance, unit_roundoff
 
 DTYPES = {np.float64: torch.float64, np.float32: torch.float32}
 
@@ -60,7 +63,7 @@ def test_sdpa_gradients_equal_autograd_with_masks_and_broadcast_keys(dtype) -> N
     t_out, t_w = torch_backend.scaled_dot_product_attention(tq, tk, tv, torch.from_numpy(mask))
     t_out.backward(torch.from_numpy(d_out))
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
-    bound_q, bound_k, bound_v = G.attention_gradient_tolerance(q, k, v, weights, d_out)
+    bound_q, bound_k, bound_v = tolerance.attention_gradient_tolerance(q, k, v, weights, d_out)
     assert bound_k.shape == k.shape  # summed over the batch the keys were broadcast along
     assert_close(dq, tq.grad.numpy(), bound_q, name="d_query")
     assert_close(dk, tk.grad.numpy(), bound_k, name="d_key")
@@ -95,7 +98,7 @@ def test_tiled_backward_equals_the_backward_from_stored_weights(
     got = G.tiled_attention(
         q, k, v, out, lse, d_out, mask, causal=causal, block_q=block_q, block_kv=block_kv
     )
-    bounds = G.attention_gradient_tolerance(q, k, v, weights, d_out)
+    bounds = tolerance.attention_gradient_tolerance(q, k, v, weights, d_out)
     for name, g, r, b in zip(("d_query", "d_key", "d_value"), got, ref, bounds, strict=True):
         assert_close(g, r, b, name=name)
 
@@ -116,7 +119,7 @@ def layer_inputs(B, L, S, D, H, *, dtype, bias, seed, self_attention):
 
 
 def autograd_gradients(params, query, key, value, mask, d_out):
-    """Gradients from PyTorch autograd through mha.torch_backend (the explicit path)."""
+    """Gradients from PyTorch autograd through mha.backends.torch_backend (the explicit path)."""
     p = params.to_torch().map(lambda t: t.requires_grad_())
     xs = {id(x): torch.from_numpy(x.copy()).requires_grad_() for x in (query, key, value)}
     tq, tk, tv = xs[id(query)], xs[id(key)], xs[id(value)]
@@ -166,12 +169,12 @@ def test_layer_gradients_equal_autograd(B, L, S, D, H, bias, self_attention, kin
         query, key, value, params, mask, form=form, block_q=2, block_kv=3
     )
     grads = G.multi_head_attention(saved, d_out)
-    tol = G.gradient_tolerance(saved, d_out)
+    tol = tolerance.gradient_tolerance(saved, d_out)
     t_out, t_params, t_dq, t_dk, t_dv = autograd_gradients(params, query, key, value, mask, d_out)
     ref_out, _ = np_backend.multi_head_attention(query, key, value, params, mask)
     if form == "fused":
-        out_tol, _ = mha.tolerance.attention_tolerance(query, key, value, params, mask)
-        mha.tolerance.assert_close(out, ref_out, out_tol)  # the reference's forward
+        out_tol, _ = mha.numerics.tolerance.attention_tolerance(query, key, value, params, mask)
+        mha.numerics.tolerance.assert_close(out, ref_out, out_tol)  # the reference's forward
     if self_attention:  # one input: its gradient is the sum of the three
         grads = G.MHAGradients(
             grads.d_query + grads.d_key + grads.d_value, None, None, grads.d_params
@@ -203,7 +206,7 @@ def test_gradient_tolerance_catches_a_wrong_gradient() -> None:
     )
     _, saved = G.multi_head_attention_forward(query, key, value, params)
     grads = G.multi_head_attention(saved, d_out)
-    tol = G.gradient_tolerance(saved, d_out)
+    tol = tolerance.gradient_tolerance(saved, d_out)
     # Leaving out the rowsum term of the softmax backward moves d_query far outside.
     k, v, w = saved.k, saved.v, saved.weights
     d_heads = G.merge_heads(d_out @ params.w_o.T, 2)
@@ -252,7 +255,7 @@ def test_layer_gradients_match_finite_differences() -> None:
 def test_linear_and_head_gradients_are_the_transposes() -> None:
     x, w, d_y = arrays((2, 3, 4), (4, 5), (2, 3, 5))
     d_x, d_w, d_b = G.linear(x, w, d_y)
-    tol = mha.tolerance.rounding_tolerance(d_y, terms=6, scale=6 * np.abs(d_y).max())
+    tol = mha.numerics.tolerance.rounding_tolerance(d_y, terms=6, scale=6 * np.abs(d_y).max())
     assert_close(d_b, d_y.sum((0, 1)), tol)  # a sum of 6 rows, perhaps in another order
     assert_close(
         d_w,
@@ -311,7 +314,7 @@ def test_compare_with_autograd_reports_every_gradient_within_its_tolerance(form,
         self_attention=self_attention,
     )  # fmt: skip
     mask = np_backend.causal_mask(5) if self_attention else np_backend.key_padding_mask([0, 6], 7)
-    checks = G.compare_with_autograd(
+    checks = gradcheck.compare_with_autograd(
         query, key, value, params, d_out, mask, form=form, block_q=2, block_kv=3
     )
     inputs = ["d inputs"] if self_attention else ["d query", "d key", "d value"]
@@ -325,14 +328,14 @@ def test_compare_with_autograd_leaves_out_missing_biases_and_sums_a_repeated_inp
     params, query, key, _, d_out = layer_inputs(
         1, 4, 6, 8, 2, dtype=np.float32, bias=False, seed=4, self_attention=False
     )
-    checks = G.compare_with_autograd(query, key, key, params, d_out)  # key is value
+    checks = gradcheck.compare_with_autograd(query, key, key, params, d_out)  # key is value
     assert list(checks) == ["d query", "d key", "d w_qkv", "d w_o"]
     assert all(c.within for c in checks.values())
 
 
 def test_a_gradient_check_fails_outside_its_tolerance() -> None:
     ours, theirs = np.array([1.0, 2.0]), np.array([1.0, 2.5])
-    check = G._check_against(ours, theirs, np.array([0.1, 0.1]))
+    check = gradcheck._check_against(ours, theirs, np.array([0.1, 0.1]))
     assert not check.within and check.used == pytest.approx(5.0)
     assert check.difference == 0.5 and check.largest == 2.5  # exact: 2.5 - 2.0 in binary
 
@@ -365,12 +368,14 @@ def test_grouped_query_gradients_equal_autograd(num_kv_heads, dtype, form, mask_
         query, key, value, params, mask, form=form, block_q=2, block_kv=4
     )
     ref, _ = np_backend.multi_head_attention(query, key, value, params, mask)
-    assert_close(out, ref, mha.tolerance.attention_tolerance(query, key, value, params, mask)[0])
+    assert_close(
+        out, ref, mha.numerics.tolerance.attention_tolerance(query, key, value, params, mask)[0]
+    )
     grads = G.multi_head_attention(saved, d_out)
     Dkv = D // H * num_kv_heads
     assert grads.d_params.w_qkv.shape == (D, D + 2 * Dkv)
     assert grads.d_params.num_kv_heads == num_kv_heads
-    tol = G.gradient_tolerance(saved, d_out)
+    tol = tolerance.gradient_tolerance(saved, d_out)
     t_out, t_params, t_dq, t_dk, t_dv = autograd_gradients(params, query, key, value, mask, d_out)
     for name, g, r, t in (
         ("d_query", grads.d_query, t_dq, tol.d_query),
@@ -380,7 +385,7 @@ def test_grouped_query_gradients_equal_autograd(num_kv_heads, dtype, form, mask_
           for n in ("w_qkv", "w_o", "b_qkv", "b_o")),
     ):  # fmt: skip
         assert_close(g, r, t, name=name)
-    checks = G.compare_with_autograd(
+    checks = gradcheck.compare_with_autograd(
         query, key, value, params, d_out, mask, form=form, block_q=2, block_kv=4
     )
     assert all(c.within for c in checks.values())
@@ -393,11 +398,11 @@ def test_grouped_query_key_gradients_sum_over_their_group() -> None:
     params = mha.init_params(D, H, num_kv_heads=H_kv, seed=1)
     query, key, value, d_out = arrays((B, L, D), (B, S, D), (B, S, D), (B, L, D), seed=2)
     _, saved = G.multi_head_attention_forward(query, key, value, params)
-    grads, tol = G.multi_head_attention(saved, d_out), G.gradient_tolerance(saved, d_out)
-    wide = mha.params.repeat_kv_heads(params)
+    grads, tol = G.multi_head_attention(saved, d_out), tolerance.gradient_tolerance(saved, d_out)
+    wide = mha.core.params.repeat_kv_heads(params)
     _, wide_saved = G.multi_head_attention_forward(query, key, value, wide)
     wide_grads = G.multi_head_attention(wide_saved, d_out)
-    wide_tol = G.gradient_tolerance(wide_saved, d_out)
+    wide_tol = tolerance.gradient_tolerance(wide_saved, d_out)
     Dh, G_ = D // H, H // H_kv
 
     def group_sum(x):  # (D, H Dh) -> (D, H_kv Dh), summed over the G copies of each head
@@ -443,7 +448,7 @@ def _underflowing_layer():
 def test_gradient_tolerance_covers_gradients_below_the_normal_range() -> None:
     params, query, key, value, d_out = _underflowing_layer()
     _, saved = G.multi_head_attention_forward(query, key, value, params)
-    grads, tol = G.multi_head_attention(saved, d_out), G.gradient_tolerance(saved, d_out)
+    grads, tol = G.multi_head_attention(saved, d_out), tolerance.gradient_tolerance(saved, d_out)
     info = np.finfo(np.float32)
     assert saved.weights[..., 2].max() < info.tiny  # the weights of key 2 are subnormal
     assert 0 < np.abs(grads.d_key[0, 2]).max() < info.tiny  # and so is its gradient
@@ -452,7 +457,7 @@ def test_gradient_tolerance_covers_gradients_below_the_normal_range() -> None:
     # 0.2 of that here, and autograd's gradient differed from this one by 5 times the bound).
     assert tol.d_key[0, 2].min() >= info.smallest_subnormal
     assert tol.d_value[0, 2].min() >= info.smallest_subnormal
-    checks = G.compare_with_autograd(query, key, value, params, d_out)
+    checks = gradcheck.compare_with_autograd(query, key, value, params, d_out)
     assert all(c.within for c in checks.values()), {n: c.used for n, c in checks.items()}
 
 
@@ -461,7 +466,7 @@ def test_gradient_tolerance_refuses_the_d_out_that_the_backward_refuses() -> Non
         1, 3, 4, 8, 2, dtype=np.float64, bias=True, seed=0, self_attention=False
     )
     _, saved = G.multi_head_attention_forward(query, key, value, params)
-    for fn in (G.multi_head_attention, G.gradient_tolerance):
+    for fn in (G.multi_head_attention, tolerance.gradient_tolerance):
         with pytest.raises(TypeError, match="all inputs and parameters must share one dtype"):
             fn(saved, d_out.astype(np.float32))
         with pytest.raises(ValueError, match=r"d_out must have shape \(B, L, D\)"):
@@ -476,7 +481,7 @@ def test_gradient_tolerance_refuses_the_d_out_that_the_backward_refuses() -> Non
 def test_grouped_query_self_attention_gradients_within_the_tolerance(form) -> None:
     params = mha.init_params(12, 6, num_kv_heads=2, seed=5, dtype=np.float32)
     x, d_out = arrays((2, 5, 12), (2, 5, 12), dtype=np.float32, seed=6)
-    checks = G.compare_with_autograd(
+    checks = gradcheck.compare_with_autograd(
         x, x, x, params, d_out, np_backend.causal_mask(5), form=form, block_q=2, block_kv=2
     )
     assert list(checks) == ["d inputs", "d w_qkv", "d w_o", "d b_qkv", "d b_o"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from booktoc import toc_entries, toc_pages, toc_sections
+from package import public_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -184,11 +185,6 @@ def test_every_citation_is_in_references_bib(path: Path) -> None:
     assert missing == set(), f"cited but not in book/references.bib: {sorted(missing)}"
 
 
-def public_modules() -> set[str]:
-    src = ROOT / "src" / "mha"
-    return {"mha"} | {f"mha.{p.stem}" for p in src.glob("*.py") if not p.stem.startswith("_")}
-
-
 def api_page_modules() -> dict[str, list[str]]:
     """Page -> the modules its ``{mha-api}`` blocks list, for every page of ``_toc.yml``
     that has one."""
@@ -207,7 +203,7 @@ def test_api_pages_document_every_public_module_of_mha_once() -> None:
     listed = [module for modules in api_page_modules().values() for module in modules]
     twice = sorted({module for module in listed if listed.count(module) > 1})
     assert twice == [], f"documented on more than one API page (or twice on one): {twice}"
-    assert set(listed) == public_modules()
+    assert set(listed) == set(public_modules())
 
 
 API_INDEX_ROW = re.compile(r"^\| \{ref\}`sec-(?P<stem>[a-z-]+)` \| (?P<modules>.*) \|$", re.M)

@@ -1,4 +1,4 @@
-"""Tests for mha.bottleneck: the construction, the floor and the fits."""
+"""Tests for mha.analysis.bottleneck: the construction, the floor and the fits."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha import bottleneck as bn
-from mha import np_backend, tolerance
+from mha.analysis import bottleneck as bn
+from mha.backends import np_backend
+from mha.numerics import tolerance
 
 
 def random_target(n: int, seed: int, scale: float = 2.0) -> np.ndarray:

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha
-from mha import cost, measure, torch_backend
+from mha.backends import torch_backend
+from mha.cost import arithmetic, measure
 
 # (B, L, S, D, H): self- and cross-attention, one head and many, Dh = 1 included.
 SHAPES = [(1, 4, 4, 8, 1), (2, 5, 7, 16, 4), (1, 9, 9, 8, 8), (2, 3, 11, 24, 6)]
@@ -37,7 +38,7 @@ def test_matmul_flops_equal_flop_counter_mode_for_every_form(
             query, kv, kv, params, form=form, need_weights=need_weights
         )
     )
-    assert sum(counted.values()) == cost.attention_flops(B, L, S, D, H, bias=bias).matmul
+    assert sum(counted.values()) == arithmetic.attention_flops(B, L, S, D, H, bias=bias).matmul
 
 
 @pytest.mark.parametrize(("B", "L", "S", "D", "H"), SHAPES)
@@ -45,14 +46,14 @@ def test_matmul_flops_equal_flop_counter_mode_for_torch_multihead_attention(B, L
     module = mha.to_torch_mha(mha.init_params(D, H, seed=0))  # training mode: no fast path
     query, kv = _inputs(B, L, S, D)
     counted = measure.count_flops(lambda: module(query, kv, kv))
-    assert sum(counted.values()) == cost.attention_flops(B, L, S, D, H).matmul
+    assert sum(counted.values()) == arithmetic.attention_flops(B, L, S, D, H).matmul
 
 
 @pytest.mark.parametrize(("B", "L", "S", "D", "H"), SHAPES)
 def test_flops_of_each_stage_equal_flop_counter_mode_of_that_stage(B, L, S, D, H):
     params = mha.init_params(D, H, bias=False, seed=0).to_torch()
     query, kv = _inputs(B, L, S, D)
-    model = cost.attention_flops(B, L, S, D, H, bias=False)
+    model = arithmetic.attention_flops(B, L, S, D, H, bias=False)
     q = torch_backend.split_heads(query @ params.w_q, H)
     k = torch_backend.split_heads(kv @ params.w_k, H)
     weights = torch.softmax(q @ k.transpose(-1, -2), dim=-1)
@@ -79,8 +80,8 @@ def test_grouped_query_flops_equal_flop_counter_mode(H, G):
     w_k = torch.randn(D, G * Dh, generator=gen)
     q = torch.randn(B, H, L, Dh, generator=gen)
     k, v = torch.randn(B, G, S, Dh, generator=gen), torch.randn(B, G, S, Dh, generator=gen)
-    model = cost.attention_flops(B, L, S, D, H, num_kv_heads=G)
-    full = cost.attention_flops(B, L, S, D, H)
+    model = arithmetic.attention_flops(B, L, S, D, H, num_kv_heads=G)
+    full = arithmetic.attention_flops(B, L, S, D, H)
     assert sum(measure.count_flops(lambda: x_kv @ w_k).values()) == model.k_proj
     sdpa = measure.count_flops(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
     assert sum(sdpa.values()) == model.attention == full.attention
@@ -97,8 +98,8 @@ def test_grouped_query_flops_equal_flop_counter_mode(H, G):
 @settings(max_examples=60, deadline=None)
 def test_matmul_flops_do_not_depend_on_the_number_of_heads_but_softmax_does(B, L, S, dh):
     D, H = dh
-    multi = cost.attention_flops(B, L, S, D, H)
-    single = cost.attention_flops(B, L, S, D, 1)
+    multi = arithmetic.attention_flops(B, L, S, D, H)
+    single = arithmetic.attention_flops(B, L, S, D, 1)
     assert multi.matmul == single.matmul
     assert multi.bias == single.bias
     assert multi.softmax == H * single.softmax and multi.scale == H * single.scale
@@ -107,7 +108,7 @@ def test_matmul_flops_do_not_depend_on_the_number_of_heads_but_softmax_does(B, L
 @given(st.integers(1, 300), st.integers(1, 64))
 @settings(max_examples=80, deadline=None)
 def test_attention_flops_overtake_projection_flops_exactly_past_twice_d_model(N, D):
-    flops = cost.attention_flops(1, N, N, D, 1, bias=False)
+    flops = arithmetic.attention_flops(1, N, N, D, 1, bias=False)
     linear = flops.projections + flops.out_proj  # 8 N D^2
     assert linear == 8 * N * D * D and flops.attention == 4 * N * N * D
     assert np.sign(flops.attention - linear) == np.sign(N - 2 * D)
@@ -117,9 +118,9 @@ def test_attention_flops_overtake_projection_flops_exactly_past_twice_d_model(N,
 @settings(max_examples=40, deadline=None)
 def test_elementwise_counts_follow_their_definitions(B, L, S, H):
     D = 2 * H
-    with_bias = cost.attention_flops(B, L, S, D, H)
-    without = cost.attention_flops(B, L, S, D, H, bias=False)
-    longer = cost.attention_flops(B, L, S + 1, D, H, bias=False)
+    with_bias = arithmetic.attention_flops(B, L, S, D, H)
+    without = arithmetic.attention_flops(B, L, S, D, H, bias=False)
+    longer = arithmetic.attention_flops(B, L, S + 1, D, H, bias=False)
     assert without.bias == 0 and with_bias.bias == 2 * B * L * D + 2 * B * S * D
     assert longer.softmax - without.softmax == 5 * B * H * L  # 5 more operations per row
     assert without.scale == B * H * L * S
@@ -145,7 +146,7 @@ def test_elementwise_counts_follow_their_definitions(B, L, S, H):
 def test_attention_flops_rejects_bad_sizes(kwargs, error, match):
     args = {"batch_size": 1, "q_len": 2, "kv_len": 2, "d_model": 8, "num_heads": 4} | kwargs
     with pytest.raises(error, match=match):
-        cost.attention_flops(**args)
+        arithmetic.attention_flops(**args)
 
 
 @pytest.mark.parametrize("H", [1, 2, 4])
@@ -158,16 +159,16 @@ def test_matmul_calls_equal_dispatched_matrix_products(H, form, self_attention):
         lambda: torch_backend.multi_head_attention(query, kv, kv, params, form=form)
     )
     counted = sum(ops[name] for name in measure.MATMUL_OPS)
-    assert counted == cost.matmul_calls(H, form, self_attention=self_attention)
+    assert counted == arithmetic.matmul_calls(H, form, self_attention=self_attention)
 
 
 def test_matmul_calls_rejects_unknown_form_and_bad_heads():
     with pytest.raises(ValueError, match="form must be one of"):
-        cost.matmul_calls(2, "looped")
+        arithmetic.matmul_calls(2, "looped")
     with pytest.raises(ValueError, match="num_heads must be positive; got num_heads=0"):
-        cost.matmul_calls(0, "fused")
+        arithmetic.matmul_calls(0, "fused")
     with pytest.raises(ValueError, match="form='tiled' has no explicit scores to count"):
-        cost.matmul_calls(2, "tiled")
+        arithmetic.matmul_calls(2, "tiled")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, np.float32, "f8"])
@@ -175,52 +176,54 @@ def test_score_tensor_bytes_equal_the_bytes_of_a_real_score_tensor(dtype):
     B, L, S, H = 2, 3, 5, 4
     torch_dtype = {np.float32: torch.float32, "f8": torch.float64}.get(dtype, dtype)
     assert (
-        cost.score_tensor_bytes(B, L, S, H, dtype)
+        arithmetic.score_tensor_bytes(B, L, S, H, dtype)
         == torch.empty(B, H, L, S, dtype=torch_dtype).nbytes
     )
 
 
 def test_score_tensor_bytes_rejects_bad_arguments():
     with pytest.raises(TypeError, match="dtype must be a NumPy or PyTorch dtype; got 'bogus'"):
-        cost.score_tensor_bytes(1, 2, 2, 1, "bogus")
+        arithmetic.score_tensor_bytes(1, 2, 2, 1, "bogus")
     with pytest.raises(ValueError, match="num_heads must be positive; got num_heads=0"):
-        cost.score_tensor_bytes(1, 2, 2, 0)
+        arithmetic.score_tensor_bytes(1, 2, 2, 0)
 
 
 def test_matmul_flops_count_a_multiply_add_as_two_and_equal_flop_counter_mode():
     a, b = torch.randn(3, 4), torch.randn(4, 5)
-    assert cost.matmul_flops(3, 4, 5) == 120 == sum(measure.count_flops(lambda: a @ b).values())
+    assert (
+        arithmetic.matmul_flops(3, 4, 5) == 120 == sum(measure.count_flops(lambda: a @ b).values())
+    )
     with pytest.raises(ValueError, match="k must be positive; got k=0"):
-        cost.matmul_flops(3, 0, 5)
+        arithmetic.matmul_flops(3, 0, 5)
 
 
 # ---- inference: the key/value cache ---------------------------------------------------
 
 
 def test_kv_cache_bytes_is_the_known_half_megabyte_per_token_of_llama_2_7b() -> None:
-    llama = next(c for c in cost.PUBLISHED_CONFIGS if c.name == "Llama 2 7B")
-    per_token = cost.kv_cache_bytes(llama.num_layers, 1, llama.num_kv_heads, llama.d_head)
+    llama = next(c for c in arithmetic.PUBLISHED_CONFIGS if c.name == "Llama 2 7B")
+    per_token = arithmetic.kv_cache_bytes(llama.num_layers, 1, llama.num_kv_heads, llama.d_head)
     assert per_token == 2 * 32 * 32 * 128 * 2 == 512 * 1024  # float16: 0.5 MiB per token
-    assert cost.kv_cache_bytes(32, 4096, 32, 128, batch_size=2) == 2 * 4096 * per_token
+    assert arithmetic.kv_cache_bytes(32, 4096, 32, 128, batch_size=2) == 2 * 4096 * per_token
 
 
 def test_kv_cache_bytes_shrinks_by_h_over_h_kv() -> None:
-    mha_bytes = cost.kv_cache_bytes(80, 1000, 64, 128)
-    assert mha_bytes == 8 * cost.kv_cache_bytes(80, 1000, 8, 128)  # Llama 2 70B's GQA
-    assert mha_bytes == 64 * cost.kv_cache_bytes(80, 1000, 1, 128)  # MQA
+    mha_bytes = arithmetic.kv_cache_bytes(80, 1000, 64, 128)
+    assert mha_bytes == 8 * arithmetic.kv_cache_bytes(80, 1000, 8, 128)  # Llama 2 70B's GQA
+    assert mha_bytes == 64 * arithmetic.kv_cache_bytes(80, 1000, 1, 128)  # MQA
 
 
 def test_kv_cache_bytes_equals_a_real_cache() -> None:
-    from mha.kv_cache import KVCache
+    from mha.core.kv_cache import KVCache
 
     layers = [KVCache(2, 3, 8, 50, dtype=torch.float32) for _ in range(4)]
-    assert sum(c.nbytes for c in layers) == cost.kv_cache_bytes(
+    assert sum(c.nbytes for c in layers) == arithmetic.kv_cache_bytes(
         4, 50, 3, 8, torch.float32, batch_size=2
     )
 
 
 def test_published_configs_have_whole_groups() -> None:
-    for c in cost.PUBLISHED_CONFIGS:
+    for c in arithmetic.PUBLISHED_CONFIGS:
         assert c.num_heads % c.num_kv_heads == 0, c.name
 
 
@@ -241,7 +244,9 @@ def test_decode_step_flops_match_flop_counter_mode_for_the_cached_step(h_kv: int
         scores = q @ keys.transpose(-1, -2)  # (B, H_kv, H / H_kv, S)
         out = scores.softmax(-1) @ values  # (B, H_kv, H / H_kv, Dh)
         _ = out.reshape(B, 1, D) @ w_o
-    assert counter.get_total_flops() == cost.decode_step_cost(D, H, h_kv, S, batch_size=B).flops
+    assert (
+        counter.get_total_flops() == arithmetic.decode_step_cost(D, H, h_kv, S, batch_size=B).flops
+    )
 
 
 def test_decode_step_flops_uncached_are_the_full_forward_over_kv_len_tokens() -> None:
@@ -255,13 +260,13 @@ def test_decode_step_flops_uncached_are_the_full_forward_over_kv_len_tokens() ->
         q, k, v = (x @ w_qkv).view(B, S, 3, H, D // H).permute(2, 0, 3, 1, 4)  # (B, H, S, Dh)
         out = (q @ k.transpose(-1, -2)).softmax(-1) @ v  # (B, H, S, Dh)
         _ = out.transpose(1, 2).reshape(B, S, D) @ w_o
-    step = cost.decode_step_cost(D, H, H, S, batch_size=B, cached=False)
+    step = arithmetic.decode_step_cost(D, H, H, S, batch_size=B, cached=False)
     assert counter.get_total_flops() == step.flops
 
 
 def test_decode_step_bytes_are_the_weights_and_the_cache_buffers_read() -> None:
     """The bytes of a cached step, counted from real buffers: the S - 1 cached positions."""
-    from mha.kv_cache import KVCache
+    from mha.core.kv_cache import KVCache
 
     D, H, h_kv, S, B = 32, 8, 2, 10, 3
     params = mha.init_params(D, H, num_kv_heads=h_kv, bias=False, dtype=np.float32)
@@ -269,18 +274,18 @@ def test_decode_step_bytes_are_the_weights_and_the_cache_buffers_read() -> None:
     cache = KVCache(B, h_kv, D // H, S - 1, dtype=np.float32)  # exactly the cached positions
     new_kv = 2 * B * h_kv * (D // H) * 4  # the new token's keys and values, written
     x_and_out = 2 * B * D * 4  # the new token's input, read, and its output, written
-    step = cost.decode_step_cost(D, H, h_kv, S, np.float32, batch_size=B)
+    step = arithmetic.decode_step_cost(D, H, h_kv, S, np.float32, batch_size=B)
     assert step.bytes == weights + cache.nbytes + new_kv + x_and_out
 
 
 def test_decode_step_intensity_grows_with_h_over_h_kv_and_the_cache_is_memory_bound() -> None:
-    long = {h: cost.decode_step_cost(4096, 32, h, 1_000_000) for h in (32, 8, 1)}
+    long = {h: arithmetic.decode_step_cost(4096, 32, h, 1_000_000) for h in (32, 8, 1)}
     assert long[32].intensity < long[8].intensity < long[1].intensity
     assert long[32].intensity < 1.05  # MHA: about one FLOP per byte, far below any CPU or GPU
     # once the cache outweighs the weights, intensity grows as H / H_kv (4 for Llama 2 70B)
     assert 3.9 < long[8].intensity / long[32].intensity < 4.0
-    short = cost.decode_step_cost(4096, 32, 32, 32_000)
-    uncached = cost.decode_step_cost(4096, 32, 32, 32_000, cached=False)
+    short = arithmetic.decode_step_cost(4096, 32, 32, 32_000)
+    uncached = arithmetic.decode_step_cost(4096, 32, 32, 32_000, cached=False)
     assert uncached.flops > 1000 * short.flops and uncached.intensity > 1000 * short.intensity
 
 
@@ -295,7 +300,7 @@ def test_decode_step_intensity_grows_with_h_over_h_kv_and_the_cache_is_memory_bo
 def test_decode_step_cost_names_the_bad_argument(kwargs, error, match) -> None:
     args = {"d_model": 32, "num_heads": 8, "num_kv_heads": 2, "kv_len": 5} | kwargs
     with pytest.raises(error, match=match):
-        cost.decode_step_cost(**args)
+        arithmetic.decode_step_cost(**args)
 
 
 # ---- published configurations: weights, caches, and where one outweighs the other ----------
@@ -312,20 +317,20 @@ def test_decode_step_cost_names_the_bad_argument(kwargs, error, match) -> None:
     ],
 )
 def test_published_parameter_counts_match_the_models_announced_sizes(name, billions) -> None:
-    config = next(c for c in cost.PUBLISHED_CONFIGS if c.name == name)
+    config = next(c for c in arithmetic.PUBLISHED_CONFIGS if c.name == name)
     assert abs(config.num_params() / 1e9 - billions) < 0.01
     assert config.weight_bytes() == 2 * config.num_params()  # float16
 
 
 def test_cache_bytes_stop_growing_at_the_sliding_window() -> None:
-    mistral = next(c for c in cost.PUBLISHED_CONFIGS if c.name == "Mistral 7B")
+    mistral = next(c for c in arithmetic.PUBLISHED_CONFIGS if c.name == "Mistral 7B")
     assert mistral.cache_bytes(4096) == mistral.cache_bytes(8192) == 4096 * mistral.cache_bytes(1)
-    llama = next(c for c in cost.PUBLISHED_CONFIGS if c.name == "Llama 2 7B")
+    llama = next(c for c in arithmetic.PUBLISHED_CONFIGS if c.name == "Llama 2 7B")
     assert llama.cache_bytes(4096) == 4096 * llama.cache_bytes(1)
 
 
 def test_the_cache_outweighs_the_weights_only_where_the_context_allows() -> None:
-    by_name = {c.name: c for c in cost.PUBLISHED_CONFIGS}
+    by_name = {c.name: c for c in arithmetic.PUBLISHED_CONFIGS}
     llama = by_name["Llama 2 7B"]
     S = llama.cache_outweighs_weights_at()
     assert S == 25_706 > llama.max_context  # 13.5 GB of weights / 0.5 MiB per token
@@ -337,15 +342,15 @@ def test_the_cache_outweighs_the_weights_only_where_the_context_allows() -> None
 
 
 def test_roofline_takes_the_slower_of_compute_and_memory() -> None:
-    a100 = cost.A100_80GB
+    a100 = arithmetic.A100_80GB
     assert abs(a100.ridge - 312e12 / 2039e9) < 1e-9
-    step = cost.decode_step_cost(4096, 32, 32, 4096)
-    t = cost.roofline_time(step, a100)
+    step = arithmetic.decode_step_cost(4096, 32, 32, 4096)
+    t = arithmetic.roofline_time(step, a100)
     assert t.bound == "memory" and t.seconds == t.memory == step.bytes / a100.bandwidth
-    prefill = cost.decode_step_cost(4096, 32, 32, 4096, cached=False)  # a prefill of 4,096
-    t = cost.roofline_time(prefill, a100)
+    prefill = arithmetic.decode_step_cost(4096, 32, 32, 4096, cached=False)  # a prefill of 4,096
+    t = arithmetic.roofline_time(prefill, a100)
     assert t.bound == "compute" and t.seconds == t.compute == prefill.flops / a100.peak_flops
     with pytest.raises(TypeError, match="work must be a DecodeStepCost"):
-        cost.roofline_time(1.0, a100)
+        arithmetic.roofline_time(1.0, a100)
     with pytest.raises(TypeError, match="accelerator must be an Accelerator"):
-        cost.roofline_time(step, "A100")
+        arithmetic.roofline_time(step, "A100")

@@ -6,22 +6,23 @@ import numpy as np
 import pytest
 import torch
 
-from mha import display
+from mha.display import formatting
 
 
 def test_latex_matrix_prints_integers_as_integers_and_the_rest_with_digits() -> None:
-    text = display.latex_matrix(np.array([[1.0, -0.0], [0.5, 2 / 3]]), digits=2)
+    text = formatting.latex_matrix(np.array([[1.0, -0.0], [0.5, 2 / 3]]), digits=2)
     assert text == r"\begin{bmatrix} 1 & 0 \\ 0.50 & 0.67 \end{bmatrix}"
 
 
 def test_latex_matrix_shows_a_vector_as_one_row_and_accepts_tensors() -> None:
     assert (
-        display.latex_matrix(torch.tensor([1, 2, 3])) == r"\begin{bmatrix} 1 & 2 & 3 \end{bmatrix}"
+        formatting.latex_matrix(torch.tensor([1, 2, 3]))
+        == r"\begin{bmatrix} 1 & 2 & 3 \end{bmatrix}"
     )
 
 
 def test_latex_matrix_never_prints_minus_zero_for_a_tiny_negative() -> None:
-    assert display.latex_matrix(np.array([-1e-9, 0.25]), digits=3) == (
+    assert formatting.latex_matrix(np.array([-1e-9, 0.25]), digits=3) == (
         r"\begin{bmatrix} 0 & 0.250 \end{bmatrix}"
     )
 
@@ -37,14 +38,14 @@ def test_latex_matrix_never_prints_minus_zero_for_a_tiny_negative() -> None:
 )
 def test_latex_matrix_rejects_bad_input(a, digits, error, match) -> None:
     with pytest.raises(error, match=match):
-        display.latex_matrix(a, digits)
+        formatting.latex_matrix(a, digits)
 
 
 def test_head_name_counts_layers_and_heads_from_one() -> None:
-    assert display.head_name(0, 2) == "1.3"  # code indices (0, 2): head 3 of layer 1
-    assert display.head_name(1, 3) == "2.4"
-    assert display.head_name(np.int64(5), np.intp(11)) == "6.12"  # np.unravel_index's ints
-    assert display.head_name(9, 10) != display.head_name(10, 9)  # "10.11" and "11.10"
+    assert formatting.head_name(0, 2) == "1.3"  # code indices (0, 2): head 3 of layer 1
+    assert formatting.head_name(1, 3) == "2.4"
+    assert formatting.head_name(np.int64(5), np.intp(11)) == "6.12"  # np.unravel_index's ints
+    assert formatting.head_name(9, 10) != formatting.head_name(10, 9)  # "10.11" and "11.10"
 
 
 @pytest.mark.parametrize(
@@ -58,11 +59,11 @@ def test_head_name_counts_layers_and_heads_from_one() -> None:
 )
 def test_head_name_rejects_indices_that_are_not_counts(layer, head, error, match) -> None:
     with pytest.raises(error, match=match):
-        display.head_name(layer, head)
+        formatting.head_name(layer, head)
 
 
 def test_markdown_table_formats_each_column_and_escapes_bars() -> None:
-    table = display.markdown_table(
+    table = formatting.markdown_table(
         ["seed", "share"], [(0, 0.12345), ("a|b", 1.0)], formats=[None, "{:.2f}"]
     )
     assert table.splitlines() == [
@@ -75,15 +76,23 @@ def test_markdown_table_formats_each_column_and_escapes_bars() -> None:
 
 def test_markdown_table_rejects_rows_and_formats_of_the_wrong_length() -> None:
     with pytest.raises(ValueError, match=r"rows\[1\] must have one value per column \(2\); got 1"):
-        display.markdown_table(["a", "b"], [(1, 2), (3,)])
+        formatting.markdown_table(["a", "b"], [(1, 2), (3,)])
     with pytest.raises(ValueError, match=r"formats must give one entry per column \(2\); got 1"):
-        display.markdown_table(["a", "b"], [], formats=["{}"])
+        formatting.markdown_table(["a", "b"], [], formats=["{}"])
 
 
 def test_error_message_shows_the_class_and_message_of_the_expected_error() -> None:
-    text = display.error_message(lambda: int("x"), ValueError)
+    text = formatting.error_message(lambda: int("x"), ValueError)
     assert text.startswith("```text\nValueError: invalid literal") and text.endswith("\n```")
     with pytest.raises(RuntimeError, match="the call returned 3"):
-        display.error_message(lambda: 3, ValueError)
+        formatting.error_message(lambda: 3, ValueError)
     with pytest.raises(KeyError):  # an error of another kind is not swallowed
-        display.error_message(lambda: {}["k"], ValueError)
+        formatting.error_message(lambda: {}["k"], ValueError)
+
+
+def test_table_displays_the_markdown_table_of_its_rows() -> None:
+    shown = formatting.table(["head", "score"], [("1.2", 0.5)])
+    assert type(shown).__name__ == "Markdown"
+    assert shown.data == "| head | score |\n|---|---|\n| 1.2 | 0.5 |"
+    with pytest.raises(ValueError, match=r"rows\[0\] must have one value per column \(2\)"):
+        formatting.table(["a", "b"], [(1,)])

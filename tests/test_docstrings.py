@@ -25,14 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from package import public_modules
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "mha"
 ARRAY_ANNOTATION = re.compile(r"\b(ndarray|Tensor|Array)\b")
 SECTION = re.compile(r"^\s*(Args|Attributes|Shape|Returns|Yields|Raises):", re.M)
-
-
-def public_modules() -> list[str]:
-    return ["mha"] + sorted(f"mha.{p.stem}" for p in SRC.glob("*.py") if not p.stem.startswith("_"))
 
 
 def public_callables() -> Iterator[tuple[str, Any]]:
@@ -124,16 +121,19 @@ def test_the_walk_finds_the_public_api() -> None:
     """Guard the walk itself: it must see functions, classes and methods of every kind."""
     assert len(CALLABLES) > 120
     for name in (
-        "mha.torch_backend.multi_head_attention",
-        "mha.params.MHAParams",
-        "mha.params.MHAParams.from_qkv",
-        "mha.module.MultiHeadAttention.forward",
-        "mha.torch_backend.cpu_shortcuts",
+        "mha.backends.torch_backend.multi_head_attention",
+        "mha.core.params.MHAParams",
+        "mha.core.params.MHAParams.from_qkv",
+        "mha.backends.module.MultiHeadAttention.forward",
+        "mha.backends.torch_backend.cpu_shortcuts",
     ):
         assert name in CALLABLES, name
-    assert "mha.params.MHAParams.d_model" not in CALLABLES  # a property
-    assert required_sections(CALLABLES["mha.torch_backend.cpu_shortcuts"]) >= {"Args", "Yields"}
-    assert required_sections(CALLABLES["mha.np_backend.softmax"]) == {
+    assert "mha.core.params.MHAParams.d_model" not in CALLABLES  # a property
+    assert required_sections(CALLABLES["mha.backends.torch_backend.cpu_shortcuts"]) >= {
+        "Args",
+        "Yields",
+    }
+    assert required_sections(CALLABLES["mha.backends.np_backend.softmax"]) == {
         "Args",
         "Returns",
         "Raises",

@@ -21,18 +21,25 @@ from hypothesis import strategies as st
 from torch import nn
 
 import mha
-import mha.backward
-import mha.bottleneck
-import mha.examples
-import mha.kv_cache
-import mha.measure
-import mha.plotting
-import mha.precision
-import mha.pretrained
-import mha.subspaces
-import mha.tasks
+import mha.analysis.bottleneck
+import mha.analysis.subspaces
+import mha.backends.tiled
+import mha.core.kv_cache
+import mha.core.masks
+import mha.cost.measure
+import mha.cost.timings
+import mha.display.diagrams
+import mha.display.plotting
+import mha.models.examples
+import mha.models.minilm
+import mha.numerics.backward
+import mha.numerics.precision
+import mha.numerics.tolerance
 import mha.training
-from mha import MHAParams, init_params, np_backend, torch_backend
+import mha.training.ablation
+import mha.training.tasks
+from mha import MHAParams, init_params
+from mha.backends import np_backend, torch_backend
 
 BACKENDS = {"numpy": np_backend, "torch": torch_backend}
 D, H = 8, 2
@@ -84,7 +91,7 @@ def _attend_to_huge_cached_keys(kind: str) -> Any:
         params, ones, dtype = params.to_numpy(np.float32), np.ones, np.float32
     else:
         params, ones, dtype = params.to_torch(torch.float32), torch.ones, torch.float32
-    cache = mha.kv_cache.KVCache(1, 1, D // H, 4, dtype=dtype)
+    cache = mha.core.kv_cache.KVCache(1, 1, D // H, 4, dtype=dtype)
     cache.append(1e34 * ones((1, 1, 2, D // H), dtype=dtype), ones((1, 1, 2, D // H), dtype=dtype))
     step = 1e8 * ones((1, 1, D), dtype=dtype)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -93,7 +100,7 @@ def _attend_to_huge_cached_keys(kind: str) -> Any:
 
 def _cache(dtype: Any, num_kv_heads: int = H, device: Any = None) -> Any:
     """A key/value cache for ``P`` (B = 2, Dh = D / H) of the given dtype."""
-    return mha.kv_cache.KVCache(2, num_kv_heads, D // H, 4, dtype=dtype, device=device)
+    return mha.core.kv_cache.KVCache(2, num_kv_heads, D // H, 4, dtype=dtype, device=device)
 
 
 def mha_call(
@@ -1375,19 +1382,19 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "kv_cache_bool_batch_size",
-        lambda: mha.kv_cache.KVCache(True, H, D // H, 4),
+        lambda: mha.core.kv_cache.KVCache(True, H, D // H, 4),
         TypeError,
         re.escape("batch_size must be an int; got bool True"),
     ),
     (
         "kv_cache_unknown_device",
-        lambda: mha.kv_cache.KVCache(2, H, D // H, 4, dtype=torch.float32, device="nodevice"),
+        lambda: mha.core.kv_cache.KVCache(2, H, D // H, 4, dtype=torch.float32, device="nodevice"),
         ValueError,
         "device must name a torch device such as 'cpu', 'cuda:0' or 'meta'; got device='nodevice'",
     ),
     (
         "kv_cache_truncate_bool",
-        lambda: mha.kv_cache.KVCache(2, H, D // H, 4).truncate(True),
+        lambda: mha.core.kv_cache.KVCache(2, H, D // H, 4).truncate(True),
         TypeError,
         re.escape("length must be an int; got bool True"),
     ),
@@ -1455,8 +1462,8 @@ def test_bad_input_raises_a_clear_error_in_one_backend(
 def test_no_assert_statements_in_src(repo_root) -> None:
     """``assert`` vanishes under ``python -O``; checks in src/ must raise real errors."""
     offenders = [
-        f"{path.name}:{n}"
-        for path in sorted((repo_root / "src" / "mha").glob("*.py"))
+        f"{path.relative_to(repo_root)}:{n}"
+        for path in sorted((repo_root / "src" / "mha").rglob("*.py"))
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if re.match(r"\s*assert\b", line)
     ]
@@ -1473,14 +1480,14 @@ def _raised_by_mha(error: BaseException) -> bool:
     tb = error.__traceback__
     while tb.tb_next is not None:
         tb = tb.tb_next
-    return Path(tb.tb_frame.f_code.co_filename).parent == _MHA_DIR
+    return _MHA_DIR in Path(tb.tb_frame.f_code.co_filename).parents
 
 
 def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
     """``("ok", output)`` or ``("error", exception type)``; anything not ours fails the test."""
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", mha.np_backend.AmbiguousMaskWarning)
+            warnings.simplefilter("ignore", mha.core.masks.AmbiguousMaskWarning)
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow inside, then our error
             out, _ = call()
     except (ValueError, TypeError) as error:
@@ -1588,9 +1595,9 @@ def test_generated_calls_are_answered_correctly_or_refused_by_our_errors(case) -
     assert np.isfinite(out).all() and np.isfinite(tout).all()
     if out.size:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", mha.np_backend.AmbiguousMaskWarning)
-            tol, _ = mha.tolerance.attention_tolerance(query, kv, kv, params, mask)
-        mha.tolerance.assert_close(tout, out, tol, name="PyTorch output")
+            warnings.simplefilter("ignore", mha.core.masks.AmbiguousMaskWarning)
+            tol, _ = mha.numerics.tolerance.attention_tolerance(query, kv, kv, params, mask)
+        mha.numerics.tolerance.assert_close(tout, out, tol, name="PyTorch output")
     if mask is not None and case["mask_on_meta"]:  # the same call with the mask elsewhere
         meta = torch.from_numpy(mask).to("meta")
         moved = _outcome(
@@ -1605,35 +1612,43 @@ def test_generated_calls_are_answered_correctly_or_refused_by_our_errors(case) -
 
 
 FLAG_AND_NUMBER_CASES = [
-    ("required_head_width_centre", lambda: mha.bottleneck.required_head_width(np.eye(3), "no")),
+    (
+        "required_head_width_centre",
+        lambda: mha.analysis.bottleneck.required_head_width(np.eye(3), "no"),
+    ),
     (
         "bhojanapalli_projections_centre",
-        lambda: mha.bottleneck.bhojanapalli_projections(np.eye(3), np.eye(3), 2, centre=1),
+        lambda: mha.analysis.bottleneck.bhojanapalli_projections(np.eye(3), np.eye(3), 2, centre=1),
     ),
     (
         "residual_stack_norm_first",
-        lambda: mha.examples.residual_stack(Q, 1, num_heads=H, seed=0, norm_first=None),
+        lambda: mha.models.examples.residual_stack(Q, 1, num_heads=H, seed=0, norm_first=None),
     ),
-    ("peak_rss_increase_warmup", lambda: mha.measure.peak_rss_increase(lambda: None, warmup=0)),
+    (
+        "peak_rss_increase_warmup",
+        lambda: mha.cost.measure.peak_rss_increase(lambda: None, warmup=0),
+    ),
     (
         "time_tiled_backward",
-        lambda: mha.measure.time_tiled(1, 4, D, H, blocks=[(2, 2)], backward="yes"),
+        lambda: mha.cost.timings.time_tiled(1, 4, D, H, blocks=[(2, 2)], backward="yes"),
     ),
     (
         "time_tiled_attention",
-        lambda: mha.measure.time_tiled(1, 4, D, H, blocks=[(2, 2)], attention=np.bool_(True)),
+        lambda: mha.cost.timings.time_tiled(1, 4, D, H, blocks=[(2, 2)], attention=np.bool_(True)),
     ),
     (
         "lines_log_y",
-        lambda: mha.plotting.lines(
+        lambda: mha.display.plotting.lines(
             [1, 2], {"a": [1, 2]}, title="t", xaxis_title="x", yaxis_title="y", log_y="yes"
         ),
     ),
-    ("tile_steps_causal", lambda: mha.plotting.tile_steps([], 4, 4, title="t", causal=1)),
-    ("load_minilm_check_hash", lambda: mha.pretrained.load_minilm(check_hash="no")),
-    ("principal_angles_degrees", lambda: mha.subspaces.principal_angles(np.eye(3), np.eye(3), 1)),
-    ("head_importance_normalize", lambda: mha.training.head_importance(None, [], "yes")),
-    ("greedy_decode_use_cache", lambda: mha.training.greedy_decode(None, None, 1, use_cache=1)),
+    ("tile_steps_causal", lambda: mha.display.diagrams.tile_steps([], 4, 4, title="t", causal=1)),
+    ("load_minilm_check_hash", lambda: mha.models.minilm.load_minilm(check_hash="no")),
+    (
+        "principal_angles_degrees",
+        lambda: mha.analysis.subspaces.principal_angles(np.eye(3), np.eye(3), 1),
+    ),
+    ("head_importance_normalize", lambda: mha.training.ablation.head_importance(None, [], "yes")),
 ]
 
 
@@ -1647,31 +1662,25 @@ def test_flags_of_every_public_function_must_be_bools(call: Callable[[], Any]) -
     ("call", "exc", "match"),
     [
         (
-            lambda: mha.bottleneck.fit_attention(np.eye(3), np.full((3, 3), 1 / 3), 2, lr=np.inf),
+            lambda: mha.analysis.bottleneck.fit_attention(
+                np.eye(3), np.full((3, 3), 1 / 3), 2, lr=np.inf
+            ),
             ValueError,
             r"lr must be positive and finite; got lr=inf",
         ),
         (
-            lambda: mha.bottleneck.fit_attention(np.eye(3), np.full((3, 3), 1 / 3), 2, lr="big"),
+            lambda: mha.analysis.bottleneck.fit_attention(
+                np.eye(3), np.full((3, 3), 1 / 3), 2, lr="big"
+            ),
             TypeError,
             r"lr must be a real number \(int or float\); got str 'big'",
         ),
         (
-            lambda: mha.tasks.repeated_segments(
+            lambda: mha.training.tasks.repeated_segments(
                 4, 8, 10, min_period=2, max_period=3, prefix_prob=True, rng=0
             ),
             TypeError,
             r"prefix_prob must be a real number; got bool True",
-        ),
-        (
-            lambda: mha.training.greedy_decode(None, None, 1.0),
-            TypeError,
-            r"steps must be an int; got float 1\.0",
-        ),
-        (
-            lambda: mha.training.greedy_decode(None, None, -1),
-            ValueError,
-            r"steps must be at least 0; got steps=-1",
         ),
     ],
 )
@@ -1707,17 +1716,22 @@ def _zero_width_qkv():
             ),
             id="torch-autograd",
         ),
-        pytest.param(lambda q, k, v: mha.tiled.attention(q, k, v), id="tiled"),
-        pytest.param(lambda q, k, v: mha.tiled.three_pass_attention(q, k, v), id="three-pass"),
-        pytest.param(lambda q, k, v: mha.tiled.attention_tolerance(q, k, v), id="tolerance"),
+        pytest.param(lambda q, k, v: mha.backends.tiled.attention(q, k, v), id="tiled"),
         pytest.param(
-            lambda q, k, v: mha.backward.scaled_dot_product_attention(
+            lambda q, k, v: mha.backends.tiled.three_pass_attention(q, k, v), id="three-pass"
+        ),
+        pytest.param(
+            lambda q, k, v: mha.numerics.tolerance.tiled_attention_tolerance(q, k, v),
+            id="tolerance",
+        ),
+        pytest.param(
+            lambda q, k, v: mha.numerics.backward.scaled_dot_product_attention(
                 q, k, v, np.ones((2, 3, 4)), np.ones((2, 3, 2))
             ),
             id="backward",
         ),
         pytest.param(
-            lambda q, k, v: mha.precision.rounded_attention(
+            lambda q, k, v: mha.numerics.precision.rounded_attention(
                 *(torch.from_numpy(x) for x in (q, k, v))
             ),
             id="rounded",
@@ -1821,8 +1835,8 @@ def _numeric_cases():
         want = np_backend.scaled_dot_product_attention(
             a["query"], a["key"], a["value"], a.get("mask")
         )[0]
-        tol = mha.tiled.attention_tolerance(a["query"], a["key"], a["value"])[0]
-        mha.tolerance.assert_close(got[0], want, tol)
+        tol = mha.numerics.tolerance.tiled_attention_tolerance(a["query"], a["key"], a["value"])[0]
+        mha.numerics.tolerance.assert_close(got[0], want, tol)
 
     qkv_bad = {
         "query": [*_ARRAY_BAD, "width+1", "batch+1", "0-D"],
@@ -1844,25 +1858,25 @@ def _numeric_cases():
 
     def saved_and_d_out(rng, dt):
         a = layer(rng, dt)
-        _, saved = mha.backward.multi_head_attention_forward(**a)
+        _, saved = mha.numerics.backward.multi_head_attention_forward(**a)
         return {"saved": saved, "d_out": rng.standard_normal((2, 3, 8)).astype(dt)}
 
     def sdpa_grads(rng, dt):
         a = qkv(rng, dt)
-        out, lse = mha.tiled.attention(a["query"], a["key"], a["value"], a["mask"])
+        out, lse = mha.backends.tiled.attention(a["query"], a["key"], a["value"], a["mask"])
         w = np_backend.scaled_dot_product_attention(a["query"], a["key"], a["value"], a["mask"])
         d_out = rng.standard_normal(out.shape).astype(dt)
         return {**a, "weights": w[1], "out": out, "lse": lse, "d_out": d_out}
 
     def sdpa_grads_reference(a, got):
-        want = mha.backward.tiled_attention(
+        want = mha.numerics.backward.tiled_attention(
             a["query"], a["key"], a["value"], a["out"], a["lse"], a["d_out"], a["mask"]
         )
-        tols = mha.backward.attention_gradient_tolerance(
+        tols = mha.numerics.tolerance.attention_gradient_tolerance(
             a["query"], a["key"], a["value"], a["weights"], a["d_out"]
         )
         for g, w, t in zip(got, want, tols, strict=True):
-            mha.tolerance.assert_close(g, w, t)
+            mha.numerics.tolerance.assert_close(g, w, t)
 
     grad_bad = {
         "query": [*_ARRAY_BAD, "width+1", "batch+1"],
@@ -1879,18 +1893,22 @@ def _numeric_cases():
     def rounded_reference(a, got):
         q, k, v = (a[n].numpy() for n in ("query", "key", "value"))
         want = np_backend.scaled_dot_product_attention(q, k, v)[0]
-        tol = mha.tolerance.unit_roundoff(torch.float16) * np.abs(v).max()  # the docstring's
-        tol += mha.tiled.attention_tolerance(q, k, v)[0]  # and the float64 routes' own
-        mha.tolerance.assert_close(got, want, tol)
+        tol = (
+            mha.numerics.tolerance.unit_roundoff(torch.float16) * np.abs(v).max()
+        )  # the docstring's
+        tol += mha.numerics.tolerance.tiled_attention_tolerance(q, k, v)[
+            0
+        ]  # and the float64 routes' own
+        mha.numerics.tolerance.assert_close(got, want, tol)
 
     def spacing_reference(a, got):
         x = np.abs(np.asarray(a["value"], dtype=a["dtype"]))
         assert got == float(np.spacing(x))  # exact: a power of two
 
-    tb = mha.tiled
-    G = mha.backward
-    P = mha.precision
-    T = mha.tolerance
+    tb = mha.backends.tiled
+    G = mha.numerics.backward
+    P = mha.numerics.precision
+    T = mha.numerics.tolerance
     return {
         "tiled.attention": (
             qkv, lambda a: tb.attention(**a, block_q=2, block_kv=3), qkv_bad, {},
@@ -1974,8 +1992,8 @@ def _numeric_cases():
             {"saved": ["None", "tuple"], "d_out": [*_ARRAY_BAD, "width+1", "batch+1"]}, {},
             None,
         ),
-        "backward.gradient_tolerance": (
-            saved_and_d_out, lambda a: G.gradient_tolerance(**a),
+        "tolerance.gradient_tolerance": (
+            saved_and_d_out, lambda a: T.gradient_tolerance(**a),
             {"saved": ["None", "tuple"], "d_out": [*_ARRAY_BAD, "width+1", "batch+1"]}, {},
             None,
         ),

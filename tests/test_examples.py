@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mha import examples, np_backend, tolerance
+from mha.backends import np_backend
+from mha.models import examples
+from mha.numerics import tolerance
 
 
 def test_worked_example_is_three_tokens_two_heads_of_width_two_with_integer_weights() -> None:

@@ -16,8 +16,10 @@ import torch
 import torch.nn.functional as F
 
 import mha
-from mha import cost, measure, np_backend, tolerance, torch_backend
-from mha.params import MHAParams, init_params, mean_pool_kv_heads, repeat_kv_heads
+from mha.backends import np_backend, torch_backend
+from mha.core.params import MHAParams, init_params, mean_pool_kv_heads, repeat_kv_heads
+from mha.cost import arithmetic, measure
+from mha.numerics import tolerance
 
 B, L, S, D, H = 2, 5, 7, 24, 6
 KV_HEADS = [6, 3, 2, 1]  # MHA, two GQA groupings, MQA
@@ -270,6 +272,6 @@ def test_flop_model_counts_the_narrower_key_value_projections(h_kv: int) -> None
     counted = measure.count_flops(
         lambda: torch_backend.multi_head_attention(x, kv, kv, params, form="fused")
     )
-    model = cost.attention_flops(B, L, S, D, H, num_kv_heads=h_kv)
+    model = arithmetic.attention_flops(B, L, S, D, H, num_kv_heads=h_kv)
     assert sum(counted.values()) == model.matmul
     assert model.k_proj == model.v_proj == 2 * B * S * D * h_kv * (D // H)

@@ -1,7 +1,7 @@
 """Every head the chapters' prose names exists, and is named one way: "layer.head" from 1.
 
 The book names a head by its layer and its number in that layer, both counted from 1:
-head 1.3 is head 3 of layer 1, ``weights[0, 2]`` in code (``mha.display.head_name``). The
+head 1.3 is head 3 of layer 1, ``weights[0, 2]`` in code (``mha.display.formatting.head_name``). The
 check reads the Markdown text of the chapters (not their code cells, inline code or math),
 finds every head name it prints ("head 1.3", "heads 1.3 and 3.9", "**2.9**"), and checks it
 against the model the chapter discusses: layer and head within range, counted from 1. It
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mha import display, training
-from mha.pretrained import model_dir
+from mha.display import formatting
+from mha.models.minilm import model_dir
+from mha.training import runs
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -40,7 +41,7 @@ def _minilm() -> tuple[int, int]:
 
 
 def _trained() -> tuple[int, int]:
-    cfg = training.TrainConfig()
+    cfg = runs.TrainConfig()
     return cfg.num_layers, cfg.num_heads
 
 
@@ -130,7 +131,7 @@ def test_a_head_named_another_way_is_found() -> None:
 
 
 def test_the_names_are_the_ones_head_name_gives() -> None:
-    named = {(layer + 1, head + 1): display.head_name(layer, head) for layer in range(6)
+    named = {(layer + 1, head + 1): formatting.head_name(layer, head) for layer in range(6)
              for head in range(12)}  # fmt: skip
     text = " ".join(f"head {name}" for name in named.values())
     assert head_names(prose(text)) == list(named)

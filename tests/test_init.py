@@ -14,14 +14,19 @@ import sys
 sys.modules["torch"] = None  # every `import torch` now raises ImportError
 import numpy as np
 import mha
-from mha import cost, detectors, np_backend, packing, shapes, tolerance
+from mha.cost import arithmetic
+from mha.detectors import patterns
+from mha.backends import np_backend
+from mha.core import packing
+from mha.display import shapes
+from mha.numerics import tolerance
 params = mha.init_params(8, 2, seed=0)
 x = np.random.default_rng(0).standard_normal((1, 3, 8))
 out, weights = np_backend.multi_head_attention(x, x, x, params, np_backend.causal_mask(3))
 assert out.shape == (1, 3, 8) and weights.shape == (1, 2, 3, 3)
-assert detectors.previous_token_score(weights[0]).shape == (2,)
+assert patterns.previous_token_score(weights[0]).shape == (2,)
 assert packing.split_head_blocks(params.w_qkv, 2).shape == (3, 2, 8, 4)
-assert cost.attention_flops(1, 3, 3, 8, 2).matmul > 0
+assert arithmetic.attention_flops(1, 3, 3, 8, 2).matmul > 0
 tolerance.assert_close(weights.sum(-1), np.ones((1, 2, 3)), 1e-12)
 try:
     mha.MultiHeadAttention
@@ -37,9 +42,9 @@ def test_import_mha_and_the_numpy_backend_work_without_torch() -> None:
 
 
 def test_torch_names_load_on_first_access() -> None:
-    from mha import module, torch_backend
+    from mha.backends import module, torch_backend
 
-    assert mha.torch_backend is torch_backend
+    assert mha.backends.torch_backend is torch_backend
     assert mha.MultiHeadAttention is module.MultiHeadAttention
     assert set(mha.__all__) <= set(dir(mha))
     with pytest.raises(AttributeError, match="module 'mha' has no attribute 'nothing'"):

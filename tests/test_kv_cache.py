@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from mha import init_params, np_backend, tolerance, torch_backend
-from mha.kv_cache import KVCache
+from mha import init_params
+from mha.backends import np_backend, torch_backend
+from mha.core.kv_cache import KVCache
+from mha.numerics import tolerance
 
 B, H_KV, DH = 2, 3, 4
 
@@ -227,7 +229,7 @@ def test_the_cache_must_fit_the_layer_and_the_call() -> None:
             TypeError,
             "cache must hold numpy.ndarray buffers",
         ),
-        ("cache", TypeError, "cache must be a mha.kv_cache.KVCache; got str"),
+        ("cache", TypeError, "cache must be a mha.core.kv_cache.KVCache; got str"),
     ]
     for bad, error, match in cases:
         with pytest.raises(error, match=match):
@@ -504,7 +506,7 @@ def test_append_refuses_what_is_not_a_block_of_the_cache(kind, bad, error, match
 
 
 def test_the_torch_dtypes_of_a_cache_are_those_a_layer_computes_in() -> None:
-    from mha import kv_cache
+    from mha.core import kv_cache
 
     assert tuple(getattr(torch, n) for n in kv_cache.TORCH_FLOATS) == torch_backend.FLOATS
     for dtype in torch_backend.FLOATS:  # each one makes a cache a layer takes

@@ -1,7 +1,7 @@
 """Generated inputs for the key/value cache and cached layer calls: every call is answered
 correctly or refused by the package's own error, and a refused call leaves the cache as it was.
 
-The search of ``test_errors.py`` (calls without a cache) extended to :mod:`mha.kv_cache` and to
+The search of ``test_errors.py`` (calls without a cache) extended to :mod:`mha.core.kv_cache` and to
 layer calls with a cache, in both backends and every form that takes one: grouped-query caches
 (``num_kv_heads``), causal alignment of a chunk after the cached prompt, caches that do not fit
 the layer or the call, bounds that are no magnitude, devices, and inputs that overflow.
@@ -20,8 +20,11 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import mha
-from mha import init_params, np_backend, tolerance, torch_backend
-from mha.kv_cache import KVCache
+from mha import init_params
+from mha.backends import np_backend, torch_backend
+from mha.core.kv_cache import KVCache
+from mha.core.masks import AmbiguousMaskWarning
+from mha.numerics import tolerance
 
 BACKENDS = {"numpy": np_backend, "torch": torch_backend}
 _MHA_DIR = Path(mha.__file__).parent
@@ -34,14 +37,14 @@ def _raised_by_mha(error: BaseException) -> bool:
     tb = error.__traceback__
     while tb.tb_next is not None:
         tb = tb.tb_next
-    return Path(tb.tb_frame.f_code.co_filename).parent == _MHA_DIR
+    return _MHA_DIR in Path(tb.tb_frame.f_code.co_filename).parents
 
 
 def _outcome(call) -> tuple[str, Any]:
     """``("ok", result)`` or ``("error", exception type)``; an error not ours fails the test."""
     try:
         with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
-            warnings.simplefilter("ignore", np_backend.AmbiguousMaskWarning)
+            warnings.simplefilter("ignore", AmbiguousMaskWarning)
             return "ok", call()
     except (ValueError, TypeError) as error:
         assert _raised_by_mha(error), f"{type(error).__name__} from outside mha: {error}"

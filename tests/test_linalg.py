@@ -1,4 +1,5 @@
-"""Tests for mha._linalg: one-thread decompositions shared by rank, subspaces and bottleneck."""
+"""Tests for mha.analysis._linalg: one-thread decompositions shared by rank, subspaces and
+bottleneck."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mha import _linalg, tolerance
+from mha.analysis import _linalg
+from mha.core import _tools
+from mha.numerics import tolerance
 
 
 def random_matrix(m: int, n: int, seed: int = 0, dtype=np.float64) -> np.ndarray:
@@ -15,16 +18,16 @@ def random_matrix(m: int, n: int, seed: int = 0, dtype=np.float64) -> np.ndarray
 
 def test_one_thread_sets_one_torch_thread_and_restores_the_count():
     before = torch.get_num_threads()
-    with _linalg.one_thread():
+    with _tools.one_thread():
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
-    with pytest.raises(RuntimeError, match="inside"), _linalg.one_thread():
+    with pytest.raises(RuntimeError, match="inside"), _tools.one_thread():
         raise RuntimeError("inside")
     assert torch.get_num_threads() == before
 
 
 def test_one_thread_works_as_a_decorator():
-    @_linalg.one_thread()
+    @_tools.one_thread()
     def threads() -> int:
         return torch.get_num_threads()
 

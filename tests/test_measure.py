@@ -1,4 +1,4 @@
-"""Tests of mha.measure: FLOP and operator counters, peak memory and the timers."""
+"""Tests of mha.cost.measure: FLOP and operator counters, peak memory and the timers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 
 import mha
-from mha import cost, measure, torch_backend
+import mha.cost.peak_memory
+from mha.backends import torch_backend
+from mha.cost import arithmetic, measure, peak_memory, timings
 
 
 def test_flop_counter_counts_cpu_sdpa_that_plain_flop_counter_mode_misses():
@@ -50,7 +52,7 @@ def test_count_aten_ops_sees_torch_fast_path_as_one_operator():
 def test_peak_rss_increase_sees_a_touched_allocation_and_not_an_untouched_one():
     code = (
         "import numpy as np\n"
-        "from mha.measure import peak_rss_increase\n"
+        "from mha.cost.measure import peak_rss_increase\n"
         "n = 64 * 2**20\n"
         "print(peak_rss_increase(lambda: np.ones(n, dtype=np.uint8)))\n"
         "print(peak_rss_increase(lambda: np.empty(n, dtype=np.uint8)))\n"
@@ -71,8 +73,8 @@ def test_peak_rss_increase_needs_proc(monkeypatch, tmp_path):
 def test_explicit_attention_stores_score_tensors_and_sdpa_does_not():
     B, L, D, H = 1, 512, 32, 8
     paths = ("explicit", "explicit, autograd", "sdpa")
-    measured = measure.attention_peak_memory(B, [L], D, H, paths=paths)
-    score = cost.score_tensor_bytes(B, L, L, H)
+    measured = peak_memory.attention_peak_memory(B, [L], D, H, paths=paths)
+    score = arithmetic.score_tensor_bytes(B, L, L, H)
     slack = 2**20  # the kernel's resident-page counters are approximate (per-CPU batches)
     # Without autograd the softmax overwrites the scores: one tensor, not two.
     assert score - slack <= measured["explicit"][0] < 1.5 * score
@@ -82,11 +84,11 @@ def test_explicit_attention_stores_score_tensors_and_sdpa_does_not():
 
 def test_attention_peak_memory_rejects_bad_arguments():
     with pytest.raises(ValueError, match="paths must be among"):
-        measure.attention_peak_memory(1, [8], 8, 2, paths=("flash",))
+        peak_memory.attention_peak_memory(1, [8], 8, 2, paths=("flash",))
     with pytest.raises(ValueError, match="dtype must be 'float32' or 'float64'; got dtype='half'"):
-        measure.attention_peak_memory(1, [8], 8, 2, dtype="half")
+        peak_memory.attention_peak_memory(1, [8], 8, 2, dtype="half")
     with pytest.raises(ValueError, match=r"q_lens\[i\] must be positive"):
-        measure.attention_peak_memory(1, [8, 0], 8, 2)
+        peak_memory.attention_peak_memory(1, [8, 0], 8, 2)
 
 
 def test_median_time_is_at_least_the_time_of_a_sleep():
@@ -113,21 +115,21 @@ def test_form_runners_compute_the_same_attention():
     params = mha.init_params(16, 4, seed=5).to_torch(torch.float32)
     x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
-        outs = {name: fn() for name, fn in measure.form_runners(params, x).items()}
-    assert tuple(outs) == measure.FORMS_TIMED
+        outs = {name: fn() for name, fn in timings.form_runners(params, x).items()}
+    assert tuple(outs) == timings.FORMS_TIMED
     for name, out in outs.items():
         torch.testing.assert_close(out, outs["fused"], atol=1e-5, rtol=1e-5, msg=name)
 
 
 def test_form_runners_reject_numpy_params():
     with pytest.raises(TypeError, match="params must be MHAParams of torch tensors"):
-        measure.form_runners(mha.init_params(8, 2), torch.zeros(1, 2, 8))
+        timings.form_runners(mha.init_params(8, 2), torch.zeros(1, 2, 8))
 
 
 def test_time_forms_times_every_form_and_restores_threads():
     threads = torch.get_num_threads()
-    times = measure.time_forms(1, 4, 8, 2, repeat=2, min_time=1e-4, threads=1, clock="cpu")
-    assert tuple(times) == measure.FORMS_TIMED
+    times = timings.time_forms(1, 4, 8, 2, repeat=2, min_time=1e-4, threads=1, clock="cpu")
+    assert tuple(times) == timings.FORMS_TIMED
     assert all(t > 0 for t in times.values())
     assert torch.get_num_threads() == threads
 
@@ -139,8 +141,10 @@ def test_count_flops_is_empty_for_work_without_matrix_products():
 
 def test_attention_peak_memory_reports_a_failed_child(monkeypatch):
     monkeypatch.setattr(measure.sys, "executable", "/bin/false")
-    with pytest.raises(RuntimeError, match="memory measurement failed"):
-        measure.attention_peak_memory(1, [8], 8, 2)
+    with pytest.raises(
+        RuntimeError, match="measurement failed in mha.cost.peak_memory._memory_child"
+    ):
+        peak_memory.attention_peak_memory(1, [8], 8, 2)
 
 
 def test_peak_rss_increase_names_a_missing_status_line(monkeypatch, tmp_path):
@@ -162,7 +166,7 @@ def test_bench_forms_script_prints_one_row_of_ratios_per_shape(capsys):
     assert "cpu clock" in lines[0]
     rows = [line.split() for line in lines[3:]]
     assert [(r[0], r[1]) for r in rows] == [("1", "4"), ("2", "4")]
-    assert all(len(r) == 3 + len(measure.FORMS_TIMED) and float(r[4]) == 1.0 for r in rows)
+    assert all(len(r) == 3 + len(timings.FORMS_TIMED) and float(r[4]) == 1.0 for r in rows)
 
 
 def test_interleaved_times_runs_every_callable_in_each_round_in_turn():
@@ -192,10 +196,10 @@ def test_interleaved_times_rejects_bad_arguments():
 
 
 def test_decode_times_reports_cached_and_uncached_seconds_per_token():
-    from mha.training import AttentionOnlyTransformer
+    from mha.models.attention_only import AttentionOnlyTransformer
 
     model = AttentionOnlyTransformer(16, 80, 16, 4, 2, num_kv_heads=2)
-    times = measure.decode_times(model, [8, 64], steps=2, repeat=2)
+    times = timings.decode_times(model, [8, 64], steps=2, repeat=2)
     assert set(times) == {"cached", "uncached"}
     assert all(len(v) == 2 and min(v) > 0 for v in times.values())
     # Which is faster is a measurement (the inference chapter and scripts/bench_decode.py),
@@ -203,48 +207,48 @@ def test_decode_times_reports_cached_and_uncached_seconds_per_token():
 
 
 def test_decode_times_rejects_contexts_past_the_positional_embedding():
-    from mha.training import AttentionOnlyTransformer
+    from mha.models.attention_only import AttentionOnlyTransformer
 
     model = AttentionOnlyTransformer(16, 10, 16, 4, 2)
     with pytest.raises(ValueError, match=r"context_lens\[1\] \+ steps must stay within max_len=10"):
-        measure.decode_times(model, [4, 8], steps=4)
+        timings.decode_times(model, [4, 8], steps=4)
     with pytest.raises(ValueError, match="steps must be positive"):
-        measure.decode_times(model, [4], steps=0)
+        timings.decode_times(model, [4], steps=0)
     with pytest.raises(ValueError, match="statistic must be 'median' or 'min'"):
-        measure.decode_times(model, [4], statistic="mean")
+        timings.decode_times(model, [4], statistic="mean")
 
 
 def test_decode_times_takes_the_minimum_on_request_and_accepts_no_lengths():
-    from mha.training import AttentionOnlyTransformer
+    from mha.models.attention_only import AttentionOnlyTransformer
 
     model = AttentionOnlyTransformer(16, 80, 16, 4, 2)
-    fastest = measure.decode_times(model, [32], steps=2, repeat=3, statistic="min")
+    fastest = timings.decode_times(model, [32], steps=2, repeat=3, statistic="min")
     assert all(len(v) == 1 and v[0] > 0 for v in fastest.values())
-    assert measure.decode_times(model, [], statistic="min") == {"cached": [], "uncached": []}
+    assert timings.decode_times(model, [], statistic="min") == {"cached": [], "uncached": []}
 
 
 def test_time_form_rounds_returns_every_round_of_every_form():
-    rounds = measure.time_form_rounds(1, 4, 8, 2, repeat=3, min_time=1e-4, clock="cpu")
-    assert list(rounds) == list(measure.FORMS_TIMED)
+    rounds = timings.time_form_rounds(1, 4, 8, 2, repeat=3, min_time=1e-4, clock="cpu")
+    assert list(rounds) == list(timings.FORMS_TIMED)
     assert all(len(r) == 3 and min(r) > 0 for r in rounds.values())
     with pytest.raises(ValueError, match="min_time must be positive"):
-        measure.time_form_rounds(1, 4, 8, 2, min_time=0)
+        timings.time_form_rounds(1, 4, 8, 2, min_time=0)
 
 
 def test_trivial_op_time_is_a_small_positive_time_per_call():
-    t = measure.trivial_op_time(calls=200, repeat=3)
+    t = timings.trivial_op_time(calls=200, repeat=3)
     assert 0 < t < 1e-3  # far below a millisecond on any machine
     with pytest.raises(ValueError, match="calls must be positive"):
-        measure.trivial_op_time(calls=0)
+        timings.trivial_op_time(calls=0)
 
 
 def test_projection_times_times_both_ways_of_projecting():
-    times = measure.projection_times(8, 16, 4, repeat=3, min_time=1e-4)
+    times = timings.projection_times(8, 16, 4, repeat=3, min_time=1e-4)
     assert sorted(times) == ["narrow", "wide"] and min(times.values()) > 0
     with pytest.raises(ValueError, match="min_time must be positive"):
-        measure.projection_times(8, 16, 4, min_time=0)
+        timings.projection_times(8, 16, 4, min_time=0)
     with pytest.raises(ValueError, match="num_heads must divide d_model"):
-        measure.projection_times(8, 16, 3)
+        timings.projection_times(8, 16, 3)
 
 
 def test_cpu_model_names_the_processor():
@@ -255,18 +259,18 @@ def test_cpu_model_names_the_processor():
 def test_plain_path_holds_scores_and_weights_and_the_loop_one_head_at_a_time():
     B, L, D, H = 1, 512, 32, 8
     paths = ("explicit, plain", "per_head")
-    measured = measure.attention_peak_memory(B, [L], D, H, paths=paths)
-    score = cost.score_tensor_bytes(B, L, L, H)
+    measured = peak_memory.attention_peak_memory(B, [L], D, H, paths=paths)
+    score = arithmetic.score_tensor_bytes(B, L, L, H)
     assert measured["explicit, plain"][0] >= 2 * score - 2**20  # the softmax's own output
     # The loop frees each head's (B, L, S) weights before the next head's scores exist.
     assert measured["per_head"][0] < 1.5 * score / H + 2**20
 
 
 def test_cached_step_times_times_each_pair_of_key_value_heads_and_cache_length():
-    times = measure.cached_step_times(32, 4, [4, 1], [64, 128], rounds=2, flush_bytes=2**20)
+    times = timings.cached_step_times(32, 4, [4, 1], [64, 128], rounds=2, flush_bytes=2**20)
     assert sorted(times) == [(1, 64), (1, 128), (4, 64), (4, 128)]
     assert min(times.values()) > 0
-    assert list(measure.cached_step_times(32, 4, [2], [16], rounds=1, flush_bytes=0)) == [(2, 16)]
+    assert list(timings.cached_step_times(32, 4, [2], [16], rounds=1, flush_bytes=0)) == [(2, 16)]
 
 
 @pytest.mark.parametrize(
@@ -284,16 +288,16 @@ def test_cached_step_times_times_each_pair_of_key_value_heads_and_cache_length()
 def test_cached_step_times_names_the_bad_argument(kwargs, error, match):
     args = {"kv_heads": [4], "kv_lens": [8], "rounds": 1, "flush_bytes": 0} | kwargs
     with pytest.raises(error, match=match):
-        measure.cached_step_times(32, 4, **args)
+        timings.cached_step_times(32, 4, **args)
 
 
 def test_kv_cache_peak_memory_counts_the_positions_written_not_the_capacity():
     layers, h_kv, d_head, positions = 2, 4, 16, 8192
-    resident = cost.kv_cache_bytes(layers, positions, h_kv, d_head, torch.float32)
-    reserved = cost.kv_cache_bytes(layers, 32 * positions, h_kv, d_head, torch.float32)
+    resident = arithmetic.kv_cache_bytes(layers, positions, h_kv, d_head, torch.float32)
+    reserved = arithmetic.kv_cache_bytes(layers, 32 * positions, h_kv, d_head, torch.float32)
     block = h_kv * positions * d_head * 4  # the block appended, held while filling
     slack = 2**20  # the kernel's resident-page counters are approximate (per-CPU batches)
-    full, partial = measure.kv_cache_peak_memory(
+    full, partial = peak_memory.kv_cache_peak_memory(
         layers, h_kv, d_head, [(positions, positions), (32 * positions, positions)]
     )
     assert resident - slack <= full <= resident + block + slack
@@ -304,23 +308,23 @@ def test_kv_cache_peak_memory_counts_the_positions_written_not_the_capacity():
 
 def test_kv_cache_peak_memory_rejects_bad_fills():
     with pytest.raises(ValueError, match=r"fills\[0\] positions must not pass capacity"):
-        measure.kv_cache_peak_memory(1, 1, 8, [(4, 5)])
+        peak_memory.kv_cache_peak_memory(1, 1, 8, [(4, 5)])
     with pytest.raises(ValueError, match=r"fills\[1\] capacity must be positive"):
-        measure.kv_cache_peak_memory(1, 1, 8, [(4, 4), (0, 1)])
+        peak_memory.kv_cache_peak_memory(1, 1, 8, [(4, 4), (0, 1)])
     with pytest.raises(ValueError, match="num_layers must be positive"):
-        measure.kv_cache_peak_memory(0, 1, 8, [(4, 4)])
+        peak_memory.kv_cache_peak_memory(0, 1, 8, [(4, 4)])
 
 
 def test_fit_growth_recovers_a_cost_curve_and_keeps_its_terms_non_negative():
     lengths = [128, 256, 512, 1024, 2048]
     exact = [2e-3 + 3e-6 * s + 5e-9 * s * s for s in lengths]
-    np.testing.assert_allclose(measure.fit_growth(lengths, exact, 2), [2e-3, 3e-6, 5e-9], rtol=1e-9)
+    np.testing.assert_allclose(timings.fit_growth(lengths, exact, 2), [2e-3, 3e-6, 5e-9], rtol=1e-9)
     linear = [1e-3 + 2e-6 * s for s in lengths]
-    np.testing.assert_allclose(measure.fit_growth(lengths, linear, 1), [1e-3, 2e-6], rtol=1e-9)
+    np.testing.assert_allclose(timings.fit_growth(lengths, linear, 1), [1e-3, 2e-6], rtol=1e-9)
     # A curve an unconstrained fit bends with a negative linear term: here it stays at 0.
     bent = [1e-3 - 2e-7 * s + 3e-9 * s * s for s in lengths]
     assert np.polyfit(lengths, bent, 2)[1] < 0
-    coef = measure.fit_growth(lengths, bent, 2)
+    coef = timings.fit_growth(lengths, bent, 2)
     assert (coef >= 0).all() and coef[1] == 0  # exact: nnls's active set pins it at zero
 
 
@@ -336,7 +340,7 @@ def test_fit_growth_recovers_a_cost_curve_and_keeps_its_terms_non_negative():
 )
 def test_fit_growth_names_the_bad_argument(args, error, match):
     with pytest.raises(error, match=match):
-        measure.fit_growth(*args)
+        timings.fit_growth(*args)
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity"), reason="Linux only")
@@ -357,11 +361,11 @@ def test_the_last_level_cache_is_read_from_sysfs(monkeypatch, tmp_path):
         (folder / "size").write_text(f"{size}\n")
     monkeypatch.setattr(measure, "_CPU_CACHES", tmp_path)
     assert measure.last_level_cache_bytes() == 96 * 2**20
-    assert measure._flush_bytes() == 256 * 2**20  # twice 96 MiB is below the least, 256 MiB
+    assert measure.default_flush_bytes() == 256 * 2**20  # twice 96 MiB is below the least, 256 MiB
     (tmp_path / "index9").mkdir()
     (tmp_path / "index9" / "level").write_text("3\n")
     (tmp_path / "index9" / "size").write_text("512M\n")  # a server's large last-level cache
-    assert measure._flush_bytes() == 1024 * 2**20
+    assert measure.default_flush_bytes() == 1024 * 2**20
     monkeypatch.setattr(measure, "_CPU_CACHES", tmp_path / "missing")
     assert measure.last_level_cache_bytes() is None
-    assert measure._flush_bytes() == measure.CACHE_FLUSH_BYTES
+    assert measure.default_flush_bytes() == measure.CACHE_FLUSH_BYTES

@@ -16,9 +16,9 @@ from mha import (
     init_params,
     to_torch_attn_mask,
     to_torch_mha,
-    tolerance,
-    torch_backend,
 )
+from mha.backends import torch_backend
+from mha.numerics import tolerance
 
 B, L, S, D, H = 3, 5, 6, 12, 4
 f64 = torch.float64

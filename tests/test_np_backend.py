@@ -8,7 +8,10 @@ from itertools import product
 import numpy as np
 import pytest
 
-from mha import MHAParams, init_params, np_backend, tolerance
+from mha import MHAParams, init_params
+from mha.backends import np_backend
+from mha.core import _overflow
+from mha.numerics import tolerance
 
 F64 = np.float64
 
@@ -408,12 +411,11 @@ def test_an_empty_batch_gives_empty_outputs(form: str, need_weights: bool) -> No
 
 def test_inputs_up_to_the_bound_are_computed_without_a_second_pass(monkeypatch) -> None:
     """Magnitudes far inside float32's range never trigger the float64 recomputation."""
-    from mha import _np_checks
 
     def fail(*args):
         raise AssertionError("the overflow search ran")
 
-    monkeypatch.setattr(_np_checks, "mha_overflow", fail)
+    monkeypatch.setattr(_overflow, "mha_overflow", fail)
     p = init_params(8, 2, dtype=np.float32)
     x = (np.random.default_rng(0).standard_normal((2, 3, 8)) * 1e6).astype(np.float32)
     out, _ = np_backend.multi_head_attention(x, x, x, p)

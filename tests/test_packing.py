@@ -1,4 +1,4 @@
-"""Tests of mha.packing: the layouts of the query, key and value weights."""
+"""Tests of mha.core.packing: the layouts of the query, key and value weights."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha
-from mha import np_backend, packing
+from mha.backends import np_backend
+from mha.core import packing
 
 SIZES = [(8, 1), (8, 2), (12, 3), (16, 4), (16, 16)]
 

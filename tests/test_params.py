@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from mha import MHAParams, init_params, np_backend
-from mha import detectors as det
-from mha.params import planted_heads
+from mha import MHAParams, init_params
+from mha.backends import np_backend
+from mha.core.params import planted_heads
+from mha.detectors import patterns
 
 D, H = 12, 3
 
@@ -149,8 +150,8 @@ def test_planted_heads_send_each_query_to_its_target_with_the_softmax_weight():
         np.testing.assert_allclose(w[0, h, np.arange(n), t], on_target)
         # W_v copies positions and W_o is the identity: the output shows what was read.
         np.testing.assert_allclose(out[0, np.arange(n), h * 4 + np.array(t)], on_target)
-    assert det.previous_token_score(w[0, 0]) == pytest.approx(on_target)
-    assert det.first_token_score(w[0, 2]) == pytest.approx(on_target)
+    assert patterns.previous_token_score(w[0, 0]) == pytest.approx(on_target)
+    assert patterns.first_token_score(w[0, 2]) == pytest.approx(on_target)
 
 
 def test_planted_heads_under_a_causal_mask_share_the_rest_among_earlier_keys():
@@ -160,7 +161,7 @@ def test_planted_heads_under_a_causal_mask_share_the_rest_among_earlier_keys():
     np.testing.assert_allclose(
         w[0, 0, np.arange(4), [0, 0, 1, 2]], np.exp(3) / (np.exp(3) + allowed - 1)
     )
-    assert det.future_score(w[0, 0]) == 0.0
+    assert patterns.future_score(w[0, 0]) == 0.0
 
 
 @pytest.mark.parametrize(

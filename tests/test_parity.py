@@ -15,14 +15,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mha import init_params, np_backend, to_torch_attn_mask, to_torch_mha, torch_backend
+from mha import init_params, to_torch_attn_mask, to_torch_mha
+from mha.backends import np_backend, torch_backend
 
 FORMS = ("per_head", "fused", "packed")
 MASK_KINDS = ("none", "causal", "key_padding", "L,S", "1,H,L,S", "B,H,L,S", "S")
 TOL = {np.float64: 1e-10, np.float32: 1e-5}
 N_CONFIGS = 48
 # Random (L, S) masks are meant as (L, S); when B = L some look like key padding and warn.
-pytestmark = pytest.mark.filterwarnings("ignore::mha.np_backend.AmbiguousMaskWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::mha.core.masks.AmbiguousMaskWarning")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mha import plotting
+from mha.display import diagrams, plotting
 
 
 def weights(n: int = 3, L: int = 4, S: int = 5, seed: int = 0) -> np.ndarray:
@@ -108,33 +108,33 @@ def test_attention_panels_puts_maps_of_different_shapes_side_by_side() -> None:
 
 
 def test_layer_edges_carry_each_tensor_of_the_layer_with_its_layout() -> None:
-    edges = plotting.layer_edges(3)
+    edges = diagrams.layer_edges(3)
     assert len(edges) == 9 * 3 + 1
     assert {e.head for e in edges} == {1, 2, 3, None}  # heads from 1, as in the equations
     into_scores = {(e.source, e.layout) for e in edges if e.target == "scores_2"}
     assert into_scores == {("Q_2", "(B, L, Dh)"), ("K_2", "(B, S, Dh)")}
     assert [e.layout for e in edges if e.target == "MultiHead"] == ["(B, L, H*Dh)"]
     with pytest.raises(ValueError, match="num_heads must be positive; got num_heads=0"):
-        plotting.layer_edges(0)
+        diagrams.layer_edges(0)
 
 
 def test_layer_diagram_labels_every_arrow_and_colours_each_head() -> None:
-    from mha import shapes
+    from mha.display import shapes
 
     sizes = shapes.shape_sizes(batch_size=1, q_len=3, kv_len=5, d_model=4, num_heads=2)
-    fig = plotting.layer_diagram(num_heads=2, sizes=sizes)
+    fig = diagrams.layer_diagram(num_heads=2, sizes=sizes)
     arrows = [a for a in fig.layout.annotations if a.showarrow]
-    edges = plotting.layer_edges(2)
+    edges = diagrams.layer_edges(2)
     assert len(arrows) == len(edges)
     labels = [a.text for a in fig.layout.annotations if not a.showarrow and "=" in a.text]
     assert "(B, L, S) = (1, 3, 5)" in labels and "(B, S, D<sub>h</sub>) = (1, 5, 2)" in labels
     arrow_colours = {a.arrowcolor for a in arrows}
-    assert set(plotting.HEAD_COLOURS[:2]) <= arrow_colours  # one colour per head
+    assert set(diagrams.HEAD_COLOURS[:2]) <= arrow_colours  # one colour per head
     assert [t.name for t in fig.data if t.name] == ["head 1", "head 2"]
     assert fig.data[0].hovertext and fig.layout.title.text
     assert fig.layout.width is None and fig.layout.autosize
     with pytest.raises(ValueError, match="num_heads must be at most 6 to draw; got num_heads=7"):
-        plotting.layer_diagram(num_heads=7)
+        diagrams.layer_diagram(num_heads=7)
 
 
 def test_attention_grid_greys_out_masked_cells_instead_of_drawing_them_as_small_weights() -> None:
@@ -175,7 +175,7 @@ def test_weight_ownership_colours_every_column_and_row_by_its_head_from_one() ->
     import mha
 
     params = mha.init_params(12, 3, seed=0)
-    fig = plotting.weight_ownership(params)
+    fig = diagrams.weight_ownership(params)
     packed, theirs = fig.data
     owner = np.array(packed.z)[0]  # one code per (projection, head) block
     assert owner.tolist() == [p * 3 + h for p in range(3) for h in range(3) for _ in range(4)]
@@ -184,7 +184,7 @@ def test_weight_ownership_colours_every_column_and_row_by_its_head_from_one() ->
     assert list(fig.layout.xaxis.ticktext) == ["Q1", "Q2", "Q3", "K1", "K2", "K3", "V1", "V2", "V3"]
     assert fig.layout.title.text and fig.layout.width is None
     with pytest.raises(ValueError, match="num_kv_heads = num_heads"):
-        plotting.weight_ownership(mha.init_params(12, 4, num_kv_heads=2))
+        diagrams.weight_ownership(mha.init_params(12, 4, num_kv_heads=2))
 
 
 def test_form_timings_draws_every_form_on_log_axes_in_one_panel_per_head_count() -> None:
@@ -252,7 +252,7 @@ def test_lines_reject_bad_series(series, dashed, match) -> None:
 
 
 def tile_trace(L=10, S=10, Br=4, Bc=3, causal=True):
-    from mha import tiled
+    from mha.backends import tiled
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((n, 4)) for n in (L, S, S))
@@ -263,12 +263,12 @@ def tile_trace(L=10, S=10, Br=4, Bc=3, causal=True):
 
 def test_tile_steps_has_one_slider_step_per_tile_with_the_tiles_drawn_as_rectangles() -> None:
     steps = tile_trace()
-    fig = plotting.tile_steps(steps, 10, 10, title="tiles<br>L = S = 10")
+    fig = diagrams.tile_steps(steps, 10, 10, title="tiles<br>L = S = 10")
     (slider,) = fig.layout.sliders
     assert len(slider.steps) == len(steps) == 12
     assert fig.layout.title.text == "tiles<br>L = S = 10" and fig.layout.width is None
     assert fig.layout.legend.orientation == "h"
-    assert [t.name for t in fig.data[2:]] == list(plotting.TILE_STATUSES)
+    assert [t.name for t in fig.data[2:]] == list(diagrams.TILE_STATUSES)
     for step, tile in zip(slider.steps, steps, strict=True):
         data, layout, traces = step.args
         assert list(traces) == [0, 1]
@@ -293,6 +293,6 @@ def test_tile_steps_has_one_slider_step_per_tile_with_the_tiles_drawn_as_rectang
 
 def test_tile_steps_rejects_bad_steps() -> None:
     with pytest.raises(ValueError, match="steps must hold at least one tile step"):
-        plotting.tile_steps([], 4, 4, title="t")
+        diagrams.tile_steps([], 4, 4, title="t")
     with pytest.raises(ValueError, match=r"steps\[4\] must be a tile of one head inside"):
-        plotting.tile_steps(tile_trace(), 5, 10, title="t")
+        diagrams.tile_steps(tile_trace(), 5, 10, title="t")

@@ -1,4 +1,5 @@
-"""mha.precision: float16/bfloat16 thresholds from finfo, checked against real arithmetic."""
+"""mha.numerics.precision: float16/bfloat16 thresholds from finfo, checked against real
+arithmetic."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mha import precision as P
-from mha import tiled
-from mha.tolerance import assert_close
+from mha.numerics import precision as P
+from mha.numerics import tolerance
+from mha.numerics.tolerance import assert_close
 
 TORCH_LOW = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -115,7 +116,7 @@ def test_rounded_attention_without_rounding_is_the_float64_softmax() -> None:
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, n, 8, generator=g, dtype=torch.float64) for n in (5, 7, 7))
     ref = torch.softmax(q @ k.transpose(-1, -2) / 8**0.5, -1) @ v
-    out_tol, _ = tiled.attention_tolerance(q.numpy(), k.numpy(), v.numpy())  # two routes
+    out_tol, _ = tolerance.tiled_attention_tolerance(q.numpy(), k.numpy(), v.numpy())  # two routes
     assert_close(P.rounded_attention(q, k, v), ref, out_tol)
 
 

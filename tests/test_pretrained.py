@@ -1,4 +1,4 @@
-"""Tests for mha.pretrained: all-MiniLM-L6-v2 on this package's attention.
+"""Tests for mha.models.minilm: all-MiniLM-L6-v2 on this package's attention.
 
 The reference values in ``tests/data/minilm_reference.npz`` come from Hugging Face
 ``BertModel`` (eager attention, float32) on the same weights, computed once by
@@ -15,24 +15,27 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from mha import detectors as det
-from mha import np_backend, tolerance
-from mha.params import MHAParams
-from mha.pretrained import (
+from mha.backends import np_backend
+from mha.core.params import MHAParams
+from mha.detectors import patterns
+from mha.models.minilm import (
     INSTALL_HINT,
     MODEL_SHA256,
-    SYNTAX_SCORES,
     bert_attention_params,
-    held_out_comparison,
     load_minilm,
     model_dir,
+    sha256_of,
+)
+from mha.models.minilm_heads import (
+    SYNTAX_SCORES,
+    held_out_comparison,
     offset_baselines,
     pair_attention_weights,
     repeated_random_ids,
     repeated_token_scores,
     sentence_scores,
-    sha256_of,
 )
+from mha.numerics import tolerance
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
 
@@ -230,8 +233,8 @@ def test_sentence_scores_of_a_uniform_head_are_its_baseline_and_of_an_arc_head_o
     s = sentence_scores(np.stack([arcs, arcs]), tokens, word_ids, heads)
     assert s["dep_to_head"].shape == (2,) and s["dep_to_head"][0] == pytest.approx(1.0)
     assert s["dep_to_head_accuracy"][0] == 1.0
-    words = det.word_attention(arcs, word_ids)
-    assert s["head_to_dep_accuracy"][0] == det.head_accuracy(words, heads, direction="head")
+    words = patterns.word_attention(arcs, word_ids)
+    assert s["head_to_dep_accuracy"][0] == patterns.head_accuracy(words, heads, direction="head")
     with pytest.raises(ValueError, match="one entry per position"):
         sentence_scores(arcs, tokens[:-1], word_ids, heads)
 

@@ -11,7 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha import MHAParams, init_params, np_backend, tolerance, torch_backend
+from mha import MHAParams, init_params
+from mha.backends import np_backend, torch_backend
+from mha.numerics import tolerance
 
 FORMS = ("per_head", "fused", "packed")
 SETTINGS = settings(max_examples=30, deadline=None)

@@ -1,4 +1,4 @@
-"""Tests for mha.rank: numerical rank and the rank bounds of self-attention."""
+"""Tests for mha.analysis.rank: numerical rank and the rank bounds of self-attention."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha
-from mha import rank
+import mha.backends.np_backend
+from mha.analysis import rank
 
 
 def known_rank(m: int, n: int, r: int, seed: int = 0) -> np.ndarray:
@@ -95,7 +96,7 @@ def test_attention_parts_output_equals_multi_head_attention():
     p = mha.init_params(16, 4, seed=3)
     x = np.random.default_rng(0).standard_normal((2, 5, 16))
     parts = rank.attention_parts(x, p)
-    out, w = mha.np_backend.multi_head_attention(x, x, x, p)
+    out, w = mha.backends.np_backend.multi_head_attention(x, x, x, p)
     np.testing.assert_allclose(parts["output"], out, atol=1e-12)
     np.testing.assert_allclose(parts["concat"] @ p.w_o + p.b_o, out, atol=1e-12)
     assert parts["heads"].shape == (2, 4, 5, 4)
@@ -221,7 +222,7 @@ class _BiasedModel:
         from types import SimpleNamespace
 
         x = np.random.default_rng(len(text)).standard_normal((1, len(text), 8))
-        _, w = mha.np_backend.multi_head_attention(x, x, x, self.params)
+        _, w = mha.backends.np_backend.multi_head_attention(x, x, x, self.params)
         out = SimpleNamespace(hidden_states=[torch.from_numpy(x)], attentions=[torch.from_numpy(w)])
         return out, [list(text)]
 

@@ -1,4 +1,4 @@
-"""Tests for mha.shapes: symbolic layouts resolved to integer shapes, and shape tables."""
+"""Tests for mha.display.shapes: symbolic layouts resolved to integer shapes, and shape tables."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mha import np_backend, shapes
-from mha.params import init_params
+from mha.backends import np_backend
+from mha.core.params import init_params
+from mha.display import shapes
 
 
 def sizes(**overrides: int) -> dict[str, int]:

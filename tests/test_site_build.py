@@ -53,7 +53,8 @@ build_book = load("build_book", ROOT / "scripts" / "build_book.py")
 
 
 def makes_plotly_figures(source: str) -> bool:
-    """Whether a chapter's code builds and shows a Plotly figure (directly or by mha.plotting)."""
+    """Whether a chapter's code builds and shows a Plotly figure (directly or by
+    mha.display.plotting)."""
     direct = "plotly" in source and ("go.Figure" in source or "px." in source)
     return direct or re.search(r"\bplotting\.[a-z_]+\(", source) is not None
 
@@ -234,15 +235,15 @@ def test_pages_url_is_the_github_pages_address() -> None:
 
 
 def test_api_modules_reads_one_module_per_line() -> None:
-    text = "intro\n```{mha-api}\nmha\nmha.params  # core\n\nmha.cost\n```\nafter\n"
-    assert mha_site.api_modules(text) == ["mha", "mha.params", "mha.cost"]
+    text = "intro\n```{mha-api}\nmha\nmha.core.params  # core\n\nmha.cost\n```\nafter\n"
+    assert mha_site.api_modules(text) == ["mha", "mha.core.params", "mha.cost"]
 
 
 def test_api_markdown_documents_members_of_submodules_only() -> None:
-    text = mha_site.api_markdown(["mha", "mha.params"])
+    text = mha_site.api_markdown(["mha", "mha.core.params"])
     assert "(api-mha)=\n## `mha`" in text
     assert ".. automodule:: mha\n```" in text  # the package: its docstring only
-    assert ".. automodule:: mha.params\n   :members:\n```" in text
+    assert ".. automodule:: mha.core.params\n   :members:\n```" in text
 
 
 def test_format_times_names_the_slowest_chapter() -> None:
@@ -488,9 +489,11 @@ def test_api_pages_document_each_listed_module(built_site: Path) -> None:
         for module in modules:
             assert f'href="{stem}.html#module-{module}"' in index, f"book/api: no {module}"
     assert 'id="module-' not in index  # the first page documents no module itself
-    backend = next(page for page in pages if "mha.np_backend" in documented[page])
+    backend = next(page for page in pages if "mha.backends.np_backend" in documented[page])
     html = page_path(built_site, backend).read_text(encoding="utf8")
-    assert 'id="mha.np_backend.multi_head_attention"' in html  # members, not only the module
+    assert (
+        'id="mha.backends.np_backend.multi_head_attention"' in html
+    )  # members, not only the module
 
 
 def plotly_outputs(notebook: dict) -> int:

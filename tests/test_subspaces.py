@@ -1,4 +1,4 @@
-"""Tests for mha.subspaces: principal angles and the Frobenius cosine."""
+"""Tests for mha.analysis.subspaces: principal angles and the Frobenius cosine."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mha
-from mha import subspaces as sub
+from mha.analysis import subspaces as sub
 
 
 def rand(shape, seed=0):

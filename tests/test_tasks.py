@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mha.tasks import repeated_segments
+from mha.training.tasks import repeated_segments
 
 
 def _batch(seed=0, **kw):

@@ -1,4 +1,4 @@
-"""mha.tiled: the online softmax, the tiled forward and the three-pass forward, against the
+"""mha.backends.tiled: the online softmax, the tiled forward and the three-pass forward, against the
 reference backend, with random block sizes, masks and causal skipping.
 
 (The instrumented IO counts and the memory measurements are in tests/test_cost_tiled.py.)"""
@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import mha
-from mha import _tiles, np_backend, tiled, torch_backend
-from mha import backward as G
-from mha.tolerance import assert_close, gamma, rounding_tolerance
+from mha.backends import _tiles, np_backend, tiled, torch_backend
+from mha.numerics import backward as G
+from mha.numerics import tolerance
+from mha.numerics.tolerance import assert_close, gamma, rounding_tolerance
 
 DTYPES = (np.float64, np.float32)
 
@@ -43,7 +44,7 @@ def reference_lse(q, k, mask=None):
 
 def assert_attention_close(q, k, v, out, lse, mask=None):
     ref_out, _ = np_backend.scaled_dot_product_attention(q, k, v, mask)
-    out_tol, lse_tol = tiled.attention_tolerance(q, k, v)
+    out_tol, lse_tol = tolerance.tiled_attention_tolerance(q, k, v)
     assert_close(out, ref_out, out_tol, name="tiled output")
     ref_lse = reference_lse(q, k, mask)
     empty = np.isneginf(ref_lse)  # fully masked rows
@@ -89,7 +90,9 @@ def test_combining_block_stats_in_any_grouping_gives_the_stats_of_the_whole_row(
     right = stats[-1]
     for s in reversed(stats[:-1]):  # a (b (c d)), with the arguments swapped
         right = tiled.combine_stats(*right, *s)
-    sum_tol, _ = tiled.softmax_tolerance(np.float64, terms=sum(widths), merges=len(widths) - 1)
+    sum_tol, _ = tolerance.online_softmax_tolerance(
+        np.float64, terms=sum(widths), merges=len(widths) - 1
+    )
     for combined in (left, right):
         # exact: the max of the maxima is the max
         np.testing.assert_array_equal(combined[0], whole[0])  # max is exact
@@ -105,7 +108,7 @@ def test_online_softmax_equals_the_softmax_for_every_block_size(dtype, block_siz
     mask[2] = False  # one fully masked row
     got = tiled.online_softmax(s, mask, block_size=block_size)
     ref = np_backend.softmax(s, mask)
-    _, tol = tiled.softmax_tolerance(dtype, terms=8, merges=-(-8 // block_size) - 1)
+    _, tol = tolerance.online_softmax_tolerance(dtype, terms=8, merges=-(-8 // block_size) - 1)
     assert_close(got, ref, tol, name="online softmax")
     assert np.all(got[:, 2] == 0) and np.all(got[:, ~mask] == 0)
 
@@ -144,7 +147,7 @@ def test_tiled_attention_in_float64_is_within_1e_12_of_the_reference() -> None:
     q, k, v = qkv((1, 4, 40, 8), (1, 4, 30, 8), seed=3)  # unit-scale inputs
     out, _ = tiled.attention(q, k, v, block_q=17, block_kv=7)
     ref, _ = np_backend.scaled_dot_product_attention(q, k, v)
-    out_tol, _ = tiled.attention_tolerance(q, k, v)
+    out_tol, _ = tolerance.tiled_attention_tolerance(q, k, v)
     # The worst-case bound is about 1e-12 here; typical differences are ~sqrt(n) smaller.
     assert out_tol < 3e-12
     assert assert_close(out, ref, out_tol) <= 1e-12
@@ -218,11 +221,11 @@ def test_aligned_causal_attention_and_its_gradients_equal_pytorch_causal_bias(
     ref_out, ref_grads = torch_sdpa_with_grads(q, k, v, d_out, torch_causal_bias(align, L, S))
     seen = mask.any(-1)  # (L,): rows with at least one key
     assert_attention_close(q, k, v, out, lse, mask)
-    out_tol, _ = tiled.attention_tolerance(q, k, v)
+    out_tol, _ = tolerance.tiled_attention_tolerance(q, k, v)
     assert_close(out[:, seen], ref_out[:, seen], out_tol, name="output against PyTorch")
     np.testing.assert_array_equal(out[:, ~seen], 0.0)  # exact: an empty row is set to zero
     _, weights = np_backend.scaled_dot_product_attention(q, k, v, mask)
-    bounds = G.attention_gradient_tolerance(q, k, v, weights, d_out)
+    bounds = tolerance.attention_gradient_tolerance(q, k, v, weights, d_out)
     for name, g, r, b in zip(("d_query", "d_key", "d_value"), grads, ref_grads, bounds,
                              strict=True):  # fmt: skip
         assert_close(g, r, b, name=f"{name} against PyTorch")
@@ -353,7 +356,7 @@ def test_three_pass_attention_equals_the_reference_and_returns_its_weights(dtype
             q, k, v, mask, block_q=blocks[0], block_kv=blocks[1]
         )
         ref_out, ref_w = np_backend.scaled_dot_product_attention(q, k, v, mask)
-        out_tol, _ = tiled.attention_tolerance(q, k, v)
+        out_tol, _ = tolerance.tiled_attention_tolerance(q, k, v)
         assert_close(out, ref_out, out_tol)
         assert_close(weights, ref_w, out_tol / float(np.abs(v).max()))
 
@@ -377,7 +380,7 @@ def test_tiled_form_equals_the_fused_form_with_masks_and_cross_attention(dtype) 
     assert none is None
     q = np_backend.split_heads(x @ params.w_q + params.b_q, 3)
     k = np_backend.split_heads(mem @ params.w_k + params.b_k, 3)
-    out_tol, _ = tiled.attention_tolerance(
+    out_tol, _ = tolerance.tiled_attention_tolerance(
         q, k, np_backend.split_heads(mem @ params.w_v + params.b_v, 3)
     )
     # the heads' difference passes through the output projection: |W_o| sums D of them
@@ -402,7 +405,7 @@ def test_torch_backend_refuses_the_tiled_form_naming_its_forms(need_weights: boo
     with pytest.raises(
         ValueError,
         match=r"form must be one of \('per_head', 'fused', 'packed'\); got form='tiled' "
-        r"\(form='tiled' is computed by mha.np_backend only\)",
+        r"\(form='tiled' is computed by mha.backends.np_backend only\)",
     ):
         torch_backend.multi_head_attention(x, x, x, params, form="tiled", need_weights=need_weights)
     with pytest.raises(ValueError, match="got form='tiled'"):
@@ -466,7 +469,7 @@ def test_tiled_functions_reject_bad_inputs() -> None:
 
 def test_softmax_tolerance_does_not_grow_with_the_spread_of_the_scores() -> None:
     rng = np.random.default_rng(5)
-    sum_tol, weight_tol = tiled.softmax_tolerance(np.float64, terms=200, merges=9)
+    sum_tol, weight_tol = tolerance.online_softmax_tolerance(np.float64, terms=200, merges=9)
     u = np.finfo(np.float64).eps / 2
     assert sum_tol == 2 * (u * 200 / np.e + 69 * u + gamma(np.float64, 200))  # exact: same sum
     for spread in (1.0, 1e3, 1e6):
@@ -479,9 +482,9 @@ def test_softmax_tolerance_does_not_grow_with_the_spread_of_the_scores() -> None
         assert_close(merged[1], whole[1], sum_tol * whole[1])
         assert_close(tiled.online_softmax(s, block_size=20), np_backend.softmax(s), weight_tol)
     with pytest.raises(ValueError, match="merges must be at least 0; got merges=-1"):
-        tiled.softmax_tolerance(np.float64, terms=3, merges=-1)
+        tolerance.online_softmax_tolerance(np.float64, terms=3, merges=-1)
     with pytest.raises(TypeError, match="merges must be an int"):
-        tiled.softmax_tolerance(np.float64, terms=3, merges=1.0)
+        tolerance.online_softmax_tolerance(np.float64, terms=3, merges=1.0)
 
 
 def test_the_empty_block_is_the_identity_of_the_combination_rule() -> None:
@@ -501,7 +504,7 @@ def test_trace_records_the_rescale_factor_and_the_accumulator() -> None:
     trace: list[tiled.TileStep] = []
     out, _ = tiled.attention(q, k, v, causal=True, block_q=4, block_kv=3, trace=trace)
     z = q @ k.T / 2.0
-    out_tol, lse_tol = tiled.attention_tolerance(q, k, v)
+    out_tol, lse_tol = tolerance.tiled_attention_tolerance(q, k, v)
     acc_tol = 9 * out_tol  # acc = output * l, and l <= 9 (at most 9 terms of at most 1)
     previous = {}
     for step in trace:
@@ -531,7 +534,7 @@ def test_three_pass_attention_with_whole_rows_in_the_softmax_pass(softmax_rows) 
     out, weights = tiled.three_pass_attention(q, k, v, mask, block_q=4, block_kv=3,
                                               softmax_rows=softmax_rows)  # fmt: skip
     ref_out, ref_w = np_backend.scaled_dot_product_attention(q, k, v, mask)
-    out_tol, _ = tiled.attention_tolerance(q, k, v)
+    out_tol, _ = tolerance.tiled_attention_tolerance(q, k, v)
     assert_close(out, ref_out, out_tol)
     assert_close(weights, ref_w, out_tol / float(np.abs(v).max()))
     with pytest.raises(ValueError, match="softmax_rows must be at least 1"):
@@ -551,5 +554,5 @@ def test_softmax_stats_refuses_rows_without_columns() -> None:
 
 def test_attention_tolerance_takes_values_of_width_zero() -> None:
     q, k = np.ones((2, 3)), np.ones((4, 3))
-    out_tol, lse_tol = tiled.attention_tolerance(q, k, np.ones((4, 0)))
+    out_tol, lse_tol = tolerance.tiled_attention_tolerance(q, k, np.ones((4, 0)))
     assert out_tol == 0.0 and lse_tol > 0  # exact: no value, no output to be off

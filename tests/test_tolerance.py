@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from mha import np_backend, tolerance
+from mha.backends import np_backend
+from mha.numerics import tolerance
 
 
 @pytest.mark.parametrize(
@@ -144,7 +145,8 @@ def test_is_close_rejects_other_shapes_and_bad_tolerances() -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("seed", range(4))
 def test_attention_tolerance_bounds_the_forms_and_the_backends(dtype, seed) -> None:
-    from mha import init_params, np_backend, torch_backend
+    from mha import init_params
+    from mha.backends import np_backend, torch_backend
 
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((2, 9, 24)).astype(dtype)
@@ -176,7 +178,8 @@ def test_attention_tolerance_is_far_below_what_a_bug_changes() -> None:
     """Worst-case bounds are loose, yet in float32 they still catch the usual mistakes."""
     from dataclasses import replace
 
-    from mha import init_params, np_backend
+    from mha import init_params
+    from mha.backends import np_backend
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 9, 24)).astype(np.float32)
@@ -216,7 +219,7 @@ def test_float32_weights_at_logits_of_1e4_differ_from_float64_by_about_1e_4() ->
     1e4, so every float32 route rounds that score by 2**-11; the two weights (scores 0.97
     apart) then move by about w1 w2 2**-11 ~ 1e-4 from their float64 values.
     """
-    from mha import np_backend, torch_backend
+    from mha.backends import np_backend, torch_backend
 
     q = np.array([[[3.0]]], dtype=np.float32)  # (1, L=1, Dh=1)
     k = np.array([[[3333.3218], [3333.0]]], dtype=np.float32)  # (1, S=2, Dh=1)
@@ -242,7 +245,7 @@ def test_float32_weights_at_logits_of_1e4_differ_from_float64_by_about_1e_4() ->
 
 @pytest.mark.parametrize("logit_scale", [1.0, 1e2, 1e4])
 def test_float32_attention_agrees_with_float64_within_the_logit_scale_bound(logit_scale) -> None:
-    from mha import np_backend, torch_backend
+    from mha.backends import np_backend, torch_backend
 
     g = np.random.default_rng(int(logit_scale))
     Dh, S = 16, 9
@@ -363,7 +366,7 @@ def test_a_dtype_of_none_is_refused_not_read_as_float64(fn) -> None:
         (
             lambda: tolerance.assert_close(np.ones(2), np.ones(2), np.ones(3)),
             ValueError,
-            r"tolerance must broadcast to the shape of actual \(2,\); got \(3,\)",
+            r"tolerance must broadcast to the shape of actual \(2,\); got shape \(3,\)",
         ),
         (
             lambda: tolerance.assert_close(torch.ones(2, device="meta"), np.ones(2), 0.0),

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from mha import _validate, init_params, np_backend, torch_backend
+from mha import init_params
+from mha.backends import np_backend, torch_backend
+from mha.core import _groups, _validate
 
 TARGET = (2, 3, 4, 5)  # (B, H, L, S)
 
@@ -128,7 +130,7 @@ def test_self_attention_input_checked_once_still_rejects_non_finite(backend, bad
 )
 def test_head_slice_takes_one_heads_mask_or_the_shared_one(shape, expected) -> None:
     mask = np.random.default_rng(0).random(shape) < 0.5
-    part = _validate.head_slice(mask, 1)
+    part = _groups.head_slice(mask, 1)
     assert part.shape == expected
     if len(shape) == 4:
         assert np.array_equal(part, mask[:, 1 if shape[1] > 1 else 0])

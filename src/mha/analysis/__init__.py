@@ -1,0 +1,1 @@
+"""Analysis: the rank of attention, the subspaces of its heads, the low-rank bottleneck."""

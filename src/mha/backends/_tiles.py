@@ -1,0 +1,74 @@
+"""Tile helpers shared by the tiled forward (:mod:`mha.backends.tiled`) and backward
+(:mod:`mha.numerics.backward`).
+
+A tile is a block of query rows ``rows`` against a block of key columns ``cols``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # as mha.backends.np_backend.CAUSAL_ALIGNMENTS
+
+
+def safe_max(row_max: np.ndarray) -> np.ndarray:
+    """The row maximum with ``-inf`` (a row with nothing attended yet) replaced by 0.
+
+    Subtracting it keeps ``exp`` finite, and ``exp(-inf - 0) = 0`` for a masked entry.
+    """
+    return np.where(np.isneginf(row_max), row_max.dtype.type(0), row_max)
+
+
+def causal_offset(causal: bool, align: Any, q_len: int, kv_len: int) -> int:
+    """Where query 0 sits among the keys of a causal mask: query ``i`` at ``i + offset``.
+
+    ``"top_left"`` gives 0 (both sequences start together); ``"bottom_right"`` gives
+    ``S - L`` (both end together; negative when ``L > S``), as
+    :func:`mha.backends.np_backend.causal_mask`. Without ``causal`` the offset is 0 and unused.
+
+    Raises:
+        ValueError: if ``align`` is not ``"top_left"`` or ``"bottom_right"``, or is
+            ``"bottom_right"`` while ``causal`` is False (it would be silently ignored).
+    """
+    if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
+        raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
+    if not causal:
+        if align != "top_left":
+            raise ValueError(f"align={align!r} applies only with causal=True; got causal=False")
+        return 0
+    return 0 if align == "top_left" else kv_len - q_len
+
+
+def tile_mask(
+    mask: np.ndarray | None, causal: bool, rows: slice, cols: slice, *, offset: int = 0
+) -> np.ndarray | bool | None:
+    """What may be attended in one tile: False (nothing), None (everything) or a boolean array.
+
+    ``mask`` is ``None`` or already broadcast to ``(..., L, S)``. The causal part is computed
+    from the positions: key ``j`` may be seen by query ``i`` when ``j <= i + offset``
+    (:func:`causal_offset`; 0 for the top-left diagonal). A tile is skipped whole when its
+    first key lies beyond the aligned position of its last query,
+    ``cols.start > rows.stop - 1 + offset``.
+
+    Shape:
+        Returns a boolean array broadcastable to ``(..., Br, Bc)`` when only part of the
+        tile may be attended.
+    """
+    keep = None
+    if causal:
+        if cols.start > rows.stop - 1 + offset:
+            return False  # the whole tile lies above the aligned diagonal
+        if cols.stop - 1 > rows.start + offset:  # the diagonal crosses the tile
+            i = np.arange(rows.start, rows.stop)[:, None] + offset  # (Br, 1): positions
+            j = np.arange(cols.start, cols.stop)[None, :]  # (1, Bc)
+            keep = j <= i  # (Br, Bc)
+    if mask is not None:
+        tile = mask[..., rows, cols]  # (..., Br, Bc), a view
+        keep = tile if keep is None else tile & keep
+    if keep is None:
+        return None
+    if not keep.any():
+        return False
+    return None if keep.all() else keep

@@ -1,0 +1,539 @@
+"""Attention without the score matrix: the online softmax and a tiled forward, in NumPy.
+
+The softmax of a row needs its maximum and the sum of its exponentials. Both can be built
+block by block (Milakov and Gimelshein, 2018): a block of scores gives its own maximum
+``m_b`` and sum ``l_b = sum exp(s - m_b)``, and two blocks combine exactly by
+
+    ``m = max(m_a, m_b)``,  ``l = l_a exp(m_a - m) + l_b exp(m_b - m)``
+
+(:func:`softmax_stats`, :func:`combine_stats`, :func:`online_softmax`). A row with nothing
+attended has ``m = -inf`` and ``l = 0``; the rule then takes ``exp(-inf - m) = 0`` even when
+``m = -inf`` too (it subtracts 0 instead of an infinite maximum), so ``(-inf, 0)`` is its
+identity. The same rescaling applied to the running weighted sum of values gives attention
+one tile at a time (:func:`attention`, the forward pass of FlashAttention, Dao et al., 2022):
+queries in blocks of ``block_q`` rows (Br), keys and values in blocks of ``block_kv`` rows
+(Bc). Per query block it keeps only an output accumulator ``(..., Br, Dv)`` (``Dv`` is the
+width of the values, ``Dh`` in a multi-head layer), the running maximum and sum ``(..., Br)``
+and one ``(..., Br, Bc)`` tile of scores, and it returns the output together with the
+log-sum-exp of every row, ``lse = m + log l``, from which the backward pass recomputes the
+weights (:func:`mha.numerics.backward.tiled_attention`). Like FlashAttention-2 (Dao, 2024) it
+divides the accumulator by ``l`` once, after the last block, where the first FlashAttention rescaled
+the output by ``l`` at every block, and it keeps only the log-sum-exp for the backward pass.
+It scales the queries by ``1/sqrt(Dh)`` once per block rather than each tile of scores, a
+choice of this library (FlashAttention-2's kernels scale each score inside ``exp2``).
+
+Masks follow the book's convention (boolean, True = may attend, broadcastable to
+``(..., L, S)``). A tile in which nothing may be attended is skipped without loading its
+keys and values; with ``causal=True`` the mask is computed from the positions, so the
+tiles above the diagonal are skipped without a mask array. ``align`` places that diagonal
+as :func:`mha.backends.np_backend.causal_mask` does: top-left (query ``i`` at position ``i``) or
+bottom-right (the queries are the last ``L`` of the ``S`` positions). A fully masked query row gets
+zero output and ``lse = -inf`` (the log of its zero sum), as :mod:`mha.backends.np_backend` gives it
+zero weights and zero output.
+
+:func:`three_pass_attention` is the standard algorithm written the same way, tile by tile:
+scores written to "slow" memory, read back for the softmax, weights written and read back
+for the weighted sum. Both functions can count the elements they move between slow memory
+(the arrays passed in and returned) and the working tiles (``io_counter``), which is how the
+IO model in :mod:`mha.cost` is checked. :func:`mha.numerics.tolerance.online_softmax_tolerance`
+bounds how far two blockings of the same softmax may differ.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mha.backends._tiles import causal_offset, safe_max, tile_mask
+from mha.core import _np_checks, _overflow, _validate
+
+# Default tiles of 128 x 128: per (batch, head) one float32 tile of scores is 64 KiB, small
+# next to a score tensor from a few hundred positions on, and large enough that the Python
+# loop costs little beside the products (a few hundred tiles at L = S = 2048).
+DEFAULT_BLOCK_Q = 128
+DEFAULT_BLOCK_KV = 128
+
+IOCounter = collections.Counter  # keys "read" and "write": elements moved
+
+
+@dataclass(frozen=True)
+class TileStep:
+    """One step of :func:`attention`: a tile of query rows against a block of keys.
+
+    Attributes:
+        q_block: ``(start, stop)`` of the query rows.
+        kv_block: ``(start, stop)`` of the key/value rows.
+        computed: False when the tile was skipped (nothing in it may be attended).
+        row_max: the running maximum ``m`` of each query row after this tile, ``(..., Br)``.
+        row_sum: the running sum ``l = sum exp(z - m)`` of each row after it, ``(..., Br)``.
+        rescale: the factor ``exp(m_old - m_new)`` that this tile applied to the row's
+            earlier sum and accumulator, ``(..., Br)``: 1 where the maximum did not grow
+            (and for a skipped tile), 0 where nothing had been attended before.
+        acc: the unnormalised output accumulator ``sum exp(z - m) v`` of each row after this
+            tile, ``(..., Br, Dv)``; the output is ``acc / l`` after the last tile.
+    """
+
+    q_block: tuple[int, int]
+    kv_block: tuple[int, int]
+    computed: bool
+    row_max: np.ndarray
+    row_sum: np.ndarray
+    rescale: np.ndarray
+    acc: np.ndarray
+
+
+# --- The online softmax ------------------------------------------------------------------
+
+
+def _stats(scores: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    row_max = scores.max(axis=-1)  # (...,)
+    row_sum = np.exp(scores - safe_max(row_max)[..., None]).sum(axis=-1)  # (...,)
+    return row_max, row_sum
+
+
+def _normalise(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """The masked softmax of whole rows: ``exp(s - max) / sum``, zero where masked."""
+    row_max, row_sum = _stats(scores, mask)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    total = np.where(row_sum == 0, 1, row_sum)[..., None]  # fully masked rows stay 0
+    return np.exp(scores - safe_max(row_max)[..., None]) / total
+
+
+def _combine(max_a, sum_a, max_b, sum_b) -> tuple[np.ndarray, np.ndarray]:
+    row_max = np.maximum(max_a, max_b)
+    shift = safe_max(row_max)
+    return row_max, sum_a * np.exp(max_a - shift) + sum_b * np.exp(max_b - shift)
+
+
+def softmax_stats(
+    scores: np.ndarray, mask: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The maximum and the shifted sum of exponentials of each row of a block of scores.
+
+    Args:
+        scores: a block of scores (any number of columns).
+        mask: boolean, True = may attend; broadcastable to ``scores``.
+
+    Shape:
+        scores ``(..., S)``. Returns ``row_max`` and ``row_sum``, each ``(...,)``.
+
+    Returns:
+        ``row_max = max_j s_j`` over the allowed entries (``-inf`` when none is allowed) and
+        ``row_sum = sum_j exp(s_j - row_max)`` over them (0 when none is allowed).
+
+    Raises:
+        ValueError: if ``scores`` is 0-D, has no columns (S = 0) or is not finite, or
+            ``mask`` does not broadcast.
+        TypeError: if ``scores`` is not a float32/float64 array or ``mask`` is not boolean.
+    """
+    _np_checks.check_array("scores", scores)
+    if scores.ndim < 1 or scores.shape[-1] == 0:
+        raise ValueError(f"scores must have shape (..., S) with S >= 1; got shape {scores.shape}")
+    if mask is not None:
+        _np_checks.check_mask(mask, scores.shape, "scores.shape")
+    row_max, row_sum = _stats(scores, mask)
+    return np.asarray(row_max), np.asarray(row_sum)  # 0-D arrays, not scalars, for one row
+
+
+def combine_stats(
+    max_a: np.ndarray, sum_a: np.ndarray, max_b: np.ndarray, sum_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Combine the softmax statistics of two blocks of the same rows into those of both.
+
+    With ``m = max(m_a, m_b)``, ``l = l_a exp(m_a - m) + l_b exp(m_b - m)``: each block's sum
+    is rescaled to the common maximum. The rule is exact (in exact arithmetic), commutative
+    and associative, so blocks may be combined in any order and grouping.
+
+    A block with nothing allowed has ``(m, l) = (-inf, 0)``. The factors are computed as
+    ``exp(m_a - c)`` with ``c = m`` if ``m`` is finite and ``c = 0`` if ``m = -inf``, so a
+    factor is 0 for an empty block even when both blocks are empty (``-inf - (-inf)`` is never
+    formed): ``(-inf, 0)`` is the identity of the rule, and combining it with ``(m_b, l_b)``
+    returns ``(m_b, l_b)`` exactly. The FlashAttention implementation uses the same convention
+    (it subtracts 0 when a row's maximum is ``-inf``).
+
+    Args:
+        max_a: row maxima of block a (``-inf`` for a row with nothing allowed).
+        sum_a: row sums ``sum exp(s - max_a)`` of block a.
+        max_b: row maxima of block b.
+        sum_b: row sums of block b.
+
+    Returns:
+        ``(max, sum)`` of the two blocks together.
+
+    Shape:
+        All four broadcast to one shape ``(...,)``; returns two arrays of that shape.
+
+    Returns:
+        ``(m, l)`` of the union of the two blocks.
+
+    Raises:
+        ValueError: if a maximum is NaN or ``+inf``, a sum is negative or not finite, the
+            shapes do not broadcast, or the combined sum overflows the dtype.
+        TypeError: if an input is not a float array, or the dtypes differ.
+    """
+    for name, m in (("max_a", max_a), ("max_b", max_b)):
+        _np_checks.check_array(name, m, check_finite=False)
+        if np.isnan(m).any() or np.isposinf(m).any():
+            raise ValueError(f"{name} must be finite or -inf; got NaN or +inf values")
+    for name, s in (("sum_a", sum_a), ("sum_b", sum_b)):
+        _np_checks.check_array(name, s)
+        if (s < 0).any():
+            raise ValueError(f"{name} must be >= 0; got a negative sum")
+    _validate.check_same_dtype({"max_a": max_a, "sum_a": sum_a, "max_b": max_b, "sum_b": sum_b})
+    try:
+        np.broadcast_shapes(max_a.shape, sum_a.shape, max_b.shape, sum_b.shape)
+    except ValueError:
+        raise ValueError(
+            "max_a, sum_a, max_b and sum_b must broadcast to one shape; got "
+            f"{max_a.shape}, {sum_a.shape}, {max_b.shape}, {sum_b.shape}"
+        ) from None
+    row_max, row_sum = _combine(max_a, sum_a, max_b, sum_b)
+    _np_checks.check_result("combine_stats sum", row_sum)
+    return row_max, row_sum
+
+
+def online_softmax(
+    scores: np.ndarray, mask: np.ndarray | None = None, *, block_size: int = DEFAULT_BLOCK_KV
+) -> np.ndarray:
+    """Masked softmax over the last axis from statistics gathered block by block.
+
+    One pass over the blocks of ``block_size`` columns combines their statistics
+    (:func:`combine_stats`) into each row's maximum and sum; a second pass writes
+    ``exp(s - max) / sum``. The result equals :func:`mha.backends.np_backend.softmax` to rounding:
+    masked entries get weight 0 and a fully masked row gets all zeros.
+
+    Args:
+        scores: the scores; left unchanged.
+        mask: boolean, True = may attend; broadcastable to ``scores``.
+        block_size: columns per block.
+
+    Returns:
+        The softmax weights.
+
+    Shape:
+        scores ``(..., S)``; returns ``(..., S)``.
+
+    Returns:
+        The weights, each row summing to 1 (0 for a fully masked row).
+
+    Raises:
+        ValueError: if ``scores`` is 0-D or not finite, ``mask`` does not broadcast, or
+            ``block_size < 1``.
+        TypeError: if ``scores`` is not a float array, ``mask`` is not boolean or
+            ``block_size`` is not an int.
+    """
+    _np_checks.check_array("scores", scores)
+    if scores.ndim < 1:
+        raise ValueError(f"scores must have shape (..., S); got 0-D shape {scores.shape}")
+    if mask is not None:
+        _np_checks.check_mask(mask, scores.shape, "scores.shape")
+        mask = np.broadcast_to(mask, scores.shape)  # a view: no copy
+    _validate.check_block_size("block_size", block_size)
+    S = scores.shape[-1]
+    blocks = [slice(j, min(j + block_size, S)) for j in range(0, S, block_size)]
+    row_max = np.full(scores.shape[:-1], -np.inf, dtype=scores.dtype)  # (...,)
+    row_sum = np.zeros(scores.shape[:-1], dtype=scores.dtype)  # (...,)
+    for cols in blocks:
+        block_mask = None if mask is None else mask[..., cols]
+        row_max, row_sum = _combine(row_max, row_sum, *_stats(scores[..., cols], block_mask))
+    shift = safe_max(row_max)[..., None]  # (..., 1)
+    total = np.where(row_sum == 0, 1, row_sum)[..., None]  # fully masked rows stay 0
+    weights = np.empty_like(scores)
+    for cols in blocks:
+        block = (
+            scores[..., cols]
+            if mask is None
+            else np.where(mask[..., cols], scores[..., cols], -np.inf)
+        )
+        weights[..., cols] = np.exp(block - shift) / total
+    return weights
+
+
+# --- The tiled forward -------------------------------------------------------------------
+
+
+def _load(x: np.ndarray, index: tuple, io: IOCounter | None) -> np.ndarray:
+    """``x[index]`` brought from slow memory (the array) to fast memory (a tile), counted."""
+    tile = x[index]
+    if io is not None:
+        io["read"] += tile.size
+    return tile
+
+
+def _store(x: np.ndarray, index: tuple, value: np.ndarray, io: IOCounter | None) -> None:
+    """Write the tile ``value`` to ``x[index]`` in slow memory, counted."""
+    x[index] = value
+    if io is not None:
+        io["write"] += value.size
+
+
+def _rows(rows: slice) -> tuple:
+    """The index of rows ``rows`` of a ``(..., N, width)`` array."""
+    return (..., rows, slice(None))
+
+
+def _check_attention(
+    query, key, value, mask, block_q, block_kv, io_counter=None
+) -> tuple[tuple[int, ...], int, int, float]:
+    """The checks of :func:`attention`; returns the batch, L, S and a bound on every stage."""
+    m = _validate.check_attention(query, key, value, mask, _np_checks.ARRAYS)
+    L, S, _, _ = _validate.check_qkv(query, key, value)
+    batch = _validate.broadcast_batch(query, key, value)
+    _validate.check_block_size("block_q", block_q)
+    _validate.check_block_size("block_kv", block_kv)
+    if io_counter is not None and not isinstance(io_counter, collections.Counter):
+        raise TypeError(
+            f"io_counter must be a collections.Counter or None; got {type(io_counter).__name__}"
+        )
+    bound = _overflow.attention_bound(m["query"], m["key"], m["value"], query.shape[-1])
+    return batch, L, S, bound
+
+
+def _check_range(name, bound, out, query, key, value, mask) -> None:
+    """Raise if the scores or the output overflowed (only beyond ``bound``, a float64 pass)."""
+    _overflow.check_range(
+        name,
+        bound,
+        out,
+        _np_checks.ARRAYS,
+        lambda: _overflow.attention_overflow(
+            *(a.astype(np.float64) for a in (query, key, value)),
+            mask,
+            _np_checks.largest(out.dtype),
+        ),
+    )
+
+
+def attention(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    mask: np.ndarray | None = None,
+    *,
+    causal: bool = False,
+    align: str = "top_left",
+    block_q: int = DEFAULT_BLOCK_Q,
+    block_kv: int = DEFAULT_BLOCK_KV,
+    io_counter: IOCounter | None = None,
+    trace: list[TileStep] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``softmax(Q K^T / sqrt(Dh)) V`` one tile at a time, never forming an ``(L, S)`` array.
+
+    For each block ``Q^(i)`` of ``block_q`` query rows, the blocks ``K^(j)``, ``V^(j)`` of
+    ``block_kv`` keys and values are visited in turn: the tile of scores
+    ``Z^(ij) = Q^(i) K^(j)^T / sqrt(Dh)`` (the queries are scaled, not the tile) updates the
+    running row maximum ``m`` and sum ``l`` by the rule of :func:`combine_stats`, and the
+    output accumulator is rescaled the same way,
+    ``acc <- acc exp(m_old - m_new) + exp(Z^(ij) - m_new) V^(j)``. After the last block,
+    ``acc / l`` is the attention output (one division per output entry, FlashAttention-2's
+    deferred normalisation) and ``m + log l`` the log-sum-exp of the row.
+
+    Args:
+        query: queries.
+        key: keys, the same width as ``query``.
+        value: values, the same length as ``key``.
+        mask: boolean, True = may attend; broadcastable to ``(..., L, S)``.
+        causal: also let each query attend only to the keys at or before its position, as
+            :func:`mha.backends.np_backend.causal_mask`; the tiles wholly above that diagonal are
+            skipped.
+        align: where the queries sit when ``causal``, as in
+            :func:`mha.backends.np_backend.causal_mask`: ``"top_left"`` (query ``i`` at position
+            ``i``, keys ``j <= i``; PyTorch's ``is_causal=True``) or ``"bottom_right"`` (the
+            queries are the last ``L`` of ``S`` positions, keys ``j <= S - L + i``; what a
+            cache, chunked prefill and checking drafted tokens need, and flash-attn's
+            ``causal=True`` from version 2.1). Only with ``causal=True``.
+        block_q: query rows per tile (Br); need not divide L.
+        block_kv: key/value rows per tile (Bc); need not divide S.
+        io_counter: if given, ``io_counter["read"]`` and ``io_counter["write"]`` grow by
+            the elements of query, key, value, output and log-sum-exp moved between the
+            arrays and the tiles (the mask, read tile by tile, is not counted).
+        trace: if given, one :class:`TileStep` per tile is appended, in order.
+
+    Shape:
+        query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``.
+        Returns output ``(..., L, Dv)`` and log-sum-exp ``(..., L)``.
+
+    Returns:
+        The output (zero in a fully masked row) and ``lse`` (``-inf`` in a fully masked row).
+
+    Raises:
+        ValueError: on mismatched shapes, empty sequences, a head width ``Dh`` of 0 (the
+            last dimension of query and key; as in both backends), a mask that does not
+            broadcast, non-finite inputs, a block size below 1, scores that overflow the dtype,
+            an ``align`` other than ``"top_left"`` and ``"bottom_right"``, or
+            ``"bottom_right"`` without ``causal=True``.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask, a non-int block size,
+            a ``causal`` that is not a bool, or an ``io_counter``/``trace`` of another kind.
+    """
+    batch, L, S, bound = _check_attention(query, key, value, mask, block_q, block_kv, io_counter)
+    _validate.check_bool("causal", causal)
+    offset = causal_offset(causal, align, L, S)
+    if trace is not None and not isinstance(trace, list):
+        raise TypeError(f"trace must be a list or None; got {type(trace).__name__}")
+    user_mask = mask
+    dtype = query.dtype
+    scale = dtype.type(1.0 / math.sqrt(query.shape[-1]))
+    if mask is not None:
+        mask = np.broadcast_to(mask, (*batch, L, S))  # a view: no copy
+    maskable = mask is not None or causal
+    out = np.empty((*batch, L, value.shape[-1]), dtype=dtype)  # (..., L, Dv)
+    lse = np.empty((*batch, L), dtype=dtype)  # (..., L)
+    for i0 in range(0, L, block_q):
+        rows = slice(i0, min(i0 + block_q, L))
+        q_i = _load(query, _rows(rows), io_counter) * scale  # (..., Br, Dh)
+        n = rows.stop - rows.start
+        row_max = np.full((*batch, n, 1), -np.inf, dtype=dtype)  # (..., Br, 1)
+        row_sum = np.zeros((*batch, n, 1), dtype=dtype)  # (..., Br, 1)
+        acc = np.zeros((*batch, n, value.shape[-1]), dtype=dtype)  # (..., Br, Dv)
+        for j0 in range(0, S, block_kv):
+            cols = slice(j0, min(j0 + block_kv, S))
+            keep = tile_mask(mask, causal, rows, cols, offset=offset) if maskable else None
+            if keep is not False:
+                k_j = _load(key, _rows(cols), io_counter)  # (..., Bc, Dh)
+                v_j = _load(value, _rows(cols), io_counter)  # (..., Bc, Dv)
+                s = np.matmul(q_i, k_j.swapaxes(-1, -2))  # (..., Br, Bc)
+                if keep is not None:
+                    np.copyto(s, -np.inf, where=~keep)
+                new_max = np.maximum(row_max, s.max(axis=-1, keepdims=True))  # (..., Br, 1)
+                shift = safe_max(new_max) if maskable else new_max
+                s -= shift
+                np.exp(s, out=s)  # the tile's unnormalised weights
+                rescale = np.exp(row_max - shift)  # (..., Br, 1); 0 where nothing was seen
+                row_sum *= rescale
+                row_sum += s.sum(axis=-1, keepdims=True)
+                acc *= rescale
+                acc += np.matmul(s, v_j)  # (..., Br, Bc) @ (..., Bc, Dv) -> (..., Br, Dv)
+                row_max = new_max
+            if trace is not None:
+                factor = rescale if keep is not False else np.ones_like(row_max)
+                trace.append(
+                    TileStep(
+                        (rows.start, rows.stop),
+                        (cols.start, cols.stop),
+                        keep is not False,
+                        row_max[..., 0].copy(),
+                        row_sum[..., 0].copy(),
+                        factor[..., 0].copy(),
+                        acc.copy(),
+                    )
+                )
+        empty = row_sum == 0  # (..., Br, 1): fully masked rows
+        total = np.where(empty, 1, row_sum)
+        _store(out, _rows(rows), acc / total, io_counter)
+        row_lse = np.where(empty, -np.inf, row_max + np.log(total))[..., 0]  # (..., Br)
+        _store(lse, (..., rows), row_lse, io_counter)
+    _check_range("tiled.attention output", bound, out, query, key, value, user_mask)
+    return out, lse
+
+
+def _softmax_tiles(scores, weights, mask, rows, col_blocks, io) -> None:
+    """Pass 2 of :func:`three_pass_attention` for one row block, with the (Br, Bc) tiles."""
+    keeps = {j.start: None if mask is None else mask[..., rows, j] for j in col_blocks}
+    if len(col_blocks) == 1:  # one tile spans the row: read once
+        tile = _load(scores, (..., rows, col_blocks[0]), io)  # (..., Br, S)
+        _store(weights, (..., rows, col_blocks[0]), _normalise(tile, keeps[0]), io)
+        return
+    row_max = np.full(scores.shape[:-2] + (rows.stop - rows.start,), -np.inf, scores.dtype)
+    row_sum = np.zeros_like(row_max)  # (..., Br)
+    for cols in col_blocks:  # first read: the statistics, by the online rule
+        tile = _load(scores, (..., rows, cols), io)  # (..., Br, Bc)
+        row_max, row_sum = _combine(row_max, row_sum, *_stats(tile, keeps[cols.start]))
+    shift = safe_max(row_max)[..., None]  # (..., Br, 1)
+    total = np.where(row_sum == 0, 1, row_sum)[..., None]  # (..., Br, 1)
+    for cols in col_blocks:  # second read: the weights
+        tile = _load(scores, (..., rows, cols), io)
+        if mask is not None:
+            tile = np.where(keeps[cols.start], tile, -np.inf)
+        _store(weights, (..., rows, cols), np.exp(tile - shift) / total, io)
+
+
+def three_pass_attention(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    mask: np.ndarray | None = None,
+    *,
+    block_q: int = DEFAULT_BLOCK_Q,
+    block_kv: int = DEFAULT_BLOCK_KV,
+    softmax_rows: int | None = None,
+    io_counter: IOCounter | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Standard attention in three passes through slow memory, tile by tile.
+
+    Pass 1 writes the scores ``Z = Q K^T / sqrt(Dh)`` to an ``(..., L, S)`` array, one
+    ``(Br, Bc)`` tile at a time (the product done with the tiles of :func:`attention`, so it
+    reads K once per query block). Pass 2 reads them back and writes the weights: with
+    ``softmax_rows``, in blocks of that many whole rows, each read once (the rows fit in fast
+    memory); otherwise with the ``(Br, Bc)`` tiles, each score read once when one tile spans
+    all S columns and twice when not (statistics by the online rule, then normalisation).
+    Pass 3 reads the weights and the values back, again tile by tile, and writes the output.
+    The result equals :func:`attention` and
+    :func:`mha.backends.np_backend.scaled_dot_product_attention` to rounding; it exists to count
+    (``io_counter``) what materialising the scores and weights moves.
+
+    Args:
+        query: queries.
+        key: keys.
+        value: values.
+        mask: boolean, True = may attend; broadcastable to ``(..., L, S)``.
+        block_q: query rows per tile (Br).
+        block_kv: key/value columns per tile (Bc).
+        softmax_rows: rows per block of the softmax pass, or ``None`` for the tiles.
+        io_counter: as in :func:`attention`; scores and weights are counted as they are
+            written and read back (the mask is not counted).
+
+    Returns:
+        ``(output, weights)``.
+
+    Shape:
+        query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``. Returns output
+        ``(..., L, Dv)`` and weights ``(..., L, S)``.
+
+    Returns:
+        The output and the weights (as they were stored in "slow memory").
+
+    Raises:
+        ValueError: the errors of :func:`attention`, or ``softmax_rows < 1``.
+        TypeError: the errors of :func:`attention`, or a ``softmax_rows`` that is not an int.
+    """
+    batch, L, S, bound = _check_attention(query, key, value, mask, block_q, block_kv, io_counter)
+    if softmax_rows is not None:
+        _validate.check_block_size("softmax_rows", softmax_rows)
+    user_mask = mask
+    dtype = query.dtype
+    scale = dtype.type(1.0 / math.sqrt(query.shape[-1]))
+    if mask is not None:
+        mask = np.broadcast_to(mask, (*batch, L, S))
+    row_blocks = [slice(i, min(i + block_q, L)) for i in range(0, L, block_q)]
+    col_blocks = [slice(j, min(j + block_kv, S)) for j in range(0, S, block_kv)]
+    scores = np.empty((*batch, L, S), dtype=dtype)  # (..., L, S) in slow memory
+    for rows in row_blocks:  # pass 1: scores
+        q_i = _load(query, _rows(rows), io_counter) * scale  # (..., Br, Dh)
+        for cols in col_blocks:
+            k_j = _load(key, _rows(cols), io_counter)  # (..., Bc, Dh)
+            _store(scores, (..., rows, cols), np.matmul(q_i, k_j.swapaxes(-1, -2)), io_counter)
+    weights = np.empty_like(scores)  # (..., L, S) in slow memory
+    if softmax_rows is None:  # pass 2: softmax by tiles
+        for rows in row_blocks:
+            _softmax_tiles(scores, weights, mask, rows, col_blocks, io_counter)
+    else:  # pass 2: softmax of blocks of whole rows, each score read once
+        for i0 in range(0, L, softmax_rows):
+            whole = (..., slice(i0, min(i0 + softmax_rows, L)), slice(None))
+            keep = None if mask is None else mask[whole]
+            _store(weights, whole, _normalise(_load(scores, whole, io_counter), keep), io_counter)
+    del scores
+    out = np.empty((*batch, L, value.shape[-1]), dtype=dtype)  # (..., L, Dv)
+    for rows in row_blocks:  # pass 3: weighted sum
+        acc = np.zeros((*batch, rows.stop - rows.start, value.shape[-1]), dtype=dtype)
+        for cols in col_blocks:
+            p = _load(weights, (..., rows, cols), io_counter)  # (..., Br, Bc)
+            acc += np.matmul(p, _load(value, _rows(cols), io_counter))  # (..., Br, Dv)
+        _store(out, _rows(rows), acc, io_counter)
+    _check_range("tiled.three_pass_attention output", bound, out, query, key, value, user_mask)
+    return out, weights

@@ -1,0 +1,386 @@
+"""A key/value cache for incremental decoding, in NumPy or PyTorch.
+
+When a causal model generates a sequence one token at a time, the keys and values of the
+positions already seen do not change: each step needs only the new token's projections.
+:class:`KVCache` keeps the *projected* keys and values of a layer's key/value heads,
+``K_g = Y W^K_g`` and ``V_g = Y W^V_g`` (``g = 1, ..., H_kv``), so that a step projects one
+token instead of the whole prefix, and attends from it to everything cached.
+
+The buffers are allocated once, at their full ``capacity``; appending writes the new
+positions into the next free slots and copies nothing else, so an append moves
+``B * H_kv * n * Dh`` elements of each tensor whatever the length already cached. The
+cached part is returned as views (:attr:`KVCache.keys`, :attr:`KVCache.values`), not copies.
+
+The library of the buffers follows ``dtype``: a NumPy dtype gives NumPy arrays, a
+``torch.dtype`` gives tensors (on ``device``).
+
+**What is checked.** Sizes are positive ints; ``dtype`` is one a layer computes in
+(``torch.float16`` is refused); appended keys and values are arrays of the cache's library,
+dtype and device, of shape ``(B, H_kv, n, Dh)``, within the capacity, finite (when measured),
+and a given bound ``max_abs`` is a finite number ``>= 0``. Every check comes before any change,
+and a layer call with a cache writes its new positions only into free slots until it has
+succeeded (:meth:`KVCache.appending`): a refused call, the layer's included, leaves the cache's
+length, contents and :attr:`KVCache.max_abs` as they were.
+
+**Autograd.** Gradients flow through cached steps and equal those of the full causal forward:
+while autograd records, an append writes into a new buffer rather than over the one earlier
+steps saved for their backward pass (a copy of the buffer per recorded step).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from mha.core import _np_checks, _validate
+from mha.core._np_checks import numpy_float_dtype
+
+TORCH_FLOATS = ("float64", "float32", "bfloat16")
+"""The ``torch`` dtypes a cache may have: those a layer computes in (``torch_backend.FLOATS``)."""
+
+
+def _is_torch_dtype(dtype: Any) -> bool:
+    return type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype"
+
+
+def _magnitude(x: Any) -> float:
+    """The largest ``|x|`` (``inf`` for NaN or infinity, 0 for no values, as on ``meta``)."""
+    size = x.numel() if hasattr(x, "numel") else x.size
+    if size == 0 or getattr(x, "is_meta", False):
+        return 0.0
+    if hasattr(x, "detach"):
+        x = x.detach()
+    return _validate.extremes_max_abs(x.min(), x.max())
+
+
+class KVCache:
+    """Projected keys and values of the positions seen so far, for one attention layer.
+
+    Args:
+        batch_size: B.
+        num_kv_heads: H_kv, the key/value heads (H for multi-head attention, 1 for
+            multi-query attention).
+        d_head: Dh.
+        capacity: the most positions the cache can hold.
+        dtype: ``np.float32``/``np.float64`` for NumPy buffers, or ``torch.float64``,
+            ``torch.float32`` or ``torch.bfloat16`` for PyTorch buffers: the dtypes a layer
+            computes in (``torch.float16`` is refused here, since no layer could use the cache).
+        device: where PyTorch buffers live (``None`` for the default; ``"meta"`` gives a
+            cache for shape inference, which takes only ``meta`` tensors); NumPy buffers
+            live on the CPU (``None`` or ``"cpu"``).
+
+    Shape:
+        :attr:`keys` and :attr:`values` ``(B, H_kv, S, Dh)``, ``S`` = :attr:`length`.
+
+    Raises:
+        ValueError: if a size is not positive, or ``device`` names no device available here
+            or one other than the CPU for NumPy buffers.
+        TypeError: if a size is not an int, ``dtype`` is ``None`` or not one of the five
+            dtypes above, or ``device`` is not a device or a name.
+
+    Every method checks its arguments before it changes anything, so a refused call leaves
+    the cache as it was; so does a layer call with a cache that raises
+    (:meth:`appending`).
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        num_kv_heads: int,
+        d_head: int,
+        capacity: int,
+        *,
+        dtype: Any = np.float64,
+        device: Any = None,
+    ) -> None:
+        _validate.check_positive_sizes(
+            batch_size=batch_size, num_kv_heads=num_kv_heads, d_head=d_head, capacity=capacity
+        )
+        shape = (batch_size, num_kv_heads, capacity, d_head)
+        if dtype is None:
+            raise TypeError(
+                "dtype must be np.float32, np.float64 or a torch dtype (torch.float64, "
+                "torch.float32, torch.bfloat16); got None"
+            )
+        if _is_torch_dtype(dtype):
+            import torch
+
+            allowed = tuple(getattr(torch, name) for name in TORCH_FLOATS)
+            if dtype not in allowed:
+                names = ", ".join(str(d) for d in allowed)
+                raise TypeError(
+                    f"dtype must be one of the dtypes a layer computes in ({names}); got "
+                    f"dtype {dtype}"
+                )
+            device = _validate.check_device("device", device)
+            self._k = torch.empty(shape, dtype=dtype, device=device)
+            self._v = torch.empty(shape, dtype=dtype, device=device)
+        else:
+            if device is not None and str(device) != "cpu":
+                raise ValueError(
+                    "device must be None or 'cpu' for NumPy buffers (pass a torch dtype for "
+                    f"PyTorch buffers elsewhere); got device={device!r} with dtype {dtype!r}"
+                )
+            np_dtype = numpy_float_dtype("dtype", dtype, (np.float32, np.float64))
+            self._k = np.empty(shape, dtype=np_dtype)
+            self._v = np.empty(shape, dtype=np_dtype)
+        self._length = 0
+        self._max_abs = 0.0
+
+    @property
+    def batch_size(self) -> int:
+        """B."""
+        return int(self._k.shape[0])
+
+    @property
+    def num_kv_heads(self) -> int:
+        """H_kv."""
+        return int(self._k.shape[1])
+
+    @property
+    def capacity(self) -> int:
+        """The most positions the cache can hold."""
+        return int(self._k.shape[2])
+
+    @property
+    def d_head(self) -> int:
+        """Dh."""
+        return int(self._k.shape[3])
+
+    @property
+    def dtype(self) -> Any:
+        """The dtype of the buffers."""
+        return self._k.dtype
+
+    @property
+    def device(self) -> Any:
+        """Where the buffers live: a ``torch.device``, or ``"cpu"`` for NumPy buffers."""
+        return getattr(self._k, "device", "cpu")
+
+    @property
+    def length(self) -> int:
+        """S, the number of positions cached."""
+        return self._length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @property
+    def keys(self) -> Any:
+        """The cached keys ``(B, H_kv, S, Dh)``: a view of the buffer, not a copy (while
+        autograd records, see :meth:`append`, each append makes a new buffer)."""
+        return self._k[:, :, : self._length]
+
+    @property
+    def values(self) -> Any:
+        """The cached values ``(B, H_kv, S, Dh)``: a view of the buffer, not a copy (while
+        autograd records, see :meth:`append`, each append makes a new buffer)."""
+        return self._v[:, :, : self._length]
+
+    @property
+    def max_abs(self) -> float:
+        """The largest ``|entry|`` appended since the cache was made or reset: a bound on
+        every cached key and value, so that a layer can tell that attending to them cannot
+        overflow without reading them again."""
+        return self._max_abs
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the two buffers (allocated at full capacity)."""
+        return 2 * int(self._k.nbytes)
+
+    def append(self, key: Any, value: Any, *, max_abs: float | None = None) -> None:
+        """Write the projected keys and values of ``n`` new positions after the cached ones.
+
+        Everything is checked before the cache changes: a refused call leaves its length,
+        contents and :attr:`max_abs` as they were.
+
+        **Autograd.** With PyTorch buffers, when autograd records ``key`` or ``value`` (or
+        recorded an earlier append), the new positions are written into a new buffer instead
+        of over the old one, which earlier steps may have saved for their backward pass:
+        gradients then flow through every cached step, and equal those of the full causal
+        forward. This costs a copy of the buffer per append, only while recording; decoding
+        without autograd writes in place.
+
+        Args:
+            key: new keys, an array of the cache's library, dtype and device (a NumPy
+                array, not a masked array or matrix; a dense tensor).
+            value: new values, the same shape.
+            max_abs: a bound on every ``|key|`` and ``|value|`` entry already known to the
+                caller (a layer knows one from its inputs' magnitudes), a finite number
+                ``>= 0``; the entries are then not read, and the caller vouches for them.
+                ``None`` measures them, and refuses NaN and infinity. It keeps
+                :attr:`max_abs` a bound without another pass over the data.
+
+        Shape:
+            key and value ``(B, H_kv, n, Dh)``.
+
+        Raises:
+            ValueError: if a shape does not match the cache, ``key`` and ``value`` hold
+                different numbers of positions, the cache would exceed its capacity,
+                ``max_abs`` is negative, NaN or infinite, or (``max_abs=None``) ``key`` or
+                ``value`` holds NaN or infinity.
+            TypeError: if ``key``/``value`` is not an array of the cache's library (``None``
+                included), dtype and device, or ``max_abs`` is not a real number.
+        """
+        self._commit(*self._stage(key, value, max_abs), key, value)
+
+    @contextmanager
+    def appending(
+        self, key: Any, value: Any, *, max_abs: float | None = None
+    ) -> Iterator[tuple[Any, Any]]:
+        """Attend to the cached positions and ``n`` new ones; keep the new ones only if that
+        succeeds.
+
+        The context manager a layer uses: it yields the cached keys and values followed by
+        ``key`` and ``value``, and appends these when the block ends without an exception.
+        When the block raises (a layer refusing an overflow, say), the cache keeps its
+        length, contents and :attr:`max_abs`: the new positions were written only into free
+        slots past :attr:`length`, which nothing reads. :meth:`append` is this with an empty
+        block.
+
+        Args:
+            key: new keys, as in :meth:`append`.
+            value: new values, the same shape.
+            max_abs: as in :meth:`append` (``None``: measured when the block ends).
+
+        Shape:
+            key and value ``(B, H_kv, n, Dh)``; yields keys and values ``(B, H_kv, S + n, Dh)``,
+            ``S`` = :attr:`length`.
+
+        Yields:
+            ``(keys, values)``: every position the cache will hold once the block succeeds.
+
+        Raises:
+            ValueError, TypeError: as :meth:`append`, before the block runs (except the
+                measured ``max_abs``, checked after it); and whatever the block raises.
+        """
+        k, v, end, max_abs = self._stage(key, value, max_abs)
+        yield k[:, :, :end], v[:, :, :end]
+        self._commit(k, v, end, max_abs, key, value)
+
+    def _stage(self, key: Any, value: Any, max_abs: Any) -> tuple[Any, Any, int, float | None]:
+        """Check everything, then write the new positions into free slots past the length
+        (of a copy of the buffers while autograd records); the cache itself is unchanged.
+
+        Returns:
+            The buffers holding them, the length after them, and the checked ``max_abs``.
+        """
+        n = self._check_block(key, value)
+        if max_abs is not None:
+            max_abs = _validate.check_magnitude("max_abs", max_abs)
+        end = self._length + n
+        k, v = self._k, self._v
+        if self._copy_on_write(key, value):
+            k, v = k.clone(), v.clone()
+        k[:, :, self._length : end] = key
+        v[:, :, self._length : end] = value
+        return k, v, end, max_abs
+
+    def _commit(
+        self, k: Any, v: Any, end: int, max_abs: float | None, key: Any, value: Any
+    ) -> None:
+        """Make the staged positions part of the cache (measuring them if ``max_abs`` is None)."""
+        if max_abs is None:
+            max_abs = 0.0
+            for name, x in (("key", key), ("value", value)):
+                magnitude = _magnitude(x)
+                if not math.isfinite(magnitude):
+                    raise ValueError(f"{name} must be finite; got NaN or infinite values")
+                max_abs = max(max_abs, magnitude)
+        self._k, self._v = k, v
+        self._length = end
+        self._max_abs = max(self._max_abs, max_abs)
+
+    def _check_block(self, key: Any, value: Any) -> int:
+        """Check the keys and values of new positions; return ``n``, their number."""
+        for name, x in (("key", key), ("value", value)):
+            self._check_array(name, x)
+            if x.ndim != 4 or (x.shape[0], x.shape[1], x.shape[3]) != (
+                self.batch_size,
+                self.num_kv_heads,
+                self.d_head,
+            ):
+                raise ValueError(
+                    f"{name} must have shape (B, H_kv, n, Dh) = ({self.batch_size}, "
+                    f"{self.num_kv_heads}, n, {self.d_head}); got {tuple(x.shape)}"
+                )
+        if key.shape[2] != value.shape[2]:
+            raise ValueError(
+                "key and value must hold the same number of positions; got "
+                f"{key.shape[2]} and {value.shape[2]}"
+            )
+        n = int(key.shape[2])
+        if self._length + n > self.capacity:
+            raise ValueError(
+                f"the cache holds at most capacity={self.capacity} positions; it holds "
+                f"{self._length} and got {n} more"
+            )
+        return n
+
+    def _check_array(self, name: str, x: Any) -> None:
+        """Check that ``x`` is an array of the cache's library, dtype and device."""
+        kind = type(self._k)
+        if not isinstance(x, kind):
+            raise TypeError(
+                f"{name} must be a {kind.__module__}.{kind.__name__} like the cache; got "
+                f"{type(x).__name__}"
+            )
+        if isinstance(self._k, np.ndarray):
+            _np_checks.check_kind(name, x)
+        else:
+            _validate.check_dense(name, x)
+        if x.dtype != self._k.dtype:
+            raise TypeError(
+                f"{name} must have the cache's dtype {self._k.dtype}; got dtype {x.dtype}"
+            )
+        if not isinstance(self._k, np.ndarray) and x.device != self._k.device:
+            raise TypeError(
+                f"{name} must be on the cache's device ({self._k.device}); got {name} on {x.device}"
+            )
+
+    def _copy_on_write(self, key: Any, value: Any) -> bool:
+        """Whether to write new positions into a copy: while autograd records a step.
+
+        A recorded step saves views of the buffer for its backward pass, so writing over
+        the buffer would corrupt them (PyTorch refuses that backward).
+        """
+        if isinstance(self._k, np.ndarray):
+            return False
+        import torch
+
+        recording = torch.is_grad_enabled() and (key.requires_grad or value.requires_grad)
+        return bool(self._k.requires_grad or recording)
+
+    def reset(self) -> None:
+        """Forget every cached position (the buffers are kept for reuse; buffers that a
+        recorded step saved for its backward pass are replaced, and left to that step)."""
+        if not isinstance(self._k, np.ndarray) and self._k.requires_grad:
+            import torch
+
+            self._k, self._v = (torch.empty_like(b) for b in (self._k, self._v))  # no graph
+        self._length = 0
+        self._max_abs = 0.0
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first ``length`` positions, e.g. to drop rejected draft tokens.
+
+        :attr:`max_abs` stays a bound on what is left (it is not lowered).
+
+        Args:
+            length: positions to keep, at most :attr:`length`.
+
+        Raises:
+            ValueError: if ``length`` is negative or more than the cache holds.
+            TypeError: if ``length`` is not an int (``None`` and bools included).
+        """
+        _validate.check_int("length", length)
+        if not 0 <= length <= self._length:
+            raise ValueError(
+                f"length must be in [0, {self._length}], the positions cached; got length={length}"
+            )
+        self._length = int(length)

@@ -1,0 +1,162 @@
+"""Output for reading: matrices as LaTeX, results as Markdown tables, heads by name.
+
+Chapters show numbers as a reader reads them, never as a Python repr: a small matrix as
+a LaTeX ``bmatrix`` inside math, a list of results as a Markdown table (:func:`table` displays
+one), a head by the book's name for it (``head_name``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from mha.core import _validate
+from mha.core._np_checks import as_numpy
+
+
+def _number(value: float, digits: int) -> str:
+    if float(value).is_integer():
+        return str(int(value))  # also turns -0.0 into 0
+    text = f"{value:.{digits}f}"
+    return "0" if float(text) == 0 else text
+
+
+def latex_matrix(a: Any, digits: int = 3) -> str:
+    """A matrix (or a vector, as one row) as a LaTeX ``bmatrix``.
+
+    Integral entries print as integers; the others with ``digits`` decimals.
+
+    Args:
+        a: the matrix, NumPy array or torch tensor.
+        digits: decimals of the non-integral entries.
+
+    Shape:
+        a ``(m, n)`` or ``(n,)``.
+
+    Returns:
+        LaTeX text, ``\\begin{bmatrix} ... \\end{bmatrix}``, to place inside math.
+
+    Raises:
+        ValueError: if ``a`` is not 1-D or 2-D, or ``digits`` is negative.
+        TypeError: if ``a`` is not numeric or ``digits`` is not an int.
+    """
+    m = as_numpy("a", a)
+    if not (np.issubdtype(m.dtype, np.number) or m.dtype == np.bool_):
+        raise TypeError(f"a must be numeric; got dtype {m.dtype}")
+    if m.ndim not in (1, 2):
+        raise ValueError(f"a must have shape (m, n) or (n,); got {m.ndim}-D shape {m.shape}")
+    _validate.check_at_least("digits", digits, 0)
+    rows = np.atleast_2d(m).astype(np.float64)
+    body = r" \\ ".join(" & ".join(_number(x, digits) for x in row) for row in rows)
+    return rf"\begin{{bmatrix}} {body} \end{{bmatrix}}"
+
+
+def head_name(layer: int, head: int) -> str:
+    """The book's name of a head: ``"layer.head"``, both counted from 1.
+
+    Code indexes layers and heads from 0; the book's text, tables and figures count them
+    from 1, so the head at code indices ``(0, 2)`` (``weights[0, 2]``) is head ``"1.3"``:
+    head 3 of layer 1. A model with one layer still names its heads ``"1.h"``.
+
+    Args:
+        layer: the layer's code index, from 0.
+        head: the head's code index within its layer, from 0.
+
+    Returns:
+        The name, ``f"{layer + 1}.{head + 1}"``.
+
+    Raises:
+        TypeError: if ``layer`` or ``head`` is not an int (a NumPy integer is one).
+        ValueError: if ``layer`` or ``head`` is negative.
+    """
+    _validate.check_at_least("layer", layer, 0)
+    _validate.check_at_least("head", head, 0)
+    return f"{int(layer) + 1}.{int(head) + 1}"
+
+
+def _cell(value: Any, fmt: str | None) -> str:
+    text = str(value) if fmt is None else fmt.format(value)
+    return text.replace("|", r"\|").replace("\n", " ")
+
+
+def markdown_table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    formats: Sequence[str | None] | None = None,
+) -> str:
+    """A Markdown table: one header row, then one line per row.
+
+    Args:
+        columns: the column headers.
+        rows: the rows, one value per column.
+        formats: one ``str.format`` pattern per column (``"{:.3f}"``), or ``None`` for
+            ``str``; ``None`` for every column by default.
+
+    Returns:
+        Markdown text (``|`` in a cell is escaped).
+
+    Raises:
+        ValueError: if a row or ``formats`` does not have one entry per column.
+    """
+    n = len(columns)
+    formats = [None] * n if formats is None else list(formats)
+    if len(formats) != n:
+        raise ValueError(f"formats must give one entry per column ({n}); got {len(formats)}")
+    lines = ["| " + " | ".join(_cell(c, None) for c in columns) + " |", "|" + "---|" * n]
+    for k, row in enumerate(rows):
+        row = list(row)
+        if len(row) != n:
+            raise ValueError(f"rows[{k}] must have one value per column ({n}); got {len(row)}")
+        lines.append(
+            "| " + " | ".join(_cell(v, f) for v, f in zip(row, formats, strict=True)) + " |"
+        )
+    return "\n".join(lines)
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Any:
+    """A Markdown table that a notebook shows as a table: :func:`markdown_table`, displayed.
+
+    The cells are written with ``str``; for other formats, display
+    ``IPython.display.Markdown(markdown_table(columns, rows, formats))``.
+
+    Args:
+        columns: the column headers.
+        rows: the rows, one value per column.
+
+    Returns:
+        An ``IPython.display.Markdown`` object; as the last value of a cell it is displayed.
+
+    Raises:
+        ValueError: if a row does not have one value per column.
+    """
+    from IPython.display import Markdown  # here: only a notebook needs IPython
+
+    return Markdown(markdown_table(columns, rows))
+
+
+def error_message(
+    fn: Callable[[], Any], expected: type[BaseException] | tuple[type[BaseException], ...]
+) -> str:
+    """Call ``fn``, which must raise ``expected``, and show the error as a reader sees it.
+
+    The chapters show expected errors this way rather than as a traceback, which would
+    name the build machine's paths and the library's internals.
+
+    Args:
+        fn: the call that should fail, with no arguments (a ``lambda``).
+        expected: the exception class (or classes) it should raise.
+
+    Returns:
+        Markdown: the error's class and message in a code block.
+
+    Raises:
+        RuntimeError: if ``fn`` returns without raising, naming what it returned.
+    """
+    try:
+        result = fn()
+    except expected as err:
+        message = f"{type(err).__name__}: {err}"
+        return "```text\n" + message.replace("```", "'''") + "\n```"
+    raise RuntimeError(f"expected {expected} to be raised; the call returned {result!r}")

@@ -1,0 +1,7 @@
+"""Models whose heads the book studies: MiniLM, the attention-only transformer, worked examples.
+
+:mod:`mha.models.minilm` loads the pretrained encoder and :mod:`mha.models.minilm_heads`
+holds the experiments on its heads; :mod:`mha.models.attention_only` is the small
+attention-only transformer that :mod:`mha.training` trains; :mod:`mha.models.examples`
+holds the worked examples.
+"""

@@ -1,0 +1,312 @@
+"""Small, fully specified examples that the book works through.
+
+- :func:`worked_example`: a layer of three tokens, two heads of width two and integer
+  weights, small enough to check every number by hand.
+- :func:`fit_two_targets`: one sentence on which every query is asked to attend to two
+  places at once (the previous token and the first token), fitted with one head or with
+  several; :func:`two_target_shares` reads off the weight each target gets.
+- :func:`two_output_task` and :func:`fit_two_outputs`: the same two places asked for at
+  the level of the output, where they must land in different coordinates: a layer is
+  fitted to return ``[x_{i-1} P, x_0 Q]`` for every query ``i``, with one head or two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mha.backends import np_backend
+from mha.backends.module import MultiHeadAttention
+from mha.core import _validate
+from mha.core._tools import one_thread
+from mha.core.params import MHAParams, init_params
+
+
+def worked_example() -> tuple[np.ndarray, MHAParams]:
+    """Three tokens, ``D = 4``, two heads of width ``Dh = 2``, integer weights, no biases.
+
+    Head 1 compares the first two features of a query with the first two of each key;
+    head 2 compares feature 3 of a query with feature 4 of a key and feature 4 with 3.
+    Each head's values are its own two features, and ``W^O`` writes the sum of the two
+    heads into the first two output features and their difference into the last two.
+
+    Returns:
+        ``(x, params)``: the input and the layer's parameters (float64).
+
+    Shape:
+        x ``(1, 3, 4)``: ``(B, L, D)``.
+    """
+    x = np.array([[[1, 0, 0, 1], [0, 1, 1, 0], [1, 1, 0, 0]]], dtype=np.float64)
+    eye = np.eye(4)
+    w_q, w_v = eye, eye  # head h reads features 2h - 1, 2h
+    w_k = eye[:, [0, 1, 3, 2]]  # head 2's key swaps features 3 and 4
+    head_1_out = np.array([[1, 0, 1, 0], [0, 1, 0, 1]])  # W^O_1: head 1 into both halves
+    head_2_out = np.array([[1, 0, -1, 0], [0, 1, 0, -1]])  # W^O_2: + first half, - second
+    w_o = np.vstack([head_1_out, head_2_out]).astype(np.float64)  # (D, D)
+    return x, MHAParams.from_qkv(w_q, w_k, w_v, w_o, num_heads=2)
+
+
+@dataclass(frozen=True)
+class TwoTargetFit:
+    """The result of :func:`fit_two_targets`.
+
+    Attributes:
+        weights: the fitted layer's attention weights on its sentence, ``(H, L, L)``.
+        num_params: the number of parameters of the layer (``4 D^2 + 4 D``, for every H).
+    """
+
+    weights: np.ndarray
+    num_params: int
+
+
+def two_target_shares(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The weight on the previous token (head 1) and on token 0 (head H), per query.
+
+    Queries 0 and 1 are left out: query 0 has no previous token, and for query 1 the
+    previous token is token 0.
+
+    Args:
+        weights: one sequence's attention weights, one map per head.
+
+    Returns:
+        ``(on_previous, on_first)``: head 1's weight on token ``i - 1`` and head H's on
+        token 0, for queries ``2 .. L - 1``.
+
+    Shape:
+        weights ``(H, L, L)``. Returns two arrays ``(L - 2,)``.
+    """
+    queries = np.arange(2, weights.shape[-1])
+    return weights[0, queries, queries - 1], weights[-1, queries, 0]
+
+
+def fit_two_targets(
+    num_heads: int, seed: int, *, q_len: int = 8, d_model: int = 16, steps: int = 100
+) -> TwoTargetFit:
+    """Fit one layer so that every query attends to both the previous token and token 0.
+
+    The sentence is ``q_len`` random vectors of width ``d_model`` (seeded by ``[seed, 1]``,
+    no positional encoding); the layer is :class:`mha.MultiHeadAttention` in float64
+    (seeded by ``seed``). The loss is ``-log min(previous-token share, first-token share)``
+    averaged over the queries of :func:`two_target_shares`: with one head both targets come
+    from the same distribution, with several the first head serves the previous token and
+    the last head token 0. Adam, learning rate 0.1 with a cosine decay to 0 over ``steps``,
+    on one CPU thread.
+
+    Args:
+        num_heads: H (must divide ``d_model``).
+        seed: seeds the sentence and the initial layer.
+        q_len: L, the sentence length (at least 3).
+        d_model: D.
+        steps: optimiser steps.
+
+    Returns:
+        The fitted layer's weights and parameter count.
+    """
+    x = np.random.default_rng([seed, 1]).standard_normal((1, q_len, d_model))
+    x = torch.from_numpy(x)  # (B, L, D)
+    with one_thread():
+        layer = MultiHeadAttention(d_model, num_heads, seed=seed, dtype=torch.float64)
+        optimizer = torch.optim.Adam(layer.parameters(), lr=0.1)
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+        queries = torch.arange(2, q_len)
+        for _ in range(steps):
+            _, weights = layer(x, need_weights=True)  # (B, H, L, L)
+            on_previous = weights[0, 0, queries, queries - 1]
+            on_first = weights[0, -1, queries, 0]
+            loss = -torch.log(torch.minimum(on_previous, on_first)).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+        with torch.no_grad():
+            _, weights = layer(x, need_weights=True)
+    num_params = sum(p.numel() for p in layer.parameters())
+    return TwoTargetFit(weights=weights[0].numpy(), num_params=num_params)
+
+
+def two_output_task(
+    seed: int, num_sentences: int, *, q_len: int = 8, d_model: int = 16
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sentences whose every query ``i >= 2`` must output ``[c_{i-1} P, c_0 Q]``.
+
+    Token ``j`` of a sentence is ``x_j = [c_j, e_j]``: ``D/2`` features of content ``c_j``
+    (standard normal, drawn anew for every sentence) and the one-hot position ``e_j``
+    in the other ``D/2``. The target of query ``i`` puts the previous token's content,
+    mapped by ``P``, into the first ``D/2`` output features and the first token's content,
+    mapped by ``Q``, into the last ``D/2``. ``P`` and ``Q`` are random ``(D/2, D/2)``
+    matrices with entries of variance ``2/D``, fixed by ``seed`` alone, so that sentences
+    drawn with another ``seed`` but the same maps are held-out data (see
+    :func:`fit_two_outputs`).
+
+    Args:
+        seed: seeds the maps ``P``, ``Q``; the sentences are seeded by
+            ``[seed, num_sentences]``.
+        num_sentences: how many sentences.
+        q_len: L, at most ``D/2`` (one position per one-hot feature) and at least 3.
+        d_model: D, even.
+
+    Returns:
+        ``(x, target, p, q)``: the sentences, the targets of queries ``2 .. L-1``, and the
+        two maps.
+
+    Shape:
+        x ``(n, L, D)``, target ``(n, L - 2, D)``, p and q ``(D/2, D/2)``.
+
+    Raises:
+        ValueError: if a size is not a positive int, ``d_model`` is odd, or ``q_len`` is
+            outside ``3 .. D/2``.
+    """
+    for name, value in (("num_sentences", num_sentences), ("q_len", q_len), ("d_model", d_model)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int; got {name}={value!r}")
+    if d_model % 2:
+        raise ValueError(f"d_model must be even; got d_model={d_model}")
+    half = d_model // 2
+    if not 3 <= q_len <= half:
+        raise ValueError(f"q_len must be between 3 and d_model / 2 = {half}; got q_len={q_len}")
+    maps = np.random.default_rng([seed, 3]).standard_normal((2, half, half)) / np.sqrt(half)
+    content = np.random.default_rng([seed, num_sentences]).standard_normal(
+        (num_sentences, q_len, half)
+    )  # (n, L, D/2)
+    position = np.broadcast_to(np.eye(q_len, half), content.shape)  # (n, L, D/2): one-hot
+    x = np.concatenate([content, position], axis=-1)  # (n, L, D)
+    queries = np.arange(2, q_len)
+    first = np.broadcast_to(content[:, :1] @ maps[1], (num_sentences, q_len - 2, half))
+    target = np.concatenate([content[:, queries - 1] @ maps[0], first], axis=-1)  # (n, L-2, D)
+    return x, target, maps[0], maps[1]
+
+
+@dataclass(frozen=True)
+class TwoOutputFit:
+    """The result of :func:`fit_two_outputs`.
+
+    Attributes:
+        unexplained: on held-out sentences, the share of the targets' sum of squares that
+            the layer's output leaves unexplained, ``|out - target|^2 / |target|^2``.
+        train_unexplained: the same on the sentences it was fitted to.
+        fixed_weight_floor: ``min(|P|_F^2, |Q|_F^2) / (|P|_F^2 + |Q|_F^2)``, the least
+            share that one head whose weights do not depend on the content can leave,
+            in expectation over the content.
+        weights: the fitted layer's attention weights on the first held-out sentence,
+            ``(H, L, L)``.
+        num_params: the number of parameters of the layer (``4 D^2 + 4 D``, for every H).
+    """
+
+    unexplained: float
+    train_unexplained: float
+    fixed_weight_floor: float
+    weights: np.ndarray
+    num_params: int
+
+
+def fit_two_outputs(
+    num_heads: int,
+    seed: int,
+    *,
+    num_sentences: int = 64,
+    held_out: int = 256,
+    q_len: int = 8,
+    d_model: int = 16,
+    steps: int = 150,
+) -> TwoOutputFit:
+    """Fit one layer to the task of :func:`two_output_task` and measure it on new sentences.
+
+    The layer is :class:`mha.MultiHeadAttention` in float64 (seeded by ``seed``), fitted by
+    Adam (learning rate 0.05 with a cosine decay to 0 over ``steps``, on one CPU thread) to
+    minimise the unexplained share of the targets of ``num_sentences`` sentences, then run
+    on ``held_out`` new sentences with the same maps.
+
+    One head returns ``sum_j A_ij (x_j W^V + b^V) W^O + b^O``: one distribution, and one
+    map ``W^V W^O`` for every key. If its weights did not depend on the content, it could
+    leave no less than :attr:`TwoOutputFit.fixed_weight_floor` unexplained (about a half);
+    two heads can serve one target each, through their own ``W^V_h W^O_h``.
+
+    Args:
+        num_heads: H (must divide ``d_model``).
+        seed: seeds the task, the sentences and the initial layer.
+        num_sentences: sentences fitted to.
+        held_out: new sentences measured on.
+        q_len: L.
+        d_model: D.
+        steps: optimiser steps.
+
+    Returns:
+        The held-out and fitted shares left unexplained, the floor, weights and size.
+
+    Raises:
+        ValueError: as :func:`two_output_task`, or if ``held_out`` equals ``num_sentences``
+            (the two sets would be the same sentences).
+    """
+    if held_out == num_sentences:
+        raise ValueError(
+            "held_out must differ from num_sentences, which seeds the fitted sentences; "
+            f"got {held_out} and {num_sentences}"
+        )
+    x, target, p, q = two_output_task(seed, num_sentences, q_len=q_len, d_model=d_model)
+    x_new, target_new, _, _ = two_output_task(seed, held_out, q_len=q_len, d_model=d_model)
+    x, target = torch.from_numpy(x), torch.from_numpy(target)
+
+    def unexplained(out: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return ((out[:, 2:] - t) ** 2).sum() / (t**2).sum()  # queries 2 .. L-1
+
+    with one_thread():
+        layer = MultiHeadAttention(d_model, num_heads, seed=seed, dtype=torch.float64)
+        optimizer = torch.optim.Adam(layer.parameters(), lr=0.05)
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+        for _ in range(steps):
+            out, _ = layer(x)  # (n, L, D)
+            loss = unexplained(out, target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+        with torch.no_grad():
+            train = unexplained(layer(x)[0], target).item()
+            out_new, weights = layer(torch.from_numpy(x_new), need_weights=True)
+            held = unexplained(out_new, torch.from_numpy(target_new)).item()
+    norms = sorted((float(np.sum(p**2)), float(np.sum(q**2))))
+    return TwoOutputFit(
+        unexplained=held,
+        train_unexplained=train,
+        fixed_weight_floor=norms[0] / sum(norms),
+        weights=weights[0].numpy(),
+        num_params=sum(t.numel() for t in layer.parameters()),
+    )
+
+
+def residual_stack(
+    x: np.ndarray, num_blocks: int, *, num_heads: int, seed: int, norm_first: bool
+) -> list[np.ndarray]:
+    """Run ``x`` through ``num_blocks`` residual attention blocks with random layers.
+
+    Block ``k`` is :func:`mha.backends.np_backend.attention_block` with the layer
+    ``init_params(D, num_heads, seed=100 * seed + k)``, post-norm or pre-norm, without
+    the layer norm's scale and shift (and without a final layer norm).
+
+    Args:
+        x: the input stream.
+        num_blocks: how many blocks.
+        num_heads: H of every layer.
+        seed: picks the layers.
+        norm_first: pre-norm (``True``) or post-norm blocks.
+
+    Returns:
+        The stream before the first block and after each block.
+
+    Shape:
+        x ``(B, L, D)``. Returns ``num_blocks + 1`` arrays ``(B, L, D)``: the input, then
+        the stream after each block.
+
+    Raises:
+        TypeError: if ``norm_first`` is not a bool.
+    """
+    _validate.check_bool("norm_first", norm_first)
+
+    streams = [x]
+    for k in range(num_blocks):
+        params = init_params(x.shape[-1], num_heads, seed=100 * seed + k)
+        out, _ = np_backend.attention_block(streams[-1], params, norm_first=norm_first)
+        streams.append(out)
+    return streams

@@ -1,0 +1,6 @@
+"""Training: tasks, training runs and their store, ablation and interpretation of heads.
+
+:mod:`mha.training.tasks` makes the data; :mod:`mha.training.runs` trains the
+attention-only transformer and keeps runs; :mod:`mha.training.ablation` switches heads off
+and measures what they did.
+"""

@@ -1,0 +1,496 @@
+"""Training the attention-only transformer on the repeated-segment task, and keeping runs.
+
+:func:`train` trains one :class:`~mha.models.attention_only.AttentionOnlyTransformer` from a
+:class:`TrainConfig` and records a :class:`TrainHistory`; :func:`train_runs` trains several
+configs in worker processes; :func:`segment_losses` and :func:`head_scores` evaluate a model.
+
+The functions that train or evaluate the model (:func:`train`, :func:`segment_losses` and
+the ablation and pruning of :mod:`mha.training.ablation` built on it, :func:`head_scores`) run on
+one CPU thread whatever torch's global setting, and restore
+the setting after; the model's own ``forward`` leaves it alone. The matrices are tiny: on a
+2-core machine two threads took about six times the CPU time of one for the same training
+run, and split the float32 sums differently from one run to the next, so that two runs of
+the same config differed. On one thread the same config gives the same run, bit for bit, on
+a given machine.
+
+:func:`train_runs` can keep fresh runs in a folder (``store=``, or the ``MHA_TRAIN_STORE``
+environment variable, which the book's build sets), under a key made of the config, the
+package's source, the library versions and the numerical-kernel settings. A run asked for
+again with the same key is loaded instead of trained; it is the run training would give
+again on this machine, so two chapters that train the same run train it once per build.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import multiprocessing
+import os
+import pickle
+import platform
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from zipfile import BadZipFile
+
+import numpy as np
+import torch
+
+from mha.backends import torch_backend
+from mha.core import _validate
+from mha.core._tools import one_thread
+from mha.detectors import patterns
+from mha.models.attention_only import AttentionOnlyTransformer, next_token_loss
+from mha.training import tasks
+from mha.training.tasks import RepeatedSegments
+
+
+@one_thread()
+def segment_losses(
+    model: AttentionOnlyTransformer, batch: RepeatedSegments, gates: torch.Tensor | None = None
+) -> dict[str, float]:
+    """Next-token loss on the first occurrence of each segment, on its repeats, and overall.
+
+    Args:
+        model: the model.
+        batch: the data.
+        gates: head gates ``(num_layers, H)``; ``None`` is the ungated model.
+
+    Shape:
+        gates ``(num_layers, H)``; each loss is a ``float``.
+
+    Returns:
+        ``{"first": ..., "repeat": ..., "all": ...}``: ``repeat`` counts the query positions
+        ``i >= start + period`` (``batch.repeated``: the token at ``i`` occurred before, and
+        induction determines the next one), ``first`` the positions before them (the prefix
+        and the first copy of the segment, whose next token the past does not determine).
+    """
+    with torch.no_grad():
+        logits, _ = model(batch.tokens, gates)
+    return split_losses(logits, batch)
+
+
+def split_losses(logits: torch.Tensor, batch: RepeatedSegments) -> dict[str, float]:
+    """The next-token losses of ``logits`` on the first and the repeated positions of ``batch``.
+
+    Args:
+        logits: the model's logits on ``batch.tokens``.
+        batch: the data.
+
+    Shape:
+        logits ``(B, L, V)``.
+
+    Returns:
+        ``{"first": ..., "repeat": ..., "all": ...}``, as :func:`segment_losses` gives them.
+    """
+    rep = batch.repeated  # (B, L)
+    return {
+        "first": float(next_token_loss(logits, batch.tokens, ~rep)),
+        "repeat": float(next_token_loss(logits, batch.tokens, rep)),
+        "all": float(next_token_loss(logits, batch.tokens)),
+    }
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines a training run (same config, same run).
+
+    Data: :func:`mha.training.tasks.repeated_segments` with this config's sizes, a fresh batch per
+    step from a generator seeded with ``(seed, 1)``; the evaluation batch comes from
+    ``(seed, 2)``. Model: :class:`mha.models.attention_only.AttentionOnlyTransformer` seeded with
+    ``seed``. Optimiser: AdamW with constant learning rate ``lr``.
+
+    Attributes:
+        vocab_size: number of token ids V.
+        seq_len: sequence length L.
+        min_period: shortest repeated segment.
+        max_period: longest repeated segment.
+        prefix_prob: probability that a sequence starts with unrelated tokens.
+        d_model: model width D.
+        num_heads: heads per layer H.
+        num_layers: number of attention blocks.
+        batch_size: sequences per training step.
+        steps: training steps.
+        lr: AdamW's learning rate.
+        weight_decay: AdamW's weight decay.
+        seed: seed of the model and of both data generators.
+        eval_every: steps between two measurements.
+        eval_size: sequences in the evaluation batch.
+
+    Raises:
+        ValueError: if a count is not a positive int or ``lr`` is not positive.
+    """
+
+    vocab_size: int = 64
+    seq_len: int = 32
+    min_period: int = 8
+    max_period: int = 16
+    prefix_prob: float = 0.5
+    d_model: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    batch_size: int = 32
+    steps: int = 1000
+    lr: float = 1e-2
+    weight_decay: float = 0.0
+    seed: int = 0
+    eval_every: int = 25
+    eval_size: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "eval_every", "eval_size", "batch_size"):
+            value = getattr(self, name)
+            _validate.check_positive(name, value)
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive; got lr={self.lr}")
+
+    def model(self) -> AttentionOnlyTransformer:
+        """The model at initialisation.
+
+        Returns:
+            A new :class:`mha.models.attention_only.AttentionOnlyTransformer` with this config's
+            sizes and seed.
+        """
+        return AttentionOnlyTransformer(
+            self.vocab_size,
+            self.seq_len,
+            self.d_model,
+            self.num_heads,
+            self.num_layers,
+            seed=self.seed,
+        )
+
+    def batch(self, rng: np.random.Generator | int, batch_size: int) -> RepeatedSegments:
+        """A batch of the task with this config's sizes.
+
+        Args:
+            rng: a NumPy generator, or a seed for one.
+            batch_size: number of sequences.
+
+        Returns:
+            A :class:`mha.training.tasks.RepeatedSegments` batch.
+        """
+        return tasks.repeated_segments(
+            batch_size,
+            self.seq_len,
+            self.vocab_size,
+            min_period=self.min_period,
+            max_period=self.max_period,
+            prefix_prob=self.prefix_prob,
+            rng=rng,
+        )
+
+    def eval_batch(self) -> RepeatedSegments:
+        """The fixed held-out batch the history is measured on.
+
+        Returns:
+            The same batch on every call, drawn from ``(seed, 2)``.
+        """
+        return self.batch(np.random.default_rng([self.seed, 2]), self.eval_size)
+
+
+@dataclass(frozen=True)
+class TrainHistory:
+    """What was measured during training.
+
+    Attributes:
+        step: the evaluation steps.
+        train_loss: the loss of every training step.
+        first_loss: loss on first occurrences, at each evaluation.
+        repeat_loss: loss on repeats, at each evaluation.
+        previous_token: each head's previous-token score, at each evaluation.
+        induction: each head's induction score, at each evaluation.
+        cpu_seconds: CPU time of the whole run.
+
+    Shape:
+        step ``(E,)`` (the evaluation steps, 0 = initialisation); train_loss ``(steps,)``;
+        first_loss and repeat_loss ``(E,)`` (see :func:`segment_losses`);
+        previous_token and induction ``(E, num_layers, H)``, each head's score on the
+        evaluation batch. ``cpu_seconds`` is the CPU time of the whole run
+        (:func:`time.process_time`), measurements included.
+    """
+
+    step: np.ndarray
+    train_loss: np.ndarray
+    first_loss: np.ndarray
+    repeat_loss: np.ndarray
+    previous_token: np.ndarray
+    induction: np.ndarray
+    cpu_seconds: float = field(default=0.0)
+
+
+@one_thread()
+def head_scores(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> dict[str, np.ndarray]:
+    """Each head's previous-token and induction score on a batch.
+
+    Args:
+        model: the model.
+        batch: the data.
+
+    Shape:
+        Returns two ``(num_layers, H)`` arrays.
+
+    Returns:
+        ``{"previous_token": (num_layers, H), "induction": (num_layers, H)}``: the
+        :func:`mha.detectors.patterns.previous_token_score` averaged over the batch, and
+        :func:`mha.detectors.patterns.induction_score`.
+    """
+    with torch.no_grad():
+        _, weights = model(batch.tokens, need_weights=True)
+    return _scores(weights, batch)
+
+
+def _scores(weights: list[torch.Tensor], batch: RepeatedSegments) -> dict[str, np.ndarray]:
+    w = np.stack([x.numpy() for x in weights], axis=1)  # (B, layers, H, L, L)
+    return {
+        "previous_token": patterns.previous_token_score(w).mean(axis=0),  # (layers, H)
+        "induction": patterns.induction_score(w, batch.tokens),  # (layers, H)
+    }
+
+
+@one_thread()
+def train(
+    config: TrainConfig, model: AttentionOnlyTransformer | None = None
+) -> tuple[AttentionOnlyTransformer, TrainHistory]:
+    """Train a model on the repeated-segment task, measuring the heads as it learns.
+
+    Every ``eval_every`` steps (and at step 0 and the end) the model is measured on the
+    evaluation batch, with one forward pass: :func:`segment_losses` and
+    :func:`head_scores`. Runs on one CPU thread (see the module docstring).
+
+    The training steps run with the backend's checks of values off
+    (:func:`mha.backends.torch_backend.value_checks`): their inputs are the model's own
+    embeddings and weights, and the loss, read once per step, is checked instead; NaN or
+    infinity anywhere in the model reaches it. The measurements run with the checks on.
+
+    Args:
+        config: everything that determines the run.
+        model: a model to continue training (a copy is trained; this one is left alone),
+            e.g. one converted by :func:`mha.training.ablation.with_kv_heads`; ``None`` starts from
+            ``config.model()``. The data still come from ``config``'s seed.
+
+    Returns:
+        The trained model and its :class:`TrainHistory`.
+
+    Raises:
+        TypeError: if ``model`` is not an
+            :class:`mha.models.attention_only.AttentionOnlyTransformer`.
+        ValueError: if a training step's loss is NaN or infinite (training diverged).
+    """
+    start = time.process_time()
+    if model is None:
+        model = config.model()
+    elif not isinstance(model, AttentionOnlyTransformer):
+        raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
+    else:
+        model = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    data = np.random.default_rng([config.seed, 1])
+    held_out = config.eval_batch()
+    log: dict[str, list] = {k: [] for k in ("step", "first", "repeat", "prev", "ind")}
+
+    def measure(step: int) -> None:
+        with torch.no_grad():
+            logits, weights = model(held_out.tokens, need_weights=True)
+        losses, scores = split_losses(logits, held_out), _scores(weights, held_out)
+        log["step"].append(step)
+        log["first"].append(losses["first"])
+        log["repeat"].append(losses["repeat"])
+        log["prev"].append(scores["previous_token"])
+        log["ind"].append(scores["induction"])
+
+    train_loss = np.empty(config.steps)
+    for step in range(config.steps):
+        if step % config.eval_every == 0:
+            measure(step)
+        tokens = config.batch(data, config.batch_size).tokens
+        with torch_backend.value_checks(False):  # the loss is checked instead, below
+            logits, _ = model(tokens)
+            loss = next_token_loss(logits, tokens)
+        opt.zero_grad()
+        loss.backward()
+        train_loss[step] = loss.item()
+        if not math.isfinite(train_loss[step]):
+            raise ValueError(
+                f"the training loss must stay finite; got {train_loss[step]} at step {step} "
+                f"(lr={config.lr}): training diverged"
+            )
+        opt.step()
+    measure(config.steps)
+    history = TrainHistory(
+        step=np.array(log["step"]),
+        train_loss=train_loss,
+        first_loss=np.array(log["first"]),
+        repeat_loss=np.array(log["repeat"]),
+        previous_token=np.stack(log["prev"]),
+        induction=np.stack(log["ind"]),
+        cpu_seconds=time.process_time() - start,
+    )
+    return model, history
+
+
+STORE_VARIABLE = "MHA_TRAIN_STORE"
+# Environment variables that choose numerical kernels or threads, so that they key a stored run.
+_KERNEL_PREFIXES = ("ATEN_", "NPY_", "OPENBLAS_", "MKL_", "OMP_", "KMP_", "DNNL_", "ONEDNN_")
+_SOURCE = Path(__file__).resolve().parents[1]  # the package, every subpackage included
+
+
+def run_key(config: TrainConfig) -> str:
+    """The key under which :func:`train_runs` stores a fresh run of ``config``.
+
+    A run is determined, on a given machine, by its config, the code and the numerical
+    kernels, so the key hashes: the config's fields; every ``.py`` file of this package;
+    the versions of Python, NumPy and PyTorch; the machine's architecture and processor;
+    and the environment variables that select kernels or threads (``ATEN_*``, ``NPY_*``,
+    ``OPENBLAS_*``, ``MKL_*``, ``OMP_*``, ...). Changing any of them trains again.
+
+    Args:
+        config: the run.
+
+    Returns:
+        A hexadecimal SHA-256 digest.
+
+    Raises:
+        TypeError: if ``config`` is not a :class:`TrainConfig`.
+    """
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig; got {type(config).__name__}")
+    digest = hashlib.sha256()
+    parts = [
+        repr(sorted(asdict(config).items())),
+        platform.python_version(),
+        np.__version__,
+        torch.__version__,
+        platform.machine(),
+        platform.processor(),
+        repr(sorted((k, v) for k, v in os.environ.items() if k.startswith(_KERNEL_PREFIXES))),
+    ]
+    for part in parts:
+        digest.update(part.encode("utf8") + b"\0")
+    for source in sorted(_SOURCE.rglob("*.py")):
+        digest.update(source.relative_to(_SOURCE).as_posix().encode("utf8") + b"\0")
+        digest.update(source.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _stored_paths(store: Path, key: str) -> tuple[Path, Path]:
+    return store / f"{key}.pt", store / f"{key}.npz"
+
+
+def _load_run(
+    store: Path, key: str, config: TrainConfig
+) -> tuple[AttentionOnlyTransformer, TrainHistory] | None:
+    """The stored run under ``key``, or ``None`` if there is none (or it cannot be read)."""
+    weights, arrays = _stored_paths(store, key)
+    if not (weights.is_file() and arrays.is_file()):
+        return None
+    try:
+        model = config.model()
+        model.load_state_dict(torch.load(weights, weights_only=True))
+        with np.load(arrays, allow_pickle=False) as saved:
+            history = TrainHistory(
+                **{f.name: saved[f.name] for f in fields(TrainHistory) if f.name != "cpu_seconds"},
+                cpu_seconds=float(saved["cpu_seconds"]),
+            )
+    except (OSError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError, BadZipFile):
+        return None  # unreadable or from another layout: train again
+    return model, history
+
+
+def _store_run(store: Path, key: str, run: tuple[AttentionOnlyTransformer, TrainHistory]) -> None:
+    """Write ``run`` under ``key`` (each file written whole, then renamed into place)."""
+    model, history = run
+    store.mkdir(parents=True, exist_ok=True)
+    weights, arrays = _stored_paths(store, key)
+    partial = store / f"{key}.{os.getpid()}.partial"
+    torch.save(model.state_dict(), partial)
+    os.replace(partial, weights)
+    with open(partial, "wb") as out:
+        np.savez(out, **{f.name: np.asarray(getattr(history, f.name)) for f in fields(history)})
+    os.replace(partial, arrays)
+
+
+def train_runs(
+    configs: Sequence[TrainConfig],
+    processes: int | None = None,
+    *,
+    models: Sequence[AttentionOnlyTransformer | None] | None = None,
+    store: str | os.PathLike[str] | None = None,
+) -> list[tuple[AttentionOnlyTransformer, TrainHistory]]:
+    """:func:`train` every config, in parallel worker processes, results in config order.
+
+    Each run is :func:`train` on one thread in its own process, so a run's result is the
+    one :func:`train` gives in this process on this machine. Claims about training are
+    claims about the method, checked over several seeds: this runs those seeds side by
+    side, one per CPU core. The workers are spawned, so in a script call this under
+    ``if __name__ == "__main__":`` (a notebook needs nothing).
+
+    Args:
+        configs: the runs, e.g. one :class:`TrainConfig` per seed.
+        processes: worker processes; ``None`` uses one per CPU core, at most one per run.
+            ``1`` trains in this process, one run after the other.
+        models: for each config, a model to continue training (as :func:`train`'s
+            ``model``) or ``None`` for a fresh one; ``None`` for all fresh.
+        store: a folder that keeps fresh runs under :func:`run_key`: a run found there is
+            loaded instead of trained, and a run trained is written there. ``None`` uses
+            the folder named by the ``MHA_TRAIN_STORE`` environment variable, if set, and
+            otherwise stores nothing. Runs that continue a given model are never stored.
+
+    Returns:
+        ``(model, history)`` for each config, in order (a loaded run's ``cpu_seconds`` is
+        that of the training that produced it).
+
+    Raises:
+        ValueError: if ``configs`` is empty, ``models`` has another length, or
+            ``processes`` is not a positive int.
+        TypeError: if a config is not a :class:`TrainConfig`.
+    """
+    configs = list(configs)
+    if not configs:
+        raise ValueError("configs must hold at least one TrainConfig; got none")
+    for i, config in enumerate(configs):
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"configs[{i}] must be a TrainConfig; got {type(config).__name__}")
+    models = [None] * len(configs) if models is None else list(models)
+    if len(models) != len(configs):
+        raise ValueError(
+            f"models must give one model (or None) per config; got {len(models)} for "
+            f"{len(configs)} configs"
+        )
+    if processes is not None:
+        _validate.check_positive("processes", processes)
+    if store is None and os.environ.get(STORE_VARIABLE):
+        store = os.environ[STORE_VARIABLE]
+    folder = None if store is None else Path(store)
+    pairs = zip(configs, models, strict=True)
+    keys = [run_key(c) if folder and m is None else None for c, m in pairs]  # stored if fresh
+    runs = [_load_run(folder, k, c) if k else None for k, c in zip(keys, configs, strict=True)]
+    todo = [i for i, run in enumerate(runs) if run is None]
+    trained = _train_all([configs[i] for i in todo], [models[i] for i in todo], processes)
+    for i, run in zip(todo, trained, strict=True):
+        runs[i] = run
+        if keys[i]:
+            _store_run(folder, keys[i], run)
+    return runs
+
+
+def _train_all(
+    configs: list[TrainConfig],
+    models: list[AttentionOnlyTransformer | None],
+    processes: int | None,
+) -> list[tuple[AttentionOnlyTransformer, TrainHistory]]:
+    """:func:`train` every config, ``processes`` at a time (one per core, at most one per run)."""
+    if not configs:
+        return []
+    if processes is None:
+        processes = min(len(configs), os.cpu_count() or 1)
+    if processes == 1:
+        return [train(config, model) for config, model in zip(configs, models, strict=True)]
+    # Workers are spawned (a fresh interpreter each), never forked from a process whose
+    # torch thread pool is already running.
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=processes, mp_context=spawn) as pool:
+        return list(pool.map(train, configs, models))

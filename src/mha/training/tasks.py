@@ -1,0 +1,140 @@
+"""A synthetic task whose solution needs an induction circuit, with its ground truth.
+
+Each sequence is an optional prefix of unrelated tokens, then one segment of distinct
+random tokens repeated until the sequence is full: with prefix length ``n`` and period
+``T``, ``x[i] = segment[(i - n) % T]`` for ``i >= n``. Every token in a sequence is
+distinct except the copies of the segment. A token at position ``i >= n + T`` has occurred
+before, at ``i - T``, and the token that followed it then, ``x[i - T + 1]``, is the next
+token now. Predicting it takes two steps (Elhage et al., 2021; Olsson et al., 2022): a
+*previous-token head* copies ``x[j - 1]`` into position ``j``, and an *induction head* at
+position ``i`` then attends to the key whose previous token equals ``x[i]`` and copies
+its token. Because the period and the prefix vary, no fixed positional offset solves the
+task; the tokens before the first repeat are unpredictable.
+
+:func:`mha.detectors.patterns.induction_targets` gives, for every query, the keys an induction head
+should attend to, and :func:`mha.detectors.patterns.induction_score` measures how much attention
+goes there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
+
+import numpy as np
+import torch
+
+from mha.core import _validate
+
+
+@dataclass(frozen=True)
+class RepeatedSegments:
+    """A batch of the repeated-segment task.
+
+    Args:
+        tokens: token ids; row ``b`` is a prefix of ``start[b]`` unrelated tokens, then a
+            segment of ``period[b]`` tokens repeated to length L.
+        period: the segment length of each sequence.
+        start: where the first copy of the segment begins (the prefix length).
+
+    Shape:
+        tokens ``(B, L)`` int64, period and start ``(B,)`` int64.
+    """
+
+    tokens: torch.Tensor
+    period: torch.Tensor
+    start: torch.Tensor
+
+    @property
+    def repeated(self) -> torch.Tensor:
+        """True where the token has occurred before (``i >= start + period``): induction
+        predicts the next token from there.
+
+        Shape:
+            ``(B, L)`` bool.
+        """
+        L = self.tokens.shape[1]
+        return torch.arange(L)[None, :] >= (self.start + self.period)[:, None]  # (B, L)
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    _validate.check_at_least(name, value, low)
+
+
+def repeated_segments(
+    batch_size: int,
+    seq_len: int,
+    vocab_size: int,
+    *,
+    min_period: int,
+    max_period: int,
+    prefix_prob: float = 0.5,
+    rng: np.random.Generator | int,
+) -> RepeatedSegments:
+    """Sample sequences that repeat a segment of distinct random tokens.
+
+    Each sequence draws a period ``T`` uniformly from ``[min_period, max_period]``. With
+    probability ``prefix_prob`` it starts with a prefix of ``n`` unrelated tokens, ``n``
+    uniform in ``[0, L - 2T]``; otherwise ``n = 0``. The segment's ``T`` tokens and the
+    prefix are distinct draws from ``[0, vocab_size)``, and the segment is repeated until
+    the sequence has ``seq_len`` tokens, so it occurs at least twice in full.
+
+    Args:
+        batch_size: number of sequences B.
+        seq_len: sequence length L.
+        vocab_size: number of token ids V.
+        min_period: shortest segment.
+        max_period: longest segment, at most ``seq_len // 2``.
+        prefix_prob: probability that a sequence has a prefix (of random length).
+        rng: a NumPy generator, or a seed for one (the same seed gives the same batch).
+
+    Shape:
+        Returns tokens ``(B, L)``, period and start ``(B,)``.
+
+    Returns:
+        A :class:`RepeatedSegments` batch of torch int64 tensors.
+
+    Raises:
+        ValueError: if a size is not positive, the periods do not satisfy
+            ``min_period <= max_period <= seq_len // 2``, there are too few token ids for
+            distinct tokens (``vocab_size < seq_len - min_period``), or ``prefix_prob`` is
+            outside ``[0, 1]``.
+        TypeError: if a size is not an int or ``prefix_prob`` is not a real number.
+    """
+    sizes = {
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "vocab_size": vocab_size,
+        "min_period": min_period,
+        "max_period": max_period,
+    }
+    for name, value in sizes.items():
+        _check_int(name, value, 1)
+    if not min_period <= max_period <= seq_len // 2:
+        raise ValueError(
+            "periods must satisfy min_period <= max_period <= seq_len // 2; got "
+            f"min_period={min_period}, max_period={max_period}, seq_len={seq_len}"
+        )
+    if vocab_size < seq_len - min_period:
+        raise ValueError(
+            "vocab_size must be at least seq_len - min_period (distinct tokens); got "
+            f"vocab_size={vocab_size}, seq_len={seq_len}, min_period={min_period}"
+        )
+    if isinstance(prefix_prob, bool) or not isinstance(prefix_prob, Real):
+        raise TypeError(f"prefix_prob must be a real number; got {_validate.describe(prefix_prob)}")
+    if not 0.0 <= prefix_prob <= 1.0:
+        raise ValueError(f"prefix_prob must lie in [0, 1]; got prefix_prob={prefix_prob}")
+    gen = np.random.default_rng(rng)
+    period = gen.integers(min_period, max_period + 1, size=batch_size)  # (B,)
+    perm = np.argsort(gen.random((batch_size, vocab_size)), axis=1)  # (B, V) permutations
+    longest = seq_len - 2 * period + 1  # prefix lengths 0 .. L - 2T
+    start = np.floor(gen.random(batch_size) * longest).astype(np.int64)  # (B,)
+    start = np.where(gen.random(batch_size) < prefix_prob, start, 0)  # (B,)
+    pos = np.arange(seq_len)[None, :]  # (1, L)
+    T, n = period[:, None], start[:, None]
+    idx = np.where(pos < n, T + pos, (pos - n) % T)  # (B, L): prefix perm[T:], segment perm[:T]
+    tokens = np.take_along_axis(perm, idx, axis=1)  # (B, L)
+    return RepeatedSegments(
+        torch.as_tensor(tokens, dtype=torch.int64), torch.as_tensor(period), torch.as_tensor(start)
+    )
