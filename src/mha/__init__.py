@@ -31,10 +31,10 @@ included, and that no two modules import each other in a cycle):
 8. :mod:`mha.training`: tasks, training runs and their store, ablation and interpretation;
 9. :mod:`mha.display`: tables, shapes and figures.
 
-This module gives the names a reader needs first, each importable from here only:
-:class:`~mha.core.params.MHAParams` and :func:`~mha.core.params.init_params` need only NumPy;
-the PyTorch names (``MultiHeadAttention`` and the converters) are imported on first use, so
-``import mha`` does not import PyTorch.
+This module re-exports the names a reader needs first, and the chapters import them from
+here. :class:`~mha.core.params.MHAParams` and :func:`~mha.core.params.init_params` need
+only NumPy; the PyTorch names (``MultiHeadAttention`` and the converters) are imported on
+first use, so ``import mha`` does not import PyTorch.
 """
 
 from __future__ import annotations
