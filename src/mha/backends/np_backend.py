@@ -545,29 +545,21 @@ def attention_block(
     ``torch.nn.TransformerEncoderLayer``.
 
     Args:
-        x: the block's input, which is the queries, keys and values.
-        params: the attention layer's parameters.
-        mask: boolean, True = may attend; broadcastable to ``(B, H, L, L)``.
-        ln_weight: the layer norm's scale (``None``: 1).
-        ln_bias: the layer norm's shift (``None``: 0).
-        eps: the layer norm's epsilon.
+        x: the block's input (a NumPy array), which is the queries, keys and values.
+        params: the attention layer's parameters, of the kind and dtype of ``x``.
+        mask: optional boolean array, True = may attend; broadcastable to ``(B, H, L, L)``.
+        ln_weight: the layer norm's scale (``None``: ones).
+        ln_bias: the layer norm's shift (``None``: zeros).
+        eps: added to the variance in the layer norm.
         form: the form of :func:`multi_head_attention`.
         norm_first: normalise before the attention (pre-norm) instead of after the sum.
-
-    Args:
-        x: the input sequences (NumPy array).
-        params: the layer's parameters, of the kind and dtype of ``x``.
-        mask: optional boolean keep-mask, broadcastable to ``(B, H, L, L)``.
-        ln_weight: LayerNorm's scale, or ``None``.
-        ln_bias: LayerNorm's shift, or ``None``.
-        eps: LayerNorm's epsilon.
-        form: the form of :func:`multi_head_attention`.
 
     Shape:
         x ``(B, L, D)``. Returns output ``(B, L, D)`` and weights ``(B, H, L, L)``.
 
     Returns:
-        ``(output, weights)``: the normalised residual sum and the attention weights.
+        ``(output, weights)``: the block's output (the normalised residual sum with
+        post-norm, the residual sum with pre-norm) and the attention weights.
 
     Raises:
         TypeError: if ``norm_first`` is not a bool; and the errors of
