@@ -8,7 +8,9 @@ and their public methods) and fails on a missing section:
   may say ``Attributes:`` instead);
 - ``Returns:`` when it returns a value (``Yields:`` for a generator or context manager);
 - ``Raises:`` when its own body raises or calls a ``check...`` function;
-- ``Shape:`` when an argument or the result is annotated as an array or tensor.
+- ``Shape:`` when an argument or the result is annotated as an array or tensor;
+
+and on a section given twice.
 
 Properties are documented as attributes (one line) and are not walked.
 """
@@ -147,3 +149,6 @@ def test_public_docstring_has_the_promised_sections(name: str) -> None:
     assert inspect.getdoc(obj), f"{name} has no docstring"
     missing = required_sections(obj) - present_sections(obj)
     assert not missing, f"{name} docstring lacks {sorted(missing)}"
+    found = SECTION.findall(inspect.getdoc(obj))
+    repeated = sorted({section for section in found if found.count(section) > 1})
+    assert not repeated, f"{name} docstring has more than one {repeated} section"

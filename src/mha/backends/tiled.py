@@ -163,14 +163,11 @@ def combine_stats(
         max_b: row maxima of block b.
         sum_b: row sums of block b.
 
-    Returns:
-        ``(max, sum)`` of the two blocks together.
-
     Shape:
         All four broadcast to one shape ``(...,)``; returns two arrays of that shape.
 
     Returns:
-        ``(m, l)`` of the union of the two blocks.
+        ``(m, l)``, the row maxima and sums of the union of the two blocks.
 
     Raises:
         ValueError: if a maximum is NaN or ``+inf``, a sum is negative or not finite, the
@@ -213,14 +210,11 @@ def online_softmax(
         mask: boolean, True = may attend; broadcastable to ``scores``.
         block_size: columns per block.
 
-    Returns:
-        The softmax weights.
-
     Shape:
         scores ``(..., S)``; returns ``(..., S)``.
 
     Returns:
-        The weights, each row summing to 1 (0 for a fully masked row).
+        The softmax weights, each row summing to 1 (0 for a fully masked row).
 
     Raises:
         ValueError: if ``scores`` is 0-D or not finite, ``mask`` does not broadcast, or
@@ -488,15 +482,13 @@ def three_pass_attention(
         io_counter: as in :func:`attention`; scores and weights are counted as they are
             written and read back (the mask is not counted).
 
-    Returns:
-        ``(output, weights)``.
-
     Shape:
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``. Returns output
         ``(..., L, Dv)`` and weights ``(..., L, S)``.
 
     Returns:
-        The output and the weights (as they were stored in "slow memory").
+        ``(output, weights)``: the output and the weights (as they were stored in "slow
+        memory").
 
     Raises:
         ValueError: the errors of :func:`attention`, or ``softmax_rows < 1``.

@@ -82,13 +82,6 @@ def tiled_block_sizes(d_head: int, fast_memory: int) -> tuple[int, int]:
     Returns:
         ``(Br, Bc)``.
 
-    Args:
-        d_head: Dh.
-        fast_memory: M, in elements.
-
-    Returns:
-        ``(Br, Bc)``.
-
     Raises:
         ValueError: if a size is not positive, or M is too small for one row of each block
             (``M < tiled_fast_memory(1, 1, Dh)``).
@@ -217,10 +210,7 @@ def naive_attention_io(
             tiles), as in :func:`mha.backends.tiled.three_pass_attention`.
 
     Returns:
-        The reads and writes, an :class:`AttentionIO`.
-
-    Returns:
-        The :class:`AttentionIO` of the three passes.
+        The reads and writes of the three passes, an :class:`AttentionIO`.
 
     Raises:
         ValueError: if a size is not positive, not exactly one of ``fast_memory`` and

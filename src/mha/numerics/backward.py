@@ -70,9 +70,6 @@ def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
         weights: the softmax output ``A``.
         d_weights: the gradient of the loss with respect to ``A``.
 
-    Returns:
-        The gradient with respect to the scores.
-
     Shape:
         weights and d_weights ``(..., S)``; returns ``(..., S)``.
 
@@ -139,9 +136,6 @@ def scaled_dot_product_attention(
         value: its values.
         weights: the forward's attention weights ``A`` (as it returned them).
         d_out: the gradient of the loss with respect to the output.
-
-    Returns:
-        ``(d_query, d_key, d_value)``.
 
     Shape:
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``, weights
@@ -251,16 +245,13 @@ def tiled_attention(
         block_q: query rows per tile (need not be the forward's).
         block_kv: key/value rows per tile.
 
-    Returns:
-        ``(d_query, d_key, d_value)``, computed tile by tile from ``lse``.
-
     Shape:
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``, out and d_out
         ``(..., L, Dv)``, lse ``(..., L)``. Returns ``d_query``, ``d_key``, ``d_value`` of the
         shapes of query, key and value.
 
     Returns:
-        ``(d_query, d_key, d_value)``.
+        ``(d_query, d_key, d_value)``, computed tile by tile from ``lse``.
 
     Raises:
         ValueError: on the shapes refused by :func:`scaled_dot_product_attention` (and
@@ -346,15 +337,12 @@ def linear(
         d_y: the gradient of the loss with respect to ``y``.
         bias: whether the forward added a bias (``d_bias`` is ``None`` otherwise).
 
-    Returns:
-        ``(d_x, d_weight, d_bias)``; ``d_bias`` is ``None`` without a bias.
-
     Shape:
         x ``(..., D_in)``, weight ``(D_in, D_out)``, d_y ``(..., D_out)``. Returns d_x
         ``(..., D_in)``, d_weight ``(D_in, D_out)`` and d_bias ``(D_out,)``.
 
     Returns:
-        ``(d_x, d_weight, d_bias)``.
+        ``(d_x, d_weight, d_bias)``; ``d_bias`` is ``None`` without a bias.
 
     Raises:
         ValueError: if ``weight`` is not 2-D, the width of ``x`` is not ``weight``'s rows,

@@ -152,14 +152,11 @@ def sequential_sum(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         values: the terms.
         dtype: the floating dtype of the accumulator.
 
-    Returns:
-        The sums, in ``dtype``.
-
     Shape:
         values ``(..., n)``; returns ``(...)``.
 
     Returns:
-        The sum, of ``dtype``.
+        The sums, of ``dtype`` (0 where there are no terms, ``n = 0``).
 
     Raises:
         ValueError: if ``values`` is 0-D.
