@@ -182,8 +182,9 @@ def naive_attention_io(
     blocks: tuple[int, int] | None = None,
     softmax_rows: int | None = None,
 ) -> AttentionIO:
-    """Exact element count of one head of :func:`mha.backends.tiled.three_pass_attention` (``Dv =
-    Dh``).
+    """Exact element count of one head of :func:`mha.backends.tiled.three_pass_attention`.
+
+    ``Dv = Dh``.
 
     Standard attention with its two matrix products done in the tiles of the tiled
     algorithm, plus the materialisation of the scores and weights. Pass 1 reads Q once and
@@ -215,7 +216,7 @@ def naive_attention_io(
     Raises:
         ValueError: if a size is not positive, not exactly one of ``fast_memory`` and
             ``blocks`` is given, or ``softmax_rows`` is given with ``fast_memory``.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int, or ``blocks`` is not a pair.
     """
     for name, value in (("q_len", q_len), ("kv_len", kv_len), ("d_head", d_head)):
         _validate.check_positive(name, value)
