@@ -33,7 +33,7 @@ def test_shows_prose_sees_markdown_helpers_and_display_but_not_errors_or_figures
     assert shows_prose('x = 1\nMarkdown(f"x is {x}")', helpers)
     assert shows_prose("seeds([1])", helpers)
     assert shows_prose("for i in range(2):\n    display(Markdown(str(i)))", helpers)
-    assert not shows_prose("Markdown(display.error_message(lambda: f(), ValueError))", helpers)
+    assert not shows_prose("Markdown(error_message(lambda: f(), ValueError))", helpers)
     assert not shows_prose("fig = make()\nfig", helpers)
     assert not shows_prose('Markdown("x")\ny = 2', helpers)  # displays nothing: not last
     assert not shows_prose("%time f()", helpers)
