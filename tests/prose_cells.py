@@ -13,6 +13,7 @@ paragraphs, lists or tables rather than a code block, a figure or plain text).
 from __future__ import annotations
 
 import ast
+import inspect
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
@@ -47,23 +48,16 @@ def _callee(node: ast.AST) -> str | None:
 
 
 def _is_error_message(node: ast.AST) -> bool:
-    """``Markdown(display.error_message(...))``: a refused call shown as a code block."""
+    """``Markdown(error_message(...))``: a refused call shown as a code block
+    (``mha.display.formatting.error_message``)."""
     return (
         isinstance(node, ast.Call) and bool(node.args) and _callee(node.args[0]) == "error_message"
     )
 
 
-def markdown_helpers(cells: list[str]) -> set[str]:
-    """Names of functions defined in the cells that return Markdown (``Markdown(...)`` or
-    another such function), so that ``table(...)`` counts as displaying Markdown."""
-    defs: dict[str, ast.FunctionDef] = {}
-    for source in cells:
-        try:
-            tree = ast.parse(_code(source))
-        except SyntaxError:
-            continue
-        defs.update({n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)})
-    helpers = {"Markdown"}
+def _returning_markdown(defs: dict[str, ast.FunctionDef], helpers: set[str]) -> set[str]:
+    """``helpers`` and every function of ``defs`` whose every ``return`` calls one of them."""
+    helpers = set(helpers)
     grew = True
     while grew:
         grew = False
@@ -73,6 +67,33 @@ def markdown_helpers(cells: list[str]) -> set[str]:
                 helpers.add(name)
                 grew = True
     return helpers
+
+
+def library_helpers() -> set[str]:
+    """The public functions of ``mha.display.formatting`` that return ``Markdown(...)``
+    (``table``), read from the module's source: the chapters import them."""
+    from mha.display import formatting
+
+    tree = ast.parse(inspect.getsource(formatting))
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    return {name for name in _returning_markdown(defs, {"Markdown"}) if name[0] != "_"} - {
+        "Markdown"
+    }
+
+
+def markdown_helpers(cells: list[str]) -> set[str]:
+    """Names of functions that return Markdown: ``Markdown``, the library's helpers
+    (:func:`library_helpers`) and the functions defined in the cells that return one of
+    them, so that ``table(...)`` or a chapter's own ``seed_table(...)`` counts as
+    displaying Markdown."""
+    defs: dict[str, ast.FunctionDef] = {}
+    for source in cells:
+        try:
+            tree = ast.parse(_code(source))
+        except SyntaxError:
+            continue
+        defs.update({n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)})
+    return _returning_markdown(defs, {"Markdown"} | library_helpers())
 
 
 def shows_prose(source: str, helpers: set[str]) -> bool:

@@ -375,7 +375,7 @@ def test_later_results_catch_a_call_before_the_introducing_page_only_in_code() -
     sources = {"train_runs": "book/b"}
     call = "```{code-cell} ipython3\nruns = tr.train_runs(configs)\n```"
     assert len(later_results(with_a(call), sources)) == 1
-    prose = "The runs of `training.train_runs` come later."
+    prose = "The runs of `mha.training.runs.train_runs` come later."
     assert later_results(with_a(prose), sources) == []
     late = {"book/a": SYNTHETIC["book/a"], "book/b": SYNTHETIC["book/b"] + call}
     assert later_results(late, sources) == []  # the introducing page itself

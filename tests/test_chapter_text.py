@@ -73,7 +73,7 @@ def code_cells(path: Path) -> list[tuple[list[str], str]]:
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.stem)
 def test_expected_errors_are_shown_without_a_traceback(path: Path) -> None:
     """A cell tagged ``raises-exception`` prints a traceback with the library's internals;
-    the book shows an expected error with ``display.error_message`` instead."""
+    the book shows an expected error with ``mha.display.formatting.error_message`` instead."""
     tagged = [src.split("\n")[0] for tags, src in code_cells(path) if "raises-exception" in tags]
     assert tagged == [], f"{path.name}: cells that show a traceback: {tagged}"
 

@@ -35,17 +35,49 @@ LAYERS = (
 )
 
 
-def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
-    """The dotted names an import statement of ``module`` names (modules or attributes)."""
+def _imported(
+    node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules: set[str]
+) -> set[str]:
+    """The modules of ``modules`` one import statement of ``module`` loads.
+
+    Each name the statement imports resolves to the most specific module that exists:
+    ``import a.b`` and ``from a import b`` name the module ``a.b`` if there is one, else
+    the package ``a`` (``b`` is then one of its attributes). The filter is per name of one
+    statement, so ``from a import B`` is an edge to ``a`` even where another statement of
+    the module imports ``a.c``.
+    """
     if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    base = node.module or ""
-    if node.level:  # relative: from the package of ``module``
-        parts = module.split(".")
-        anchor = parts if is_package else parts[:-1]
-        anchor = anchor[: len(anchor) - node.level + 1]
-        base = ".".join([*anchor, base] if base else anchor)
-    return [base] + [f"{base}.{alias.name}" for alias in node.names]
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:  # relative: from the package of ``module``
+            parts = module.split(".")
+            anchor = parts if is_package else parts[:-1]
+            anchor = anchor[: len(anchor) - node.level + 1]
+            base = ".".join([*anchor, base] if base else anchor)
+        names = [f"{base}.{alias.name}" if base else alias.name for alias in node.names]
+    found = set()
+    for name in names:
+        parts = name.split(".")
+        prefixes = (".".join(parts[:n]) for n in range(len(parts), 0, -1))
+        if (target := next((p for p in prefixes if p in modules), None)) is not None:
+            found.add(target)
+    return found
+
+
+LAZY = "_NEEDS_TORCH"  # name -> (module, attribute), imported with importlib on first use
+
+
+def _lazy_imports(tree: ast.Module) -> set[str]:
+    """The modules a module-level ``_NEEDS_TORCH`` dict names: imports an AST walk of
+    ``import`` statements cannot see, as ``importlib.import_module`` takes them as strings."""
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == LAZY for t in targets):
+                found |= {module for module, _ in ast.literal_eval(node.value).values()}
+    return found
 
 
 def import_graph(src: Path) -> dict[str, set[str]]:
@@ -54,14 +86,12 @@ def import_graph(src: Path) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
         is_package = path.name == "__init__.py"
-        targets = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf8"))):
+        tree = ast.parse(path.read_text(encoding="utf8"))
+        targets = {name for name in _lazy_imports(tree) if name in files}
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
-                for name in _imported(node, module, is_package):
-                    if name in files and name != module:
-                        targets.add(name)
-        # ``from pkg.group import module`` names the module, not (only) the package
-        graph[module] = {t for t in targets if not any(o.startswith(t + ".") for o in targets)}
+                targets |= _imported(node, module, is_package, set(files))
+        graph[module] = targets - {module}
     return graph
 
 
@@ -117,6 +147,20 @@ def test_no_module_of_mha_imports_a_module_of_a_higher_group() -> None:
     assert upward_imports(import_graph(SRC), LAYERS) == []
 
 
+def test_no_module_of_mha_imports_the_top_package() -> None:
+    # ``mha`` re-exports names of its modules; a module that imports them back from
+    # ``mha`` closes a cycle through the package's ``__init__``
+    graph = import_graph(SRC)
+    top = SRC.name
+    assert sorted(module for module, targets in graph.items() if top in targets) == []
+
+
+def test_the_top_package_imports_its_lazy_names_modules() -> None:
+    graph = import_graph(SRC)
+    assert "mha.core.params" in graph["mha"]
+    assert "mha.backends.module" in graph["mha"]  # through importlib, on first use
+
+
 def test_the_package_docstring_lists_the_layers_in_their_order() -> None:
     listed = re.findall(r"^\d\. :mod:`mha\.(\w+)`", mha.__doc__, re.M)
     assert tuple(listed) == LAYERS
@@ -164,3 +208,35 @@ def test_the_checker_passes_a_package_without_cycles_or_upward_imports(tmp_path)
     assert graph["pkg.high.b"] == {"pkg.low.a"}
     assert find_cycle(graph) == []
     assert upward_imports(graph, ("low", "high")) == []
+
+
+def test_the_checker_finds_a_cycle_through_the_top_package(tmp_path) -> None:
+    src = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.low.a import f\nX = 1\n",
+            "pkg/low/__init__.py": "",
+            "pkg/low/a.py": (
+                "import math\nfrom pkg.low import b\n\n\n"
+                "def f():\n    from pkg import X\n    return X\n"
+            ),
+            "pkg/low/b.py": "",
+        },
+    )
+    graph = import_graph(src)
+    assert graph["pkg.low.a"] == {"pkg", "pkg.low.b"}  # the edge to ``pkg`` is kept
+    assert find_cycle(graph) == ["pkg", "pkg.low.a", "pkg"]
+
+
+def test_the_checker_sees_modules_named_in_a_lazy_import_table(tmp_path) -> None:
+    src = _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": f"{LAZY} = {{'F': ('pkg.low.a', 'f')}}\n",
+            "pkg/low/__init__.py": "",
+            "pkg/low/a.py": "def f():\n    import pkg\n",
+        },
+    )
+    graph = import_graph(src)
+    assert graph["pkg"] == {"pkg.low.a"}
+    assert find_cycle(graph) == ["pkg", "pkg.low.a", "pkg"]
