@@ -42,7 +42,6 @@ from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams
 
 _ARRAYS = ARRAYS  # the checks this backend's arguments get (mha.core._np_checks)
-CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
 
 
 def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left") -> np.ndarray:
@@ -78,8 +77,7 @@ def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left
     kv_len = q_len if kv_len is None else kv_len
     _validate.check_length("q_len", q_len, "L")
     _validate.check_length("kv_len", kv_len, "S")
-    if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
-        raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
+    _validate.check_align(align)
     offset = 0 if align == "top_left" else kv_len - q_len  # query i sits at i + offset
     return np.tril(np.ones((q_len, kv_len), dtype=bool), k=offset)
 

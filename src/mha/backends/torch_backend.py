@@ -58,7 +58,6 @@ FLOATS = (torch.float64, torch.float32, torch.bfloat16)
 # backend has no tiled computation of its own, and need_weights=False already runs
 # scaled_dot_product_attention, whose kernel PyTorch chooses.
 FORMS = ("per_head", "fused", "packed")
-CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
 
 
 def _max_abs(x: torch.Tensor) -> float:
@@ -200,8 +199,7 @@ def causal_mask(
     kv_len = q_len if kv_len is None else kv_len
     _validate.check_length("q_len", q_len, "L")
     _validate.check_length("kv_len", kv_len, "S")
-    if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
-        raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
+    _validate.check_align(align)
     device = _validate.check_device("device", device)
     offset = 0 if align == "top_left" else kv_len - q_len  # query i sits at i + offset
     return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(offset)
