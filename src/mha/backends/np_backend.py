@@ -42,6 +42,7 @@ from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams
 
 _ARRAYS = ARRAYS  # the checks this backend's arguments get (mha.core._np_checks)
+FORMS = _validate.FORMS  # the forms this backend computes: all four, "tiled" included
 
 
 def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left") -> np.ndarray:
@@ -307,7 +308,7 @@ def multi_head_attention(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """``Concat(head_1, ..., head_H) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
-    Four mathematically identical forms:
+    Four mathematically identical forms (:data:`FORMS`):
 
     - ``"per_head"``: a loop over heads, 3H projections of width Dh;
     - ``"fused"``: three ``(D, D)`` projections, then a reshape into heads;

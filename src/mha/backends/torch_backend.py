@@ -330,7 +330,7 @@ def _largest(dtype: torch.dtype) -> float:
 
 
 def _locate(find: Any, result: torch.Tensor, *args: Any) -> str | None:
-    """``find`` (an overflow finder of :mod:`mha.core._np_checks`) on float64 copies of ``args``.
+    """``find`` (an overflow finder of :mod:`mha.core._overflow`) on float64 copies of ``args``.
 
     Called only when the inputs' magnitudes do not rule an overflow out. Under
     ``torch.func`` transforms the computation is not redone (``None``), and only a
@@ -447,7 +447,7 @@ def cpu_shortcuts(enabled: bool) -> Iterator[None]:
       the plain softmax exactly: the same kernel on the same scores.
 
     Plain: the path autograd records (scores, then an out-of-place softmax). The two paths
-    agree to rounding, which the tests check; :mod:`mha.cost.measure` and the book measure the
+    agree to rounding, which the tests check; :mod:`mha.cost.peak_memory` and the book measure the
     memory of the default (shortcut) path.
 
     Args:
