@@ -58,8 +58,8 @@ def test_construction_rejects_bad_input():
     ("target", "match"),
     [
         (np.full((2, 3), 1 / 3), r"target must be square \(N, N\)"),
-        (np.array([[1.0, 0.0], [0.5, 0.5]]), "target must be strictly positive"),
-        (np.array([[0.7, 0.7], [0.5, 0.5]]), "target rows must sum to 1"),
+        (np.array([[1.0, 0.0], [0.5, 0.5]]), r"target rows must be distributions \(> 0"),
+        (np.array([[0.7, 0.7], [0.5, 0.5]]), "target rows must be distributions"),
     ],
 )
 def test_target_checks(target, match):

@@ -106,6 +106,13 @@ def test_to_torch_and_back_keeps_the_values(dtype: torch.dtype) -> None:
         np.testing.assert_array_equal(getattr(back, name), getattr(expected, name))  # exact: copies
 
 
+def test_to_numpy_resolves_negative_views() -> None:
+    p = init_params(D, H)
+    back = p.to_torch().map(torch._neg_view).to_numpy()
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        np.testing.assert_array_equal(getattr(back, name), -getattr(p, name))  # exact: negation
+
+
 def test_float64_round_trip_is_exact_and_copies() -> None:
     p = init_params(D, H)
     t = p.to_torch()

@@ -155,11 +155,11 @@ def test_shape_rows_rejects_an_entry_without_shape() -> None:
         shapes.shape_rows({"x": ("(B,)", [1, 2])}, sizes())
 
 
-def test_markdown_table_marks_only_the_mismatched_row() -> None:
+def test_shape_table_marks_only_the_mismatched_row() -> None:
     rows = shapes.shape_rows(
         {"good": ("(D,)", np.zeros(12)), "bad": ("(Dh,)", np.zeros(12))}, sizes()
     )
-    lines = shapes.markdown_table(rows).splitlines()
+    lines = shapes.shape_table(rows).splitlines()
     assert lines[0] == "| tensor | layout | expected | actual | equal |"
     assert lines[2] == "| good | `(D,)` | `(12,)` | `(12,)` | yes |"
     assert lines[3] == "| bad | `(Dh,)` | `(4,)` | `(12,)` | **no** |"

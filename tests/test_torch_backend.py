@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 import warnings
 from itertools import product
@@ -905,6 +906,26 @@ def test_the_private_torch_func_names_the_backend_reads_exist_and_work() -> None
     torch.func.vmap(look)(torch.ones(2, 3))
     assert seen == [(True, True, (2, 3))]  # inside vmap: a wrapped row, every row's values
     assert internals.level() is None and not internals.is_wrapped(torch.ones(3))
+
+
+MEASURE_PRIVATE_NAMES = (  # the private PyTorch names mha.cost.measure uses
+    "torch.utils._python_dispatch.TorchDispatchMode",
+    "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu",
+)
+
+
+def test_the_private_torch_names_cost_measure_uses_exist() -> None:
+    """Fails (never skips), naming each missing name, if a PyTorch version removes one."""
+    missing = []
+    for path in MEASURE_PRIVATE_NAMES:
+        module, _, name = path.rpartition(".")
+        try:
+            aten = module == "torch.ops.aten"
+            owner = torch.ops.aten if aten else importlib.import_module(module)
+            getattr(owner, name)
+        except (ImportError, AttributeError, RuntimeError):
+            missing.append(path)
+    assert not missing, f"torch {torch.__version__} lacks what mha.cost.measure uses: {missing}"
 
 
 def test_a_missing_private_torch_func_name_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

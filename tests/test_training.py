@@ -18,7 +18,7 @@ from mha.backends.torch_backend import causal_mask
 from mha.detectors import circuits
 from mha.models import attention_only
 from mha.numerics import tolerance
-from mha.training import ablation, runs
+from mha.training import ablation, runs, tasks
 from mha.training.tasks import repeated_segments
 
 SMALL = runs.TrainConfig(
@@ -288,13 +288,13 @@ def test_training_runs_on_one_thread_whatever_the_global_setting(monkeypatch):
 def test_first_step_above_finds_the_first_crossing():
     steps = np.array([0, 25, 50, 75, 100])
     values = np.array([0.1, 0.4, 0.6, 0.3, 0.9])
-    assert ablation.first_step_above(steps, values, 0.5) == 50
-    assert ablation.first_step_above(steps, values, 0.05) == 0
-    assert ablation.first_step_above(steps, values, 0.8) == 100
+    assert runs.first_step_above(steps, values, 0.5) == 50
+    assert runs.first_step_above(steps, values, 0.05) == 0
+    assert runs.first_step_above(steps, values, 0.8) == 100
     with pytest.raises(ValueError, match=r"values never exceed level=0.95; their maximum is 0.9"):
-        ablation.first_step_above(steps, values, 0.95)
+        runs.first_step_above(steps, values, 0.95)
     with pytest.raises(ValueError, match=r"steps and values must have the same shape \(E,\)"):
-        ablation.first_step_above(steps, values[:3], 0.5)
+        runs.first_step_above(steps, values[:3], 0.5)
 
 
 def test_model_errors():
@@ -531,10 +531,10 @@ def test_path_ablation_errors():
 def test_seen_guess_loss_is_the_log_of_the_tokens_seen():
     b = repeated_segments(4, 16, 24, min_period=4, max_period=4, prefix_prob=0.0, rng=0)
     assert (b.start == 0).all() and (b.period == 4).all()
-    assert np.isclose(ablation.seen_guess_loss(b), np.log(4))
+    assert np.isclose(tasks.seen_guess_loss(b), np.log(4))
     no_repeat = replace(b, start=torch.full((4,), 12))  # the repeat would begin at the end
     with pytest.raises(ValueError, match="batch must have a repeated position"):
-        ablation.seen_guess_loss(no_repeat)
+        tasks.seen_guess_loss(no_repeat)
 
 
 def _history(prev, ind, repeat):
@@ -554,14 +554,14 @@ def test_phase_timing_reads_the_curves():
         ind=[0.0, 0.1, 0.4, 0.7, 0.85, 0.9],
         repeat=[4.0, 3.5, 3.0, 1.5, 0.5, 0.1],
     )
-    t = ablation.phase_timing(h)
+    t = runs.phase_timing(h)
     assert (t["prev"], t["ind"], t["loss"], t["plateau"]) == (75, 75, 75, 50)
     assert t["rise"] == 100 - 25 and t["start"] == 4.0 and t["plateau_loss"] == 3.5
     with pytest.raises(ValueError, match="values never exceed level=0.5"):
-        ablation.phase_timing(_history([0.1] * 3, [0.9] * 3, [1.0] * 3))
+        runs.phase_timing(_history([0.1] * 3, [0.9] * 3, [1.0] * 3))
     one_layer = replace(h, previous_token=h.previous_token[:, :1], induction=h.induction[:, :1])
     with pytest.raises(ValueError, match="history must come from a model with at least two"):
-        ablation.phase_timing(one_layer)
+        runs.phase_timing(one_layer)
 
 
 def test_importance_cancellation_is_at_most_one_and_orders_every_head():

@@ -18,8 +18,8 @@ included, and that no two modules import each other in a cycle):
 
 1. :mod:`mha.core`: parameters, their packing, the key/value cache, the mask convention,
    and the private checks every other module shares;
-2. :mod:`mha.backends`: the NumPy and PyTorch forwards (every ``form``, the tiled one
-   included) and the ``nn.Module``;
+2. :mod:`mha.backends`: the NumPy and PyTorch forwards (every ``form`` in NumPy, all but
+   the tiled one in PyTorch) and the ``nn.Module``;
 3. :mod:`mha.numerics`: tolerances (every error bound), rounding experiments, gradients by
    hand;
 4. :mod:`mha.cost`: cost arithmetic (FLOPs, bytes, IO) and measurement (time, memory,

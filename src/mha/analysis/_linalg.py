@@ -1,5 +1,5 @@
-"""Linear-algebra helpers shared by :mod:`mha.analysis.rank`, :mod:`mha.analysis.subspaces`,
-:mod:`mha.analysis.bottleneck` and :mod:`mha.training`.
+"""Linear-algebra helpers shared by :mod:`mha.analysis.rank`, :mod:`mha.analysis.subspaces`
+and :mod:`mha.analysis.bottleneck`.
 
 Threads: every decomposition here (SVD, singular values, pseudo-inverse) is computed by
 PyTorch's LAPACK on one CPU thread, not by ``numpy.linalg``. The matrices of this package

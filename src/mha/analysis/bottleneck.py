@@ -26,7 +26,7 @@ from mha.analysis import _linalg
 from mha.analysis.rank import numerical_rank
 from mha.core import _tools, _validate
 from mha.core.params import MHAParams
-from mha.numerics.tolerance import DISTRIBUTION_ROW_SUM_ATOL
+from mha.numerics.tolerance import DISTRIBUTION_ROW_SUM_ATOL, TARGET_ROW_SUM_ATOL
 
 
 def centering_matrix(n: int) -> np.ndarray:
@@ -48,7 +48,17 @@ def centering_matrix(n: int) -> np.ndarray:
     return np.eye(n) - np.full((n, n), 1.0 / n)
 
 
-def check_attention_target(target: Any, atol: float = 1e-10) -> np.ndarray:
+def _check_distributions(name: str, m: np.ndarray, atol: float, positive: bool = False) -> None:
+    """A ``ValueError`` unless every row of ``m`` is a distribution (``> 0`` with ``positive``)."""
+    sums, low = m.sum(axis=1), m.min(initial=np.inf)
+    if low < 0 or (positive and low == 0) or np.any(np.abs(sums - 1.0) > atol):
+        raise ValueError(
+            f"{name} rows must be distributions ({'>' if positive else '>='} 0, summing to 1 "
+            f"within {atol}); got least entry {low:.3g}, row sums {sums.min()!r} to {sums.max()!r}"
+        )
+
+
+def check_attention_target(target: Any, atol: float = TARGET_ROW_SUM_ATOL) -> np.ndarray:
     """Check that ``target`` is a square, positive, row-stochastic matrix; return it.
 
     Args:
@@ -69,14 +79,7 @@ def check_attention_target(target: Any, atol: float = 1e-10) -> np.ndarray:
     p = _linalg.as_matrix("target", target)
     if p.shape[0] != p.shape[1]:
         raise ValueError(f"target must be square (N, N); got shape {p.shape}")
-    if np.any(p <= 0):
-        raise ValueError(
-            f"target must be strictly positive (softmax never outputs 0); got min {p.min():.3g}"
-        )
-    sums = p.sum(axis=1)
-    if np.any(np.abs(sums - 1.0) > atol):
-        worst = sums[np.argmax(np.abs(sums - 1.0))]
-        raise ValueError(f"target rows must sum to 1 (atol={atol}); got a row sum of {worst!r}")
+    _check_distributions("target", p, atol, positive=True)
     return p
 
 
@@ -442,8 +445,7 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
         raise ValueError(
             f"targets must have shape (K, N, N) with 1 <= K <= 8; got {np.shape(targets)}"
         )
-    for name, value in (("num_heads", num_heads), ("d_head", d_head)):
-        _validate.check_positive(name, value)
+    _validate.check_positive_sizes(num_heads=num_heads, d_head=d_head)
     logs = np.stack([centred_log(t) for t in targets])  # (K, N, N)
 
     def group_error(group: tuple[int, ...]) -> float:
@@ -474,12 +476,8 @@ def _check_pair(weights: Any, target: Any) -> tuple[np.ndarray, np.ndarray]:
     p, w = _linalg.as_matrix("target", target), _linalg.as_matrix("weights", weights)
     if w.shape != p.shape:
         raise ValueError(f"weights and target must have the same shape; got {w.shape}, {p.shape}")
-    for name, m in (("weights", w), ("target", p)):
-        if (m < 0).any() or np.any(np.abs(m.sum(axis=1) - 1.0) > DISTRIBUTION_ROW_SUM_ATOL):
-            raise ValueError(
-                f"{name} rows must be distributions (>= 0, summing to 1 within "
-                f"{DISTRIBUTION_ROW_SUM_ATOL})"
-            )
+    _check_distributions("weights", w, DISTRIBUTION_ROW_SUM_ATOL)
+    _check_distributions("target", p, DISTRIBUTION_ROW_SUM_ATOL)
     return w, p
 
 
@@ -642,8 +640,7 @@ def attention_errors(scores: Any, target: Any) -> dict[str, Any]:
     z, p = _linalg.as_matrix("scores", scores), _linalg.as_matrix("target", target)
     if z.shape != p.shape:
         raise ValueError(f"scores and target must have the same shape; got {z.shape}, {p.shape}")
-    if (p < 0).any() or np.any(np.abs(p.sum(axis=1) - 1.0) > 1e-10):
-        raise ValueError("target rows must be distributions (>= 0, summing to 1)")
+    _check_distributions("target", p, TARGET_ROW_SUM_ATOL)
     shifted = z - z.max(axis=1, keepdims=True)
     log_a = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))  # log softmax
     if (p > 0).all():
@@ -727,10 +724,10 @@ def positional_layer(
 
     Raises:
         ValueError: if a size breaks these rules or ``gap`` is not positive and finite.
+        TypeError: if a size is not an int.
     """
     for name, value, low in (("n", n, 2), ("d_model", d_model, 4), ("num_heads", num_heads, 4)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}; got {name}={value!r}")
+        _validate.check_at_least(name, value, low)
     if d_model % num_heads or d_model // num_heads < 2:
         raise ValueError(
             f"num_heads must divide d_model with d_model / num_heads >= 2; got d_model={d_model}, "
@@ -780,17 +777,15 @@ def sharp_target_bounds(targets: Any, num_heads: int, d_head: int) -> dict[str, 
         mean KL (nats); 0 where neither argument applies.
 
     Raises:
-        ValueError: if ``targets`` is not ``(K, N, N)`` with one-hot rows, or a size is not a
-            positive int.
+        ValueError: if ``targets`` is not ``(K, N, N)`` with one-hot rows or a size is not positive.
+        TypeError: if a size is not an int.
     """
     t = np.asarray(targets, dtype=np.float64)
     if t.ndim != 3 or t.shape[1] != t.shape[2]:
         raise ValueError(f"targets must have shape (K, N, N); got {t.shape}")
     if not (np.isin(t, (0.0, 1.0)).all() and (t.sum(axis=-1) == 1).all()):
         raise ValueError("targets must have one-hot rows (one key with weight 1 per query)")
-    for name, value in (("num_heads", num_heads), ("d_head", d_head)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {name}={value!r}")
+    _validate.check_positive_sizes(num_heads=num_heads, d_head=d_head)
     K, N = t.shape[:2]
     tv, kl = 0.0, 0.0
     if num_heads < K and K > 1:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # as mha.backends.np_backend.CAUSAL_ALIGNMENTS
+from mha.core import _validate
 
 
 def safe_max(row_max: np.ndarray) -> np.ndarray:
@@ -32,8 +32,7 @@ def causal_offset(causal: bool, align: Any, q_len: int, kv_len: int) -> int:
         ValueError: if ``align`` is not ``"top_left"`` or ``"bottom_right"``, or is
             ``"bottom_right"`` while ``causal`` is False (it would be silently ignored).
     """
-    if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
-        raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
+    _validate.check_align(align)
     if not causal:
         if align != "top_left":
             raise ValueError(f"align={align!r} applies only with causal=True; got causal=False")

@@ -3,7 +3,9 @@
 Inside ``torch.func.vmap`` or ``grad`` a tensor is a wrapper whose values the checks of
 :mod:`mha.backends.torch_backend` cannot read directly; these helpers unwrap it through four
 private names of PyTorch (:data:`FUNCTORCH_NAMES`), so that a PyTorch that renames one breaks
-this module only, and ``functorch_internals`` names what is missing.
+this module only, and ``functorch_internals`` names what is missing. (The package's other
+private PyTorch names are :mod:`mha.cost.measure`'s ``TorchDispatchMode`` and the CPU
+attention kernel whose FLOPs it counts; a test checks that they exist.)
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ FUNCTORCH_NAMES = {
 def functorch_internals() -> SimpleNamespace:
     """The private ``torch.func`` names of ``FUNCTORCH_NAMES``, looked up in ``torch``.
 
-    The one place where this package touches PyTorch's private API: a PyTorch that renames or
-    removes one of these names breaks reading values under ``torch.func`` transforms here, and
-    nowhere else.
+    The one place where this package reads PyTorch's private ``torch.func`` names: a PyTorch
+    that renames or removes one of them breaks reading values under ``torch.func`` transforms
+    here, and nowhere else.
 
     Returns:
         A namespace with ``is_wrapped(x)``, ``level()`` (``None`` outside any transform),

@@ -42,7 +42,7 @@ from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams
 
 _ARRAYS = ARRAYS  # the checks this backend's arguments get (mha.core._np_checks)
-CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
+FORMS = _validate.FORMS  # the forms this backend computes: all four, "tiled" included
 
 
 def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left") -> np.ndarray:
@@ -78,8 +78,7 @@ def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left
     kv_len = q_len if kv_len is None else kv_len
     _validate.check_length("q_len", q_len, "L")
     _validate.check_length("kv_len", kv_len, "S")
-    if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
-        raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
+    _validate.check_align(align)
     offset = 0 if align == "top_left" else kv_len - q_len  # query i sits at i + offset
     return np.tril(np.ones((q_len, kv_len), dtype=bool), k=offset)
 
@@ -309,7 +308,7 @@ def multi_head_attention(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """``Concat(head_1, ..., head_H) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
-    Four mathematically identical forms:
+    Four mathematically identical forms (:data:`FORMS`):
 
     - ``"per_head"``: a loop over heads, 3H projections of width Dh;
     - ``"fused"``: three ``(D, D)`` projections, then a reshape into heads;

@@ -58,7 +58,6 @@ FLOATS = (torch.float64, torch.float32, torch.bfloat16)
 # backend has no tiled computation of its own, and need_weights=False already runs
 # scaled_dot_product_attention, whose kernel PyTorch chooses.
 FORMS = ("per_head", "fused", "packed")
-CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")  # where query 0 of a causal mask sits
 
 
 def _max_abs(x: torch.Tensor) -> float:
@@ -200,8 +199,7 @@ def causal_mask(
     kv_len = q_len if kv_len is None else kv_len
     _validate.check_length("q_len", q_len, "L")
     _validate.check_length("kv_len", kv_len, "S")
-    if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
-        raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
+    _validate.check_align(align)
     device = _validate.check_device("device", device)
     offset = 0 if align == "top_left" else kv_len - q_len  # query i sits at i + offset
     return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(offset)
@@ -332,7 +330,7 @@ def _largest(dtype: torch.dtype) -> float:
 
 
 def _locate(find: Any, result: torch.Tensor, *args: Any) -> str | None:
-    """``find`` (an overflow finder of :mod:`mha.core._np_checks`) on float64 copies of ``args``.
+    """``find`` (an overflow finder of :mod:`mha.core._overflow`) on float64 copies of ``args``.
 
     Called only when the inputs' magnitudes do not rule an overflow out. Under
     ``torch.func`` transforms the computation is not redone (``None``), and only a
@@ -449,7 +447,7 @@ def cpu_shortcuts(enabled: bool) -> Iterator[None]:
       the plain softmax exactly: the same kernel on the same scores.
 
     Plain: the path autograd records (scores, then an out-of-place softmax). The two paths
-    agree to rounding, which the tests check; :mod:`mha.cost.measure` and the book measure the
+    agree to rounding, which the tests check; :mod:`mha.cost.peak_memory` and the book measure the
     memory of the default (shortcut) path.
 
     Args:

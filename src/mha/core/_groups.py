@@ -21,10 +21,31 @@ def group_queries(q: Any, num_kv_heads: int) -> Any:
 
     Consecutive query heads form a group (head ``h`` is in group ``h // G``), so the grouped
     product with keys ``(B, H_kv, 1, S, Dh)`` broadcasts over ``G`` and equals attention with
-    each key head repeated ``G`` times (``repeat_interleave``), without the copies.
+    each key head repeated ``G`` times (``repeat_interleave``), without the copies. Any
+    per-query-head ``(B, H, ...)`` (weights, log-sum-exp, gradients) is grouped the same way;
+    multi-head attention (``H_kv = H``) and ``None`` are returned as they are.
     """
-    B, H, L, Dh = q.shape
-    return q.reshape(B, num_kv_heads, H // num_kv_heads, L, Dh)  # (B, H_kv, G, L, Dh)
+    if q is None or q.shape[1] == num_kv_heads:
+        return q
+    B, H = q.shape[:2]
+    return q.reshape(B, num_kv_heads, H // num_kv_heads, *q.shape[2:])  # (B, H_kv, G, ...)
+
+
+def group_kv(x: Any, num_heads: int, num_kv_heads: int) -> Any:
+    """Key or value heads ``(B, H_kv, S, Dh)`` as ``(B, H_kv, 1, S, Dh)``, shared by a group.
+
+    Broadcast against the grouped queries, each key/value head serves the ``G = H / H_kv``
+    query heads of its group without a copy, and a backward sums its gradient over the group
+    (over the axis of size 1). Multi-head attention (``H_kv = H``) keeps ``x`` as it is.
+    """
+    return x if num_kv_heads == num_heads else x[:, :, None]  # (B, H_kv, 1, S, Dh)
+
+
+def ungroup(x: Any, num_heads: int, num_kv_heads: int) -> Any:
+    """``(B, H_kv, G, ...)`` back to ``(B, H_kv G, ...)``: per query head (or key head, G = 1)."""
+    if num_kv_heads == num_heads:
+        return x
+    return x.reshape(x.shape[0], -1, *x.shape[3:])  # (B, H_kv, G, ...) -> (B, H_kv G, ...)
 
 
 def group_mask(mask: Any, num_kv_heads: int) -> Any:

@@ -176,6 +176,3 @@ def check_shape(name: str, x: np.ndarray, shape: tuple[int, ...], layout: str) -
     """Check that ``x`` has exactly ``shape`` (``layout`` names its axes)."""
     if tuple(x.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {layout} = {tuple(shape)}; got {x.shape}")
-
-
-# --- Where an overflow happened (only on the error path, in float64) ----------------------

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any
 
-from mha.core.masks import AmbiguousMaskWarning
+from mha.core.masks import CAUSAL_ALIGNMENTS, AmbiguousMaskWarning
 
 # The forms of multi_head_attention. mha.backends.np_backend computes all four;
 # mha.backends.torch_backend computes the first three (its own FORMS) and refuses "tiled",
@@ -288,6 +288,12 @@ def check_form(form: str, forms: tuple[str, ...] = FORMS) -> None:
             else ""
         )
         raise ValueError(f"form must be one of {forms}; got form={form!r}{note}")
+
+
+def check_align(align: Any) -> None:
+    """A ``ValueError`` unless ``align`` is one of :data:`mha.core.masks.CAUSAL_ALIGNMENTS`."""
+    if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
+        raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
 
 
 def check_rank(name: str, x: Any, ndim: int, layout: str) -> None:

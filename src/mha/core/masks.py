@@ -7,6 +7,10 @@ same way and warns with :class:`AmbiguousMaskWarning` when a 2-D mask may mean k
 
 from __future__ import annotations
 
+# Where query 0 of a causal mask sits: over key 0, or over key S - L (the last query over the
+# last key). Every causal mask and tiled causal computation takes one of these two.
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
+
 
 class AmbiguousMaskWarning(UserWarning):
     """A 2-D mask ``(L, S)`` that could also be meant as a key-padding mask ``(B, S)``.

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from mha.core import packing
-from mha.core._np_checks import numpy_float_dtype
+from mha.core._np_checks import as_numpy, numpy_float_dtype
 from mha.core._validate import check_bool, check_device, check_seed, check_sizes, describe
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
@@ -337,12 +337,8 @@ class MHAParams:
             dtype = numpy_float_dtype("dtype", dtype, (np.float16, np.float32, np.float64))
 
         def convert(x: Array) -> np.ndarray:
-            if not isinstance(x, np.ndarray):
-                x = x.detach().cpu()
-                if str(x.dtype) == "torch.bfloat16":
-                    x = x.float()
-                x = x.numpy()
-            return np.array(x, dtype=dtype or x.dtype)
+            a = as_numpy("params", x)
+            return np.array(a, dtype=dtype or a.dtype)
 
         return self.map(convert)
 

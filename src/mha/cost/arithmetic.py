@@ -8,6 +8,12 @@ the ``1/sqrt(Dh)`` scaling, the softmax). :func:`matmul_calls` is how many matri
 each form dispatches, and :func:`score_tensor_bytes` the size of the ``(B, H, L, S)`` score
 tensor.
 
+For inference, :func:`kv_cache_bytes` is the size of a key/value cache (with the attention
+sizes of published models, :class:`PublishedConfig`), :func:`decode_step_cost` the FLOPs and
+bytes of one decoding step with or without the cache, and :func:`roofline_time` the time an
+:class:`Accelerator` needs for it, bounded by its compute or its memory bandwidth
+(:class:`RooflineTime`).
+
 Nothing here runs attention: :mod:`mha.cost.measure` measures what a real run did (FLOPs counted
 by PyTorch, operators, memory, time), and the tests and the book check each model against it.
 """
@@ -658,6 +664,3 @@ def decode_step_cost(
         flops = B * (S * per_token + 4 * H * S * S * Dh)
         moved = weights + 2 * B * S * D
     return DecodeStepCost(flops=flops, bytes=moved * item)
-
-
-# --- IO: the model (elements moved between slow and fast memory) ---------------------------

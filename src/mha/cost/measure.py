@@ -1,14 +1,15 @@
-"""Measuring one multi-head attention forward: FLOPs, operators, memory and time.
+"""Generic probes of what a real run did: FLOPs, operators, memory, time, child processes.
 
-These tools say what a real run did, to check the arithmetic of :mod:`mha.cost` against:
-:func:`count_flops` (``FlopCounterMode``, taught to count the CPU kernel of
+The arithmetic of :mod:`mha.cost.arithmetic` is checked against these, which know nothing of
+attention: :func:`count_flops` (``FlopCounterMode``, taught to count the CPU kernel of
 ``scaled_dot_product_attention``), :func:`count_aten_ops` (how many PyTorch operators a
-forward dispatches), :func:`peak_rss_increase`, :func:`mha.cost.peak_memory.attention_peak_memory`
-and :func:`mha.cost.peak_memory.kv_cache_peak_memory` (resident memory high-water marks, Linux only,
-the latter two in a child process), and the timers:
-:func:`median_time` for one callable, :func:`interleaved_times` for several taking turns (so
-that a slow spell of a shared machine hits all of them) and :func:`mha.cost.timings.time_forms` for
-the forms of one layer.
+callable dispatches), :func:`peak_rss_increase` (the resident-memory high-water mark, Linux
+only), the timers (:func:`median_time` for one callable, :func:`interleaved_times` for
+several taking turns, so that a slow spell of a shared machine hits all of them, with
+:func:`calibrate`, :func:`clock_named` and :func:`cpu_model`), and :func:`run_child`, which runs
+one measurement in a fresh Python process with its own memory baseline and BLAS thread count.
+The measurements of attention built on them are in :mod:`mha.cost.peak_memory` and
+:mod:`mha.cost.timings`.
 """
 
 from __future__ import annotations
@@ -383,7 +384,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-# --- Memory and time of the tiled and backward passes in NumPy: measured -------------------
+# --- Child processes: one measurement in a fresh Python process --------------------------
 
 
 _BLAS_THREAD_VARIABLES = (
@@ -431,6 +432,3 @@ def run_child(module: str, entry: str, spec: dict[str, Any], threads: int | None
     if result.returncode != 0:
         raise RuntimeError(f"measurement failed in {module}.{entry}:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-# --- Decoding: time per generated token with and without a key/value cache ----------------

@@ -18,9 +18,10 @@ Detectors (score, and the pattern that scores 1):
 - :func:`arc_score`: mean over arc queries of the mass on their arc targets.
 - :func:`future_score`: mean over queries of the mass on later keys ``j > i``; 0 for a
   causal head, so it tells a causal pattern from a bidirectional one.
-
 - :func:`induction_score`: mean over queries with a target of the mass on the key after an
   earlier copy of the query's token (:func:`induction_targets`); an induction head.
+- :func:`duplicate_token_score`: mean over queries with a target of the mass on the other
+  copies of the query's token (:func:`duplicate_targets`); a duplicate-token head.
 
 :func:`mha.core.params.planted_heads` builds multi-head attention parameters whose heads follow
 given patterns, to check that the detectors recover what was planted.

@@ -455,7 +455,7 @@ def attention_panels(
     return fig
 
 
-# --- Line charts and the tiles of the tiled forward ----------------------------------------
+# --- Line charts, the forms' timings and panels of head pairs -----------------------------
 
 OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
 _LEGEND_BELOW = dict(orientation="h", x=0.0, xanchor="left", y=-0.22, yanchor="top")
@@ -564,7 +564,7 @@ FORM_COLOURS = dict(
         ("#D55E00", "#0072B2", "#56B4E9", "#999999", "#009E73"),
         strict=True,
     )
-)  # Okabe and Ito's palette, one colour per form timed by mha.cost.measure
+)  # Okabe and Ito's palette, one colour per form timed by mha.cost.timings
 
 
 def form_timings(

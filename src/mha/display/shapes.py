@@ -19,6 +19,7 @@ from typing import Any
 
 from mha.core._validate import check_int, check_sizes
 from mha.core.packing import check_kv_heads
+from mha.display import formatting
 
 SYMBOLS: tuple[tuple[str, str, str], ...] = (
     ("B", "batch_size", "batch size: sequences processed together"),
@@ -166,8 +167,10 @@ def shape_rows(entries: Mapping[str, tuple[str, Any]], sizes: Mapping[str, int])
     return rows
 
 
-def markdown_table(rows: list[ShapeRow]) -> str:
+def shape_table(rows: list[ShapeRow]) -> str:
     """A Markdown table of shape rows; the last column is computed from the shapes.
+
+    Built on :func:`mha.display.formatting.markdown_table`.
 
     Args:
         rows: the rows to list, e.g. from :func:`shape_rows`.
@@ -175,13 +178,11 @@ def markdown_table(rows: list[ShapeRow]) -> str:
     Returns:
         The table as Markdown text (display it with ``IPython.display.Markdown``).
     """
-    lines = [
-        "| tensor | layout | expected | actual | equal |",
-        "|---|---|---|---|---|",
-    ]
-    for row in rows:
-        lines.append(
-            f"| {row.name} | `{row.layout}` | `{row.expected}` | `{row.actual}` | "
-            f"{'yes' if row.matches else '**no**'} |"
-        )
-    return "\n".join(lines)
+    equal = {True: "yes", False: "**no**"}
+    return formatting.markdown_table(
+        ["tensor", "layout", "expected", "actual", "equal"],
+        [
+            (r.name, f"`{r.layout}`", f"`{r.expected}`", f"`{r.actual}`", equal[r.matches])
+            for r in rows
+        ],
+    )

@@ -37,6 +37,7 @@ import numpy as np
 
 from mha.backends import _mha_checks, np_backend, tiled
 from mha.backends._tiles import causal_offset, tile_mask
+from mha.backends.np_backend import _linear
 from mha.core import _groups, _np_checks, _overflow, _validate
 from mha.core.params import MHAParams
 
@@ -375,40 +376,6 @@ def _linear_backward(x, weight, d_y, bias):
     return d_y @ weight.T, d_weight, d_bias  # (..., D_out) @ (D_out, D_in)
 
 
-def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-    y = x @ w
-    if b is not None:
-        y += b
-    return y
-
-
-def _group(x: np.ndarray | None, num_heads: int, num_kv_heads: int) -> np.ndarray | None:
-    """Per-query-head ``(B, H, ...)`` as ``(B, H_kv, G, ...)``: head ``h`` in group ``h // G``.
-
-    Multi-head attention (``H_kv = H``) keeps ``x`` as it is.
-    """
-    if x is None or num_kv_heads == num_heads:
-        return x
-    return x.reshape(x.shape[0], num_kv_heads, -1, *x.shape[2:])  # (B, H_kv, G, ...)
-
-
-def _group_kv(x: np.ndarray, num_heads: int, num_kv_heads: int) -> np.ndarray:
-    """Key or value heads ``(B, H_kv, S, Dh)`` as ``(B, H_kv, 1, S, Dh)``, shared by a group.
-
-    Broadcast against the grouped queries, each key/value head serves the ``G = H / H_kv``
-    query heads of its group without a copy, and the backward sums its gradient over the
-    group (:func:`_unbroadcast` over the axis of size 1).
-    """
-    return x if num_kv_heads == num_heads else x[:, :, None]  # (B, H_kv, 1, S, Dh)
-
-
-def _ungroup(x: np.ndarray, num_heads: int, num_kv_heads: int) -> np.ndarray:
-    """``(B, H_kv, G, ...)`` back to ``(B, H_kv G, ...)``: per query head (or key head, G = 1)."""
-    if num_kv_heads == num_heads:
-        return x
-    return x.reshape(x.shape[0], -1, *x.shape[3:])  # (B, H_kv, G, ...) -> (B, H_kv G, ...)
-
-
 def _check_layer(query, key, value, params, mask) -> dict[str, float]:
     """The argument checks of :func:`mha.backends.np_backend.multi_head_attention`; the
     magnitudes."""
@@ -523,17 +490,17 @@ def multi_head_attention_forward(
     q = np_backend.split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
     k = np_backend.split_heads(_linear(key, params.w_k, params.b_k), H_kv)  # (B, H_kv, S, Dh)
     val = np_backend.split_heads(_linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
-    qg = _group(q, H, H_kv)  # (B, H_kv, G, L, Dh)
-    kg, vg = _group_kv(k, H, H_kv), _group_kv(val, H, H_kv)  # (B, H_kv, 1, S, Dh)
+    qg = _groups.group_queries(q, H_kv)  # (B, H_kv, G, L, Dh)
+    kg, vg = _groups.group_kv(k, H, H_kv), _groups.group_kv(val, H, H_kv)  # (B, H_kv, 1, S, Dh)
     maskg = _groups.group_mask(mask, H_kv) if H_kv < H else mask
     weights = lse = None
     if form == "fused":  # (B, H_kv, G, L, Dh), (B, H_kv, G, L, S)
         heads, weights = np_backend.scaled_dot_product_attention(qg, kg, vg, maskg)
-        weights = _ungroup(weights, H, H_kv)  # (B, H, L, S)
+        weights = _groups.ungroup(weights, H, H_kv)  # (B, H, L, S)
     else:  # (B, H_kv, G, L, Dh), (B, H_kv, G, L)
         heads, lse = tiled.attention(qg, kg, vg, maskg, block_q=block_q, block_kv=block_kv)
-        lse = _ungroup(lse, H, H_kv)  # (B, H, L)
-    heads = _ungroup(heads, H, H_kv)  # (B, H, L, Dh)
+        lse = _groups.ungroup(lse, H, H_kv)  # (B, H, L)
+    heads = _groups.ungroup(heads, H, H_kv)  # (B, H, L, Dh)
     out = _linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
     _overflow.check_range(
         "multi_head_attention_forward output",
@@ -591,20 +558,31 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     bias_in, bias_out = p.b_qkv is not None, p.b_o is not None
     concat = np_backend.merge_heads(saved.heads)  # (B, H, L, Dh) -> (B, L, D)
     d_concat, d_w_o, d_b_o = _linear_backward(concat, p.w_o, d_out, bias_out)
-    d_heads = _group(merge_heads(d_concat, H), H, H_kv)  # (B, L, D) -> (B, H_kv, G, L, Dh)
-    qg = _group(saved.q, H, H_kv)  # (B, H_kv, G, L, Dh)
-    kg, vg = _group_kv(saved.k, H, H_kv), _group_kv(saved.v, H, H_kv)  # (B, H_kv, 1, S, Dh)
+    d_heads = _groups.group_queries(
+        merge_heads(d_concat, H), H_kv
+    )  # (B, L, D) -> (B, H_kv, G, L, Dh)
+    qg = _groups.group_queries(saved.q, H_kv)  # (B, H_kv, G, L, Dh)
+    kg, vg = (
+        _groups.group_kv(saved.k, H, H_kv),
+        _groups.group_kv(saved.v, H, H_kv),
+    )  # (B, H_kv, 1, S, Dh)
     if saved.form == "fused":  # d_key, d_value summed over each group by _unbroadcast
-        weights = _group(saved.weights, H, H_kv)  # (B, H_kv, G, L, S)
+        weights = _groups.group_queries(saved.weights, H_kv)  # (B, H_kv, G, L, S)
         dq, dk, dv = _sdpa_backward(qg, kg, vg, weights, d_heads)
     else:
         maskg = _groups.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
-        heads, lse = _group(saved.heads, H, H_kv), _group(saved.lse, H, H_kv)
+        heads, lse = (
+            _groups.group_queries(saved.heads, H_kv),
+            _groups.group_queries(saved.lse, H_kv),
+        )
         dq, dk, dv = _tiled_backward(
             qg, kg, vg, heads, lse, d_heads, maskg, False, saved.block_q, saved.block_kv
         )
-    dq = _ungroup(dq, H, H_kv)  # (B, H_kv, G, L, Dh) -> (B, H, L, Dh)
-    dk, dv = _ungroup(dk, H, H_kv), _ungroup(dv, H, H_kv)  # (B, H_kv, 1, S, Dh) -> (B, H_kv, S, Dh)
+    dq = _groups.ungroup(dq, H, H_kv)  # (B, H_kv, G, L, Dh) -> (B, H, L, Dh)
+    dk, dv = (
+        _groups.ungroup(dk, H, H_kv),
+        _groups.ungroup(dv, H, H_kv),
+    )  # (B, H_kv, 1, S, Dh) -> (B, H_kv, S, Dh)
     grads = [
         _linear_backward(x, w, split_heads(d), bias_in)  # (B, N, D) each
         for x, w, d in ((saved.query, p.w_q, dq), (saved.key, p.w_k, dk), (saved.value, p.w_v, dv))
@@ -707,30 +685,37 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
     p = saved.params.map(lambda a: np.abs(a).astype(np.float64))
     H, H_kv = p.num_heads, p.num_kv_heads
     tiny = float(np.finfo(saved.query.dtype).tiny)  # u tiny bounds an underflow's error
-    weights = _group(saved.weights, H, H_kv)  # (B, H_kv, G, L, S)
+    weights = _groups.group_queries(saved.weights, H_kv)  # (B, H_kv, G, L, S)
     if weights is None:
-        q_g = _group(saved.q, H, H_kv)  # (B, H_kv, G, L, Dh)
-        k_g, v_g = _group_kv(saved.k, H, H_kv), _group_kv(saved.v, H, H_kv)  # (B, H_kv, 1, S, Dh)
+        q_g = _groups.group_queries(saved.q, H_kv)  # (B, H_kv, G, L, Dh)
+        k_g, v_g = (
+            _groups.group_kv(saved.k, H, H_kv),
+            _groups.group_kv(saved.v, H, H_kv),
+        )  # (B, H_kv, 1, S, Dh)
         mask = _groups.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
         weights = np_backend.scaled_dot_product_attention(q_g, k_g, v_g, mask)[1]
     A = weights.astype(np.float64) + tiny  # (B, H_kv, G, L, S)
     inputs = [np.abs(x).astype(np.float64) for x in (saved.query, saved.key, saved.value)]
-    q = _group(np_backend.split_heads(_linear(inputs[0], p.w_q, p.b_q) + tiny, H), H, H_kv)
+    q = _groups.group_queries(
+        np_backend.split_heads(_linear(inputs[0], p.w_q, p.b_q) + tiny, H), H_kv
+    )
     k, val = (  # (B, H_kv, 1, S, Dh)
-        _group_kv(np_backend.split_heads(_linear(x, w, b) + tiny, H_kv), H, H_kv)
+        _groups.group_kv(np_backend.split_heads(_linear(x, w, b) + tiny, H_kv), H, H_kv)
         for x, w, b in ((inputs[1], p.w_k, p.b_k), (inputs[2], p.w_v, p.b_v))
     )
     d_out_abs = np.abs(d_out).astype(np.float64)
-    concat = np_backend.merge_heads(_ungroup(A @ val + tiny, H, H_kv))  # (B, L, D)
+    concat = np_backend.merge_heads(_groups.ungroup(A @ val + tiny, H, H_kv))  # (B, L, D)
     d_concat, d_w_o, d_b_o = (
         g if g is None else g + tiny
         for g in _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None)
     )
-    d_heads = _group(merge_heads(d_concat, H), H, H_kv)  # (B, H_kv, G, L, Dh)
+    d_heads = _groups.group_queries(merge_heads(d_concat, H), H_kv)  # (B, H_kv, G, L, Dh)
     d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, val, A, d_heads, tiny)
     bias = p.b_qkv is not None
-    d_q = _ungroup(d_q, H, H_kv)  # (B, H, L, Dh)
-    d_k, d_v = (_ungroup(_unbroadcast(g, k.shape), H, H_kv) for g in (d_k, d_v))  # (B, H_kv, S, Dh)
+    d_q = _groups.ungroup(d_q, H, H_kv)  # (B, H, L, Dh)
+    d_k, d_v = (
+        _groups.ungroup(_unbroadcast(g, k.shape), H, H_kv) for g in (d_k, d_v)
+    )  # (B, H_kv, S, Dh)
     grads = [
         [g if g is None else g + tiny for g in _linear_backward(x, w, split_heads(d), bias)]
         for x, w, d in zip(inputs, (p.w_q, p.w_k, p.w_v), (d_q, d_k, d_v), strict=True)

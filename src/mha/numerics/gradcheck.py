@@ -65,12 +65,12 @@ def compare_with_autograd(
     block_q: int = tiled.DEFAULT_BLOCK_Q,
     block_kv: int = tiled.DEFAULT_BLOCK_KV,
 ) -> dict[str, GradientCheck]:
-    """Every gradient of :func:`multi_head_attention` against PyTorch autograd, in one dtype.
+    """Every gradient of :func:`~mha.numerics.backward.multi_head_attention` against autograd.
 
     The gradients by hand come from :func:`mha.numerics.backward.multi_head_attention_forward`
-    (with ``form``) and :func:`multi_head_attention`; autograd's from the same layer in
-    :func:`mha.backends.torch_backend.multi_head_attention` on copies of the inputs and parameters
-    in the same dtype. Each is compared entry by entry with
+    (with ``form``) and :func:`mha.numerics.backward.multi_head_attention`; autograd's from the
+    same layer in :func:`mha.backends.torch_backend.multi_head_attention` on copies of the inputs
+    and parameters in the same dtype. Each is compared entry by entry with
     :func:`mha.numerics.tolerance.gradient_tolerance`. When
     one array is passed as query, key and value (self-attention, ``query is key is value``)
     autograd sees one input and returns one gradient, the sum of the three by hand.

@@ -35,9 +35,13 @@ module sits above the backends), two blockings of an online softmax
 (:func:`online_softmax_tolerance`) and two routes to tiled attention's output and
 log-sum-exp (:func:`tiled_attention_tolerance`), and how far rows of weights handed to the
 detectors and the bottleneck's distances may sum from 1 (:data:`ATTENTION_ROW_SUM_ATOL`,
-:data:`DISTRIBUTION_ROW_SUM_ATOL`), and the gradients by hand of :mod:`mha.numerics.backward`
-against another route (:func:`gradient_tolerance`, :func:`attention_gradient_tolerance`, which
-scale that module's backward run on magnitudes).
+:data:`DISTRIBUTION_ROW_SUM_ATOL`) and how far a bottleneck target's rows may
+(:data:`TARGET_ROW_SUM_ATOL`), and the gradients by hand of :mod:`mha.numerics.backward`
+against another route (:func:`gradient_tolerance`, :func:`attention_gradient_tolerance`).
+These two scale the magnitude passes of that module,
+:func:`mha.numerics.backward.gradient_magnitudes` and
+:func:`mha.numerics.backward.attention_gradient_magnitudes`: its backward run on ``|.|`` of
+every factor, which bounds the sum each gradient entry is rounded in.
 
 Exact equality is right only where the arithmetic is exact: copies, views, reshapes,
 permutations, integer and boolean results, and one call repeated on the same inputs in one
@@ -66,6 +70,12 @@ DISTRIBUTION_ROW_SUM_ATOL = 1e-5
 """How far a row may sum from 1 in :func:`mha.analysis.bottleneck.total_variation` and
 :func:`mha.analysis.bottleneck.kl_divergence` (float32 softmax rows of a few hundred keys are
 well inside it)."""
+
+TARGET_ROW_SUM_ATOL = 1e-10
+"""How far a row of a target pattern may sum from 1 in :mod:`mha.analysis.bottleneck`
+(:func:`~mha.analysis.bottleneck.check_attention_target`,
+:func:`~mha.analysis.bottleneck.attention_errors`): targets are float64 distributions built
+by hand, whose row sums are within a few float64 roundings of 1."""
 
 
 def _as_float64(name: str, x: Any) -> np.ndarray:
@@ -426,8 +436,8 @@ def attention_tolerance(
     named = {"query": query, "key": key, "value": value}
     x_q, x_k, x_v = (_as_float64(n, t) for n, t in named.items())
     keep = None if mask is None else as_numpy("mask", mask)  # checked by the layer below
-    # Grouped-query attention computes each head as multi-head attention with its key and
-    # value head repeated does: the same bound.
+    # Grouped-query attention computes each head as multi-head attention does with its key
+    # and value head repeated: the same bound.
     p = repeat_kv_heads(params.to_numpy(f64))
     _, w = np_backend.multi_head_attention(x_q, x_k, x_v, p, keep)  # (B, H, L, S)
     H, Dh, S = p.num_heads, p.d_head, x_k.shape[-2]

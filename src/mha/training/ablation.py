@@ -33,38 +33,8 @@ from mha.models.attention_only import (
     layer_seed,
     next_token_loss,
 )
-from mha.training.runs import TrainHistory, segment_losses, split_losses
+from mha.training.runs import segment_losses, split_losses
 from mha.training.tasks import RepeatedSegments
-
-
-def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int:
-    """The first recorded step at which ``values`` exceeds ``level``.
-
-    Args:
-        steps: the steps at which ``values`` was recorded, e.g. ``TrainHistory.step``.
-        values: one value per recorded step, e.g. a head's score.
-        level: the threshold.
-
-    Shape:
-        steps and values ``(E,)``.
-
-    Returns:
-        The first ``steps[e]`` with ``values[e] > level``, an ``int``.
-
-    Raises:
-        ValueError: if the shapes differ or no value exceeds ``level``.
-    """
-    steps, values = np.asarray(steps), np.asarray(values)
-    if steps.ndim != 1 or steps.shape != values.shape:
-        raise ValueError(
-            f"steps and values must have the same shape (E,); got {steps.shape} and {values.shape}"
-        )
-    above = values > level
-    if not above.any():
-        raise ValueError(
-            f"values never exceed level={level}; their maximum is {values.max(initial=-np.inf)}"
-        )
-    return int(steps[np.argmax(above)])
 
 
 def head_gates(
@@ -532,85 +502,6 @@ def single_ablation_losses(
             for i in range(model.num_layers)
         ]
     )
-
-
-def seen_guess_loss(batch: RepeatedSegments) -> float:
-    """The loss on the repeats of a uniform guess among the distinct tokens seen so far.
-
-    At a repeated position every token of the prefix and of the segment has been seen
-    (``start + period`` distinct tokens), and the next token is one of them, so a model
-    that knows only *which* tokens occurred, not where, loses ``log(start + period)``
-    there. Averaged over the query positions that :func:`mha.training.runs.segment_losses` counts as
-    ``"repeat"``.
-
-    Args:
-        batch: the data.
-
-    Returns:
-        The mean loss in nats, a ``float``.
-
-    Raises:
-        ValueError: if no position before the last is repeated.
-    """
-    rep = batch.repeated[:, :-1]  # (B, L - 1): the query positions with a next token
-    if not rep.any():
-        raise ValueError("batch must have a repeated position before the last; got none")
-    seen = (batch.start + batch.period).double()  # (B,)
-    per_query = torch.log(seen)[:, None].expand(rep.shape)  # (B, L - 1)
-    return float(per_query[rep].mean())
-
-
-def phase_timing(history: TrainHistory, level: float = 0.5) -> dict[str, float]:
-    """When the previous-token and induction roles appear in a two-layer run, and the plateau.
-
-    Read off the recorded curves with :func:`first_step_above` (so to the resolution of
-    ``eval_every`` steps):
-
-    - ``"prev"``: the first step at which a layer-1 head's previous-token score (code
-      layer 0) exceeds ``level``;
-    - ``"ind"``: the same for a layer-2 head's induction score (code layer 1);
-    - ``"loss"``: the first step at which the loss on the repeats is below half its
-      initial value;
-    - ``"plateau"``: the first step at which any head of either layer scores above 0.3 on
-      either score (the end of the plateau);
-    - ``"rise"``: the steps the best layer-2 induction score takes from its last
-      recording below 0.2 to its first above 0.8;
-    - ``"start"`` and ``"plateau_loss"``: the loss on the repeats at step 0 and at the last
-      recording before the plateau ends.
-
-    Args:
-        history: the run's :class:`mha.training.runs.TrainHistory` (two or more layers).
-        level: the threshold of ``"prev"`` and ``"ind"``.
-
-    Returns:
-        The steps (``int``) and losses (``float``) named above.
-
-    Raises:
-        ValueError: if the model has fewer than two layers, or a curve never crosses
-            its level (the role did not appear).
-    """
-    h = history
-    if h.previous_token.ndim != 3 or h.previous_token.shape[1] < 2:
-        raise ValueError(
-            f"history must come from a model with at least two layers; got scores of shape "
-            f"{h.previous_token.shape}"
-        )
-    prev0 = h.previous_token[:, 0].max(axis=1)  # (E,): the best first-layer score
-    ind1 = h.induction[:, 1].max(axis=1)  # (E,): the best second-layer score
-    any_score = np.maximum(h.previous_token.max(axis=(1, 2)), h.induction.max(axis=(1, 2)))
-    plateau = first_step_above(h.step, any_score, 0.3)
-    rise_end = first_step_above(h.step, ind1, 0.8)
-    below = (h.step < rise_end) & (ind1 < 0.2)
-    rise_start = int(h.step[below].max()) if below.any() else int(h.step[0])
-    return {
-        "prev": first_step_above(h.step, prev0, level),
-        "ind": first_step_above(h.step, ind1, level),
-        "loss": first_step_above(h.step, -h.repeat_loss, -0.5 * h.repeat_loss[0]),
-        "plateau": plateau,
-        "rise": rise_end - rise_start,
-        "start": float(h.repeat_loss[0]),
-        "plateau_loss": float(h.repeat_loss[h.step < plateau][-1]),
-    }
 
 
 def importance_cancellation(

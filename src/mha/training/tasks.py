@@ -13,7 +13,8 @@ task; the tokens before the first repeat are unpredictable.
 
 :func:`mha.detectors.patterns.induction_targets` gives, for every query, the keys an induction head
 should attend to, and :func:`mha.detectors.patterns.induction_score` measures how much attention
-goes there.
+goes there. :func:`seen_guess_loss` is a baseline of the task: the loss on the repeats of a
+model that knows which tokens occurred but not where.
 """
 
 from __future__ import annotations
@@ -138,3 +139,29 @@ def repeated_segments(
     return RepeatedSegments(
         torch.as_tensor(tokens, dtype=torch.int64), torch.as_tensor(period), torch.as_tensor(start)
     )
+
+
+def seen_guess_loss(batch: RepeatedSegments) -> float:
+    """The loss on the repeats of a uniform guess among the distinct tokens seen so far.
+
+    At a repeated position every token of the prefix and of the segment has been seen
+    (``start + period`` distinct tokens), and the next token is one of them, so a model
+    that knows only *which* tokens occurred, not where, loses ``log(start + period)``
+    there. Averaged over the query positions that :func:`mha.training.runs.segment_losses` counts as
+    ``"repeat"``.
+
+    Args:
+        batch: the data.
+
+    Returns:
+        The mean loss in nats, a ``float``.
+
+    Raises:
+        ValueError: if no position before the last is repeated.
+    """
+    rep = batch.repeated[:, :-1]  # (B, L - 1): the query positions with a next token
+    if not rep.any():
+        raise ValueError("batch must have a repeated position before the last; got none")
+    seen = (batch.start + batch.period).double()  # (B,)
+    per_query = torch.log(seen)[:, None].expand(rep.shape)  # (B, L - 1)
+    return float(per_query[rep].mean())
