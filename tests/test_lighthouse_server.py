@@ -36,3 +36,52 @@ def test_default_server_sends_files_as_they_are(tmp_path):
     with lighthouse_table.serve(tmp_path) as base:
         body, encoding = _get(f"{base}page.html", "gzip")
         assert encoding is None and body.decode("utf8") == "<p>heads</p>" * 500
+
+
+def _figures(fcp: float, lcp: float, tbt: float, cls: float, score: float) -> dict[str, float]:
+    return {
+        "performance": score,
+        "fcp_ms": fcp,
+        "lcp_ms": lcp,
+        "tbt_ms": tbt,
+        "cls": cls,
+        "bytes": 300_000.0,
+    }
+
+
+def test_budget_is_applied_to_the_median_of_the_runs_not_to_one_run():
+    good = _figures(1500, 2000, 100, 0.01, 0.95)
+    slow = _figures(3000, 4000, 600, 0.01, 0.60)  # one noisy run
+    runs = [
+        {"book/preface": good, "book/x": good},
+        {"book/preface": good, "book/x": slow},
+        {"book/preface": good, "book/x": good},
+    ]
+    medians = lighthouse_table.median_run(runs)
+    assert medians["book/x"]["tbt_ms"] == 100 and medians["book/x"]["performance"] == 0.95
+    assert lighthouse_table.budget_misses(medians) == []
+    assert lighthouse_table.misses(medians) == []
+
+
+def test_budget_names_each_threshold_a_median_misses():
+    over = _figures(1900, 2600, 250, 0.2, 0.85)
+    medians = lighthouse_table.median_run([{"book/preface": over}] * 3)
+    missed = "\n".join(lighthouse_table.budget_misses(medians))
+    for name in ("FCP", "LCP", "TBT", "CLS", "performance"):
+        assert f"book/preface: median {name}" in missed
+    at_limit = _figures(1800, 2500, 200, 0.1, 0.9)  # "good" includes the threshold
+    assert lighthouse_table.budget_misses({"book/preface": at_limit}) == []
+
+
+def test_table_marks_figures_over_the_budget_and_ratios_over_the_targets():
+    runs = [
+        {
+            "book/preface": _figures(1000, 1200, 10, 0.0, 0.99),
+            "book/x": _figures(1300, 2600, 30, 0.0, 0.92),
+        }
+    ]
+    medians = lighthouse_table.median_run(runs)
+    row = lighthouse_table.run_table(medians)[-1]
+    assert row.startswith("| x | 0.92 | 1.30 | 2.60 (over) | 30 | 0.000 |")
+    assert row.endswith("| 3.00 (over) | 1.30 (over) |")
+    assert "TBT 3.00x" in "\n".join(lighthouse_table.misses(medians))

@@ -397,17 +397,23 @@ def test_figure_colours_are_colour_blind_safe(built_site: Path) -> None:
 
 @pytest.mark.site
 def test_mathjax_is_served_by_the_site(built_site: Path) -> None:
+    """Pages with math name the site's own MathJax for mha-math.js to load when the first
+    formula comes near (not as a script of the page); pages without math do not name it."""
     assert (built_site / MATHJAX_JS).stat().st_size > 500_000
     assert (built_site / "_static/mathjax/input/tex/extensions").is_dir()  # loaded on demand
     math_pages = 0
     for html_file in built_site.rglob("*.html"):
         html = html_file.read_text(encoding="utf8")
         srcs = [url for tag, url in assets(html).urls if tag == "script"]
-        assert not any("mathjax" in url.lower() and is_other_host(url) for url in srcs)
+        assert not any("mathjax" in url.lower() for url in srcs), f"{html_file.name} loads it"
+        named = re.findall(r'<script [^>]*data-mathjax="([^"]+)"', html)
         if 'class="math' in html:
             math_pages += 1
-            local = [url for url in srcs if url.split("?")[0].endswith(MATHJAX_JS)]
-            assert len(local) == 1, f"{html_file.name} has math but no local MathJax"
+            assert len(named) == 1, f"{html_file.name} has math but does not name MathJax"
+            assert not is_other_host(named[0])
+            assert (html_file.parent / named[0]).resolve() == (built_site / MATHJAX_JS).resolve()
+        else:
+            assert named == [], f"{html_file.name} has no math but names MathJax"
     assert math_pages > 0
 
 
@@ -784,7 +790,7 @@ def test_hidden_code_is_taken_out_of_the_page_and_kept_in_order() -> None:
     )
     shown = '<div class="cell_input docutils container"><pre>shown()</pre></div>\n'
     body = shown + cell.format(code="first()") + cell.format(code="second()")
-    page, codes = mha_site.take_hidden_code(body, "../_static/hidden-code/x.json")
+    page, codes = mha_site.take_hidden_code(body, "../_static/hidden-code/x.js")
     assert page.startswith(shown)  # a visible input stays
     assert [code.strip() for code in codes] == [
         '<div class="highlight"><pre>first()</pre></div>',
@@ -793,14 +799,22 @@ def test_hidden_code_is_taken_out_of_the_page_and_kept_in_order() -> None:
     assert "first()</pre>" not in page and "<p>out first()</p>" in page  # outputs stay
     for index in (0, 1):
         assert (
-            f'data-mha-code="../_static/hidden-code/x.json" data-mha-index="{index}"></div>' in page
+            f'data-mha-code="../_static/hidden-code/x.js" data-mha-index="{index}"></div>' in page
         )
     assert page.count("</details>") == 2 and page.count("<div") == page.count("</div>")
-    assert mha_site.take_hidden_code(shown, "x.json") == (shown, [])
+    assert mha_site.take_hidden_code(shown, "x.js") == (shown, [])
+
+
+def test_hidden_code_script_hands_over_the_list_and_cannot_close_a_script() -> None:
+    codes = ['<div class="highlight"><pre>a = "</script>"</pre></div>']
+    script = mha_site.hidden_code_script("../_static/hidden-code/x.js", codes)
+    assert script.startswith('window.mhaHiddenCode("../_static/hidden-code/x.js",[')
+    assert "</" not in script and script.endswith(");\n")
+    assert json.loads(script[script.index(",[") + 1 : -3]) == codes
 
 
 @pytest.mark.site
-def test_hidden_code_of_every_page_is_in_its_json(built_site: Path) -> None:
+def test_hidden_code_of_every_page_is_in_its_script(built_site: Path) -> None:
     """No hidden input keeps its code in the page; each placeholder has its code."""
     pages_with_hidden = 0
     for page in toc_pages():
@@ -814,7 +828,11 @@ def test_hidden_code_of_every_page_is_in_its_json(built_site: Path) -> None:
         assert "mha-hidden-code.js" in html
         urls = {url for url, _ in slots}
         assert len(urls) == 1, urls
-        codes = json.loads((page_path(built_site, page).parent / urls.pop()).read_text("utf8"))
+        url = urls.pop()
+        script = (page_path(built_site, page).parent / url).read_text("utf8")
+        match = re.fullmatch(r"window\.mhaHiddenCode\((\"[^\"]+\"),(\[.*\])\);\n", script, re.S)
+        assert match and json.loads(match.group(1)) == url, f"{page}: {script[:80]}"
+        codes = json.loads(match.group(2))
         assert sorted(int(i) for _, i in slots) == list(range(len(codes)))
         assert all("<pre>" in code for code in codes), f"{page}: a hidden block without code"
     assert pages_with_hidden >= 5
@@ -839,3 +857,95 @@ def test_sidebar_toggles_are_named_after_their_page() -> None:
     soup = BeautifulSoup(html, "html.parser")
     mha_site.named_toggles(theme_toggles)(soup)
     assert soup.select_one("summary")["aria-label"] == "Pages of API reference"
+
+
+class HeadAssets(HTMLParser):
+    """The scripts and stylesheets of a page's ``<head>``, with their attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[dict[str, str | None]] = []
+        self.styles: list[dict[str, str | None]] = []
+        self.icons: list[str] = []
+        self._in_head = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attr = dict(attrs)
+        if tag == "head":
+            self._in_head = True
+        elif tag == "body":
+            self._in_head = False
+        elif self._in_head and tag == "script" and attr.get("src"):
+            self.scripts.append(attr)
+        elif self._in_head and tag == "link" and "stylesheet" in (attr.get("rel") or ""):
+            self.styles.append(attr)
+        elif self._in_head and tag == "link" and "icon" in (attr.get("rel") or "").split():
+            self.icons.append(attr.get("href") or "")
+
+
+def head_assets(html: str) -> HeadAssets:
+    parser = HeadAssets()
+    parser.feed(html)
+    return parser
+
+
+def test_head_assets_reads_scripts_styles_and_icons_of_the_head_only() -> None:
+    head = head_assets(
+        '<html><head><script src="a.js" defer></script><script>var x;</script>'
+        '<link rel="stylesheet" href="s.css"><link rel="icon" href="i.ico"></head>'
+        '<body><script src="b.js"></script></body></html>'
+    )
+    assert [attr["src"] for attr in head.scripts] == ["a.js"]
+    assert [attr["href"] for attr in head.styles] == ["s.css"] and head.icons == ["i.ico"]
+
+
+def test_uses_design_finds_sphinx_design_classes_only() -> None:
+    assert mha_site.uses_design('<details class="sd-sphinx-override sd-dropdown">')
+    assert mha_site.uses_design('<div class="sd-tab-set docutils">')
+    assert not mha_site.uses_design('<div class="highlight"><pre>sd-card</pre></div>')
+    assert not mha_site.uses_design('<p class="psd-x">')
+
+
+@pytest.mark.site
+def test_no_page_runs_a_script_before_its_first_paint(built_site: Path) -> None:
+    """Every script file in a content page's head is deferred or async: none stops the
+    parser, but for documentation_options.js (0.4 KB), which the theme's inline scripts use."""
+    for page in toc_pages():
+        head = head_assets(page_path(built_site, page).read_text(encoding="utf8"))
+        assert head.scripts, f"{page}: no head script found (is the parser reading the head?)"
+        blocking = [
+            attr["src"]
+            for attr in head.scripts
+            if "defer" not in attr
+            and "async" not in attr
+            and attr["src"].split("?")[0].rsplit("/", 1)[-1] not in mha_site.PARSER_SCRIPTS
+        ]
+        assert blocking == [], f"{page}: scripts that block the first paint: {blocking}"
+
+
+@pytest.mark.site
+def test_sphinx_design_stylesheet_only_on_pages_that_use_it(built_site: Path) -> None:
+    for page in toc_pages():
+        html = page_path(built_site, page).read_text(encoding="utf8")
+        head = head_assets(html)
+        loaded = [attr["href"] for attr in head.styles if "sphinx-design" in attr["href"]]
+        loaded += [attr["src"] for attr in head.scripts if "design-tabs" in attr["src"]]
+        body = html.split("<body", 1)[1]
+        if mha_site.uses_design(body):
+            assert len(loaded) == 2, f"{page} has sphinx-design elements: {loaded}"
+        else:
+            assert loaded == [], f"{page} has no sphinx-design element but loads {loaded}"
+
+
+@pytest.mark.site
+def test_every_page_links_the_site_icon(built_site: Path) -> None:
+    """Each page names the icon, which is a real ICO; the site's root has it too (browsers ask
+    for /favicon.ico when a page names none)."""
+    root_icon = (built_site / "favicon.ico").read_bytes()
+    assert root_icon[:4] == b"\0\0\1\0" and len(root_icon) > 22  # ICO header, one image
+    for page in toc_pages():
+        path = page_path(built_site, page)
+        icons = head_assets(path.read_text(encoding="utf8")).icons
+        assert len(icons) == 1, f"{page}: icon links {icons}"
+        icon = (path.parent / icons[0].split("?")[0]).resolve()
+        assert icon.is_file() and icon.read_bytes() == root_icon, f"{page}: {icons[0]}"

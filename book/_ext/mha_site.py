@@ -11,9 +11,13 @@
   browser, which keeps pages small).
 - MathJax 3 (TeX to SVG) is served from ``_static/mathjax/`` (copied from the
   ``sphinx-mathjax-offline`` package; ``_config.yml`` points ``mathjax_path`` at it); pages
-  with math get ``_static/mha-math.js``, which typesets formulas as they come near the screen.
+  with math get ``_static/mha-math.js``, which loads MathJax when the first formula comes near
+  and typesets formulas as they come near the screen.
 - Lighter pages: highlighted code without the markup of tokens drawn as plain text, and
   (``book/_templates``) no Font Awesome JavaScript, whose icons the theme's CSS already draws.
+  A faster first screen: the head's script files deferred, sphinx-design's stylesheet only on
+  pages that use it, MathJax loaded only when a formula comes near (``mha-math.js``), hidden
+  code loaded when opened; the site's icon linked on every page and at the site's root.
 - API reference: a ``{mha-api}`` block lists modules, one per line; each becomes a section
   with that module's autodoc documentation.
 - Downloads: every chapter's executed notebook (with its outputs, also when they come from
@@ -83,6 +87,7 @@ EXTENSION_FILES = (
     "../_static/mha-plotly.js",
     "../_static/mha-math.js",
     "../_static/mha-site.css",
+    "../_static/mha-hidden-code.js",
 )
 EXEC_TIMES_FILE = "execution_times.json"  # in the parent of the html output folder
 
@@ -242,11 +247,30 @@ def page_figures(doctree: nodes.document | None) -> list[dict[str, Any]]:
 def add_math_script(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
 ) -> None:
-    """Give pages with math ``mha-math.js``, which typesets formulas as they come near."""
+    """Give pages with math ``mha-math.js``, which typesets formulas as they come near.
+
+    On the site (the ``html`` builder) MathJax itself is not in the page: ``mha-math.js``
+    loads it (its ``data-mathjax``) when the first formula comes near the screen, so a page
+    whose formulas are further down does not download and run MathJax's 2 MB before the reader
+    gets there. Other builders (the PDF's ``singlehtml``) keep MathJax in the page.
+    """
     if doctree is None:
         return
-    if next(doctree.findall(lambda node: isinstance(node, nodes.math | nodes.math_block)), None):
-        app.add_js_file("mha-math.js", loading_method="defer")
+    is_math = lambda node: isinstance(node, nodes.math | nodes.math_block)  # noqa: E731
+    if not next(doctree.findall(is_math), None):
+        return
+    attributes = {}
+    if app.builder.name == "html":
+        scripts = context.get("script_files", [])
+        path = app.config.mathjax_path  # Sphinx names it by its place in _static
+        mathjax = [
+            js for js in scripts if getattr(js, "filename", None) in (path, f"_static/{path}")
+        ]
+        for js in mathjax:
+            scripts.remove(js)
+        if mathjax:
+            attributes["data-mathjax"] = context["pathto"](f"_static/{app.config.mathjax_path}", 1)
+    app.add_js_file("mha-math.js", loading_method="defer", **attributes)
 
 
 def add_figure_scripts(
@@ -269,6 +293,72 @@ def add_figure_scripts(
         loading_method="defer",
         **{"data-plotly": bundle, "data-templates": TEMPLATES_JS, "data-figures": FIGURES_DIR},
     )
+
+
+# --------------------------------------------------------------------------- a fast first screen
+
+DESIGN_ASSETS = ("sphinx-design.min.css", "design-tabs.js")  # sphinx-design's, on every page
+# Scripts that inline scripts of the head use as the parser reaches them (the theme sets
+# ``DOCUMENTATION_OPTIONS.pagename`` inline): they stay where they are (0.4 KB).
+PARSER_SCRIPTS = ("documentation_options.js",)
+_DESIGN_CLASS = re.compile(r'class="(?:[^"]*\s)?sd-')
+
+
+def uses_design(body: str) -> bool:
+    """Whether a page's body has a sphinx-design element (``sd-`` classes: dropdowns, tabs,
+    grids, cards, badges)."""
+    return bool(_DESIGN_CLASS.search(body))
+
+
+def _asset_name(asset: Any) -> str:
+    return os.fspath(getattr(asset, "filename", "") or "").split("?")[0].rsplit("/", 1)[-1]
+
+
+def lighter_head(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
+) -> None:
+    """A page's ``<head>`` without what holds up its first paint and that the page can do
+    without until it is parsed.
+
+    - Every script file in the head that would run as the parser reaches it (doctools,
+      clipboard, copy buttons, toggles, the theme's) is deferred, but for the 0.4 KB of
+      ``documentation_options.js``, which the theme's inline scripts use at once: they all
+      act on the parsed page (on ``DOMContentLoaded``), and deferred scripts still run in
+      their order, before that event. The inline scripts beside them only set variables
+      that these read later.
+    - sphinx-design's stylesheet (55 KB) and its tabs script are left out of pages with no
+      sphinx-design element.
+
+    Only the site's content pages (``page.html``); the search page loads its own scripts.
+    """
+    if app.builder.name != "html" or templatename != "page.html":
+        return
+    body = context.get("body", "")
+    scripts, styles = context.get("script_files"), context.get("css_files")
+    if scripts is None or styles is None:
+        return
+    if not uses_design(body):
+        scripts[:] = [js for js in scripts if _asset_name(js) not in DESIGN_ASSETS]
+        styles[:] = [css for css in styles if _asset_name(css) not in DESIGN_ASSETS]
+    for index, js in enumerate(scripts):
+        attributes = getattr(js, "attributes", None)
+        if attributes is None or not js.filename or {"defer", "async"} & set(attributes):
+            continue
+        if _asset_name(js) in PARSER_SCRIPTS:
+            continue
+        if attributes.get("type", "text/javascript") not in ("text/javascript", "module"):
+            continue
+        scripts[index] = type(js)(js.filename, priority=js.priority, **attributes, defer="defer")
+
+
+def favicon_at_the_root(app: Sphinx, exception: Exception | None) -> None:
+    """Copy the site's icon (``html_favicon``, linked in every page's head) to the site's root
+    as ``favicon.ico``, where browsers look for it on pages that do not name one."""
+    if exception is not None or app.builder.name != "html" or not app.config.html_favicon:
+        return
+    icon = Path(app.outdir) / "_static" / Path(app.config.html_favicon).name
+    if icon.is_file():
+        _copy_if_changed(icon, Path(app.outdir) / "favicon.ico")
 
 
 # --------------------------------------------------------------------------- static files
@@ -622,7 +712,7 @@ def name_sidebar_toggles(app: Sphinx) -> None:
         toctree.add_collapse_checkboxes = named_toggles(toctree.add_collapse_checkboxes)
 
 
-HIDDEN_CODE_DIR = "_static/hidden-code"  # one JSON list of code blocks per page
+HIDDEN_CODE_DIR = "_static/hidden-code"  # one script with the list of code blocks per page
 _HIDDEN_INPUT = '<details class="admonition hide above-input">'
 _CELL_INPUT = '<div class="cell_input docutils container">'
 _DIV_TAG = re.compile(r"<div\b|</div>")
@@ -644,7 +734,7 @@ def take_hidden_code(body: str, url: str) -> tuple[str, list[str]]:
     A chapter's hidden inputs (``hide-input``: the code behind a figure or a computed
     paragraph) are closed until the reader opens them, yet they can make up half of the
     page's HTML. Each one's code is replaced by an empty placeholder that names ``url`` (a
-    JSON list of the code blocks) and its index there; ``mha-hidden-code.js`` fills it in
+    script with the list of the code blocks) and its index there; ``mha-hidden-code.js`` fills it in
     when its toggle is first opened.
     """
     codes: list[str] = []
@@ -665,16 +755,24 @@ def take_hidden_code(body: str, url: str) -> tuple[str, list[str]]:
     return "".join(out), codes
 
 
+def hidden_code_script(url: str, codes: list[str]) -> str:
+    """The file of a page's hidden code: a script that hands the list to mha-hidden-code.js
+    under the ``url`` the page names it by. A script (not JSON fetched by the page) so that it
+    also loads from ``file://``."""
+    payload = json.dumps(codes, separators=(",", ":")).replace("</", "<\\/")
+    return f"window.mhaHiddenCode({json.dumps(url)},{payload});\n"
+
+
 def hidden_code_loaded_when_shown(app: Sphinx, pagename: str, body: str) -> str:
-    """Write the page's hidden code to ``_static/hidden-code/<page>.json`` (see
+    """Write the page's hidden code to ``_static/hidden-code/<page>.js`` (see
     :func:`take_hidden_code`) and give the page the script that loads it."""
-    name = pagename.replace("/", "__") + ".json"
+    name = pagename.replace("/", "__") + ".js"
     url = "../" * pagename.count("/") + f"{HIDDEN_CODE_DIR}/{name}"
     body, codes = take_hidden_code(body, url)
     if codes:
         folder = Path(app.outdir) / HIDDEN_CODE_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(json.dumps(codes), encoding="utf8")
+        (folder / name).write_text(hidden_code_script(url, codes), encoding="utf8")
         app.add_js_file("mha-hidden-code.js", loading_method="defer")
     return body
 
@@ -746,9 +844,12 @@ def setup(app: Sphinx) -> dict[str, Any]:
     # After sphinx.ext.mathjax has added MathJax (deferred scripts run in order).
     app.connect("html-page-context", add_math_script, priority=600)
     app.connect("html-page-context", fix_page_html)
+    # Last: after every extension and the theme have added their scripts and stylesheets.
+    app.connect("html-page-context", lighter_head, priority=900)
     app.connect("builder-inited", name_sidebar_toggles)
     app.connect("autodoc-process-docstring", keep_letters_as_text, priority=600)
     app.connect("build-finished", write_execution_times)
+    app.connect("build-finished", favicon_at_the_root)
     app.add_css_file("mha-site.css")
     here = Path(__file__).parent
     code = b"".join((here / name).read_bytes() for name in EXTENSION_FILES)

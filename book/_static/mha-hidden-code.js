@@ -1,25 +1,58 @@
 // Show a hidden code cell's source when its toggle is first opened (no network: the code
-// comes from the page's own JSON file in _static/hidden-code, written by mha_site.py).
+// comes from the page's own script in _static/hidden-code, written by mha_site.py).
 //
 // A chapter's hidden inputs (the code behind a figure or a computed paragraph) are closed
 // until the reader opens them, so the page leaves their code out and loads it on demand:
-// the page is smaller, and its first paint comes sooner. Before printing, every hidden cell
+// the page is smaller, and its first paint comes sooner. The code gets the copy button that
+// sphinx-copybutton gives the page's other code (a copy of one of them, pointed at this code;
+// its clipboard handler listens on the whole document). Before printing, every hidden cell
 // is filled, so that an opened one prints its code.
 (function () {
   "use strict";
 
-  var lists = {}; // JSON url -> promise of the list of code blocks
+  var lists = {}; // script url -> {promise of the list of code blocks, its resolve}
+
+  // The page's code script calls this with the url the page names it by (a script, not JSON
+  // fetched, loads from file:// too).
+  window.mhaHiddenCode = function (url, list) {
+    if (lists[url]) {
+      lists[url].resolve(list);
+    }
+  };
 
   function codes(url) {
     if (!lists[url]) {
-      lists[url] = fetch(url).then(function (response) {
-        if (!response.ok) {
-          throw new Error(response.status + " " + response.statusText);
-        }
-        return response.json();
+      var entry = {};
+      entry.promise = new Promise(function (resolve, reject) {
+        entry.resolve = resolve;
+        var tag = document.createElement("script");
+        tag.src = url;
+        tag.addEventListener("error", function () {
+          tag.remove();
+          reject(new Error("no response from " + url));
+        });
+        document.head.appendChild(tag);
       });
+      lists[url] = entry;
     }
-    return lists[url];
+    return lists[url].promise;
+  }
+
+  function addCopyButtons(slot) {
+    var model = document.querySelector("button.copybtn[data-clipboard-target]");
+    if (!model) {
+      return;
+    }
+    slot.querySelectorAll("div.highlight pre").forEach(function (pre, index) {
+      var next = pre.nextElementSibling;
+      if (next && next.classList.contains("copybtn")) {
+        return;
+      }
+      pre.id = pre.id || "mha-hidden-" + slot.dataset.mhaIndex + "-" + index;
+      var button = model.cloneNode(true);
+      button.setAttribute("data-clipboard-target", "#" + pre.id);
+      pre.insertAdjacentElement("afterend", button);
+    });
   }
 
   function fill(slot) {
@@ -30,6 +63,7 @@
     codes(slot.dataset.mhaCode)
       .then(function (list) {
         slot.innerHTML = list[Number(slot.dataset.mhaIndex)];
+        addCopyButtons(slot);
       })
       .catch(function (error) {
         delete slot.dataset.mhaFilled;

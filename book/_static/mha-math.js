@@ -1,12 +1,21 @@
 // Typeset a page's formulas when they come near the screen, a few at a time (no network).
 //
+// On the site, MathJax is not in the page: this script's data-mathjax names it, and it is
+// loaded when the first formula comes within a screen of the viewport (a page whose formulas
+// are further down does not download and run MathJax before the reader gets there). Where
+// the page has MathJax itself (the PDF's single page), it is used as it is.
 // MathJax (configured with startup.typeset = false in _config.yml) typesets nothing by itself.
 // Each formula (.math) of the text is typeset when it comes within a screen of the viewport
 // (formulas elsewhere, as in the page's contents, at once); formulas that arrive together are
 // typeset in tasks of at most BUDGET_MS each, so that the page keeps responding to the reader
-// while a screen of mathematics is drawn. Before printing, every formula left is typeset.
+// while a screen of mathematics is drawn. Before printing, every formula left is typeset;
+// printing with Ctrl/Cmd+P before MathJax was loaded loads it, typesets everything and prints.
 (function () {
   "use strict";
+
+  var script = document.currentScript;
+  var MATHJAX_URL = script ? script.getAttribute("data-mathjax") : null;
+  var requested = false;
 
   var NEAR = "100% 0px"; // one screen above and below the viewport
   // Typesetting time per task before the page may respond again: a phone is several times
@@ -56,14 +65,75 @@
     });
   }
 
+  // MathJax, loaded now if the page does not have it; then(MathJax) once it has started.
+  function withMathJax(then) {
+    if (MATHJAX_URL && !requested) {
+      requested = true;
+      var tag = document.createElement("script");
+      tag.src = MATHJAX_URL;
+      tag.async = true;
+      tag.addEventListener("error", function () {
+        console.error("MathJax could not be loaded from " + MATHJAX_URL);
+      });
+      document.head.appendChild(tag);
+    }
+    whenLoaded(then, 1200);
+  }
+
+  function typesetAll(mathjax, formulas) {
+    var left = formulas.filter(function (el) {
+      return !isTypeset(el);
+    });
+    if (left.length) {
+      try {
+        mathjax.typeset(left);
+      } catch (error) {
+        console.error(error);
+      }
+    }
+  }
+
   function start() {
     nameMathLinks();
     var formulas = [].slice.call(document.querySelectorAll(SELECTOR));
-    if (formulas.length) {
-      whenLoaded(function (mathjax) {
-        typesetNear(mathjax, formulas);
-      }, 400);
+    if (!formulas.length) {
+      return;
     }
+    var begin = function () {
+      withMathJax(function (mathjax) {
+        typesetNear(mathjax, formulas);
+      });
+    };
+    if (!MATHJAX_URL || !("IntersectionObserver" in window)) {
+      begin();
+      return;
+    }
+    // Printing before any formula came near: Ctrl/Cmd+P loads MathJax, typesets and prints.
+    document.addEventListener("keydown", function (event) {
+      var mathjax = window.MathJax;
+      var ready = mathjax && mathjax.startup && mathjax.startup.promise;
+      if ((event.ctrlKey || event.metaKey) && event.key === "p" && !ready) {
+        event.preventDefault();
+        withMathJax(function (loaded) {
+          loaded.startup.promise.then(function () {
+            typesetAll(loaded, formulas);
+            window.print();
+          });
+        });
+      }
+    });
+    var near = new IntersectionObserver(
+      function (entries) {
+        if (entries.some(function (entry) { return entry.isIntersecting; })) {
+          near.disconnect();
+          begin();
+        }
+      },
+      { rootMargin: NEAR }
+    );
+    formulas.forEach(function (el) {
+      near.observe(el);
+    });
   }
 
   function typesetNear(mathjax, formulas) {
@@ -125,16 +195,7 @@
       });
       run();
       window.addEventListener("beforeprint", function () {
-        var left = formulas.filter(function (el) {
-          return !isTypeset(el);
-        });
-        if (left.length) {
-          try {
-            mathjax.typeset(left);
-          } catch (error) {
-            console.error(error);
-          }
-        }
+        typesetAll(mathjax, formulas);
       });
     });
   }

@@ -14,9 +14,12 @@ visit). The tests below then check one property each on those records.
 from __future__ import annotations
 
 import contextlib
+import functools
+import http.server
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -62,10 +65,12 @@ async () => {
   return "not started";
 }
 """
+# MathJax has started, or the page has no math, or its MathJax is not requested yet (the site's
+# pages load it when the first formula comes near).
 MATHJAX_LOADED_JS = """
 () => !document.querySelector(".math") || (window.MathJax && (
   (window.MathJax.startup && window.MathJax.startup.promise) || (window.MathJax.Hub &&
-  window.MathJax.Hub.Queue)))
+  window.MathJax.Hub.Queue))) || !document.querySelector("script[src*='mathjax/']")
 """
 ALL_TYPESET_JS = """
 () => [...document.querySelectorAll(".math")].every((el) => el.querySelector("mjx-container"))
@@ -727,9 +732,138 @@ def test_a_hidden_code_cell_shows_its_code_when_opened(browser, site_url) -> Non
             "() => document.querySelector('[data-mha-code] pre')", timeout=LOAD_TIMEOUT_MS
         )
         code = slot.locator("pre").inner_text()
+        # Its copy button, like every other code cell's, copies this code.
+        target = slot.locator("pre + button.copybtn").get_attribute("data-clipboard-target")
+        copied_id = slot.locator("pre").get_attribute("id")
+        buttons = tab.locator("div.highlight pre + button.copybtn").count()
     finally:
         context.close()
     assert errors == []
-    chapter = jupytext.read(ROOT / "book" / "trained-heads.md")
-    sources = {cell.source.strip() for cell in chapter.cells if cell.cell_type == "code"}
-    assert code.strip() in sources, f"not the source of a code cell of the chapter: {code!r}"
+    assert code.strip() in _code_cell_sources("trained-heads"), f"not a code cell's source: {code!r}"
+    assert target == f"#{copied_id}" and buttons > 1
+
+
+class _SiteHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _open(browser, url: str, width: int = NARROW):
+    """A fresh tab at ``url`` (loaded), and the list its page errors and console errors go to."""
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    tab.goto(url, wait_until="load", timeout=LOAD_TIMEOUT_MS)
+    return context, tab, errors
+
+
+def test_mathjax_is_loaded_when_the_first_formula_comes_near(browser, site_url) -> None:
+    """The preface's one formula is far down: MathJax is requested when it comes near, and the
+    formula is typeset then."""
+    context, tab, errors = _open(browser, f"{site_url}book/preface.html")
+    try:
+        tab.wait_for_timeout(1500)
+        before = tab.evaluate("!!document.querySelector(\"script[src*='mathjax/']\")")
+        tab.locator(".math").first.scroll_into_view_if_needed()
+        tab.wait_for_function(ALL_TYPESET_JS, timeout=RENDER_TIMEOUT_MS)
+    finally:
+        context.close()
+    assert before is False, "MathJax was requested before any formula came near"
+    assert errors == []
+
+
+def test_printing_typesets_every_formula(browser, site_url) -> None:
+    """Before printing, every formula of a long chapter is typeset, also those never near; and
+    Ctrl+P on a page whose MathJax is not loaded yet loads it and typesets them all."""
+    context, tab, errors = _open(browser, f"{site_url}book/one-head-to-many.html")
+    try:
+        tab.wait_for_function(MATHJAX_LOADED_JS, timeout=RENDER_TIMEOUT_MS)
+        tab.evaluate("() => MathJax.startup.promise")
+        assert not tab.evaluate(ALL_TYPESET_JS), "every formula was typeset without printing"
+        tab.evaluate("window.dispatchEvent(new Event('beforeprint'))")
+        long_page = tab.evaluate(ALL_TYPESET_JS)
+    finally:
+        context.close()
+    context, tab, more = _open(browser, f"{site_url}book/preface.html")
+    try:
+        tab.evaluate("window.print = () => { window.mhaPrinted = true; }")  # no print dialog
+        tab.keyboard.press("Control+p")
+        tab.wait_for_function("() => window.mhaPrinted", timeout=RENDER_TIMEOUT_MS)
+        preface = tab.evaluate(ALL_TYPESET_JS)
+    finally:
+        context.close()
+    assert long_page and preface
+    assert errors + more == []
+
+
+def test_site_icon_loads(browser, site_url) -> None:
+    context, tab, errors = _open(browser, f"{site_url}book/api-core.html")
+    try:
+        linked = tab.evaluate("document.querySelector('link[rel~=icon]').href")
+        statuses = [
+            tab.evaluate(f"async () => (await fetch({url!r})).status")
+            for url in (linked, f"{site_url}favicon.ico")
+        ]
+    finally:
+        context.close()
+    assert statuses == [200, 200] and errors == []
+
+
+def _reader_features(tab) -> dict:
+    """What a reader sees work on a chapter page: math typeset, figures drawn, code revealed."""
+    tab.evaluate(SCROLL_JS)
+    tab.wait_for_function(ALL_TYPESET_JS, timeout=RENDER_TIMEOUT_MS)
+    tab.wait_for_function(PLOTLY_DONE_JS, timeout=RENDER_TIMEOUT_MS)
+    tab.locator("details.hide.above-input summary").first.click()
+    tab.wait_for_function(
+        "() => document.querySelector('[data-mha-code] pre')", timeout=RENDER_TIMEOUT_MS
+    )
+    return {
+        "figures": tab.locator("div.mha-plotly .main-svg").count(),
+        "copy buttons": tab.locator("button.copybtn").count(),
+        "code": tab.locator("[data-mha-code] pre").first.inner_text(),
+    }
+
+
+@pytest.mark.parametrize("where", ["file", "subpath"])
+def test_a_chapter_works_offline_from_files_and_under_a_subpath(
+    browser, built_site: Path, site_url: str, tmp_path: Path, where: str
+) -> None:
+    """From file:// (a downloaded copy) and under /mha-book/ (a project's GitHub Pages)."""
+    page = "book/one-head-to-many.html"
+    if where == "file":
+        context, tab, errors = _open(browser, (built_site / page).as_uri(), WIDE)
+        try:
+            seen = _reader_features(tab)
+        finally:
+            context.close()
+    else:
+        (tmp_path / "mha-book").symlink_to(built_site, target_is_directory=True)
+        handler = functools.partial(_SiteHandler, directory=str(tmp_path))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        failed: list[str] = []
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}/mha-book/{page}"
+            context, tab, errors = _open(browser, "about:blank", WIDE)
+            tab.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
+            tab.goto(url, wait_until="load", timeout=LOAD_TIMEOUT_MS)
+            try:
+                seen = _reader_features(tab)
+            finally:
+                context.close()
+        finally:
+            server.shutdown()
+            server.server_close()
+        errors += failed
+    assert errors == []
+    assert seen["figures"] > 0 and seen["copy buttons"] > 1, seen
+    assert seen["code"].strip() in _code_cell_sources("one-head-to-many"), seen["code"]
+
+
+def _code_cell_sources(chapter: str) -> set[str]:
+    """The sources of the code cells of ``book/<chapter>.md``, stripped."""
+    notebook = jupytext.read(ROOT / "book" / f"{chapter}.md")
+    return {cell.source.strip() for cell in notebook.cells if cell.cell_type == "code"}
