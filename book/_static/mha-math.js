@@ -93,6 +93,14 @@
     }
   }
 
+  // Every formula not yet typeset, in the promise form: printing waits for it, and a formula
+  // that needs a TeX extension loaded first is typeset too (the synchronous form stops there).
+  function typesetLeft(mathjax, formulas) {
+    return mathjax.typesetPromise(formulas.filter(function (el) {
+      return !isTypeset(el);
+    }));
+  }
+
   function start() {
     nameMathLinks();
     var formulas = [].slice.call(document.querySelectorAll(SELECTOR));
@@ -115,10 +123,16 @@
       if ((event.ctrlKey || event.metaKey) && event.key === "p" && !ready) {
         event.preventDefault();
         withMathJax(function (loaded) {
-          loaded.startup.promise.then(function () {
-            typesetAll(loaded, formulas);
-            window.print();
-          });
+          loaded.startup.promise
+            .then(function () {
+              return typesetLeft(loaded, formulas);
+            })
+            .catch(function (error) {
+              console.error(error);
+            })
+            .then(function () {
+              window.print();
+            });
         });
       }
     });

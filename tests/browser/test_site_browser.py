@@ -788,7 +788,8 @@ def test_printing_typesets_every_formula(browser, site_url) -> None:
         context.close()
     context, tab, more = _open(browser, f"{site_url}book/preface.html")
     try:
-        tab.evaluate("window.print = () => { window.mhaPrinted = true; }")  # no print dialog
+        # No print dialog. (A function given as a string would be called by evaluate.)
+        tab.evaluate("() => { window.print = () => { window.mhaPrinted = true; }; }")
         tab.keyboard.press("Control+p")
         tab.wait_for_function("() => window.mhaPrinted", timeout=RENDER_TIMEOUT_MS)
         preface = tab.evaluate(ALL_TYPESET_JS)
@@ -814,6 +815,8 @@ def test_site_icon_loads(browser, site_url) -> None:
 def _reader_features(tab) -> dict:
     """What a reader sees work on a chapter page: math typeset, figures drawn, code revealed."""
     tab.evaluate(SCROLL_JS)
+    tab.evaluate(OPEN_MATH_DROPDOWNS_JS)
+    tab.evaluate(BRING_UNTYPESET_MATH_NEAR_JS)
     tab.wait_for_function(ALL_TYPESET_JS, timeout=RENDER_TIMEOUT_MS)
     tab.wait_for_function(PLOTLY_DONE_JS, timeout=RENDER_TIMEOUT_MS)
     tab.locator("details.hide.above-input summary").first.click()
