@@ -739,7 +739,7 @@ def test_a_hidden_code_cell_shows_its_code_when_opened(browser, site_url) -> Non
     finally:
         context.close()
     assert errors == []
-    assert code.strip() in _code_cell_sources("trained-heads"), f"not a code cell's source: {code!r}"
+    assert code.strip() in _code_cell_sources("trained-heads"), f"not a cell's code: {code!r}"
     assert target == f"#{copied_id}" and buttons > 1
 
 
