@@ -76,12 +76,24 @@ def test_budget_names_each_threshold_a_median_misses():
 def test_table_marks_figures_over_the_budget_and_ratios_over_the_targets():
     runs = [
         {
-            "book/preface": _figures(1000, 1200, 10, 0.0, 0.99),
-            "book/x": _figures(1300, 2600, 30, 0.0, 0.92),
+            "book/preface": _figures(1000, 1200, 60, 0.0, 0.99),
+            "book/x": _figures(1300, 2600, 180, 0.0, 0.92),
         }
     ]
     medians = lighthouse_table.median_run(runs)
     row = lighthouse_table.run_table(medians)[-1]
-    assert row.startswith("| x | 0.92 | 1.30 | 2.60 (over) | 30 | 0.000 |")
+    assert row.startswith("| x | 0.92 | 1.30 | 2.60 (over) | 180 | 0.000 |")
     assert row.endswith("| 3.00 (over) | 1.30 (over) |")
     assert "TBT 3.00x" in "\n".join(lighthouse_table.misses(medians))
+
+
+def test_a_preface_that_hardly_blocks_is_compared_as_blocking_the_floor():
+    """A ratio to a preface TBT of 0 or a few ms says nothing: the floor stands in for it."""
+    run = {
+        "book/preface": _figures(1000, 1200, 0, 0.0, 0.99),
+        "book/x": _figures(1000, 1200, 60, 0.0, 0.99),
+        "book/y": _figures(1000, 1200, 90, 0.0, 0.97),
+    }
+    assert lighthouse_table.ratios(run, "book/x")[0] == 60 / lighthouse_table.TBT_FLOOR_MS
+    missed = lighthouse_table.misses(lighthouse_table.median_run([run]))
+    assert [line.split(":")[0] for line in missed] == ["book/y"]
