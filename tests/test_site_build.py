@@ -949,3 +949,15 @@ def test_every_page_links_the_site_icon(built_site: Path) -> None:
         assert len(icons) == 1, f"{page}: icon links {icons}"
         icon = (path.parent / icons[0].split("?")[0]).resolve()
         assert icon.is_file() and icon.read_bytes() == root_icon, f"{page}: {icons[0]}"
+
+
+@pytest.mark.site
+def test_no_stylesheet_of_a_page_imports_another(built_site: Path) -> None:
+    """A stylesheet that imports another makes a chain of requests before the first paint:
+    each page links every stylesheet it needs itself, and each exists."""
+    for page in toc_pages():
+        path = page_path(built_site, page)
+        for attr in head_assets(path.read_text(encoding="utf8")).styles:
+            sheet = (path.parent / attr["href"].split("?")[0]).resolve()
+            assert sheet.is_file(), f"{page}: missing stylesheet {attr['href']}"
+            assert "@import" not in sheet.read_text(encoding="utf8"), f"{page}: {attr['href']}"
