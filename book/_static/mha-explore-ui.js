@@ -65,7 +65,7 @@
   function select(label, options, value) {
     var wrap = el("label");
     wrap.appendChild(document.createTextNode(label + " "));
-    var s = el("select");
+    var s = el("select", { "aria-label": label });
     options.forEach(function (o) {
       var opt = el("option", { value: o[0] }, o[1]);
       if (o[0] === value) opt.selected = true;
@@ -176,6 +176,8 @@
       var shape = kind === "q"
         ? svgEl("rect", { x: -9, y: -9, width: 18, height: 18, fill: "currentColor", stroke: "#E69F00", "stroke-width": 2 })
         : svgEl("circle", { r: 10, fill: "var(--pst-color-background, #fff)", stroke: "currentColor", "stroke-width": 2 });
+      // a touch target of 44 px around the point (WCAG 2.5.5), drawn transparent
+      g.appendChild(svgEl("circle", { r: 22, fill: "transparent", class: "mx-hit" }));
       g.appendChild(shape);
       var label = svgEl("text", { x: 13, y: -10, "font-size": 14, fill: "currentColor" },
         kind === "q" ? "x" : "k" + (index + 1));
@@ -188,7 +190,11 @@
       }
       g.addEventListener("pointerdown", function (evt) {
         evt.preventDefault();
-        g.setPointerCapture(evt.pointerId);
+        try {
+          g.setPointerCapture(evt.pointerId); // keep the drag when the pointer leaves the point
+        } catch (err) {
+          // a pointer the browser no longer tracks: the drag still follows its moves here
+        }
         g.focus({ preventScroll: true });
         function move(e) {
           var p = svgPoint(svg, e);
@@ -242,7 +248,7 @@
         box.textContent = "";
         box.appendChild(el("strong", { style: "color:" + colour }, "Head " + (h + 1)));
         box.appendChild(document.createTextNode(
-          h === 0 ? ": W^Q_1 = W^K_1 = I" : ": W^Q_2 turns x by 90\u00b0, W^K_2 = I"));
+          h === 0 ? ": x and the keys as they are" : ": x turned by 90\u00b0 (W^Q_2), the keys as they are"));
         var bars = svgEl("svg", { viewBox: "0 0 " + (S * 56) + " 74", role: "img",
           "aria-label": "Head " + (h + 1) + " weights: " + w.map(function (x, j) { return "k" + (j + 1) + " " + fmt(x, 2); }).join(", ") });
         w.forEach(function (x, j) {

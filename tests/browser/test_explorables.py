@@ -15,10 +15,15 @@ page shows are compared with ``mha``'s for the state read back from the page.
 
 from __future__ import annotations
 
+import functools
+import http.server
+import json
 import math
 import re
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
@@ -354,3 +359,376 @@ def test_a_mutated_module_fails_the_checks(blank_page, mutation: str) -> None:
     with pytest.raises(AssertionError) as failure:
         CHECKS[check](js)
     print(f"\n[{mutation}] {str(failure.value).splitlines()[0][:300]}")
+
+
+# --------------------------------------------------------------------------- the explorables
+# Each figure keeps its state (data-state) and the numbers it shows (data-*) on the page; the
+# tests drive it as a reader would and recompute those numbers with mha for the state read
+# back.
+
+PAGES = {
+    "heads": "book/one-head-to-many.html",
+    "online-softmax": "book/attention-without-the-score-matrix.html",
+    "kv-cache": "book/inference.html",
+}
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def subpath_url(built_site: Path) -> Iterator[str]:
+    """The built site served from loopback under a subpath (``/html/``), as a project site is
+    served under ``/<repository>/``."""
+    handler = functools.partial(_QuietHandler, directory=str(built_site.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{built_site.name}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _open(browser, url: str, **context: object):
+    """A new page at ``url`` whose explorable is ready; the console errors it logs."""
+    ctx = browser.new_context(**context)
+    page = ctx.new_page()
+    errors: list[str] = []
+    # A resource that fails to load is reported below by its URL, not by its console message.
+    page.on(
+        "console",
+        lambda m: (
+            errors.append(m.text)
+            if m.type == "error" and not m.text.startswith("Failed to load resource")
+            else None
+        ),
+    )
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    failed: list[str] = []
+    page.on("requestfailed", lambda r: failed.append(r.url))
+    # Under a subpath the browser also asks the host's root for /favicon.ico, which is not
+    # the site's (the site's own is at its root, /html/favicon.ico here).
+    page.on(
+        "response",
+        lambda r: (
+            failed.append(r.url)
+            if r.status >= 400 and urlsplit(r.url).path != "/favicon.ico"
+            else None
+        ),
+    )
+    page.goto(url, wait_until="load")
+    page.wait_for_selector(".mha-explore[data-ready]", state="attached", timeout=30_000)
+    return page, errors, failed
+
+
+def _center(page, locator) -> tuple[float, float]:
+    """The centre of ``locator`` on screen, once it is in the viewport and stays there.
+
+    The site lays out offscreen sections lazily (``content-visibility: auto``), so bringing an
+    element into view can lay out the sections around it and move it: scroll again until
+    it holds still inside the viewport.
+    """
+    size = page.viewport_size
+    for _ in range(10):
+        locator.scroll_into_view_if_needed()
+        page.wait_for_timeout(100)
+        box = locator.bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        if 0 <= x <= size["width"] and 0 <= y <= size["height"]:
+            page.wait_for_timeout(100)
+            again = locator.bounding_box()
+            if (again["x"], again["y"]) == (box["x"], box["y"]):
+                return x, y
+    raise AssertionError(f"{locator} does not stay in the viewport: {box}")
+
+
+def _state(page, figure: str) -> dict:
+    root = page.locator(f'.mha-explore[data-explore="{figure}"]')
+    return json.loads(root.get_attribute("data-state"))
+
+
+def _attr(page, selector: str, name: str) -> object:
+    return json.loads(page.locator(selector).get_attribute(name))
+
+
+def test_built_site_serves_the_tested_module(built_site: Path) -> None:
+    shipped = built_site / "_static" / "mha-explore.js"
+    assert shipped.read_bytes() == MODULE.read_bytes(), (
+        "the site's mha-explore.js is not the tested one"
+    )
+    for figure, page in PAGES.items():
+        text = (built_site / page).read_text(encoding="utf8")
+        assert f'data-explore="{figure}"' in text, f"{page} has no {figure} explorable"
+        assert 'src="../_static/mha-explore.js"' in text, f"{page} does not load mha-explore.js"
+
+
+@pytest.mark.parametrize("where", ["file", "subpath"])
+@pytest.mark.parametrize("figure", list(PAGES))
+def test_explorable_is_drawn_without_errors(
+    browser, built_site: Path, subpath_url: str, figure: str, where: str
+) -> None:
+    base = built_site.as_uri() + "/" if where == "file" else subpath_url
+    page, errors, failed = _open(browser, base + PAGES[figure], viewport=PHONE)
+    try:
+        root = page.locator(f'.mha-explore[data-explore="{figure}"]')
+        assert root.get_attribute("data-ready") == "true"
+        assert root.locator("svg title").count() >= 1, "the figure's SVG has no title"
+        assert not errors, f"console errors: {errors}"
+        assert not failed, f"failed requests: {failed}"
+        overflow = page.evaluate(
+            "(sel) => { const r = document.querySelector(sel);"
+            " const box = r.getBoundingClientRect();"
+            " return [document.documentElement.scrollWidth, window.innerWidth, box.right]; }",
+            f'.mha-explore[data-explore="{figure}"]',
+        )
+        assert overflow[0] <= overflow[1] and overflow[2] <= overflow[1], (
+            f"horizontal overflow at 390 px: {overflow}"
+        )
+        unnamed = page.evaluate(
+            "(sel) => [...document.querySelector(sel).querySelectorAll('button, select, input')]"
+            ".filter((c) => !(c.labels && c.labels.length) && !c.getAttribute('aria-label')"
+            " && !c.textContent.trim()).length",
+            f'.mha-explore[data-explore="{figure}"]',
+        )
+        assert unnamed == 0, f"{unnamed} controls without an accessible name"
+    finally:
+        page.context.close()
+
+
+def _expected_head(state: dict, w_q, w_k, head: int, query_position: int):
+    """Head ``head``'s weights and output by mha, with their bounds, for the figure's state."""
+    x = np.array([state["query"]], dtype=np.float64)  # (1, 2)
+    keys = np.array(state["keys"], dtype=np.float64)  # (S, 2)
+    S = len(keys)
+    q = x @ np.array(w_q[head], dtype=np.float64)
+    k = keys @ np.array(w_k[head], dtype=np.float64)
+    mask = None
+    if state["mask"] == "causal":
+        mask = (np.arange(1, S + 1) <= query_position)[None, :]
+    elif state["mask"] == "padding":
+        mask = (np.arange(1, S + 1) < S)[None, :]
+    if state["scale"] == "sqrt":
+        scale = 1 / math.sqrt(2)
+        out, weights = np_backend.scaled_dot_product_attention(q, k, keys, mask)
+    else:
+        scale = 1.0
+        weights = np_backend.softmax(q @ k.T * scale, mask)
+        out = weights @ keys
+    rho = tolerance.softmax_tolerance(
+        np.float64, logit_scale=_score_bound(q, k, scale), d_head=2, kv_len=S
+    )
+    out_tol = (rho + 2 * tolerance.gamma(np.float64, S)) * np.abs(keys).max()
+    return weights[0], out[0], rho, out_tol, mask
+
+
+def _check_heads(page) -> dict:
+    state = _state(page, "heads")
+    root = '.mha-explore[data-explore="heads"]'
+    w_q, w_k = _attr(page, root, "data-w-q"), _attr(page, root, "data-w-k")
+    position = int(page.locator(root).get_attribute("data-query-position"))
+    for h in range(len(w_q)):
+        box = f'{root} .mx-head[data-head="{h + 1}"]'
+        weights, out, rho, out_tol, mask = _expected_head(state, w_q, w_k, h, position)
+        got_w = np.array(_attr(page, box, "data-weights"))
+        got_o = np.array(_attr(page, box, "data-output"))
+        assert_close(got_w, weights, rho, name=f"head {h + 1} weights")
+        assert_close(got_o, out, out_tol, name=f"head {h + 1} output")
+        if mask is not None:
+            assert (got_w[~mask[0]] == 0).all(), "a masked key's weight is not exactly 0"
+        shown = page.locator(box).text_content()
+        assert f"{got_w.argmax() + 1} {got_w.max():.2f}" in shown, "the weights shown"
+    return state
+
+
+def test_heads_explorable_follows_mouse_keyboard_and_controls(browser, built_site: Path) -> None:
+    page, errors, _ = _open(browser, built_site.as_uri() + "/" + PAGES["heads"])
+    try:
+        start = _check_heads(page)
+        cx, cy = _center(page, page.locator('.mha-explore [data-point="x"] .mx-hit'))
+        page.mouse.move(cx, cy)
+        page.mouse.down()
+        page.mouse.move(cx - 60, cy + 40, steps=5)
+        page.mouse.up()
+        dragged = _check_heads(page)
+        assert dragged["query"][0] < start["query"][0] and dragged["query"][1] < start["query"][1]
+
+        key = page.locator('.mha-explore [data-point="k2"]')
+        key.focus()
+        page.keyboard.press("ArrowRight")
+        moved = _check_heads(page)
+        assert moved["keys"][1] == [dragged["keys"][1][0] + 0.25, dragged["keys"][1][1]]
+        page.keyboard.press("Shift+ArrowDown")
+        assert _check_heads(page)["keys"][1][1] == dragged["keys"][1][1] - 1.0
+
+        page.get_by_label("Scale of the scores", exact=True).select_option("none")
+        assert _check_heads(page)["scale"] == "none"
+        for mask in ("causal", "padding", "none"):
+            page.get_by_label("Mask", exact=True).select_option(mask)
+            assert _check_heads(page)["mask"] == mask
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+def test_heads_explorable_follows_touch_on_a_phone(browser, built_site: Path) -> None:
+    page, errors, _ = _open(
+        browser,
+        built_site.as_uri() + "/" + PAGES["heads"],
+        viewport=PHONE,
+        has_touch=True,
+        is_mobile=True,
+    )
+    try:
+        start = _check_heads(page)
+        x, y = _center(page, page.locator('.mha-explore [data-point="k1"] .mx-hit'))
+        cdp = page.context.new_cdp_session(page)
+        cdp.send(
+            "Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": [{"x": x, "y": y}]}
+        )
+        for i in range(1, 6):
+            cdp.send(
+                "Input.dispatchTouchEvent",
+                {"type": "touchMove", "touchPoints": [{"x": x - 12 * i, "y": y + 8 * i}]},
+            )
+        cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+        moved = _check_heads(page)
+        assert moved["keys"][0][0] < start["keys"][0][0], "a touch drag did not move k1"
+        assert moved["keys"][0][1] < start["keys"][0][1]
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+def _check_online(page) -> dict:
+    root = '.mha-explore[data-explore="online-softmax"]'
+    state = _state(page, "online-softmax")
+    running = _attr(page, root, "data-running")
+    exact = _attr(page, root, "data-exact")
+    z = np.array(state["scores"], dtype=np.float64)
+    v = np.array(state["values"], dtype=np.float64)[:, None]
+    S, block_size, step = len(z), state["block_size"], state["step"]
+    steps: list[tiled.TileStep] = []
+    tiled.attention(np.ones((1, 1)), z[:, None], v, block_q=1, block_kv=block_size, trace=steps)
+    merges = math.ceil(S / block_size) - 1
+    sum_tol, w_tol = tolerance.online_softmax_tolerance(np.float64, terms=S, merges=merges)
+    assert_close(np.array(exact["weights"]), np_backend.softmax(z), w_tol, name="exact softmax")
+    ref_out, _ = np_backend.scaled_dot_product_attention(np.ones((1, 1)), z[:, None], v)
+    out_tol = (w_tol + 2 * tolerance.gamma(np.float64, S)) * np.abs(v).max()
+    assert_close(np.array(exact["output"]), ref_out[0, 0], out_tol, name="exact output")
+    if step == 0:
+        assert running["row_max"] is None or running["row_max"] == -math.inf
+        assert running["row_sum"] == 0 and running["acc"] == 0 and running["seen"] == 0
+        return state
+    st = steps[step - 1]
+    assert running["seen"] == st.kv_block[1]
+    assert running["row_max"] == float(st.row_max[0]), "running max"  # exact: a maximum of z
+    l_ref = float(st.row_sum[0])
+    assert_close(np.array(running["row_sum"]), l_ref, sum_tol * l_ref, name="running sum")
+    assert_close(np.array(running["rescale"]), st.rescale[0], w_tol, name="rescale")
+    acc_tol = sum_tol * l_ref * np.abs(v).max()
+    assert_close(np.array(running["acc"]), st.acc[0, 0], acc_tol, name="accumulator")
+    seen = st.kv_block[1]
+    so_far = np.array(running["weights"][:seen], dtype=np.float64)
+    assert_close(so_far, np.exp(z[:seen] - st.row_max[0]) / l_ref, w_tol, name="weights so far")
+    if seen == S:  # after the last block: the exact softmax and output
+        assert_close(so_far, np_backend.softmax(z), 2 * w_tol, name="final weights")
+        assert_close(
+            np.array(running["acc"] / running["row_sum"]), ref_out[0, 0], 2 * out_tol, name="o"
+        )
+    return state
+
+
+def test_online_softmax_explorable_steps_through_the_blocks(browser, built_site: Path) -> None:
+    page, errors, _ = _open(
+        browser, built_site.as_uri() + "/" + PAGES["online-softmax"], viewport=PHONE
+    )
+    try:
+        assert _check_online(page)["step"] == 0
+        nxt = page.get_by_role("button", name="Next block")
+        prev = page.get_by_role("button", name="Previous block")
+        nxt.click()
+        assert _check_online(page)["step"] == 1
+        page.get_by_label("score z_5", exact=True).fill("9.5")
+        state = _check_online(page)
+        assert state["scores"][4] == 9.5 and state["step"] == 1
+        nxt.click()
+        nxt.click()
+        assert _check_online(page)["step"] == 3
+        assert nxt.is_disabled(), "Next stays enabled after the last block"
+        prev.click()
+        assert _check_online(page)["step"] == 2
+        for size in ("1", "4", "8"):
+            page.get_by_label("Block size B_c", exact=True).select_option(size)
+            assert _check_online(page)["step"] == 0
+            while not nxt.is_disabled():
+                nxt.click()
+                _check_online(page)
+        page.get_by_role("button", name="Random scores").click()
+        assert _check_online(page)["scores"] != state["scores"]
+        nxt.focus()
+        page.keyboard.press("Enter")
+        assert _check_online(page)["step"] == 1, "the keyboard does not step"
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+def _check_cache(page) -> dict:
+    root = '.mha-explore[data-explore="kv-cache"]'
+    state = _state(page, "kv-cache")
+    model = _attr(page, root, "data-model")
+    n, h_kv = state["tokens"], state["num_kv_heads"]
+    cache = arithmetic.kv_cache_bytes(model["num_layers"], n, h_kv, model["d_head"], np.float16)
+    step = arithmetic.decode_step_cost(
+        model["d_model"], model["num_heads"], h_kv, n + 1, np.float16
+    )
+    assert int(page.locator(root).get_attribute("data-cache-bytes")) == cache
+    assert int(page.locator(root).get_attribute("data-step-bytes")) == step.bytes
+    assert int(page.locator(root).get_attribute("data-step-flops")) == step.flops
+    shown = page.locator(root).text_content()
+    assert f"{cache:,} bytes" in shown and f"{step.bytes:,} bytes" in shown, "the bytes shown"
+    return state
+
+
+def test_kv_cache_explorable_appends_and_shares_heads(browser, built_site: Path) -> None:
+    page, errors, _ = _open(browser, built_site.as_uri() + "/" + PAGES["kv-cache"], viewport=PHONE)
+    try:
+        model = _attr(page, '.mha-explore[data-explore="kv-cache"]', "data-model")
+        llama = next(c for c in arithmetic.PUBLISHED_CONFIGS if c.name == model["name"])
+        assert (model["num_layers"], model["num_heads"], model["d_head"], model["d_model"]) == (
+            llama.num_layers,
+            llama.num_heads,
+            llama.d_head,
+            llama.d_model,
+        )
+        assert model["max_context"] == llama.max_context
+        first = _check_cache(page)
+        one = page.get_by_role("button", name="Append a token")
+        one.click()
+        assert _check_cache(page)["tokens"] == first["tokens"] + 1
+        kv = page.get_by_label("Key/value heads H_kv", exact=True)
+        options = kv.locator("option").all_inner_texts()
+        assert [int(o) for o in options] == [
+            h for h in range(1, llama.num_heads + 1) if llama.num_heads % h == 0
+        ]
+        for h_kv in ("8", "1", "32"):
+            kv.select_option(h_kv)
+            assert _check_cache(page)["num_kv_heads"] == int(h_kv)
+        many = page.get_by_role("button", name="Append 256 tokens")
+        while not many.is_disabled():
+            many.click()
+        full = _check_cache(page)
+        assert full["tokens"] == llama.max_context - 1 and one.is_disabled()
+        page.get_by_role("button", name=re.compile("Start over")).click()
+        assert _check_cache(page)["tokens"] == first["tokens"]
+        one.focus()
+        page.keyboard.press("Space")
+        assert _check_cache(page)["tokens"] == first["tokens"] + 1, "the keyboard does not append"
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
