@@ -246,7 +246,10 @@
         box.setAttribute("data-weights", JSON.stringify(w));
         box.setAttribute("data-output", JSON.stringify(o));
         box.textContent = "";
-        box.appendChild(el("strong", { style: "color:" + colour }, "Head " + (h + 1)));
+        // the head's colour on a swatch, its name in the text's colour (contrast in both themes)
+        box.appendChild(el("span", { "aria-hidden": "true", style: "display:inline-block;width:.8em;" +
+          "height:.8em;margin-right:.3em;border-radius:.15em;background:" + colour }));
+        box.appendChild(el("strong", {}, "Head " + (h + 1)));
         box.appendChild(document.createTextNode(
           h === 0 ? ": x and the keys as they are" : ": x turned by 90\u00b0 (W^Q_2), the keys as they are"));
         var bars = svgEl("svg", { viewBox: "0 0 " + (S * 56) + " 74", role: "img",
@@ -271,7 +274,8 @@
         var p = toSvg(o);
         outputs.appendChild(svgEl("path", { d: "M" + (p[0] - 7) + " " + (p[1] - 7) + "l14 14m0 -14l-14 14",
           stroke: colour, "stroke-width": 3 }));
-        outputs.appendChild(svgEl("text", { x: p[0] + 8, y: p[1] + 16, "font-size": 13, fill: colour }, "o" + (h + 1)));
+        outputs.appendChild(svgEl("text", { x: p[0] + 8, y: p[1] + 16, "font-size": 13, fill: "currentColor" },
+          "o" + (h + 1)));
         var top = w.indexOf(Math.max.apply(null, w));
         summary.push("head " + (h + 1) + " gives k" + (top + 1) + " the most weight, " + fmt(w[top], 2));
       });
