@@ -32,6 +32,7 @@
     ".mha-explore button:disabled{opacity:.5}",
     ".mha-explore input[type=number]{width:3.6rem}",
     ".mha-explore td{white-space:nowrap}",
+    ".mha-explore table.mx-wrap td{white-space:normal}",
     ".mha-explore table{border-collapse:collapse;font-size:.9em;margin:.3rem 0;max-width:100%}",
     ".mha-explore td,.mha-explore th{padding:.1rem .45rem;text-align:right;border-bottom:1px solid var(--pst-color-border,#ddd)}",
     ".mha-explore tr.mx-current{background:rgba(230,159,0,.22)}.mha-explore tr.mx-seen{background:rgba(86,180,233,.15)}",
@@ -548,7 +549,7 @@
         ["of which the cache", bytesText(cacheRead)],
         ["next step's FLOPs, one layer", step.flops.toLocaleString("en-US")],
       ];
-      var t = el("table");
+      var t = el("table", { class: "mx-wrap" });
       rows.forEach(function (r) {
         var tr = el("tr");
         tr.appendChild(el("th", { scope: "row", style: "text-align:left" }, r[0]));
