@@ -1,0 +1,736 @@
+"""The explorables' arithmetic in Chromium, held to ``mha``'s results.
+
+``book/_static/mha-explore.js`` mirrors ``mha``'s functions by name (softmax, scaled
+dot-product attention, the online softmax and the tiled forward, the cache's size and a
+decoding step's bytes). Each check below draws inputs in Python, evaluates the JavaScript
+function in a headless Chromium page and compares with ``mha``: to the rounding bounds of
+``mha.numerics.tolerance`` for float64, exactly where the arithmetic is exact (integer byte
+counts, maxima, masked zeros). A mutated copy of the module (a wrong scale, no max
+subtraction, a missing rescale, a missing factor of 2) must fail those same checks.
+
+The explorables themselves are then driven in the built site (from ``file://`` and from a
+server that puts the site under a subpath): a drag, a key press, a button, and the numbers the
+page shows are compared with ``mha``'s for the state read back from the page.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import math
+import re
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import numpy as np
+import pytest
+
+from mha.backends import np_backend, tiled
+from mha.cost import arithmetic
+from mha.numerics import tolerance
+from mha.numerics.tolerance import assert_close
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = ROOT / "book" / "_static" / "mha-explore.js"
+
+pytestmark = [pytest.mark.browser]
+
+Js = Callable[..., object]  # js("softmax", scores, mask) -> the function's result
+
+
+def _js_caller(page) -> Js:
+    def call(name: str, *args: object) -> object:
+        return page.evaluate("([name, args]) => window.mhaExplore[name](...args)", [name, args])
+
+    return call
+
+
+@pytest.fixture(scope="module")
+def blank_page(browser) -> Iterator[object]:
+    page = browser.new_page()
+    try:
+        yield page
+    finally:
+        page.close()
+
+
+def _load_module(page, text: str) -> Js:
+    page.set_content("<!doctype html><html lang='en'><title>mha-explore</title></html>")
+    page.add_script_tag(content=text)
+    return _js_caller(page)
+
+
+@pytest.fixture
+def js(blank_page) -> Js:
+    """The book's module, as committed, in a blank page (with the trace check's helper)."""
+    return _load_module(blank_page, MODULE.read_text(encoding="utf8") + TRACE_HELPER)
+
+
+def _tolist(x: np.ndarray) -> list:
+    return np.asarray(x).tolist()
+
+
+def _masks(rng: np.random.Generator, shape: tuple[int, ...]) -> list[np.ndarray | None]:
+    """No mask, a random mask with one fully masked row, a causal mask, a (1, S) row mask."""
+    L, S = shape[-2], shape[-1]
+    random = rng.random(shape) < 0.7
+    random[..., 0, :] = False  # a fully masked row: all-zero weights in mha
+    causal = np.broadcast_to(np.tril(np.ones((L, S), dtype=bool)), shape).copy()
+    row = np.ones((1, S), dtype=bool)
+    row[0, -1] = False  # the last key is padding
+    return [None, random, causal, row]
+
+
+# --------------------------------------------------------------------------- the checks
+# Each check takes a caller of the module and raises AssertionError when a result differs
+# from mha's by more than its bound; the mutation test runs them on mutated modules.
+
+
+def check_softmax(js: Js) -> None:
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        for shape, spread in (((4, 7), 3.0), ((2, 3, 17), 10.0), ((5, 1), 1.0), ((3, 9), 300.0)):
+            scores = spread * rng.standard_normal(shape)
+            S = shape[-1]
+            weight_tol = tolerance.online_softmax_tolerance(np.float64, terms=S, merges=0)[1]
+            for mask in _masks(rng, shape if len(shape) >= 2 else (1, *shape)):
+                expected = np_backend.softmax(scores, mask)
+                got = np.array(
+                    js("softmax", _tolist(scores), None if mask is None else _tolist(mask))
+                )
+                assert got.shape == expected.shape, f"softmax shape {got.shape} != {expected.shape}"
+                assert_close(got, expected, weight_tol, name=f"softmax (seed {seed}, {shape})")
+                if mask is not None:
+                    blocked = ~np.broadcast_to(mask, shape)
+                    assert (got[blocked] == 0).all(), "softmax: a masked entry is not exactly 0"
+
+
+def _score_bound(query: np.ndarray, key: np.ndarray, scale: float) -> float:
+    """``c >= max_ij sum_d |q_id k_jd| * scale``: the logit scale of the tolerance."""
+    return float((np.abs(query) @ np.abs(np.swapaxes(key, -1, -2))).max() * scale)
+
+
+def check_attention(js: Js) -> None:
+    for seed in range(3):
+        rng = np.random.default_rng(100 + seed)
+        for lead, L, S, Dh, Dv in (((), 3, 5, 4, 4), ((2,), 6, 6, 8, 3), ((2, 2), 1, 9, 2, 5)):
+            query = rng.standard_normal((*lead, L, Dh))
+            key = rng.standard_normal((*lead, S, Dh))
+            value = rng.standard_normal((*lead, S, Dv))
+            for mask in _masks(rng, (*lead, L, S)):
+                m = None if mask is None else _tolist(mask)
+                for scale in (None, 1.0):
+                    s = 1 / math.sqrt(Dh) if scale is None else scale
+                    if scale is None:  # mha's function: the scale 1 / sqrt(Dh)
+                        exp_out, exp_w = np_backend.scaled_dot_product_attention(
+                            query, key, value, mask
+                        )
+                    else:  # a given scale: mha's softmax of the scaled scores, times V
+                        exp_w = np_backend.softmax(query @ np.swapaxes(key, -1, -2) * s, mask)
+                        exp_out = exp_w @ value
+                    got_out, got_w = js(
+                        "scaled_dot_product_attention",
+                        _tolist(query),
+                        _tolist(key),
+                        _tolist(value),
+                        m,
+                        scale,
+                    )
+                    rho = tolerance.softmax_tolerance(
+                        np.float64, logit_scale=_score_bound(query, key, s), d_head=Dh, kv_len=S
+                    )
+                    out_tol = (rho + 2 * tolerance.gamma(np.float64, S)) * np.abs(value).max()
+                    where = f"seed {seed}, lead {lead}, L={L}, S={S}, Dh={Dh}, scale={scale}"
+                    assert_close(np.array(got_w), exp_w, rho, name=f"weights ({where})")
+                    assert_close(np.array(got_out), exp_out, out_tol, name=f"output ({where})")
+
+
+def check_online_softmax(js: Js) -> None:
+    for seed in range(3):
+        rng = np.random.default_rng(200 + seed)
+        scores = 20 * rng.standard_normal((4, 23))
+        keep = rng.random((4, 23)) < 0.6
+        keep[2] = False  # a fully masked row: (-inf, 0), then all-zero weights
+        for mask in (None, keep):
+            m = None if mask is None else _tolist(mask)
+            row_max, row_sum = tiled.softmax_stats(scores, mask)
+            got_max, got_sum = js("softmax_stats", _tolist(scores), m)
+            sum_tol, _ = tolerance.online_softmax_tolerance(np.float64, terms=23, merges=0)
+            same = np.array_equal(np.array(got_max), row_max)  # exact: a maximum, no rounding
+            assert same, "softmax_stats row_max"
+            assert_close(
+                np.array(got_sum), row_sum, sum_tol * row_sum, name="softmax_stats row_sum"
+            )
+            for block_size in (1, 5, 23, 64):
+                merges = math.ceil(23 / block_size) - 1
+                _, weight_tol = tolerance.online_softmax_tolerance(
+                    np.float64, terms=23, merges=merges
+                )
+                expected = tiled.online_softmax(scores, mask, block_size=block_size)
+                got = np.array(js("online_softmax", _tolist(scores), m, {"block_size": block_size}))
+                assert_close(
+                    got, expected, weight_tol, name=f"online_softmax (blocks of {block_size})"
+                )
+                assert_close(got, np_backend.softmax(scores, mask), weight_tol, name="vs softmax")
+        # combine_stats on the statistics of two blocks, the empty block (-inf, 0) included
+        a, b = scores[:, :10], scores[:, 10:]
+        ka, kb = keep[:, :10], keep[:, 10:]
+        ka[0] = False  # row 0: block a empty; row 2: both empty
+        sa, sb = tiled.softmax_stats(a, ka), tiled.softmax_stats(b, kb)
+        expected = tiled.combine_stats(*sa, *sb)
+        got = js("combine_stats", *(_tolist(x) for x in (*sa, *sb)))
+        same = np.array_equal(np.array(got[0]), expected[0])  # exact: a maximum, no rounding
+        assert same, "combine_stats max"
+        sum_tol, _ = tolerance.online_softmax_tolerance(np.float64, terms=23, merges=1)
+        assert_close(np.array(got[1]), expected[1], sum_tol * expected[1], name="combine_stats sum")
+        assert got[0][2] == -math.inf and got[1][2] == 0, "(-inf, 0) and (-inf, 0) give (-inf, 0)"
+        identity = got[1][0] == float(sb[1][0])  # exact: l_b e^0 + 0 e^-inf
+        assert identity, "(-inf, 0) is the identity: l_b unchanged"
+
+
+def check_tiled_trace(js: Js) -> None:
+    """The stepper's computation: one row of scores z as a query of width 1 (q = 1, k_j = z_j,
+    scale 1/sqrt(1) = 1, so the scores are exactly z), values v of width 1 or more."""
+    for seed in range(3):
+        rng = np.random.default_rng(300 + seed)
+        S = int(rng.integers(5, 17))
+        z = 5 * rng.standard_normal(S)
+        for Dv in (1, 3):
+            v = rng.standard_normal((S, Dv))
+            keep = rng.random((1, S)) < 0.7
+            keep[0, :3] = False  # the first block(s) may be skipped
+            for mask in (None, keep):
+                for block_kv in (1, 3, 4, S):
+                    query, key = np.ones((1, 1)), z[:, None]
+                    steps: list[tiled.TileStep] = []
+                    exp_out, exp_lse = tiled.attention(
+                        query, key, v, mask, block_q=1, block_kv=block_kv, trace=steps
+                    )
+                    m = None if mask is None else _tolist(mask)
+                    got_out, got_lse, got_trace = js(
+                        "__traced",
+                        _tolist(query),
+                        _tolist(key),
+                        _tolist(v),
+                        m,
+                        {"block_q": 1, "block_kv": block_kv},
+                    )
+                    where = f"seed {seed}, S={S}, Dv={Dv}, blocks of {block_kv}"
+                    assert len(got_trace) == len(steps), f"trace length ({where})"
+                    merges = math.ceil(S / block_kv) - 1
+                    sum_tol, w_tol = tolerance.online_softmax_tolerance(
+                        np.float64, terms=S, merges=merges
+                    )
+                    for got, st in zip(got_trace, steps, strict=True):
+                        assert tuple(got["kv_block"]) == st.kv_block, f"kv_block ({where})"
+                        assert got["computed"] == st.computed, f"computed ({where})"
+                        same = np.array_equal(np.array(got["row_max"]), st.row_max)  # exact: max
+                        assert same, f"row_max ({where})"
+                        l_exp = st.row_sum
+                        assert_close(
+                            np.array(got["row_sum"]), l_exp, sum_tol * l_exp, name="row_sum"
+                        )
+                        assert_close(np.array(got["rescale"]), st.rescale, w_tol, name="rescale")
+                        acc_tol = sum_tol * l_exp[:, None] * np.abs(v).max()
+                        assert_close(np.array(got["acc"]), st.acc, acc_tol, name=f"acc ({where})")
+                    out_tol = (w_tol + 2 * tolerance.gamma(np.float64, S)) * np.abs(v).max()
+                    assert_close(np.array(got_out), exp_out, out_tol, name=f"output ({where})")
+                    assert_close(np.array(got_lse), exp_lse, sum_tol, name=f"lse ({where})")
+
+
+def check_cost(js: Js) -> None:
+    for cfg in arithmetic.PUBLISHED_CONFIGS:
+        divisors = [h for h in range(1, cfg.num_heads + 1) if cfg.num_heads % h == 0]
+        for h_kv in divisors:
+            for kv_len in (1, 2, 17, 4096, cfg.max_context):
+                for dtype in ("float16", "float32"):
+                    for batch_size in (1, 3):
+                        expected = arithmetic.kv_cache_bytes(
+                            cfg.num_layers, kv_len, h_kv, cfg.d_head, dtype, batch_size=batch_size
+                        )
+                        got = js(
+                            "kv_cache_bytes",
+                            cfg.num_layers,
+                            kv_len,
+                            h_kv,
+                            cfg.d_head,
+                            dtype,
+                            {"batch_size": batch_size},
+                        )
+                        assert got == expected, f"kv_cache_bytes {cfg.name} H_kv={h_kv} S={kv_len}"
+                        for cached in (True, False):
+                            step = arithmetic.decode_step_cost(
+                                cfg.d_model,
+                                cfg.num_heads,
+                                h_kv,
+                                kv_len,
+                                dtype,
+                                batch_size=batch_size,
+                                cached=cached,
+                            )
+                            got = js(
+                                "decode_step_cost",
+                                cfg.d_model,
+                                cfg.num_heads,
+                                h_kv,
+                                kv_len,
+                                dtype,
+                                {"batch_size": batch_size, "cached": cached},
+                            )
+                            what = f"decode_step_cost {cfg.name} H_kv={h_kv} S={kv_len} {dtype}"
+                            assert (got["flops"], got["bytes"]) == (step.flops, step.bytes), what
+
+
+CHECKS = {
+    "softmax": check_softmax,
+    "scaled_dot_product_attention": check_attention,
+    "online_softmax": check_online_softmax,
+    "tiled_attention": check_tiled_trace,
+    "cost": check_cost,
+}
+
+# The trace check's helper: tiled_attention's output, lse and trace (an array passed in
+# ``options.trace`` is filled in the page, so it is returned from there).
+TRACE_HELPER = """
+window.mhaExplore.__traced = function (q, k, v, m, options) {
+  var trace = [];
+  var r = window.mhaExplore.tiled_attention(q, k, v, m, Object.assign({}, options, {trace: trace}));
+  return [r[0], r[1], trace];
+};
+"""
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_module_matches_mha(js: Js, name: str) -> None:
+    CHECKS[name](js)
+
+
+def test_module_refuses_what_mha_refuses(js: Js) -> None:
+    for args, message in (
+        ((4096, 32, 5, 10), "num_kv_heads must divide num_heads; got num_heads=32, num_kv_heads=5"),
+        ((10, 3, 1, 10), "num_heads must divide d_model; got d_model=10, num_heads=3"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            arithmetic.decode_step_cost(*args)
+        with pytest.raises(Exception, match=re.escape(message)):
+            js("decode_step_cost", *args)
+
+
+# --------------------------------------------------------------------------- mutations
+# (what is replaced, by what, which check must then fail)
+MUTATIONS = {
+    "wrong scale (1/Dh for 1/sqrt(Dh))": (
+        "var s = scale === null || scale === undefined ? 1 / Math.sqrt(Dh) : scale;",
+        "var s = scale === null || scale === undefined ? 1 / Dh : scale;",
+        "scaled_dot_product_attention",
+    ),
+    "softmax without the max subtraction": (
+        "var m = safeMax(rowMax(z)); // fully masked rows",
+        "var m = 0; // fully masked rows",
+        "softmax",
+    ),
+    "combine without rescaling block a": (
+        "return [m, sum_a * Math.exp(max_a - shift) + sum_b * Math.exp(max_b - shift)];",
+        "return [m, sum_a + sum_b * Math.exp(max_b - shift)];",
+        "online_softmax",
+    ),
+    "accumulator not rescaled": (
+        "acc[r][e] = acc[r][e] * factor + pv;",
+        "acc[r][e] = acc[r][e] + pv;",
+        "tiled_attention",
+    ),
+    "cache without the factor 2 (keys only)": (
+        "2 * num_layers * batch_size * kv_len * num_kv_heads * d_head * itemsize(dtype)",
+        "num_layers * batch_size * kv_len * num_kv_heads * d_head * itemsize(dtype)",
+        "cost",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_a_mutated_module_fails_the_checks(blank_page, mutation: str) -> None:
+    old, new, check = MUTATIONS[mutation]
+    text = MODULE.read_text(encoding="utf8")
+    assert text.count(old) == 1, f"the mutation's target is not in the module once: {old}"
+    js = _load_module(blank_page, text.replace(old, new) + TRACE_HELPER)
+    with pytest.raises(AssertionError) as failure:
+        CHECKS[check](js)
+    print(f"\n[{mutation}] {str(failure.value).splitlines()[0][:300]}")
+
+
+# --------------------------------------------------------------------------- the explorables
+# Each figure keeps its state (data-state) and the numbers it shows (data-*) on the page; the
+# tests drive it as a reader would and recompute those numbers with mha for the state read
+# back.
+
+PAGES = {
+    "heads": "book/one-head-to-many.html",
+    "online-softmax": "book/attention-without-the-score-matrix.html",
+    "kv-cache": "book/inference.html",
+}
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def subpath_url(built_site: Path) -> Iterator[str]:
+    """The built site served from loopback under a subpath (``/html/``), as a project site is
+    served under ``/<repository>/``."""
+    handler = functools.partial(_QuietHandler, directory=str(built_site.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{built_site.name}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _open(browser, url: str, **context: object):
+    """A new page at ``url`` whose explorable is ready; the console errors it logs."""
+    ctx = browser.new_context(**context)
+    page = ctx.new_page()
+    errors: list[str] = []
+    # A resource that fails to load is reported below by its URL, not by its console message.
+    page.on(
+        "console",
+        lambda m: (
+            errors.append(m.text)
+            if m.type == "error" and not m.text.startswith("Failed to load resource")
+            else None
+        ),
+    )
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    failed: list[str] = []
+    page.on("requestfailed", lambda r: failed.append(r.url))
+    # Under a subpath the browser also asks the host's root for /favicon.ico, which is not
+    # the site's (the site's own is at its root, /html/favicon.ico here).
+    page.on(
+        "response",
+        lambda r: (
+            failed.append(r.url)
+            if r.status >= 400 and urlsplit(r.url).path != "/favicon.ico"
+            else None
+        ),
+    )
+    page.goto(url, wait_until="load")
+    page.wait_for_selector(".mha-explore[data-ready]", state="attached", timeout=30_000)
+    return page, errors, failed
+
+
+def _center(page, locator) -> tuple[float, float]:
+    """The centre of ``locator`` on screen, once it is in the viewport and stays there.
+
+    The site lays out offscreen sections lazily (``content-visibility: auto``), so bringing an
+    element into view can lay out the sections around it and move it: scroll again until
+    it holds still inside the viewport.
+    """
+    size = page.viewport_size
+    for _ in range(10):
+        locator.scroll_into_view_if_needed()
+        page.wait_for_timeout(100)
+        box = locator.bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        if 0 <= x <= size["width"] and 0 <= y <= size["height"]:
+            page.wait_for_timeout(100)
+            again = locator.bounding_box()
+            if (again["x"], again["y"]) == (box["x"], box["y"]):
+                return x, y
+    raise AssertionError(f"{locator} does not stay in the viewport: {box}")
+
+
+def _state(page, figure: str) -> dict:
+    root = page.locator(f'.mha-explore[data-explore="{figure}"]')
+    return json.loads(root.get_attribute("data-state"))
+
+
+def _attr(page, selector: str, name: str) -> object:
+    return json.loads(page.locator(selector).get_attribute(name))
+
+
+def test_built_site_serves_the_tested_module(built_site: Path) -> None:
+    # Sphinx copies static files only when it writes a page: a stale copy fails here.
+    for name in (MODULE.name, "mha-explore-ui.js"):
+        shipped = built_site / "_static" / name
+        source = MODULE.parent / name
+        assert shipped.read_bytes() == source.read_bytes(), f"the site's {name} is not the source's"
+    for figure, page in PAGES.items():
+        text = (built_site / page).read_text(encoding="utf8")
+        assert f'data-explore="{figure}"' in text, f"{page} has no {figure} explorable"
+        for name in (MODULE.name, "mha-explore-ui.js"):
+            assert f'src="../_static/{name}"' in text, f"{page} does not load {name}"
+
+
+@pytest.mark.parametrize("where", ["file", "subpath"])
+@pytest.mark.parametrize("figure", list(PAGES))
+def test_explorable_is_drawn_without_errors(
+    browser, built_site: Path, subpath_url: str, figure: str, where: str
+) -> None:
+    base = built_site.as_uri() + "/" if where == "file" else subpath_url
+    page, errors, failed = _open(browser, base + PAGES[figure], viewport=PHONE)
+    try:
+        root = page.locator(f'.mha-explore[data-explore="{figure}"]')
+        assert root.get_attribute("data-ready") == "true"
+        assert root.locator("svg title").count() >= 1, "the figure's SVG has no title"
+        assert not errors, f"console errors: {errors}"
+        assert not failed, f"failed requests: {failed}"
+        overflow = page.evaluate(
+            "(sel) => { const r = document.querySelector(sel);"
+            " const box = r.getBoundingClientRect();"
+            " return [document.documentElement.scrollWidth, window.innerWidth, box.right]; }",
+            f'.mha-explore[data-explore="{figure}"]',
+        )
+        assert overflow[0] <= overflow[1] and overflow[2] <= overflow[1], (
+            f"horizontal overflow at 390 px: {overflow}"
+        )
+        unnamed = page.evaluate(
+            "(sel) => [...document.querySelector(sel).querySelectorAll('button, select, input')]"
+            ".filter((c) => !(c.labels && c.labels.length) && !c.getAttribute('aria-label')"
+            " && !c.textContent.trim()).length",
+            f'.mha-explore[data-explore="{figure}"]',
+        )
+        assert unnamed == 0, f"{unnamed} controls without an accessible name"
+    finally:
+        page.context.close()
+
+
+def _expected_head(state: dict, w_q, w_k, head: int, query_position: int):
+    """Head ``head``'s weights and output by mha, with their bounds, for the figure's state."""
+    x = np.array([state["query"]], dtype=np.float64)  # (1, 2)
+    keys = np.array(state["keys"], dtype=np.float64)  # (S, 2)
+    S = len(keys)
+    q = x @ np.array(w_q[head], dtype=np.float64)
+    k = keys @ np.array(w_k[head], dtype=np.float64)
+    mask = None
+    if state["mask"] == "causal":
+        mask = (np.arange(1, S + 1) <= query_position)[None, :]
+    elif state["mask"] == "padding":
+        mask = (np.arange(1, S + 1) < S)[None, :]
+    if state["scale"] == "sqrt":
+        scale = 1 / math.sqrt(2)
+        out, weights = np_backend.scaled_dot_product_attention(q, k, keys, mask)
+    else:
+        scale = 1.0
+        weights = np_backend.softmax(q @ k.T * scale, mask)
+        out = weights @ keys
+    rho = tolerance.softmax_tolerance(
+        np.float64, logit_scale=_score_bound(q, k, scale), d_head=2, kv_len=S
+    )
+    out_tol = (rho + 2 * tolerance.gamma(np.float64, S)) * np.abs(keys).max()
+    return weights[0], out[0], rho, out_tol, mask
+
+
+def _check_heads(page) -> dict:
+    state = _state(page, "heads")
+    root = '.mha-explore[data-explore="heads"]'
+    w_q, w_k = _attr(page, root, "data-w-q"), _attr(page, root, "data-w-k")
+    position = int(page.locator(root).get_attribute("data-query-position"))
+    for h in range(len(w_q)):
+        box = f'{root} .mx-head[data-head="{h + 1}"]'
+        weights, out, rho, out_tol, mask = _expected_head(state, w_q, w_k, h, position)
+        got_w = np.array(_attr(page, box, "data-weights"))
+        got_o = np.array(_attr(page, box, "data-output"))
+        assert_close(got_w, weights, rho, name=f"head {h + 1} weights")
+        assert_close(got_o, out, out_tol, name=f"head {h + 1} output")
+        if mask is not None:
+            assert (got_w[~mask[0]] == 0).all(), "a masked key's weight is not exactly 0"
+        shown = page.locator(box).text_content()
+        assert f"{got_w.argmax() + 1} {got_w.max():.2f}" in shown, "the weights shown"
+    return state
+
+
+def test_heads_explorable_follows_mouse_keyboard_and_controls(browser, built_site: Path) -> None:
+    page, errors, _ = _open(browser, built_site.as_uri() + "/" + PAGES["heads"])
+    try:
+        start = _check_heads(page)
+        cx, cy = _center(page, page.locator('.mha-explore [data-point="x"] .mx-hit'))
+        page.mouse.move(cx, cy)
+        page.mouse.down()
+        page.mouse.move(cx - 60, cy + 40, steps=5)
+        page.mouse.up()
+        dragged = _check_heads(page)
+        assert dragged["query"][0] < start["query"][0] and dragged["query"][1] < start["query"][1]
+
+        key = page.locator('.mha-explore [data-point="k2"]')
+        key.focus()
+        page.keyboard.press("ArrowRight")
+        moved = _check_heads(page)
+        assert moved["keys"][1] == [dragged["keys"][1][0] + 0.25, dragged["keys"][1][1]]
+        page.keyboard.press("Shift+ArrowDown")
+        assert _check_heads(page)["keys"][1][1] == dragged["keys"][1][1] - 1.0
+
+        page.get_by_label("Scale of the scores", exact=True).select_option("none")
+        assert _check_heads(page)["scale"] == "none"
+        for mask in ("causal", "padding", "none"):
+            page.get_by_label("Mask", exact=True).select_option(mask)
+            assert _check_heads(page)["mask"] == mask
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+def test_heads_explorable_follows_touch_on_a_phone(browser, built_site: Path) -> None:
+    page, errors, _ = _open(
+        browser,
+        built_site.as_uri() + "/" + PAGES["heads"],
+        viewport=PHONE,
+        has_touch=True,
+        is_mobile=True,
+    )
+    try:
+        start = _check_heads(page)
+        x, y = _center(page, page.locator('.mha-explore [data-point="k1"] .mx-hit'))
+        cdp = page.context.new_cdp_session(page)
+        cdp.send(
+            "Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": [{"x": x, "y": y}]}
+        )
+        for i in range(1, 6):
+            cdp.send(
+                "Input.dispatchTouchEvent",
+                {"type": "touchMove", "touchPoints": [{"x": x - 12 * i, "y": y + 8 * i}]},
+            )
+        cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+        moved = _check_heads(page)
+        assert moved["keys"][0][0] < start["keys"][0][0], "a touch drag did not move k1"
+        assert moved["keys"][0][1] < start["keys"][0][1]
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+def _check_online(page) -> dict:
+    root = '.mha-explore[data-explore="online-softmax"]'
+    state = _state(page, "online-softmax")
+    running = _attr(page, root, "data-running")
+    exact = _attr(page, root, "data-exact")
+    z = np.array(state["scores"], dtype=np.float64)
+    v = np.array(state["values"], dtype=np.float64)[:, None]
+    S, block_size, step = len(z), state["block_size"], state["step"]
+    steps: list[tiled.TileStep] = []
+    tiled.attention(np.ones((1, 1)), z[:, None], v, block_q=1, block_kv=block_size, trace=steps)
+    merges = math.ceil(S / block_size) - 1
+    sum_tol, w_tol = tolerance.online_softmax_tolerance(np.float64, terms=S, merges=merges)
+    assert_close(np.array(exact["weights"]), np_backend.softmax(z), w_tol, name="exact softmax")
+    ref_out, _ = np_backend.scaled_dot_product_attention(np.ones((1, 1)), z[:, None], v)
+    out_tol = (w_tol + 2 * tolerance.gamma(np.float64, S)) * np.abs(v).max()
+    assert_close(np.array(exact["output"]), ref_out[0, 0], out_tol, name="exact output")
+    if step == 0:
+        assert running["row_max"] is None or running["row_max"] == -math.inf
+        assert running["row_sum"] == 0 and running["acc"] == 0 and running["seen"] == 0
+        return state
+    st = steps[step - 1]
+    assert running["seen"] == st.kv_block[1]
+    assert running["row_max"] == float(st.row_max[0]), "running max"  # exact: a maximum of z
+    l_ref = float(st.row_sum[0])
+    assert_close(np.array(running["row_sum"]), l_ref, sum_tol * l_ref, name="running sum")
+    assert_close(np.array(running["rescale"]), st.rescale[0], w_tol, name="rescale")
+    acc_tol = sum_tol * l_ref * np.abs(v).max()
+    assert_close(np.array(running["acc"]), st.acc[0, 0], acc_tol, name="accumulator")
+    seen = st.kv_block[1]
+    so_far = np.array(running["weights"][:seen], dtype=np.float64)
+    assert_close(so_far, np.exp(z[:seen] - st.row_max[0]) / l_ref, w_tol, name="weights so far")
+    if seen == S:  # after the last block: the exact softmax and output
+        assert_close(so_far, np_backend.softmax(z), 2 * w_tol, name="final weights")
+        assert_close(
+            np.array(running["acc"] / running["row_sum"]), ref_out[0, 0], 2 * out_tol, name="o"
+        )
+    return state
+
+
+def test_online_softmax_explorable_steps_through_the_blocks(browser, built_site: Path) -> None:
+    page, errors, _ = _open(
+        browser, built_site.as_uri() + "/" + PAGES["online-softmax"], viewport=PHONE
+    )
+    try:
+        assert _check_online(page)["step"] == 0
+        nxt = page.get_by_role("button", name="Next block")
+        prev = page.get_by_role("button", name="Previous block")
+        nxt.click()
+        assert _check_online(page)["step"] == 1
+        page.get_by_label("score z_5", exact=True).fill("9.5")
+        state = _check_online(page)
+        assert state["scores"][4] == 9.5 and state["step"] == 1
+        nxt.click()
+        nxt.click()
+        assert _check_online(page)["step"] == 3
+        assert nxt.is_disabled(), "Next stays enabled after the last block"
+        prev.click()
+        assert _check_online(page)["step"] == 2
+        for size in ("1", "4", "8"):
+            page.get_by_label("Block size B_c", exact=True).select_option(size)
+            assert _check_online(page)["step"] == 0
+            while not nxt.is_disabled():
+                nxt.click()
+                _check_online(page)
+        page.get_by_role("button", name="Random scores").click()
+        assert _check_online(page)["scores"] != state["scores"]
+        nxt.focus()
+        page.keyboard.press("Enter")
+        assert _check_online(page)["step"] == 1, "the keyboard does not step"
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+def _check_cache(page) -> dict:
+    root = '.mha-explore[data-explore="kv-cache"]'
+    state = _state(page, "kv-cache")
+    model = _attr(page, root, "data-model")
+    n, h_kv = state["tokens"], state["num_kv_heads"]
+    cache = arithmetic.kv_cache_bytes(model["num_layers"], n, h_kv, model["d_head"], np.float16)
+    step = arithmetic.decode_step_cost(
+        model["d_model"], model["num_heads"], h_kv, n + 1, np.float16
+    )
+    assert int(page.locator(root).get_attribute("data-cache-bytes")) == cache
+    assert int(page.locator(root).get_attribute("data-step-bytes")) == step.bytes
+    assert int(page.locator(root).get_attribute("data-step-flops")) == step.flops
+    shown = page.locator(root).text_content()
+    assert f"{cache:,} bytes" in shown and f"{step.bytes:,} bytes" in shown, "the bytes shown"
+    return state
+
+
+def test_kv_cache_explorable_appends_and_shares_heads(browser, built_site: Path) -> None:
+    page, errors, _ = _open(browser, built_site.as_uri() + "/" + PAGES["kv-cache"], viewport=PHONE)
+    try:
+        model = _attr(page, '.mha-explore[data-explore="kv-cache"]', "data-model")
+        llama = next(c for c in arithmetic.PUBLISHED_CONFIGS if c.name == model["name"])
+        assert (model["num_layers"], model["num_heads"], model["d_head"], model["d_model"]) == (
+            llama.num_layers,
+            llama.num_heads,
+            llama.d_head,
+            llama.d_model,
+        )
+        assert model["max_context"] == llama.max_context
+        first = _check_cache(page)
+        one = page.get_by_role("button", name="Append a token")
+        one.click()
+        assert _check_cache(page)["tokens"] == first["tokens"] + 1
+        kv = page.get_by_label("Key/value heads H_kv", exact=True)
+        options = kv.locator("option").all_inner_texts()
+        assert [int(o) for o in options] == [
+            h for h in range(1, llama.num_heads + 1) if llama.num_heads % h == 0
+        ]
+        for h_kv in ("8", "1", "32"):
+            kv.select_option(h_kv)
+            assert _check_cache(page)["num_kv_heads"] == int(h_kv)
+        many = page.get_by_role("button", name="Append 256 tokens")
+        while not many.is_disabled():
+            many.click()
+        full = _check_cache(page)
+        assert full["tokens"] == llama.max_context - 1 and one.is_disabled()
+        page.get_by_role("button", name=re.compile("Start over")).click()
+        assert _check_cache(page)["tokens"] == first["tokens"]
+        one.focus()
+        page.keyboard.press("Space")
+        assert _check_cache(page)["tokens"] == first["tokens"] + 1, "the keyboard does not append"
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
