@@ -12,6 +12,10 @@ build sets ``MHA_TRAIN_STORE`` to ``_build/.train_store`` (unless it is set alre
 each fresh run is kept under a key of its config, the package's code, the library versions
 and the kernel settings, and loaded when it is asked for again.
 
+After the build, ``scripts/build_live_model.py`` puts the live model of pretrained-heads (MiniLM's
+attention as ONNX, exported once per key into ``_build/.live_model``, and ONNX Runtime Web from
+``scripts/node``, which ``make node`` installs) into ``_build/html/_static/live-minilm/``.
+
 Usage: ``python scripts/build_book.py [extra jupyter-book build options, e.g. --all]``
 """
 
@@ -76,6 +80,8 @@ def main(argv: list[str]) -> int:
         print("Build failed; building again with a fresh Sphinx environment", flush=True)
         shutil.rmtree(DOCTREES)
         code = subprocess.call(command, cwd=ROOT, env=env)
+    if code == 0:
+        code = subprocess.call([sys.executable, str(ROOT / "scripts" / "build_live_model.py")])
     elapsed = time.time() - start
     if TIMES.exists() and TIMES.stat().st_mtime >= start:
         print("\n".join(format_times(json.loads(TIMES.read_text(encoding="utf8")), start)))
