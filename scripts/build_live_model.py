@@ -6,13 +6,18 @@
 - ``ort.wasm.min.js``, ``ort-wasm-simd-threaded.mjs`` and ``ort-wasm-simd-threaded.wasm``:
   ONNX Runtime Web's wasm build, from the npm package ``onnxruntime-web`` pinned in
   ``scripts/node/package-lock.json`` (``make node`` installs it);
-- ``manifest.json``: the file names and sizes that ``book/_static/mha-live-minilm.js`` reads.
+- ``manifest.json``: the file names and sizes that ``book/_static/mha-live-minilm.js`` reads;
+- ``file/NAME.js`` for each of these but ``ort.wasm.min.js``: the same contents as a classic
+  script that hands them to ``window.mhaLivePayload`` (base64 for the binaries). A page opened
+  from a file may not fetch() its neighbours; it may run scripts. Only a page opened from a
+  file loads these (a third larger than the files).
 
 ``scripts/build_book.py`` runs this after the build. Usage: ``python scripts/build_live_model.py``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import sys
@@ -58,11 +63,32 @@ def build(target: Path = TARGET, cache: Path = CACHE) -> dict:
         "tokenizer": paths["tokenizer"].name,
         "runtime": RUNTIME_FILES[0],
         "runtime_bytes": runtime_bytes,
+        "wasm_module": RUNTIME_FILES[1],
+        "wasm": RUNTIME_FILES[2],
         "onnxruntime_web": version,
         "key": minilm_onnx.cache_key(),
     }
     (target / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf8")
+    scripts = target / "file"
+    scripts.mkdir(exist_ok=True)
+    for name in ("manifest.json", manifest["tokenizer"]):
+        _payload(scripts, name, (target / name).read_text(encoding="utf8"))  # JSON as is
+    _payload(scripts, RUNTIME_FILES[1], json.dumps((target / RUNTIME_FILES[1]).read_text("utf8")))
+    for name in (manifest["model"], RUNTIME_FILES[2]):
+        _payload(scripts, name, '"' + base64.b64encode((target / name).read_bytes()).decode() + '"')
     return manifest
+
+
+def _payload(folder: Path, name: str, literal: str) -> None:
+    """Write ``folder/NAME.js``: ``window.mhaLivePayload(NAME, LITERAL);``."""
+    text = f"window.mhaLivePayload({json.dumps(name)}, {literal});\n"
+    path = folder / f"{name}.js"
+    if not (
+        path.is_file()
+        and path.stat().st_size == len(text.encode())
+        and path.read_text("utf8") == text
+    ):
+        path.write_text(text, encoding="utf8")
 
 
 def main() -> int:

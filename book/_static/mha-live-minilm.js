@@ -256,35 +256,19 @@
     var panel = this;
     this.load.disabled = true;
     this.t0 = performance.now();
-    if (location.protocol === "file:") {
-      this.say(
-        "The live model needs the site served over http(s): a browser does not let a page " +
-          "opened from a file read the model's files. Serve the built site, e.g. " +
-          "`python -m http.server -d _build/html`, and open this page from there.",
-        "error"
-      );
-      this.ready = Promise.reject(new Error("file://"));
-      this.ready.catch(function () {});
-      return this.ready;
-    }
     this.say("Loading the runtime, the tokenizer and the model…", "loading");
-    this.ready = fetchJson(base + "manifest.json")
-      .then(function (manifest) {
-        panel.manifest = manifest;
-        runtimeBytes = manifest.runtime_bytes;
-        return Promise.all([
-          loadRuntime(manifest.runtime),
-          fetchJson(base + manifest.tokenizer),
-          fetchBytes(base + manifest.model),
-        ]);
-      })
+    var fromFile = location.protocol === "file:";
+    this.ready = (fromFile ? loadFromScripts() : loadOverHttp())
       .then(function (parts) {
-        panel.tokenizer = new WordPiece(parts[1]);
-        panel.modelBytes = parts[2].byteLength;
+        panel.manifest = parts.manifest;
+        runtimeBytes = parts.manifest.runtime_bytes;
+        panel.tokenizer = new WordPiece(parts.tokenizer);
+        panel.modelBytes = parts.model.byteLength;
         var ort = window.ort;
         ort.env.wasm.numThreads = 1; // no cross-origin isolation on a static host
-        ort.env.wasm.wasmPaths = base;
-        return ort.InferenceSession.create(parts[2], { executionProviders: ["wasm"] });
+        ort.env.wasm.wasmPaths = parts.wasmPaths;
+        if (parts.wasmBinary) ort.env.wasm.wasmBinary = parts.wasmBinary;
+        return ort.InferenceSession.create(parts.model, { executionProviders: ["wasm"] });
       })
       .then(function (session) {
         panel.session = session;
@@ -301,6 +285,7 @@
         panel.say("The live model could not load: " + err.message, "error");
         throw err;
       });
+    this.ready.catch(function () {});
     return this.ready;
   };
 
@@ -452,6 +437,77 @@
   // ------------------------------------------------------------------------- loading
   var runtimeBytes = 0;
 
+  // Over http(s): the files as they are (the wasm is fetched by the runtime itself).
+  function loadOverHttp() {
+    return fetchJson(base + "manifest.json").then(function (manifest) {
+      return Promise.all([
+        loadRuntime(manifest.runtime),
+        fetchJson(base + manifest.tokenizer),
+        fetchBytes(base + manifest.model),
+      ]).then(function (parts) {
+        return { manifest: manifest, tokenizer: parts[1], model: parts[2], wasmPaths: base };
+      });
+    });
+  }
+
+  // From a file: a page opened from disk may not fetch() nor import() its neighbours, but it
+  // may run classic scripts. The build writes each file also as a script, file/NAME.js, that
+  // hands its contents (base64 for binaries) to window.mhaLivePayload; the runtime's module
+  // is imported from a blob: URL and its wasm given as bytes.
+  var payloads = {};
+
+  window.mhaLivePayload = function (name, data) {
+    if (payloads[name]) payloads[name].resolve(data);
+  };
+
+  function loadPayload(name) {
+    var entry = payloads[name];
+    if (!entry) {
+      entry = payloads[name] = {};
+      entry.promise = new Promise(function (resolve, reject) {
+        entry.resolve = resolve;
+        var tag = document.createElement("script");
+        tag.src = base + "file/" + name + ".js";
+        tag.onload = function () {
+          tag.remove(); // the data now lives in the promise only
+        };
+        tag.onerror = function () {
+          reject(new Error("could not load " + tag.src));
+        };
+        document.head.appendChild(tag);
+      });
+    }
+    return entry.promise;
+  }
+
+  function fromBase64(text) {
+    var binary = atob(text);
+    var bytes = new Uint8Array(binary.length);
+    for (var i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+    return bytes;
+  }
+
+  function loadFromScripts() {
+    return loadPayload("manifest.json").then(function (manifest) {
+      return Promise.all([
+        loadRuntime(manifest.runtime),
+        loadPayload(manifest.tokenizer),
+        loadPayload(manifest.model),
+        loadPayload(manifest.wasm_module),
+        loadPayload(manifest.wasm),
+      ]).then(function (parts) {
+        var module = new Blob([parts[3]], { type: "text/javascript" });
+        return {
+          manifest: manifest,
+          tokenizer: parts[1],
+          model: fromBase64(parts[2]),
+          wasmPaths: { mjs: URL.createObjectURL(module) },
+          wasmBinary: fromBase64(parts[4]),
+        };
+      });
+    });
+  }
+
   function fetchBytes(url) {
     return fetch(url).then(function (response) {
       if (!response.ok) throw new Error("could not load " + url + " (" + response.status + ")");
@@ -480,7 +536,6 @@
       document.head.appendChild(tag);
     });
   }
-
   var CSS =
     ".mha-live-minilm textarea{width:100%;box-sizing:border-box;font:inherit}" +
     ".mha-live-controls{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin:.5rem 0}" +
