@@ -250,13 +250,12 @@ def test_the_hovered_value_is_the_package_value(live_page, model) -> None:
     _type_and_run(live_page, text)
     live_page.locator(".mha-live-grid button.mha-live-cell").nth(0).click()
     canvas = live_page.locator(".mha-live-detail canvas")
-    box = canvas.bounding_box()
     ref = minilm_onnx.reference_views(model, text)
     L = len(ref["tokens"])
     i, j = 3, 1
-    live_page.mouse.move(
-        box["x"] + (j + 0.5) * box["width"] / L, box["y"] + (i + 0.5) * box["height"] / L
-    )
+    canvas.scroll_into_view_if_needed()
+    box = canvas.bounding_box()
+    canvas.hover(position={"x": (j + 0.5) * box["width"] / L, "y": (i + 0.5) * box["height"] / L})
     caption = live_page.locator(".mha-live-detail figcaption").text_content()
     assert f"({i}) → key" in caption and f"({j}):" in caption
     value = float(caption.rsplit(" ", 1)[1])
