@@ -65,6 +65,12 @@ def format_times(times: dict[str, dict], since: float) -> list[str]:
     return lines
 
 
+def live_model(env: dict[str, str]) -> int:
+    """Run ``scripts/build_live_model.py`` (the live model's files into the built site)."""
+    script = ROOT / "scripts" / "build_live_model.py"
+    return subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env).returncode
+
+
 def main(argv: list[str]) -> int:
     env = dict(os.environ, PLOTLY_RENDERER="plotly_mimetype")
     env.setdefault("MHA_TRAIN_STORE", str(TRAIN_STORE))
@@ -81,7 +87,7 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(DOCTREES)
         code = subprocess.call(command, cwd=ROOT, env=env)
     if code == 0:
-        code = subprocess.call([sys.executable, str(ROOT / "scripts" / "build_live_model.py")])
+        code = live_model(env)
     elapsed = time.time() - start
     if TIMES.exists() and TIMES.stat().st_mtime >= start:
         print("\n".join(format_times(json.loads(TIMES.read_text(encoding="utf8")), start)))
