@@ -24,8 +24,9 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund --ignore-scripts
 	touch $(NODE_STAMP)
 
-## Build the book: execute every chapter and write _build/html.
-book: $(STAMP)
+## Build the book: execute every chapter and write _build/html. The live model of
+## pretrained-heads serves ONNX Runtime Web from scripts/node (hence `node`).
+book: $(STAMP) node
 	$(BIN)/python scripts/build_book.py
 
 ## The whole book as one PDF (_build/pdf/mha-book.pdf, also copied into _build/html), printed

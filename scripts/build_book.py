@@ -12,6 +12,10 @@ build sets ``MHA_TRAIN_STORE`` to ``_build/.train_store`` (unless it is set alre
 each fresh run is kept under a key of its config, the package's code, the library versions
 and the kernel settings, and loaded when it is asked for again.
 
+After the build, ``scripts/build_live_model.py`` puts the live model of pretrained-heads (MiniLM's
+attention as ONNX, exported once per key into ``_build/.live_model``, and ONNX Runtime Web from
+``scripts/node``, which ``make node`` installs) into ``_build/html/_static/live-minilm/``.
+
 Usage: ``python scripts/build_book.py [extra jupyter-book build options, e.g. --all]``
 """
 
@@ -61,6 +65,12 @@ def format_times(times: dict[str, dict], since: float) -> list[str]:
     return lines
 
 
+def live_model(env: dict[str, str]) -> int:
+    """Run ``scripts/build_live_model.py`` (the live model's files into the built site)."""
+    script = ROOT / "scripts" / "build_live_model.py"
+    return subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env).returncode
+
+
 def main(argv: list[str]) -> int:
     env = dict(os.environ, PLOTLY_RENDERER="plotly_mimetype")
     env.setdefault("MHA_TRAIN_STORE", str(TRAIN_STORE))
@@ -76,6 +86,8 @@ def main(argv: list[str]) -> int:
         print("Build failed; building again with a fresh Sphinx environment", flush=True)
         shutil.rmtree(DOCTREES)
         code = subprocess.call(command, cwd=ROOT, env=env)
+    if code == 0:
+        code = live_model(env)
     elapsed = time.time() - start
     if TIMES.exists() and TIMES.stat().st_mtime >= start:
         print("\n".join(format_times(json.loads(TIMES.read_text(encoding="utf8")), start)))

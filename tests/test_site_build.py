@@ -273,14 +273,18 @@ def test_a_failed_incremental_build_is_retried_once_without_the_saved_environmen
         doctrees.mkdir(exist_ok=True)
         return 1 if calls[-1] else 0
 
+    live: list[bool] = []  # the live model's files are added after a build that succeeded
+    monkeypatch.setattr(build_book, "live_model", lambda env: live.append(True) or 0)
     monkeypatch.setattr(build_book.subprocess, "call", call)
     doctrees.mkdir()
     assert build_book.main([]) == 0
     assert calls == [True, False]  # retried once, with the environment removed
+    assert live == [True]
     calls.clear()
     shutil.rmtree(doctrees)
     monkeypatch.setattr(build_book.subprocess, "call", lambda command, cwd, env: 2)
     assert build_book.main([]) == 2  # a fresh build that fails is not retried
+    assert live == [True]
 
 
 def test_jupyterlab_overrides_make_jupytext_the_markdown_viewer(tmp_path: Path) -> None:

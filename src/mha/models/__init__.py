@@ -1,7 +1,8 @@
 """Models whose heads the book studies: MiniLM, the attention-only transformer, worked examples.
 
 :mod:`mha.models.minilm` loads the pretrained encoder and :mod:`mha.models.minilm_heads`
-holds the experiments on its heads; :mod:`mha.models.attention_only` is the small
+holds the experiments on its heads, :mod:`mha.models.minilm_onnx` exports its attention
+to ONNX for the live model in the reader's browser; :mod:`mha.models.attention_only` is the small
 attention-only transformer that :mod:`mha.training` trains; :mod:`mha.models.examples`
 holds the worked examples.
 """

@@ -1,0 +1,257 @@
+"""MiniLM's attention as an ONNX graph, for a runtime in the reader's browser.
+
+:func:`export_attention_onnx` traces :meth:`mha.models.minilm.MiniLM.forward` (this package's
+attention, run on the published weights) into an ONNX graph with one input and two outputs:
+
+- ``input_ids`` ``(1, L)`` int64, the tokens of one text ([CLS] first, [SEP] last);
+- ``weights`` ``(num_layers, H, L, L)`` float32, every layer's attention weights;
+- ``value_norms`` ``(num_layers, H, L)`` float32, :func:`mha.detectors.circuits.value_norms`
+  of every layer on the same text: what each head writes per unit of weight on each key.
+
+The feed-forward blocks of the last layer, and the pooling, are not needed for these and are
+left out. :func:`build_cached` writes the graph under a key of every input (the weights'
+hash, the package's source, the versions of torch, onnx and onnxruntime), so that builds of
+the book export once. :func:`quantize_weights` makes a smaller copy with int8 matrix weights
+(dynamic quantisation of ONNX Runtime); it moves the attention weights by tenths (see
+``tests/test_minilm_onnx.py``), so the site serves the float32 graph.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mha.backends import torch_backend
+from mha.detectors import circuits
+from mha.models.minilm import MODEL_SHA256, MiniLM, load_minilm, model_dir
+
+OPSET = 18
+"""The ONNX opset of the export: the exporter's own (no conversion); ONNX Runtime Web runs it."""
+
+FLOAT32_NAME = "minilm-attention-f32.onnx"
+"""File name of the float32 graph."""
+
+INT8_NAME = "minilm-attention-int8.onnx"
+"""File name of the graph with int8 matrix weights."""
+
+
+class AttentionGraph(torch.nn.Module):
+    """The module that :func:`export_attention_onnx` traces: ids -> (weights, value norms).
+
+    Args:
+        model: a float32 :class:`MiniLM` from :func:`load_minilm`.
+    """
+
+    def __init__(self, model: MiniLM) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every layer's attention weights and value norms on one text.
+
+        Args:
+            input_ids: the token ids of one text.
+
+        Shape:
+            input_ids ``(1, L)``. Returns ``(num_layers, H, L, L)`` and ``(num_layers, H, L)``.
+
+        Returns:
+            ``(weights, value_norms)``.
+        """
+        out = self.model.forward(input_ids)
+        weights = torch.cat(out.attentions)  # num_layers x (1, H, L, L) -> (num_layers, H, L, L)
+        norms = []
+        for x, layer in zip(out.hidden_states, self.model.layers, strict=False):
+            p = layer.attn
+            H, D, Dh = p.num_heads, p.d_model, p.d_head
+            v = torch_backend.split_heads(x @ p.w_v + p.b_v, H)  # (1, L, D) -> (1, H, L, Dh)
+            out_h = torch.einsum("bhsd,hde->bhse", v, p.w_o.reshape(H, Dh, D))  # (1, H, L, D)
+            norms.append(torch.linalg.vector_norm(out_h, dim=-1))  # (1, H, L)
+        return weights, torch.cat(norms)  # (num_layers, H, L, L), (num_layers, H, L)
+
+
+def export_attention_onnx(path: str | Path, model: MiniLM | None = None) -> Path:
+    """Write MiniLM's attention weights and value norms as a float32 ONNX graph.
+
+    The trace runs the package's own forward with its value checks and CPU shortcuts off
+    (they read tensors' values on the host, which a graph cannot), so the graph holds the
+    plain path: projections, scores, softmax, layer norms. L is a dynamic axis.
+
+    Args:
+        path: the ``.onnx`` file to write.
+        model: a float32 model (``None``: :func:`load_minilm`).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        TypeError: if ``model`` is not float32.
+    """
+    model = load_minilm() if model is None else model
+    if model.dtype != torch.float32:
+        raise TypeError(f"model must be float32; got {model.dtype}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ids = torch.tensor([[101, 7592, 2088, 102]], dtype=torch.int64)  # (1, 4): [CLS] .. [SEP]
+    with torch_backend.value_checks(False), torch_backend.cpu_shortcuts(False), torch.no_grad():
+        torch.onnx.export(
+            AttentionGraph(model).eval(),
+            (ids,),
+            str(path),
+            input_names=["input_ids"],
+            output_names=["weights", "value_norms"],
+            dynamic_shapes=({1: torch.export.Dim("L", min=2, max=512)},),
+            opset_version=OPSET,
+            dynamo=True,
+            external_data=False,  # one file: the browser fetches one
+        )
+    return path
+
+
+def quantize_weights(source: str | Path, target: str | Path) -> Path:
+    """A copy of an ONNX graph whose matrix products use int8 weights (dynamic quantisation).
+
+    Args:
+        source: the float32 ``.onnx`` file.
+        target: the file to write.
+
+    Returns:
+        ``target``.
+    """
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    target = Path(target)
+    quantize_dynamic(
+        str(source),
+        str(target),
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=["MatMul", "Gather"],
+    )
+    return target
+
+
+def cache_key() -> str:
+    """SHA-256 of everything the exported graphs depend on.
+
+    The weights' hash, the tokenizer and config files, the source of every module of the
+    package (the forward is traced through them) and the versions of torch, onnx and
+    onnxruntime.
+
+    Returns:
+        64 hexadecimal digits.
+    """
+    digest = hashlib.sha256(MODEL_SHA256.encode())
+    root = model_dir()
+    for name in ("config.json", "tokenizer.json"):
+        digest.update((root / name).read_bytes())
+    package = Path(__file__).resolve().parents[1]
+    for source in sorted(package.rglob("*.py")):
+        digest.update(str(source.relative_to(package)).encode())
+        digest.update(source.read_bytes())
+    for dist in ("torch", "onnx", "onnxruntime"):
+        digest.update(f"{dist}=={importlib.metadata.version(dist)}".encode())
+    digest.update(str(OPSET).encode())
+    return digest.hexdigest()
+
+
+def build_cached(out_dir: str | Path, cache_dir: str | Path) -> dict[str, Path]:
+    """The float32 graph and the tokenizer in ``out_dir``, exported at most once per key.
+
+    Args:
+        out_dir: where to copy ``minilm-attention-f32.onnx`` and ``tokenizer.json``.
+        cache_dir: where exports are kept, one folder per :func:`cache_key`.
+
+    Returns:
+        ``{"float32": path, "tokenizer": path}`` in ``out_dir``.
+    """
+    key = cache_key()
+    cached = Path(cache_dir) / key[:16]
+    f32 = cached / FLOAT32_NAME
+    if not f32.is_file():
+        tmp = cached.with_name(cached.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        export_attention_onnx(tmp / FLOAT32_NAME)
+        (tmp / "key.json").write_text(json.dumps({"key": key}))
+        shutil.rmtree(cached, ignore_errors=True)
+        tmp.rename(cached)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"float32": out / FLOAT32_NAME, "tokenizer": out / "tokenizer.json"}
+    _copy_if_changed(f32, paths["float32"])
+    _copy_if_changed(model_dir() / "tokenizer.json", paths["tokenizer"])
+    return paths
+
+
+def _copy_if_changed(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` unless ``target`` has the same size and is newer."""
+    same = target.is_file() and target.stat().st_size == source.stat().st_size
+    if same and target.stat().st_mtime >= source.stat().st_mtime:
+        return
+    shutil.copyfile(source, target)
+
+
+def reference_views(model: MiniLM, text: str) -> dict[str, object]:
+    """What the live page shows for ``text``, computed by this package in float64.
+
+    Args:
+        model: a :class:`MiniLM` (float32 as published, or float64).
+        text: one text.
+
+    Shape:
+        ``weights`` and ``value_weighted`` ``(num_layers, H, L, L)``; ``value_norms``
+        ``(num_layers, H, L)``; ``input_ids`` ``(1, L)``.
+
+    Returns:
+        ``{"tokens", "input_ids", "weights", "value_norms", "value_weighted"}``: the tokens
+        and ids, the attention weights (:meth:`MiniLM.attention_weights`), the norms of
+        :func:`mha.detectors.circuits.value_norms` and the shares of
+        :func:`mha.detectors.circuits.value_weighted_attention`.
+
+    Raises:
+        ValueError: if the text is longer than the model's positions.
+    """
+    ids, _, tokens = model.tokenize(text)
+    out, _ = model.run(text)
+    weights = torch.cat(out.attentions).double().numpy()  # (num_layers, H, L, L)
+    norms = np.stack(
+        [
+            circuits.value_norms(out.hidden_states[i].double().numpy(), model.attention_params(i))[
+                0
+            ]
+            for i in range(model.num_layers)
+        ]
+    )  # (num_layers, H, L)
+    return {
+        "tokens": tokens[0],
+        "input_ids": ids.numpy(),
+        "weights": weights,
+        "value_norms": norms,
+        "value_weighted": circuits.value_weighted_attention(weights, norms),
+    }
+
+
+def run_onnx(path: str | Path, input_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Run an exported graph with ONNX Runtime on the CPU.
+
+    Args:
+        path: the ``.onnx`` file.
+        input_ids: token ids of one text.
+
+    Shape:
+        input_ids ``(1, L)``. Returns ``(num_layers, H, L, L)`` and ``(num_layers, H, L)``.
+
+    Returns:
+        ``(weights, value_norms)`` as float32 arrays.
+    """
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ids = np.asarray(input_ids, dtype=np.int64)
+    weights, norms = session.run(["weights", "value_norms"], {"input_ids": ids})
+    return weights, norms

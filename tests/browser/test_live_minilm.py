@@ -1,0 +1,329 @@
+"""The live MiniLM of pretrained-heads in headless Chromium, against the package.
+
+``book/_static/mha-live-minilm.js`` tokenises in the browser with a WordPiece of its own and
+runs MiniLM's attention, exported by :mod:`mha.models.minilm_onnx`, with ONNX Runtime Web.
+These tests hold its tokens to the ``tokenizers`` package on many texts (the book's own lines
+and random unicode), then type sentences into the page and compare what it shows with
+:func:`mha.models.minilm_onnx.reference_views` to ``LIVE_TOLERANCE``: sentences no chapter
+uses, unicode, an empty text, the longest text the model takes and one token more, and many
+sentences in a row. Each gets a result or a clear message; none hangs. The page loads nothing
+before the button is pressed, and nothing from another host after; opened from a file, it
+runs the model too.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import random
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from mha.models import minilm_onnx
+from mha.models.minilm import load_minilm, model_dir
+
+pytestmark = [pytest.mark.browser, pytest.mark.site]
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = "book/pretrained-heads.html"
+LIVE_TOLERANCE = 1e-4
+"""Largest absolute difference allowed between the page's float32 numbers and the package's."""
+RUN_TIMEOUT_MS = 180_000  # loading 100 MB and running 512 tokens on a busy 2-core machine
+FINISHED = "['done', 'too-long', 'error'].includes(document.querySelector('.mha-live-minilm')"
+FINISHED += ".dataset.state) && !window.mhaLiveMiniLM.panel.busy"
+
+SENTENCES = [
+    "Seven otters debated the merits of wet umbrellas.",
+    "Ça coûte 12 € — naïve façade? Ünïcödé, ñandú and Zürich.",
+    "東京は晴れ。서울은 흐림 🙂 Ελληνικά ΣΟΦΙΑΣ",
+    "",
+]
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def live_url(built_site: Path) -> Iterator[str]:
+    """The built site over loopback."""
+    handler = functools.partial(_Quiet, directory=str(built_site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_minilm()
+
+
+@pytest.fixture(scope="module")
+def live_page(browser, live_url: str):
+    """The chapter, with the model loaded by its button; records every request."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(live_url + PAGE, wait_until="load")
+    page.wait_for_timeout(500)
+    before = list(requests)
+    page.fill("#mha-live-text", SENTENCES[0])
+    page.click("button.mha-live-load")
+    page.wait_for_function(FINISHED, timeout=RUN_TIMEOUT_MS)
+    page.requests_before_click = before
+    page.requests = requests
+    yield page
+    page.close()
+
+
+def _shown(page) -> dict:
+    return page.evaluate(
+        """() => {
+        const p = window.mhaLiveMiniLM.panel, r = p.result;
+        const root = document.querySelector('.mha-live-minilm');
+        if (!r) return {state: root.dataset.state, status: p.status.textContent};
+        return {state: root.dataset.state, status: p.status.textContent, tokens: r.tokens,
+                weights: Array.from(r.weights), valueWeighted: Array.from(r.valueWeighted),
+                firstMap: p.firstMapSeconds, load: p.loadSeconds, modelBytes: p.modelBytes,
+                manifest: p.manifest};
+    }"""
+    )
+
+
+def _type_and_run(page, text: str) -> None:
+    page.fill("#mha-live-text", text)
+    page.click("button.mha-live-run")
+    page.wait_for_function(FINISHED, timeout=RUN_TIMEOUT_MS)
+
+
+def _check_against_package(shown: dict, model, text: str) -> float:
+    ref = minilm_onnx.reference_views(model, text)
+    L = len(ref["tokens"])
+    assert shown["state"] == "done", shown["status"]
+    assert shown["tokens"] == ref["tokens"]
+    weights = np.array(shown["weights"]).reshape(6, 12, L, L)
+    shares = np.array(shown["valueWeighted"]).reshape(6, 12, L, L)
+    worst = max(
+        np.abs(weights - ref["weights"]).max(), np.abs(shares - ref["value_weighted"]).max()
+    )
+    assert worst < LIVE_TOLERANCE, (text, worst)
+    return float(worst)
+
+
+# ------------------------------------------------------------------------ tokenizer
+
+
+def _random_texts(count: int, seed: int = 0) -> list[str]:
+    """Random texts over letters, accents, combining marks, CJK, Hangul, emoji, punctuation,
+    symbols, every kind of space and control character, and the special tokens."""
+    rng = random.Random(seed)
+    pools = [
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
+        "éèêëñÅåøßẞİıΣσςΩωЖжﬁǅĳŉ",
+        "\u0301\u0308\u0327\u0303",  # combining marks
+        "東京語中文字\u3400\U00020000\uf900",  # CJK ideographs of several blocks
+        "한국어のカタナ",  # Hangul, kana (not in the CJK blocks)
+        "مرحباनिกข",  # Arabic, Devanagari, Thai
+        "🙂👍🏽❤️🇫🇷",
+        "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~¿¡«»—–…‘’“”、。「」",
+        "∑≤≥±×÷€£¥©®°",
+        " \t\n\r\u00a0\u2003\u3000\u2028\x0b\x0c\x85",  # spaces and line breaks
+        "\x00\x07\x1b\u200b\u200d\ufeff\ufffd\u00ad",  # controls and format characters
+    ]
+    words = ["[CLS]", "[SEP]", "[MASK]", "[UNK]", "[PAD]", "##ing", "x" * 100, "y" * 101]
+    texts = []
+    for _ in range(count):
+        parts = []
+        for _ in range(rng.randint(0, 12)):
+            if rng.random() < 0.1:
+                parts.append(rng.choice(words))
+            else:
+                pool = rng.choice(pools)
+                parts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 8))))
+            parts.append(rng.choice([" ", "", "  ", "\n"]))
+        texts.append("".join(parts))
+    return texts
+
+
+def _book_lines() -> list[str]:
+    lines = []
+    for path in sorted((ROOT / "book").glob("*.md")):
+        lines += [line for line in path.read_text(encoding="utf8").splitlines() if line.strip()]
+    return lines
+
+
+def test_wordpiece_in_the_browser_matches_the_tokenizers_package(browser, live_url) -> None:
+    texts = _book_lines() + _random_texts(600)
+    texts += ["", " ", "a", "Ça", "ΣΟΦΙΑΣ σοφίας", "İstanbul", "naïve café", "[CLS][SEP]x[SEP]"]
+    reference = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    reference.no_truncation()
+    reference.no_padding()
+    expected = [e.tokens for e in reference.encode_batch(texts)]
+    page = browser.new_page()
+    try:
+        page.goto(live_url + PAGE, wait_until="load")
+        got = page.evaluate(
+            """async (texts) => {
+            const spec = await (await fetch('../_static/live-minilm/tokenizer.json')).json();
+            const wp = new window.mhaLiveMiniLM.WordPiece(spec);
+            return texts.map((t) => wp.tokenize(t).tokens);
+        }""",
+            texts,
+        )
+    finally:
+        page.close()
+    wrong = [(t, g, e) for t, g, e in zip(texts, got, expected, strict=True) if g != e]
+    assert len(texts) > 1500
+    assert wrong == [], f"{len(wrong)} of {len(texts)} texts differ; first: {wrong[:3]}"
+
+
+# ----------------------------------------------------------------------- live model
+
+
+def test_nothing_of_the_live_model_loads_before_the_button(live_page) -> None:
+    assert not [u for u in live_page.requests_before_click if "/live-minilm/" in u]
+    assert any("/live-minilm/minilm-attention-f32.onnx" in u for u in live_page.requests)
+
+
+def test_the_live_model_loads_nothing_from_another_host(live_page, live_url: str) -> None:
+    others = [u for u in live_page.requests if not u.startswith((live_url, "data:", "blob:"))]
+    assert others == []
+
+
+def test_first_sentence_matches_the_package_and_the_page_says_size_and_time(
+    live_page, model, artifacts_dir: Path
+) -> None:
+    shown = _shown(live_page)
+    worst = _check_against_package(shown, model, SENTENCES[0])
+    manifest = shown["manifest"]
+    assert shown["modelBytes"] == manifest["model_bytes"] > 50e6
+    assert f"model {manifest['model_bytes'] / 1e6:.1f} MB" in shown["status"]
+    assert f"runtime {manifest['runtime_bytes'] / 1e6:.1f} MB" in shown["status"]
+    assert f"first attention map {shown['firstMap']:.1f} s" in shown["status"]
+    (artifacts_dir / "live-minilm.json").write_text(
+        json.dumps(
+            {
+                "model_bytes": manifest["model_bytes"],
+                "runtime_bytes": manifest["runtime_bytes"],
+                "load_seconds": shown["load"],
+                "first_map_seconds": shown["firstMap"],
+                "largest_difference": worst,
+            },
+            indent=1,
+        )
+    )
+
+
+@pytest.mark.parametrize("text", SENTENCES[1:], ids=["accents", "cjk-emoji-greek", "empty"])
+def test_typed_sentence_matches_the_package(live_page, model, text: str) -> None:
+    _type_and_run(live_page, text)
+    _check_against_package(_shown(live_page), model, text)
+
+
+def test_both_views_are_drawn_for_every_head(live_page) -> None:
+    _type_and_run(live_page, SENTENCES[0])
+    for view in ("weights", "value-weighted"):
+        live_page.select_option("select.mha-live-view", view)
+        cells = live_page.locator(".mha-live-grid button.mha-live-cell")
+        assert cells.count() == 72
+        label = cells.nth(13).get_attribute("aria-label")
+        assert label.startswith("head 2.2, ")
+        cells.nth(13).click()
+        name = live_page.locator(".mha-live-detail canvas").get_attribute("aria-label")
+        assert name.startswith("Head 2.2, ")
+    live_page.select_option("select.mha-live-view", "weights")
+
+
+def test_the_hovered_value_is_the_package_value(live_page, model) -> None:
+    text = SENTENCES[0]
+    _type_and_run(live_page, text)
+    live_page.locator(".mha-live-grid button.mha-live-cell").nth(0).click()
+    canvas = live_page.locator(".mha-live-detail canvas")
+    ref = minilm_onnx.reference_views(model, text)
+    L = len(ref["tokens"])
+    i, j = 3, 1
+    canvas.scroll_into_view_if_needed()
+    box = canvas.bounding_box()
+    canvas.hover(position={"x": (j + 0.5) * box["width"] / L, "y": (i + 0.5) * box["height"] / L})
+    caption = live_page.locator(".mha-live-detail figcaption").text_content()
+    assert f"({i}) → key" in caption and f"({j}):" in caption
+    value = float(caption.rsplit(" ", 1)[1])
+    assert abs(value - ref["weights"][0, 0, i, j]) < LIVE_TOLERANCE + 5e-5  # shown to 4 places
+
+
+def _rows(page, picks: list[tuple[int, int, int]]) -> dict:
+    """Rows ``(layer, head, query)`` of the shown weights and shares (a 512-token result is
+    too large to hand over whole)."""
+    return page.evaluate(
+        """(picks) => {
+        const p = window.mhaLiveMiniLM.panel, r = p.result;
+        const root = document.querySelector('.mha-live-minilm');
+        if (!r) return {state: root.dataset.state, status: p.status.textContent};
+        const L = r.tokens.length;
+        const row = (a, [l, h, i]) => {
+            const start = ((l * r.heads + h) * L + i) * L;
+            return Array.from(a.subarray(start, start + L));
+        };
+        return {state: root.dataset.state, status: p.status.textContent, L: L,
+                weights: picks.map((k) => row(r.weights, k)),
+                valueWeighted: picks.map((k) => row(r.valueWeighted, k))};
+    }""",
+        picks,
+    )
+
+
+def test_the_longest_text_runs_and_one_more_token_gets_a_message(live_page, model) -> None:
+    longest = " ".join(["a"] * 510)  # 510 word pieces + [CLS] + [SEP] = 512 positions
+    _type_and_run(live_page, longest)
+    rng = np.random.default_rng(0)
+    picks = [
+        (int(l), int(h), int(i))
+        for l, h, i in zip(*(rng.integers(0, n, 40) for n in (6, 12, 512)), strict=True)
+    ]
+    shown = _rows(live_page, picks + [(0, 0, 0), (5, 11, 511)])
+    assert shown["state"] == "done" and shown["L"] == 512, shown["status"]
+    ref = minilm_onnx.reference_views(model, longest)
+    for key, name in (("weights", "weights"), ("valueWeighted", "value_weighted")):
+        expected = np.stack([ref[name][k] for k in picks + [(0, 0, 0), (5, 11, 511)]])
+        assert np.abs(np.array(shown[key]) - expected).max() < LIVE_TOLERANCE
+    _type_and_run(live_page, longest + " a")
+    shown = _shown(live_page)
+    assert shown["state"] == "too-long"
+    assert "513 tokens" in shown["status"] and "512 positions" in shown["status"]
+    assert live_page.locator(".mha-live-grid button").count() == 0
+
+
+def test_many_sentences_in_a_row_end_on_the_last(live_page, model) -> None:
+    texts = [f"Sentence number {n} about {w}." for n, w in enumerate(["owls", "ice", "jazz"])]
+    texts += ["Dernière phrase : les hiboux ne dorment jamais."]
+    for text in texts:  # without waiting: each request while one runs is queued
+        live_page.fill("#mha-live-text", text)
+        live_page.click("button.mha-live-run")
+    live_page.wait_for_function(FINISHED, timeout=RUN_TIMEOUT_MS)
+    _check_against_package(_shown(live_page), model, texts[-1])
+
+
+def test_from_a_file_the_live_model_runs_too(browser, built_site: Path, model) -> None:
+    page = browser.new_page()
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    try:
+        page.goto((built_site / PAGE).as_uri(), wait_until="load")
+        page.fill("#mha-live-text", SENTENCES[1])
+        page.click("button.mha-live-load")
+        page.wait_for_function(FINISHED, timeout=RUN_TIMEOUT_MS)
+        _check_against_package(_shown(page), model, SENTENCES[1])
+    finally:
+        page.close()
+    assert all(u.startswith(("file:", "data:", "blob:")) for u in requests), requests
