@@ -965,3 +965,13 @@ def test_no_stylesheet_of_a_page_imports_another(built_site: Path) -> None:
             sheet = (path.parent / attr["href"].split("?")[0]).resolve()
             assert sheet.is_file(), f"{page}: missing stylesheet {attr['href']}"
             assert "@import" not in sheet.read_text(encoding="utf8"), f"{page}: {attr['href']}"
+
+
+def test_every_static_file_of_the_book_rebuilds_the_pages_when_it_changes() -> None:
+    """Sphinx copies static files only when some page is written: each of the book's own
+    scripts and stylesheets is part of the extension's version, so changing one rewrites them."""
+    here = BOOK / "_ext"
+    files = {path.name for path in mha_site.extension_files(here)}
+    own = {path.name for path in (BOOK / "_static").iterdir() if path.name.startswith("mha-")}
+    assert own and own <= files
+    assert {"mha_site.py", "mha_figures.py", "mha-explore.js", "mha-math.js"} <= files

@@ -79,16 +79,18 @@ MATHJAX_PACKAGE = "sphinx-mathjax-offline"
 # What MathJax 3's tex-svg bundle may load on demand (TeX extensions, menu, a11y, fonts).
 MATHJAX_PARTS = ("tex-svg.js", "input", "output/svg", "ui", "a11y", "sre", "adaptors")
 FIGURE_CLASS = "mha-plotly"
-# This extension's code and the static files it relies on: a change to any of them rebuilds
-# every page (Sphinx copies static files only when some page is written).
-EXTENSION_FILES = (
-    "mha_site.py",
-    "mha_figures.py",
-    "../_static/mha-plotly.js",
-    "../_static/mha-math.js",
-    "../_static/mha-site.css",
-    "../_static/mha-hidden-code.js",
-)
+# This extension's code and the book's own static files (``_static/mha-*``): a change to any
+# of them rebuilds every page (Sphinx copies static files only when some page is written).
+EXTENSION_FILES = ("mha_site.py", "mha_figures.py")
+OWN_STATIC = "mha-*"
+
+
+def extension_files(here: Path) -> list[Path]:
+    """The files whose change rebuilds every page: this extension's and ``_static/mha-*``."""
+    static = sorted((here.parent / "_static").glob(OWN_STATIC))
+    return [here / name for name in EXTENSION_FILES] + [path for path in static if path.is_file()]
+
+
 EXEC_TIMES_FILE = "execution_times.json"  # in the parent of the html output folder
 
 API_BLOCK = re.compile(r"^```\{mha-api\}[^\n]*\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
@@ -852,7 +854,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("build-finished", favicon_at_the_root)
     app.add_css_file("mha-site.css")
     here = Path(__file__).parent
-    code = b"".join((here / name).read_bytes() for name in EXTENSION_FILES)
+    code = b"".join(path.read_bytes() for path in extension_files(here))
     return {
         "version": "1.0",
         "env_version": zlib.crc32(code),
