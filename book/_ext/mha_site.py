@@ -43,6 +43,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -478,17 +479,24 @@ def typeset_math(app: Sphinx, exception: Exception | None) -> None:
     if not pages:
         return
     request = {"fontCache": MATH_FONT_CACHE, "pages": [f for _, f in pages.values()]}
+    start = time.monotonic()
     result = subprocess.run(
         command, input=json.dumps(request), capture_output=True, text=True, encoding="utf8"
     )
     if result.returncode != 0:
         raise ExtensionError(f"render_math.mjs failed: {result.stderr.strip()[-2000:]}")
-    rendered = json.loads(result.stdout)["pages"]
+    output = json.loads(result.stdout)
+    rendered, version = output["pages"], output["version"]
     for (path, (text, _)), page in zip(pages.items(), rendered, strict=True):
         for error in page["errors"]:
             found = re.search(r'data-mjx-error="([^"]*)"', error)
             logger.warning(f"TeX error in {path.name}: {found[1] if found else error[:200]}")
         path.write_text(typeset_page(text, page), encoding="utf8")
+    count = sum(len(formulas) for _, formulas in pages.values())
+    logger.info(
+        f"mha_site: typeset {count} formulas of {len(pages)} pages "
+        f"in {time.monotonic() - start:.1f} s (MathJax {version})"
+    )
 
 
 # --------------------------------------------------------------------------- static files
