@@ -411,8 +411,8 @@ def typeset_problems(page: str) -> list[str]:
             problems.append(f"{inner.count('<mjx-container')} typeset formulas in {inner[:80]!r}")
         elif "<mjx-assistive-mml" not in inner or "<math " not in inner:
             problems.append(f"no assistive MathML in {inner[:80]!r}")
-        elif ('display="true"' in inner) != (tag == "div"):
-            problems.append(f"display math is not {tag} in {inner[:80]!r}")
+        elif {'display="true"' in inner, 'tabindex="0"' in inner} != {tag == "div"}:
+            problems.append(f"display math (focusable) is not {tag} in {inner[:80]!r}")
     if page.count("<mjx-container") != len(formulas):
         problems.append(f"{page.count('<mjx-container')} typeset formulas, {len(formulas)} in TeX")
     if page.count('<style id="mha-mathjax">') != 1:

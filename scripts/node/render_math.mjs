@@ -42,6 +42,11 @@ function renderPage(formulas) {
     processHtmlClass: "math",
   });
   doc.render();
+  // A display formula scrolls sideways when wider than the text (the theme's CSS): it takes
+  // the keyboard's focus, as MathJax's own menu code makes it do in the browser.
+  for (const item of doc.math) {
+    if (item.display) adaptor.setAttribute(item.typesetRoot, "tabindex", "0");
+  }
   const body = adaptor.body(doc.document);
   // The wrappers, in order, then (fontCache "global") the glyphs' <svg>.
   const children = adaptor.childNodes(body).filter((node) => adaptor.kind(node) !== "#text");

@@ -794,9 +794,11 @@ def test_formulas_are_typeset_at_load_without_mathjax(browser, site_url) -> None
         assert formulas > 0 and svgs == formulas and mathjax == "undefined", (page, typeset)
 
 
-# Formulas of the text that print as nothing: no SVG, or an SVG with no size or not shown.
+# Formulas of the text that print as nothing: no SVG, or an SVG with no size or not shown
+# (but for those in a closed toggle, hidden code and its text, which print closed).
 UNPRINTED_MATH_JS = """
 () => [...document.querySelectorAll("article .math")].filter((el) => {
+  if (el.closest("details:not([open])")) return false;
   const svg = el.querySelector("mjx-container > svg");
   if (!svg) return true;
   const box = svg.getBoundingClientRect(), style = getComputedStyle(svg);
@@ -812,6 +814,7 @@ def test_printing_shows_every_formula(browser, site_url) -> None:
     context, tab, errors = _open(browser, f"{site_url}book/one-head-to-many.html", WIDE)
     try:
         tab.emulate_media(media="print")
+        tab.evaluate("window.dispatchEvent(new Event('beforeprint'))")  # toggles open to print
         count = tab.evaluate("document.querySelectorAll('article .math').length")
         unprinted = tab.evaluate(UNPRINTED_MATH_JS)
         pdf = tab.pdf()  # headless Chromium prints it
