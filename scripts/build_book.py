@@ -12,7 +12,9 @@ build sets ``MHA_TRAIN_STORE`` to ``_build/.train_store`` (unless it is set alre
 each fresh run is kept under a key of its config, the package's code, the library versions
 and the kernel settings, and loaded when it is asked for again.
 
-After the build, ``scripts/build_live_model.py`` puts the live model of pretrained-heads (MiniLM's
+After the build, the files of ``book/_static`` that the site lacks or holds in another version
+are copied into it (Sphinx skips its static files when no document is out of date), and
+``scripts/build_live_model.py`` puts the live model of pretrained-heads (MiniLM's
 attention as ONNX, exported once per key into ``_build/.live_model``, and ONNX Runtime Web from
 ``scripts/node``, which ``make node`` installs) into ``_build/html/_static/live-minilm/``.
 
