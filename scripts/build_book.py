@@ -12,7 +12,9 @@ build sets ``MHA_TRAIN_STORE`` to ``_build/.train_store`` (unless it is set alre
 each fresh run is kept under a key of its config, the package's code, the library versions
 and the kernel settings, and loaded when it is asked for again.
 
-After the build, ``scripts/build_live_model.py`` puts the live model of pretrained-heads (MiniLM's
+After the build, the files of ``book/_static`` that the site lacks or holds in another version
+are copied into it (Sphinx skips its static files when no document is out of date), and
+``scripts/build_live_model.py`` puts the live model of pretrained-heads (MiniLM's
 attention as ONNX, exported once per key into ``_build/.live_model``, and ONNX Runtime Web from
 ``scripts/node``, which ``make node`` installs) into ``_build/html/_static/live-minilm/``.
 
@@ -34,6 +36,8 @@ BUILD = ROOT / "_build"
 TIMES = BUILD / "execution_times.json"
 DOCTREES = BUILD / ".doctrees"  # Sphinx's saved environment; the execution cache is elsewhere
 TRAIN_STORE = BUILD / ".train_store"  # trained runs shared by the chapters (mha.training)
+STATIC = ROOT / "book" / "_static"  # html_static_path
+BUILT_STATIC = BUILD / "html" / "_static"
 
 
 def jupyter_book() -> str:
@@ -65,6 +69,30 @@ def format_times(times: dict[str, dict], since: float) -> list[str]:
     return lines
 
 
+def sync_static(source: Path, built: Path) -> list[str]:
+    """Copy the files of ``source`` that ``built`` lacks or holds in another version.
+
+    Sphinx copies the static files only when some document was rebuilt ("no targets are out
+    of date" skips it), so an edit to ``book/_static/*.js`` alone would leave the site, and
+    the browser tests, on the old script.
+
+    Returns:
+        The copied paths, relative to ``source``.
+    """
+    copied = []
+    if not built.is_dir():
+        return copied
+    for path in sorted(source.rglob("*")):
+        if not path.is_file() or path.name.startswith("."):
+            continue  # Sphinx skips dotfiles too
+        target = built / path.relative_to(source)
+        if not target.exists() or target.read_bytes() != path.read_bytes():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            copied.append(str(path.relative_to(source)))
+    return copied
+
+
 def live_model(env: dict[str, str]) -> int:
     """Run ``scripts/build_live_model.py`` (the live model's files into the built site)."""
     script = ROOT / "scripts" / "build_live_model.py"
@@ -87,6 +115,9 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(DOCTREES)
         code = subprocess.call(command, cwd=ROOT, env=env)
     if code == 0:
+        copied = sync_static(STATIC, BUILT_STATIC)
+        if copied:
+            print(f"Static files copied that Sphinx left stale: {', '.join(copied)}")
         code = live_model(env)
     elapsed = time.time() - start
     if TIMES.exists() and TIMES.stat().st_mtime >= start:

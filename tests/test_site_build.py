@@ -265,6 +265,7 @@ def test_a_failed_incremental_build_is_retried_once_without_the_saved_environmen
     doctrees = tmp_path / ".doctrees"
     monkeypatch.setattr(build_book, "DOCTREES", doctrees)
     monkeypatch.setattr(build_book, "TIMES", tmp_path / "times.json")
+    monkeypatch.setattr(build_book, "BUILT_STATIC", tmp_path / "no-site")
     calls: list[bool] = []
 
     def call(command, cwd, env):  # a build that fails while the saved environment exists
@@ -285,6 +286,21 @@ def test_a_failed_incremental_build_is_retried_once_without_the_saved_environmen
     monkeypatch.setattr(build_book.subprocess, "call", lambda command, cwd, env: 2)
     assert build_book.main([]) == 2  # a fresh build that fails is not retried
     assert live == [True]
+
+
+def test_static_files_that_sphinx_left_stale_are_copied(tmp_path: Path) -> None:
+    source, built = tmp_path / "static", tmp_path / "html" / "_static"
+    (source / "sub").mkdir(parents=True)
+    (source / "a.js").write_text("new")
+    (source / "same.css").write_text("x")
+    (source / "sub" / "b.js").write_text("b")
+    assert build_book.sync_static(source, built) == []  # no site built: nothing to do
+    built.mkdir(parents=True)
+    (built / "a.js").write_text("old")
+    (built / "same.css").write_text("x")
+    assert build_book.sync_static(source, built) == ["a.js", "sub/b.js"]
+    assert (built / "a.js").read_text() == "new" and (built / "sub" / "b.js").read_text() == "b"
+    assert build_book.sync_static(source, built) == []
 
 
 def test_jupyterlab_overrides_make_jupytext_the_markdown_viewer(tmp_path: Path) -> None:

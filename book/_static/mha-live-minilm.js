@@ -5,7 +5,7 @@
 // tokenizer.json, and the ONNX graph that mha.models.minilm_onnx exported from this book's
 // MiniLM: one input, the token ids (1, L); two outputs, the attention weights
 // (6, 12, L, L) and the value norms (6, 12, L) of mha.detectors.circuits.value_norms.
-// The value-weighted view is mha.detectors.circuits.value_weighted_attention:
+// The chapter's "norm-weighted share" is mha.detectors.circuits.value_weighted_attention:
 // A[i, j] n_j / sum_k A[i, k] n_k (rows whose norms are all 0 stay 0).
 //
 // The tokenizer is a WordPiece of our own that follows the model's tokenizer.json (BERT's
@@ -316,10 +316,20 @@
     var panel = this;
     var enc = this.tokenizer.tokenize(text);
     var L = enc.tokens.length;
+    if (L <= 2) {
+      // Nothing but [CLS] and [SEP]: the maps would be of the two markers only.
+      this.clear();
+      this.say(
+        text.trim()
+          ? "This text has no word pieces (only [CLS] and [SEP] would run). Type a sentence, " +
+              "then press “Run on this sentence”."
+          : "The box is empty. Type a sentence, then press “Run on this sentence”.",
+        "empty"
+      );
+      return Promise.resolve();
+    }
     if (L > MAX_POSITIONS) {
-      this.result = null;
-      this.grid.replaceChildren();
-      this.detail.replaceChildren();
+      this.clear();
       this.say(
         "This text has " + L + " tokens with [CLS] and [SEP]; the model has " +
           MAX_POSITIONS + " positions. Shorten it by " + (L - MAX_POSITIONS) + " tokens.",
@@ -358,16 +368,29 @@
     });
   };
 
+  LivePanel.prototype.clear = function () {
+    this.result = null;
+    this.grid.replaceChildren();
+    this.detail.replaceChildren();
+  };
+
   LivePanel.prototype.shown = function () {
     var r = this.result;
     return this.view.value === "value-weighted" ? r.valueWeighted : r.weights;
   };
 
+  LivePanel.prototype.viewName = function () {
+    return this.view.value === "value-weighted" ? "norm-weighted share" : "attention weight";
+  };
+
+  // The 72 heads, one button each. One tab stop for the whole grid (a roving tabindex): the
+  // arrow keys move between heads (left/right: heads, up/down: layers), Enter or Space
+  // chooses one. The chosen head is outlined and aria-pressed.
   LivePanel.prototype.draw = function () {
     var r = this.result;
     var L = r.tokens.length;
     var values = this.shown();
-    var label = this.view.value === "value-weighted" ? "value-weighted share" : "weight";
+    var label = this.viewName();
     var panel = this;
     var cells = [];
     for (var l = 0; l < r.layers; l++) {
@@ -384,52 +407,173 @@
         button.addEventListener("click", function (e) {
           var b = e.currentTarget;
           panel.selected = [Number(b.dataset.layer), Number(b.dataset.head)];
+          panel.markSelected();
           panel.drawDetail();
+        });
+        button.addEventListener("keydown", function (e) {
+          panel.gridKey(e);
         });
         cells.push(button);
       }
     }
     this.grid.replaceChildren.apply(this.grid, cells);
+    this.markSelected();
     this.drawDetail();
   };
 
-  // One head, large, with its tokens; the numbers of a hovered cell in the caption.
+  LivePanel.prototype.markSelected = function () {
+    var chosen = this.selected[0] * this.result.heads + this.selected[1];
+    this.grid.querySelectorAll("button.mha-live-cell").forEach(function (b, k) {
+      b.setAttribute("aria-pressed", k === chosen ? "true" : "false");
+      b.tabIndex = k === chosen ? 0 : -1;
+    });
+  };
+
+  LivePanel.prototype.gridKey = function (e) {
+    var r = this.result;
+    var b = e.currentTarget;
+    var l = Number(b.dataset.layer);
+    var h = Number(b.dataset.head);
+    if (e.key === "ArrowLeft") h -= 1;
+    else if (e.key === "ArrowRight") h += 1;
+    else if (e.key === "ArrowUp") l -= 1;
+    else if (e.key === "ArrowDown") l += 1;
+    else if (e.key === "Home") h = 0;
+    else if (e.key === "End") h = r.heads - 1;
+    else return;
+    e.preventDefault();
+    l = Math.max(0, Math.min(r.layers - 1, l));
+    h = Math.max(0, Math.min(r.heads - 1, h));
+    var buttons = this.grid.querySelectorAll("button.mha-live-cell");
+    buttons.forEach(function (x) {
+      x.tabIndex = -1;
+    });
+    var next = buttons[l * r.heads + h];
+    next.tabIndex = 0;
+    next.focus();
+  };
+
+  // The axis labels of the large map: the book's "i token" (position from 0, [CLS] is 0),
+  // thinned to every step-th when the cells are too small for a line of text each.
+  function tickLabels(tokens, step, className) {
+    var box = document.createElement("div");
+    box.className = className;
+    box.setAttribute("aria-hidden", "true");
+    var longest = 1;
+    tokens.forEach(function (t, i) {
+      if (i % step) return;
+      var text = i + " " + t;
+      if (text.length > 12) text = text.slice(0, 11) + "…";
+      longest = Math.max(longest, text.length);
+      var span = document.createElement("span");
+      span.textContent = text;
+      span.style.setProperty("--at", ((i + 0.5) / tokens.length) * 100 + "%");
+      box.appendChild(span);
+    });
+    // The labels are placed absolutely, so that they never stretch the map's rows.
+    box.style.setProperty("--len", longest * 0.62 + 0.6 + "em");
+    return box;
+  }
+
+  // One head, large, with its tokens on both axes. The numbers of one cell are in the caption:
+  // the cell under the mouse (or a tap), or, with the map focused, the cell that the arrow
+  // keys move (Home/End: first/last key, PageUp/PageDown: first/last query).
   LivePanel.prototype.drawDetail = function () {
     var r = this.result;
     var L = r.tokens.length;
     var l = this.selected[0];
     var h = this.selected[1];
+    var name = l + 1 + "." + (h + 1);
     var values = this.shown();
     var offset = (l * r.heads + h) * L * L;
-    var label = this.view.value === "value-weighted" ? "value-weighted share" : "attention weight";
+    var label = this.viewName();
     var size = Math.min(480, Math.max(160, 16 * L));
+    // Room for the map once the row labels (about 6 rem) are beside it.
+    var room = Math.min(size, Math.max(120, (this.detail.clientWidth || size + 96) - 96));
+    var step = Math.max(1, Math.ceil(13 / (room / L))); // a 13 px line per label
     var figure = document.createElement("figure");
     var canvas = document.createElement("canvas");
-    canvas.setAttribute("role", "img");
+    canvas.setAttribute("role", "application");
+    canvas.tabIndex = 0;
     canvas.setAttribute(
       "aria-label",
-      "Head " + (l + 1) + "." + (h + 1) + ", " + label + ": rows are queries, columns keys, " +
-        "darker is larger"
+      "Head " + name + ", " + label + ": rows are queries, columns keys, darker is larger. " +
+        "Arrow keys move a cell cursor; its value is read below the map."
     );
-    drawMap(canvas, values, offset, L, size);
+    var cursor = null;
+    function paint() {
+      drawMap(canvas, values, offset, L, size);
+      if (cursor) {
+        var ctx = canvas.getContext("2d");
+        var c = size / L;
+        ctx.lineWidth = Math.max(2, Math.min(4, c / 4));
+        ctx.strokeStyle = "#d95f02";
+        ctx.strokeRect(cursor[1] * c, cursor[0] * c, c, c);
+      }
+    }
+    paint();
     var caption = document.createElement("figcaption");
+    caption.setAttribute("aria-live", "polite");
+    var intro =
+      "Head " + name + " (layer " + (l + 1) + ", head " + (h + 1) + "; " + label + "). " +
+      "Rows: queries; columns: keys; each labelled with its position, from 0 at [CLS], and " +
+      "its token. From white (0) to dark blue (1).";
     caption.textContent =
-      "Head " + (l + 1) + "." + (h + 1) + " (" + label + "). Rows: queries; columns: keys; " +
-      "from white (0) to dark blue (1). Move over a cell for its value.";
+      intro + " Move over a cell, tap it, or focus the map and use the arrow keys for its value.";
+    function show(i, j) {
+      cursor = [i, j];
+      paint();
+      caption.textContent =
+        "Head " + name + ": query " + r.tokens[i] + " (position " + i + ") → key " +
+        r.tokens[j] + " (position " + j + "): " + label + " " +
+        values[offset + i * L + j].toFixed(4);
+    }
     canvas.addEventListener("mousemove", function (e) {
       var rect = canvas.getBoundingClientRect();
       var j = Math.floor(((e.clientX - rect.left) / rect.width) * L);
       var i = Math.floor(((e.clientY - rect.top) / rect.height) * L);
-      if (i >= 0 && i < L && j >= 0 && j < L) {
-        caption.textContent =
-          "Head " + (l + 1) + "." + (h + 1) + ": query " + r.tokens[i] + " (" + i + ") → key " +
-          r.tokens[j] + " (" + j + "): " + label + " " + values[offset + i * L + j].toFixed(4);
-      }
+      if (i >= 0 && i < L && j >= 0 && j < L) show(i, j);
     });
+    canvas.addEventListener("focus", function () {
+      if (!cursor) show(0, 0);
+    });
+    canvas.addEventListener("keydown", function (e) {
+      var at = cursor || [0, 0];
+      var i = at[0];
+      var j = at[1];
+      if (e.key === "ArrowLeft") j -= 1;
+      else if (e.key === "ArrowRight") j += 1;
+      else if (e.key === "ArrowUp") i -= 1;
+      else if (e.key === "ArrowDown") i += 1;
+      else if (e.key === "Home") j = 0;
+      else if (e.key === "End") j = L - 1;
+      else if (e.key === "PageUp") i = 0;
+      else if (e.key === "PageDown") i = L - 1;
+      else return;
+      e.preventDefault();
+      show(Math.max(0, Math.min(L - 1, i)), Math.max(0, Math.min(L - 1, j)));
+    });
+    var map = document.createElement("div");
+    map.className = "mha-live-map";
+    map.style.setProperty("--size", size + "px");
+    var corner = document.createElement("span");
+    corner.className = "mha-live-corner";
+    corner.setAttribute("aria-hidden", "true");
+    corner.append("keys →", document.createElement("br"), "queries ↓");
+    map.appendChild(corner);
+    map.appendChild(tickLabels(r.tokens, step, "mha-live-keys"));
+    map.appendChild(tickLabels(r.tokens, step, "mha-live-queries"));
+    map.appendChild(canvas);
     var tokens = document.createElement("p");
     tokens.className = "mha-live-tokens";
-    tokens.textContent = "Tokens: " + r.tokens.join(" ");
-    figure.appendChild(canvas);
+    tokens.textContent =
+      "Tokens by position: " +
+      r.tokens
+        .map(function (t, i) {
+          return i + " " + t;
+        })
+        .join(", ");
+    figure.appendChild(map);
     figure.appendChild(caption);
     this.detail.replaceChildren(figure, tokens);
   };
@@ -545,7 +689,22 @@
     ".mha-live-cell{padding:0;border:1px solid #8884;background:none;cursor:pointer;" +
     "aspect-ratio:1}" +
     ".mha-live-cell canvas{width:100%;height:100%;display:block;image-rendering:pixelated}" +
-    ".mha-live-detail canvas{width:100%;max-width:480px;image-rendering:pixelated}" +
+    ".mha-live-cell[aria-pressed=true]{outline:3px solid #d95f02;outline-offset:1px;" +
+    "border-color:#d95f02}" +
+    "@media (pointer:coarse){.mha-live-cell{aspect-ratio:auto;min-height:44px;display:flex;" +
+    "align-items:center}.mha-live-cell canvas{height:auto;aspect-ratio:1}}" +
+    ".mha-live-map{display:grid;grid-template-columns:max-content minmax(0,var(--size));" +
+    "font-size:11px;line-height:1;margin:0 0 .5rem}" +
+    ".mha-live-corner{align-self:end;justify-self:end;padding:0 4px 4px 0;color:#666}" +
+    ".mha-live-keys,.mha-live-queries{position:relative}" +
+    ".mha-live-keys{height:var(--len)}.mha-live-queries{width:var(--len)}" +
+    ".mha-live-keys span,.mha-live-queries span{position:absolute;white-space:nowrap}" +
+    ".mha-live-keys span{bottom:3px;left:var(--at);writing-mode:vertical-rl;" +
+    "transform:translateX(-50%) rotate(180deg)}" +
+    ".mha-live-queries span{right:4px;top:var(--at);transform:translateY(-50%)}" +
+    ".mha-live-detail canvas{width:100%;aspect-ratio:1;display:block;" +
+    "image-rendering:pixelated}" +
+    ".mha-live-detail canvas:focus-visible{outline:3px solid #d95f02;outline-offset:2px}" +
     ".mha-live-tokens{overflow-wrap:anywhere}";
 
   function init() {

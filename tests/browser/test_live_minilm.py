@@ -5,8 +5,10 @@ runs MiniLM's attention, exported by :mod:`mha.models.minilm_onnx`, with ONNX Ru
 These tests hold its tokens to the ``tokenizers`` package on many texts (the book's own lines
 and random unicode), then type sentences into the page and compare what it shows with
 :func:`mha.models.minilm_onnx.reference_views` to ``LIVE_TOLERANCE``: sentences no chapter
-uses, unicode, an empty text, the longest text the model takes and one token more, and many
-sentences in a row. Each gets a result or a clear message; none hangs. The page loads nothing
+uses, unicode, the longest text the model takes and one token more, and many sentences in a
+row. Each gets a result or a clear message (an empty text is not run: the page asks for a
+sentence); none hangs. The chosen head is marked, the large map has its tokens on both axes,
+and its values can be read with the keyboard. The page loads nothing
 before the button is pressed, and nothing from another host after; opened from a file, it
 runs the model too.
 """
@@ -35,14 +37,14 @@ PAGE = "book/pretrained-heads.html"
 LIVE_TOLERANCE = 1e-4
 """Largest absolute difference allowed between the page's float32 numbers and the package's."""
 RUN_TIMEOUT_MS = 180_000  # loading 100 MB and running 512 tokens on a busy 2-core machine
-FINISHED = "['done', 'too-long', 'error'].includes(document.querySelector('.mha-live-minilm')"
-FINISHED += ".dataset.state) && !window.mhaLiveMiniLM.panel.busy"
+FINISHED = "['done', 'too-long', 'empty', 'error'].includes("
+FINISHED += "document.querySelector('.mha-live-minilm').dataset.state)"
+FINISHED += " && !window.mhaLiveMiniLM.panel.busy"
 
 SENTENCES = [
     "Seven otters debated the merits of wet umbrellas.",
     "Ça coûte 12 € — naïve façade? Ünïcödé, ñandú and Zürich.",
     "東京は晴れ。서울은 흐림 🙂 Ελληνικά ΣΟΦΙΑΣ",
-    "",
 ]
 
 
@@ -225,7 +227,7 @@ def test_first_sentence_matches_the_package_and_the_page_says_size_and_time(
     )
 
 
-@pytest.mark.parametrize("text", SENTENCES[1:], ids=["accents", "cjk-emoji-greek", "empty"])
+@pytest.mark.parametrize("text", SENTENCES[1:], ids=["accents", "cjk-emoji-greek"])
 def test_typed_sentence_matches_the_package(live_page, model, text: str) -> None:
     _type_and_run(live_page, text)
     _check_against_package(_shown(live_page), model, text)
@@ -242,7 +244,64 @@ def test_both_views_are_drawn_for_every_head(live_page) -> None:
         cells.nth(13).click()
         name = live_page.locator(".mha-live-detail canvas").get_attribute("aria-label")
         assert name.startswith("Head 2.2, ")
+        pressed = [cells.nth(k).get_attribute("aria-pressed") for k in range(72)]
+        assert pressed == ["false"] * 13 + ["true"] + ["false"] * 58
+        if view == "value-weighted":  # the chapter's name of this view, everywhere
+            assert label == "head 2.2, norm-weighted share"
+            assert "norm-weighted share" in name
+            caption = live_page.locator(".mha-live-detail figcaption").text_content()
+            assert "norm-weighted share" in caption
+    assert "value-weighted" not in live_page.locator(".mha-live-minilm").inner_text()
     live_page.select_option("select.mha-live-view", "weights")
+
+
+def test_the_grid_is_one_tab_stop_and_arrow_keys_move_in_it(live_page) -> None:
+    _type_and_run(live_page, SENTENCES[0])
+    cells = live_page.locator(".mha-live-grid button.mha-live-cell")
+    cells.nth(0).click()
+    stops = live_page.eval_on_selector_all(
+        ".mha-live-grid button.mha-live-cell", "bs => bs.filter(b => b.tabIndex === 0).length"
+    )
+    assert stops == 1
+    live_page.keyboard.press("ArrowRight")
+    live_page.keyboard.press("ArrowDown")
+    focused = live_page.evaluate("document.activeElement.getAttribute('aria-label')")
+    assert focused.startswith("head 2.2, ")
+    live_page.keyboard.press("Enter")
+    assert cells.nth(13).get_attribute("aria-pressed") == "true"
+    assert cells.nth(0).get_attribute("aria-pressed") == "false"
+
+
+def test_the_large_map_has_its_tokens_on_both_axes(live_page) -> None:
+    _type_and_run(live_page, SENTENCES[0])
+    tokens = live_page.evaluate("window.mhaLiveMiniLM.panel.result.tokens")
+    for axis in ("queries", "keys"):
+        labels = live_page.locator(f".mha-live-detail .mha-live-{axis} span").all_text_contents()
+        assert labels[:3] == [f"{i} {t}" for i, t in enumerate(tokens[:3])]
+        assert 0 < len(labels) <= len(tokens)
+
+
+def test_a_cell_value_can_be_read_with_the_keyboard(live_page, model) -> None:
+    text = SENTENCES[0]
+    _type_and_run(live_page, text)
+    live_page.locator(".mha-live-grid button.mha-live-cell").nth(0).click()
+    live_page.focus(".mha-live-detail canvas")
+    for key in ("ArrowDown", "ArrowDown", "ArrowRight", "ArrowDown"):
+        live_page.keyboard.press(key)
+    caption = live_page.locator(".mha-live-detail figcaption").text_content()
+    assert "(position 3) → key" in caption and "(position 1):" in caption
+    ref = minilm_onnx.reference_views(model, text)
+    value = float(caption.rsplit(" ", 1)[1])
+    assert abs(value - ref["weights"][0, 0, 3, 1]) < LIVE_TOLERANCE + 5e-5
+
+
+@pytest.mark.parametrize("text", ["", "  \n "], ids=["empty", "spaces"])
+def test_an_empty_text_is_not_run_and_the_page_asks_for_a_sentence(live_page, text) -> None:
+    _type_and_run(live_page, text)
+    shown = _shown(live_page)
+    assert shown["state"] == "empty"
+    assert "The box is empty. Type a sentence" in shown["status"]
+    assert live_page.locator(".mha-live-grid button").count() == 0
 
 
 def test_the_hovered_value_is_the_package_value(live_page, model) -> None:
@@ -257,7 +316,7 @@ def test_the_hovered_value_is_the_package_value(live_page, model) -> None:
     box = canvas.bounding_box()
     canvas.hover(position={"x": (j + 0.5) * box["width"] / L, "y": (i + 0.5) * box["height"] / L})
     caption = live_page.locator(".mha-live-detail figcaption").text_content()
-    assert f"({i}) → key" in caption and f"({j}):" in caption
+    assert f"(position {i}) → key" in caption and f"(position {j}):" in caption
     value = float(caption.rsplit(" ", 1)[1])
     assert abs(value - ref["weights"][0, 0, i, j]) < LIVE_TOLERANCE + 5e-5  # shown to 4 places
 
