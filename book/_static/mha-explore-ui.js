@@ -21,7 +21,9 @@
   var STYLE = [
     ".mha-explore{margin:1rem 0 1.5rem;padding:.75rem;border:1px solid var(--pst-color-border,#ccc);",
     "border-radius:.4rem;max-width:100%;box-sizing:border-box;overflow-wrap:anywhere}",
-    ".mha-explore svg{display:block;width:100%;height:auto;touch-action:none;user-select:none}",
+    // a swipe on a figure's background scrolls the page (pan-y); only a draggable point takes
+    // the touch for itself (touch-action:none on .mx-point)
+    ".mha-explore svg{display:block;width:100%;height:auto;touch-action:pan-y;user-select:none}",
     ".mha-explore .mx-row{display:flex;flex-wrap:wrap;gap:.5rem 1rem;align-items:center;margin:.4rem 0}",
     ".mha-explore .mx-panels{display:flex;flex-wrap:wrap;gap:.75rem}",
     ".mha-explore .mx-panels>*{flex:1 1 16rem;min-width:0}",
@@ -37,7 +39,7 @@
     ".mha-explore td,.mha-explore th{padding:.1rem .45rem;text-align:right;border-bottom:1px solid var(--pst-color-border,#ddd)}",
     ".mha-explore tr.mx-current{background:rgba(230,159,0,.22)}.mha-explore tr.mx-seen{background:rgba(86,180,233,.15)}",
     ".mha-explore .mx-scroll{overflow-x:auto;max-width:100%}",
-    ".mha-explore .mx-point{cursor:grab;outline:none}",
+    ".mha-explore .mx-point{cursor:grab;outline:none;touch-action:none}",
     ".mha-explore .mx-point:focus-visible circle,.mha-explore .mx-point:focus-visible rect{stroke-width:4}",
     ".mha-explore .mx-note{font-size:.9em;margin:.3rem 0}",
     ".mha-explore .mx-num{font-variant-numeric:tabular-nums}",
