@@ -43,6 +43,8 @@
     ".mha-explore .mx-point:focus-visible circle,.mha-explore .mx-point:focus-visible rect{stroke-width:4}",
     ".mha-explore .mx-note{font-size:.9em;margin:.3rem 0}",
     ".mha-explore .mx-num{font-variant-numeric:tabular-nums}",
+    // touch targets at least 44 px tall on a phone (WCAG 2.5.5)
+    "@media (max-width:48rem){.mha-explore select,.mha-explore button,.mha-explore input{min-height:44px}}",
   ].join("");
 
   function el(tag, attrs, text) {
@@ -425,7 +427,9 @@
       var rows = [
         ["blocks read", state.step + " of " + nb],
         ["running max m", fmt(m)],
-        ["this step's rescale e^(m_old \u2212 m_new)", state.step ? fmt(st.rescale[0], 4) : "\u2014"],
+        // the first block has nothing before it to rescale: e^(m_old - m_new) = e^(-inf) = 0
+        ["this step's rescale e^(m_old \u2212 m_new)",
+          state.step > 1 ? fmt(st.rescale[0], 4) : state.step ? "\u2014 (nothing before)" : "\u2014"],
         ["running sum \u2113", fmt(l, 4)],
         ["accumulator \u00f5 = \u03a3 e^(z_j \u2212 m) v_j", fmt(acc, 4)],
         ["\u00f5 / \u2113, the output so far", l ? fmt(acc / l, 4) : "\u2014"],

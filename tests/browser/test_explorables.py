@@ -676,8 +676,12 @@ def test_online_softmax_explorable_steps_through_the_blocks(browser, built_site:
         assert _check_online(page)["step"] == 0
         nxt = page.get_by_role("button", name="Next block")
         prev = page.get_by_role("button", name="Previous block")
+        for control in (nxt, page.get_by_label("Block size B_c", exact=True)):
+            assert control.bounding_box()["height"] >= 44, "a touch target under 44 px on a phone"
         nxt.click()
         assert _check_online(page)["step"] == 1
+        root = page.locator('.mha-explore[data-explore="online-softmax"]')
+        assert "nothing before" in root.text_content(), "the first block's rescale"
         page.get_by_label("score z_5", exact=True).fill("9.5")
         state = _check_online(page)
         assert state["scores"][4] == 9.5 and state["step"] == 1
