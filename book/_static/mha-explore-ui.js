@@ -150,12 +150,17 @@
     svg.appendChild(svgEl("title", { id: root.id + "-title" },
       "Tokens in the plane: drag the query token x or a key k; each head's output o is an average of the keys under its weights"));
     svg.style.maxWidth = "24rem";
-    var grid = svgEl("g", { "aria-hidden": "true", stroke: "currentColor", "stroke-opacity": "0.15" });
+    // the grid faint, the axes darker, and the origin marked: dot products are taken from it
+    var grid = svgEl("g", { "aria-hidden": "true", stroke: "currentColor" });
     for (var t = -PLANE; t <= PLANE; t++) {
-      var a = toSvg([t, 0])[0];
-      grid.appendChild(svgEl("line", { x1: a, y1: 0, x2: a, y2: SIZE, "stroke-opacity": t === 0 ? "0.6" : "1" }));
-      grid.appendChild(svgEl("line", { x1: 0, y1: a, x2: SIZE, y2: a, "stroke-opacity": t === 0 ? "0.6" : "1" }));
+      var a = toSvg([t, 0])[0], op = t === 0 ? "0.55" : "0.15";
+      grid.appendChild(svgEl("line", { x1: a, y1: 0, x2: a, y2: SIZE, "stroke-opacity": op }));
+      grid.appendChild(svgEl("line", { x1: 0, y1: a, x2: SIZE, y2: a, "stroke-opacity": op }));
     }
+    var origin = toSvg([0, 0]);
+    grid.appendChild(svgEl("circle", { cx: origin[0], cy: origin[1], r: 3, fill: "currentColor", stroke: "none" }));
+    grid.appendChild(svgEl("text", { x: origin[0] - 5, y: origin[1] + 15, "font-size": 12, "text-anchor": "end",
+      fill: "currentColor", stroke: "none", "data-origin": "true" }, "0"));
     svg.appendChild(grid);
     var links = svgEl("g", { "aria-hidden": "true" });
     svg.appendChild(links);
@@ -256,14 +261,22 @@
           "height:.8em;margin-right:.3em;border-radius:.15em;background:" + colour }));
         box.appendChild(el("strong", {}, "Head " + (h + 1)));
         box.appendChild(document.createTextNode(
-          h === 0 ? ": x and the keys as they are" : ": x turned by 90\u00b0 (W^Q_2), the keys as they are"));
+          h === 0 ? ": x and the keys as they are"
+            : ": x turned by 90\u00b0, q2 = x W^Q_2 (the hollow diamond), the keys as they are"));
         var bars = svgEl("svg", { viewBox: "0 0 " + (S * 56) + " 74", role: "img",
-          "aria-label": "Head " + (h + 1) + " weights: " + w.map(function (x, j) { return "k" + (j + 1) + " " + fmt(x, 2); }).join(", ") });
+          "aria-label": "Head " + (h + 1) + " weights: " + w.map(function (x, j) {
+            return "k" + (j + 1) + " " + (keep && !keep[0][j] ? "masked" : fmt(x, 2));
+          }).join(", ") });
         w.forEach(function (x, j) {
           var hgt = 46 * x;
           bars.appendChild(svgEl("rect", { x: j * 56 + 8, y: 50 - hgt, width: 40, height: Math.max(hgt, 0.5), fill: colour }));
+          if (keep && !keep[0][j]) {
+            // a masked key: no weight at all, not a small one
+            bars.appendChild(svgEl("text", { x: j * 56 + 28, y: 44, "font-size": 11, "text-anchor": "middle",
+              fill: "currentColor", "font-style": "italic", "data-masked": "true" }, "masked"));
+          }
           bars.appendChild(svgEl("text", { x: j * 56 + 28, y: 66, "font-size": 12, "text-anchor": "middle", fill: "currentColor" },
-            "k" + (j + 1) + " " + fmt(x, 2)));
+            "k" + (j + 1) + (keep && !keep[0][j] ? "" : " " + fmt(x, 2))));
         });
         bars.style.maxWidth = "22rem";
         box.appendChild(bars);
@@ -281,6 +294,14 @@
           stroke: colour, "stroke-width": 3 }));
         outputs.appendChild(svgEl("text", { x: p[0] + 8, y: p[1] + 16, "font-size": 13, fill: "currentColor" },
           "o" + (h + 1)));
+        if (h > 0) {
+          // this head's query, x W^Q_h, where it differs from x: a hollow diamond in its colour
+          var qp = toSvg(q[0]);
+          outputs.appendChild(svgEl("path", { d: "M" + qp[0] + " " + (qp[1] - 8) + "l8 8l-8 8l-8 -8z", fill: "none",
+            stroke: colour, "stroke-width": 2.5, "data-query-head": String(h + 1) }));
+          outputs.appendChild(svgEl("text", { x: qp[0] + 10, y: qp[1] - 6, "font-size": 13, fill: "currentColor" },
+            "q" + (h + 1)));
+        }
         var top = w.indexOf(Math.max.apply(null, w));
         summary.push("head " + (h + 1) + " gives k" + (top + 1) + " the most weight, " + fmt(w[top], 2));
       });
