@@ -43,6 +43,7 @@
     ".mha-explore .mx-point:focus-visible circle,.mha-explore .mx-point:focus-visible rect{stroke-width:4}",
     ".mha-explore .mx-note{font-size:.9em;margin:.3rem 0}",
     ".mha-explore .mx-num{font-variant-numeric:tabular-nums}",
+    ".mha-explore td.mx-num{overflow-wrap:normal}", // a number wraps at its spaces, not between digits
     // touch targets at least 44 px tall on a phone (WCAG 2.5.5)
     "@media (max-width:48rem){.mha-explore select,.mha-explore button,.mha-explore input{min-height:44px}}",
   ].join("");
@@ -262,7 +263,7 @@
         box.appendChild(el("strong", {}, "Head " + (h + 1)));
         box.appendChild(document.createTextNode(
           h === 0 ? ": x and the keys as they are"
-            : ": x turned by 90\u00b0, q2 = x W^Q_2 (the hollow diamond), the keys as they are"));
+            : ": x turned by 90\u00b0, q2 = x\u00a0W^Q_2 (the hollow diamond), the keys as they are"));
         var bars = svgEl("svg", { viewBox: "0 0 " + (S * 56) + " 74", role: "img",
           "aria-label": "Head " + (h + 1) + " weights: " + w.map(function (x, j) {
             return "k" + (j + 1) + " " + (keep && !keep[0][j] ? "masked" : fmt(x, 2));
@@ -522,10 +523,27 @@
     var kvSel = select("Key/value heads H_kv", divisors, String(MODEL.num_heads));
     [one, many, reset, kvSel.wrap].forEach(function (c) { controls.appendChild(c); });
     root.appendChild(controls);
-    var svg = svgEl("svg", { viewBox: "0 0 360 170", role: "img", "aria-labelledby": root.id + "-title" });
+    var svg = svgEl("svg", { viewBox: "0 0 360 214", role: "img", "aria-labelledby": root.id + "-title" });
     var title = svgEl("title", { id: root.id + "-title" });
     svg.style.maxWidth = "34rem";
     root.appendChild(svg);
+    function swatch(colour) {
+      return el("span", { "aria-hidden": "true", style: "display:inline-block;width:.8em;height:.8em;" +
+        "margin-right:.3em;vertical-align:-.05em;border-radius:.15em;background:" + colour });
+    }
+    var legend = el("p", { class: "mx-note mx-legend" });
+    [["#0072B2", "the cache: a column per position held; in the bar, the cached keys and values the step reads. "],
+      ["#D55E00", "The newest position. "],
+      ["#999999", "Fixed: the bytes the step moves at any length: it reads the attention weights W^Q, W^K, W^V, " +
+        "W^O (W^K and W^V narrower when H_kv < H) and the new token's input, and writes its output and its new " +
+        "key and value."]].forEach(function (item) {
+      legend.appendChild(swatch(item[0]));
+      legend.appendChild(document.createTextNode(item[1]));
+    });
+    root.appendChild(legend);
+    // one scale for every bar: the longest step, H_kv = H at the longest context, is the full width
+    var FULL = window.mhaExplore.decode_step_cost(MODEL.d_model, MODEL.num_heads, MODEL.num_heads,
+      MODEL.max_context, MODEL.dtype).bytes;
     var out = el("div", { class: "mx-scroll" });
     root.appendChild(out);
     var live = el("p", { class: "mx-note", "aria-live": "polite" });
@@ -547,34 +565,54 @@
 
       svg.textContent = "";
       svg.appendChild(title);
-      title.textContent = "The cache of one layer: " + H_kv + " key/value heads by " + state.tokens +
-        " positions; the bar: bytes one decoding step of one layer reads.";
-      // the grid: rows = key/value heads (up to 32), columns = the last positions held
-      var cols = Math.min(state.tokens, 48), rowsN = H_kv, cw = 300 / 48, ch = 80 / 32;
-      var cell = svgEl("g", { fill: "#0072B2" });
+      var cols = Math.min(state.tokens, 48);
+      title.textContent = "The cache of one layer: one column per position held (" +
+        (state.tokens > 48 ? "the last 48 of " + state.tokens : "all " + state.tokens) +
+        "), as tall as its " + H_kv + " key/value head" + (H_kv > 1 ? "s" : "") + " (32 at most), the newest in orange. " +
+        "The bar: the bytes the next step's attention sublayer reads and writes in one layer, " + (step.bytes / 1048576).toFixed(1) +
+        " MiB, on a fixed scale of 0 to " + Math.round(FULL / 1048576) + " MiB.";
+      // the cache: one column per position (the last 48 held), its height H_kv heads of 32
+      var cw = 300 / 48, ch = 80 / 32;
+      var cell = svgEl("g");
       for (var c = 0; c < cols; c++) {
         var newest = c === cols - 1;
-        cell.appendChild(svgEl("rect", { x: 40 + (48 - cols + c) * cw, y: 10, width: cw - 1, height: rowsN * ch,
-          fill: newest ? "#D55E00" : "#0072B2", "fill-opacity": 0.85 }));
+        cell.appendChild(svgEl("rect", { x: 40 + (48 - cols + c) * cw, y: 10 + (32 - H_kv) * ch, width: cw - 1,
+          height: H_kv * ch, fill: newest ? "#D55E00" : "#0072B2", "fill-opacity": 0.85, "data-newest": String(newest) }));
       }
       svg.appendChild(cell);
-      svg.appendChild(svgEl("text", { x: 0, y: 24, "font-size": 13, fill: "currentColor" }, "H_kv = " + H_kv));
+      // the height of H = 32 heads, for comparison
+      svg.appendChild(svgEl("rect", { x: 40, y: 10, width: 300, height: 80, fill: "none", stroke: "currentColor",
+        "stroke-opacity": 0.3, "stroke-dasharray": "3 3" }));
+      svg.appendChild(svgEl("text", { x: 0, y: 106, "font-size": 13, fill: "currentColor", "data-label": "h-kv" },
+        "H_kv = " + H_kv));
       svg.appendChild(svgEl("text", { x: 340, y: 106, "font-size": 13, "text-anchor": "end", fill: "currentColor" },
         (state.tokens > 48 ? "the last 48 of " : "") + state.tokens.toLocaleString("en-US") + " positions"));
-      // the step's bytes, drawn against the weights
-      var scale = 340 / Math.max(step.bytes, 2 * fixed);
-      svg.appendChild(svgEl("rect", { x: 0, y: 118, width: fixed * scale, height: 20, fill: "#999999" }));
-      svg.appendChild(svgEl("rect", { x: fixed * scale, y: 118, width: Math.max(cacheRead * scale, 0.5), height: 20,
-        fill: "#0072B2" }));
-      svg.appendChild(svgEl("text", { x: 0, y: 160, "font-size": 13, fill: "currentColor" },
-        "one step, one layer: grey fixed, blue the cache"));
+      // the step's bytes on the fixed scale, with a MiB axis
+      var scale = 340 / FULL, y0 = 130;
+      svg.appendChild(svgEl("text", { x: 0, y: y0 - 8, "font-size": 13, fill: "currentColor" },
+        "next step, one attention sublayer, reads and writes:"));
+      svg.appendChild(svgEl("rect", { x: 0, y: y0, width: fixed * scale, height: 20, fill: "#999999",
+        "data-bar": "fixed" }));
+      svg.appendChild(svgEl("rect", { x: fixed * scale, y: y0, width: Math.max(cacheRead * scale, 0.5), height: 20,
+        fill: "#0072B2", "data-bar": "cache" }));
+      var axis = svgEl("g", { fill: "currentColor", stroke: "currentColor" });
+      axis.appendChild(svgEl("line", { x1: 0, y1: y0 + 24, x2: 340, y2: y0 + 24, "stroke-opacity": 0.5 }));
+      for (var mib = 0; mib * 1048576 <= FULL; mib += 64) {
+        var tx = Math.min(mib * 1048576 * scale, 339.5);
+        axis.appendChild(svgEl("line", { x1: tx, y1: y0 + 24, x2: tx, y2: y0 + 29, "stroke-opacity": 0.5 }));
+        axis.appendChild(svgEl("text", { x: tx, y: y0 + 43, "font-size": 12, stroke: "none",
+          "text-anchor": mib ? "middle" : "start" }, mib + (mib ? "" : " MiB")));
+      }
+      svg.appendChild(axis);
+      svg.appendChild(svgEl("text", { x: 0, y: y0 + 66, "font-size": 13, fill: "currentColor" },
+        (step.bytes / 1048576).toFixed(1) + " MiB: grey fixed, blue the cache"));
 
       var rows = [
         ["tokens held, S \u2212 1", state.tokens.toLocaleString("en-US")],
         ["cache, all " + MODEL.num_layers + " layers (kv_cache_bytes)", bytesText(cache)],
-        ["next step, one layer, reads (decode_step_cost, S = " + S.toLocaleString("en-US") + ")", bytesText(step.bytes)],
+        ["next step, one attention sublayer, reads and writes (decode_step_cost, S = " + S.toLocaleString("en-US") + ")", bytesText(step.bytes)],
         ["of which the cache", bytesText(cacheRead)],
-        ["next step's FLOPs, one layer", step.flops.toLocaleString("en-US")],
+        ["next step's FLOPs, one attention sublayer", step.flops.toLocaleString("en-US")],
       ];
       var t = el("table", { class: "mx-wrap" });
       rows.forEach(function (r) {
