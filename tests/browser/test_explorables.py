@@ -609,7 +609,9 @@ def test_heads_explorable_follows_touch_on_a_phone(browser, built_site: Path) ->
             " getComputedStyle(r.querySelector('[data-point=\"k1\"]')).touchAction]; }"
         )
         assert actions == ["pan-y", "none"], f"touch-action of the plot and a point: {actions}"
-        box = page.locator('.mha-explore[data-explore="heads"] svg').first.bounding_box()
+        plot = page.locator('.mha-explore[data-explore="heads"] svg').first
+        _center(page, plot)  # in view and holding still
+        box = plot.bounding_box()
         bx, by = box["x"] + 0.06 * box["width"], box["y"] + 0.5 * box["height"]  # no point here
         before = page.evaluate("() => window.scrollY")
         cdp.send(
