@@ -21,7 +21,9 @@
   var STYLE = [
     ".mha-explore{margin:1rem 0 1.5rem;padding:.75rem;border:1px solid var(--pst-color-border,#ccc);",
     "border-radius:.4rem;max-width:100%;box-sizing:border-box;overflow-wrap:anywhere}",
-    ".mha-explore svg{display:block;width:100%;height:auto;touch-action:none;user-select:none}",
+    // a swipe on a figure's background scrolls the page (pan-y); only a draggable point takes
+    // the touch for itself (touch-action:none on .mx-point)
+    ".mha-explore svg{display:block;width:100%;height:auto;touch-action:pan-y;user-select:none}",
     ".mha-explore .mx-row{display:flex;flex-wrap:wrap;gap:.5rem 1rem;align-items:center;margin:.4rem 0}",
     ".mha-explore .mx-panels{display:flex;flex-wrap:wrap;gap:.75rem}",
     ".mha-explore .mx-panels>*{flex:1 1 16rem;min-width:0}",
@@ -37,10 +39,13 @@
     ".mha-explore td,.mha-explore th{padding:.1rem .45rem;text-align:right;border-bottom:1px solid var(--pst-color-border,#ddd)}",
     ".mha-explore tr.mx-current{background:rgba(230,159,0,.22)}.mha-explore tr.mx-seen{background:rgba(86,180,233,.15)}",
     ".mha-explore .mx-scroll{overflow-x:auto;max-width:100%}",
-    ".mha-explore .mx-point{cursor:grab;outline:none}",
+    ".mha-explore .mx-point{cursor:grab;outline:none;touch-action:none}",
     ".mha-explore .mx-point:focus-visible circle,.mha-explore .mx-point:focus-visible rect{stroke-width:4}",
     ".mha-explore .mx-note{font-size:.9em;margin:.3rem 0}",
     ".mha-explore .mx-num{font-variant-numeric:tabular-nums}",
+    ".mha-explore td.mx-num{overflow-wrap:normal}", // a number wraps at its spaces, not between digits
+    // touch targets at least 44 px tall on a phone (WCAG 2.5.5)
+    "@media (max-width:48rem){.mha-explore select,.mha-explore button,.mha-explore input{min-height:44px}}",
   ].join("");
 
   function el(tag, attrs, text) {
@@ -146,12 +151,17 @@
     svg.appendChild(svgEl("title", { id: root.id + "-title" },
       "Tokens in the plane: drag the query token x or a key k; each head's output o is an average of the keys under its weights"));
     svg.style.maxWidth = "24rem";
-    var grid = svgEl("g", { "aria-hidden": "true", stroke: "currentColor", "stroke-opacity": "0.15" });
+    // the grid faint, the axes darker, and the origin marked: dot products are taken from it
+    var grid = svgEl("g", { "aria-hidden": "true", stroke: "currentColor" });
     for (var t = -PLANE; t <= PLANE; t++) {
-      var a = toSvg([t, 0])[0];
-      grid.appendChild(svgEl("line", { x1: a, y1: 0, x2: a, y2: SIZE, "stroke-opacity": t === 0 ? "0.6" : "1" }));
-      grid.appendChild(svgEl("line", { x1: 0, y1: a, x2: SIZE, y2: a, "stroke-opacity": t === 0 ? "0.6" : "1" }));
+      var a = toSvg([t, 0])[0], op = t === 0 ? "0.55" : "0.15";
+      grid.appendChild(svgEl("line", { x1: a, y1: 0, x2: a, y2: SIZE, "stroke-opacity": op }));
+      grid.appendChild(svgEl("line", { x1: 0, y1: a, x2: SIZE, y2: a, "stroke-opacity": op }));
     }
+    var origin = toSvg([0, 0]);
+    grid.appendChild(svgEl("circle", { cx: origin[0], cy: origin[1], r: 3, fill: "currentColor", stroke: "none" }));
+    grid.appendChild(svgEl("text", { x: origin[0] - 5, y: origin[1] + 15, "font-size": 12, "text-anchor": "end",
+      fill: "currentColor", stroke: "none", "data-origin": "true" }, "0"));
     svg.appendChild(grid);
     var links = svgEl("g", { "aria-hidden": "true" });
     svg.appendChild(links);
@@ -252,14 +262,22 @@
           "height:.8em;margin-right:.3em;border-radius:.15em;background:" + colour }));
         box.appendChild(el("strong", {}, "Head " + (h + 1)));
         box.appendChild(document.createTextNode(
-          h === 0 ? ": x and the keys as they are" : ": x turned by 90\u00b0 (W^Q_2), the keys as they are"));
+          h === 0 ? ": x and the keys as they are"
+            : ": x turned by 90\u00b0, q2 = x\u00a0W^Q_2 (the hollow diamond), the keys as they are"));
         var bars = svgEl("svg", { viewBox: "0 0 " + (S * 56) + " 74", role: "img",
-          "aria-label": "Head " + (h + 1) + " weights: " + w.map(function (x, j) { return "k" + (j + 1) + " " + fmt(x, 2); }).join(", ") });
+          "aria-label": "Head " + (h + 1) + " weights: " + w.map(function (x, j) {
+            return "k" + (j + 1) + " " + (keep && !keep[0][j] ? "masked" : fmt(x, 2));
+          }).join(", ") });
         w.forEach(function (x, j) {
           var hgt = 46 * x;
           bars.appendChild(svgEl("rect", { x: j * 56 + 8, y: 50 - hgt, width: 40, height: Math.max(hgt, 0.5), fill: colour }));
+          if (keep && !keep[0][j]) {
+            // a masked key: no weight at all, not a small one
+            bars.appendChild(svgEl("text", { x: j * 56 + 28, y: 44, "font-size": 11, "text-anchor": "middle",
+              fill: "currentColor", "font-style": "italic", "data-masked": "true" }, "masked"));
+          }
           bars.appendChild(svgEl("text", { x: j * 56 + 28, y: 66, "font-size": 12, "text-anchor": "middle", fill: "currentColor" },
-            "k" + (j + 1) + " " + fmt(x, 2)));
+            "k" + (j + 1) + (keep && !keep[0][j] ? "" : " " + fmt(x, 2))));
         });
         bars.style.maxWidth = "22rem";
         box.appendChild(bars);
@@ -277,6 +295,14 @@
           stroke: colour, "stroke-width": 3 }));
         outputs.appendChild(svgEl("text", { x: p[0] + 8, y: p[1] + 16, "font-size": 13, fill: "currentColor" },
           "o" + (h + 1)));
+        if (h > 0) {
+          // this head's query, x W^Q_h, where it differs from x: a hollow diamond in its colour
+          var qp = toSvg(q[0]);
+          outputs.appendChild(svgEl("path", { d: "M" + qp[0] + " " + (qp[1] - 8) + "l8 8l-8 8l-8 -8z", fill: "none",
+            stroke: colour, "stroke-width": 2.5, "data-query-head": String(h + 1) }));
+          outputs.appendChild(svgEl("text", { x: qp[0] + 10, y: qp[1] - 6, "font-size": 13, fill: "currentColor" },
+            "q" + (h + 1)));
+        }
         var top = w.indexOf(Math.max.apply(null, w));
         summary.push("head " + (h + 1) + " gives k" + (top + 1) + " the most weight, " + fmt(w[top], 2));
       });
@@ -423,7 +449,9 @@
       var rows = [
         ["blocks read", state.step + " of " + nb],
         ["running max m", fmt(m)],
-        ["this step's rescale e^(m_old \u2212 m_new)", state.step ? fmt(st.rescale[0], 4) : "\u2014"],
+        // the first block has nothing before it to rescale: e^(m_old - m_new) = e^(-inf) = 0
+        ["this step's rescale e^(m_old \u2212 m_new)",
+          state.step > 1 ? fmt(st.rescale[0], 4) : state.step ? "\u2014 (nothing before)" : "\u2014"],
         ["running sum \u2113", fmt(l, 4)],
         ["accumulator \u00f5 = \u03a3 e^(z_j \u2212 m) v_j", fmt(acc, 4)],
         ["\u00f5 / \u2113, the output so far", l ? fmt(acc / l, 4) : "\u2014"],
@@ -495,10 +523,27 @@
     var kvSel = select("Key/value heads H_kv", divisors, String(MODEL.num_heads));
     [one, many, reset, kvSel.wrap].forEach(function (c) { controls.appendChild(c); });
     root.appendChild(controls);
-    var svg = svgEl("svg", { viewBox: "0 0 360 170", role: "img", "aria-labelledby": root.id + "-title" });
+    var svg = svgEl("svg", { viewBox: "0 0 360 214", role: "img", "aria-labelledby": root.id + "-title" });
     var title = svgEl("title", { id: root.id + "-title" });
     svg.style.maxWidth = "34rem";
     root.appendChild(svg);
+    function swatch(colour) {
+      return el("span", { "aria-hidden": "true", style: "display:inline-block;width:.8em;height:.8em;" +
+        "margin-right:.3em;vertical-align:-.05em;border-radius:.15em;background:" + colour });
+    }
+    var legend = el("p", { class: "mx-note mx-legend" });
+    [["#0072B2", "the cache: a column per position held; in the bar, the cached keys and values the step reads. "],
+      ["#D55E00", "The newest position. "],
+      ["#999999", "Fixed: the bytes the step moves at any length: it reads the attention weights W^Q, W^K, W^V, " +
+        "W^O (W^K and W^V narrower when H_kv < H) and the new token's input, and writes its output and its new " +
+        "key and value."]].forEach(function (item) {
+      legend.appendChild(swatch(item[0]));
+      legend.appendChild(document.createTextNode(item[1]));
+    });
+    root.appendChild(legend);
+    // one scale for every bar: the longest step, H_kv = H at the longest context, is the full width
+    var FULL = window.mhaExplore.decode_step_cost(MODEL.d_model, MODEL.num_heads, MODEL.num_heads,
+      MODEL.max_context, MODEL.dtype).bytes;
     var out = el("div", { class: "mx-scroll" });
     root.appendChild(out);
     var live = el("p", { class: "mx-note", "aria-live": "polite" });
@@ -520,34 +565,54 @@
 
       svg.textContent = "";
       svg.appendChild(title);
-      title.textContent = "The cache of one layer: " + H_kv + " key/value heads by " + state.tokens +
-        " positions; the bar: bytes one decoding step of one layer reads.";
-      // the grid: rows = key/value heads (up to 32), columns = the last positions held
-      var cols = Math.min(state.tokens, 48), rowsN = H_kv, cw = 300 / 48, ch = 80 / 32;
-      var cell = svgEl("g", { fill: "#0072B2" });
+      var cols = Math.min(state.tokens, 48);
+      title.textContent = "The cache of one layer: one column per position held (" +
+        (state.tokens > 48 ? "the last 48 of " + state.tokens : "all " + state.tokens) +
+        "), as tall as its " + H_kv + " key/value head" + (H_kv > 1 ? "s" : "") + " (32 at most), the newest in orange. " +
+        "The bar: the bytes the next step's attention sublayer reads and writes in one layer, " + (step.bytes / 1048576).toFixed(1) +
+        " MiB, on a fixed scale of 0 to " + Math.round(FULL / 1048576) + " MiB.";
+      // the cache: one column per position (the last 48 held), its height H_kv heads of 32
+      var cw = 300 / 48, ch = 80 / 32;
+      var cell = svgEl("g");
       for (var c = 0; c < cols; c++) {
         var newest = c === cols - 1;
-        cell.appendChild(svgEl("rect", { x: 40 + (48 - cols + c) * cw, y: 10, width: cw - 1, height: rowsN * ch,
-          fill: newest ? "#D55E00" : "#0072B2", "fill-opacity": 0.85 }));
+        cell.appendChild(svgEl("rect", { x: 40 + (48 - cols + c) * cw, y: 10 + (32 - H_kv) * ch, width: cw - 1,
+          height: H_kv * ch, fill: newest ? "#D55E00" : "#0072B2", "fill-opacity": 0.85, "data-newest": String(newest) }));
       }
       svg.appendChild(cell);
-      svg.appendChild(svgEl("text", { x: 0, y: 24, "font-size": 13, fill: "currentColor" }, "H_kv = " + H_kv));
+      // the height of H = 32 heads, for comparison
+      svg.appendChild(svgEl("rect", { x: 40, y: 10, width: 300, height: 80, fill: "none", stroke: "currentColor",
+        "stroke-opacity": 0.3, "stroke-dasharray": "3 3" }));
+      svg.appendChild(svgEl("text", { x: 0, y: 106, "font-size": 13, fill: "currentColor", "data-label": "h-kv" },
+        "H_kv = " + H_kv));
       svg.appendChild(svgEl("text", { x: 340, y: 106, "font-size": 13, "text-anchor": "end", fill: "currentColor" },
         (state.tokens > 48 ? "the last 48 of " : "") + state.tokens.toLocaleString("en-US") + " positions"));
-      // the step's bytes, drawn against the weights
-      var scale = 340 / Math.max(step.bytes, 2 * fixed);
-      svg.appendChild(svgEl("rect", { x: 0, y: 118, width: fixed * scale, height: 20, fill: "#999999" }));
-      svg.appendChild(svgEl("rect", { x: fixed * scale, y: 118, width: Math.max(cacheRead * scale, 0.5), height: 20,
-        fill: "#0072B2" }));
-      svg.appendChild(svgEl("text", { x: 0, y: 160, "font-size": 13, fill: "currentColor" },
-        "one step, one layer: grey fixed, blue the cache"));
+      // the step's bytes on the fixed scale, with a MiB axis
+      var scale = 340 / FULL, y0 = 130;
+      svg.appendChild(svgEl("text", { x: 0, y: y0 - 8, "font-size": 13, fill: "currentColor" },
+        "next step, one attention sublayer, reads and writes:"));
+      svg.appendChild(svgEl("rect", { x: 0, y: y0, width: fixed * scale, height: 20, fill: "#999999",
+        "data-bar": "fixed" }));
+      svg.appendChild(svgEl("rect", { x: fixed * scale, y: y0, width: Math.max(cacheRead * scale, 0.5), height: 20,
+        fill: "#0072B2", "data-bar": "cache" }));
+      var axis = svgEl("g", { fill: "currentColor", stroke: "currentColor" });
+      axis.appendChild(svgEl("line", { x1: 0, y1: y0 + 24, x2: 340, y2: y0 + 24, "stroke-opacity": 0.5 }));
+      for (var mib = 0; mib * 1048576 <= FULL; mib += 64) {
+        var tx = Math.min(mib * 1048576 * scale, 339.5);
+        axis.appendChild(svgEl("line", { x1: tx, y1: y0 + 24, x2: tx, y2: y0 + 29, "stroke-opacity": 0.5 }));
+        axis.appendChild(svgEl("text", { x: tx, y: y0 + 43, "font-size": 12, stroke: "none",
+          "text-anchor": mib ? "middle" : "start" }, mib + (mib ? "" : " MiB")));
+      }
+      svg.appendChild(axis);
+      svg.appendChild(svgEl("text", { x: 0, y: y0 + 66, "font-size": 13, fill: "currentColor" },
+        (step.bytes / 1048576).toFixed(1) + " MiB: grey fixed, blue the cache"));
 
       var rows = [
         ["tokens held, S \u2212 1", state.tokens.toLocaleString("en-US")],
         ["cache, all " + MODEL.num_layers + " layers (kv_cache_bytes)", bytesText(cache)],
-        ["next step, one layer, reads (decode_step_cost, S = " + S.toLocaleString("en-US") + ")", bytesText(step.bytes)],
+        ["next step, one attention sublayer, reads and writes (decode_step_cost, S = " + S.toLocaleString("en-US") + ")", bytesText(step.bytes)],
         ["of which the cache", bytesText(cacheRead)],
-        ["next step's FLOPs, one layer", step.flops.toLocaleString("en-US")],
+        ["next step's FLOPs, one attention sublayer", step.flops.toLocaleString("en-US")],
       ];
       var t = el("table", { class: "mx-wrap" });
       rows.forEach(function (r) {

@@ -601,6 +601,31 @@ def test_heads_explorable_follows_touch_on_a_phone(browser, built_site: Path) ->
         moved = _check_heads(page)
         assert moved["keys"][0][0] < start["keys"][0][0], "a touch drag did not move k1"
         assert moved["keys"][0][1] < start["keys"][0][1]
+        # only the points take a touch for themselves; a swipe elsewhere on the plot scrolls
+        actions = page.evaluate(
+            "() => { const r = document.querySelector('.mha-explore[data-explore=\"heads\"]');"
+            " const svg = r.querySelector('svg');"
+            " return [getComputedStyle(svg).touchAction,"
+            " getComputedStyle(r.querySelector('[data-point=\"k1\"]')).touchAction]; }"
+        )
+        assert actions == ["pan-y", "none"], f"touch-action of the plot and a point: {actions}"
+        plot = page.locator('.mha-explore[data-explore="heads"] svg').first
+        _center(page, plot)  # in view and holding still
+        box = plot.bounding_box()
+        bx, by = box["x"] + 0.06 * box["width"], box["y"] + 0.5 * box["height"]  # no point here
+        before = page.evaluate("() => window.scrollY")
+        cdp.send(
+            "Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": [{"x": bx, "y": by}]}
+        )
+        for i in range(1, 8):
+            cdp.send(
+                "Input.dispatchTouchEvent",
+                {"type": "touchMove", "touchPoints": [{"x": bx, "y": by - 20 * i}]},
+            )
+        cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+        page.wait_for_timeout(300)
+        assert page.evaluate("() => window.scrollY") > before, "a swipe on the plot does not scroll"
+        assert _check_heads(page)["keys"] == moved["keys"], "a swipe off the points moved one"
         assert not errors, f"console errors: {errors}"
     finally:
         page.context.close()
@@ -653,8 +678,12 @@ def test_online_softmax_explorable_steps_through_the_blocks(browser, built_site:
         assert _check_online(page)["step"] == 0
         nxt = page.get_by_role("button", name="Next block")
         prev = page.get_by_role("button", name="Previous block")
+        for control in (nxt, page.get_by_label("Block size B_c", exact=True)):
+            assert control.bounding_box()["height"] >= 44, "a touch target under 44 px on a phone"
         nxt.click()
         assert _check_online(page)["step"] == 1
+        root = page.locator('.mha-explore[data-explore="online-softmax"]')
+        assert "nothing before" in root.text_content(), "the first block's rescale"
         page.get_by_label("score z_5", exact=True).fill("9.5")
         state = _check_online(page)
         assert state["scores"][4] == 9.5 and state["step"] == 1
