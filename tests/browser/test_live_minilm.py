@@ -373,16 +373,41 @@ def test_many_sentences_in_a_row_end_on_the_last(live_page, model) -> None:
     _check_against_package(_shown(live_page), model, texts[-1])
 
 
-def test_from_a_file_the_live_model_runs_too(browser, built_site: Path, model) -> None:
+@pytest.fixture(scope="module")
+def subpath_url(built_site: Path) -> Iterator[str]:
+    """The built site over loopback under a subpath (``/html/``), as a project's GitHub Pages
+    site is served under ``/<repository>/``."""
+    handler = functools.partial(_Quiet, directory=str(built_site.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{built_site.name}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("where", ["file", "subpath"])
+def test_from_a_file_and_under_a_subpath_the_live_model_runs_too(
+    browser, built_site: Path, subpath_url: str, model, where: str
+) -> None:
+    url = (built_site / PAGE).as_uri() if where == "file" else subpath_url + PAGE
     page = browser.new_page()
     requests: list[str] = []
+    failed: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
+    page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
     try:
-        page.goto((built_site / PAGE).as_uri(), wait_until="load")
+        page.goto(url, wait_until="load")
         page.fill("#mha-live-text", SENTENCES[1])
         page.click("button.mha-live-load")
         page.wait_for_function(FINISHED, timeout=RUN_TIMEOUT_MS)
         _check_against_package(_shown(page), model, SENTENCES[1])
     finally:
         page.close()
-    assert all(u.startswith(("file:", "data:", "blob:")) for u in requests), requests
+    if where == "file":
+        assert all(u.startswith(("file:", "data:", "blob:")) for u in requests), requests
+    else:
+        own = ("data:", "blob:", subpath_url)
+        assert all(u.startswith(own) for u in requests if "favicon.ico" not in u), requests
+        assert [f for f in failed if not f.endswith("/favicon.ico")] == [], failed
