@@ -24,24 +24,18 @@ if the medians miss the budget or a target.
 from __future__ import annotations
 
 import argparse
-import functools
-import gzip
-import http.server
-import io
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from booktoc import toc_pages  # noqa: E402
+from loopback import serve  # noqa: E402
 
 LIGHTHOUSE = ROOT / "scripts" / "node" / "node_modules" / ".bin" / "lighthouse"
 CHROME = "/usr/bin/chromium"
@@ -55,48 +49,6 @@ FCP_TARGET = 1.2  # chapter FCP / preface FCP, in the same run
 # Core Web Vitals' "good" page, and Lighthouse's "good" score, held by each page's median.
 BUDGET = {"fcp_ms": 1800.0, "lcp_ms": 2500.0, "tbt_ms": 200.0, "cls": 0.1}
 MIN_PERFORMANCE = 0.9
-
-
-COMPRESSED = {".html", ".css", ".js", ".json", ".svg", ".txt", ".xml"}
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-class _GzipHandler(_QuietHandler):
-    """Serves text files gzip-compressed to clients that accept it (as static hosts do)."""
-
-    def send_head(self) -> io.BytesIO | None:
-        path = Path(self.translate_path(self.path))
-        accepts = "gzip" in self.headers.get("Accept-Encoding", "")
-        if not (accepts and path.is_file() and path.suffix in COMPRESSED):
-            return super().send_head()
-        body = gzip.compress(path.read_bytes(), compresslevel=6)
-        self.send_response(200)
-        self.send_header("Content-Type", self.guess_type(str(path)))
-        self.send_header("Content-Encoding", "gzip")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Vary", "Accept-Encoding")
-        self.end_headers()
-        return io.BytesIO(body)
-
-
-@contextmanager
-def serve(site: Path, compress: bool = False) -> Iterator[str]:
-    """Serve ``site`` on a free loopback port (text gzip-compressed if ``compress``); yield
-    its base URL."""
-    handler_class = _GzipHandler if compress else _QuietHandler
-    handler = functools.partial(handler_class, directory=str(site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def measure(url: str, out: Path) -> dict[str, float]:

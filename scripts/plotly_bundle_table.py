@@ -25,7 +25,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lighthouse_table import LIGHTHOUSE, ROOT, measure, serve  # noqa: E402
+from lighthouse_table import LIGHTHOUSE, ROOT, measure  # noqa: E402
+from loopback import serve  # noqa: E402
 
 PARTIAL = "plotly/plotly-cartesian.min.js"
 FULL = "plotly/plotly.min.js"

@@ -1,14 +1,14 @@
-"""scripts/lighthouse_table.py's server: files as they are, or gzip-compressed text."""
+"""The loopback server of the browser tests and the Lighthouse tables (scripts/loopback.py):
+files as they are, or gzip-compressed text, at the root or under a subpath."""
 
 from __future__ import annotations
 
 import gzip
-import sys
 import urllib.request
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import lighthouse_table  # noqa: E402
+import lighthouse_table
+import loopback
+import pytest
 
 
 def _get(url: str, accept: str | None) -> tuple[bytes, str | None]:
@@ -21,7 +21,7 @@ def test_gzip_server_compresses_text_for_clients_that_accept_it(tmp_path):
     page = "<html><body>" + "attention " * 2000 + "</body></html>"
     (tmp_path / "page.html").write_text(page, encoding="utf8")
     (tmp_path / "image.png").write_bytes(b"\x89PNG" + bytes(range(256)) * 8)
-    with lighthouse_table.serve(tmp_path, compress=True) as base:
+    with loopback.serve(tmp_path, compress=True) as base:
         body, encoding = _get(f"{base}page.html", "gzip, deflate")
         assert encoding == "gzip" and len(body) < len(page) / 10
         assert gzip.decompress(body).decode("utf8") == page
@@ -33,7 +33,7 @@ def test_gzip_server_compresses_text_for_clients_that_accept_it(tmp_path):
 
 def test_default_server_sends_files_as_they_are(tmp_path):
     (tmp_path / "page.html").write_text("<p>heads</p>" * 500, encoding="utf8")
-    with lighthouse_table.serve(tmp_path) as base:
+    with loopback.serve(tmp_path) as base:
         body, encoding = _get(f"{base}page.html", "gzip")
         assert encoding is None and body.decode("utf8") == "<p>heads</p>" * 500
 
@@ -97,3 +97,18 @@ def test_a_preface_that_hardly_blocks_is_compared_as_blocking_the_floor():
     assert lighthouse_table.ratios(run, "book/x")[0] == 60 / lighthouse_table.TBT_FLOOR_MS
     missed = lighthouse_table.misses(lighthouse_table.median_run([run]))
     assert [line.split(":")[0] for line in missed] == ["book/y"]
+
+
+def test_a_site_under_a_subpath_is_served_below_its_folder_name(tmp_path):
+    site = tmp_path / "mha-book"
+    site.mkdir()
+    (site / "index.html").write_text("<p>heads</p>", encoding="utf8")
+    with loopback.serve_under_subpath(site) as url:
+        assert url.endswith("/mha-book/")
+        body, _ = _get(f"{url}index.html", None)
+        assert body.decode("utf8") == "<p>heads</p>"
+
+
+def test_serve_refuses_a_path_that_is_no_folder(tmp_path):
+    with pytest.raises(ValueError, match="root must be a folder"), loopback.serve(tmp_path / "no"):
+        pass

@@ -7,14 +7,12 @@ skip: install it with ``sudo apt-get install -y chromium`` (or ``make browser``)
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import loopback
 import pytest
 from booktoc import toc_pages
 
@@ -74,23 +72,19 @@ def browser(playwright_driver) -> Iterator[object]:
         chromium.close()
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+@pytest.fixture(scope="session")
+def subpath_url(built_site: Path) -> Iterator[str]:
+    """The built site served over loopback under a subpath (``/html/``), as a project's GitHub
+    Pages site is served under ``/<repository>/``; its URL, ending in ``/``."""
+    with loopback.serve_under_subpath(built_site) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
 def site_url(built_site: Path, built_pdf: Path) -> Iterator[str]:
     """Serve the built site (with the book's PDF, which every page links to) over loopback
-    (threaded ``http.server``) and return its base URL."""
+    (``scripts/loopback.py``) and return its base URL."""
     if not (built_site / "index.html").exists():
         pytest.fail(f"the built site has no index.html: {built_site}", pytrace=False)
-    handler = functools.partial(_QuietHandler, directory=str(built_site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback.serve(built_site) as url:
+        yield url

@@ -15,12 +15,9 @@ page shows are compared with ``mha``'s for the state read back from the page.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import math
 import re
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -372,26 +369,6 @@ PAGES = {
     "kv-cache": "book/inference.html",
 }
 PHONE = {"width": 390, "height": 844}
-
-
-@pytest.fixture(scope="module")
-def subpath_url(built_site: Path) -> Iterator[str]:
-    """The built site served from loopback under a subpath (``/html/``), as a project site is
-    served under ``/<repository>/``."""
-    handler = functools.partial(_QuietHandler, directory=str(built_site.parent))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/{built_site.name}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
 
 def _open(browser, url: str, **context: object):
