@@ -50,6 +50,7 @@ mha_site = load("mha_site", BOOK / "_ext" / "mha_site.py")
 mha_figures = sys.modules["mha_figures"]
 setup_jupyterlab = load("setup_jupyterlab", ROOT / "scripts" / "setup_jupyterlab.py")
 build_book = load("build_book", ROOT / "scripts" / "build_book.py")
+vendor_icons = load("vendor_icons", ROOT / "scripts" / "vendor_icons.py")
 
 
 def makes_plotly_figures(source: str) -> bool:
@@ -535,6 +536,120 @@ def test_without_node_pages_keep_typesetting_in_the_browser(tmp_path: Path, monk
 
 def test_plain_tex_reads_a_formula_as_words() -> None:
     assert mha_site.plain_tex(r"\(\mathrm{d}V = A^\top \, \mathrm{d}O\)") == "dV = A^ top dO"
+
+
+def test_vendored_icons_are_what_the_script_writes_from_the_npm_package() -> None:
+    assert vendor_icons.PACKAGE.is_dir(), "npm @fortawesome/fontawesome-free missing: `make node`"
+    vendored = vendor_icons.vendored_icons()
+    assert vendor_icons.OUTPUT.read_text(encoding="utf8") == vendor_icons.icons_json()
+    css = vendor_icons.STYLESHEET.read_text(encoding="utf8")
+    assert css == vendor_icons.stylesheet_with_masks(css, vendored)
+    assert "CC BY 4.0" in vendored["licence"] and vendored["licence"] in css
+    assert set(vendor_icons.CSS_ICONS) <= set(vendored["icons"])
+    # Each custom property the stylesheet masks with is one of the vendored icons.
+    used = set(re.findall(r"var\(--mha-icon-([a-z-]+)\)", css))
+    assert used and used <= set(vendor_icons.CSS_ICONS), used - set(vendor_icons.CSS_ICONS)
+
+
+ICON_PAGE = """<html><head></head><body>
+<button class="theme-switch-button" aria-label="Color mode">
+<i class="theme-switch fa-solid fa-sun fa-lg" data-mode="light" aria-hidden="true"></i>
+</button>
+<span class="fa-solid fa-bars"></span><a href="#"><i class="fab fa-github"></i></a>
+<i class="fas fa-pencil-alt"></i>
+</body></html>
+"""
+
+
+def test_inline_icons_keeps_each_element_its_classes_and_attributes() -> None:
+    icons = mha_site.vendored_icons()
+    page, problems = mha_site.inline_icons(ICON_PAGE, icons)
+    assert problems == []
+    sun = icons["sun"]
+    assert (
+        '<i class="theme-switch mha-icon mha-icon-sun mha-icon-lg" data-mode="light" '
+        f'aria-hidden="true"><svg viewBox="{sun["viewBox"]}" aria-hidden="true" '
+        f'focusable="false"><path d="{sun["path"]}"/></svg></i>'
+    ) in page
+    assert '<span class="mha-icon mha-icon-bars"><svg ' in page
+    assert (
+        f'<i class="mha-icon mha-icon-github"><svg viewBox="{icons["github"]["viewBox"]}"' in page
+    )
+    assert page.count("<svg ") == 4 and "fa-" not in page and "fas" not in page
+    assert mha_site.inline_icons(page, icons) == (page, [])  # an inlined page stays as it is
+
+
+def test_an_icon_without_vendored_svg_or_a_class_left_is_a_build_warning(tmp_path: Path) -> None:
+    page = ICON_PAGE.replace("fa-bars", "fa-rocket") + '<p class="fa-solid fa-sun">x</p>'
+    (tmp_path / "page.html").write_text(page, encoding="utf8")
+    css = tmp_path / mha_site.THEME_CSS
+    css.parent.mkdir(parents=True)
+    css.write_text(FONT_AWESOME_CSS, encoding="utf8")
+    app = type("App", (), {"outdir": str(tmp_path)})()
+    app.builder = type("Builder", (), {"name": "html"})()
+    warnings: list[str] = []
+    original = mha_site.logger.warning
+    mha_site.logger.warning = lambda message, *args, **kwargs: warnings.append(message)
+    try:
+        mha_site.icons_without_fonts(app, None)
+    finally:
+        mha_site.logger.warning = original
+    # The unknown icon's element keeps its classes (reported as left too), and so does a
+    # paragraph with Font Awesome's classes and text.
+    assert len(warnings) == 3, warnings
+    assert "no vendored icon" in warnings[0] and "fa-rocket" in warnings[0]
+    assert "left" in warnings[1] and "fa-rocket" in warnings[1]
+    assert "left" in warnings[2] and "'fa-sun'" in warnings[2]
+    assert css.read_text(encoding="utf8") == mha_site.without_font_awesome(FONT_AWESOME_CSS)
+
+
+FONT_AWESOME_CSS = """/*!
+ * Bootstrap  v5.3.3
+ */.fade{transition:opacity .15s linear}
+/*!
+ * Font Awesome Free 6.5.2 by @fontawesome - https://fontawesome.com
+ * License - https://fontawesome.com/license/free (Icons: CC BY 4.0)
+ */.fa{font-family:var(--fa-style-family,"Font Awesome 6 Free")}.fa-lg{font-size:1.25em}\
+@keyframes fa-spin{0%{transform:rotate(0deg)}to{transform:rotate(1turn)}}\
+@media (prefers-reduced-motion:reduce){.fa-spin{animation:none}}.fa-sun:before{content:"\\f185"}
+
+/*!
+ * Font Awesome Free 6.5.2 by @fontawesome - https://fontawesome.com
+ */:host,:root{--fa-font-brands:normal 400 1em/1 "Font Awesome 6 Brands"}@font-face{\
+font-family:Font Awesome\\ 6 Brands;src:url(../vendor/fontawesome/webfonts/fa-brands-400.woff2)}\
+.fa-brands,.fab{font-weight:400}.fa-github:before{content:"\\f09b"}html{--pst-a:1rem}\
+.bd-search .fa-solid.fa-magnifying-glass{position:absolute}\
+a.github:before{font:var(--fa-font-brands)}
+"""
+
+
+def test_without_font_awesome_removes_its_blocks_and_nothing_else() -> None:
+    css = mha_site.without_font_awesome(FONT_AWESOME_CSS)
+    assert css == (
+        "/*!\n * Bootstrap  v5.3.3\n */.fade{transition:opacity .15s linear}\n\n\n"
+        "html{--pst-a:1rem}.bd-search .fa-solid.fa-magnifying-glass{position:absolute}"
+        "a.github:before{font:var(--fa-font-brands)}\n"
+    )
+
+
+@pytest.mark.site
+def test_pages_draw_icons_as_svg_without_font_awesome(built_site: Path) -> None:
+    pages = [p for p in built_site.rglob("*.html") if "_static" not in p.parts]
+    with_header = 0
+    for html_file in pages:
+        html = html_file.read_text(encoding="utf8")
+        with_header += "theme-switch-button" in html
+        classes = " ".join(re.findall(r'\sclass="([^"]*)"', html)).split()
+        left = {name for name in classes if mha_site.is_fa_class(name)}
+        assert left == set(), f"{html_file.relative_to(built_site)}: {left}"
+        icons = re.findall(r'<(?:i|span) class="[^"]*\bmha-icon\b[^"]*"[^>]*>(<svg [^>]*>)', html)
+        assert len(icons) == html.count(" mha-icon-") - html.count(" mha-icon-lg")
+        assert len(icons) >= 5 or "theme-switch-button" not in html, html_file.name
+        assert all('aria-hidden="true" focusable="false"' in svg for svg in icons)
+    assert with_header > len(toc_pages())  # the TOC's pages, the search page, the index
+    theme_css = (built_site / mha_site.THEME_CSS).read_text(encoding="utf8")
+    assert "Font Awesome" not in theme_css and "@font-face" not in theme_css
+    assert "webfonts" not in theme_css and "--fa-font" not in theme_css.split("html{", 1)[0]
 
 
 @pytest.mark.site

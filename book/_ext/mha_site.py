@@ -19,7 +19,13 @@
   first formula comes near and typesets formulas as they come near the screen. The PDF's
   ``singlehtml`` build keeps MathJax in the page.
 - Lighter pages: highlighted code without the markup of tokens drawn as plain text, and
-  (``book/_templates``) no Font Awesome JavaScript, whose icons the theme's CSS already draws.
+  (``book/_templates``) no Font Awesome JavaScript.
+- Icons without web fonts: at the end of the build, every Font Awesome icon element of the
+  theme (``<i class="fa-solid fa-bars">``) becomes an ``mha-icon`` element holding the icon's
+  inline SVG (Font Awesome Free 6.5.2, CC BY 4.0, vendored by ``scripts/vendor_icons.py`` in
+  ``mha_icons.json``), and the served copy of the theme's stylesheet loses Font Awesome's
+  rules (148 KB) and web fonts (fetched before the first paint); ``_static/mha-site.css``
+  draws the theme's pseudo-element icons as masks of the same shapes.
   A faster first screen: the head's script files deferred, sphinx-design's stylesheet only on
   pages that use it, no MathJax in the browser (formulas typeset at build time), hidden
   code loaded when opened; the site's icon linked on every page and at the site's root.
@@ -88,7 +94,7 @@ MATHJAX_PARTS = ("tex-svg.js", "input", "output/svg", "ui", "a11y", "sre", "adap
 FIGURE_CLASS = "mha-plotly"
 # This extension's code and the book's own static files (``_static/mha-*``): a change to any
 # of them rebuilds every page (Sphinx copies static files only when some page is written).
-EXTENSION_FILES = ("mha_site.py", "mha_figures.py")
+EXTENSION_FILES = ("mha_site.py", "mha_figures.py", "mha_icons.json")
 OWN_STATIC = "mha-*"
 
 
@@ -373,6 +379,151 @@ def favicon_at_the_root(app: Sphinx, exception: Exception | None) -> None:
     icon = Path(app.outdir) / "_static" / Path(app.config.html_favicon).name
     if icon.is_file():
         _copy_if_changed(icon, Path(app.outdir) / "favicon.ico")
+
+
+# --------------------------------------------------------------------------- icons
+
+ICONS_FILE = Path(__file__).with_name("mha_icons.json")
+THEME_CSS = Path("_static") / "styles" / "pydata-sphinx-theme.css"
+# Font Awesome's style classes; every other ``fa-`` class but the sizes names the icon.
+FA_STYLES = frozenset(
+    {"fa", "fas", "far", "fab", "fa-solid", "fa-regular", "fa-brands", "fa-classic"}
+)
+FA_SIZES = {"fa-lg": "mha-icon-lg"}
+_ICON_ELEMENT = re.compile(
+    r'<(?P<tag>i|span)(?P<before>\s[^>]*?)?\sclass="(?P<classes>[^"]*)"(?P<after>[^>]*)>'
+    r"(?P<inner>\s*)</(?P=tag)>"
+)
+_CLASS_ATTRIBUTE = re.compile(r'\sclass="([^"]*)"')
+_FA_HEADER = re.compile(r"/\*!\s*\*\s*Font Awesome Free.*?\*/", re.S)
+_SPACE = re.compile(r"\s*")
+_FA_SELECTOR = re.compile(r"\.fa(?:[srb]|-[a-z0-9-]+)?(?![a-z0-9-])|@keyframes fa-")
+
+
+def is_fa_class(name: str) -> bool:
+    return name in FA_STYLES or name.startswith("fa-")
+
+
+@functools.cache
+def vendored_icons() -> dict[str, dict[str, str]]:
+    """The site's icons (``mha_icons.json``): name -> ``viewBox`` and ``path``."""
+    return json.loads(ICONS_FILE.read_text(encoding="utf8"))["icons"]
+
+
+def icon_svg(icon: dict[str, str]) -> str:
+    return (
+        f'<svg viewBox="{icon["viewBox"]}" aria-hidden="true" focusable="false">'
+        f'<path d="{icon["path"]}"/></svg>'
+    )
+
+
+def inline_icons(page: str, icons: dict[str, dict[str, str]]) -> tuple[str, list[str]]:
+    """``page`` with each empty Font Awesome element (``<i class="fa-solid fa-sun fa-lg">``)
+    turned into an ``mha-icon mha-icon-NAME`` element holding the icon's SVG: the element,
+    its other classes and attributes kept. Also the problems: icons with no vendored SVG, and
+    Font Awesome classes left on other elements."""
+    problems: list[str] = []
+
+    def inline(match: re.Match[str]) -> str:
+        classes = match["classes"].split()
+        if not any(is_fa_class(name) for name in classes):
+            return match.group(0)
+        names = [
+            name.removeprefix("fa-")
+            for name in classes
+            if is_fa_class(name) and name not in FA_STYLES and name not in FA_SIZES
+        ]
+        if len(names) != 1 or names[0] not in icons:
+            problems.append(f"no vendored icon for {match.group(0)}")
+            return match.group(0)
+        kept = [name for name in classes if not is_fa_class(name)]
+        sizes = [FA_SIZES[name] for name in classes if name in FA_SIZES]
+        new_classes = " ".join([*kept, "mha-icon", f"mha-icon-{names[0]}", *sizes])
+        return (
+            f'<{match["tag"]}{match["before"] or ""} class="{new_classes}"{match["after"]}>'
+            f"{icon_svg(icons[names[0]])}</{match['tag']}>"
+        )
+
+    page = _ICON_ELEMENT.sub(inline, page)
+    for found in _CLASS_ATTRIBUTE.finditer(page):
+        left = [name for name in found[1].split() if is_fa_class(name)]
+        if left:
+            problems.append(f"Font Awesome classes {left} left: {found.group(0)}")
+    return page, problems
+
+
+def _rule_end(css: str, start: int) -> int:
+    """The end of the CSS rule (at-rules with nested blocks included) that starts at
+    ``start``."""
+    depth, index = 0, css.index("{", start)
+    while True:
+        if css[index] == "{":
+            depth += 1
+        elif css[index] == "}":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+        index += 1
+
+
+def is_fa_rule(rule: str) -> bool:
+    """Whether a CSS rule is one of Font Awesome's: its selector (or, in ``@media``, its
+    rules' selectors) names a Font Awesome class or animation, it declares Font Awesome's
+    custom properties, or its font."""
+    prelude, _, body = rule.partition("{")
+    selectors = rule if prelude.startswith("@media") else prelude  # nested rules' selectors
+    return bool(
+        _FA_SELECTOR.search(selectors)
+        or "Font Awesome" in body
+        or body.lstrip().startswith("--fa-")
+    )
+
+
+def without_font_awesome(css: str) -> str:
+    """The theme's stylesheet without Font Awesome's blocks: each from its licence comment
+    through the rules of Font Awesome that follow it (up to the next comment or rule of
+    another kind)."""
+    while found := _FA_HEADER.search(css):
+        end = found.end()
+        while True:
+            start = _SPACE.match(css, end).end()
+            if start >= len(css) or css.startswith("/*", start):
+                break
+            rule_end = _rule_end(css, start)
+            if not is_fa_rule(css[start:rule_end]):
+                break
+            end = rule_end
+        css = css[: found.start()] + css[end:]
+    return css
+
+
+def icons_without_fonts(app: Sphinx, exception: Exception | None) -> None:
+    """Every page's Font Awesome icons as inline SVG (:func:`inline_icons`), and the served
+    theme stylesheet without Font Awesome (:func:`without_font_awesome`). An icon with no
+    vendored SVG is a build warning (``scripts/vendor_icons.py`` adds it)."""
+    if exception is not None or app.builder.name != "html":
+        return
+    outdir = Path(app.outdir)
+    icons = vendored_icons()
+    for path in sorted(outdir.rglob("*.html")):
+        if "_static" in path.relative_to(outdir).parts:
+            continue
+        text = path.read_text(encoding="utf8")
+        page, problems = inline_icons(text, icons)
+        for problem in problems:
+            logger.warning(f"{path.relative_to(outdir)}: {problem[:300]}")
+        if page != text:
+            path.write_text(page, encoding="utf8")
+    theme_css = outdir / THEME_CSS
+    if not theme_css.is_file():
+        logger.warning(f"mha_site: {THEME_CSS} is missing; Font Awesome's rules not removed")
+        return
+    css = theme_css.read_text(encoding="utf8")
+    stripped = without_font_awesome(css)
+    if "Font Awesome" in stripped:
+        logger.warning(f"mha_site: {THEME_CSS} still names Font Awesome after its removal")
+    if stripped != css:
+        theme_css.write_text(stripped, encoding="utf8")
 
 
 # --------------------------------------------------------------------------- math typeset at build
@@ -992,6 +1143,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("build-finished", write_execution_times)
     app.connect("build-finished", favicon_at_the_root)
     app.connect("build-finished", typeset_math)
+    app.connect("build-finished", icons_without_fonts)
     app.add_css_file("mha-site.css")
     here = Path(__file__).parent
     code = b"".join(path.read_bytes() for path in extension_files(here))

@@ -14,12 +14,9 @@ about a third of a visit). The tests below then check one property each on those
 from __future__ import annotations
 
 import contextlib
-import functools
-import http.server
 import json
 import os
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -27,6 +24,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import jupytext
+import loopback
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -754,11 +752,6 @@ def test_a_hidden_code_cell_shows_its_code_when_opened(browser, site_url) -> Non
     assert target == f"#{copied_id}" and buttons > 1
 
 
-class _SiteHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 def _open(browser, url: str, width: int = NARROW):
     """A fresh tab at ``url`` (loaded), and the list its page errors and console errors go to."""
     context = browser.new_context(viewport={"width": width, "height": 800})
@@ -869,22 +862,15 @@ def test_a_chapter_works_offline_from_files_and_under_a_subpath(
             context.close()
     else:
         (tmp_path / "mha-book").symlink_to(built_site, target_is_directory=True)
-        handler = functools.partial(_SiteHandler, directory=str(tmp_path))
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
         failed: list[str] = []
-        try:
-            url = f"http://127.0.0.1:{server.server_address[1]}/mha-book/{page}"
+        with loopback.serve_under_subpath(tmp_path / "mha-book") as base:
             context, tab, errors = _open(browser, "about:blank", WIDE)
             tab.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
-            tab.goto(url, wait_until="load", timeout=LOAD_TIMEOUT_MS)
+            tab.goto(f"{base}{page}", wait_until="load", timeout=LOAD_TIMEOUT_MS)
             try:
                 seen = _reader_features(tab)
             finally:
                 context.close()
-        finally:
-            server.shutdown()
-            server.server_close()
         errors += failed
     assert errors == []
     assert seen["figures"] > 0 and seen["copy buttons"] > 1, seen
@@ -895,3 +881,73 @@ def _code_cell_sources(chapter: str) -> set[str]:
     """The sources of the code cells of ``book/<chapter>.md``, stripped."""
     notebook = jupytext.read(ROOT / "book" / f"{chapter}.md")
     return {cell.source.strip() for cell in notebook.cells if cell.cell_type == "code"}
+
+
+# Every icon of the page drawn (inline SVG with a box), and no Font Awesome font declared,
+# computed for an element or a pseudo-element that is drawn, or fetched.
+ICONS_JS = """
+() => {
+  const shown = (el) => el.checkVisibility({visibilityProperty: true, opacityProperty: false});
+  const icons = [...document.querySelectorAll(".mha-icon")].filter(shown);
+  const empty = icons.filter((el) => {
+    const svg = el.querySelector(":scope > svg"), box = svg && svg.getBoundingClientRect();
+    return !box || !(box.width > 0 && box.height > 0);
+  }).map((el) => el.outerHTML.slice(0, 120));
+  const fonts = [];
+  for (const el of document.querySelectorAll("body *")) {
+    for (const pseudo of [null, "::before", "::after"]) {
+      const style = getComputedStyle(el, pseudo);
+      const drawn = pseudo === null || !["none", "normal"].includes(style.content);
+      if (drawn && /awesome/i.test(style.fontFamily)) {
+        fonts.push(`${el.tagName.toLowerCase()}.${el.className}${pseudo || ""}`);
+      }
+    }
+  }
+  const declared = [...document.fonts].map((f) => f.family).filter((f) => /awesome/i.test(f));
+  const themeIcons = [...document.querySelectorAll(".theme-switch-button .theme-switch")];
+  return {shown: icons.length, empty, fonts: fonts.slice(0, 10), declared,
+          themeShown: themeIcons.filter(shown).map((el) => el.dataset.mode),
+          mode: document.documentElement.dataset.mode || ""};
+}
+"""
+FONT_AWESOME_FILE = re.compile(r"(/webfonts/|fontawesome|fa-[a-z]+-\d+\.(woff2?|ttf))", re.I)
+ICON_PAGES = ["book/preface", "book/one-head-to-many", "book/api-core", "search"]
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_icons_are_inline_svg_and_no_font_awesome_font_is_loaded(
+    browser, site_url: str, theme: str
+) -> None:
+    """The theme's icons (header, sidebars, buttons) are drawn from inline SVG on a few pages,
+    in both themes: no page asks for Font Awesome's fonts, no element uses them, and the
+    theme switch shows one icon at a time, the one of the mode that a click moves on from."""
+    problems: list[str] = []
+    for page in ICON_PAGES:
+        context = browser.new_context(viewport={"width": WIDE, "height": 900})
+        context.add_init_script(
+            f"try {{ localStorage.setItem('mode', '{theme}'); }} catch (e) {{}}"
+        )
+        requested: list[str] = []
+        try:
+            tab = context.new_page()
+            tab.on("request", lambda request, urls=requested: urls.append(request.url))
+            tab.goto(f"{site_url}{html_path(page)}", wait_until="load", timeout=LOAD_TIMEOUT_MS)
+            seen = tab.evaluate(ICONS_JS)
+            tab.locator(".theme-switch-button").first.click()
+            after_click = tab.evaluate(ICONS_JS)
+        finally:
+            context.close()
+        where = f"{page} ({theme})"
+        problems += [
+            f"{where} requested {url}" for url in requested if FONT_AWESOME_FILE.search(url)
+        ]
+        problems += [f"{where}: icon with no box: {html}" for html in seen["empty"]]
+        problems += [f"{where}: Font Awesome font on {name}" for name in seen["fonts"]]
+        problems += [f"{where}: Font Awesome declared: {name}" for name in seen["declared"]]
+        if seen["shown"] < 5:
+            problems.append(f"{where}: only {seen['shown']} icons shown")
+        if seen["themeShown"] != [theme] or after_click["themeShown"] == [theme]:
+            problems.append(f"{where}: theme icons {seen['themeShown']}, then {after_click}")
+        if len(after_click["themeShown"]) != 1 or after_click["empty"]:
+            problems.append(f"{where}: after a click on the theme switch: {after_click}")
+    fail_if(problems, "icons")
