@@ -15,14 +15,12 @@ runs the model too.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import random
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import loopback
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
@@ -48,22 +46,11 @@ SENTENCES = [
 ]
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def live_url(built_site: Path) -> Iterator[str]:
     """The built site over loopback."""
-    handler = functools.partial(_Quiet, directory=str(built_site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback.serve(built_site) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -272,6 +259,37 @@ def test_the_grid_is_one_tab_stop_and_arrow_keys_move_in_it(live_page) -> None:
     assert cells.nth(0).get_attribute("aria-pressed") == "false"
 
 
+def test_on_a_phone_every_head_is_a_44_px_target_and_the_page_does_not_widen(
+    browser, live_url: str
+) -> None:
+    """At 390 px with touch, each of the 72 head buttons is at least 44 px square; a layer's
+    twelve heads scroll inside the grid, and the page itself does not scroll sideways."""
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True
+    )
+    page = context.new_page()
+    try:
+        page.goto(live_url + PAGE, wait_until="load")
+        assert page.evaluate("matchMedia('(pointer: coarse)').matches")
+        page.fill("#mha-live-text", SENTENCES[0])
+        page.click("button.mha-live-load")
+        page.wait_for_function(FINISHED, timeout=RUN_TIMEOUT_MS)
+        boxes = page.eval_on_selector_all(
+            ".mha-live-grid button.mha-live-cell",
+            "bs => bs.map(b => [b.offsetWidth, b.offsetHeight])",
+        )
+        assert len(boxes) == 72
+        assert min(min(box) for box in boxes) >= 44, "a head button under 44 px on a phone"
+        page_width = page.evaluate("document.documentElement.scrollWidth")
+        assert page_width <= 390, f"the page scrolls sideways: {page_width} px wide"
+        grid = page.eval_on_selector(
+            ".mha-live-grid", "g => [g.scrollWidth, g.clientWidth, getComputedStyle(g).overflowX]"
+        )
+        assert grid[0] > grid[1] and grid[2] == "auto", grid
+    finally:
+        context.close()
+
+
 def test_the_large_map_has_its_tokens_on_both_axes(live_page) -> None:
     _type_and_run(live_page, SENTENCES[0])
     tokens = live_page.evaluate("window.mhaLiveMiniLM.panel.result.tokens")
@@ -371,20 +389,6 @@ def test_many_sentences_in_a_row_end_on_the_last(live_page, model) -> None:
         live_page.click("button.mha-live-run")
     live_page.wait_for_function(FINISHED, timeout=RUN_TIMEOUT_MS)
     _check_against_package(_shown(live_page), model, texts[-1])
-
-
-@pytest.fixture(scope="module")
-def subpath_url(built_site: Path) -> Iterator[str]:
-    """The built site over loopback under a subpath (``/html/``), as a project's GitHub Pages
-    site is served under ``/<repository>/``."""
-    handler = functools.partial(_Quiet, directory=str(built_site.parent))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/{built_site.name}/"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.parametrize("where", ["file", "subpath"])
