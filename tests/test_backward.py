@@ -333,6 +333,15 @@ def test_compare_with_autograd_leaves_out_missing_biases_and_sums_a_repeated_inp
     assert all(c.within for c in checks.values())
 
 
+def test_compare_with_autograd_takes_an_empty_batch() -> None:
+    """B = 0: no input entries (they differ by 0) and zero parameter gradients, as autograd's."""
+    params = mha.init_params(8, 2, seed=0)
+    x = np.zeros((0, 3, 8))
+    checks = gradcheck.compare_with_autograd(x, x, x, params, x)
+    assert checks["d inputs"].difference == 0.0 and checks["d inputs"].largest == 0.0
+    assert all(c.within for c in checks.values()), {n: c.used for n, c in checks.items()}
+
+
 def test_a_gradient_check_fails_outside_its_tolerance() -> None:
     ours, theirs = np.array([1.0, 2.0]), np.array([1.0, 2.5])
     check = gradcheck._check_against(ours, theirs, np.array([0.1, 0.1]))

@@ -7,6 +7,7 @@ argument, the rule and what was received.
 
 from __future__ import annotations
 
+import linecache
 import re
 import warnings
 from collections.abc import Callable
@@ -33,6 +34,7 @@ import mha.display.plotting
 import mha.models.examples
 import mha.models.minilm
 import mha.numerics.backward
+import mha.numerics.gradcheck
 import mha.numerics.precision
 import mha.numerics.tolerance
 import mha.training
@@ -1476,11 +1478,15 @@ _MHA_DIR = Path(mha.__file__).parent
 
 
 def _raised_by_mha(error: BaseException) -> bool:
-    """True when the innermost frame that raised ``error`` is in the ``mha`` package."""
+    """True when a ``raise`` statement of the ``mha`` package raised ``error``: the innermost
+    frame is in the package and its line is a ``raise`` (a TypeError that a NumPy ufunc
+    raises, called from a line of mha, is not mha's own error)."""
     tb = error.__traceback__
     while tb.tb_next is not None:
         tb = tb.tb_next
-    return _MHA_DIR in Path(tb.tb_frame.f_code.co_filename).parents
+    path = tb.tb_frame.f_code.co_filename
+    line = linecache.getline(path, tb.tb_lineno).strip()
+    return _MHA_DIR in Path(path).parents and line.startswith("raise ")
 
 
 def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
@@ -1749,6 +1755,8 @@ def test_a_zero_head_width_is_refused_alike_everywhere(call) -> None:
 
 # ---- generated bad inputs of the numeric modules: tiled, backward, precision, tolerance ----
 #
+# Every public function of the four modules (tiled.attention and rounded_attention twice:
+# their options and their scores' range; the key/value cache has tests/test_kv_cache_search.py).
 # Each case is one public function with valid arguments, then (seven times in eight) one
 # argument replaced by a mutation. A "bad" mutation must be refused by mha's own error; a
 # "same" mutation (the same numbers in another container: a tensor or a list for an array)
@@ -1796,6 +1804,8 @@ _MUTATIONS = {
     "t-numpy": lambda t: t.numpy(),
     "t-batch+1": lambda t: torch.cat([t, t[:1]], dim=0),
     "t-width+1": lambda t: torch.cat([t, t[..., :1]], dim=-1),
+    "t-huge": lambda t: 1e305 * t,  # finite, but the scores go beyond float64's range
+    "torch half dtype": lambda d: torch.float16,
     "zero": lambda x: 0,
     "negative": lambda x: -1,
     "fraction": lambda x: 1.5,
@@ -1811,6 +1821,8 @@ _MUTATIONS = {
     "dict": lambda p: {},
     "other width": lambda p: init_params(6, 2, seed=0),
     "tuple": lambda s: (),
+    "huge int": lambda x: 10**400,  # an int no float holds
+    "numpy dtype": lambda d: np.float32,
 }
 
 _ARRAY_BAD = ["None", "nan", "inf", "int", "float16", "mixed", "masked", "tensor", "list"]
@@ -2012,6 +2024,17 @@ def _numeric_cases():
              "weights_dtype": ["torch int dtype", "numpy float dtype", "not a dtype"]},
             {}, rounded_reference,
         ),
+        "precision.rounded_attention scores": (
+            lambda rng, dt: {
+                "query": torch.full((2, 3, 4), 200.0, dtype=torch.float64),
+                "key": torch.full((2, 5, 4), 200.0, dtype=torch.float64),
+                "value": torch.from_numpy(rng.standard_normal((2, 5, 3))),
+                "scores_dtype": torch.float32,  # scores of 8e4: beyond float16's 65504
+            },
+            lambda a: P.rounded_attention(**a),
+            {"key": ["t-huge"], "scores_dtype": ["torch half dtype", "numpy float dtype"]},
+            {}, rounded_reference,
+        ),
         "precision.exp_overflow_threshold": (
             lambda rng, dt: {"dtype": dt}, lambda a: P.exp_overflow_threshold(a["dtype"]),
             {"dtype": _DTYPE_BAD}, {}, None,
@@ -2041,6 +2064,174 @@ def _numeric_cases():
             {"actual": ["None", "width+1"], "expected": ["None", "batch+1"],
              "tolerance": ["None", "negative", "nan number", "inf number", "string"]},
             {"actual": ["tensor", "list"], "expected": ["tensor", "list"]}, None,
+        ),
+        **_more_numeric_cases(qkv, layer, sdpa_grads, saved_and_d_out, grad_bad),
+    }  # fmt: skip
+
+
+def _all_within(checks: dict) -> None:
+    assert all(c.within for c in checks.values()), {n: c.used for n, c in checks.items()}
+
+
+def _more_numeric_cases(qkv, layer, sdpa_grads, saved_and_d_out, grad_bad):
+    """The other public functions of the four modules: precision's sums and limits,
+    tolerance's bounds and comparisons, backward's softmax, heads and magnitudes, and the
+    gradient check against autograd (mha.numerics.gradcheck)."""
+    G = mha.numerics.backward
+    P = mha.numerics.precision
+    T = mha.numerics.tolerance
+    magnitude_bad = ["None", "negative", "nan number", "inf number", "string", "bool", "huge int"]
+    torch_dtype_bad = ["None", "numpy dtype", "torch int dtype", "not a dtype"]
+
+    def sums(rng, dt):
+        return {"values": torch.from_numpy(rng.standard_normal((3, 9))), "dtype": torch.float16}
+
+    def sum_reference(a, got):
+        # float16 partial sums: each of the n - 1 additions rounds by a relative u
+        exact = a["values"].sum(-1).numpy()
+        scale = float(a["values"].abs().sum(-1).max())
+        T.assert_close(got.double(), exact, T.rounding_tolerance(a["dtype"], terms=9, scale=scale))
+
+    def softmax_grads(rng, dt):
+        z = rng.standard_normal((2, 3, 5))
+        w = np.exp(z - z.max(-1, keepdims=True))
+        return {
+            "weights": (w / w.sum(-1, keepdims=True)).astype(dt),
+            "d_weights": rng.standard_normal((2, 3, 5)).astype(dt),
+        }
+
+    def softmax_reference(a, got):
+        z = torch.from_numpy(np.log(a["weights"].astype(np.float64))).requires_grad_()
+        torch.softmax(z, -1).backward(torch.from_numpy(a["d_weights"].astype(np.float64)))
+        scale = 2 * float(np.abs(a["d_weights"]).max())  # |dZ| <= w (|dA| + max |dA|)
+        tol = T.rounding_tolerance(a["weights"].dtype, terms=5 + 2, scale=scale, stages=3)
+        T.assert_close(got, z.grad.numpy(), tol)
+
+    def compare(rng, dt):
+        return {
+            "actual": rng.standard_normal((2, 3)).astype(dt),
+            "expected": rng.standard_normal((2, 3)).astype(dt),
+            "tolerance": 10.0,
+        }
+
+    compare_bad = {
+        "actual": ["None", "width+1"],
+        "expected": ["None", "batch+1"],
+        "tolerance": ["None", "negative", "nan number", "inf number", "string"],
+    }
+    compare_same = {"actual": ["tensor", "list"], "expected": ["tensor", "list"]}
+    return {
+        "precision.running_sum_limit": (
+            lambda rng, dt: {"dtype": torch.float16 if dt == np.float64 else torch.bfloat16},
+            lambda a: P.running_sum_limit(a["dtype"]), {"dtype": _DTYPE_BAD}, {},
+            lambda a, got: T.assert_close(
+                np.array(got), P.sequential_sum(torch.ones(int(got) + 5), a["dtype"]).double(), 0
+            ),  # exact: the running sum of ones stops at the limit
+        ),
+        "precision.sequential_sum": (
+            sums, lambda a: P.sequential_sum(a["values"], a["dtype"]),
+            {"values": ["None", "t-meta", "t-numpy", "0-D"], "dtype": torch_dtype_bad},
+            {}, sum_reference,
+        ),
+        "precision.pairwise_sum": (
+            sums, lambda a: P.pairwise_sum(a["values"], a["dtype"]),
+            {"values": ["None", "t-meta", "t-numpy", "0-D"], "dtype": torch_dtype_bad},
+            {}, sum_reference,
+        ),
+        "tolerance.unit_roundoff": (
+            lambda rng, dt: {"dtype": dt}, lambda a: T.unit_roundoff(a["dtype"]),
+            {"dtype": _DTYPE_BAD}, {},
+            lambda a, got: T.assert_close(np.array(got), np.finfo(a["dtype"]).eps / 2, 0),
+        ),
+        "tolerance.rounding_tolerance": (
+            lambda rng, dt: {"dtype": dt, "terms": 7, "scale": 2.0, "stages": 2},
+            lambda a: T.rounding_tolerance(
+                a["dtype"], terms=a["terms"], scale=a["scale"], stages=a["stages"]
+            ),
+            {"dtype": _DTYPE_BAD, "terms": [*_NUMBER_BAD, "huge int"],
+             "scale": magnitude_bad, "stages": _NUMBER_BAD},
+            {}, None,
+        ),
+        "tolerance.softmax_tolerance": (
+            lambda rng, dt: {"dtype": dt, "logit_scale": 3.0, "d_head": 4, "kv_len": 5},
+            lambda a: T.softmax_tolerance(
+                a["dtype"], logit_scale=a["logit_scale"], d_head=a["d_head"], kv_len=a["kv_len"]
+            ),
+            {"dtype": _DTYPE_BAD, "logit_scale": magnitude_bad, "d_head": _NUMBER_BAD,
+             "kv_len": _NUMBER_BAD},
+            {}, None,
+        ),
+        "tolerance.online_softmax_tolerance": (
+            lambda rng, dt: {"dtype": dt, "terms": 5, "merges": 2},
+            lambda a: T.online_softmax_tolerance(a["dtype"], terms=a["terms"], merges=a["merges"]),
+            {"dtype": _DTYPE_BAD, "terms": _NUMBER_BAD,
+             "merges": ["None", "negative", "fraction", "bool", "string"]},
+            {}, None,
+        ),
+        "tolerance.tiled_attention_tolerance": (
+            lambda rng, dt: {k: v for k, v in qkv(rng, dt).items() if k != "mask"},
+            lambda a: T.tiled_attention_tolerance(a["query"], a["key"], a["value"]),
+            {"query": [*_ARRAY_BAD, "width+1", "batch+1", "0-D"],
+             "key": [*_ARRAY_BAD, "width+1", "length+1"],
+             "value": [*_ARRAY_BAD, "length+1", "batch+1"]},
+            {}, None,
+        ),
+        "tolerance.attention_gradient_tolerance": (
+            sdpa_grads,
+            lambda a: T.attention_gradient_tolerance(
+                a["query"], a["key"], a["value"], a["weights"], a["d_out"]
+            ),
+            grad_bad | {"weights": [*_ARRAY_BAD, "width+1"]}, {}, None,
+        ),
+        "tolerance.max_abs_diff": (
+            compare, lambda a: T.max_abs_diff(a["actual"], a["expected"]),
+            {"actual": ["None", "width+1"], "expected": ["None", "batch+1"]}, compare_same,
+            lambda a, got: T.assert_close(
+                np.array(got), np.abs(np.subtract(a["actual"], a["expected"], dtype=float)).max(), 0
+            ),  # exact: the same float64 subtraction
+        ),
+        "tolerance.is_close": (
+            compare, lambda a: T.is_close(a["actual"], a["expected"], a["tolerance"]),
+            compare_bad, compare_same, None,
+        ),
+        "backward.softmax": (
+            softmax_grads, lambda a: G.softmax(a["weights"], a["d_weights"]),
+            {"weights": [*_ARRAY_BAD, "width+1"],
+             "d_weights": [*_ARRAY_BAD, "width+1", "batch+1"]},
+            {}, softmax_reference,
+        ),
+        "backward.split_heads": (
+            lambda rng, dt: {"d_heads": rng.standard_normal((2, 2, 3, 4)).astype(dt)},
+            lambda a: G.split_heads(a["d_heads"]),
+            {"d_heads": [*_ONE_ARRAY_BAD, "0-D"]}, {},
+            lambda a, got: T.assert_close(got, np_backend.merge_heads(a["d_heads"]), 0),
+        ),
+        "backward.merge_heads": (
+            lambda rng, dt: {"d_x": rng.standard_normal((2, 3, 8)).astype(dt), "num_heads": 2},
+            lambda a: G.merge_heads(a["d_x"], a["num_heads"]),
+            {"d_x": [*_ONE_ARRAY_BAD, "0-D", "width+1"], "num_heads": _NUMBER_BAD}, {},
+            lambda a, got: T.assert_close(got, np_backend.split_heads(a["d_x"], 2), 0),
+        ),
+        "backward.attention_gradient_magnitudes": (
+            sdpa_grads,
+            lambda a: G.attention_gradient_magnitudes(
+                a["query"], a["key"], a["value"], a["weights"], a["d_out"]
+            ),
+            grad_bad | {"weights": [*_ARRAY_BAD, "width+1"]}, {}, None,
+        ),
+        "gradcheck.compare_with_autograd": (
+            lambda rng, dt: {**layer(rng, dt), "d_out": rng.standard_normal((2, 3, 8)).astype(dt)},
+            lambda a: mha.numerics.gradcheck.compare_with_autograd(**a),
+            {"query": ["None", "nan", "int", "mixed", "width+1", "batch+1"],
+             "params": ["None", "dict", "other width"], "d_out": [*_ARRAY_BAD, "width+1"],
+             "mask": ["float mask", "mask shape"]},
+            {},
+            lambda a, got: _all_within(got),
+        ),
+        "backward.gradient_magnitudes": (
+            saved_and_d_out, lambda a: G.gradient_magnitudes(**a),
+            {"saved": ["None", "tuple"], "d_out": [*_ARRAY_BAD, "width+1", "batch+1"]}, {},
+            None,
         ),
     }  # fmt: skip
 
@@ -2072,7 +2263,7 @@ def _numeric_outcome(call: Callable[[], Any]) -> tuple[str, Any]:
         return "error", error
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=2000, deadline=None)  # about 50 for each of the 37 cases
 @given(case=_numeric_calls())
 def test_generated_bad_inputs_of_the_numeric_modules_get_our_error_or_the_reference(case):
     _check_numeric_call(case, event)

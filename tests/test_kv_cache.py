@@ -440,6 +440,9 @@ def test_nan_in_the_cache_is_reported_as_nan_in_the_cache(kind: str, form: str, 
         (-1.0, ValueError, r"max_abs must be finite and at least 0; got max_abs=-1.0"),
         (math.nan, ValueError, r"max_abs must be finite and at least 0; got max_abs=nan"),
         (math.inf, ValueError, r"max_abs must be finite and at least 0; got max_abs=inf"),
+        pytest.param(
+            10**400, ValueError, "max_abs must be finite and at least 0", id="int-beyond-float"
+        ),
         ("big", TypeError, r"max_abs must be a real number \(int or float\); got str 'big'"),
         (True, TypeError, r"max_abs must be a real number \(int or float\); got bool True"),
         (np.array(2.0), TypeError, r"got ndarray array\(2\.\); pass max_abs.item\(\)"),

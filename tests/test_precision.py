@@ -200,6 +200,8 @@ def test_spacing_below_the_normal_range_is_the_smallest_subnormal() -> None:
         (lambda: P.spacing(float("nan"), np.float16), ValueError, r"finite and nonzero"),
         (lambda: P.spacing(True, np.float16), TypeError, r"value must be a real number"),
         (lambda: P.spacing("1", np.float16), TypeError, r"value must be a real number"),
+        (lambda: P.spacing(10**400, np.float64), ValueError, r"value must be within the finite"),
+        (lambda: P.spacing(np.int64(0), np.float16), ValueError, r"finite and nonzero"),
         (
             lambda: P.sequential_sum(torch.ones(3), np.float16),
             TypeError,
@@ -243,3 +245,18 @@ def test_rounded_attention_checks_leading_dimensions_and_devices() -> None:
         P.rounded_attention(q[..., :0], k[..., :0], v)
     broadcast = P.rounded_attention(q[:1], k[:1].expand(3, 5, 4), v[:1])  # broadcasts: fine
     assert broadcast.shape == (3, 3, 3)
+
+
+@pytest.mark.parametrize(
+    ("scale", "scores_dtype", "fmt"),
+    [(300.0, torch.float16, "torch.float16"), (1e160, None, "torch.float64")],
+)
+def test_rounded_attention_refuses_scores_that_round_to_infinity(scale, scores_dtype, fmt) -> None:
+    """An infinite score gives NaN weights (inf - inf): refused, naming the format."""
+    q, k, v = _qkv((2, 3, 4), (2, 5, 4), (2, 5, 3))
+    match = rf"the scores Q K\^T / sqrt\(Dh\) must be finite in {fmt}; got scores beyond"
+    with pytest.raises(ValueError, match=match):
+        P.rounded_attention(scale * q, scale * k, v, scores_dtype=scores_dtype)
+    # just inside the range: finite weights, and float16 scores of about 1e4 are still an answer
+    out = P.rounded_attention(30.0 * q, 30.0 * k, v, scores_dtype=torch.float16)
+    assert bool(torch.isfinite(out).all())

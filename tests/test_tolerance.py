@@ -45,6 +45,10 @@ def test_gamma_is_n_u_over_one_minus_n_u() -> None:
 def test_gamma_refuses_sums_too_long_for_the_precision() -> None:
     with pytest.raises(ValueError, match="terms \\* unit roundoff must be below 1"):
         tolerance.gamma(torch.bfloat16, 256)
+    assert tolerance.gamma(np.float32, 2**24 - 1) == (1 - 2**-24) / 2**-24  # exact: n u < 1
+    for terms in (2**24, 10**400):  # n u = 1, and an int beyond every float (OverflowError)
+        with pytest.raises(ValueError, match="terms \\* unit roundoff must be below 1"):
+            tolerance.gamma(np.float32, terms)
 
 
 @pytest.mark.parametrize(
@@ -58,6 +62,8 @@ def test_gamma_refuses_sums_too_long_for_the_precision() -> None:
         ({"terms": 4, "scale": -1.0}, ValueError, "scale must be a finite number >= 0"),
         ({"terms": 4, "scale": np.inf}, ValueError, "scale must be a finite number >= 0"),
         ({"terms": 4, "scale": "big"}, TypeError, "scale must be a number; got str"),
+        ({"terms": 4, "scale": 10**400}, ValueError, "scale must be a finite number >= 0"),
+        ({"terms": 10**400}, ValueError, r"terms \* unit roundoff must be below 1"),
     ],
 )
 def test_rounding_tolerance_names_the_bad_argument(kwargs, error, match) -> None:
@@ -133,6 +139,8 @@ def test_is_close_requires_non_finite_entries_to_agree() -> None:
     assert tolerance.is_close(nan, nan.copy(), 0.0)
     assert not tolerance.is_close(nan, np.array([0.0, 1.0]), 10.0)
     assert not tolerance.is_close(np.array([np.inf]), np.array([-np.inf]), 10.0)
+    with pytest.raises(AssertionError, match="differ in their NaN or infinite entries"):
+        tolerance.assert_close(nan, np.array([0.0, 1.0]), 10.0)  # not "by inf, tolerance 0"
 
 
 def test_is_close_rejects_other_shapes_and_bad_tolerances() -> None:
@@ -206,8 +214,9 @@ def test_softmax_tolerance_grows_linearly_with_the_logit_scale() -> None:
     floor = tol[0]  # the softmax's own rounding
     assert tol[1] < 1e-5 < 1e-4 < tol[2]  # a fixed 1e-5 is right at logits of 1, not at 1e4
     assert (tol[2] - floor) == pytest.approx(1e4 * (tol[1] - floor), rel=1e-12)
-    with pytest.raises(ValueError, match="logit_scale must be a finite number >= 0"):
-        tolerance.softmax_tolerance(np.float32, logit_scale=-1.0, d_head=4, kv_len=4)
+    for bad in (-1.0, 10**400):  # 10**400: an int no float holds (OverflowError before)
+        with pytest.raises(ValueError, match="logit_scale must be a finite number >= 0"):
+            tolerance.softmax_tolerance(np.float32, logit_scale=bad, d_head=4, kv_len=4)
     with pytest.raises(TypeError, match="d_head must be an int; got float 4.0"):
         tolerance.softmax_tolerance(np.float32, logit_scale=1.0, d_head=4.0, kv_len=4)
 
@@ -404,3 +413,13 @@ def test_a_dtype_of_none_is_refused_not_read_as_float64(fn) -> None:
 def test_comparison_helpers_refuse_what_they_cannot_compare(call, exc, match) -> None:
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_attention_tolerances_take_an_empty_batch() -> None:
+    """B = 0 is a valid call of the forward and its backward (empty results); the bounds of
+    those calls are answered too, not refused by NumPy's maximum of no entries."""
+    x, w = np.zeros((0, 3, 4)), np.zeros((0, 3, 3))
+    out_tol, lse_tol = tolerance.tiled_attention_tolerance(x, x, x)
+    assert out_tol == 0.0 and lse_tol > 0  # no values: nothing to be off by in the output
+    grads = tolerance.attention_gradient_tolerance(x, x, x, w, x)
+    assert [g.shape for g in grads] == [(0, 3, 4)] * 3

@@ -218,12 +218,20 @@ def check_dense(name: str, x: Any) -> None:
         )
 
 
+def is_finite_real(value: Real) -> bool:
+    """``math.isfinite`` for any real number: an int too large for a float is not finite."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # int too large to convert to float
+        return False
+
+
 def check_positive_number(name: str, value: Any) -> None:
     """Check that ``value`` is a real number (Python or NumPy), finite and above 0."""
     if isinstance(value, bool) or not isinstance(value, Real):
         hint = f"; pass {name}.item()" if hasattr(value, "item") and hasattr(value, "shape") else ""
         raise TypeError(f"{name} must be a real number (int or float); got {describe(value)}{hint}")
-    if not (math.isfinite(value) and value > 0):
+    if not (is_finite_real(value) and value > 0):
         raise ValueError(f"{name} must be positive and finite; got {name}={value!r}")
 
 
@@ -236,7 +244,7 @@ def check_magnitude(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
         hint = f"; pass {name}.item()" if hasattr(value, "item") and hasattr(value, "shape") else ""
         raise TypeError(f"{name} must be a real number (int or float); got {describe(value)}{hint}")
-    if not (math.isfinite(value) and value >= 0):
+    if not (is_finite_real(value) and value >= 0):
         raise ValueError(f"{name} must be finite and at least 0; got {name}={value!r}")
     return float(value)
 

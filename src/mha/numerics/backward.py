@@ -608,7 +608,7 @@ def _sdpa_magnitudes(q, k, v_, weights, d_out, tiny):
     :func:`gradient_magnitudes`); the weights are expected to carry it already.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
-    c_max = float(np.matmul(q, k.swapaxes(-1, -2)).max()) * scale
+    c_max = float(np.matmul(q, k.swapaxes(-1, -2)).max(initial=0.0)) * scale  # 0: no scores
     d_v = np.matmul(weights.swapaxes(-1, -2), d_out) + tiny  # (..., S, Dv)
     d_a = np.matmul(d_out, v_.swapaxes(-1, -2)) + tiny  # (..., L, S)
     d_s = weights * (d_a + np.einsum("...j,...j->...", d_a, weights)[..., None] + tiny) * scale

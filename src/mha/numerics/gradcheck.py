@@ -50,7 +50,8 @@ def _check_against(ours: np.ndarray, theirs: np.ndarray, tol: np.ndarray) -> Gra
     diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
     tol = np.asarray(tol, dtype=np.float64)
     used = np.where(tol > 0, diff / np.where(tol > 0, tol, 1.0), np.where(diff > 0, np.inf, 0.0))
-    return GradientCheck(float(diff.max()), float(np.abs(theirs).max()), float(used.max()))
+    largest = np.abs(theirs).max(initial=0.0)  # initial: no entries (B = 0) differ by 0
+    return GradientCheck(float(diff.max(initial=0.0)), float(largest), float(used.max(initial=0.0)))
 
 
 def compare_with_autograd(

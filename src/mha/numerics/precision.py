@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.core._validate import broadcast_batch, check_qkv, describe
+from mha.core._validate import broadcast_batch, check_qkv, describe, is_finite_real
 from mha.numerics.tolerance import unit_roundoff
 
 
@@ -65,7 +65,9 @@ def spacing(value: float, dtype: Any) -> float:
     ``eps 2**floor(log2 |value|)`` in the normal range, ``|value| >= tiny`` (the smallest
     normal number); below it, among the subnormal numbers, the gap is constant, the smallest
     subnormal ``eps tiny``. So the spacing is ``max(eps 2**floor(log2 |value|), eps tiny)``,
-    as ``np.spacing`` gives for a number of ``dtype`` (at a power of two, the gap above it).
+    as ``np.spacing`` gives for a number of ``dtype`` (at a power of two, the gap above it),
+    except at the largest finite number, where this is the gap below it and ``np.spacing``
+    gives infinity (the next number up).
 
     Args:
         value: a nonzero, finite real number no larger in magnitude than ``dtype``'s
@@ -83,15 +85,14 @@ def spacing(value: float, dtype: Any) -> float:
     largest, eps, tiny = _finfo(dtype)
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise TypeError(f"value must be a real number; got {describe(value)}")
-    value = float(value)
-    if not (math.isfinite(value) and value != 0):
+    if value == 0 or (isinstance(value, float | np.floating) and not math.isfinite(value)):
         raise ValueError(f"value must be finite and nonzero; got value={value!r}")
-    if abs(value) > largest:
+    if not is_finite_real(value) or abs(float(value)) > largest:  # an int may exceed a float
         raise ValueError(
             f"value must be within the finite range of {dtype} (|value| <= {largest:.6g}); "
             f"got value={value!r}"
         )
-    normal = eps * 2.0 ** (math.frexp(value)[1] - 1)  # |value| = m 2**e, 1/2 <= m < 1
+    normal = eps * 2.0 ** (math.frexp(float(value))[1] - 1)  # |value| = m 2**e, 1/2 <= m < 1
     return max(normal, eps * tiny)  # below tiny, the subnormals' constant gap
 
 
@@ -255,7 +256,9 @@ def rounded_attention(
             (or hold no values, ``meta``), or a format is not a floating ``torch.dtype``.
         ValueError: if an input has fewer than 2 dimensions or holds NaN or infinity, the
             widths of query and key or the lengths of key and value differ, a length is 0,
-            or the leading (batch) dimensions do not broadcast.
+            the leading (batch) dimensions do not broadcast, or a score is beyond the
+            finite range of float64 or of ``scores_dtype`` (it would round to infinity and
+            make the weights NaN).
     """
     named = {"query": query, "key": key, "value": value}
     for name, x in named.items():
@@ -279,7 +282,15 @@ def rounded_attention(
     q, k, v = (x.double() for x in (query, key, value))
     z = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (..., L, S)
     if scores_dtype is not None:
-        z = z.to(scores_dtype).double()
+        z = z.to(scores_dtype).double()  # a score beyond its range becomes infinite
+    if not bool(torch.isfinite(z).all()):  # an infinite score makes NaN weights: refuse it
+        fmt = scores_dtype if scores_dtype is not None else torch.float64
+        reach = float((q.abs() @ k.abs().transpose(-1, -2)).max()) / math.sqrt(q.shape[-1])
+        raise ValueError(
+            f"the scores Q K^T / sqrt(Dh) must be finite in {fmt}; got scores beyond its largest "
+            f"finite value {torch.finfo(fmt).max:.3g} (|Q| |K|^T / sqrt(Dh) reaches {reach:.3g}). "
+            "Scale query or key down"
+        )
     p = torch.exp(z - z.amax(dim=-1, keepdim=True))  # (..., L, S), each <= 1
     row_sum = p.sum(dim=-1, keepdim=True)  # (..., L, 1)
     if weights_dtype is not None:

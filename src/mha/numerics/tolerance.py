@@ -163,12 +163,14 @@ def gamma(dtype: Any, terms: int) -> float:
             for the precision).
     """
     check_positive("terms", terms)
-    nu = terms * unit_roundoff(dtype)
-    if nu >= 1:
+    u = unit_roundoff(dtype)
+    if terms >= 1 / u:  # compared before multiplying: an int beyond float's range overflows
+        nu = terms * u if terms < 2**1000 else math.inf
         raise ValueError(
             f"terms * unit roundoff must be below 1 for a rounding bound; got terms={terms}, "
-            f"u = {unit_roundoff(dtype):.3g} (n u = {nu:.3g})"
+            f"u = {u:.3g} (n u = {nu:.3g})"
         )
+    nu = terms * u
     return nu / (1 - nu)
 
 
@@ -195,7 +197,7 @@ def rounding_tolerance(dtype: Any, *, terms: int, scale: float = 1.0, stages: in
     check_positive("stages", stages)
     if isinstance(scale, bool) or not isinstance(scale, int | float | np.floating | np.integer):
         raise TypeError(f"scale must be a number; got {type(scale).__name__} {scale!r}")
-    if not np.isfinite(scale) or scale < 0:
+    if not _validate.is_finite_real(scale) or scale < 0:
         raise ValueError(f"scale must be a finite number >= 0; got scale={scale!r}")
     return 2.0 * stages * gamma(dtype, terms) * float(scale)
 
@@ -239,7 +241,7 @@ def softmax_tolerance(dtype: Any, *, logit_scale: float, d_head: int, kv_len: in
     check_positive("kv_len", kv_len)
     if isinstance(logit_scale, bool) or not isinstance(logit_scale, int | float | np.number):
         raise TypeError(f"logit_scale must be a number; got {type(logit_scale).__name__}")
-    if not np.isfinite(logit_scale) or logit_scale < 0:
+    if not _validate.is_finite_real(logit_scale) or logit_scale < 0:
         raise ValueError(f"logit_scale must be a finite number >= 0; got {logit_scale!r}")
     u = unit_roundoff(dtype)
     score = (gamma(dtype, d_head) + u) * float(logit_scale)
@@ -331,7 +333,7 @@ def _excess(actual: Any, expected: Any, tolerance: Any) -> tuple[float, float, f
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(e))):
         same = (a == e) | (np.isnan(a) & np.isnan(e))
         if not same[~(np.isfinite(a) & np.isfinite(e))].all():
-            return np.inf, np.inf, 0.0
+            return np.inf, np.inf, np.nan  # no tolerance: NaN and infinity must agree exactly
         a, e = np.where(np.isfinite(a), a, 0.0), np.where(np.isfinite(e), e, 0.0)
     diff = np.abs(a - e)
     over = diff - tol
@@ -383,6 +385,11 @@ def assert_close(actual: Any, expected: Any, tolerance: Any, *, name: str = "act
             ``meta`` or sparse tensor.
     """
     over, diff, tol = _excess(actual, expected, tolerance)
+    if over > 0 and math.isnan(tol):
+        raise AssertionError(
+            f"{name} and the expected values differ in their NaN or infinite entries (these "
+            "must agree exactly; no tolerance applies)"
+        )
     if over > 0:
         raise AssertionError(
             f"{name} differs from the expected values by {diff:.3g}, "
@@ -537,11 +544,10 @@ def tiled_attention_tolerance(
     """
     _validate.check_attention(query, key, value, None, _np_checks.ARRAYS)
     S, Dh = key.shape[-2], query.shape[-1]
-    c_max = float(
-        np.linalg.norm(query, axis=-1).max() * np.linalg.norm(key, axis=-1).max() / math.sqrt(Dh)
-    )
+    q_max, k_max = (np.linalg.norm(x, axis=-1).max(initial=0.0) for x in (query, key))
+    c_max = float(q_max * k_max / math.sqrt(Dh))  # initial: no rows at all (a batch of 0)
     terms = max(S, Dh)
-    v_max = float(np.abs(value).max()) if value.size else 0.0  # Dv = 0: an empty output
+    v_max = float(np.abs(value).max(initial=0.0))  # Dv = 0: an empty output
     out_tol = rounding_tolerance(query.dtype, terms=terms, scale=v_max * (4 * c_max + 4))
     lse_tol = rounding_tolerance(query.dtype, terms=terms, scale=3 * c_max + 1 + math.log(S))
     return out_tol, lse_tol
