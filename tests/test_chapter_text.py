@@ -1,9 +1,11 @@
 """What a chapter says to its reader: about its subject, with no tracebacks or broken strings.
 
 Fast checks on the chapters' sources, one per kind of defect an editorial read found:
-sentences about the book's build, its tests or the machine it ran on; expected errors shown
-as tracebacks; string literals whose backslashes Python reads as invalid escapes (a TeX
-command in a non-raw f-string); asserts on literals alone, which cannot fail.
+sentences about the book's build, its tests or the machine it ran on (in the prose, and in
+the strings its code cells display); claims attributed to unnamed others ("sometimes used",
+"usually given") without a citation; expected errors shown as tracebacks; string literals
+whose backslashes Python reads as invalid escapes (a TeX command in a non-raw f-string);
+asserts on literals alone, which cannot fail.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ SELF_REFERENCE = re.compile(
     re.IGNORECASE,
 )
 FENCE = re.compile(r"^(`{3,}|~{3,}).*?^\1\s*$", re.M | re.S)
+CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(?P<code>.*?)^```[ \t]*$", re.M | re.S)
 
 
 def prose(text: str) -> str:
@@ -39,12 +42,37 @@ def prose(text: str) -> str:
     return FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
 
 
+CELL_OPTIONS = re.compile(r"\A(?:---\n.*?^---[ \t]*\n|(?::[^\n]*\n)+)", re.M | re.S)
+
+
+def cell_strings(text: str) -> list[tuple[int, str]]:
+    """(line, text) of every string literal in the code cells of ``text`` (f-strings' literal
+    parts included): the sentences a cell displays. Comments are not read."""
+    found = []
+    for cell in CODE_CELL.finditer(text):
+        tree = _parse(CELL_OPTIONS.sub(lambda m: "\n" * m.group(0).count("\n"), cell["code"]))
+        if tree is None:
+            continue
+        first = text.count("\n", 0, cell.start("code")) + 1
+        found += [
+            (first + node.lineno - 1, node.value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ]
+    return found
+
+
 def self_references(text: str) -> list[str]:
     lines = prose(text).split("\n")
-    return [
+    found = [
         f"line {n}: {line.strip()}"
         for n, line in enumerate(lines, 1)
         if SELF_REFERENCE.search(line)
+    ]
+    return found + [
+        f"line {n}: {string.strip()}"
+        for n, string in cell_strings(text)
+        if SELF_REFERENCE.search(string)
     ]
 
 
@@ -53,10 +81,67 @@ def test_self_references_finds_sentences_about_the_build_but_not_code() -> None:
         "Attention is a weighted average.\n"
         "On this machine the step took 3 ms.\n"
         "The tests check this identity.\n"
-        "```{code-cell} ipython3\n# this machine\n```\n"
+        "```{code-cell} ipython3\n# this machine\nbuild = 3\n```\n"
         "A sentence about the build budget.\n"
+        "```{code-cell} ipython3\n:tags: [hide-input]\n"
+        'Markdown(f"{t:.1f} ms on this CPU.")\n```\n'
+        '```{code-cell} ipython3\n---\nmystnb:\n  x: 1\n---\nMarkdown("The tests pass.")\n```\n'
     )
-    assert [hit.split(":")[0] for hit in self_references(text)] == ["line 2", "line 3", "line 7"]
+    hits = [hit.split(":")[0] for hit in self_references(text)]
+    assert hits == ["line 2", "line 3", "line 8", "line 11", "line 18"]
+
+
+# A claim of the field, said to be made by unnamed others: it needs its source, a citation
+# after the phrase in the same sentence (or it is the book's own claim, said as such). A
+# citation before the phrase, or in the next sentence, is another claim's source.
+HEARSAY = re.compile(
+    r"\b(?:sometimes|often|commonly|widely|usually|generally) (?:used|given|said|claimed|stated"
+    r"|believed|described|assumed|cited)\b|\b(?:common|popular) (?:claim|belief|wisdom)\b"
+    r"|\bit is (?:often |commonly |widely )?(?:said|claimed|believed)\b|\bfolklore\b"
+    r"|\b(?:most|many) (?:implementations|libraries|frameworks|tutorials|textbooks|explanations)\b",
+    re.IGNORECASE,
+)
+CITATION = re.compile(r"\{cite(?::[a-z]+)?\}`|\]\(https?://")
+SENTENCE_END = re.compile(r"[.!?](?=\s+[A-Z(])")  # not "et al. {cite}" or "e.g. the"
+
+
+def unsourced_claims(text: str) -> list[str]:
+    """Phrases of the prose that attribute a claim to unnamed others with no citation after
+    them in their sentence."""
+    found, line = [], 1
+    for paragraph in re.split(r"(\n[ \t]*\n)", prose(text)):
+        for hearsay in HEARSAY.finditer(paragraph):
+            end = SENTENCE_END.search(paragraph, hearsay.end())
+            if not CITATION.search(paragraph, hearsay.end(), end.end() if end else len(paragraph)):
+                at = line + paragraph.count("\n", 0, hearsay.start())
+                found.append(f"line {at}: {hearsay.group(0)!r} without a citation")
+        line += paragraph.count("\n")
+    return found
+
+
+def test_unsourced_claims_finds_hearsay_only_without_a_citation() -> None:
+    text = (
+        "One head.\n\nA test that is sometimes used for the purpose.\n\n"
+        "The bound usually given\n{cite}`bhojanapalli2020lowrank` holds.\n\n"
+        "It is often said [here](https://example.org) that heads specialise.\n\n"
+        "Two heads are used; the mask is given.\n\n"
+        "Principal angles {cite}`bjorck1973numerical` rather than a cosine, a test\n"
+        "that is sometimes used for the purpose.\n\n"
+        "A convention of this library (and of most implementations). Vaswani et al.\n"
+        "{cite}`vaswani2017attention` size their heads otherwise. As e.g. libraries sometimes\n"
+        "used do {cite}`rush2018annotated`.\n"
+    )
+    assert unsourced_claims(text) == [
+        "line 3: 'sometimes used' without a citation",
+        "line 13: 'sometimes used' without a citation",
+        "line 15: 'most implementations' without a citation",
+    ]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.stem)
+def test_claims_of_the_field_name_their_source(path: Path) -> None:
+    found = unsourced_claims(path.read_text(encoding="utf8"))
+    assert found == [], f"{path.name}: {found}"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.stem)

@@ -6,11 +6,13 @@ check reads the Markdown text of the chapters (not their code cells, inline code
 finds every head name it prints ("head 1.3", "heads 1.3 and 3.9", "**2.9**"), and checks it
 against the model the chapter discusses: layer and head within range, counted from 1. It
 also finds a head named another way ("head 3 of layer 1", "layer 1, head 3"), which gives
-the same head a second name.
+the same head a second name. In the code cells, a string that prints a head ("head {...}")
+gets the name from ``head_name``, the one function that makes it.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -151,3 +153,53 @@ def test_no_other_chapter_names_a_head_of_a_model_it_does_not_declare() -> None:
         if path.stem not in MODELS
     }
     assert {stem: found for stem, found in named.items() if found} == {}
+
+
+CODE_CELL = re.compile(  # a code cell, after its options (":tags:" lines or a YAML block)
+    r"^```\{code-cell\}[^\n]*\n(?:---\n.*?^---\n|(?::[^\n]*\n)+)?(?P<code>.*?)^```\s*$",
+    re.M | re.S,
+)
+HEAD_BEFORE = re.compile(r"\b[Hh]eads?\s*$")
+
+
+def self_made_names(text: str) -> list[str]:
+    """f-string fields of the code cells that print a head ("head {...}") without
+    ``head_name``: a name made by hand, which may count from 0 or differ from the book's."""
+    found = []
+    for cell in CODE_CELL.finditer(text):
+        try:
+            tree = ast.parse(cell["code"])
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.JoinedStr):
+                continue
+            for before, field in zip(node.values, node.values[1:], strict=False):
+                if not (
+                    isinstance(before, ast.Constant)
+                    and isinstance(field, ast.FormattedValue)
+                    and field.format_spec is None  # "head {x:.2f}" prints a number
+                    and HEAD_BEFORE.search(str(before.value))
+                ):
+                    continue
+                call = field.value
+                name = getattr(getattr(call, "func", None), "id", None) or getattr(
+                    getattr(call, "func", None), "attr", None
+                )
+                if not (isinstance(call, ast.Call) and name == "head_name"):
+                    found.append(f"head {{{ast.unparse(call)}}}")
+    return found
+
+
+def test_self_made_names_finds_a_head_printed_without_head_name() -> None:
+    text = (
+        "```{code-cell} ipython3\n:tags: [hide-input]\n"
+        'a = f"head {layer}.{h + 1} and head {head_name(0, 2)}"\n'
+        'b = f"heads {formatting.head_name(1, h)}; {n} heads {m}; one head {c:.2f}"\n```\n'
+    )
+    assert self_made_names(text) == ["head {layer}", "head {m}"]
+
+
+@pytest.mark.parametrize("path", sorted(BOOK.glob("*.md")), ids=lambda path: path.stem)
+def test_code_prints_head_names_with_head_name(path: Path) -> None:
+    assert self_made_names(path.read_text(encoding="utf8")) == []

@@ -566,13 +566,18 @@ def _resolve_atom(a: Atom, table: dict[str, Entry]) -> list[tuple[str, str | Non
         if symbol not in table:
             continue
         out: list[tuple[str, str | None]] = [(symbol, None)]
+        if symbol == "e" and index is not None:
+            return [(key(symbol, None, index), "e is Euler's number; a one-hot is \\mathbf{e}")]
         if index is not None:
             word = plain(index)
             if re.fullmatch(r"[A-Za-z]{2,}", word) and not _is_index_word(word, table):
                 return [(key(symbol, None, index), "not listed")]  # a name, not an index
             if table[symbol].kind == "size":
                 out[0] = (key(symbol, None, index), f"{symbol} is a size and takes no index")
-            out += resolve(index.replace(",", " "), table)
+            for sym, problem in resolve(index.replace(",", " "), table):
+                if problem is None and len(sym) == 1 and table[sym].kind in {"vector", "matrix"}:
+                    problem = f"{sym} is a {table[sym].kind} ({table[sym].meaning}), not an index"
+                out.append((sym, problem))
         if exponent is not None:
             out += resolve(exponent, table)
         return out
@@ -607,6 +612,7 @@ CLASH_RULES = [
         "a symbol keeps its one meaning of notation.md: no redefinition for a section",
     ),
 ]
+PLAIN_BIG_O = re.compile(r"(?<![A-Za-z\\{])O\s*\(")  # O(N^2): the order of growth in plain O
 COUNT_NOUNS = (
     r"positions?|tokens?|heads?|keys?|queries|query|steps?|layers?|sequences?|features?|"
     r"blocks?|values?|entries|rows?|columns?"
@@ -615,6 +621,46 @@ COUNTED = re.compile(
     r"\$(?P<math>\\?[A-Za-z]+(?:_\{?[^${}]*\}?)?)\$\s+(?:(?:new|cached|last|allowed|more)\s+)?"
     r"(?P<noun>" + COUNT_NOUNS + r")\b"
 )
+
+
+# A vector or matrix written where only a number fits: alone as the exponent of e
+# ($e^{x}$ with x a row of X). ($|X|$ is the element-wise absolute value, so bars pass.)
+AS_NUMBER = [
+    re.compile(r"(?<![\\A-Za-z])e\s*\^\s*(?:\{\s*(?P<a>\\?[A-Za-z]+)\s*\}|(?P<b>[A-Za-z]))"),
+]
+
+
+def number_errors(math: Math, table: dict[str, Entry]) -> list[str]:
+    """A vector or matrix of the table used as a plain number (see ``AS_NUMBER``)."""
+    errors = []
+    for pattern in AS_NUMBER:
+        for m in pattern.finditer(math.text):
+            symbol = m["a"] or m["b"]
+            entry = table.get(symbol)
+            if entry is not None and entry.kind in {"vector", "matrix"}:
+                errors.append(
+                    f"line {math.line}: {m.group(0)!r}: {symbol} is a {entry.kind} "
+                    f"({entry.meaning}), not a number"
+                )
+    return errors
+
+
+# A row of the symbol table gives one meaning: no "the token or position", no list of
+# several things in parentheses, and a deliberately local name says that it is one.
+TWO_MEANINGS = [
+    (re.compile(r"^(?:the|an?) \w+ or (?:the |an? )?\w+\b"), "two meanings joined by 'or'"),
+    (re.compile(r"\((?:an? [^,;()]+, )+an? [^,;()]+\)"), "a list of several meanings"),
+    (re.compile(r"named where it is used"), "a local name says so: 'a local name: ...'"),
+]
+
+
+def row_meaning_errors(table: dict[str, Entry]) -> list[str]:
+    return [
+        f"{entry.symbol}: {message}: {entry.meaning!r}"
+        for entry in table.values()
+        for pattern, message in TWO_MEANINGS
+        if pattern.search(entry.meaning)
+    ]
 
 
 def symbol_errors(source: str, stem: str, table: dict[str, Entry]) -> list[str]:
@@ -640,6 +686,12 @@ def symbol_errors(source: str, stem: str, table: dict[str, Entry]) -> list[str]:
                     f"line {math.line}: {symbol!r} means {table[symbol].meaning!r} in "
                     f"{', '.join(sorted(chapters))} only"
                 )
+        errors += number_errors(math, table)
+        for m in PLAIN_BIG_O.finditer(math.text):
+            errors.append(
+                f"line {math.line}: {m.group(0)!r}: plain O is the attention output; "
+                "write the order of growth as \\mathcal{O}(...)"
+            )
     paragraphs = {m.paragraph: m.line for m in reversed(math_of(source))}
     for text, line in paragraphs.items():  # the prose around the math: known wrong forms
         math = Math(line, "", text)
@@ -694,6 +746,10 @@ SYNTHETIC = {
     "W": Entry("W", "a weight matrix", "matrix", None),
     "W^Q": Entry("W^Q", "query projection", "matrix", None),
     "\\xi": Entry("\\xi", "a gate", "scalar", frozenset({"trained-heads"})),
+    "e": Entry("e", "Euler's number", "constant", None),
+    "p": Entry("p", "a probability row", "vector", None),
+    "x": Entry("x", "one position's row of X", "vector", None),
+    "\\mu": Entry("\\mu", "a real exponent", "scalar", None),
     "softmax": Entry("softmax", "softmax", "function", None),
     "\\mathcal{O}": Entry("\\mathcal{O}", "order of growth", "function", None),
 }
@@ -713,6 +769,11 @@ SYNTHETIC = {
         ("gates $\\xi_h$", "other-chapter", "in trained-heads only"),
         ("$\\mathrm{LayerNorm}(X)$", "x", "'LayerNorm': not listed"),
         ("$X_{\\text{out}}$", "x", "'X_out': not listed"),
+        ("moves $O(N^2)$ elements", "x", "write the order of growth as"),
+        ("one-hot rows $x_i = e_i$", "x", "a one-hot is"),
+        ("$\\sum_p A_{h, p}$", "x", "p is a vector"),
+        ("but $|x|\\, e^{x} \\le 1/e$ for $x \\le 0$", "x", "'e^{x}': x is a vector"),
+        ("$e^x$ finite up to", "x", "'e^x': x is a vector"),
     ],
 )
 def test_each_symbol_rule_finds_its_wrong_form(source: str, stem: str, found: str) -> None:
@@ -725,10 +786,11 @@ def test_each_symbol_rule_finds_its_wrong_form(source: str, stem: str, found: st
     [
         "$\\operatorname{softmax}(Q K^\\top / \\sqrt{D_h})$ and $\\mathrm{softmax}$, softmax",
         "$W^Q_h$, $A_{ij}$, $A_{h, ij}$, $Q_{i}$ with $H_{kv}$ and $H_\\text{kv}$",
-        "$2BLD^2 + 4 B L S D$ FLOPs, $O(N^2)$",  # products and the order of growth
+        "$2BLD^2 + 4 B L S D$ FLOPs, $\\mathcal{O}(N^2)$",  # products, the order of growth
         "gates $\\xi_h$",
         "their $d_k = d_{\\text{model}}/h$ (Vaswani et al.)",
         "$H$ heads of $D_h$ features, $L$ queries against $S$ keys",
+        "$|\\mu|\\, e^{\\mu} \\le 1/e$, $e^{x_i}$",
     ],
 )
 def test_the_books_symbols_pass(source: str) -> None:
@@ -755,6 +817,27 @@ def test_the_table_lists_each_symbol_once_with_a_known_kind() -> None:
     stems = {p.stem for p in BOOK.glob("*.md")}
     for entry in table.values():
         assert entry.chapters is None or entry.chapters <= stems, entry
+
+
+@pytest.mark.parametrize(
+    ("row", "found"),
+    [  # rows of an earlier table, each listing two meanings
+        ("| $t$ | the token or position a query targets ($t_h(i)$) | index | all |", "'or'"),
+        (
+            "| $p$ | a further index, named where it is used (a second key, a feature, "
+            "a singular value) | index | all |",
+            "a list of several meanings",
+        ),
+        ("| $n$ | a count, named where it is used | scalar | all |", "a local name says so"),
+    ],
+)
+def test_a_row_with_two_meanings_is_found(row: str, found: str) -> None:
+    table = parse_symbol_table(f"{SYMBOLS_HEADING}\n\n{row}\n")
+    assert any(found in e for e in row_meaning_errors(table)), row_meaning_errors(table)
+
+
+def test_each_row_of_the_table_gives_one_meaning() -> None:
+    assert row_meaning_errors(symbol_table()) == []
 
 
 def test_every_listed_symbol_is_used() -> None:
