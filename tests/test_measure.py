@@ -206,6 +206,25 @@ def test_decode_times_reports_cached_and_uncached_seconds_per_token():
     # not something a unit test on a busy machine can assert.
 
 
+def test_decode_times_takes_turns_over_the_lengths_in_each_round():
+    """A slow spell falls on every length alike: round r times every length before round
+    r + 1 starts, so the uncached calls (one per length and round) come in turns."""
+    from mha.models.attention_only import AttentionOnlyTransformer
+
+    class Recording(AttentionOnlyTransformer):
+        def forward(self, tokens, caches=None):
+            if caches is None:
+                uncached_lengths.append(tokens.shape[1])
+            return super().forward(tokens, caches=caches)
+
+    uncached_lengths: list[int] = []
+    model = Recording(16, 80, 16, 4, 2)
+    timings.decode_times(model, [8, 32, 64], steps=2, repeat=3)
+    warmup, timed = uncached_lengths[:2], uncached_lengths[2:]
+    assert warmup == [9, 9]  # two untimed rounds at the first length
+    assert timed == [9, 33, 65] * 3
+
+
 def test_decode_times_rejects_contexts_past_the_positional_embedding():
     from mha.models.attention_only import AttentionOnlyTransformer
 

@@ -497,8 +497,10 @@ def decode_times(
     runs the whole model on the S + 1 tokens again, as a model without a cache must. Each
     figure is the median (or the minimum) of ``repeat`` timings, after two untimed rounds at
     the first length (the first calls pay for allocation and set-up); PyTorch runs on one
-    thread, with gradients off. On a busy machine the minimum is the steadier estimate of
-    the work itself: other processes only ever add time.
+    thread, with gradients off. The timings are taken in ``repeat`` rounds, each of which
+    times every length in turn, so that a slow spell of the machine falls on all lengths
+    alike rather than on one. On a busy machine the minimum is the steadier estimate of the
+    work itself: other processes only ever add time.
 
     Args:
         model: an :class:`mha.models.attention_only.AttentionOnlyTransformer` (any model with
@@ -543,21 +545,24 @@ def decode_times(
             for t in range(first, first + steps):
                 model(warm[:, t : t + 1], caches=caches)
             model(warm[:, : first + 1])
-        for S in context_lens:
-            tokens = torch.randint(model.vocab_size, (1, S + steps), generator=gen)
-            cached, uncached = [], []
-            for _ in range(repeat):
+        tokens = [
+            torch.randint(model.vocab_size, (1, S + steps), generator=gen) for S in context_lens
+        ]
+        cached: list[list[float]] = [[] for _ in context_lens]
+        uncached: list[list[float]] = [[] for _ in context_lens]
+        for _ in range(repeat):  # each round times every length in turn
+            for i, S in enumerate(context_lens):
                 caches = model.new_caches(1)
-                model(tokens[:, :S], caches=caches)  # prefill, not timed
+                model(tokens[i][:, :S], caches=caches)  # prefill, not timed
                 start = tick()
                 for t in range(S, S + steps):
-                    model(tokens[:, t : t + 1], caches=caches)
-                cached.append((tick() - start) / steps)
+                    model(tokens[i][:, t : t + 1], caches=caches)
+                cached[i].append((tick() - start) / steps)
                 start = tick()
-                model(tokens[:, : S + 1])  # the whole prefix again, for one more token
-                uncached.append(tick() - start)
-            out["cached"].append(reduce(cached))
-            out["uncached"].append(reduce(uncached))
+                model(tokens[i][:, : S + 1])  # the whole prefix again, for one more token
+                uncached[i].append(tick() - start)
+        out["cached"] = [reduce(times) for times in cached]
+        out["uncached"] = [reduce(times) for times in uncached]
     return out
 
 
