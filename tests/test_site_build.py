@@ -420,9 +420,34 @@ MATH_ELEMENT = re.compile(r'<(span|div) class="math notranslate nohighlight"[^>]
 CLIENT_MATH = ("mathjax/tex-svg.js", "mha-math.js", "data-mathjax", "window.MathJax")
 
 
-def typeset_problems(page: str) -> list[str]:
-    """What is wrong with a page whose formulas are typeset at build time."""
+MATH_SCRIPT = re.compile(r'<script defer src="(?P<src>[^"]*_static/math/[^"]+\.js)"></script>')
+DEFERRED_DRAWING = re.compile(r'<svg [^>]*data-mha-svg="(\d+)"[^>]*>(.*?)</svg>', re.S)
+
+
+def math_script(page: str, html_file: Path) -> dict | None:
+    """The drawings and glyphs of the page's formulas off its first screen (the script in
+    _static/math that the page loads), or None if it loads none."""
+    found = MATH_SCRIPT.search(page)
+    if found is None:
+        return None
+    text = (html_file.parent / found["src"]).read_text(encoding="utf8")
+    prefix = "window.mhaMathSvg = "
+    assert text.startswith(prefix) and text.rstrip().endswith(";"), found["src"]
+    return json.loads(text[len(prefix) :].rstrip().rstrip(";"))
+
+
+def typeset_problems(page: str, deferred: dict | None = None) -> list[str]:
+    """What is wrong with a page whose formulas are typeset at build time; ``deferred`` is the
+    page's script of drawings (:func:`math_script`), for the formulas drawn when near."""
     problems = [name for name in CLIENT_MATH if name in page]
+    placeholders = DEFERRED_DRAWING.findall(page)
+    drawings = deferred["drawings"] if deferred else []
+    if [int(index) for index, _ in placeholders] != list(range(len(drawings))):
+        problems.append(f"{len(placeholders)} formulas drawn later, {len(drawings)} drawings")
+    if any(inner for _, inner in placeholders):
+        problems.append("a formula drawn later has a drawing in the page already")
+    if (deferred is None) != ("mha-math-svg.js" not in page):
+        problems.append("drawings off the first screen without the script that draws them")
     formulas = MATH_ELEMENT.findall(page)
     for tag, inner in formulas:
         text = re.sub(r"<mjx-container.*?</mjx-container>", "", inner, flags=re.S)
@@ -438,9 +463,12 @@ def typeset_problems(page: str) -> list[str]:
         problems.append(f"{page.count('<mjx-container')} typeset formulas, {len(formulas)} in TeX")
     if page.count('<style id="mha-mathjax">') != 1:
         problems.append("MathJax's stylesheet is not in the head once")
-    used = set(re.findall(r'<use [^>]*xlink:href="#([^"]+)"', page))
-    defined = set(re.findall(r'<path id="([^"]+)"', page))
-    if used - defined:
+    later = "".join(drawings) + (deferred["glyphs"] if deferred else "")
+    used = set(re.findall(r'<use [^>]*xlink:href="#([^"]+)"', page + later))
+    defined = re.findall(r'<path id="([^"]+)"', page + later)
+    if len(defined) != len(set(defined)):
+        problems.append("a glyph defined twice")
+    if used - set(defined):
         problems.append(f"glyphs used and not defined: {sorted(used - defined)[:5]}")
     if "data-mjx-error" in page:
         problems.append("a TeX error")
@@ -450,19 +478,22 @@ def typeset_problems(page: str) -> list[str]:
 @pytest.mark.site
 def test_formulas_are_typeset_at_build_time(built_site: Path) -> None:
     """Every formula of the site is MathJax's SVG with its assistive MathML, in the page as
-    built, one per formula Sphinx wrote; no page loads MathJax or mha-math.js. (The site still
-    serves MathJax, for the PDF's build and pages built without Node.)"""
+    built, one per formula Sphinx wrote, its drawing in the page (first screen) or in the
+    page's script of drawings (drawn when near); no page loads MathJax or mha-math.js. (The
+    site still serves MathJax, for the PDF's build and pages built without Node.)"""
     assert mha_site.math_renderer() is not None, "Node or mathjax-full missing: run `make node`"
     assert (built_site / MATHJAX_JS).stat().st_size > 500_000
-    math_pages, problems = 0, []
+    math_pages, drawn_later, problems = 0, 0, []
     for html_file in built_site.rglob("*.html"):
         html = html_file.read_text(encoding="utf8")
         if 'class="math' in html:
             math_pages += 1
-            problems += [f"{html_file.name}: {p}" for p in typeset_problems(html)]
+            deferred = math_script(html, html_file)
+            drawn_later += len(deferred["drawings"]) if deferred else 0
+            problems += [f"{html_file.name}: {p}" for p in typeset_problems(html, deferred)]
         else:
             assert not any(name in html for name in CLIENT_MATH), html_file.name
-    assert math_pages > 0
+    assert math_pages > 0 and drawn_later > 1000
     assert problems == []
 
 
@@ -517,6 +548,48 @@ def test_typeset_math_replaces_every_formula_and_the_client_scripts(tmp_path: Pa
     mtime = path.stat().st_mtime_ns
     typeset_site(tmp_path, page)  # a page typeset already is left as it is
     assert path.stat().st_mtime_ns == mtime and path.read_text(encoding="utf8") == page
+
+
+SECTIONED_PAGE = "\n".join(
+    [
+        "<!DOCTYPE html><html><head><title>t</title></head><body>",
+        '<article class="bd-article"><section id="a"><h1>A</h1>',
+        r'<p><span class="math notranslate nohighlight">\(x + y\)</span></p>',
+        '<section id="b"><h2>B</h2>',
+        r'<p><span class="math notranslate nohighlight">\(\alpha + y\)</span></p>',
+        '<div class="math notranslate nohighlight" id="equation-f">'
+        r"\[\beta = \sum_j \gamma_j\]</div>",
+        "</section></section></article></body></html>",
+    ]
+)
+
+
+def test_formulas_off_the_first_screen_are_drawn_from_the_pages_script(tmp_path: Path) -> None:
+    """The formula before the article's first subsection is drawn in the page; the two after
+    it keep their container, MathML and sized <svg>, and their drawings and the glyphs only
+    they use are in the page's script, which the page loads deferred with mha-math-svg.js."""
+    assert mha_site.math_renderer() is not None, "Node or mathjax-full missing: run `make node`"
+    path, warnings = typeset_site(tmp_path, SECTIONED_PAGE)
+    page = path.read_text(encoding="utf8")
+    deferred = math_script(page, path)
+    assert warnings == [] and typeset_problems(page, deferred) == []
+    assert len(deferred["drawings"]) == 2 and page.count("<mjx-assistive-mml") == 3
+    first, second, third = re.findall(r"<mjx-container.*?</mjx-container>", page, re.S)
+    assert "data-mha-svg" not in first and "<use " in first
+    assert 'data-mha-svg="0"' in second and 'data-mha-svg="1"' in third
+    for formula in (second, third):
+        svg = re.search(r"<svg [^>]*>", formula).group(0)
+        assert re.search(r'width="[\d.]+ex" height="[\d.]+ex"', svg), svg  # its size, at once
+    # x and y are drawn on the first screen; alpha, beta, gamma and the sum only later
+    page_glyphs = set(re.findall(r'<path id="([^"]+)"', page))
+    later_glyphs = set(re.findall(r'<path id="([^"]+)"', deferred["glyphs"]))
+    assert page_glyphs and later_glyphs and not page_glyphs & later_glyphs
+    assert [name for name in later_glyphs if "1D6FC" in name] and not [  # alpha
+        name for name in page_glyphs if "1D6FC" in name
+    ]
+    scripts = re.findall(r'<script defer src="([^"]+)"></script>', page)
+    assert scripts == ["../_static/math/book__page.js", "../_static/mha-math-svg.js"]
+    assert page.index(scripts[1]) < page.index("</head>")
 
 
 def test_a_tex_error_is_a_build_warning(tmp_path: Path) -> None:
@@ -1002,17 +1075,36 @@ def test_build_reports_execution_times(built_site: Path) -> None:
 
 
 @pytest.mark.site
-def test_search_scripts_do_not_hold_up_the_first_paint(built_site: Path) -> None:
-    """The theme's search tools and index load with ``defer`` on pages; search.html has them."""
-    scripts = ("_static/searchtools.js", "_static/language_data.js", "searchindex.js")
+def test_only_the_search_page_loads_the_search_index(built_site: Path) -> None:
+    """The theme's search tools and index (for a search-as-you-type the book leaves off) are
+    on no page but search.html, which runs the search."""
+    scripts = ("searchtools.js", "language_data.js", "searchindex.js")
+    pages = [p for p in built_site.rglob("*.html") if "_static" not in p.parts]
+    assert len(pages) > len(toc_pages())
+    for html_file in pages:
+        if html_file.name == "search.html":
+            continue
+        html = html_file.read_text(encoding="utf8")
+        loaded = [script for script in scripts if re.search(rf'src="[^"]*{script}', html)]
+        assert loaded == [], f"{html_file.relative_to(built_site)} loads {loaded}"
+        if "DOCUMENTATION_OPTIONS.pagename" in html:  # a page of the theme's layout
+            assert "DOCUMENTATION_OPTIONS.search_as_you_type = false;" in html, html_file.name
+    search = (built_site / "search.html").read_text(encoding="utf8")
+    assert all(re.search(rf'<script src="[^"]*{script}', search) for script in scripts)
+
+
+@pytest.mark.site
+def test_the_themes_scripts_wait_for_the_page(built_site: Path) -> None:
+    """No page preloads the theme's two scripts (a preload fetches them at high priority,
+    beside the stylesheets the first paint waits for; they run deferred at the end of the
+    body), and mha-tab-stops.js runs just before the theme's script, whose tab-stop pass it
+    replaces."""
     for page in toc_pages():
         html = page_path(built_site, page).read_text(encoding="utf8")
-        for script in scripts:
-            assert re.search(rf'<script src="(\.\./)*{re.escape(script)}" defer>', html), (
-                f"{page}: {script} is not deferred"
-            )
-    search = (built_site / "search.html").read_text(encoding="utf8")
-    assert all(f'src="{script}"' in search for script in scripts)
+        assert not re.search(r'<link rel="preload" as="script"', html), page
+        scripts = re.findall(r'<script defer src="[^"]*?([\w.-]+\.js)[^"]*"></script>', html)
+        at = scripts.index("pydata-sphinx-theme.js")
+        assert scripts[at - 1] == "mha-tab-stops.js", (page, scripts)
 
 
 def test_hidden_code_is_taken_out_of_the_page_and_kept_in_order() -> None:

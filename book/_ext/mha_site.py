@@ -17,9 +17,14 @@
   ``_static/mha-math.js``, which loads MathJax 3 from ``_static/mathjax/`` (copied from the
   ``sphinx-mathjax-offline`` package; ``_config.yml`` points ``mathjax_path`` at it) when the
   first formula comes near and typesets formulas as they come near the screen. The PDF's
-  ``singlehtml`` build keeps MathJax in the page.
+  ``singlehtml`` build keeps MathJax in the page. The drawings of formulas off a page's
+  first screen (and the glyphs only they use) are kept in ``_static/math/<page>.js``, and
+  ``_static/mha-math-svg.js`` draws each as it comes near: every formula is in the page, with
+  its MathML and its size, but the page is half as large (:func:`draw_formulas_when_near`).
 - Lighter pages: highlighted code without the markup of tokens drawn as plain text, and
-  (``book/_templates``) no Font Awesome JavaScript.
+  (``book/_templates``) no Font Awesome JavaScript, no preloads of the theme's scripts, no
+  search index but on the search page, and the theme's tab stops for scrollable blocks given
+  as each block comes near (``_static/mha-tab-stops.js``), not by laying out the whole page.
 - Icons without web fonts: at the end of the build, every Font Awesome icon element of the
   theme (``<i class="fa-solid fa-bars">``) becomes an ``mha-icon`` element holding the icon's
   inline SVG (Font Awesome Free 6.5.2, CC BY 4.0, vendored by ``scripts/vendor_icons.py`` in
@@ -612,6 +617,79 @@ def typeset_page(page: str, rendered: dict[str, Any]) -> str:
     return page
 
 
+# A formula's drawing (its outer <svg>, which may hold a table's inner <svg>s) just before
+# its assistive MathML.
+_FORMULA_SVG = re.compile(
+    r"(?P<open><svg\b[^>]*>)(?P<inner>.*?)(?P<close></svg>)(?=<mjx-assistive-mml)", re.S
+)
+_GLYPH = re.compile(r'<path id="(?P<id>[^"]+)"[^>]*></path>')
+_GLYPH_CACHE = re.compile(
+    r'(?P<open><svg [^>]*id="MJX-SVG-global-cache"[^>]*><defs>)(?P<paths>.*?)(?P<close></defs>)',
+    re.S,
+)
+_GLYPH_USE = re.compile(r'xlink:href="#(?P<id>[^"]+)"')
+MATH_DIR = "_static/math"  # one script per page: the drawings of its formulas off the first screen
+MATH_DRAWER = "mha-math-svg.js"
+# Formulas drawn in the page as built: those before the article's first subsection (what a
+# first screen shows), at most this many.
+FIRST_SCREEN_FORMULAS = 24
+
+
+def first_screen_end(page: str) -> int:
+    """The index in ``page`` where its article's first subsection begins (or its end)."""
+    article = page.find("<article")
+    if article == -1:
+        return len(page)
+    first = page.find("<section", article)
+    second = page.find("<section", first + 1) if first != -1 else -1
+    return second if second != -1 else len(page)
+
+
+def draw_formulas_when_near(page: str, data_url: str, drawer_url: str) -> tuple[str, str | None]:
+    """A typeset page whose formulas off the first screen are drawn when they come near.
+
+    Each such formula keeps its container, its assistive MathML (read by screen readers and
+    copied with the text) and its ``<svg>`` element with the drawing's size and baseline, so
+    the page's layout is final at once; the drawing inside it (``data-mha-svg``: its index) and
+    the glyph shapes only those drawings use move to a script of the page (``data_url``),
+    which ``mha-math-svg.js`` (``drawer_url``) puts back as each formula comes within a screen
+    of the viewport, and all of them before printing. Both scripts are deferred: they do not
+    hold up the first paint. Returns the page and the script (None when every formula is on
+    the first screen).
+    """
+    end = first_screen_end(page)
+    drawings: list[str] = []
+    kept_glyphs: set[str] = set()
+    out, pos, kept = [], 0, 0
+    for match in _FORMULA_SVG.finditer(page):
+        out.append(page[pos : match.start()])
+        pos = match.end()
+        if match.start() < end and kept < FIRST_SCREEN_FORMULAS:
+            kept += 1
+            kept_glyphs.update(_GLYPH_USE.findall(match["inner"]))
+            out.append(match.group(0))
+            continue
+        drawings.append(match["inner"])
+        out.append(f'{match["open"][:-1]} data-mha-svg="{len(drawings) - 1}">{match["close"]}')
+    out.append(page[pos:])
+    page = "".join(out)
+    if not drawings:
+        return page, None
+    cache = _GLYPH_CACHE.search(page)
+    glyphs = {m["id"]: m.group(0) for m in _GLYPH.finditer(cache["paths"])} if cache else {}
+    later = "".join(path for name, path in glyphs.items() if name not in kept_glyphs)
+    if cache:
+        first_glyphs = "".join(path for name, path in glyphs.items() if name in kept_glyphs)
+        page = page[: cache.start("paths")] + first_glyphs + page[cache.end("paths") :]
+    payload = json.dumps({"glyphs": later, "drawings": drawings}, separators=(",", ":"))
+    script = "window.mhaMathSvg = " + payload.replace("</", "<\\/") + ";\n"
+    tags = (
+        f'<script defer src="{html.escape(data_url)}"></script>\n'
+        f'<script defer src="{html.escape(drawer_url)}"></script>\n'
+    )
+    return page.replace("</head>", f"{tags}</head>", 1), script
+
+
 def typeset_math(app: Sphinx, exception: Exception | None) -> None:
     """Typeset every formula of the site at build time (``render_math.mjs``: MathJax in Node,
     one process for all the pages written): the pages hold the SVG and no longer load
@@ -645,7 +723,17 @@ def typeset_math(app: Sphinx, exception: Exception | None) -> None:
         for error in page["errors"]:
             found = re.search(r'data-mjx-error="([^"]*)"', error)
             logger.warning(f"TeX error in {path.name}: {found[1] if found else error[:200]}")
-        path.write_text(typeset_page(text, page), encoding="utf8")
+        name = path.relative_to(app.outdir)
+        to_root = "../" * (len(name.parts) - 1)
+        data_url = f"{to_root}{MATH_DIR}/{'__'.join(name.with_suffix('.js').parts)}"
+        text, script = draw_formulas_when_near(
+            typeset_page(text, page), data_url, f"{to_root}_static/{MATH_DRAWER}"
+        )
+        if script is not None:
+            data = Path(app.outdir) / MATH_DIR / data_url.rsplit("/", 1)[1]
+            data.parent.mkdir(parents=True, exist_ok=True)
+            data.write_text(script, encoding="utf8")
+        path.write_text(text, encoding="utf8")
     count = sum(len(formulas) for _, formulas in pages.values())
     logger.info(
         f"mha_site: typeset {count} formulas of {len(pages)} pages "

@@ -71,8 +71,11 @@ MATHJAX_LOADED_JS = """
   (window.MathJax.startup && window.MathJax.startup.promise) || (window.MathJax.Hub &&
   window.MathJax.Hub.Queue))) || !document.querySelector("script[src*='mathjax/']")
 """
+# A formula off the first screen is drawn when it comes near: until then its <svg> is empty
+# and marked data-mha-svg (mha-math-svg.js).
 ALL_TYPESET_JS = """
-() => [...document.querySelectorAll(".math")].every((el) => el.querySelector("mjx-container"))
+() => [...document.querySelectorAll(".math")].every(
+  (el) => el.querySelector("mjx-container") && !el.querySelector("svg[data-mha-svg]"))
 """
 PLOTLY_DONE_JS = """
 () => [...document.querySelectorAll("div.mha-plotly, .plotly-graph-div, .js-plotly-plot")].every(
@@ -112,10 +115,10 @@ async () => {
 BRING_UNTYPESET_MATH_NEAR_JS = """
 async () => {
   const pause = (ms) => new Promise((done) => setTimeout(done, ms));
-  const left = [...document.querySelectorAll("article .math")].filter(
-    (el) => !el.querySelector("mjx-container"));
+  const drawn = (el) => el.querySelector("mjx-container") && !el.querySelector("svg[data-mha-svg]");
+  const left = [...document.querySelectorAll("article .math")].filter((el) => !drawn(el));
   for (const el of left) {
-    if (!el.querySelector("mjx-container")) {
+    if (!drawn(el)) {
       el.scrollIntoView({block: "center"});
       await pause(120);
     }
@@ -133,6 +136,10 @@ LOADED_JS = """
   drawn: document.querySelectorAll("div.mha-plotly.js-plotly-plot").length,
   untypesetMath: [...document.querySelectorAll(".math")].filter(
     (el) => !el.querySelector("mjx-container")).length,
+  undrawnOnScreen: [...document.querySelectorAll(".math svg[data-mha-svg]")].filter((svg) => {
+    const box = svg.getBoundingClientRect();
+    return svg.checkVisibility() && box.bottom > 0 && box.top < window.innerHeight;
+  }).length,
   placeholders: [...document.querySelectorAll("div.mha-plotly")].map((div) => {
     const box = div.getBoundingClientRect();
     return {id: div.id, top: box.top + window.scrollY, height: box.height};
@@ -194,7 +201,8 @@ PROBE_JS = """
     }
   }
   const math = [...document.querySelectorAll(".math")];
-  const untypeset = math.filter((el) => !el.querySelector(typeset))
+  const untypeset = math.filter((el) => !el.querySelector(typeset) ||
+                                       el.querySelector("svg[data-mha-svg]"))
                         .map((el) => el.textContent.trim().slice(0, 80));
   const errors = [...new Set([...document.querySelectorAll(mathErrors)].map(
     (el) => (el.getAttribute("data-mjx-error") || el.textContent).slice(0, 80)))];
@@ -524,6 +532,8 @@ def test_page_math_is_typeset(visit, toc_page: str, theme: str) -> None:
     problems += [f"MathJax error: {item}" for item in probe["errors"]]
     if record.before_scroll["untypesetMath"]:
         problems.append(f"{record.before_scroll['untypesetMath']} formulas not typeset at load")
+    if record.before_scroll["undrawnOnScreen"]:
+        problems.append(f"{record.before_scroll['undrawnOnScreen']} formulas on screen not drawn")
     problems += [f"requested {url}" for url in record.requests if CLIENT_MATH.search(url)]
     if probe["mathCount"] and probe["mathContrast"] < MIN_CONTRAST:
         problems.append(f"formulas have a contrast of {probe['mathContrast']:.2f} to the page")
@@ -706,7 +716,8 @@ def test_page_has_no_serious_accessibility_violations(visit, toc_page: str, them
 
 
 def test_search_from_a_chapter_finds_the_chapter_that_teaches_it(browser, site_url) -> None:
-    """The search field of a page (its scripts deferred) leads to results on search.html."""
+    """The search field of a page (which loads no search scripts) leads to results on
+    search.html."""
     context = browser.new_context(viewport={"width": WIDE, "height": 900})
     try:
         tab = context.new_page()
@@ -763,28 +774,90 @@ def _open(browser, url: str, width: int = NARROW):
     return context, tab, errors
 
 
+# Each formula: whether its drawing is in place, whether it is on the screen, its box.
+FORMULA_BOXES_JS = """
+() => [...document.querySelectorAll(".math mjx-container > svg")].map((svg) => {
+  const box = svg.getBoundingClientRect();
+  return {drawn: !svg.hasAttribute("data-mha-svg") && !!svg.firstElementChild,
+          inToggle: !!svg.closest("details"),
+          shown: svg.checkVisibility() && box.bottom > 0 && box.top < window.innerHeight,
+          size: [Math.round(box.width * 10), Math.round(box.height * 10)]};
+})
+"""
+
+
 def test_formulas_are_typeset_at_load_without_mathjax(browser, site_url) -> None:
     """Formulas are typeset when the site is built: as soon as a page has loaded, before any
-    scrolling, every formula is MathJax's SVG, and no page asks for MathJax or mha-math.js."""
+    scrolling, every formula is MathJax's SVG with its size, those on the screen are drawn, and
+    those far below are drawn when they come near, in the box they had (nothing moves); no
+    page asks for MathJax or mha-math.js."""
     requested: list[str] = []
-    typeset = {}
+    seen = {}
     for page in ("book/one-head-to-many.html", "book/preface.html"):
         context, tab, errors = _open(browser, "about:blank")
         try:
             tab.on("request", lambda request: requested.append(request.url))
             tab.goto(f"{site_url}{page}", wait_until="load", timeout=LOAD_TIMEOUT_MS)
-            typeset[page] = tab.evaluate(
+            tab.wait_for_timeout(300)  # the first frames
+            counts = tab.evaluate(
                 "() => [document.querySelectorAll('.math').length, "
                 "document.querySelectorAll('.math mjx-container > svg').length, "
                 "typeof window.MathJax]"
             )
-            tab.wait_for_timeout(1000)  # nothing comes late either
+            at_load = tab.evaluate(FORMULA_BOXES_JS)
+            tab.evaluate(SCROLL_JS)
+            tab.evaluate(OPEN_MATH_DROPDOWNS_JS)
+            tab.evaluate(BRING_UNTYPESET_MATH_NEAR_JS)
+            seen[page] = (counts, at_load, tab.evaluate(FORMULA_BOXES_JS))
         finally:
             context.close()
         assert errors == []
     assert [url for url in requested if CLIENT_MATH.search(url)] == []
-    for page, (formulas, svgs, mathjax) in typeset.items():
-        assert formulas > 0 and svgs == formulas and mathjax == "undefined", (page, typeset)
+    for page, ((formulas, svgs, mathjax), at_load, scrolled) in seen.items():
+        assert formulas > 0 and svgs == formulas and mathjax == "undefined", (page, formulas)
+        assert [f for f in at_load if f["shown"] and not f["drawn"]] == [], page
+        assert all(f["drawn"] for f in scrolled), page
+        boxes = [
+            (a["size"], b["size"])
+            for a, b in zip(at_load, scrolled, strict=True)
+            if not a["inToggle"]
+        ]
+        assert [a for a, b in boxes if a != b] == [], page
+    _, at_load, _ = seen["book/one-head-to-many.html"]
+    assert sum(not f["drawn"] for f in at_load) > 100  # far below: not drawn before it is near
+
+
+SCROLLABLE_BLOCKS = "pre, .cell_output > .output, .pst-scrollable-table-container"
+# The theme's rule: a block whose content overflows it is a tab stop (0), another is not (-1).
+TAB_STOPS_JS = f"""
+() => [...document.querySelectorAll({SCROLLABLE_BLOCKS!r})].map((el) => {{
+  const box = el.getBoundingClientRect();
+  return {{below: box.top > 3 * window.innerHeight, tabindex: el.getAttribute("tabindex"),
+           wanted: el.scrollWidth > el.clientWidth || el.scrollHeight > el.clientHeight ? 0 : -1}};
+}})
+"""
+
+
+def test_scrollable_blocks_become_tab_stops_as_they_come_near(browser, site_url) -> None:
+    """The theme's tab stops for code and outputs that scroll sideways are given as each block
+    comes near (mha-tab-stops.js), not by measuring every block of the page at load: at load,
+    blocks far below have none yet; once the reader has scrolled past them, every block has
+    the theme's tab stop, and a keyboard reaches the wide ones."""
+    page = "book/attention-without-the-score-matrix.html"
+    context, tab, errors = _open(browser, f"{site_url}{page}", NARROW)
+    try:
+        tab.wait_for_timeout(300)
+        mode = tab.evaluate("window.mhaTabStops")
+        at_load = [b for b in tab.evaluate(TAB_STOPS_JS) if b["below"]]
+        tab.evaluate(SCROLL_JS)
+        tab.add_style_tag(content=LAID_OUT_CSS)
+        scrolled = tab.evaluate(TAB_STOPS_JS)
+    finally:
+        context.close()
+    assert mode == "lazy" and errors == []
+    assert len(at_load) > 10 and all(b["tabindex"] is None for b in at_load)
+    assert [b for b in scrolled if b["tabindex"] != str(b["wanted"])] == []
+    assert sum(b["wanted"] == 0 for b in scrolled) > 5
 
 
 # Formulas of the text that print as nothing: no SVG, or an SVG with no size or not shown
@@ -793,7 +866,7 @@ UNPRINTED_MATH_JS = """
 () => [...document.querySelectorAll("article .math")].filter((el) => {
   if (el.closest("details:not([open])")) return false;
   const svg = el.querySelector("mjx-container > svg");
-  if (!svg) return true;
+  if (!svg || svg.hasAttribute("data-mha-svg") || !svg.firstElementChild) return true;
   const box = svg.getBoundingClientRect(), style = getComputedStyle(svg);
   return !(box.width > 0 && box.height > 0) || style.display === "none" ||
     style.visibility !== "visible";
