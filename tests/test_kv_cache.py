@@ -303,10 +303,16 @@ def test_a_layer_appends_with_a_bound_on_what_it_caches(kind: str) -> None:
 FORMS = ["fused", "packed", "tiled"]
 KIND_FORMS = [(kind, form) for kind in ("numpy", "torch") for form in FORMS]
 KIND_FORMS.remove(("torch", "tiled"))  # the tiled form is NumPy's only
+# PyTorch's paths with a cache: the explicit one (weights), scaled_dot_product_attention
+# (no weights), and either while autograd records (each append then writes a new buffer)
+TORCH_PATHS = ["weights", "sdpa", "weights, recorded", "sdpa, recorded"]
+KIND_FORM_PATHS = [(k, f, "weights") for k, f in KIND_FORMS if k == "numpy"] + [
+    (k, f, path) for k, f in KIND_FORMS if k == "torch" for path in TORCH_PATHS
+]
 DECODE_D, DECODE_H, DECODE_HKV = 8, 2, 1
 
 
-def _float32_layer(kind: str):
+def _float32_layer(kind: str, path: str = "weights"):
     """A float32 grouped-query layer, its cache holding a 2-position prompt, and a step."""
     backend = BACKENDS[kind]
     params = init_params(DECODE_D, DECODE_H, num_kv_heads=DECODE_HKV, seed=3)
@@ -314,15 +320,18 @@ def _float32_layer(kind: str):
     dtype = np.float32 if kind == "numpy" else torch.float32
     if kind == "torch":
         params, x = params.to_torch(torch.float32), torch.from_numpy(x)
+        if path.endswith("recorded"):
+            params = params.map(lambda t: t.requires_grad_())
     else:
         params = params.to_numpy(np.float32)
     cache = KVCache(1, DECODE_HKV, DECODE_D // DECODE_H, 4, dtype=dtype)
     return backend, params, x, cache
 
 
-def _call(backend, params, x, cache, form, mask=None):
+def _call(backend, params, x, cache, form, mask=None, path="weights"):
+    weights = form != "tiled" and path.startswith("weights")
     return backend.multi_head_attention(
-        x, x, x, params, mask, cache=cache, form=form, need_weights=form != "tiled"
+        x, x, x, params, mask, cache=cache, form=form, need_weights=weights
     )[0]
 
 
@@ -360,22 +369,22 @@ def _refusals(kind: str, x, cache: KVCache):
     return cases
 
 
-@pytest.mark.parametrize(("kind", "form"), KIND_FORMS)
-def test_a_refused_layer_call_leaves_the_cache_exactly_as_it_was(kind: str, form: str) -> None:
+@pytest.mark.parametrize(("kind", "form", "path"), KIND_FORM_PATHS)
+def test_a_refused_layer_call_leaves_the_cache_exactly_as_it_was(kind, form, path) -> None:
     """Length, contents and max_abs, and the next step equals that of a cache never refused."""
-    backend, params, x, cache = _float32_layer(kind)
-    _, _, _, untouched = _float32_layer(kind)
+    backend, params, x, cache = _float32_layer(kind, path)
+    _, _, _, untouched = _float32_layer(kind, path)
     prompt = x[:, :2]
     for c in (cache, untouched):
-        _call(backend, params, prompt, c, form, backend.causal_mask(2))
+        _call(backend, params, prompt, c, form, backend.causal_mask(2), path)
     for what, (bad, mask, bad_form), error in _refusals(kind, x, cache):
         before = _snapshot(cache)
         with pytest.raises(error), np.errstate(over="ignore", invalid="ignore"):
-            _call(backend, params, bad, cache, bad_form or form, mask)
+            _call(backend, params, bad, cache, bad_form or form, mask, path)
         _assert_unchanged(cache, before, what)
     step = x[:, 2:3]
-    out = _call(backend, params, step, cache, form)
-    ref = _call(backend, params, step, untouched, form)
+    out = _call(backend, params, step, cache, form, path=path)
+    ref = _call(backend, params, step, untouched, form, path=path)
     equal = np.array_equal if kind == "numpy" else torch.equal
     assert cache.length == untouched.length == 3
     assert equal(out, ref)  # exact: the same call on the same cache contents
@@ -411,11 +420,11 @@ def test_a_refused_module_call_leaves_the_cache_as_it_was() -> None:
     _assert_unchanged(cache, before)
 
 
-@pytest.mark.parametrize(("kind", "form"), KIND_FORMS)
+@pytest.mark.parametrize(("kind", "form", "path"), KIND_FORM_PATHS)
 @pytest.mark.parametrize("how", ["written into its view", "appended under a false max_abs"])
-def test_nan_in_the_cache_is_reported_as_nan_in_the_cache(kind: str, form: str, how: str) -> None:
-    backend, params, x, cache = _float32_layer(kind)
-    _call(backend, params, x[:, :2], cache, form, backend.causal_mask(2))
+def test_nan_in_the_cache_is_reported_as_nan_in_the_cache(kind, form, path, how) -> None:
+    backend, params, x, cache = _float32_layer(kind, path)
+    _call(backend, params, x[:, :2], cache, form, backend.causal_mask(2), path)
     if how == "written into its view":
         cache.values[0, 0, 1, 0] = math.nan
     else:
@@ -427,7 +436,43 @@ def test_nan_in_the_cache_is_reported_as_nan_in_the_cache(kind: str, form: str, 
         ValueError,
         match=f"cache must hold finite keys and values; got NaN or infinite values in cache.{name}",
     ):
-        _call(backend, params, x[:, 3:4], cache, form)
+        _call(backend, params, x[:, 3:4], cache, form, path=path)
+    _assert_unchanged(cache, before)
+
+
+@pytest.mark.parametrize(("kind", "form", "path"), KIND_FORM_PATHS)
+@pytest.mark.parametrize("how", ["written into its view", "appended under a false max_abs"])
+def test_finite_entries_beyond_max_abs_that_overflow_the_output_are_named(
+    kind, form, path, how
+) -> None:
+    """Finite keys and values of 3e38 that the cache's bound does not cover: the output
+    overflows, and the call is refused naming the cache (or, in the tiled form, which reads
+    every key, the scores), never returning NaN or infinity."""
+    backend, params, x, cache = _float32_layer(kind, path)
+    _call(backend, params, x[:, :2], cache, form, backend.causal_mask(2), path)
+    step = 10 * x[:, 3:4]
+    p64 = params.to_numpy(np.float64)
+    q = np.asarray(step, dtype=np.float64) @ p64.w_q + p64.b_q  # (1, 1, D)
+    key = 3e38 * np.sign(q[..., : DECODE_D // DECODE_H])  # head 0's score: beyond float32
+    key, value = key.astype(np.float32), np.full(key.shape, 3e38, np.float32)
+    if kind == "torch":
+        key, value = torch.from_numpy(key), torch.from_numpy(value)
+    if how == "written into its view":
+        with torch.no_grad():  # the recorded paths' buffers require grad
+            cache.keys[0, 0, 1], cache.values[0, 0, 1] = key[0, 0], value[0, 0]
+    else:  # the caller vouches for what it did not read
+        cache.append(key[:, None], value[:, None], max_abs=1.0)
+    before = _snapshot(cache)
+    if form == "tiled":  # tiled.attention measures the keys it gets: the scores are named
+        match = r"tiled.attention output overflowed float32 .* the scores Q K\^T"
+    else:
+        match = (
+            rf"cache must hold keys and values within its max_abs={cache.max_abs:.3g}, the "
+            r"bound a layer relies on; got entries up to 3e\+38 \(written into its views, or "
+            r"appended with a max_abs that did not bound them\?\), and the output overflowed"
+        )
+    with pytest.raises(ValueError, match=match), np.errstate(over="ignore", invalid="ignore"):
+        _call(backend, params, step, cache, form, path=path)
     _assert_unchanged(cache, before)
 
 
