@@ -13,7 +13,7 @@ import torch
 
 from mha import init_params
 from mha.backends import np_backend, torch_backend
-from mha.core.kv_cache import KVCache
+from mha.core.kv_cache import KVCache, atomic
 from mha.numerics import tolerance
 
 B, H_KV, DH = 2, 3, 4
@@ -612,3 +612,97 @@ def test_decoding_without_autograd_still_writes_in_place() -> None:
     assert cache.keys.data_ptr() != first and cache.keys.requires_grad
     cache.reset()  # the recorded buffers are left to their graph
     assert not cache.keys.requires_grad
+
+
+# ---- no change inside an open appending block; several caches appended atomically ----------
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("change", ["append", "appending", "truncate", "reset", "layer call"])
+def test_an_open_appending_block_refuses_every_other_change_of_its_cache(kind, change) -> None:
+    """The block's commit would write over it: a nested append was lost, and the outer
+    commit kept the inner positions' contents under its own length."""
+    cache = make(kind)
+    cache.append(block(kind, 1), block(kind, 1, 1))
+    before = _snapshot(cache)
+    backend = BACKENDS[kind]
+    layer = init_params(H_KV * DH, H_KV, seed=2)  # D = 12, H = H_KV: the cache's Dh
+    layer = layer.to_numpy() if kind == "numpy" else layer.to_torch()
+    x = np.random.default_rng(6).standard_normal((B, 1, H_KV * DH))  # one new position
+    x = x if kind == "numpy" else torch.from_numpy(x)
+
+    def appending() -> None:
+        with cache.appending(block(kind, 1, 2), block(kind, 1, 3)):
+            pass
+
+    changes = {
+        "append": lambda: cache.append(block(kind, 1, 2), block(kind, 1, 3)),
+        "appending": appending,
+        "truncate": lambda: cache.truncate(0),
+        "reset": cache.reset,
+        "layer call": lambda: backend.multi_head_attention(x, x, x, layer, cache=cache),
+    }
+    what = {"truncate": "truncate", "reset": "reset"}.get(change, "append to")
+    match = f"cannot {what} the cache inside an open appending block of the same cache"
+    with (
+        pytest.raises(ValueError, match=match),
+        cache.appending(block(kind, 1, 4), block(kind, 1, 5)),
+    ):
+        changes[change]()
+    _assert_unchanged(cache, before, change)  # the block raised: nothing was committed
+    with cache.appending(block(kind, 1, 4), block(kind, 1, 5)) as (keys, _):
+        assert keys.shape[2] == 2 and cache.length == 1  # read, not changed, inside
+    changes[change]()  # once the block has ended, the cache changes again
+    assert cache.length == (0 if change in ("truncate", "reset") else 3)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch", "torch, recorded"])
+def test_atomic_undoes_every_append_of_a_block_that_raises_and_keeps_those_that_succeed(kind):
+    torch_kind = kind.startswith("torch")
+    lib = "torch" if torch_kind else "numpy"
+    caches = [make(lib), make(lib)]
+
+    def new(n: int, seed: int):
+        a = block(lib, n, seed)
+        return a.requires_grad_() if kind.endswith("recorded") else a
+
+    caches[0].append(new(2, 0), new(2, 1))
+    before = [_snapshot(c) for c in caches]
+    buffers = [c.keys.data_ptr() if torch_kind else None for c in caches]
+    with pytest.raises(RuntimeError, match="a later layer refused"), atomic(caches):
+        caches[0].append(new(1, 2), new(1, 3))
+        caches[1].append(new(3, 4), new(3, 5), max_abs=100.0)
+        raise RuntimeError("a later layer refused")
+    for c, b, ptr in zip(caches, before, buffers, strict=True):
+        _assert_unchanged(c, b)
+        if torch_kind:  # the buffers before the block, not the copies recorded appends made
+            assert c.keys.data_ptr() == ptr
+    with atomic(caches):  # kept when the block succeeds
+        caches[1].append(new(1, 6), new(1, 7))
+    assert [c.length for c in caches] == [2, 1]
+
+
+def test_atomic_refuses_what_an_undo_could_not_restore() -> None:
+    caches = [make("numpy"), make("numpy")]
+    caches[0].append(block("numpy", 2), block("numpy", 2, 1))
+    for bad, got in ((caches[0], "KVCache"), ([None], "NoneType")):
+        match = f"caches must be a list or tuple of KVCache; got {got}"
+        with pytest.raises(TypeError, match=match), atomic(bad):
+            pass
+    with atomic(caches):
+        caches[0].append(block("numpy", 1, 2), block("numpy", 1, 3))
+        caches[0].truncate(2)  # the positions appended in the block may go
+        with pytest.raises(ValueError, match=r"length must be in \[2, 2\], the positions cached "):
+            caches[0].truncate(1)  # not those an undo must restore
+        with pytest.raises(ValueError, match="cannot reset the cache inside an atomic block"):
+            caches[0].reset()
+        caches[1].reset()  # empty when the block began: nothing to restore
+        with atomic(caches[:1]):  # nested: the inner block's start is the floor
+            caches[0].append(block("numpy", 1, 4), block("numpy", 1, 5))
+            with pytest.raises(ValueError, match=r"length must be in \[2, 3\]"):
+                caches[0].truncate(1)
+    caches[0].truncate(0)  # outside every block, anything again
+    opened = caches[0].appending(block("numpy", 1), block("numpy", 1))
+    match = "cannot begin an atomic block of the cache inside"
+    with pytest.raises(ValueError, match=match), opened, atomic(caches):
+        pass
