@@ -1820,6 +1820,7 @@ _MUTATIONS = {
     "not a dtype": lambda d: "nope",
     "dict": lambda p: {},
     "other width": lambda p: init_params(6, 2, seed=0),
+    "other dtype": lambda p: p.to_numpy(np.float32 if p.dtype == np.float64 else np.float64),
     "tuple": lambda s: (),
     "huge int": lambda x: 10**400,  # an int no float holds
     "numpy dtype": lambda d: np.float32,
@@ -1830,6 +1831,7 @@ _ONE_ARRAY_BAD = [m for m in _ARRAY_BAD if m != "mixed"]  # one float array: any
 _NUMBER_BAD = ["None", "zero", "negative", "fraction", "bool", "string"]
 _TENSOR_BAD = ["None", "t-nan", "t-meta", "t-int", "t-numpy"]
 _DTYPE_BAD = ["None", "int dtype", "not a dtype"]
+_PARAMS_BAD = ["None", "dict", "other width", "other dtype"]
 
 
 def _numeric_cases():
@@ -1992,7 +1994,7 @@ def _numeric_cases():
         "backward.multi_head_attention_forward": (
             layer, lambda a: G.multi_head_attention_forward(**a, form="tiled"),
             {"query": [*_ARRAY_BAD, "width+1", "batch+1"], "key": [*_ARRAY_BAD, "width+1"],
-             "value": [*_ARRAY_BAD, "length+1"], "params": ["None", "dict", "other width"],
+             "value": [*_ARRAY_BAD, "length+1"], "params": _PARAMS_BAD,
              "mask": ["float mask", "mask shape", "tensor"]},
             {},
             lambda a, got: T.assert_close(
@@ -2046,7 +2048,7 @@ def _numeric_cases():
         "tolerance.attention_tolerance": (
             layer, lambda a: T.attention_tolerance(**a),
             {"query": ["None", "nan", "int", "mixed", "width+1", "batch+1"],
-             "params": ["None", "dict", "other width"], "mask": ["float mask", "mask shape"]},
+             "params": _PARAMS_BAD, "mask": ["float mask", "mask shape"]},
             {"query": ["tensor"], "key": ["tensor"], "mask": ["tensor"]}, None,
         ),
         "tolerance.matmul_tolerance": (
@@ -2223,7 +2225,7 @@ def _more_numeric_cases(qkv, layer, sdpa_grads, saved_and_d_out, grad_bad):
             lambda rng, dt: {**layer(rng, dt), "d_out": rng.standard_normal((2, 3, 8)).astype(dt)},
             lambda a: mha.numerics.gradcheck.compare_with_autograd(**a),
             {"query": ["None", "nan", "int", "mixed", "width+1", "batch+1"],
-             "params": ["None", "dict", "other width"], "d_out": [*_ARRAY_BAD, "width+1"],
+             "params": _PARAMS_BAD, "d_out": [*_ARRAY_BAD, "width+1"],
              "mask": ["float mask", "mask shape"]},
             {},
             lambda a, got: _all_within(got),

@@ -13,7 +13,7 @@ import torch
 
 from mha import init_params
 from mha.backends import np_backend, torch_backend
-from mha.core.kv_cache import KVCache
+from mha.core.kv_cache import KVCache, atomic
 from mha.numerics import tolerance
 
 B, H_KV, DH = 2, 3, 4
@@ -303,10 +303,16 @@ def test_a_layer_appends_with_a_bound_on_what_it_caches(kind: str) -> None:
 FORMS = ["fused", "packed", "tiled"]
 KIND_FORMS = [(kind, form) for kind in ("numpy", "torch") for form in FORMS]
 KIND_FORMS.remove(("torch", "tiled"))  # the tiled form is NumPy's only
+# PyTorch's paths with a cache: the explicit one (weights), scaled_dot_product_attention
+# (no weights), and either while autograd records (each append then writes a new buffer)
+TORCH_PATHS = ["weights", "sdpa", "weights, recorded", "sdpa, recorded"]
+KIND_FORM_PATHS = [(k, f, "weights") for k, f in KIND_FORMS if k == "numpy"] + [
+    (k, f, path) for k, f in KIND_FORMS if k == "torch" for path in TORCH_PATHS
+]
 DECODE_D, DECODE_H, DECODE_HKV = 8, 2, 1
 
 
-def _float32_layer(kind: str):
+def _float32_layer(kind: str, path: str = "weights"):
     """A float32 grouped-query layer, its cache holding a 2-position prompt, and a step."""
     backend = BACKENDS[kind]
     params = init_params(DECODE_D, DECODE_H, num_kv_heads=DECODE_HKV, seed=3)
@@ -314,15 +320,18 @@ def _float32_layer(kind: str):
     dtype = np.float32 if kind == "numpy" else torch.float32
     if kind == "torch":
         params, x = params.to_torch(torch.float32), torch.from_numpy(x)
+        if path.endswith("recorded"):
+            params = params.map(lambda t: t.requires_grad_())
     else:
         params = params.to_numpy(np.float32)
     cache = KVCache(1, DECODE_HKV, DECODE_D // DECODE_H, 4, dtype=dtype)
     return backend, params, x, cache
 
 
-def _call(backend, params, x, cache, form, mask=None):
+def _call(backend, params, x, cache, form, mask=None, path="weights"):
+    weights = form != "tiled" and path.startswith("weights")
     return backend.multi_head_attention(
-        x, x, x, params, mask, cache=cache, form=form, need_weights=form != "tiled"
+        x, x, x, params, mask, cache=cache, form=form, need_weights=weights
     )[0]
 
 
@@ -360,22 +369,22 @@ def _refusals(kind: str, x, cache: KVCache):
     return cases
 
 
-@pytest.mark.parametrize(("kind", "form"), KIND_FORMS)
-def test_a_refused_layer_call_leaves_the_cache_exactly_as_it_was(kind: str, form: str) -> None:
+@pytest.mark.parametrize(("kind", "form", "path"), KIND_FORM_PATHS)
+def test_a_refused_layer_call_leaves_the_cache_exactly_as_it_was(kind, form, path) -> None:
     """Length, contents and max_abs, and the next step equals that of a cache never refused."""
-    backend, params, x, cache = _float32_layer(kind)
-    _, _, _, untouched = _float32_layer(kind)
+    backend, params, x, cache = _float32_layer(kind, path)
+    _, _, _, untouched = _float32_layer(kind, path)
     prompt = x[:, :2]
     for c in (cache, untouched):
-        _call(backend, params, prompt, c, form, backend.causal_mask(2))
+        _call(backend, params, prompt, c, form, backend.causal_mask(2), path)
     for what, (bad, mask, bad_form), error in _refusals(kind, x, cache):
         before = _snapshot(cache)
         with pytest.raises(error), np.errstate(over="ignore", invalid="ignore"):
-            _call(backend, params, bad, cache, bad_form or form, mask)
+            _call(backend, params, bad, cache, bad_form or form, mask, path)
         _assert_unchanged(cache, before, what)
     step = x[:, 2:3]
-    out = _call(backend, params, step, cache, form)
-    ref = _call(backend, params, step, untouched, form)
+    out = _call(backend, params, step, cache, form, path=path)
+    ref = _call(backend, params, step, untouched, form, path=path)
     equal = np.array_equal if kind == "numpy" else torch.equal
     assert cache.length == untouched.length == 3
     assert equal(out, ref)  # exact: the same call on the same cache contents
@@ -411,11 +420,11 @@ def test_a_refused_module_call_leaves_the_cache_as_it_was() -> None:
     _assert_unchanged(cache, before)
 
 
-@pytest.mark.parametrize(("kind", "form"), KIND_FORMS)
+@pytest.mark.parametrize(("kind", "form", "path"), KIND_FORM_PATHS)
 @pytest.mark.parametrize("how", ["written into its view", "appended under a false max_abs"])
-def test_nan_in_the_cache_is_reported_as_nan_in_the_cache(kind: str, form: str, how: str) -> None:
-    backend, params, x, cache = _float32_layer(kind)
-    _call(backend, params, x[:, :2], cache, form, backend.causal_mask(2))
+def test_nan_in_the_cache_is_reported_as_nan_in_the_cache(kind, form, path, how) -> None:
+    backend, params, x, cache = _float32_layer(kind, path)
+    _call(backend, params, x[:, :2], cache, form, backend.causal_mask(2), path)
     if how == "written into its view":
         cache.values[0, 0, 1, 0] = math.nan
     else:
@@ -427,7 +436,43 @@ def test_nan_in_the_cache_is_reported_as_nan_in_the_cache(kind: str, form: str, 
         ValueError,
         match=f"cache must hold finite keys and values; got NaN or infinite values in cache.{name}",
     ):
-        _call(backend, params, x[:, 3:4], cache, form)
+        _call(backend, params, x[:, 3:4], cache, form, path=path)
+    _assert_unchanged(cache, before)
+
+
+@pytest.mark.parametrize(("kind", "form", "path"), KIND_FORM_PATHS)
+@pytest.mark.parametrize("how", ["written into its view", "appended under a false max_abs"])
+def test_finite_entries_beyond_max_abs_that_overflow_the_output_are_named(
+    kind, form, path, how
+) -> None:
+    """Finite keys and values of 3e38 that the cache's bound does not cover: the output
+    overflows, and the call is refused naming the cache (or, in the tiled form, which reads
+    every key, the scores), never returning NaN or infinity."""
+    backend, params, x, cache = _float32_layer(kind, path)
+    _call(backend, params, x[:, :2], cache, form, backend.causal_mask(2), path)
+    step = 10 * x[:, 3:4]
+    p64 = params.to_numpy(np.float64)
+    q = np.asarray(step, dtype=np.float64) @ p64.w_q + p64.b_q  # (1, 1, D)
+    key = 3e38 * np.sign(q[..., : DECODE_D // DECODE_H])  # head 0's score: beyond float32
+    key, value = key.astype(np.float32), np.full(key.shape, 3e38, np.float32)
+    if kind == "torch":
+        key, value = torch.from_numpy(key), torch.from_numpy(value)
+    if how == "written into its view":
+        with torch.no_grad():  # the recorded paths' buffers require grad
+            cache.keys[0, 0, 1], cache.values[0, 0, 1] = key[0, 0], value[0, 0]
+    else:  # the caller vouches for what it did not read
+        cache.append(key[:, None], value[:, None], max_abs=1.0)
+    before = _snapshot(cache)
+    if form == "tiled":  # tiled.attention measures the keys it gets: the scores are named
+        match = r"tiled.attention output overflowed float32 .* the scores Q K\^T"
+    else:
+        match = (
+            rf"cache must hold keys and values within its max_abs={cache.max_abs:.3g}, the "
+            r"bound a layer relies on; got entries up to 3e\+38 \(written into its views, or "
+            r"appended with a max_abs that did not bound them\?\), and the output overflowed"
+        )
+    with pytest.raises(ValueError, match=match), np.errstate(over="ignore", invalid="ignore"):
+        _call(backend, params, step, cache, form, path=path)
     _assert_unchanged(cache, before)
 
 
@@ -567,3 +612,97 @@ def test_decoding_without_autograd_still_writes_in_place() -> None:
     assert cache.keys.data_ptr() != first and cache.keys.requires_grad
     cache.reset()  # the recorded buffers are left to their graph
     assert not cache.keys.requires_grad
+
+
+# ---- no change inside an open appending block; several caches appended atomically ----------
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("change", ["append", "appending", "truncate", "reset", "layer call"])
+def test_an_open_appending_block_refuses_every_other_change_of_its_cache(kind, change) -> None:
+    """The block's commit would write over it: a nested append was lost, and the outer
+    commit kept the inner positions' contents under its own length."""
+    cache = make(kind)
+    cache.append(block(kind, 1), block(kind, 1, 1))
+    before = _snapshot(cache)
+    backend = BACKENDS[kind]
+    layer = init_params(H_KV * DH, H_KV, seed=2)  # D = 12, H = H_KV: the cache's Dh
+    layer = layer.to_numpy() if kind == "numpy" else layer.to_torch()
+    x = np.random.default_rng(6).standard_normal((B, 1, H_KV * DH))  # one new position
+    x = x if kind == "numpy" else torch.from_numpy(x)
+
+    def appending() -> None:
+        with cache.appending(block(kind, 1, 2), block(kind, 1, 3)):
+            pass
+
+    changes = {
+        "append": lambda: cache.append(block(kind, 1, 2), block(kind, 1, 3)),
+        "appending": appending,
+        "truncate": lambda: cache.truncate(0),
+        "reset": cache.reset,
+        "layer call": lambda: backend.multi_head_attention(x, x, x, layer, cache=cache),
+    }
+    what = {"truncate": "truncate", "reset": "reset"}.get(change, "append to")
+    match = f"cannot {what} the cache inside an open appending block of the same cache"
+    with (
+        pytest.raises(ValueError, match=match),
+        cache.appending(block(kind, 1, 4), block(kind, 1, 5)),
+    ):
+        changes[change]()
+    _assert_unchanged(cache, before, change)  # the block raised: nothing was committed
+    with cache.appending(block(kind, 1, 4), block(kind, 1, 5)) as (keys, _):
+        assert keys.shape[2] == 2 and cache.length == 1  # read, not changed, inside
+    changes[change]()  # once the block has ended, the cache changes again
+    assert cache.length == (0 if change in ("truncate", "reset") else 3)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch", "torch, recorded"])
+def test_atomic_undoes_every_append_of_a_block_that_raises_and_keeps_those_that_succeed(kind):
+    torch_kind = kind.startswith("torch")
+    lib = "torch" if torch_kind else "numpy"
+    caches = [make(lib), make(lib)]
+
+    def new(n: int, seed: int):
+        a = block(lib, n, seed)
+        return a.requires_grad_() if kind.endswith("recorded") else a
+
+    caches[0].append(new(2, 0), new(2, 1))
+    before = [_snapshot(c) for c in caches]
+    buffers = [c.keys.data_ptr() if torch_kind else None for c in caches]
+    with pytest.raises(RuntimeError, match="a later layer refused"), atomic(caches):
+        caches[0].append(new(1, 2), new(1, 3))
+        caches[1].append(new(3, 4), new(3, 5), max_abs=100.0)
+        raise RuntimeError("a later layer refused")
+    for c, b, ptr in zip(caches, before, buffers, strict=True):
+        _assert_unchanged(c, b)
+        if torch_kind:  # the buffers before the block, not the copies recorded appends made
+            assert c.keys.data_ptr() == ptr
+    with atomic(caches):  # kept when the block succeeds
+        caches[1].append(new(1, 6), new(1, 7))
+    assert [c.length for c in caches] == [2, 1]
+
+
+def test_atomic_refuses_what_an_undo_could_not_restore() -> None:
+    caches = [make("numpy"), make("numpy")]
+    caches[0].append(block("numpy", 2), block("numpy", 2, 1))
+    for bad, got in ((caches[0], "KVCache"), ([None], "NoneType")):
+        match = f"caches must be a list or tuple of KVCache; got {got}"
+        with pytest.raises(TypeError, match=match), atomic(bad):
+            pass
+    with atomic(caches):
+        caches[0].append(block("numpy", 1, 2), block("numpy", 1, 3))
+        caches[0].truncate(2)  # the positions appended in the block may go
+        with pytest.raises(ValueError, match=r"length must be in \[2, 2\], the positions cached "):
+            caches[0].truncate(1)  # not those an undo must restore
+        with pytest.raises(ValueError, match="cannot reset the cache inside an atomic block"):
+            caches[0].reset()
+        caches[1].reset()  # empty when the block began: nothing to restore
+        with atomic(caches[:1]):  # nested: the inner block's start is the floor
+            caches[0].append(block("numpy", 1, 4), block("numpy", 1, 5))
+            with pytest.raises(ValueError, match=r"length must be in \[2, 3\]"):
+                caches[0].truncate(1)
+    caches[0].truncate(0)  # outside every block, anything again
+    opened = caches[0].appending(block("numpy", 1), block("numpy", 1))
+    match = "cannot begin an atomic block of the cache inside"
+    with pytest.raises(ValueError, match=match), opened, atomic(caches):
+        pass

@@ -318,6 +318,12 @@ def test_attention_tolerance_refuses_an_additive_float_mask_as_every_backend_doe
     ("args", "exc", "match"),
     [
         ("params None", TypeError, r"params must be MHAParams; got NoneType"),
+        (
+            "params of another dtype",
+            TypeError,
+            r"params must have the inputs' dtype float32, as the layer requires; got params of "
+            r"dtype float64",
+        ),
         ("int query", TypeError, r"query must be a floating array or tensor; got dtype int64"),
         ("mixed dtypes", TypeError, r"query, key and value must share one dtype; got .*float32"),
         ("list key", TypeError, r"key must be a floating array or tensor; got list"),
@@ -332,6 +338,10 @@ def test_attention_tolerance_checks_its_arguments(args, exc, match) -> None:
     q, k, v, p, m = x, x, x, params, None
     if args == "params None":
         p = None
+    elif args == "params of another dtype":  # the layer refuses them too
+        q, k, v = (x.astype(np.float32) for x in (q, k, v))
+        with pytest.raises(TypeError, match="must share one dtype"):
+            np_backend.multi_head_attention(q, k, v, p)
     elif args == "int query":
         q = np.ones((2, 3, 8), dtype=np.int64)
     elif args == "mixed dtypes":
@@ -357,6 +367,8 @@ def test_attention_tolerance_takes_torch_and_numpy_of_one_dtype() -> None:
     mixed = tolerance.attention_tolerance(t, x, t, params)
     same = tolerance.attention_tolerance(x, x, x, params)
     np.testing.assert_array_equal(mixed[0], same[0])  # exact: the same float64 computation
+    torch_params = tolerance.attention_tolerance(x, x, x, params.to_torch())  # float64 both
+    np.testing.assert_array_equal(torch_params[0], same[0])  # exact: the same computation
 
 
 @pytest.mark.parametrize("fn", [tolerance.unit_roundoff, lambda d: tolerance.gamma(d, 3)])
@@ -372,6 +384,11 @@ def test_a_dtype_of_none_is_refused_not_read_as_float64(fn) -> None:
         (lambda: tolerance.max_abs_diff(np.ones(2), [1, [2]]), ValueError, r"expected must be a "),
         (lambda: tolerance.max_abs_diff(np.ones(2), np.ones(2) * 1j), TypeError, r"real numbers"),
         (lambda: tolerance.is_close(np.ones(2), np.ones(2), None), TypeError, r"tolerance must"),
+        (
+            lambda: tolerance.assert_close(np.ones(2), np.ones(2), 0.0, name=3),
+            TypeError,
+            r"name must be a str; got int 3",
+        ),
         (
             lambda: tolerance.assert_close(np.ones(2), np.ones(2), np.ones(3)),
             ValueError,

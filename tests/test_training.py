@@ -421,6 +421,54 @@ def test_decoding_with_caches_gives_the_full_forwards_logits_at_every_position(h
     tolerance.assert_close(got, full.detach(), tol)
 
 
+@pytest.mark.parametrize(
+    ("trouble", "error", "match"),
+    [
+        ("full", ValueError, r"the cache holds at most capacity=5 positions; it holds 5"),
+        ("dtype", TypeError, r"cache must have the inputs' dtype torch.float32; got a cache of"),
+        ("NaN", ValueError, r"cache must hold finite keys and values; got NaN .* cache.values"),
+        ("not a list", TypeError, r"caches must be a list of num_layers=2 KVCache"),
+    ],
+)
+@pytest.mark.parametrize("recorded", [False, True])
+def test_a_refused_decoding_step_leaves_every_layers_cache_as_it_was(
+    trouble, error, match, recorded
+):
+    """Layer 0 appends, then layer 1 refuses its call: layer 0's append is undone too, so the
+    caches still agree, and decoding goes on to the full forward's logits."""
+    from mha.core.kv_cache import KVCache
+
+    model = attention_only.AttentionOnlyTransformer(24, 16, 16, 4, 2, seed=3)
+    tokens = _batch().tokens[:1, :7]
+    caches = model.new_caches(1)
+    with torch.no_grad():
+        model(tokens[:, :5], caches=caches)
+    keep = caches[1]
+    if trouble in ("full", "dtype"):  # layer 1's positions in a cache that cannot take more
+        dtype = torch.float64 if trouble == "dtype" else torch.float32
+        caches[1] = KVCache(1, 4, 4, 5, dtype=dtype)
+        caches[1].append(keep.keys.to(dtype), keep.values.to(dtype), max_abs=keep.max_abs)
+    elif trouble == "NaN":
+        saved = keep.values[0, 0, 2, 1].clone()
+        keep.values[0, 0, 2, 1] = math.nan
+    before = [(c.length, c.max_abs, c.keys.clone(), c.values.clone()) for c in caches]
+    given = iter(caches) if trouble == "not a list" else caches
+    with torch.set_grad_enabled(recorded), pytest.raises(error, match=match):
+        model(tokens[:, 5:6], caches=given)
+    for c, (length, max_abs, keys, values) in zip(caches, before, strict=True):
+        assert c.length == length and c.max_abs == max_abs  # exact: ints and a float kept
+        for now, then in ((c.keys, keys), (c.values, values)):  # exact: memory untouched
+            assert np.array_equal(now.numpy(), then.numpy(), equal_nan=True)
+    caches[1] = keep
+    if trouble == "NaN":
+        keep.values[0, 0, 2, 1] = saved
+    with torch.no_grad():
+        steps = [model(tokens[:, t : t + 1], caches=caches)[0] for t in (5, 6)]
+    full, _ = model(tokens)
+    tol = tolerance.rounding_tolerance(torch.float32, terms=16, scale=8.0, stages=6)
+    tolerance.assert_close(torch.cat(steps, dim=1), full[:, 5:].detach(), tol)
+
+
 def test_decoding_refuses_to_pass_the_positional_embedding():
     model = attention_only.AttentionOnlyTransformer(24, 8, 16, 4, 2)
     caches = model.new_caches(1)

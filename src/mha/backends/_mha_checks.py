@@ -144,11 +144,23 @@ def check_cache_finite(cache: Any, kind: ArrayKind) -> None:
 
 
 def check_cached_output(cache: Any, out: Any, kind: ArrayKind) -> None:
-    """With a cache, check that the output is finite, and name NaN or infinity in the cache.
+    """With a cache, check that the output is finite, and name what in the cache made it not.
 
     A layer does not read the cached keys and values before attending to them (their bound,
     :attr:`mha.core.kv_cache.KVCache.max_abs`, says they cannot overflow); a non-finite output,
-    one pass over ``(B, L, D)``, is then the sign that the cache holds NaN or infinity.
+    one pass over ``(B, L, D)``, is then the sign that the cache holds NaN or infinity, or
+    finite entries beyond that bound (written into its views, or appended under a
+    ``max_abs`` that did not bound them). Either is named here; within the bound, the
+    layer's range check names the stage that overflowed.
     """
-    if cache is not None and kind.checks_values() and not kind.all_finite(out):
-        check_cache_finite(cache, kind)
+    if cache is None or not kind.checks_values() or kind.all_finite(out):
+        return
+    check_cache_finite(cache, kind)
+    held = max(kind.max_abs(cache.keys), kind.max_abs(cache.values))
+    if held > cache.max_abs:
+        raise ValueError(
+            f"cache must hold keys and values within its max_abs={cache.max_abs:.3g}, the bound "
+            f"a layer relies on; got entries up to {held:.3g} (written into its views, or "
+            "appended with a max_abs that did not bound them?), and the output overflowed "
+            f"{out.dtype}"
+        )

@@ -342,8 +342,9 @@ def multi_head_attention(
             the cache's length, contents and ``max_abs`` as they were. The cached keys and
             values are not checked again (``cache.max_abs`` bounds them), except by the
             tiled form, whose :func:`mha.backends.tiled.attention` checks every key it gets; NaN or
-            infinity that reached them anyway (written into its views) is reported naming
-            the cache.
+            infinity that reached them anyway (written into its views), and finite entries
+            beyond ``cache.max_abs`` that make the output overflow, are reported naming the
+            cache: a non-finite output is never returned.
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)`` (with a cache: ``(B, n, D)``, the
@@ -359,7 +360,8 @@ def multi_head_attention(
         ValueError: on mismatched shapes, empty sequences, a mask that does not
             broadcast, non-finite inputs, an unknown ``form``, weights requested from
             the tiled form, an output that would overflow, or a cache that does not fit the
-            layer or the call, is full, or holds NaN or infinity.
+            layer or the call, is full, holds NaN or infinity, or holds entries beyond its
+            ``max_abs`` that overflow the output.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, wrong ``params``, or a
             cache that is not a ``KVCache`` of NumPy buffers of the inputs' dtype.
     """

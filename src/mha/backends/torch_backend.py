@@ -619,7 +619,8 @@ def multi_head_attention(
         ValueError: on mismatched shapes, empty sequences, a mask that does not
             broadcast, non-finite inputs, a ``form`` not in :data:`FORMS` (``"tiled"``
             included), an output that would overflow, or a cache that does not fit the layer
-            or the call, is full, or holds NaN or infinity.
+            or the call, is full, holds NaN or infinity, or holds entries beyond its
+            ``max_abs`` that overflow the output.
         TypeError: on non-float or mixed dtypes, a non-boolean mask, wrong ``params``, or a
             cache that is not a ``KVCache`` of tensors of the inputs' dtype and device.
     """

@@ -20,7 +20,10 @@ dtype and device, of shape ``(B, H_kv, n, Dh)``, within the capacity, finite (wh
 and a given bound ``max_abs`` is a finite number ``>= 0``. Every check comes before any change,
 and a layer call with a cache writes its new positions only into free slots until it has
 succeeded (:meth:`KVCache.appending`): a refused call, the layer's included, leaves the cache's
-length, contents and :attr:`KVCache.max_abs` as they were.
+length, contents and :attr:`KVCache.max_abs` as they were. While an ``appending`` block is open
+the cache refuses every other change (its commit would overwrite them). A call that appends to
+several caches in turn (a model's layers, one cache each) is atomic inside :func:`atomic`: when
+a later layer refuses, the earlier layers' appends are undone.
 
 **Autograd.** Gradients flow through cached steps and equal those of the full causal forward:
 while autograd records, an append writes into a new buffer rather than over the one earlier
@@ -30,7 +33,7 @@ steps saved for their backward pass (a copy of the buffer per recorded step).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -130,6 +133,8 @@ class KVCache:
             self._v = np.empty(shape, dtype=np_dtype)
         self._length = 0
         self._max_abs = 0.0
+        self._open = False  # an appending block is open: no other change until it ends
+        self._floor: int | None = None  # the length to restore to, inside an atomic block
 
     @property
     def batch_size(self) -> int:
@@ -222,8 +227,9 @@ class KVCache:
         Raises:
             ValueError: if a shape does not match the cache, ``key`` and ``value`` hold
                 different numbers of positions, the cache would exceed its capacity,
-                ``max_abs`` is negative, NaN or infinite, or (``max_abs=None``) ``key`` or
-                ``value`` holds NaN or infinity.
+                ``max_abs`` is negative, NaN or infinite, (``max_abs=None``) ``key`` or
+                ``value`` holds NaN or infinity, or an :meth:`appending` block of this cache
+                is open.
             TypeError: if ``key``/``value`` is not an array of the cache's library (``None``
                 included), dtype and device, or ``max_abs`` is not a real number.
         """
@@ -241,7 +247,9 @@ class KVCache:
         When the block raises (a layer refusing an overflow, say), the cache keeps its
         length, contents and :attr:`max_abs`: the new positions were written only into free
         slots past :attr:`length`, which nothing reads. :meth:`append` is this with an empty
-        block.
+        block. Inside the block the cache can be read but not changed: an append, truncate or
+        reset of it (a layer call with it included) raises, since the block's commit would
+        overwrite it.
 
         Args:
             key: new keys, as in :meth:`append`.
@@ -260,8 +268,20 @@ class KVCache:
                 measured ``max_abs``, checked after it); and whatever the block raises.
         """
         k, v, end, max_abs = self._stage(key, value, max_abs)
-        yield k[:, :, :end], v[:, :, :end]
+        self._open = True
+        try:
+            yield k[:, :, :end], v[:, :, :end]
+        finally:
+            self._open = False
         self._commit(k, v, end, max_abs, key, value)
+
+    def _check_closed(self, what: str) -> None:
+        """Refuse a change while an :meth:`appending` block of this cache is open."""
+        if self._open:
+            raise ValueError(
+                f"cannot {what} the cache inside an open appending block of the same cache: "
+                "the block's commit would overwrite it (end the block first)"
+            )
 
     def _stage(self, key: Any, value: Any, max_abs: Any) -> tuple[Any, Any, int, float | None]:
         """Check everything, then write the new positions into free slots past the length
@@ -270,6 +290,7 @@ class KVCache:
         Returns:
             The buffers holding them, the length after them, and the checked ``max_abs``.
         """
+        self._check_closed("append to")
         n = self._check_block(key, value)
         if max_abs is not None:
             max_abs = _validate.check_magnitude("max_abs", max_abs)
@@ -358,7 +379,19 @@ class KVCache:
 
     def reset(self) -> None:
         """Forget every cached position (the buffers are kept for reuse; buffers that a
-        recorded step saved for its backward pass are replaced, and left to that step)."""
+        recorded step saved for its backward pass are replaced, and left to that step).
+
+        Raises:
+            ValueError: inside an open :meth:`appending` block of this cache, or inside an
+                :func:`atomic` block while the cache held positions when the block began
+                (it would have to restore them).
+        """
+        self._check_closed("reset")
+        if self._floor:
+            raise ValueError(
+                f"cannot reset the cache inside an atomic block: it held {self._floor} "
+                "positions when the block began, which an undo must restore"
+            )
         if not isinstance(self._k, np.ndarray) and self._k.requires_grad:
             import torch
 
@@ -375,12 +408,65 @@ class KVCache:
             length: positions to keep, at most :attr:`length`.
 
         Raises:
-            ValueError: if ``length`` is negative or more than the cache holds.
+            ValueError: if ``length`` is negative or more than the cache holds, inside an open
+                :meth:`appending` block of this cache, or inside an :func:`atomic` block below
+                the length the cache had when it began.
             TypeError: if ``length`` is not an int (``None`` and bools included).
         """
         _validate.check_int("length", length)
-        if not 0 <= length <= self._length:
+        self._check_closed("truncate")
+        low = self._floor or 0  # inside an atomic block: what an undo must restore stays
+        if not low <= length <= self._length:
+            where = " (an atomic block holds the first positions)" if low else ""
             raise ValueError(
-                f"length must be in [0, {self._length}], the positions cached; got length={length}"
+                f"length must be in [{low}, {self._length}], the positions cached{where}; got "
+                f"length={length}"
             )
         self._length = int(length)
+
+
+@contextmanager
+def atomic(caches: Sequence[KVCache]) -> Iterator[None]:
+    """Keep what a block appends to several caches only if the whole block succeeds.
+
+    A model with one cache per layer appends to each in turn, one layer call after another.
+    Each call is atomic by itself (:meth:`KVCache.appending`), but when a later layer refuses
+    its call (a cache that does not fit it, an overflow), the earlier layers' appends would
+    stay, and the caches would no longer agree on their length. Inside this block they are
+    kept only when it ends without an exception; otherwise every cache gets back its length,
+    contents and :attr:`KVCache.max_abs`, exactly: appends write only past the length (or, while
+    autograd records, into a new buffer), so nothing the caches held was overwritten. To keep
+    it so, a cache inside the block cannot be truncated below, or reset from, the length it
+    had when the block began. Blocks may nest.
+
+    Args:
+        caches: the caches the block appends to (a list or tuple of :class:`KVCache`).
+
+    Yields:
+        Nothing; on an exception the caches are restored and the exception propagates.
+
+    Raises:
+        TypeError: if ``caches`` is not a list or tuple of :class:`KVCache`.
+        ValueError: if a cache is inside an open :meth:`KVCache.appending` block.
+    """
+    if not isinstance(caches, list | tuple) or not all(isinstance(c, KVCache) for c in caches):
+        got = (
+            type(caches).__name__
+            if not isinstance(caches, list | tuple)
+            else ", ".join(type(c).__name__ for c in caches)
+        )
+        raise TypeError(f"caches must be a list or tuple of KVCache; got {got}")
+    for cache in caches:
+        cache._check_closed("begin an atomic block of")
+    states = [(c, c._k, c._v, c._length, c._max_abs, c._floor) for c in caches]
+    for cache in caches:
+        cache._floor = cache._length
+    try:
+        yield
+    except BaseException:
+        for cache, k, v, length, max_abs, _ in reversed(states):
+            cache._k, cache._v, cache._length, cache._max_abs = k, v, length, max_abs
+        raise
+    finally:
+        for cache, *_, floor in reversed(states):
+            cache._floor = floor

@@ -21,6 +21,7 @@ and :mod:`mha.training.ablation` takes its heads apart.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import replace
@@ -33,7 +34,7 @@ from torch import nn
 from mha.backends import torch_backend
 from mha.backends.module import MultiHeadAttention
 from mha.core import _validate, packing
-from mha.core.kv_cache import KVCache
+from mha.core.kv_cache import KVCache, atomic
 from mha.core.params import MHAParams, repeat_kv_heads
 
 
@@ -258,20 +259,26 @@ class AttentionOnlyTransformer(nn.Module):
         # The new positions are the last L of start + L: bottom-right aligned (L = 1: all).
         mask = None if L == 1 else torch_backend.causal_mask(L, start + L, align="bottom_right")
         stream, weights = [x], []
-        for i, layer in enumerate(self.layers):
-            params = gated_params(layer.params(), None if gates is None else gates[i])
-            cache = None if caches is None else caches[i]
-            out, w = torch_backend.multi_head_attention(
-                x, x, x, params, mask, form="fused", need_weights=need_weights, cache=cache
-            )  # (B, L, D), (B, H, L, start + L) or None
-            x = x + out
-            stream.append(x)
-            weights.append(w)
+        # With caches, every layer's append is undone when a later layer refuses its call.
+        with contextlib.nullcontext() if caches is None else atomic(caches):
+            for i, layer in enumerate(self.layers):
+                params = gated_params(layer.params(), None if gates is None else gates[i])
+                cache = None if caches is None else caches[i]
+                out, w = torch_backend.multi_head_attention(
+                    x, x, x, params, mask, form="fused", need_weights=need_weights, cache=cache
+                )  # (B, L, D), (B, H, L, start + L) or None
+                x = x + out
+                stream.append(x)
+                weights.append(w)
         return x @ self.unembed, stream, weights  # (B, L, V)
 
     def _check_caches(self, caches: Sequence[KVCache], tokens: torch.Tensor) -> int:
         """Check one cache per layer, all of one length; return that length."""
-        if len(caches) != self.num_layers or not all(isinstance(c, KVCache) for c in caches):
+        if (
+            not isinstance(caches, list | tuple)
+            or len(caches) != self.num_layers
+            or not all(isinstance(c, KVCache) for c in caches)
+        ):
             raise TypeError(
                 f"caches must be a list of num_layers={self.num_layers} KVCache (see new_caches)"
             )
@@ -299,12 +306,14 @@ class AttentionOnlyTransformer(nn.Module):
         With ``caches`` (one per layer, from :meth:`new_caches`), ``tokens`` are the next
         positions after those cached: they are embedded at those positions, their keys and
         values are appended, and they attend to everything cached (incremental decoding).
+        The call is atomic (:func:`mha.core.kv_cache.atomic`): when a layer refuses its call,
+        every cache keeps its length, contents and ``max_abs``, the earlier layers' too.
 
         Args:
             tokens: token ids.
             gates: head gates; ``None`` is the ungated model (equal to all ones).
             need_weights: also return the weights of every layer.
-            caches: one key/value cache per layer, or ``None``.
+            caches: one key/value cache per layer (a list or tuple), or ``None``.
 
         Shape:
             tokens ``(B, L)`` int64 with ``L <= max_len``; gates ``(num_layers, H)``. Returns logits
@@ -314,8 +323,13 @@ class AttentionOnlyTransformer(nn.Module):
             ``(logits, weights)``; ``weights`` is ``None`` unless ``need_weights``.
 
         Raises:
-            ValueError: if ``tokens`` has the wrong shape or ids, or ``gates`` the wrong shape.
-            TypeError: if ``tokens`` is not an int64 tensor.
+            ValueError: if ``tokens`` has the wrong shape or ids, ``gates`` the wrong shape, the
+                caches hold different numbers of positions or would pass ``max_len``; and the
+                errors of :func:`mha.backends.torch_backend.multi_head_attention` (a cache
+                that does not fit a layer, is full, or holds NaN, an overflow).
+            TypeError: if ``tokens`` is not an int64 tensor or ``caches`` is not one
+                :class:`~mha.core.kv_cache.KVCache` per layer; and the errors of
+                :func:`mha.backends.torch_backend.multi_head_attention`.
         """
         logits, _, weights = self._run(tokens, gates, need_weights, caches)
         return logits, (weights if need_weights else None)

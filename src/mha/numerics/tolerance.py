@@ -382,8 +382,10 @@ def assert_close(actual: Any, expected: Any, tolerance: Any, *, name: str = "act
         ValueError: if the shapes differ, the tolerance does not broadcast to them or is
             negative or not finite, or an argument is a ragged sequence.
         TypeError: if an argument is ``None`` or not real numbers (complex, object), or a
-            ``meta`` or sparse tensor.
+            ``meta`` or sparse tensor, or ``name`` is not a str.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str; got {_validate.describe(name)}")
     over, diff, tol = _excess(actual, expected, tolerance)
     if over > 0 and math.isnan(tol):
         raise AssertionError(
@@ -419,7 +421,8 @@ def attention_tolerance(
             arithmetic being compared.
         key: ``(B, S, D)`` keys.
         value: ``(B, S, D)`` values.
-        params: the layer's :class:`mha.MHAParams` (multi-head or grouped-query).
+        params: the layer's :class:`mha.MHAParams` (multi-head or grouped-query), of the
+            inputs' dtype.
         mask: boolean keep-mask broadcastable to ``(B, H, L, S)``, or ``None``.
 
     Shape:
@@ -430,7 +433,9 @@ def attention_tolerance(
 
     Raises:
         TypeError: if ``params`` is not :class:`mha.MHAParams`; an input is not a floating
-            array or tensor, or the three differ in dtype; the mask is not boolean (a float
+            array or tensor, or the three differ in dtype, or ``params`` have another dtype
+            (NumPy and PyTorch may mix, as ``float32`` and ``torch.float32``); the mask is
+            not boolean (a float
             ``0``/``-inf`` mask is refused, as by every backend) or is a ``meta`` tensor.
         ValueError: the shape and value errors of
             :func:`mha.backends.np_backend.multi_head_attention` (shapes, empty sequences, a mask
@@ -439,6 +444,12 @@ def attention_tolerance(
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
     _check_float_inputs({"query": query, "key": key, "value": value}, "query, key and value")
+    dtype, p_dtype = (str(d).removeprefix("torch.") for d in (query.dtype, params.dtype))
+    if p_dtype != dtype:  # the layer refuses them: no route computes with them
+        raise TypeError(
+            f"params must have the inputs' dtype {dtype}, as the layer requires; got params of "
+            f"dtype {p_dtype} (convert with params.to_numpy(...) or params.to_torch(...))"
+        )
     f64 = np.float64
     named = {"query": query, "key": key, "value": value}
     x_q, x_k, x_v = (_as_float64(n, t) for n, t in named.items())
