@@ -2,12 +2,13 @@
 
 The book names a head by its layer and its number in that layer, both counted from 1:
 head 1.3 is head 3 of layer 1, ``weights[0, 2]`` in code (``mha.display.formatting.head_name``). The
-check reads the Markdown text of the chapters (not their code cells, inline code or math),
-finds every head name it prints ("head 1.3", "heads 1.3 and 3.9", "**2.9**"), and checks it
-against the model the chapter discusses: layer and head within range, counted from 1. It
-also finds a head named another way ("head 3 of layer 1", "layer 1, head 3"), which gives
-the same head a second name. In the code cells, a string that prints a head ("head {...}")
-gets the name from ``head_name``, the one function that makes it.
+check reads the Markdown text of the chapters (not inline code or math) and the strings
+their code cells print (computed sentences and tables), finds every head name in them
+("head 1.3", "heads 1.3 and 3.9", "**2.9**"), and checks it against the model the chapter
+discusses: layer and head within range, counted from 1. It also finds a head named
+another way ("head 3 of layer 1", "layer 1, head 3"), which gives the same head a second
+name. In the code cells, a string that prints a head ("head {...}") gets the name from
+``head_name``, the one function that makes it.
 """
 
 from __future__ import annotations
@@ -95,9 +96,41 @@ def other_names(text: str) -> list[str]:
     return found
 
 
+def cell_strings(text: str) -> str:
+    """The text that the code cells of a chapter print: their string literals, one per line,
+    an f-string's fields as ``{}`` (``f"head {head_name(0, 2)}"`` reads ``head {}``), so that
+    a head name typed into a computed sentence is read as the prose's own."""
+    found = []
+    for cell in CODE_CELL.finditer(text):
+        try:
+            tree = ast.parse(cell["code"])
+        except SyntaxError:
+            continue
+        inside = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.JoinedStr):
+                parts = [v.value if isinstance(v, ast.Constant) else "{}" for v in node.values]
+                found.append("".join(parts))
+                inside |= {id(v) for v in node.values}
+        found += [
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in inside
+        ]
+    return "\n".join(found)
+
+
+def printed(text: str) -> str:
+    """What a chapter's reader reads: its prose and the strings its code cells print."""
+    return prose(text) + "\n\n" + cell_strings(text)
+
+
 def problems(text: str, layers: int, heads: int) -> list[str]:
-    """What is wrong with the head names of one chapter's text, for a model of that size."""
-    body = prose(text)
+    """What is wrong with the head names of one chapter's text (its prose and the strings
+    its code cells print), for a model of that size."""
+    body = printed(text)
     bad = [
         f"head {a}.{b} is not a head of a model of {layers} layers x {heads} heads "
         f"(layer.head, both counted from 1)"
@@ -113,6 +146,16 @@ def test_the_prose_is_read_and_code_math_and_inline_code_are_not() -> None:
         "\n\n```{code-cell} ipython3\nprint('head 9.9')\n```\n`head 9.9` and $0.2$, 0.95.\n"
     )
     assert head_names(prose(text)) == [(1, 3), (2, 9), (3, 10), (5, 8), (4, 1), (1, 3)]
+
+
+def test_head_names_typed_into_a_computed_sentence_are_read() -> None:
+    text = (
+        "```{code-cell} ipython3\n:tags: [hide-input]\n"
+        'Markdown(f"Head 0.2 puts {w:.2f} on the token before; head {head_name(0, 2)} too. "\n'
+        '         "So does **1.13**.")\n```\n'
+    )
+    assert head_names(printed(text)) == [(0, 2), (1, 13)]
+    assert len(problems(text, 6, 12)) == 2
 
 
 def test_a_head_out_of_range_or_counted_from_zero_is_found() -> None:
@@ -148,7 +191,7 @@ def test_every_head_the_prose_names_exists_in_its_model(stem: str) -> None:
 
 def test_no_other_chapter_names_a_head_of_a_model_it_does_not_declare() -> None:
     named = {
-        path.stem: head_names(prose(path.read_text(encoding="utf8")))
+        path.stem: head_names(printed(path.read_text(encoding="utf8")))
         for path in sorted(BOOK.glob("*.md"))
         if path.stem not in MODELS
     }

@@ -8,8 +8,10 @@ Checked in each chapter's source and again in its built page.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
+import jupytext
 import pytest
 from booktoc import toc_pages
 from prose_cells import (
@@ -83,6 +85,41 @@ def test_cells_that_display_prose_are_folded(path: Path) -> None:
     assert open_cells == [], (
         f"{path.name}: these cells display prose with their input open; move the "
         f"Markdown into a cell of its own tagged hide-input: {open_cells}"
+    )
+
+
+def asserts_behind_the_fold(text: str) -> list[str]:
+    """First lines of the cells of ``text`` that display prose with their input folded
+    (``hide-input``, ``remove-input``) and also assert: the checks of a sentence stay in view,
+    in the cell before it. (An exercise's solution, ``hide-cell``, is folded whole.)"""
+    notebook = jupytext.reads(text, fmt="md:myst")
+    found = []
+    for cell in prose_cells(text):
+        if not set(cell.tags) & {"hide-input", "remove-input"} or "hide-cell" in cell.tags:
+            continue
+        source = notebook.cells[cell.index].source
+        lines = ["" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.split("\n")]
+        if any(isinstance(node, ast.Assert) for node in ast.walk(ast.parse("\n".join(lines)))):
+            found.append(cell.first_line)
+    return found
+
+
+def test_asserts_behind_the_fold_finds_a_folded_prose_cell_that_asserts() -> None:
+    text = (
+        '```{code-cell} ipython3\n:tags: [hide-input]\nassert x > 0\nMarkdown(f"{x}")\n```\n\n'
+        "```{code-cell} ipython3\nassert x > 0\n```\n\n"
+        '```{code-cell} ipython3\n:tags: [hide-input]\nMarkdown(f"{x}")\n```\n\n'
+        '```{code-cell} ipython3\n:tags: [hide-cell]\nassert x > 0\nMarkdown(f"{x}")\n```\n'
+    )
+    assert asserts_behind_the_fold(text) == ["assert x > 0"]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda path: path.stem)
+def test_folded_prose_cells_only_display(path: Path) -> None:
+    found = asserts_behind_the_fold(path.read_text(encoding="utf8"))
+    assert found == [], (
+        f"{path.name}: these cells assert behind the fold of a computed paragraph; move the "
+        f"code before the Markdown into a cell of its own, in view: {found}"
     )
 
 
