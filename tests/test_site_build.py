@@ -550,18 +550,19 @@ def test_typeset_math_replaces_every_formula_and_the_client_scripts(tmp_path: Pa
     assert path.stat().st_mtime_ns == mtime and path.read_text(encoding="utf8") == page
 
 
+OCTICON = '<svg class="sd-octicon" viewBox="0 0 24 24"><path d="M0 0h1"></path></svg>'
 SECTIONED_PAGE = "\n".join(
     [
         "<!DOCTYPE html><html><head><title>t</title></head><body>",
         '<article class="bd-article"><section id="a"><h1>A</h1>',
         r'<p><span class="math notranslate nohighlight">\(x + y\)</span></p>',
         '<section id="b"><h2>B</h2>',
-        r'<p><span class="math notranslate nohighlight">\(\alpha + y\)</span></p>',
+        r'<p>{OCTICON}<span class="math notranslate nohighlight">\(\alpha + y\)</span></p>',
         '<div class="math notranslate nohighlight" id="equation-f">'
         r"\[\beta = \sum_j \gamma_j\]</div>",
         "</section></section></article></body></html>",
     ]
-)
+).replace("{OCTICON}", OCTICON)
 
 
 def test_formulas_off_the_first_screen_are_drawn_from_the_pages_script(tmp_path: Path) -> None:
@@ -574,6 +575,7 @@ def test_formulas_off_the_first_screen_are_drawn_from_the_pages_script(tmp_path:
     deferred = math_script(page, path)
     assert warnings == [] and typeset_problems(page, deferred) == []
     assert len(deferred["drawings"]) == 2 and page.count("<mjx-assistive-mml") == 3
+    assert OCTICON in page  # an icon's <svg> beside a formula is not a formula's
     first, second, third = re.findall(r"<mjx-container.*?</mjx-container>", page, re.S)
     assert "data-mha-svg" not in first and "<use " in first
     assert 'data-mha-svg="0"' in second and 'data-mha-svg="1"' in third
@@ -1250,12 +1252,69 @@ def test_no_page_runs_a_script_before_its_first_paint(built_site: Path) -> None:
         assert blocking == [], f"{page}: scripts that block the first paint: {blocking}"
 
 
+def stylesheet_sources(built_site: Path, path: Path, head) -> list[str]:
+    """The stylesheets a page applies, in order (paths in the site): a bundle's are named on
+    its first lines."""
+    sources = []
+    for attr in head.styles:
+        sheet = (path.parent / attr["href"].split("?")[0]).resolve()
+        header = re.match(
+            rf'@charset "UTF-8";\n/\* {mha_site.BUNDLE_SOURCES} (.*?) \*/',
+            sheet.read_text(encoding="utf8"),
+        )
+        if header:
+            sources += header[1].split(", ")
+        else:
+            sources.append(sheet.relative_to(built_site.resolve()).as_posix())
+    return sources
+
+
+@pytest.mark.site
+def test_each_page_links_one_stylesheet(built_site: Path) -> None:
+    """Every page of the site links one stylesheet (each request before the first paint is a
+    round trip on a phone's network): its stylesheets in their order, in one file whose
+    url()s lead to files of the site. The theme's and the book's are among them."""
+    pages = [p for p in built_site.rglob("*.html") if "_static" not in p.parts]
+    for path in pages:
+        head = head_assets(path.read_text(encoding="utf8"))
+        if "pydata-sphinx-theme" not in path.read_text(encoding="utf8"):
+            continue  # not a page of the theme's layout
+        assert len(head.styles) == 1, f"{path.name}: {[a['href'] for a in head.styles]}"
+        sheet = (path.parent / head.styles[0]["href"]).resolve()
+        assert sheet.name.startswith(mha_site.BUNDLE_PREFIX), path.name
+        sources = stylesheet_sources(built_site, path, head)
+        assert "_static/styles/pydata-sphinx-theme.css" in sources, (path.name, sources)
+        assert "_static/mha-site.css" in sources and "_static/basic.css" in sources, sources
+        css = sheet.read_text(encoding="utf8")
+        assert css.count("@charset") == 1 and "@import" not in css
+        for url in re.findall(r"""url\(["']?(?![a-z]+:|#)([^"')?#]+)""", css):
+            assert (sheet.parent / url).resolve().is_file(), f"{sheet.name}: url({url})"
+    bundles = list((built_site / mha_site.BUNDLE_DIR).glob(f"{mha_site.BUNDLE_PREFIX}*.css"))
+    assert 1 <= len(bundles) <= 4  # pages with the same stylesheets share one; no stale ones
+
+
+def test_rebase_urls_keeps_a_stylesheets_urls_pointing_at_their_files(tmp_path: Path) -> None:
+    styles = tmp_path / "_static" / "styles"
+    css = (
+        'a{background:url(file.png)} b{background:url("img/x.svg")} c{mask:url(data:x)} '
+        """d{--i:url("data:image/svg+xml,%3Csvg'/%3E")} e{mask:url('#m')}"""
+    )
+    rebased = mha_site.rebase_urls(css, tmp_path / "_static" / "basic.css", styles)
+    assert rebased == (
+        'a{background:url(../file.png)} b{background:url("../img/x.svg")} c{mask:url(data:x)} '
+        """d{--i:url("data:image/svg+xml,%3Csvg'/%3E")} e{mask:url('#m')}"""
+    )
+    assert mha_site.rebase_urls(css, styles / "theme.css", styles) == css
+
+
 @pytest.mark.site
 def test_sphinx_design_stylesheet_only_on_pages_that_use_it(built_site: Path) -> None:
     for page in toc_pages():
-        html = page_path(built_site, page).read_text(encoding="utf8")
+        path = page_path(built_site, page)
+        html = path.read_text(encoding="utf8")
         head = head_assets(html)
-        loaded = [attr["href"] for attr in head.styles if "sphinx-design" in attr["href"]]
+        sources = stylesheet_sources(built_site, path, head)
+        loaded = [href for href in sources if "sphinx-design" in href]
         loaded += [attr["src"] for attr in head.scripts if "design-tabs" in attr["src"]]
         body = html.split("<body", 1)[1]
         if mha_site.uses_design(body):

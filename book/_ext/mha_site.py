@@ -531,6 +531,87 @@ def icons_without_fonts(app: Sphinx, exception: Exception | None) -> None:
         theme_css.write_text(stripped, encoding="utf8")
 
 
+# --------------------------------------------------------------------------- one stylesheet
+
+BUNDLE_DIR = "_static/styles"  # beside the theme's stylesheet, whose url()s are relative
+BUNDLE_PREFIX = "mha-bundle-"
+BUNDLE_SOURCES = "mha bundle of:"  # its first comment, before the names of its sources
+_STYLESHEET_LINK = re.compile(r"<link\b[^>]*>\n?")
+_HREF = re.compile(r'\bhref="([^"]+)"')
+# A url() relative to the stylesheet's folder (not data:, not absolute, not a fragment).
+_CHARSET = re.compile(r'^@charset "[^"]*";\s*', re.I)
+_RELATIVE_URL = re.compile(r"""url\((["']?)(?!["']|[a-z]+:|/|#)""")
+
+
+def page_stylesheets(page: str) -> list[re.Match[str]]:
+    """The ``<link rel="stylesheet">`` elements of a page's head that apply to every medium."""
+    head = page[: page.find("</head>")]
+    return [
+        link
+        for link in _STYLESHEET_LINK.finditer(head)
+        if 'rel="stylesheet"' in link.group(0) and "media=" not in link.group(0)
+    ]
+
+
+def rebase_urls(css: str, sheet: Path, folder: Path) -> str:
+    """``css`` of the file ``sheet`` with its relative ``url()``s made relative to ``folder``."""
+    prefix = os.path.relpath(sheet.parent, folder).replace(os.sep, "/")
+    if prefix == ".":
+        return css
+    return _RELATIVE_URL.sub(lambda m: f"url({m[1]}{prefix}/", css)
+
+
+def bundle_stylesheets(app: Sphinx, exception: Exception | None) -> None:
+    """Each page's stylesheets as one file (``_static/styles/mha-bundle-<hash>.css``, named
+    by its content, its first line naming its sources): on a phone's network every request
+    before the first paint costs a round trip, and a page linked eight. The order, and so
+    the cascade, is the page's; pages with the same stylesheets share one file."""
+    if exception is not None or app.builder.name != "html":
+        return
+    outdir = Path(app.outdir)
+    folder = outdir / BUNDLE_DIR
+    written: set[str] = set()
+    for path in sorted(outdir.rglob("*.html")):
+        if "_static" in path.relative_to(outdir).parts:
+            continue
+        page = path.read_text(encoding="utf8")
+        links = page_stylesheets(page)
+        hrefs = [_HREF.search(link.group(0))[1] for link in links]
+        if len(links) < 2:
+            continue
+        sheets = [(path.parent / href.split("?")[0]).resolve() for href in hrefs]
+        if any(not sheet.is_file() for sheet in sheets):
+            logger.warning(f"mha_site: {path.name} links a stylesheet that is missing: {hrefs}")
+            continue
+        names = [sheet.relative_to(outdir.resolve()).as_posix() for sheet in sheets]
+        # A @charset counts only as a file's first bytes: the bundle's own, the sources' out.
+        parts = ['@charset "UTF-8";', f"/* {BUNDLE_SOURCES} {', '.join(names)} */"]
+        parts += [
+            _CHARSET.sub("", rebase_urls(s.read_text(encoding="utf8"), s, folder)) for s in sheets
+        ]
+        bundle = "\n".join(parts) + "\n"
+        name = f"{BUNDLE_PREFIX}{zlib.crc32(bundle.encode()):08x}.css"
+        if name not in written:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(bundle, encoding="utf8")
+            written.add(name)
+        to_root = "../" * (len(path.relative_to(outdir).parts) - 1)
+        one = f'<link rel="stylesheet" type="text/css" href="{to_root}{BUNDLE_DIR}/{name}" />\n'
+        out, pos = [], 0
+        for index, link in enumerate(links):
+            out += [page[pos : link.start()], one if index == 0 else ""]
+            pos = link.end()
+        path.write_text("".join(out) + page[pos:], encoding="utf8")
+    linked = {
+        name
+        for path in outdir.rglob("*.html")
+        for name in re.findall(rf"{BUNDLE_PREFIX}[0-9a-f]{{8}}\.css", path.read_text("utf8"))
+    }
+    for stale in folder.glob(f"{BUNDLE_PREFIX}*.css"):
+        if stale.name not in linked:
+            stale.unlink()
+
+
 # --------------------------------------------------------------------------- math typeset at build
 
 NODE_DIR = Path(__file__).resolve().parents[2] / "scripts" / "node"
@@ -620,7 +701,9 @@ def typeset_page(page: str, rendered: dict[str, Any]) -> str:
 # A formula's drawing (its outer <svg>, which may hold a table's inner <svg>s) just before
 # its assistive MathML.
 _FORMULA_SVG = re.compile(
-    r"(?P<open><svg\b[^>]*>)(?P<inner>.*?)(?P<close></svg>)(?=<mjx-assistive-mml)", re.S
+    r"(?P<container><mjx-container\b[^>]*>)(?P<open><svg\b[^>]*>)(?P<inner>.*?)"
+    r"(?P<close></svg>)(?=<mjx-assistive-mml)",
+    re.S,
 )
 _GLYPH = re.compile(r'<path id="(?P<id>[^"]+)"[^>]*></path>')
 _GLYPH_CACHE = re.compile(
@@ -670,7 +753,8 @@ def draw_formulas_when_near(page: str, data_url: str, drawer_url: str) -> tuple[
             out.append(match.group(0))
             continue
         drawings.append(match["inner"])
-        out.append(f'{match["open"][:-1]} data-mha-svg="{len(drawings) - 1}">{match["close"]}')
+        index = len(drawings) - 1
+        out.append(f'{match["container"]}{match["open"][:-1]} data-mha-svg="{index}"></svg>')
     out.append(page[pos:])
     page = "".join(out)
     if not drawings:
@@ -1232,6 +1316,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("build-finished", favicon_at_the_root)
     app.connect("build-finished", typeset_math)
     app.connect("build-finished", icons_without_fonts)
+    # Last: after the theme's stylesheet has lost Font Awesome's rules.
+    app.connect("build-finished", bundle_stylesheets, priority=900)
     app.add_css_file("mha-site.css")
     here = Path(__file__).parent
     code = b"".join(path.read_bytes() for path in extension_files(here))

@@ -959,14 +959,23 @@ def _code_cell_sources(chapter: str) -> set[str]:
 # Every icon of the page drawn (inline SVG with a box), and no Font Awesome font declared,
 # computed for an element or a pseudo-element that is drawn, or fetched.
 ICONS_JS = """
-() => {
+(names) => {
   const shown = (el) => el.checkVisibility({visibilityProperty: true, opacityProperty: false});
   const icons = [...document.querySelectorAll(".mha-icon")].filter(shown);
   const empty = icons.filter((el) => {
     const svg = el.querySelector(":scope > svg"), box = svg && svg.getBoundingClientRect();
     return !box || !(box.width > 0 && box.height > 0);
   }).map((el) => el.outerHTML.slice(0, 120));
-  const fonts = [];
+  const fonts = [], badMasks = [];
+  // The shapes the theme's pseudo-element icons are masked with (custom properties that
+  // mha-site.css uses): each must be an image on the page.
+  const probe = document.body.appendChild(document.createElement("span"));
+  for (const name of names) {
+    probe.style.webkitMaskImage = `var(${name})`;
+    const image = getComputedStyle(probe).webkitMaskImage;
+    if (!image.startsWith('url("data:image/svg+xml')) badMasks.push(`${name}: ${image}`);
+  }
+  probe.remove();
   for (const el of document.querySelectorAll("body *")) {
     for (const pseudo of [null, "::before", "::after"]) {
       const style = getComputedStyle(el, pseudo);
@@ -974,15 +983,20 @@ ICONS_JS = """
       if (drawn && /awesome/i.test(style.fontFamily)) {
         fonts.push(`${el.tagName.toLowerCase()}.${el.className}${pseudo || ""}`);
       }
+
     }
   }
   const declared = [...document.fonts].map((f) => f.family).filter((f) => /awesome/i.test(f));
   const themeIcons = [...document.querySelectorAll(".theme-switch-button .theme-switch")];
   return {shown: icons.length, empty, fonts: fonts.slice(0, 10), declared,
+          badMasks: badMasks.slice(0, 5),
           themeShown: themeIcons.filter(shown).map((el) => el.dataset.mode),
           mode: document.documentElement.dataset.mode || ""};
 }
 """
+# The icon shapes that mha-site.css masks the theme's pseudo-element icons with.
+SITE_CSS = (ROOT / "book" / "_static" / "mha-site.css").read_text(encoding="utf8")
+MASKS = sorted(set(re.findall(r"var\((--mha-icon-[a-z-]+)\)", SITE_CSS)))
 FONT_AWESOME_FILE = re.compile(r"(/webfonts/|fontawesome|fa-[a-z]+-\d+\.(woff2?|ttf))", re.I)
 ICON_PAGES = ["book/preface", "book/one-head-to-many", "book/api-core", "search"]
 
@@ -1005,9 +1019,9 @@ def test_icons_are_inline_svg_and_no_font_awesome_font_is_loaded(
             tab = context.new_page()
             tab.on("request", lambda request, urls=requested: urls.append(request.url))
             tab.goto(f"{site_url}{html_path(page)}", wait_until="load", timeout=LOAD_TIMEOUT_MS)
-            seen = tab.evaluate(ICONS_JS)
+            seen = tab.evaluate(ICONS_JS, MASKS)
             tab.locator(".theme-switch-button").first.click()
-            after_click = tab.evaluate(ICONS_JS)
+            after_click = tab.evaluate(ICONS_JS, MASKS)
         finally:
             context.close()
         where = f"{page} ({theme})"
@@ -1017,10 +1031,13 @@ def test_icons_are_inline_svg_and_no_font_awesome_font_is_loaded(
         problems += [f"{where}: icon with no box: {html}" for html in seen["empty"]]
         problems += [f"{where}: Font Awesome font on {name}" for name in seen["fonts"]]
         problems += [f"{where}: Font Awesome declared: {name}" for name in seen["declared"]]
+        problems += [f"{where}: icon mask is no image: {mask}" for mask in seen["badMasks"]]
         if seen["shown"] < 5:
             problems.append(f"{where}: only {seen['shown']} icons shown")
         if seen["themeShown"] != [theme] or after_click["themeShown"] == [theme]:
             problems.append(f"{where}: theme icons {seen['themeShown']}, then {after_click}")
         if len(after_click["themeShown"]) != 1 or after_click["empty"]:
             problems.append(f"{where}: after a click on the theme switch: {after_click}")
+    if len(MASKS) < 5:
+        problems.append(f"only {MASKS} icon shapes for the theme's pseudo-elements")
     fail_if(problems, "icons")
