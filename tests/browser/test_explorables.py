@@ -479,6 +479,55 @@ def test_explorable_is_drawn_without_errors(
         page.context.close()
 
 
+# The book's notation, as each figure writes it: a script as <sup>/<sub> (HTML) or a shifted
+# <tspan> (SVG), never as ASCII "^" or "_"; accessible names as words ("H kv").
+SUB = '<tspan baseline-shift="sub" font-size="75%">'
+NOTATION = {
+    "heads": [
+        ('.mx-head[data-head="2"]', "x&nbsp;W<sup>Q</sup><sub>2</sub>"),
+        (".mx-row .mx-note", "1/\u221aD<sub>h</sub>"),
+        ('[data-point="k1"] text', f"k{SUB}1</tspan>"),
+        (".mx-head svg text", f"k{SUB}5</tspan>"),
+    ],
+    "online-softmax": [
+        ("table.mx-keys th", "e<sup>z<sub>j</sub> \u2212 m</sup>/\u2113"),
+        ("svg text", f"z{SUB}8</tspan>"),
+    ],
+    "kv-cache": [
+        (".mx-legend", "W<sup>K</sup>"),
+        (".mx-legend", "H<sub>kv</sub>"),
+        ('[data-label="h-kv"]', f"H{SUB}kv</tspan>"),
+    ],
+}
+
+
+@pytest.mark.parametrize("figure", list(PAGES))
+def test_explorables_write_the_books_notation(browser, built_site: Path, figure: str) -> None:
+    page, errors, _ = _open(browser, built_site.as_uri() + "/" + PAGES[figure], viewport=PHONE)
+    try:
+        root = f'.mha-explore[data-explore="{figure}"]'
+        found = page.evaluate(
+            """(root) => {
+            const r = document.querySelector(root), bare = r.cloneNode(true);
+            bare.querySelectorAll('code').forEach((c) => c.remove());  // code names keep their _
+            const named = [...r.querySelectorAll('[aria-label]')];
+            return {text: bare.textContent, names: named.map((e) => e.getAttribute('aria-label'))};
+        }""",
+            root,
+        )
+        for where, text in [("text", found["text"])] + [("aria-label", n) for n in found["names"]]:
+            ascii_script = re.search(r"[A-Za-z)}][_^]|sqrt", text)
+            assert not ascii_script, f"{figure}: ASCII notation in its {where}: {text!r}"
+        for selector, markup in NOTATION[figure]:
+            drawn = page.eval_on_selector_all(
+                f"{root} {selector}", "es => es.map(e => e.innerHTML)"
+            )
+            assert any(markup in html for html in drawn), f"{figure}: no {markup} in {drawn}"
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
 def _expected_head(state: dict, w_q, w_k, head: int, query_position: int):
     """Head ``head``'s weights and output by mha, with their bounds, for the figure's state."""
     x = np.array([state["query"]], dtype=np.float64)  # (1, 2)
@@ -655,13 +704,13 @@ def test_online_softmax_explorable_steps_through_the_blocks(browser, built_site:
         assert _check_online(page)["step"] == 0
         nxt = page.get_by_role("button", name="Next block")
         prev = page.get_by_role("button", name="Previous block")
-        for control in (nxt, page.get_by_label("Block size B_c", exact=True)):
+        for control in (nxt, page.get_by_label("Block size B c", exact=True)):
             assert control.bounding_box()["height"] >= 44, "a touch target under 44 px on a phone"
         nxt.click()
         assert _check_online(page)["step"] == 1
         root = page.locator('.mha-explore[data-explore="online-softmax"]')
         assert "nothing before" in root.text_content(), "the first block's rescale"
-        page.get_by_label("score z_5", exact=True).fill("9.5")
+        page.get_by_label("score z 5", exact=True).fill("9.5")
         state = _check_online(page)
         assert state["scores"][4] == 9.5 and state["step"] == 1
         nxt.click()
@@ -671,7 +720,7 @@ def test_online_softmax_explorable_steps_through_the_blocks(browser, built_site:
         prev.click()
         assert _check_online(page)["step"] == 2
         for size in ("1", "4", "8"):
-            page.get_by_label("Block size B_c", exact=True).select_option(size)
+            page.get_by_label("Block size B c", exact=True).select_option(size)
             assert _check_online(page)["step"] == 0
             while not nxt.is_disabled():
                 nxt.click()
@@ -719,7 +768,7 @@ def test_kv_cache_explorable_appends_and_shares_heads(browser, built_site: Path)
         one = page.get_by_role("button", name="Append a token")
         one.click()
         assert _check_cache(page)["tokens"] == first["tokens"] + 1
-        kv = page.get_by_label("Key/value heads H_kv", exact=True)
+        kv = page.get_by_label("Key/value heads H kv", exact=True)
         options = kv.locator("option").all_inner_texts()
         assert [int(o) for o in options] == [
             h for h in range(1, llama.num_heads + 1) if llama.num_heads % h == 0
