@@ -43,9 +43,12 @@
     ".mha-explore .mx-point:focus-visible circle,.mha-explore .mx-point:focus-visible rect{stroke-width:4}",
     ".mha-explore .mx-note{font-size:.9em;margin:.3rem 0}",
     ".mha-explore .mx-num{font-variant-numeric:tabular-nums}",
+    ".mha-explore .mx-m,.mha-explore sup,.mha-explore sub{white-space:nowrap}", // a symbol and its scripts
+    ".mha-explore th{overflow-wrap:normal}", // a heading breaks between words only
     ".mha-explore td.mx-num{overflow-wrap:normal}", // a number wraps at its spaces, not between digits
     // touch targets at least 44 px tall on a phone (WCAG 2.5.5)
-    "@media (max-width:48rem){.mha-explore select,.mha-explore button,.mha-explore input{min-height:44px}}",
+    "@media (max-width:48rem){.mha-explore select,.mha-explore button,.mha-explore input{min-height:44px}",
+    ".mha-explore td,.mha-explore th{padding:.1rem .3rem}}", // and a table's columns closer
   ].join("");
 
   function el(tag, attrs, text) {
@@ -62,6 +65,95 @@
     return node;
   }
 
+  // The book's notation as text: in a source string, "^" and "_" put the next character, or a
+  // group in braces, above or below ("W^Q_2", "H_{kv}", "e^{z_j \u2212 m}"), and backticks
+  // mark a code name (`kv_cache_bytes`). notation() draws it as <sup>/<sub> and <code> in
+  // HTML and as shifted, smaller <tspan>s in SVG; spoken() gives the same as words for an
+  // accessible name ("W Q 2", "H kv").
+  function parseNotation(src) {
+    var parts = [], text = "", i = 0;
+    while (i < src.length) {
+      var c = src[i];
+      if (c === "`" && src.indexOf("`", i + 1) > i) {
+        if (text) parts.push(text);
+        text = "";
+        var end = src.indexOf("`", i + 1);
+        parts.push({ kind: "code", parts: [src.slice(i + 1, end)] });
+        i = end + 1;
+      } else if ((c === "^" || c === "_") && i + 1 < src.length) {
+        if (text) parts.push(text);
+        text = "";
+        var body;
+        if (src[i + 1] === "{") {
+          var depth = 1, j = i + 2;
+          while (j < src.length && depth) {
+            if (src[j] === "{") depth++;
+            else if (src[j] === "}") depth--;
+            j++;
+          }
+          body = src.slice(i + 2, j - 1);
+          i = j;
+        } else {
+          body = src[i + 1];
+          i += 2;
+        }
+        parts.push({ kind: c === "^" ? "sup" : "sub", parts: parseNotation(body) });
+      } else {
+        text += c;
+        i++;
+      }
+    }
+    if (text) parts.push(text);
+    return parts;
+  }
+
+  function notation(parent, src, inSvg) {
+    var parts = typeof src === "string" ? parseNotation(src) : src;
+    if (!inSvg && parts.some(function (p) { return typeof p !== "string"; })) {
+      // In HTML a word that carries a script stays on one line: no break in "softmax(z)_j".
+      var words = [[]];
+      parts.forEach(function (p) {
+        if (typeof p !== "string") { words[words.length - 1].push(p); return; }
+        p.split(/( +)/).forEach(function (piece, k) {
+          if (!piece) return;
+          if (k % 2) words.push([piece], []);
+          else words[words.length - 1].push(piece);
+        });
+      });
+      words.forEach(function (word) {
+        if (word.every(function (p) { return typeof p === "string"; })) {
+          if (word.length) parent.appendChild(document.createTextNode(word.join("")));
+        } else {
+          parent.appendChild(notationParts(el("span", { class: "mx-m" }), word, false));
+        }
+      });
+      return parent;
+    }
+    return notationParts(parent, parts, inSvg);
+  }
+
+  function notationParts(parent, parts, inSvg) {
+    parts.forEach(function (part) {
+      if (typeof part === "string") {
+        parent.appendChild(document.createTextNode(part));
+        return;
+      }
+      var node = !inSvg ? el(part.kind)
+        : part.kind === "code" ? svgEl("tspan", { "font-family": "monospace" })
+          : svgEl("tspan", { "baseline-shift": part.kind === "sup" ? "super" : "sub", "font-size": "75%" });
+      notationParts(node, part.parts, inSvg);
+      parent.appendChild(node);
+    });
+    return parent;
+  }
+
+  function spoken(src) {
+    function words(parts) {
+      return parts.map(function (p) { return typeof p === "string" ? p : " " + words(p.parts) + " "; }).join("");
+    }
+    return words(parseNotation(src)).replace(/ +/g, " ").replace(/ ([,.)\/])/g, "$1").trim();
+  }
+
   function fmt(x, digits) {
     if (x === -Infinity) return "\u2212\u221e";
     if (x === Infinity) return "\u221e";
@@ -70,8 +162,8 @@
 
   function select(label, options, value) {
     var wrap = el("label");
-    wrap.appendChild(document.createTextNode(label + " "));
-    var s = el("select", { "aria-label": label });
+    wrap.appendChild(notation(el("span"), label));
+    var s = el("select", { "aria-label": spoken(label) });
     options.forEach(function (o) {
       var opt = el("option", { value: o[0] }, o[1]);
       if (o[0] === value) opt.selected = true;
@@ -99,6 +191,7 @@
   var PLANE = 4; // the plane shows [-4, 4] x [-4, 4]
   var SIZE = 320; // SVG units
   var STEP = 0.25; // an arrow key moves a point this far (Shift: four times)
+  var MARGIN = 12; // SVG units around the plane
 
   function toSvg(v) {
     return [(v[0] + PLANE) / (2 * PLANE) * SIZE, (PLANE - v[1]) / (2 * PLANE) * SIZE];
@@ -115,6 +208,92 @@
   function matVec(x, w) {
     // the row vector x times the 2 x 2 matrix w (weights on the right)
     return [x[0] * w[0][0] + x[1] * w[1][0], x[0] * w[0][1] + x[1] * w[1][1]];
+  }
+
+  // The plane's labels are laid out so that none covers another. Each goes beside its mark, in
+  // the first of eight directions (then farther out) where it covers no other label and no
+  // mark, moved inside the figure if it would stick out; failing that, clear of the other
+  // labels and of its own mark only; failing that, it is left off (and the figure names it in
+  // a note). A mark is a circle {c, r} or a square {c, half}; a box is [left, top, right, bottom].
+  var LABEL_DIRS = [[1, -1], [1, 0], [1, 1], [0, -1], [-1, -1], [-1, 0], [-1, 1], [0, 1]];
+  var LABEL_RINGS = 4;
+  var LABEL_BOUNDS = [1 - MARGIN, 1 - MARGIN, SIZE + MARGIN - 1, SIZE + MARGIN - 1]; // the viewBox, less a unit
+  var labelSizes = {};
+
+  function labelSize(node) {
+    // the box of the text around its anchor (x, y) = (0, 0): its glyphs, scripts included
+    var key = node.textContent + "|" + node.getAttribute("font-size");
+    if (labelSizes[key]) return labelSizes[key];
+    node.setAttribute("x", 0);
+    node.setAttribute("y", 0);
+    var b = null;
+    try {
+      b = node.getBBox();
+    } catch (err) {
+      // not in a rendered document: the guess below
+    }
+    if (b && b.width > 0) return (labelSizes[key] = { x: b.x, y: b.y, w: b.width, h: b.height });
+    var fs = Number(node.getAttribute("font-size")); // not laid out yet: a generous guess
+    return { x: 0, y: -0.95 * fs, w: 0.65 * fs * node.textContent.length, h: 1.4 * fs };
+  }
+
+  function boxesMeet(a, b, pad) {
+    return a[0] < b[2] + pad && b[0] < a[2] + pad && a[1] < b[3] + pad && b[1] < a[3] + pad;
+  }
+
+  function boxMeetsMark(box, m) {
+    if (m.half !== undefined) {
+      return boxesMeet(box, [m.c[0] - m.half, m.c[1] - m.half, m.c[0] + m.half, m.c[1] + m.half], 1);
+    }
+    var dx = Math.max(box[0] - m.c[0], 0, m.c[0] - box[2]), dy = Math.max(box[1] - m.c[1], 0, m.c[1] - box[3]);
+    return dx * dx + dy * dy < (m.r + 1) * (m.r + 1);
+  }
+
+  function layoutLabels(items, marks) {
+    var placed = [], left = [];
+    items.forEach(function (it) {
+      var size = labelSize(it.node), at = it.mark.c, reach = it.mark.r || it.mark.half;
+      var box = null;
+      for (var pass = 0; pass < 2 && !box; pass++) {
+        for (var ring = 0; ring < LABEL_RINGS && !box; ring++) {
+          var d = reach + 3 + 8 * ring;
+          var dirs = it.dirs || LABEL_DIRS;
+          for (var k = 0; k < dirs.length && !box; k++) {
+            var dir = dirs[k], f = dir[0] && dir[1] ? 0.75 : 1;
+            var x0 = dir[0] > 0 ? at[0] + f * d : dir[0] < 0 ? at[0] - f * d - size.w : at[0] - size.w / 2;
+            var y0 = dir[1] > 0 ? at[1] + f * d : dir[1] < 0 ? at[1] - f * d - size.h : at[1] - size.h / 2;
+            x0 = Math.max(LABEL_BOUNDS[0], Math.min(LABEL_BOUNDS[2] - size.w, x0));
+            y0 = Math.max(LABEL_BOUNDS[1], Math.min(LABEL_BOUNDS[3] - size.h, y0));
+            var cand = [x0, y0, x0 + size.w, y0 + size.h];
+            var fits = !boxMeetsMark(cand, it.mark) &&
+              !placed.some(function (b) { return boxesMeet(cand, b, 1); }) &&
+              (pass > 0 || !marks.some(function (m) { return boxMeetsMark(cand, m); }));
+            if (fits) box = cand;
+          }
+        }
+      }
+      if (!box) {
+        it.node.setAttribute("display", "none");
+        left.push(it);
+        return;
+      }
+      it.node.removeAttribute("display");
+      placed.push(box);
+      // a label inside a moved group (a point's) is placed relative to the group
+      var ox = it.local ? at[0] : 0, oy = it.local ? at[1] : 0;
+      it.node.setAttribute("x", (box[0] - size.x - ox).toFixed(2));
+      it.node.setAttribute("y", (box[1] - size.y - oy).toFixed(2));
+    });
+    return left;
+  }
+
+  // a label drawn over the lines of the plane keeps a thin outline of the page's background
+  var HALO = { stroke: "var(--pst-color-background, #fff)", "stroke-width": 3, "stroke-linejoin": "round",
+    "paint-order": "stroke" };
+
+  function haloText(attrs) {
+    for (var k in HALO) attrs[k] = HALO[k];
+    return svgEl("text", attrs);
   }
 
   var HEADS = [
@@ -136,17 +315,22 @@
     var S = state.keys.length;
 
     var controls = el("div", { class: "mx-row" });
-    var scaleSel = select("Scale of the scores", [["sqrt", "1/\u221aD_h (D_h = 2)"], ["none", "none (1)"]], "sqrt");
+    // an option is text only: the subscripts of the notation are in the note beside it
+    var scaleSel = select("Scale of the scores", [["sqrt", "1/\u221a2"], ["none", "none (1)"]], "sqrt");
+    var scaleNote = notation(el("span", { class: "mx-note" }), "1/\u221aD_h with D_h = 2");
     var maskSel = select("Mask", [["none", "none"],
       ["causal", "causal: x at position " + QUERY_POSITION],
-      ["padding", "padding: k" + S + " is padding"]], "none");
+      ["padding", "padding: k" + String.fromCharCode(0x2080 + S) + " is padding"]], "none");
     controls.appendChild(scaleSel.wrap);
+    controls.appendChild(scaleNote);
     controls.appendChild(maskSel.wrap);
     root.appendChild(controls);
 
     var panels = el("div", { class: "mx-panels" });
     root.appendChild(panels);
-    var svg = svgEl("svg", { viewBox: "-8 -8 " + (SIZE + 16) + " " + (SIZE + 16), role: "group",
+    // a margin as wide as a point's circle: a point at the plane's edge is drawn whole
+    var svg = svgEl("svg", { viewBox: -MARGIN + " " + -MARGIN + " " + (SIZE + 2 * MARGIN) + " " + (SIZE + 2 * MARGIN),
+      role: "group",
       "aria-labelledby": root.id + "-title" });
     svg.appendChild(svgEl("title", { id: root.id + "-title" },
       "Tokens in the plane: drag the query token x or a key k; each head's output o is an average of the keys under its weights"));
@@ -160,8 +344,9 @@
     }
     var origin = toSvg([0, 0]);
     grid.appendChild(svgEl("circle", { cx: origin[0], cy: origin[1], r: 3, fill: "currentColor", stroke: "none" }));
-    grid.appendChild(svgEl("text", { x: origin[0] - 5, y: origin[1] + 15, "font-size": 12, "text-anchor": "end",
-      fill: "currentColor", stroke: "none", "data-origin": "true" }, "0"));
+    var originLabel = haloText({ "font-size": 12, fill: "currentColor", "data-origin": "true" });
+    originLabel.textContent = "0";
+    grid.appendChild(originLabel);
     svg.appendChild(grid);
     var links = svgEl("g", { "aria-hidden": "true" });
     svg.appendChild(links);
@@ -169,7 +354,12 @@
     svg.appendChild(outputs);
     var pointsLayer = svgEl("g");
     svg.appendChild(pointsLayer);
-    panels.appendChild(svg);
+    var plane = el("div", { class: "mx-plane" });
+    plane.appendChild(svg);
+    // the labels left off where they would cover others, named here (empty when none is)
+    var planeNote = el("p", { class: "mx-note", "data-labels-left-off": "" });
+    plane.appendChild(planeNote);
+    panels.appendChild(plane);
 
     var side = el("div");
     panels.appendChild(side);
@@ -190,8 +380,8 @@
       // a touch target of 44 px around the point (WCAG 2.5.5), drawn transparent
       g.appendChild(svgEl("circle", { r: 22, fill: "transparent", class: "mx-hit" }));
       g.appendChild(shape);
-      var label = svgEl("text", { x: 13, y: -10, "font-size": 14, fill: "currentColor" },
-        kind === "q" ? "x" : "k" + (index + 1));
+      var label = notation(haloText({ "font-size": 14, fill: "currentColor" }),
+        kind === "q" ? "x" : "k_" + (index + 1), true);
       g.appendChild(label);
       pointsLayer.appendChild(g);
       function get() { return kind === "q" ? state.query : state.keys[index]; }
@@ -227,7 +417,7 @@
         var step = evt.shiftKey ? 4 * STEP : STEP, v = get();
         set([clamp(v[0] + d[0] * step), clamp(v[1] + d[1] * step)]);
       });
-      return { g: g, get: get, kind: kind, index: index };
+      return { g: g, get: get, kind: kind, index: index, label: label };
     }
     var points = state.keys.map(function (_, j) { return makePoint("k", j); });
     points.push(makePoint("q", 0));
@@ -247,7 +437,7 @@
       root.setAttribute("data-state", JSON.stringify(state));
       links.textContent = "";
       outputs.textContent = "";
-      var summary = [];
+      var summary = [], outLabels = [], queryLabels = [];
       HEADS.forEach(function (head, h) {
         var q = [matVec(state.query, head.w_q)];
         var k = state.keys.map(function (y) { return matVec(y, head.w_k); });
@@ -261,9 +451,8 @@
         box.appendChild(el("span", { "aria-hidden": "true", style: "display:inline-block;width:.8em;" +
           "height:.8em;margin-right:.3em;border-radius:.15em;background:" + colour }));
         box.appendChild(el("strong", {}, "Head " + (h + 1)));
-        box.appendChild(document.createTextNode(
-          h === 0 ? ": x and the keys as they are"
-            : ": x turned by 90\u00b0, q2 = x\u00a0W^Q_2 (the hollow diamond), the keys as they are"));
+        notation(box, h === 0 ? ": x and the keys as they are"
+          : ": x turned by 90\u00b0, q_2 = x\u00a0W^Q_2 (the hollow diamond), the keys as they are");
         var bars = svgEl("svg", { viewBox: "0 0 " + (S * 56) + " 74", role: "img",
           "aria-label": "Head " + (h + 1) + " weights: " + w.map(function (x, j) {
             return "k" + (j + 1) + " " + (keep && !keep[0][j] ? "masked" : fmt(x, 2));
@@ -276,13 +465,13 @@
             bars.appendChild(svgEl("text", { x: j * 56 + 28, y: 44, "font-size": 11, "text-anchor": "middle",
               fill: "currentColor", "font-style": "italic", "data-masked": "true" }, "masked"));
           }
-          bars.appendChild(svgEl("text", { x: j * 56 + 28, y: 66, "font-size": 12, "text-anchor": "middle", fill: "currentColor" },
-            "k" + (j + 1) + (keep && !keep[0][j] ? "" : " " + fmt(x, 2))));
+          bars.appendChild(notation(svgEl("text", { x: j * 56 + 28, y: 66, "font-size": 12, "text-anchor": "middle",
+            fill: "currentColor" }), "k_" + (j + 1) + (keep && !keep[0][j] ? "" : " " + fmt(x, 2)), true));
         });
         bars.style.maxWidth = "22rem";
         box.appendChild(bars);
-        box.appendChild(el("div", { class: "mx-note mx-num" },
-          "output o" + (h + 1) + " = (" + fmt(o[0], 2) + ", " + fmt(o[1], 2) + ")"));
+        box.appendChild(notation(el("div", { class: "mx-note mx-num" }),
+          "output o_" + (h + 1) + " = (" + fmt(o[0], 2) + ", " + fmt(o[1], 2) + ")"));
         var from = toSvg(state.query);
         w.forEach(function (x, j) {
           if (x < 0.005) return;
@@ -293,29 +482,57 @@
         var p = toSvg(o);
         outputs.appendChild(svgEl("path", { d: "M" + (p[0] - 7) + " " + (p[1] - 7) + "l14 14m0 -14l-14 14",
           stroke: colour, "stroke-width": 3 }));
-        outputs.appendChild(svgEl("text", { x: p[0] + 8, y: p[1] + 16, "font-size": 13, fill: "currentColor" },
-          "o" + (h + 1)));
+        var oLabel = notation(haloText({ "font-size": 13, fill: "currentColor" }), "o_" + (h + 1), true);
+        outputs.appendChild(oLabel);
+        outLabels.push({ node: oLabel, mark: { c: p, half: 8.5 }, name: "o_" + (h + 1),
+          what: "head " + (h + 1) + "'s output, the cross in its colour" });
         if (h > 0) {
           // this head's query, x W^Q_h, where it differs from x: a hollow diamond in its colour
           var qp = toSvg(q[0]);
           outputs.appendChild(svgEl("path", { d: "M" + qp[0] + " " + (qp[1] - 8) + "l8 8l-8 8l-8 -8z", fill: "none",
             stroke: colour, "stroke-width": 2.5, "data-query-head": String(h + 1) }));
-          outputs.appendChild(svgEl("text", { x: qp[0] + 10, y: qp[1] - 6, "font-size": 13, fill: "currentColor" },
-            "q" + (h + 1)));
+          var qLabel = notation(haloText({ "font-size": 13, fill: "currentColor" }), "q_" + (h + 1), true);
+          outputs.appendChild(qLabel);
+          queryLabels.push({ node: qLabel, mark: { c: qp, half: 9.5 }, name: "q_" + (h + 1),
+            what: "head " + (h + 1) + "'s query, the hollow diamond" });
         }
         var top = w.indexOf(Math.max.apply(null, w));
-        summary.push("head " + (h + 1) + " gives k" + (top + 1) + " the most weight, " + fmt(w[top], 2));
+        summary.push("head " + (h + 1) + " gives k_" + (top + 1) + " the most weight, " + fmt(w[top], 2));
       });
+      var pointLabels = [];
       points.forEach(function (pt) {
         var v = pt.get(), p = toSvg(v);
         pt.g.setAttribute("transform", "translate(" + p[0] + " " + p[1] + ")");
+        var item = { node: pt.label, local: true,
+          mark: pt.kind === "q" ? { c: p, half: 10 } : { c: p, r: 11 },
+          name: pt.kind === "q" ? "x" : "k_" + (pt.index + 1),
+          what: pt.kind === "q" ? "the query token, the square"
+            : "the key at (" + fmt(v[0], 2) + ", " + fmt(v[1], 2) + ")" };
+        if (pt.kind === "q") pointLabels.unshift(item); else pointLabels.push(item);
         var masked = pt.kind === "k" && keep && !keep[0][pt.index];
         pt.g.setAttribute("opacity", masked ? "0.35" : "1");
         pt.g.setAttribute("aria-label", (pt.kind === "q" ? "query token x" : "key k" + (pt.index + 1)) +
           " at (" + fmt(v[0], 2) + ", " + fmt(v[1], 2) + ")" + (masked ? ", masked" : "") +
           "; arrow keys move it");
       });
-      live.textContent = summary.join("; ") + ".";
+      live.textContent = "";
+      notation(live, summary.join("; ") + ".");
+
+      // x first, then the keys, the outputs and the head's query; the origin's 0 last (left
+      // off without a word when there is no room: the axes cross there)
+      var originItem = { node: originLabel, mark: { c: origin, r: 3 },
+        dirs: LABEL_DIRS.slice(6).concat(LABEL_DIRS.slice(0, 6)) }; // below left first
+      var items = pointLabels.concat(outLabels, queryLabels, [originItem]);
+      var left = layoutLabels(items, items.map(function (it) { return it.mark; })).filter(function (it) {
+        return it !== originItem;
+      });
+      planeNote.textContent = "";
+      planeNote.setAttribute("data-labels-left-off", left.map(function (it) { return it.name.replace("_", ""); }).join(" "));
+      if (left.length) {
+        notation(planeNote, "Not labelled, to keep the labels apart: " + left.map(function (it) {
+          return it.name + " (" + it.what + ")";
+        }).join("; ") + ".");
+      }
     }
 
     scaleSel.select.addEventListener("change", function () { state.scale = scaleSel.select.value; update(); });
@@ -342,7 +559,7 @@
     [prev, next, blockSel.wrap, random].forEach(function (c) { controls.appendChild(c); });
     root.appendChild(controls);
 
-    var svg = svgEl("svg", { viewBox: "0 0 " + (S * 50 + 10) + " 170", role: "img",
+    var svg = svgEl("svg", { viewBox: "0 0 " + (S * 50 + 10) + " 174", role: "img",
       "aria-labelledby": root.id + "-title" });
     var title = svgEl("title", { id: root.id + "-title" });
     svg.appendChild(title);
@@ -355,8 +572,8 @@
     var rowsBox = el("div", { class: "mx-scroll" });
     var table = el("table", { class: "mx-keys" });
     var head = el("tr");
-    ["j", "score z_j", "value v_j", "exact softmax(z)_j", "so far e^(z_j \u2212 m)/\u2113"].forEach(function (t) {
-      head.appendChild(el("th", { scope: "col" }, t));
+    ["j", "score z_j", "value v_j", "exact softmax(z)_j", "so far e^{z_j \u2212 m}/\u2113"].forEach(function (t) {
+      head.appendChild(notation(el("th", { scope: "col" }), t));
     });
     table.appendChild(head);
     var zInputs = [], vCells = [], exactCells = [], runCells = [], trs = [];
@@ -364,7 +581,8 @@
       var tr = el("tr");
       tr.appendChild(el("th", { scope: "row" }, String(j + 1)));
       var td = el("td");
-      var inp = el("input", { type: "number", step: "0.5", "aria-label": "score z_" + (j + 1), "data-j": String(j) });
+      var inp = el("input", { type: "number", step: "0.5", "aria-label": spoken("score z_" + (j + 1)),
+        "data-j": String(j) });
       zInputs.push(inp);
       td.appendChild(inp);
       tr.appendChild(td);
@@ -424,14 +642,15 @@
       svg.appendChild(title);
       title.textContent = "Scores in blocks of " + state.block_size + "; " +
         (state.step ? "blocks 1 to " + state.step + " of " + nb + " read" : "no block read yet") +
-        ". Filled bars: e^(z_j \u2212 m)/\u2113 from the blocks read; outlines: the exact softmax.";
+        ". Filled bars: each score's weight from the blocks read so far, over their running sum; " +
+        "outlines: the exact softmax of the whole row.";
       for (var b2 = 0; b2 < nb; b2++) {
         var x0 = 5 + b2 * state.block_size * 50, w = Math.min(state.block_size, S - b2 * state.block_size) * 50;
         var current = b2 === state.step - 1;
         svg.appendChild(svgEl("rect", { x: x0 + 1, y: 2, width: w - 2, height: 130, rx: 4,
           fill: current ? "#E69F00" : b2 < state.step ? "#56B4E9" : "none", "fill-opacity": current ? 0.25 : 0.12,
           stroke: "currentColor", "stroke-opacity": 0.3 }));
-        svg.appendChild(svgEl("text", { x: x0 + w / 2, y: 162, "font-size": 13, "text-anchor": "middle",
+        svg.appendChild(svgEl("text", { x: x0 + w / 2, y: 168, "font-size": 13, "text-anchor": "middle",
           fill: "currentColor" }, "block " + (b2 + 1)));
       }
       for (j = 0; j < S; j++) {
@@ -442,25 +661,25 @@
         }
         svg.appendChild(svgEl("rect", { x: x, y: 125 - h, width: 30, height: Math.max(h, 0.5), fill: "none",
           stroke: "#D55E00", "stroke-width": 2, "stroke-dasharray": "4 2" }));
-        svg.appendChild(svgEl("text", { x: x + 15, y: 145, "font-size": 13, "text-anchor": "middle",
-          fill: "currentColor" }, "z" + (j + 1)));
+        svg.appendChild(notation(svgEl("text", { x: x + 15, y: 145, "font-size": 13, "text-anchor": "middle",
+          fill: "currentColor" }), "z_" + (j + 1), true));
       }
 
       var rows = [
         ["blocks read", state.step + " of " + nb],
         ["running max m", fmt(m)],
         // the first block has nothing before it to rescale: e^(m_old - m_new) = e^(-inf) = 0
-        ["this step's rescale e^(m_old \u2212 m_new)",
+        ["this step's rescale e^{m_{old} \u2212 m_{new}}",
           state.step > 1 ? fmt(st.rescale[0], 4) : state.step ? "\u2014 (nothing before)" : "\u2014"],
         ["running sum \u2113", fmt(l, 4)],
-        ["accumulator \u00f5 = \u03a3 e^(z_j \u2212 m) v_j", fmt(acc, 4)],
+        ["accumulator \u00f5 = \u03a3_j e^{z_j \u2212 m} v_j", fmt(acc, 4)],
         ["\u00f5 / \u2113, the output so far", l ? fmt(acc / l, 4) : "\u2014"],
-        ["exact output \u03a3 softmax(z)_j v_j", fmt(exactOut, 4)],
+        ["exact output \u03a3_j softmax(z)_j v_j", fmt(exactOut, 4)],
       ];
       var t = el("table");
       rows.forEach(function (r) {
         var tr2 = el("tr");
-        tr2.appendChild(el("th", { scope: "row", style: "text-align:left;white-space:normal" }, r[0]));
+        tr2.appendChild(notation(el("th", { scope: "row", style: "text-align:left;white-space:normal" }), r[0]));
         tr2.appendChild(el("td", { class: "mx-num" }, r[1]));
         t.appendChild(tr2);
       });
@@ -520,7 +739,7 @@
     var reset = button("Start over", "Start over from the prompt of " + PROMPT + " tokens");
     var divisors = [];
     for (var d = 1; d <= MODEL.num_heads; d++) if (MODEL.num_heads % d === 0) divisors.push([String(d), String(d)]);
-    var kvSel = select("Key/value heads H_kv", divisors, String(MODEL.num_heads));
+    var kvSel = select("Key/value heads H_{kv}", divisors, String(MODEL.num_heads));
     [one, many, reset, kvSel.wrap].forEach(function (c) { controls.appendChild(c); });
     root.appendChild(controls);
     var svg = svgEl("svg", { viewBox: "0 0 360 214", role: "img", "aria-labelledby": root.id + "-title" });
@@ -535,10 +754,10 @@
     [["#0072B2", "the cache: a column per position held; in the bar, the cached keys and values the step reads. "],
       ["#D55E00", "The newest position. "],
       ["#999999", "Fixed: the bytes the step moves at any length: it reads the attention weights W^Q, W^K, W^V, " +
-        "W^O (W^K and W^V narrower when H_kv < H) and the new token's input, and writes its output and its new " +
+        "W^O (W^K and W^V narrower when H_{kv} < H) and the new token's input, and writes its output and its new " +
         "key and value."]].forEach(function (item) {
       legend.appendChild(swatch(item[0]));
-      legend.appendChild(document.createTextNode(item[1]));
+      notation(legend, item[1]);
     });
     root.appendChild(legend);
     // one scale for every bar: the longest step, H_kv = H at the longest context, is the full width
@@ -583,9 +802,9 @@
       // the height of H = 32 heads, for comparison
       svg.appendChild(svgEl("rect", { x: 40, y: 10, width: 300, height: 80, fill: "none", stroke: "currentColor",
         "stroke-opacity": 0.3, "stroke-dasharray": "3 3" }));
-      svg.appendChild(svgEl("text", { x: 0, y: 106, "font-size": 13, fill: "currentColor", "data-label": "h-kv" },
-        "H_kv = " + H_kv));
-      svg.appendChild(svgEl("text", { x: 340, y: 106, "font-size": 13, "text-anchor": "end", fill: "currentColor" },
+      svg.appendChild(notation(svgEl("text", { x: 0, y: 104, "font-size": 13, fill: "currentColor", "data-label": "h-kv" }),
+        "H_{kv} = " + H_kv, true));
+      svg.appendChild(svgEl("text", { x: 340, y: 104, "font-size": 13, "text-anchor": "end", fill: "currentColor" },
         (state.tokens > 48 ? "the last 48 of " : "") + state.tokens.toLocaleString("en-US") + " positions"));
       // the step's bytes on the fixed scale, with a MiB axis
       var scale = 340 / FULL, y0 = 130;
@@ -609,15 +828,16 @@
 
       var rows = [
         ["tokens held, S \u2212 1", state.tokens.toLocaleString("en-US")],
-        ["cache, all " + MODEL.num_layers + " layers (kv_cache_bytes)", bytesText(cache)],
-        ["next step, one attention sublayer, reads and writes (decode_step_cost, S = " + S.toLocaleString("en-US") + ")", bytesText(step.bytes)],
+        ["cache, all " + MODEL.num_layers + " layers (`kv_cache_bytes`)", bytesText(cache)],
+        ["next step, one attention sublayer, reads and writes (`decode_step_cost`, S = " + S.toLocaleString("en-US") + ")",
+          bytesText(step.bytes)],
         ["of which the cache", bytesText(cacheRead)],
         ["next step's FLOPs, one attention sublayer", step.flops.toLocaleString("en-US")],
       ];
       var t = el("table", { class: "mx-wrap" });
       rows.forEach(function (r) {
         var tr = el("tr");
-        tr.appendChild(el("th", { scope: "row", style: "text-align:left" }, r[0]));
+        tr.appendChild(notation(el("th", { scope: "row", style: "text-align:left" }), r[0]));
         tr.appendChild(el("td", { class: "mx-num" }, r[1]));
         t.appendChild(tr);
       });

@@ -691,10 +691,11 @@
     ".mha-live-cell canvas{width:100%;height:100%;display:block;image-rendering:pixelated}" +
     ".mha-live-cell[aria-pressed=true]{outline:3px solid #d95f02;outline-offset:1px;" +
     "border-color:#d95f02}" +
-    // On a touch screen every head is a 44 px target: the twelve heads of a layer stay in
-    // one row, which scrolls sideways inside the grid when the screen is narrower.
+    // On a touch screen every head is a 44 px target, as wide as it is tall: the twelve heads
+    // of a layer stay in one row, which scrolls sideways inside the grid when the screen is
+    // narrower. The padding keeps the chosen head's outline inside the scrolling box.
     "@media (pointer:coarse){.mha-live-grid{grid-template-columns:repeat(12,minmax(44px,1fr));" +
-    "overflow-x:auto}.mha-live-cell{aspect-ratio:1;min-height:44px}}" +
+    "overflow-x:auto;padding:4px}.mha-live-cell{aspect-ratio:1;min-width:44px;min-height:44px}}" +
     ".mha-live-map{display:grid;grid-template-columns:max-content minmax(0,var(--size));" +
     "font-size:11px;line-height:1;margin:0 0 .5rem}" +
     ".mha-live-corner{align-self:end;justify-self:end;padding:0 4px 4px 0;color:#666}" +

@@ -479,6 +479,55 @@ def test_explorable_is_drawn_without_errors(
         page.context.close()
 
 
+# The book's notation, as each figure writes it: a script as <sup>/<sub> (HTML) or a shifted
+# <tspan> (SVG), never as ASCII "^" or "_"; accessible names as words ("H kv").
+SUB = '<tspan baseline-shift="sub" font-size="75%">'
+NOTATION = {
+    "heads": [
+        ('.mx-head[data-head="2"]', "x&nbsp;W<sup>Q</sup><sub>2</sub>"),
+        (".mx-row .mx-note", "1/\u221aD<sub>h</sub>"),
+        ('[data-point="k1"] text', f"k{SUB}1</tspan>"),
+        (".mx-head svg text", f"k{SUB}5</tspan>"),
+    ],
+    "online-softmax": [
+        ("table.mx-keys th", "e<sup>z<sub>j</sub> \u2212 m</sup>/\u2113"),
+        ("svg text", f"z{SUB}8</tspan>"),
+    ],
+    "kv-cache": [
+        (".mx-legend", "W<sup>K</sup>"),
+        (".mx-legend", "H<sub>kv</sub>"),
+        ('[data-label="h-kv"]', f"H{SUB}kv</tspan>"),
+    ],
+}
+
+
+@pytest.mark.parametrize("figure", list(PAGES))
+def test_explorables_write_the_books_notation(browser, built_site: Path, figure: str) -> None:
+    page, errors, _ = _open(browser, built_site.as_uri() + "/" + PAGES[figure], viewport=PHONE)
+    try:
+        root = f'.mha-explore[data-explore="{figure}"]'
+        found = page.evaluate(
+            """(root) => {
+            const r = document.querySelector(root), bare = r.cloneNode(true);
+            bare.querySelectorAll('code').forEach((c) => c.remove());  // code names keep their _
+            const named = [...r.querySelectorAll('[aria-label]')];
+            return {text: bare.textContent, names: named.map((e) => e.getAttribute('aria-label'))};
+        }""",
+            root,
+        )
+        for where, text in [("text", found["text"])] + [("aria-label", n) for n in found["names"]]:
+            ascii_script = re.search(r"[A-Za-z)}][_^]|sqrt", text)
+            assert not ascii_script, f"{figure}: ASCII notation in its {where}: {text!r}"
+        for selector, markup in NOTATION[figure]:
+            drawn = page.eval_on_selector_all(
+                f"{root} {selector}", "es => es.map(e => e.innerHTML)"
+            )
+            assert any(markup in html for html in drawn), f"{figure}: no {markup} in {drawn}"
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
 def _expected_head(state: dict, w_q, w_k, head: int, query_position: int):
     """Head ``head``'s weights and output by mha, with their bounds, for the figure's state."""
     x = np.array([state["query"]], dtype=np.float64)  # (1, 2)
@@ -608,6 +657,91 @@ def test_heads_explorable_follows_touch_on_a_phone(browser, built_site: Path) ->
         page.context.close()
 
 
+HEADS_ROOT = '.mha-explore[data-explore="heads"]'
+
+
+def _drag_point_to(page, point: str, target: list[float]) -> None:
+    """Drag the plane's point ``point`` (x, k1, ...) with the mouse to the plane's ``target``."""
+    sx, sy = _center(page, page.locator(f'{HEADS_ROOT} [data-point="{point}"] .mx-hit'))
+    tx, ty = page.evaluate(
+        """([root, v]) => {
+        const svg = document.querySelector(root + ' svg'), p = svg.createSVGPoint();
+        p.x = (v[0] + 4) / 8 * 320;  // the plane's [-4, 4] on 320 SVG units, as the figure draws it
+        p.y = (4 - v[1]) / 8 * 320;
+        const q = p.matrixTransform(svg.getScreenCTM());
+        return [q.x, q.y];
+    }""",
+        [HEADS_ROOT, target],
+    )
+    page.mouse.move(sx, sy)
+    page.mouse.down()
+    page.mouse.move(tx, ty, steps=6)
+    page.mouse.up()
+
+
+def _check_plane_labels(page, where: str) -> list[str]:
+    """The plane's drawn labels: no two boxes meet and each lies inside the plane's figure;
+    every label left off is named in the note under it. Returns the labels left off."""
+    drawn = page.evaluate(
+        """(root) => {
+        const svg = document.querySelector(root + ' svg'), s = svg.getBoundingClientRect();
+        const labels = [...svg.querySelectorAll('text')]
+            .filter((t) => t.getAttribute('display') !== 'none' && t.textContent.trim())
+            .map((t) => { const r = t.getBoundingClientRect();
+                          return [t.textContent, r.left, r.top, r.right, r.bottom]; });
+        const note = document.querySelector(root + ' [data-labels-left-off]');
+        return {svg: [s.left, s.top, s.right, s.bottom], labels: labels,
+                left: note ? note.getAttribute('data-labels-left-off') : '',
+                note: note ? note.textContent : ''};
+    }""",
+        HEADS_ROOT,
+    )
+    labels, (left, top, right, bottom) = drawn["labels"], drawn["svg"]
+    names = {name for name, *_ in labels}
+    assert {"x", "k1", "k2", "k3", "k4", "k5"} - set(drawn["left"].split()) <= names, where
+    for i, (a, *ra) in enumerate(labels):
+        assert ra[2] - ra[0] > 0 and ra[3] - ra[1] > 0, f"{where}: {a} drawn empty"
+        assert left <= ra[0] and ra[2] <= right and top <= ra[1] and ra[3] <= bottom, (
+            f"{where}: label {a} sticks out of the plane: {ra} in {drawn['svg']}"
+        )
+        for b, *rb in labels[i + 1 :]:
+            meet = ra[0] < rb[2] and rb[0] < ra[2] and ra[1] < rb[3] and rb[1] < ra[3]
+            assert not meet, f"{where}: labels {a} {ra} and {b} {rb} overlap"
+    left_off = drawn["left"].split()
+    for name in left_off:
+        assert name not in names, f"{where}: {name} is drawn and said to be left off"
+        assert f"{name} (" in drawn["note"], f"{where}: {name} left off and not named in the note"
+    assert bool(left_off) == bool(drawn["note"]), f"{where}: the note: {drawn['note']!r}"
+    return left_off
+
+
+@pytest.mark.parametrize("viewport", [PHONE, {"width": 1280, "height": 900}], ids=["390", "1280"])
+def test_heads_plane_labels_do_not_overlap(browser, built_site: Path, viewport: dict) -> None:
+    """The labels of the points (x, the keys), of the outputs o_h, of head 2's query q_2 and of
+    the origin never cover one another: in the initial state, with x dragged onto the origin
+    (where q_2, both outputs and 0 gather), with one key dragged onto another, and with every
+    point in one corner (where some labels have no room and are named in a note instead)."""
+    page, errors, _ = _open(browser, built_site.as_uri() + "/" + PAGES["heads"], viewport=viewport)
+    try:
+        assert _check_plane_labels(page, "initial") == [], "a label left off at the start"
+        _drag_point_to(page, "x", [0.0, 0.0])
+        assert _check_heads(page)["query"] == [0.0, 0.0]
+        _check_plane_labels(page, "x at the origin")
+        _drag_point_to(page, "k2", [2.5, 2.0])
+        _drag_point_to(page, "x", [2.0, 1.5])
+        state = _check_heads(page)
+        assert state["keys"][1] == state["keys"][0] == [2.5, 2.0], state
+        _check_plane_labels(page, "k2 on k1, x beside them")
+        for point in ("k2", "k1", "k3", "k4", "k5", "x"):  # k2 first: it is drawn over k1
+            _drag_point_to(page, point, [4.0, 4.0])
+        state = _check_heads(page)
+        assert state["query"] == [4.0, 4.0] and all(k == [4.0, 4.0] for k in state["keys"])
+        _check_plane_labels(page, "every point in a corner")
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
 def _check_online(page) -> dict:
     root = '.mha-explore[data-explore="online-softmax"]'
     state = _state(page, "online-softmax")
@@ -655,13 +789,13 @@ def test_online_softmax_explorable_steps_through_the_blocks(browser, built_site:
         assert _check_online(page)["step"] == 0
         nxt = page.get_by_role("button", name="Next block")
         prev = page.get_by_role("button", name="Previous block")
-        for control in (nxt, page.get_by_label("Block size B_c", exact=True)):
+        for control in (nxt, page.get_by_label("Block size B c", exact=True)):
             assert control.bounding_box()["height"] >= 44, "a touch target under 44 px on a phone"
         nxt.click()
         assert _check_online(page)["step"] == 1
         root = page.locator('.mha-explore[data-explore="online-softmax"]')
         assert "nothing before" in root.text_content(), "the first block's rescale"
-        page.get_by_label("score z_5", exact=True).fill("9.5")
+        page.get_by_label("score z 5", exact=True).fill("9.5")
         state = _check_online(page)
         assert state["scores"][4] == 9.5 and state["step"] == 1
         nxt.click()
@@ -671,7 +805,7 @@ def test_online_softmax_explorable_steps_through_the_blocks(browser, built_site:
         prev.click()
         assert _check_online(page)["step"] == 2
         for size in ("1", "4", "8"):
-            page.get_by_label("Block size B_c", exact=True).select_option(size)
+            page.get_by_label("Block size B c", exact=True).select_option(size)
             assert _check_online(page)["step"] == 0
             while not nxt.is_disabled():
                 nxt.click()
@@ -719,7 +853,7 @@ def test_kv_cache_explorable_appends_and_shares_heads(browser, built_site: Path)
         one = page.get_by_role("button", name="Append a token")
         one.click()
         assert _check_cache(page)["tokens"] == first["tokens"] + 1
-        kv = page.get_by_label("Key/value heads H_kv", exact=True)
+        kv = page.get_by_label("Key/value heads H kv", exact=True)
         options = kv.locator("option").all_inner_texts()
         assert [int(o) for o in options] == [
             h for h in range(1, llama.num_heads + 1) if llama.num_heads % h == 0

@@ -262,8 +262,9 @@ def test_the_grid_is_one_tab_stop_and_arrow_keys_move_in_it(live_page) -> None:
 def test_on_a_phone_every_head_is_a_44_px_target_and_the_page_does_not_widen(
     browser, live_url: str
 ) -> None:
-    """At 390 px with touch, each of the 72 head buttons is at least 44 px square; a layer's
-    twelve heads scroll inside the grid, and the page itself does not scroll sideways."""
+    """At 390 px with touch, each of the 72 head buttons is at least 44 px wide and 44 px tall
+    as drawn; a layer's twelve heads scroll inside the grid (the last one can be scrolled to
+    and tapped, its outline inside the grid), and the page itself does not scroll sideways."""
     context = browser.new_context(
         viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True
     )
@@ -276,16 +277,37 @@ def test_on_a_phone_every_head_is_a_44_px_target_and_the_page_does_not_widen(
         page.wait_for_function(FINISHED, timeout=RUN_TIMEOUT_MS)
         boxes = page.eval_on_selector_all(
             ".mha-live-grid button.mha-live-cell",
-            "bs => bs.map(b => [b.offsetWidth, b.offsetHeight])",
+            "bs => bs.map(b => { const r = b.getBoundingClientRect();"
+            " return [b.getAttribute('aria-label'), r.width, r.height]; })",
         )
         assert len(boxes) == 72
-        assert min(min(box) for box in boxes) >= 44, "a head button under 44 px on a phone"
+        narrow = [(name, width) for name, width, _ in boxes if width < 44]
+        assert not narrow, f"head buttons under 44 px wide on a phone: {narrow[:3]}"
+        short = [(name, height) for name, _, height in boxes if height < 44]
+        assert not short, f"head buttons under 44 px tall on a phone: {short[:3]}"
         page_width = page.evaluate("document.documentElement.scrollWidth")
         assert page_width <= 390, f"the page scrolls sideways: {page_width} px wide"
         grid = page.eval_on_selector(
             ".mha-live-grid", "g => [g.scrollWidth, g.clientWidth, getComputedStyle(g).overflowX]"
         )
         assert grid[0] > grid[1] and grid[2] == "auto", grid
+        last = page.locator('.mha-live-grid button.mha-live-cell[data-layer="0"][data-head="11"]')
+        last.scroll_into_view_if_needed()
+        last.tap()
+        assert last.get_attribute("aria-pressed") == "true", "head 1.12 cannot be tapped"
+        # the outline (3 px, 1 px away) of the chosen head is not cut off by the scrolling grid
+        inside = page.evaluate(
+            """() => {
+            const g = document.querySelector('.mha-live-grid');
+            const b = g.querySelector('[aria-pressed=true]').getBoundingClientRect();
+            const r = g.getBoundingClientRect();
+            return b.left - 4 >= r.left + g.clientLeft && b.top - 4 >= r.top + g.clientTop
+                && b.right + 4 <= r.left + g.clientLeft + g.clientWidth
+                && b.bottom + 4 <= r.top + g.clientTop + g.clientHeight;
+        }"""
+        )
+        assert inside, "the chosen head's outline is cut off by the grid's edge"
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
     finally:
         context.close()
 
