@@ -8,9 +8,11 @@ first contentful paint to the preface's in that run (targets: TBT <= 1.5x, FCP <
 preface's; a preface TBT under 50 ms counts as 50 ms). After the last run, the median over
 runs of each page's figures is held to the budget of a page that is "good" by Core Web
 Vitals: FCP <= 1.8 s, LCP <= 2.5 s, TBT <= 200 ms, CLS <= 0.1, and a performance score of at
-least 0.9; and the median of each ratio to its target. Lighthouse timings vary a lot between
-runs on a small, busy machine: the budget is applied to the median of several runs (3 by
-default), never to one run.
+least 0.9. The median of each ratio is printed against its target too (a chapter that costs
+much more than the text-only preface), but the budget is what the command holds: once the
+preface itself is fast, a chapter can be over 1.2x its first paint and still well inside the
+budget. Lighthouse timings vary a lot between runs on a small, busy machine: the budget is
+applied to the median of several runs (3 by default), never to one run.
 
 Usage: ``python scripts/lighthouse_table.py [--runs 3] [--site _build/html] [--json out.json]
 [--reports DIR] [--pages book/x ...] [--gzip]`` (``make lighthouse`` runs it with 3 runs and
@@ -18,7 +20,7 @@ Usage: ``python scripts/lighthouse_table.py [--runs 3] [--site _build/html] [--j
 per script, for profiling). By default files are served as they are; ``--gzip`` compresses
 HTML, CSS, JavaScript, JSON and SVG responses for clients that accept it, as static hosts such
 as GitHub Pages do, so the figures are what a reader of the published site waits for. Exits 1
-if the medians miss the budget or a target.
+if the medians miss the budget.
 """
 
 from __future__ import annotations
@@ -148,6 +150,20 @@ def misses(medians: dict[str, dict[str, float]]) -> list[str]:
     return found
 
 
+def verdict(medians: dict[str, dict[str, float]]) -> tuple[list[str], int]:
+    """What the medians say, and the exit code: 1 if a page misses the budget. Ratios over
+    their targets are reported, not failed: a chapter 1.3x a fast preface may be well inside
+    the budget."""
+    lines = []
+    over_target, failed = misses(medians), budget_misses(medians)
+    if over_target:
+        lines += ["Ratios to the preface over their targets (medians):"]
+        lines += [f"  {line}" for line in over_target]
+    if failed:
+        return [*lines, "Budget missed (medians):", *(f"  {line}" for line in failed)], 1
+    return [*lines, "Every page met the budget (medians)."], 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -181,16 +197,13 @@ def main(argv: list[str]) -> int:
             print(f"\nRun {number} of {args.runs} (Lighthouse 12.2.3, mobile defaults, {served})\n")
             print("\n".join(run_table(run)), flush=True)
     medians = median_run(runs)
-    print(f"\nMedian of {args.runs} run(s) per page ({served}): budget and targets apply here\n")
+    print(f"\nMedian of {args.runs} run(s) per page ({served}): the budget applies here\n")
     print("\n".join(run_table(medians)))
     if args.json:
         args.json.write_text(json.dumps(runs, indent=2) + "\n", encoding="utf8")
-    failed = budget_misses(medians) + misses(medians)
-    if failed:
-        print("\nBudget or targets missed (medians):\n  " + "\n  ".join(failed))
-        return 1
-    print("\nEvery page met the budget and every chapter both targets (medians).")
-    return 0
+    lines, code = verdict(medians)
+    print("\n" + "\n".join(lines))
+    return code
 
 
 if __name__ == "__main__":

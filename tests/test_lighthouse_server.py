@@ -87,6 +87,18 @@ def test_table_marks_figures_over_the_budget_and_ratios_over_the_targets():
     assert "TBT 3.00x" in "\n".join(lighthouse_table.misses(medians))
 
 
+def test_the_command_fails_on_the_budget_and_reports_the_ratios():
+    fast_preface = {
+        "book/preface": _figures(1000, 1200, 10, 0.0, 0.99),
+        "book/x": _figures(1500, 2000, 150, 0.0, 0.95),  # within the budget, 1.5x the FCP
+    }
+    lines, code = lighthouse_table.verdict(lighthouse_table.median_run([fast_preface] * 3))
+    assert code == 0 and "FCP 1.50x" in "\n".join(lines) and "met the budget" in lines[-1]
+    slow = dict(fast_preface, **{"book/x": _figures(1900, 2000, 150, 0.0, 0.95)})
+    lines, code = lighthouse_table.verdict(lighthouse_table.median_run([slow] * 3))
+    assert code == 1 and "book/x: median FCP 1.9e+03 (budget <= 1800)" in "\n".join(lines)
+
+
 def test_a_preface_that_hardly_blocks_is_compared_as_blocking_the_floor():
     """A ratio to a preface TBT of 0 or a few ms says nothing: the floor stands in for it."""
     run = {
