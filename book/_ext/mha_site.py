@@ -731,9 +731,9 @@ def first_screen_end(page: str) -> int:
 def draw_formulas_when_near(page: str, data_url: str, drawer_url: str) -> tuple[str, str | None]:
     """A typeset page whose formulas off the first screen are drawn when they come near.
 
-    Each such formula keeps its container, its assistive MathML (read by screen readers and
-    copied with the text) and its ``<svg>`` element with the drawing's size and baseline, so
-    the page's layout is final at once; the drawing inside it (``data-mha-svg``: its index) and
+    Each such formula keeps its container, its assistive MathML (read by screen readers) and
+    its ``<svg>`` element with the drawing's size and baseline, so the page's layout is final
+    at once; the drawing inside it (``data-mha-svg``: its index) and
     the glyph shapes only those drawings use move to a script of the page (``data_url``),
     which ``mha-math-svg.js`` (``drawer_url``) puts back as each formula comes within a screen
     of the viewport, and all of them before printing. Both scripts are deferred: they do not

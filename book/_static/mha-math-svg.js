@@ -2,7 +2,7 @@
 
    The site typesets every formula when it is built (MathJax's SVG). The formulas of a page's
    first screen are drawn in the page; every other formula is in the page too, with its
-   assistive MathML (what screen readers read and copying takes) and an empty <svg> of the
+   assistive MathML (what screen readers read) and an empty <svg> of the
    drawing's size (so nothing moves when it is drawn), marked `data-mha-svg` with its index.
    The drawings and the glyph shapes they use are in the page's own script
    (_static/math/<page>.js, deferred before this one: it sets `window.mhaMathSvg`, and loads
