@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -96,16 +97,21 @@ def other_names(text: str) -> list[str]:
     return found
 
 
+def cell_trees(text: str) -> Iterator[ast.AST]:
+    """The syntax tree of each code cell of a chapter that parses as Python."""
+    for cell in CODE_CELL.finditer(text):
+        try:
+            yield ast.parse(cell["code"])
+        except SyntaxError:
+            continue
+
+
 def cell_strings(text: str) -> str:
     """The text that the code cells of a chapter print: their string literals, one per line,
     an f-string's fields as ``{}`` (``f"head {head_name(0, 2)}"`` reads ``head {}``), so that
     a head name typed into a computed sentence is read as the prose's own."""
     found = []
-    for cell in CODE_CELL.finditer(text):
-        try:
-            tree = ast.parse(cell["code"])
-        except SyntaxError:
-            continue
+    for tree in cell_trees(text):
         inside = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.JoinedStr):
@@ -209,11 +215,7 @@ def self_made_names(text: str) -> list[str]:
     """f-string fields of the code cells that print a head ("head {...}") without
     ``head_name``: a name made by hand, which may count from 0 or differ from the book's."""
     found = []
-    for cell in CODE_CELL.finditer(text):
-        try:
-            tree = ast.parse(cell["code"])
-        except SyntaxError:
-            continue
+    for tree in cell_trees(text):
         for node in ast.walk(tree):
             if not isinstance(node, ast.JoinedStr):
                 continue
