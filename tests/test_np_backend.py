@@ -10,7 +10,7 @@ import pytest
 
 from mha import MHAParams, init_params
 from mha.backends import np_backend
-from mha.core import _overflow
+from mha.core._checks import layer
 from mha.numerics import tolerance
 
 F64 = np.float64
@@ -415,7 +415,7 @@ def test_inputs_up_to_the_bound_are_computed_without_a_second_pass(monkeypatch) 
     def fail(*args):
         raise AssertionError("the overflow search ran")
 
-    monkeypatch.setattr(_overflow, "mha_overflow", fail)
+    monkeypatch.setattr(layer, "mha_overflow", fail)
     p = init_params(8, 2, dtype=np.float32)
     x = (np.random.default_rng(0).standard_normal((2, 3, 8)) * 1e6).astype(np.float32)
     out, _ = np_backend.multi_head_attention(x, x, x, p)

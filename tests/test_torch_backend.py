@@ -15,8 +15,8 @@ from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import mha
 from mha import init_params, to_torch_attn_mask, to_torch_mha
-from mha.backends import _torch_func, np_backend, torch_backend
-from mha.core.masks import AmbiguousMaskWarning
+from mha.backends import cpu_shortcuts, np_backend, torch_backend, torch_checks
+from mha.core.mask_rules import AmbiguousMaskWarning
 from mha.numerics import backward, tolerance
 
 FORMS = ("per_head", "fused", "packed")
@@ -459,7 +459,7 @@ def test_a_single_non_finite_entry_anywhere_is_rejected(
     dtype: torch.dtype, bad: float, shortcuts: bool
 ) -> None:
     p = init_params(4, 2, seed=0).to_torch(dtype)
-    with torch_backend.cpu_shortcuts(shortcuts):
+    with cpu_shortcuts.use(shortcuts):
         _check_non_finite_entries_are_rejected(p, dtype, bad)
 
 
@@ -519,7 +519,7 @@ def test_in_place_softmax_equals_the_recorded_softmax_exactly(
     kept = None if mask is None else mask.clone()
     expected = torch_backend._softmax(scores, mask)  # the recording path's softmax, out of place
     buffer = scores.clone()
-    weights = torch_backend._softmax_(buffer, mask)
+    weights = cpu_shortcuts.softmax_in_place(buffer, mask)
     assert weights.data_ptr() == buffer.data_ptr()  # written over the scores
     # exact: the same softmax kernel on the same values
     assert weights.dtype == dtype and torch.equal(weights, expected)
@@ -565,7 +565,7 @@ def test_plain_path_gives_the_shortcut_paths_results_to_rounding(form, mask_name
     p = init_params(D, H, seed=4).to_torch(dtype)
     with torch.inference_mode():
         out, w = torch_backend.multi_head_attention(q, k, v, p, mask, form=form)
-        with torch_backend.cpu_shortcuts(False):
+        with cpu_shortcuts.use(False):
             out_plain, w_plain = torch_backend.multi_head_attention(q, k, v, p, mask, form=form)
     out_tol, w_tol = tolerance.attention_tolerance(q, k, v, p, mask)
     tolerance.assert_close(out, out_plain, out_tol)
@@ -573,42 +573,48 @@ def test_plain_path_gives_the_shortcut_paths_results_to_rounding(form, mask_name
 
 
 def test_cpu_shortcuts_decide_which_path_runs(monkeypatch) -> None:
-    calls = {"buffer": 0, "numpy finiteness": 0}
-    real_buffer, real_finite = torch_backend._empty_scores, torch_backend._max_abs_by_numpy
-
-    def buffer(*args):
-        calls["buffer"] += 1
-        return real_buffer(*args)
-
-    def finite(x):
-        calls["numpy finiteness"] += 1
-        return real_finite(x)
-
-    monkeypatch.setattr(torch_backend, "_empty_scores", buffer)
-    monkeypatch.setattr(torch_backend, "_max_abs_by_numpy", finite)
+    buffers = []
+    real_buffer = cpu_shortcuts._empty
+    monkeypatch.setattr(cpu_shortcuts, "_empty", lambda *a: buffers.append(1) or real_buffer(*a))
     x = randn(B, L, D, dtype=torch.float32)
     p = init_params(D, H).to_torch(torch.float32)
-    with torch.inference_mode(), torch_backend.cpu_shortcuts(False):
+    with torch.inference_mode(), cpu_shortcuts.use(False):
         torch_backend.multi_head_attention(x, x, x, p)
-    assert calls == {"buffer": 0, "numpy finiteness": 0}
+    assert buffers == []
     with torch.inference_mode():
         torch_backend.multi_head_attention(x, x, x, p)
-    assert calls["buffer"] == 1 and calls["numpy finiteness"] == 5  # x and four parameters
+    assert buffers == [1]
     x_g = x.clone().requires_grad_()
     torch_backend.multi_head_attention(x_g, x_g, x_g, p)  # autograd records: plain path
-    assert calls["buffer"] == 1
+    assert buffers == [1]
+    with torch.inference_mode():  # torch.func's vmap wraps the tensors: plain path
+        torch.func.vmap(lambda a: torch_backend.multi_head_attention(a, a, a, p)[0])(x[:, None])
+    assert buffers == [1]
+
+
+@pytest.mark.parametrize(("dtype", "by_numpy"), [(torch.float32, True), (torch.bfloat16, False)])
+def test_float_tensors_on_the_cpu_are_read_by_numpy(monkeypatch, dtype, by_numpy) -> None:
+    """A float32/float64 CPU tensor is reduced through a NumPy view; others by aminmax."""
+    reads = []
+    aminmax = torch.aminmax
+    monkeypatch.setattr(torch, "aminmax", lambda *a, **k: reads.append(1) or aminmax(*a, **k))
+    x = randn(B, L, D, dtype=dtype)
+    assert torch_checks.TENSORS.max_abs(x) == x.abs().max().item()  # exact: the largest entry
+    assert reads == ([] if by_numpy else [1])
+    x[1, 2, 3] = math.nan
+    assert torch_checks.TENSORS.max_abs(x) == math.inf
 
 
 def test_cpu_shortcuts_restore_the_setting_and_take_a_bool() -> None:
-    assert torch_backend._SHORTCUTS.get() is True
-    with torch_backend.cpu_shortcuts(False):
-        assert torch_backend._SHORTCUTS.get() is False
-        with torch_backend.cpu_shortcuts(True):
-            assert torch_backend._SHORTCUTS.get() is True
-        assert torch_backend._SHORTCUTS.get() is False
-    assert torch_backend._SHORTCUTS.get() is True
+    assert cpu_shortcuts._SHORTCUTS.get() is True
+    with cpu_shortcuts.use(False):
+        assert cpu_shortcuts._SHORTCUTS.get() is False
+        with cpu_shortcuts.use(True):
+            assert cpu_shortcuts._SHORTCUTS.get() is True
+        assert cpu_shortcuts._SHORTCUTS.get() is False
+    assert cpu_shortcuts._SHORTCUTS.get() is True
     with pytest.raises(TypeError, match="enabled must be a bool; got int 0"):
-        torch_backend.cpu_shortcuts(0).__enter__()
+        cpu_shortcuts.use(0).__enter__()
 
 
 # ---- the edges of the contract: meta tensors, torch.func, views, empty batches -------------
@@ -813,7 +819,7 @@ def test_value_checks_refuse_overflow_and_nan_by_default_and_skip_them_when_off(
         call(huge, huge, huge, params)
     with pytest.raises(ValueError, match="query must be finite; got NaN or infinite values"):
         call(nan, nan, nan, params)
-    with torch_backend.value_checks(False):
+    with torch_checks.value_checks(False):
         out, _ = call(huge, huge, huge, params)  # accepted: PyTorch's answer, unchecked
         assert out.shape == huge.shape
         out, weights = call(nan, nan, nan, params)
@@ -829,35 +835,33 @@ def test_value_checks_refuse_overflow_and_nan_by_default_and_skip_them_when_off(
 
 
 def test_value_checks_off_read_no_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The checks' reductions (aminmax on the plain path) do not run: no synchronisation."""
+    """The checks' reductions do not run: no synchronisation."""
     params, _, _ = _huge_and_nan()
     x = torch.randn(2, 5, D)
     reads = []
-    aminmax = torch.aminmax
-    monkeypatch.setattr(torch, "aminmax", lambda *a, **k: reads.append(1) or aminmax(*a, **k))
-    with torch_backend.cpu_shortcuts(False):
-        torch_backend.multi_head_attention(x, x, x, params)
-        arrays = [getattr(params, name) for name in ("w_qkv", "w_o", "b_qkv", "b_o")]
-        assert len(reads) == 1 + sum(a is not None for a in arrays)  # x once, each parameter
-        reads.clear()
-        with torch_backend.value_checks(False):
-            on, _ = torch_backend.multi_head_attention(x, x, x, params)
-            torch_backend.layer_norm(x)
-        assert reads == []
-        off, _ = torch_backend.multi_head_attention(x, x, x, params)
-    assert torch.equal(on, off)  # exact: the checks only read, the same code computes
+    read = torch_checks._extremes_max_abs
+    monkeypatch.setattr(torch_checks, "_extremes_max_abs", lambda t: reads.append(1) or read(t))
+    checked, _ = torch_backend.multi_head_attention(x, x, x, params)
+    arrays = [getattr(params, name) for name in ("w_qkv", "w_o", "b_qkv", "b_o")]
+    assert len(reads) == 1 + sum(a is not None for a in arrays)  # x once, each parameter
+    reads.clear()
+    with torch_checks.value_checks(False):
+        unchecked, _ = torch_backend.multi_head_attention(x, x, x, params)
+        torch_backend.layer_norm(x)
+    assert reads == []
+    assert torch.equal(checked, unchecked)  # exact: the checks only read, the same code computes
 
 
 def test_value_checks_are_restored_after_the_block_even_on_an_exception() -> None:
     params, _, nan = _huge_and_nan()
-    with pytest.raises(RuntimeError, match="inside the block"), torch_backend.value_checks(False):
+    with pytest.raises(RuntimeError, match="inside the block"), torch_checks.value_checks(False):
         torch_backend.multi_head_attention(nan, nan, nan, params)  # accepted: checks off
         raise RuntimeError("inside the block")
     with pytest.raises(ValueError, match="query must be finite"):
         torch_backend.multi_head_attention(nan, nan, nan, params)
     with (
-        torch_backend.value_checks(False),
-        torch_backend.value_checks(True),  # the inner block wins
+        torch_checks.value_checks(False),
+        torch_checks.value_checks(True),  # the inner block wins
         pytest.raises(ValueError, match="query must be finite"),
     ):
         torch_backend.multi_head_attention(nan, nan, nan, params)
@@ -875,7 +879,7 @@ def test_value_checks_apply_to_the_thread_that_switched_them() -> None:
             return True
         return False
 
-    with torch_backend.value_checks(False), ThreadPoolExecutor(1) as pool:
+    with torch_checks.value_checks(False), ThreadPoolExecutor(1) as pool:
         assert not refused()
         assert pool.submit(refused).result()  # another thread keeps the default: on
 
@@ -883,7 +887,7 @@ def test_value_checks_apply_to_the_thread_that_switched_them() -> None:
 def test_value_checks_take_a_bool() -> None:
     with (
         pytest.raises(TypeError, match="enabled must be a bool; got"),
-        torch_backend.value_checks(0),
+        torch_checks.value_checks(0),
     ):
         pass
 
@@ -893,8 +897,8 @@ def test_value_checks_take_a_bool() -> None:
 
 def test_the_private_torch_func_names_the_backend_reads_exist_and_work() -> None:
     """Fails (never skips), naming each missing name, if a PyTorch version removes one."""
-    internals = _torch_func.functorch_internals()  # ImportError names what is missing
-    assert _torch_func.FUNCTORCH is not None
+    internals = torch_checks.functorch_internals()  # ImportError names what is missing
+    assert torch_checks._functorch() is not None
     seen = []
 
     def look(row: torch.Tensor) -> torch.Tensor:
@@ -934,4 +938,4 @@ def test_a_missing_private_torch_func_name_is_named(monkeypatch: pytest.MonkeyPa
         ImportError,
         match=r"lacks the private torch.func names .*: torch\._C\._functorch\.get_unwrapped$",
     ):
-        _torch_func.functorch_internals()
+        torch_checks.functorch_internals()
