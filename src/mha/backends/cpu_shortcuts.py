@@ -34,7 +34,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from mha.core._checks.arguments import check_bool
+from mha.core._tools import switched
 
 _SHORTCUTS = contextvars.ContextVar("mha_cpu_shortcuts", default=True)
 _NUMPY_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
@@ -57,12 +57,8 @@ def use(enabled: bool) -> Iterator[None]:
     Raises:
         TypeError: if ``enabled`` is not a bool.
     """
-    check_bool("enabled", enabled)
-    token = _SHORTCUTS.set(enabled)
-    try:
+    with switched(_SHORTCUTS, enabled):
         yield
-    finally:
-        _SHORTCUTS.reset(token)
 
 
 def applies(*tensors: torch.Tensor | None) -> bool:
@@ -107,17 +103,16 @@ def attend(
     shortcuts of the module docstring; only where :func:`applies` says so.
 
     Args:
-        q: queries.
-        k: keys.
-        v: values.
-        mask: boolean, True = may attend, or ``None``.
+        q: the queries, ``(..., L, Dh)``.
+        k: the keys, ``(..., S, Dh)``.
+        v: the values, ``(..., S, Dv)``.
+        mask: ``None`` or a boolean mask (True = may attend) broadcasting to ``(..., L, S)``.
 
     Shape:
-        q ``(..., L, Dh)``, k ``(..., S, Dh)``, v ``(..., S, Dv)``. Returns ``(..., L, Dv)``
-        and ``(..., L, S)``.
+        As :func:`mha.backends.torch_backend.attend`.
 
     Returns:
-        ``(output, weights)``.
+        The output ``(..., L, Dv)`` and the weights, a tensor allocated by NumPy when it can.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
     q = torch.mul(q, scale, out=torch.empty(q.shape, dtype=q.dtype))  # contiguous
@@ -138,21 +133,21 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 
 def softmax_in_place(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """The masked softmax of :func:`mha.backends.torch_backend.softmax`, written over ``scores``.
+    """The softmax of :func:`mha.backends.torch_backend.softmax` computed in the scores' memory.
 
     The same operations in the same order, so the result equals the plain softmax's exactly.
     Low-precision scores are normalised in a float32 copy that is then rounded back into
     ``scores``, as the plain softmax rounds its float32 result.
 
     Args:
-        scores: the scores, overwritten.
-        mask: boolean, True = may attend, or ``None``.
+        scores: a tensor of scores, which receives the weights.
+        mask: ``None`` or a boolean tensor (True = may attend) that broadcasts to ``scores``.
 
     Shape:
-        scores ``(..., L, S)``; mask broadcastable to it. Returns ``(..., L, S)``.
+        ``(..., L, S)`` in and out.
 
     Returns:
-        ``scores``, now holding the weights.
+        ``scores`` itself.
     """
     low = scores.dtype in (torch.float16, torch.bfloat16)
     work = scores.float() if low else scores  # (..., L, S)

@@ -117,10 +117,7 @@ def softmax_in_place(scores: np.ndarray, mask: np.ndarray | None = None) -> np.n
     kind_errors=", or a masked array",
 )
 def scaled_dot_product_attention(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    mask: np.ndarray | None = None,
+    query: np.ndarray, key: np.ndarray, value: np.ndarray, mask: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     magnitudes = arrays.check_attention(query, key, value, mask, NUMPY)
     out, weights = _attend(query, key, value, mask)
@@ -217,37 +214,28 @@ def attention_heads(
     return out.reshape(B, H, L, v.shape[-1]), weights.reshape(B, H, L, S)  # G heads per group
 
 
-def attention_per_head(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    params: MHAParams,
-    mask: np.ndarray | None = None,
-    *,
-    cache: None = None,
-    need_weights: bool = True,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """The per-head form: a loop over heads, each with three projections of width Dh.
+def attention_per_head(query, key, value, params, mask=None, *, cache=None, need_weights=True):
+    """The per-head form: a loop over the heads, each projecting the inputs to width Dh.
 
     Args:
-        query, key, value, params, mask, need_weights: as in :func:`multi_head_attention`.
-        cache: ``None``: a cache holds every head's keys, and this form makes one head's.
+        query, key, value, params, mask, need_weights: those of :func:`multi_head_attention`.
+        cache: unused (``None``): a cache holds every head's keys, and the loop makes one's.
 
     Shape:
-        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns ``(B, L, D)`` and
-        ``(B, H, L, S)``.
+        Returns ``(B, L, D)`` and ``(B, H, L, S)``.
 
     Returns:
-        ``(output, weights)``; ``weights`` is ``None`` when ``need_weights`` is False.
+        ``(output, weights)``; no weights (``None``) without ``need_weights``.
     """
     heads, weights = [], []
+    scale = 1 / math.sqrt(params.d_head)
     for h in range(params.num_heads):
         p = params.head(h)  # head h's columns of W^Q, W^K and W^V, and of the biases
         q = linear(query, p["w_q"], p["b_q"])  # (B, L, D) -> (B, L, Dh)
         k = linear(key, p["w_k"], p["b_k"])  # (B, S, D) -> (B, S, Dh)
         v = linear(value, p["w_v"], p["b_v"])  # (B, S, D) -> (B, S, Dh)
-        scores = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])  # (B, L, Dh) @ (B, Dh, S)
-        a = softmax_in_place(scores, head_slice(mask, h))  # (B, L, S), rows sum to 1
+        scores = q @ k.swapaxes(-1, -2) * scale  # (B, L, Dh) @ (B, Dh, S) -> (B, L, S)
+        a = softmax_in_place(scores, head_slice(mask, h))  # (B, L, S): each row sums to 1
         heads.append(a @ v)  # (B, L, S) @ (B, S, Dh) -> (B, L, Dh)
         if need_weights:
             weights.append(a)
@@ -256,118 +244,88 @@ def attention_per_head(
     return out, (np.stack(weights, axis=1) if need_weights else None)  # (B, H, L, S)
 
 
-def attention_fused(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    params: MHAParams,
-    mask: np.ndarray | None = None,
-    *,
-    cache: KVCache | None = None,
-    need_weights: bool = True,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """The fused form: one projection each for Q, K and V, split into heads, every head at once.
+def attention_fused(query, key, value, params, mask=None, *, cache=None, need_weights=True):
+    """The fused form: one projection each for Q, K and V, split into heads, all heads at once.
 
     Args:
-        query, key, value, params, mask, cache, need_weights: as in
-            :func:`multi_head_attention` (``cache.extend`` appends the new keys and values).
+        query, key, value, params, mask, cache, need_weights: those of
+            :func:`multi_head_attention`; ``cache.extend`` appends the new keys and values.
 
     Shape:
-        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns ``(B, L, D)`` and
-        ``(B, H, L, S)``.
+        Returns ``(B, L, D)`` and ``(B, H, L, S)``.
 
     Returns:
-        ``(output, weights)``; ``weights`` is ``None`` when ``need_weights`` is False.
+        ``(output, weights)``; no weights (``None``) without ``need_weights``.
     """
     H, H_kv = params.num_heads, params.num_kv_heads
     q = split_heads(linear(query, params.w_q, params.b_q), H)  # (B, L, D) -> (B, H, L, Dh)
     k = split_heads(linear(key, params.w_k, params.b_k), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
-    v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
-    if cache is not None:  # decoding: attend to the cached positions, then these
+    v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
+    if cache is not None:  # decoding: the cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
     out, weights = attention_heads(q, k, v, mask)  # (B, H, L, Dh), (B, H, L, S)
     out = linear(merge_heads(out), params.w_o, params.b_o)  # (B, H, L, Dh) -> (B, L, D)
     return out, (weights if need_weights else None)
 
 
-def attention_packed(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    params: MHAParams,
-    mask: np.ndarray | None = None,
-    *,
-    cache: KVCache | None = None,
-    need_weights: bool = True,
-) -> tuple[np.ndarray, np.ndarray | None]:
+def attention_packed(query, key, value, params, mask=None, *, cache=None, need_weights=True):
     """The packed form: self-attention projects Q, K and V in one product with ``W_qkv``.
 
     For cross-attention the query is projected alone and key and value (the same array)
     share one product; distinct key and value arrays take the fused form's three products.
 
     Args:
-        query, key, value, params, mask, cache, need_weights: as in :func:`attention_fused`.
+        query, key, value, params, mask, cache, need_weights: those of :func:`attention_fused`.
 
     Shape:
-        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns ``(B, L, D)`` and
-        ``(B, H, L, S)``.
+        Returns ``(B, L, D)`` and ``(B, H, L, S)``.
 
     Returns:
-        ``(output, weights)``; ``weights`` is ``None`` when ``need_weights`` is False.
+        ``(output, weights)``: those of :func:`attention_fused`.
     """
     if key is not value:
         return attention_fused(
             query, key, value, params, mask, cache=cache, need_weights=need_weights
         )
     D, kv = params.d_model, params.kv_width
-    if query is key:  # self-attention: one product
+    if query is key:  # self-attention: one product, (B, L, D) -> (B, L, D + 2 H_kv Dh)
         q, k, v = np.split(linear(query, params.w_qkv, params.b_qkv), [D, D + kv], axis=-1)
-    else:  # cross-attention: keys and values share one product
-        q = linear(query, params.w_q, params.b_q)  # (B, L, D)
-        k, v = np.split(linear(key, *params.packed("kv")), 2, axis=-1)  # 2 x (B, S, H_kv Dh)
+    else:  # cross-attention: keys and values share one product, (B, S, D) -> (B, S, 2 H_kv Dh)
+        q = linear(query, params.w_q, params.b_q)
+        k, v = np.split(linear(key, *params.packed("kv")), 2, axis=-1)
     q = split_heads(q, params.num_heads)  # (B, L, D) -> (B, H, L, Dh)
-    k, v = split_heads(k, params.num_kv_heads), split_heads(v, params.num_kv_heads)
-    if cache is not None:  # decoding: attend to the cached positions, then these
+    k, v = (split_heads(x, params.num_kv_heads) for x in (k, v))  # -> (B, H_kv, S, Dh)
+    if cache is not None:  # decoding: the cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
     out, weights = attention_heads(q, k, v, mask)  # (B, H, L, Dh), (B, H, L, S)
-    out = linear(merge_heads(out), params.w_o, params.b_o)  # (B, H, L, Dh) -> (B, L, D)
-    return out, (weights if need_weights else None)
+    return linear(merge_heads(out), params.w_o, params.b_o), (weights if need_weights else None)
 
 
-def attention_tiled(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    params: MHAParams,
-    mask: np.ndarray | None = None,
-    *,
-    cache: KVCache | None = None,
-    need_weights: bool = False,
-) -> tuple[np.ndarray, None]:
-    """The tiled form: the fused projections, then attention tile by tile, never forming the
-    ``(B, H, L, S)`` scores (:func:`mha.backends.tiled.attention_tiles`); it has no weights.
+def attention_tiled(query, key, value, params, mask=None, *, cache=None, need_weights=False):
+    """The tiled form: attention one tile at a time (:func:`mha.backends.tiled.attention_tiles`),
+    never forming the ``(B, H, L, S)`` scores, so it has no weights to return.
 
     Args:
-        query, key, value, params, mask, cache: as in :func:`attention_fused`.
-        need_weights: must be False (the checks of :func:`multi_head_attention` say so).
+        query, key, value, params, mask, cache: those of :func:`attention_fused`.
+        need_weights: False (:func:`multi_head_attention` refuses True).
 
     Shape:
-        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns ``(B, L, D)``.
+        Returns ``(B, L, D)``.
 
     Returns:
         ``(output, None)``.
     """
     H, H_kv = params.num_heads, params.num_kv_heads
-    q = split_heads(linear(query, params.w_q, params.b_q), H)  # (B, L, D) -> (B, H, L, Dh)
     k = split_heads(linear(key, params.w_k, params.b_k), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
-    v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
-    if cache is not None:  # decoding: attend to the cached positions, then these
-        k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
+    v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
+    if cache is not None:  # decoding: the cached positions first, then these
+        k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
+    q = split_heads(linear(query, params.w_q, params.b_q), H)  # (B, L, D) -> (B, H, L, Dh)
     B, _, L, Dh = q.shape
     q = q.reshape(B, H_kv, H // H_kv, L, Dh)  # (B, H, L, Dh) -> (B, H_kv, G, L, Dh)
-    out = tiled.attention_tiles(q, k[:, :, None], v[:, :, None], group_mask(mask, H_kv))[0]
+    out, _ = tiled.attention_tiles(q, k[:, :, None], v[:, :, None], group_mask(mask, H_kv))
     out = out.reshape(B, H, L, Dh)  # (B, H_kv, G, L, Dh) -> (B, H, L, Dh)
-    return linear(merge_heads(out), params.w_o, params.b_o), None  # -> (B, L, D)
+    return linear(merge_heads(out), params.w_o, params.b_o), None  # (B, H, L, Dh) -> (B, L, D)
 
 
 _FORMS = {
@@ -393,11 +351,11 @@ _FORMS = {
     tiled_errors=", weights requested from the tiled form",
 )
 def multi_head_attention(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
+    query: np.ndarray,  # (B, L, D)
+    key: np.ndarray,  # (B, S, D)
+    value: np.ndarray,  # (B, S, D)
     params: MHAParams,
-    mask: np.ndarray | None = None,
+    mask: np.ndarray | None = None,  # broadcastable to (B, H, L, S)
     *,
     form: str = "fused",
     need_weights: bool = True,

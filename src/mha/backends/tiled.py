@@ -57,6 +57,8 @@ from mha.core._checks.numpy_arrays import NUMPY
 DEFAULT_BLOCK_Q = 128
 DEFAULT_BLOCK_KV = 128
 
+BLOCKS = (DEFAULT_BLOCK_Q, DEFAULT_BLOCK_KV)
+
 IOCounter = collections.Counter  # keys "read" and "write": elements moved
 
 
@@ -290,10 +292,10 @@ def _check_attention(
 
 
 def attention(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    mask: np.ndarray | None = None,
+    query: np.ndarray,  # (..., L, Dh)
+    key: np.ndarray,  # (..., S, Dh)
+    value: np.ndarray,  # (..., S, Dv)
+    mask: np.ndarray | None = None,  # broadcastable to (..., L, S)
     *,
     causal: bool = False,
     align: str = "top_left",
@@ -355,17 +357,9 @@ def attention(
     offset = causal_offset(causal, align, L, S)
     if trace is not None and not isinstance(trace, list):
         raise TypeError(f"trace must be a list or None; got {type(trace).__name__}")
+    blocks, io = (block_q, block_kv), io_counter
     out, lse = attention_tiles(
-        query,
-        key,
-        value,
-        mask,
-        causal=causal,
-        offset=offset,
-        block_q=block_q,
-        block_kv=block_kv,
-        io_counter=io_counter,
-        trace=trace,
+        query, key, value, mask, causal=causal, offset=offset, blocks=blocks, io=io, trace=trace
     )
     overflow.check_attention_range(
         "tiled.attention output", out, magnitudes, query, key, value, mask, NUMPY
@@ -374,24 +368,16 @@ def attention(
 
 
 def attention_tiles(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    mask: np.ndarray | None = None,
-    *,
-    causal: bool = False,
-    offset: int = 0,
-    block_q: int = DEFAULT_BLOCK_Q,
-    block_kv: int = DEFAULT_BLOCK_KV,
-    io_counter: IOCounter | None = None,
-    trace: list[TileStep] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+    q, k, v, mask=None, *, causal=False, offset=0, blocks=BLOCKS, io=None, trace=None
+):
     """The tile loop of :func:`attention`, pure math (no checks): the FlashAttention forward.
 
     Args:
-        q, k, v, mask, causal, block_q, block_kv, io_counter, trace: as in :func:`attention`.
+        q, k, v, mask, causal, trace: those of :func:`attention` (queries, keys, values).
         offset: where query 0 sits among the keys when ``causal``
             (:func:`mha.core.mask_rules.causal_offset`).
+        blocks: ``(block_q, block_kv)``, the rows of Q and of K and V in a tile.
+        io: :func:`attention`'s ``io_counter``.
 
     Shape:
         q ``(..., L, Dh)``, k ``(..., S, Dh)``, v ``(..., S, Dv)``. Returns ``(..., L, Dv)``
@@ -400,8 +386,8 @@ def attention_tiles(
     Returns:
         ``(output, lse)``.
     """
+    (block_q, block_kv), (L, S) = blocks, (q.shape[-2], k.shape[-2])
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    L, S = q.shape[-2], k.shape[-2]
     scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
         mask = np.broadcast_to(mask, (*batch, L, S))  # a view: no copy
@@ -409,18 +395,18 @@ def attention_tiles(
     lse = np.empty((*batch, L), dtype=q.dtype)  # (..., L)
     for i0 in range(0, L, block_q):
         rows = slice(i0, min(i0 + block_q, L))
-        q_i = _load(q, _rows(rows), io_counter) * scale  # (..., Br, Dh), scaled once a block
+        q_i = _load(q, _rows(rows), io) * scale  # (..., Br, Dh), scaled once a block
         running = RunningRows((*batch, rows.stop - rows.start), v.shape[-1], q.dtype)
         for j0 in range(0, S, block_kv):
             cols = slice(j0, min(j0 + block_kv, S))
             keep = tile_mask(mask, causal, rows, cols, offset=offset)
             if keep is not False:  # only then are K^(j) and V^(j) loaded
-                s = q_i @ _load(k, _rows(cols), io_counter).swapaxes(-1, -2)  # (..., Br, Bc)
-                running.update(s, keep, _load(v, _rows(cols), io_counter))
+                s = q_i @ _load(k, _rows(cols), io).swapaxes(-1, -2)  # (..., Br, Bc)
+                running.update(s, keep, _load(v, _rows(cols), io))
             if trace is not None:
                 trace.append(running.step(rows, cols, keep is not False))
-        _store(out, _rows(rows), running.output(), io_counter)  # (..., Br, Dv)
-        _store(lse, (..., rows), running.lse(), io_counter)  # (..., Br)
+        _store(out, _rows(rows), running.output(), io)  # (..., Br, Dv)
+        _store(lse, (..., rows), running.lse(), io)  # (..., Br)
     return out, lse
 
 

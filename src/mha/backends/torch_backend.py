@@ -33,6 +33,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from mha.backends import _docs, cpu_shortcuts
 from mha.backends.torch_checks import TENSORS
@@ -61,7 +62,7 @@ def causal_mask(
     device: torch.device | None = None,
     *,
     align: str = "top_left",
-) -> torch.Tensor:
+) -> Tensor:
     kv_len = q_len if kv_len is None else kv_len
     arguments.check_causal(q_len, kv_len, align)
     device = arguments.check_device("device", device)
@@ -70,7 +71,7 @@ def causal_mask(
 
 
 @_docs.shared("key_padding_mask", _docs.TORCH, lengths_type=" (or a meta tensor)")
-def key_padding_mask(lengths: torch.Tensor | list[int], kv_len: int) -> torch.Tensor:
+def key_padding_mask(lengths: Tensor | list[int], kv_len: int) -> Tensor:
     arguments.check_length("kv_len", kv_len, "S")
     if isinstance(lengths, list | tuple) and len(lengths) == 0:
         lengths = torch.zeros(0, dtype=torch.int64)  # an empty list has no dtype to check
@@ -97,23 +98,19 @@ def key_padding_mask(lengths: torch.Tensor | list[int], kv_len: int) -> torch.Te
     low_precision=" Low-precision scores are normalised in float32.",
     differentiable=" (differentiable)",
 )
-def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     arrays.check_softmax(scores, mask, TENSORS)
     return _softmax(scores, mask)
 
 
-def _softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """The masked softmax of :func:`softmax` (no checks)."""
-    low = scores.dtype in (torch.float16, torch.bfloat16)
-    work = scores.float() if low else scores
+def _softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """The masked softmax of :func:`softmax` (no checks), out of place."""
+    work = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
     if mask is None:
-        weights = torch.softmax(work, dim=-1)
-    else:
-        any_allowed = mask.any(dim=-1, keepdim=True)  # (..., L, 1)
-        work = work.masked_fill(~mask, float("-inf"))
-        work = work.masked_fill(~any_allowed, 0.0)  # fully masked rows: finite, then zeroed
-        weights = torch.softmax(work, dim=-1) * any_allowed
-    return weights.to(scores.dtype)
+        return torch.softmax(work, dim=-1).to(scores.dtype)
+    allowed = mask.any(dim=-1, keepdim=True)  # (..., L, 1): False in a fully masked row
+    work = work.masked_fill(~mask, float("-inf")).masked_fill(~allowed, 0.0)  # rows finite
+    return (torch.softmax(work, dim=-1) * allowed).to(scores.dtype)
 
 
 @_docs.shared(
@@ -122,11 +119,8 @@ def _softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     kind_errors=", tensors that are not dense, or tensors on different devices",
 )
 def scaled_dot_product_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     magnitudes = arrays.check_attention(query, key, value, mask, TENSORS)
     out, weights = attend(query, key, value, mask)
     overflow.check_attention_range(
@@ -135,9 +129,7 @@ def scaled_dot_product_attention(
     return out, weights
 
 
-def attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Explicit attention ``softmax(Q K^T / sqrt(Dh)) V``, with its weights (no checks).
 
     Autograd records it. When it does not, on the CPU, :func:`mha.backends.cpu_shortcuts.attend`
@@ -167,7 +159,7 @@ def attend(
 @_docs.shared(
     "split_heads", _docs.TORCH, split_note=" (a view when ``x`` is contiguous in its width)"
 )
-def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+def split_heads(x: Tensor, num_heads: int) -> Tensor:
     arguments.check_rank("x", x, 3, "(B, L, D)")
     B, L, D = x.shape
     arguments.check_sizes(D, num_heads)
@@ -175,14 +167,14 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 @_docs.shared("merge_heads", _docs.TORCH)
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
+def merge_heads(x: Tensor) -> Tensor:
     arguments.check_rank("x", x, 4, "(B, H, L, Dh)")
     B, H, L, Dh = x.shape
     return x.transpose(1, 2).reshape(B, L, H * Dh)  # (B, H, L, Dh) -> (B, L, D)
 
 
 @_docs.shared("linear", _docs.TORCH)
-def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     if b is None:
         return x @ w
     y = torch.addmm(b, x.reshape(-1, x.shape[-1]), w)  # (N, D_in) @ (D_in, D_out), plus b
@@ -190,12 +182,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
 
 
 def attention_heads(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    need_weights: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights: bool = True
+) -> tuple[Tensor, Tensor | None]:
     """``softmax(Q K^T / sqrt(Dh)) V`` for every head at once (no checks).
 
     With ``H_kv`` key/value heads, each serves a group of ``G = H / H_kv`` consecutive query
@@ -248,28 +236,19 @@ def _sdpa(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
 
-def attention_per_head(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    params: MHAParams,
-    mask: torch.Tensor | None = None,
-    *,
-    cache: None = None,
-    need_weights: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The per-head form: a loop over heads, each with three projections of width Dh.
+def attention_per_head(query, key, value, params, mask=None, *, cache=None, need_weights=True):
+    """Multi-head attention as a loop over heads: head ``h`` projects the inputs with its own
+    ``(D, Dh)`` blocks of the weights and attends (:func:`attend`) on its own.
 
     Args:
-        query, key, value, params, mask, need_weights: as in :func:`multi_head_attention`.
-        cache: ``None``: a cache holds every head's keys, and this form makes one head's.
+        query, key, value, params, mask, need_weights: see :func:`multi_head_attention`.
+        cache: ``None`` (a cache holds all heads' keys; the loop makes one head's at a time).
 
     Shape:
-        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns ``(B, L, D)`` and
-        ``(B, H, L, S)``.
+        Returns ``(B, L, D)`` and ``(B, H, L, S)``.
 
     Returns:
-        ``(output, weights)``; ``weights`` is ``None`` when ``need_weights`` is False.
+        The output and the weights (``None`` when ``need_weights`` is False).
     """
     heads, weights = [], []
     for h in range(params.num_heads):
@@ -286,78 +265,58 @@ def attention_per_head(
     return out, (torch.stack(weights, dim=1) if need_weights else None)  # (B, H, L, S)
 
 
-def attention_fused(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    params: MHAParams,
-    mask: torch.Tensor | None = None,
-    *,
-    cache: KVCache | None = None,
-    need_weights: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The fused form: one projection each for Q, K and V, split into heads, every head at once.
+def attention_fused(query, key, value, params, mask=None, *, cache=None, need_weights=True):
+    """Multi-head attention with one ``(D, D)`` projection each for Q, K and V, split into
+    heads that all attend at once (:func:`attention_heads`; without weights, the fast path).
 
     Args:
-        query, key, value, params, mask, cache, need_weights: as in
-            :func:`multi_head_attention` (``cache.extend`` appends the new keys and values).
+        query, key, value, params, mask, cache, need_weights: see
+            :func:`multi_head_attention`; ``cache.extend`` appends the new keys and values.
 
     Shape:
-        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns ``(B, L, D)`` and
-        ``(B, H, L, S)``.
+        Returns ``(B, L, D)`` and ``(B, H, L, S)``.
 
     Returns:
-        ``(output, weights)``; ``weights`` is ``None`` when ``need_weights`` is False.
+        The output and the weights (``None`` when ``need_weights`` is False).
     """
     H, H_kv = params.num_heads, params.num_kv_heads
     q = split_heads(linear(query, params.w_q, params.b_q), H)  # (B, L, D) -> (B, H, L, Dh)
     k = split_heads(linear(key, params.w_k, params.b_k), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
-    v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
-    if cache is not None:  # decoding: attend to the cached positions, then these
-        k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
+    v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
+    if cache is not None:  # a decoding step: every cached key and value, then the new ones
+        k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
     out, weights = attention_heads(q, k, v, mask, need_weights)  # (B, H, L, Dh), (B, H, L, S)
     return linear(merge_heads(out), params.w_o, params.b_o), weights  # -> (B, L, D)
 
 
-def attention_packed(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    params: MHAParams,
-    mask: torch.Tensor | None = None,
-    *,
-    cache: KVCache | None = None,
-    need_weights: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The packed form: self-attention projects Q, K and V in one product with ``W_qkv``.
-
-    For cross-attention the query is projected alone and key and value (the same tensor)
-    share one product; distinct key and value tensors take the fused form's three products.
+def attention_packed(query, key, value, params, mask=None, *, cache=None, need_weights=True):
+    """Multi-head attention whose projections share products: one with ``W_qkv`` when query,
+    key and value are one tensor, one with the key/value columns when only key and value are.
 
     Args:
-        query, key, value, params, mask, cache, need_weights: as in :func:`attention_fused`.
+        query, key, value, params, mask, cache, need_weights: see :func:`attention_fused`,
+            which computes this form when key and value are different tensors.
 
     Shape:
-        query ``(B, L, D)``, key and value ``(B, S, D)``. Returns ``(B, L, D)`` and
-        ``(B, H, L, S)``.
+        Returns ``(B, L, D)`` and ``(B, H, L, S)``.
 
     Returns:
-        ``(output, weights)``; ``weights`` is ``None`` when ``need_weights`` is False.
+        As :func:`attention_fused`.
     """
     if key is not value:
         return attention_fused(
             query, key, value, params, mask, cache=cache, need_weights=need_weights
         )
     D, kv = params.d_model, params.kv_width
-    if query is key:  # self-attention: one product
+    if query is key:  # (B, L, D) @ (D, D + 2 H_kv Dh), split into Q, K and V
         q, k, v = linear(query, params.w_qkv, params.b_qkv).split([D, kv, kv], dim=-1)
-    else:  # cross-attention: keys and values share one product
-        q = linear(query, params.w_q, params.b_q)  # (B, L, D)
-        k, v = linear(key, *params.packed("kv")).split(kv, dim=-1)  # 2 x (B, S, H_kv Dh)
+    else:  # Q alone, then (B, S, D) @ (D, 2 H_kv Dh) split into K and V
+        q = linear(query, params.w_q, params.b_q)
+        k, v = linear(key, *params.packed("kv")).split(kv, dim=-1)
     q = split_heads(q, params.num_heads)  # (B, L, D) -> (B, H, L, Dh)
     k, v = split_heads(k, params.num_kv_heads), split_heads(v, params.num_kv_heads)
-    if cache is not None:  # decoding: attend to the cached positions, then these
-        k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
+    if cache is not None:  # a decoding step: every cached key and value, then the new ones
+        k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
     out, weights = attention_heads(q, k, v, mask, need_weights)  # (B, H, L, Dh), (B, H, L, S)
     return linear(merge_heads(out), params.w_o, params.b_o), weights  # -> (B, L, D)
 
@@ -384,16 +343,16 @@ _FORMS = {"per_head": attention_per_head, "fused": attention_fused, "packed": at
     tiled_errors=' (``"tiled"`` included)',
 )
 def multi_head_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
     params: MHAParams,
-    mask: torch.Tensor | None = None,
+    mask: Tensor | None = None,
     *,
     form: str = "fused",
     need_weights: bool = True,
     cache: KVCache | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+) -> tuple[Tensor, Tensor | None]:
     m = layer.check_mha(query, key, value, params, mask, form, need_weights, TENSORS, cache, FORMS)
     with layer.staged(cache, m, params.d_model) as staged:  # kept only if every check passes
         out, w = _FORMS[form](
@@ -405,11 +364,8 @@ def multi_head_attention(
 
 @_docs.shared("layer_norm", _docs.TORCH, devices=", or tensors on different devices")
 def layer_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    eps: float = 1e-5,
-) -> torch.Tensor:
+    x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+) -> Tensor:
     magnitudes = arrays.check_layer_norm(x, weight, bias, eps, TENSORS)
     bound = overflow.check_layer_norm_variance(x, magnitudes, TENSORS)
     y = F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
@@ -419,16 +375,16 @@ def layer_norm(
 
 @_docs.shared("attention_block", _docs.TORCH, device=" and device")
 def attention_block(
-    x: torch.Tensor,
+    x: Tensor,
     params: MHAParams,
-    mask: torch.Tensor | None = None,
+    mask: Tensor | None = None,
     *,
-    ln_weight: torch.Tensor | None = None,
-    ln_bias: torch.Tensor | None = None,
+    ln_weight: Tensor | None = None,
+    ln_bias: Tensor | None = None,
     eps: float = 1e-5,
     form: str = "fused",
     norm_first: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[Tensor, Tensor]:
     arguments.check_bool("norm_first", norm_first)
     h = layer_norm(x, ln_weight, ln_bias, eps) if norm_first else x
     attn, weights = multi_head_attention(h, h, h, params, mask, form=form)

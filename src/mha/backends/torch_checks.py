@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.core._checks.arguments import check_bool, check_dense, extremes_max_abs
+from mha.core._checks.arguments import check_dense, extremes_max_abs
 from mha.core._checks.arrays import ArrayKind
 from mha.core._checks.numpy_arrays import as_numpy
+from mha.core._tools import switched
 
 FLOATS = (torch.float64, torch.float32, torch.bfloat16)
 """The dtypes the PyTorch backend computes in."""
@@ -77,12 +78,8 @@ def value_checks(enabled: bool) -> Iterator[None]:
     Raises:
         TypeError: if ``enabled`` is not a bool.
     """
-    check_bool("enabled", enabled)
-    token = _VALUE_CHECKS.set(enabled)
-    try:
+    with switched(_VALUE_CHECKS, enabled):
         yield
-    finally:
-        _VALUE_CHECKS.reset(token)
 
 
 def _reads_values() -> bool:
@@ -193,25 +190,17 @@ def _functorch() -> SimpleNamespace | None:
         return None
 
 
-def _device(x: torch.Tensor) -> torch.device:
-    return x.device
-
-
-def _largest(dtype: torch.dtype) -> float:
-    return float(torch.finfo(dtype).max)
-
-
 TENSORS = ArrayKind(
     type_name="torch.Tensor",
-    array_type=torch.Tensor,
-    floats=FLOATS,
-    bool_dtype=torch.bool,
-    max_abs=_max_abs,
     convert="to_torch",
-    largest=_largest,
-    values=_values,
+    array_type=torch.Tensor,
+    bool_dtype=torch.bool,
+    floats=FLOATS,
     check_kind=check_dense,
-    device_of=_device,
+    max_abs=_max_abs,
+    largest=lambda dtype: float(torch.finfo(dtype).max),
+    values=_values,
+    device_of=lambda x: x.device,
     reads_values=_reads_values,
 )
 """PyTorch's tensors as the shared checks see them (:class:`mha.core._checks.arrays.ArrayKind`)."""

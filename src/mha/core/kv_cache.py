@@ -136,25 +136,11 @@ class KVCache:
         self._open = False  # an appending block is open: no other change until it ends
         self._floor: int | None = None  # the length to restore to, inside an atomic block
 
-    @property
-    def batch_size(self) -> int:
-        """B."""
-        return int(self._k.shape[0])
-
-    @property
-    def num_kv_heads(self) -> int:
-        """H_kv."""
-        return int(self._k.shape[1])
-
-    @property
-    def capacity(self) -> int:
-        """The most positions the cache can hold."""
-        return int(self._k.shape[2])
-
-    @property
-    def d_head(self) -> int:
-        """Dh."""
-        return int(self._k.shape[3])
+    # The buffers' shape (B, H_kv, capacity, Dh), read back as the cache's sizes.
+    batch_size = property(lambda self: int(self._k.shape[0]), doc="B.")
+    num_kv_heads = property(lambda self: int(self._k.shape[1]), doc="H_kv.")
+    capacity = property(lambda self: int(self._k.shape[2]), doc="The most positions it can hold.")
+    d_head = property(lambda self: int(self._k.shape[3]), doc="Dh.")
 
     @property
     def dtype(self) -> Any:

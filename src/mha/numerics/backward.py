@@ -118,11 +118,7 @@ def _check_sdpa_grads(query, key, value, d_out, extra: dict) -> tuple[tuple, int
 
 
 def scaled_dot_product_attention(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    weights: np.ndarray,
-    d_out: np.ndarray,
+    query: np.ndarray, key: np.ndarray, value: np.ndarray, weights: np.ndarray, d_out: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of :func:`mha.backends.np_backend.scaled_dot_product_attention` from its weights.
 
@@ -634,11 +630,11 @@ def attention_gradient_magnitudes(
     :func:`mha.numerics.tolerance.attention_gradient_tolerance` scales into a bound.
 
     Args:
-        query: the forward's queries.
-        key: its keys.
-        value: its values.
-        weights: its attention weights.
-        d_out: the gradient of the loss with respect to the output.
+        query: the queries of the forward whose backward is bounded.
+        key: the keys of that forward.
+        value: the values of that forward.
+        weights: the attention weights that forward computed.
+        d_out: the gradient of a loss with respect to that forward's output.
 
     Shape:
         As in :func:`scaled_dot_product_attention`; the magnitudes have the shapes of query,

@@ -180,7 +180,8 @@ def check_mha_mask(mask: Any, target: tuple[int, int, int, int], kind: ArrayKind
     - A 3-D mask is read as ``(H, L, S)``. When ``B = H > 1`` and its leading size is that
       number, it could as well be ``(B, L, S)``: refused, with the two explicit spellings.
     - A 2-D mask is read as ``(L, S)``. When ``B = L > 1`` and it looks like a key-padding
-      mask ``(B, S)`` (:func:`looks_like_padding`), an :class:`mha.core.mask_rules.AmbiguousMaskWarning`
+      mask ``(B, S)`` (:func:`looks_like_padding`), an
+      :class:`mha.core.mask_rules.AmbiguousMaskWarning`
       points to ``key_padding_mask`` and to ``mask[None, None]``, which states the ``(L, S)``
       reading and silences the warning.
     """
