@@ -354,10 +354,8 @@ def multi_head_attention(
     cache: KVCache | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     m = layer.check_mha(query, key, value, params, mask, form, need_weights, TENSORS, cache, FORMS)
-    with layer.staged(cache, m, params.d_model) as staged:  # kept only if every check passes
-        out, w = _FORMS[form](
-            query, key, value, params, mask, cache=staged, need_weights=need_weights
-        )
+    with layer.staged(cache, m, params.d_model) as kv:  # kv keeps new positions only on success
+        out, w = _FORMS[form](query, key, value, params, mask, cache=kv, need_weights=need_weights)
         layer.check_mha_range(out, m, query, key, value, params, mask, cache, TENSORS)
     return out, w
 
