@@ -44,6 +44,22 @@ def test_appends_concatenate_along_the_positions(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_extend_appends_and_returns_every_cached_position(kind: str) -> None:
+    """A form's decoding step: ``cache.extend(k, v)`` is what it attends to, and is kept."""
+    cache = make(kind)
+    k1, v1, k2, v2 = block(kind, 3, 0), block(kind, 3, 1), block(kind, 1, 2), block(kind, 1, 3)
+    cache.extend(k1, v1)
+    keys, values = cache.extend(k2, v2)
+    cat = np.concatenate if kind == "numpy" else torch.cat
+    equal = np.array_equal if kind == "numpy" else torch.equal
+    assert equal(keys, cat([k1, k2], 2)) and equal(values, cat([v1, v2], 2))  # exact: copies
+    assert cache.length == 4 and equal(cache.keys, keys)  # exact: the same positions
+    with pytest.raises(ValueError, match="capacity=8"):
+        cache.extend(block(kind, 5), block(kind, 5, 1))
+    assert cache.length == 4  # refused: nothing appended
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
 def test_keys_and_values_are_views_of_one_buffer(kind: str) -> None:
     cache = make(kind)
     cache.append(block(kind, 2), block(kind, 2, 1))

@@ -9,7 +9,8 @@ import torch
 from mha import init_params
 from mha.backends import np_backend, torch_backend
 from mha.core import _groups
-from mha.core._checks import arguments, layer
+from mha.core._checks import arguments, arrays, layer
+from mha.core._checks.numpy_arrays import NUMPY
 
 TARGET = (2, 3, 4, 5)  # (B, H, L, S)
 
@@ -154,3 +155,12 @@ def test_both_backends_name_the_array_type_and_how_to_convert_params() -> None:
         np_backend.multi_head_attention(x, x, x, p.to_torch())
     with pytest.raises(TypeError, match=r"mask must be a numpy.ndarray of bool; got Tensor"):
         np_backend.multi_head_attention(x, x, x, p, torch.ones(2, 2, dtype=torch.bool))
+
+
+def test_an_array_kind_is_described_by_keyword_only() -> None:
+    """Eleven positional fields were one slip from a silent mix-up; each is named now."""
+    fields = {f: getattr(NUMPY, f) for f in ("type_name", "array_type", "floats", "bool_dtype")}
+    fields |= {f: getattr(NUMPY, f) for f in ("max_abs", "convert", "largest", "values")}
+    assert arrays.ArrayKind(**fields).check_array("x", np.ones(2)) == 1.0
+    with pytest.raises(TypeError, match="positional"):
+        arrays.ArrayKind(*fields.values())
