@@ -185,7 +185,7 @@ LINEAR = """\
 MULTI_HEAD_ATTENTION = """\
 ``Concat(head_1, ..., head_H) W^O`` with ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
-    Three steps: the arguments are checked (:mod:`mha.core._checks.layer`), one form
+    Three steps: the arguments are checked (``mha.core._checks.layer``), one form
     computes, and the result's range is checked. The forms are mathematically identical
     (:data:`FORMS`): ``"per_head"`` (:func:`attention_per_head`), ``"fused"``
     (:func:`attention_fused`), ``"packed"`` (:func:`attention_packed`){tiled_form}.

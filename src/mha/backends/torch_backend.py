@@ -188,7 +188,7 @@ def attention_heads(
 
     With ``H_kv`` key/value heads, each serves a group of ``G = H / H_kv`` consecutive query
     heads: the keys broadcast over the group instead of being copied (``H_kv = H``: ``G = 1``).
-    Without weights, ``scaled_dot_product_attention`` computes it (:func:`_sdpa`).
+    Without weights, ``scaled_dot_product_attention`` computes it (``_sdpa``).
 
     Args:
         q: the query heads.

@@ -2,8 +2,8 @@
 
 Every call of :mod:`mha.backends.torch_backend` reads the values of its inputs and parameters
 once: their finiteness and largest magnitudes, which bound the result so that an overflow is
-caught (:mod:`mha.core._checks.overflow`). :data:`TENSORS` tells the shared checks
-(:mod:`mha.core._checks`) how to read a tensor:
+caught (``mha.core._checks.overflow``). :data:`TENSORS` tells the shared checks
+(``mha.core._checks``) how to read a tensor:
 
 - a float32/float64 tensor on the CPU is reduced by NumPy through a view that shares its
   memory (``Tensor.numpy()``), on the calling thread: a PyTorch reduction of a large tensor
@@ -104,7 +104,7 @@ def _max_abs(x: torch.Tensor) -> float:
 
 
 def _extremes_max_abs(x: torch.Tensor) -> float:
-    """:func:`_max_abs` of a tensor whose values can be read."""
+    """``_max_abs`` of a tensor whose values can be read."""
     if x.device.type == "cpu" and x.dtype in _NUMPY_FLOATS and not x.is_neg():
         a = x.detach().numpy()  # a view of the tensor's memory, no copy
         return extremes_max_abs(a.min(), a.max())
@@ -203,4 +203,4 @@ TENSORS = ArrayKind(
     device_of=lambda x: x.device,
     reads_values=_reads_values,
 )
-"""PyTorch's tensors as the shared checks see them (:class:`mha.core._checks.arrays.ArrayKind`)."""
+"""PyTorch's tensors as the shared checks see them (``mha.core._checks.arrays.ArrayKind``)."""
