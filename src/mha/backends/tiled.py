@@ -353,7 +353,6 @@ def attention(
             a ``causal`` that is not a bool, or an ``io_counter``/``trace`` of another kind.
     """
     _, L, S, magnitudes = _check_attention(query, key, value, mask, block_q, block_kv, io_counter)
-    arguments.check_bool("causal", causal)
     offset = causal_offset(causal, align, L, S)
     if trace is not None and not isinstance(trace, list):
         raise TypeError(f"trace must be a list or None; got {type(trace).__name__}")

@@ -37,7 +37,7 @@ import numpy as np
 
 from mha.backends import np_backend, tiled
 from mha.backends._tiles import causal_offset, tile_mask
-from mha.core import _groups
+from mha.core import _groups, mask_rules
 from mha.core._checks import arguments, layer, numpy_arrays
 from mha.core.params import MHAParams
 
@@ -266,7 +266,6 @@ def tiled_attention(
         raise ValueError("lse must be finite or -inf; got NaN or +inf values")
     if mask is not None:
         numpy_arrays.check_mask(mask, (*batch, L, S))
-    arguments.check_bool("causal", causal)
     offset = causal_offset(causal, align, L, S)
     arguments.check_block_size("block_q", block_q)
     arguments.check_block_size("block_kv", block_kv)
@@ -389,6 +388,8 @@ class MHASaved:
         params: its parameters.
         mask: its mask, or ``None``.
         form: ``"fused"`` (weights stored) or ``"tiled"`` (log-sum-exp stored).
+        causal: ``None``, or the alignment of its causal diagonal (``"top_left"`` or
+            ``"bottom_right"``).
         q: per-head queries ``(B, H, L, Dh)``.
         k: per-head keys ``(B, H_kv, S, Dh)`` (``H_kv = H`` for multi-head attention).
         v: per-head values ``(B, H_kv, S, Dh)``.
@@ -405,6 +406,7 @@ class MHASaved:
     params: MHAParams
     mask: np.ndarray | None
     form: str
+    causal: str | None
     q: np.ndarray
     k: np.ndarray
     v: np.ndarray
@@ -443,6 +445,8 @@ def multi_head_attention_forward(
     params: MHAParams,
     mask: np.ndarray | None = None,
     *,
+    causal: bool = False,
+    align: str = "top_left",
     form: str = "fused",
     block_q: int = tiled.DEFAULT_BLOCK_Q,
     block_kv: int = tiled.DEFAULT_BLOCK_KV,
@@ -454,7 +458,9 @@ def multi_head_attention_forward(
     :func:`mha.backends.tiled.attention` and stores only the ``(B, H, L)`` log-sum-exp. Both store
     the per-head queries, keys, values and outputs, ``O(B L D)`` numbers. With grouped-query
     parameters the keys and values have ``H_kv`` heads, each shared by a group of ``G``
-    query heads (broadcast, not copied).
+    query heads (broadcast, not copied). With ``causal``, the tiled form and its backward skip
+    every tile wholly above the diagonal; the fused form attends under
+    :func:`mha.backends.np_backend.with_causal`'s mask.
 
     Args:
         query: queries.
@@ -462,6 +468,8 @@ def multi_head_attention_forward(
         value: values.
         params: the layer's parameters, NumPy arrays of the inputs' dtype.
         mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+        causal: as in :func:`mha.backends.np_backend.multi_head_attention`.
+        align: as there.
         form: ``"fused"`` or ``"tiled"``.
         block_q: query rows per tile (tiled form).
         block_kv: key/value rows per tile (tiled form).
@@ -480,6 +488,7 @@ def multi_head_attention_forward(
     if form not in BACKWARD_FORMS:
         raise ValueError(f"form must be one of {BACKWARD_FORMS}; got form={form!r}")
     magnitudes = _check_layer(query, key, value, params, mask)
+    causal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
     arguments.check_block_size("block_q", block_q)
     arguments.check_block_size("block_kv", block_kv)
     H, H_kv = params.num_heads, params.num_kv_heads
@@ -495,10 +504,12 @@ def multi_head_attention_forward(
     maskg = _groups.group_mask(mask, H_kv) if H_kv < H else mask
     weights = lse = None
     if form == "fused":  # (B, H_kv, G, L, Dh), (B, H_kv, G, L, S)
-        heads, weights = np_backend.scaled_dot_product_attention(qg, kg, vg, maskg)
+        keep = np_backend.with_causal(maskg, causal, q.shape[2], k.shape[2])  # (..., L, S)
+        heads, weights = np_backend.scaled_dot_product_attention(qg, kg, vg, keep)
         weights = _groups.ungroup(weights, H, H_kv)  # (B, H, L, S)
     else:  # (B, H_kv, G, L, Dh), (B, H_kv, G, L)
-        heads, lse = tiled.attention(qg, kg, vg, maskg, block_q=block_q, block_kv=block_kv)
+        flags = {"causal": causal is not None, "align": causal or "top_left"}
+        heads, lse = tiled.attention(qg, kg, vg, maskg, **flags, block_q=block_q, block_kv=block_kv)
         lse = _groups.ungroup(lse, H, H_kv)  # (B, H, L)
     heads = _groups.ungroup(heads, H, H_kv)  # (B, H, L, Dh)
     out = np_backend.linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
@@ -512,11 +523,11 @@ def multi_head_attention_forward(
         mask,
         None,
         numpy_arrays.NUMPY,
+        causal=causal,
         name="multi_head_attention_forward output",
     )
-    saved = MHASaved(
-        query, key, value, params, mask, form, q, k, val, heads, weights, lse, block_q, block_kv
-    )
+    kept = (q, k, val, heads, weights, lse, block_q, block_kv)
+    saved = MHASaved(query, key, value, params, mask, form, causal, *kept)
     return out, saved
 
 
@@ -575,8 +586,11 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
             _groups.group_queries(saved.heads, H_kv),
             _groups.group_queries(saved.lse, H_kv),
         )
+        L, S = saved.q.shape[2], saved.k.shape[2]
+        offset = 0 if saved.causal is None else mask_rules.causal_offset(L, S, saved.causal)
+        blocks, causal = (saved.block_q, saved.block_kv), saved.causal is not None
         dq, dk, dv = _tiled_backward(
-            qg, kg, vg, heads, lse, d_heads, maskg, False, saved.block_q, saved.block_kv
+            qg, kg, vg, heads, lse, d_heads, maskg, causal, *blocks, offset=offset
         )
     dq = _groups.ungroup(dq, H, H_kv)  # (B, H_kv, G, L, Dh) -> (B, H, L, Dh)
     dk, dv = (
