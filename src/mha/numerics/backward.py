@@ -707,6 +707,7 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
             _groups.group_kv(saved.v, H, H_kv),
         )  # (B, H_kv, 1, S, Dh)
         mask = _groups.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
+        mask = np_backend.with_causal(mask, saved.causal, saved.q.shape[2], saved.k.shape[2])
         weights = np_backend.scaled_dot_product_attention(q_g, k_g, v_g, mask)[1]
     A = weights.astype(np.float64) + tiny  # (B, H_kv, G, L, S)
     inputs = [np.abs(x).astype(np.float64) for x in (saved.query, saved.key, saved.value)]
