@@ -43,6 +43,13 @@ from mha.core.params import MHAParams
 
 BACKWARD_FORMS = ("fused", "tiled")
 
+# The tiles of the tiled backward, and of the forward that saves for it: 128 x 128, smaller
+# than the forward's default (mha.backends.tiled.DEFAULT_BLOCK_Q). Per tile the backward
+# holds the recomputed weights P, dP and their products into dQ and dK, several tiles where
+# the forward holds one, and a training step keeps its memory below one score tensor from
+# short lengths on (with 4 heads of width 16 at L = S = 512: 256 x 256 tiles held more).
+BACKWARD_BLOCKS = (128, 128)
+
 
 def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Sum ``grad`` over the leading axes along which an input of ``shape`` was broadcast."""
@@ -216,8 +223,8 @@ def tiled_attention(
     *,
     causal: bool = False,
     align: str = "top_left",
-    block_q: int = tiled.DEFAULT_BLOCK_Q,
-    block_kv: int = tiled.DEFAULT_BLOCK_KV,
+    block_q: int = BACKWARD_BLOCKS[0],
+    block_kv: int = BACKWARD_BLOCKS[1],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of :func:`mha.backends.tiled.attention` from its output and log-sum-exp, tile by
     tile.
@@ -448,8 +455,8 @@ def multi_head_attention_forward(
     causal: bool = False,
     align: str = "top_left",
     form: str = "fused",
-    block_q: int = tiled.DEFAULT_BLOCK_Q,
-    block_kv: int = tiled.DEFAULT_BLOCK_KV,
+    block_q: int = BACKWARD_BLOCKS[0],
+    block_kv: int = BACKWARD_BLOCKS[1],
 ) -> tuple[np.ndarray, MHASaved]:
     """The forward of :func:`mha.backends.np_backend.multi_head_attention`, keeping what backward
     needs.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mha.backends import tiled, torch_backend
+from mha.backends import torch_backend
 from mha.core.params import MHAParams
 from mha.numerics import backward
 from mha.numerics.tolerance import gradient_tolerance
@@ -63,8 +63,8 @@ def compare_with_autograd(
     mask: np.ndarray | None = None,
     *,
     form: str = "fused",
-    block_q: int = tiled.DEFAULT_BLOCK_Q,
-    block_kv: int = tiled.DEFAULT_BLOCK_KV,
+    block_q: int = backward.BACKWARD_BLOCKS[0],
+    block_kv: int = backward.BACKWARD_BLOCKS[1],
 ) -> dict[str, GradientCheck]:
     """Every gradient of :func:`~mha.numerics.backward.multi_head_attention` against autograd.
 
