@@ -226,7 +226,8 @@ MULTI_HEAD_ATTENTION = """\
         causal: let query ``i`` attend only to the keys at or before its position, as the
             mask of :func:`causal_mask` (with ``align``), on top of ``mask``. The layer
             knows it is causal, instead of reading that from a mask array: {causal_note}
-            The result equals that of passing ``mask & causal_mask(L, S, align=align)``.
+            The result equals that of passing ``mask & causal_mask(L, S, align=align)``
+            instead, to rounding.
         align: where the queries sit when ``causal``, as in :func:`causal_mask`:
             ``"top_left"`` (query ``i`` at position ``i``; PyTorch's ``is_causal=True``) or
             ``"bottom_right"`` (the queries are the last ``L`` of the ``S`` positions: what a
