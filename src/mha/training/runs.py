@@ -654,9 +654,9 @@ class DigitSumConfig:
 
     def __post_init__(self) -> None:
         for name in ("steps", "eval_every", "eval_size", "batch_size"):
-            _validate.check_positive(name, getattr(self, name))
+            arguments.check_positive(name, getattr(self, name))
         for name in ("base", "seq_len"):
-            _validate.check_at_least(name, getattr(self, name), 2)
+            arguments.check_at_least(name, getattr(self, name), 2)
         if not self.lr > 0:
             raise ValueError(f"lr must be positive; got lr={self.lr}")
 
@@ -844,7 +844,7 @@ def train_digit_sums(
         if step % config.eval_every == 0:
             measure(step)
         batch = config.batch(data, config.batch_size)
-        with torch_backend.value_checks(False):  # the loss is checked instead, below
+        with torch_checks.value_checks(False):  # the loss is checked instead, below
             logits, _ = model(batch.tokens)
             loss = answer_loss(logits, batch)
         opt.zero_grad()

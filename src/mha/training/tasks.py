@@ -221,7 +221,7 @@ def digit_sum_answers(tokens: torch.Tensor, base: int) -> torch.Tensor:
     """
     _check_int("base", base, 2)
     if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.int64:
-        raise TypeError(f"tokens must be an int64 torch.Tensor; got {_validate.describe(tokens)}")
+        raise TypeError(f"tokens must be an int64 torch.Tensor; got {arguments.describe(tokens)}")
     if tokens.ndim != 2 or tokens.shape[1] < 2:
         raise ValueError(f"tokens must have shape (B, L) with L >= 2; got {tuple(tokens.shape)}")
     if tokens.numel() and (tokens.min() < 0 or tokens.max() >= base**2):
