@@ -17,7 +17,7 @@ from the layers before it (``tests/test_layers.py`` checks this, function-level 
 included, and that no two modules import each other in a cycle):
 
 1. :mod:`mha.core`: parameters, their packing, the key/value cache, the mask convention,
-   and the private checks every other module shares;
+   rotary positions, and the private checks every other module shares;
 2. :mod:`mha.backends`: the NumPy and PyTorch forwards (every ``form`` in NumPy, all but
    the tiled one in PyTorch) and the ``nn.Module``;
 3. :mod:`mha.numerics`: tolerances (every error bound), rounding experiments, gradients by

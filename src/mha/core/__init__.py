@@ -1,4 +1,4 @@
-"""Core: the parameters of a layer, their packing, the key/value cache and the mask convention.
+"""Core: a layer's parameters, their packing, the key/value cache, masks and rotary positions.
 
 The private modules here hold what every other group shares: argument checks
 (``_validate``), the NumPy array kind and the one tensor-to-NumPy conversion
