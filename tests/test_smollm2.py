@@ -19,7 +19,7 @@ import torch
 
 from mha.core.kv_cache import KVCache
 from mha.core.rotary import Rotary, rotate
-from mha.models import smollm2
+from mha.models import smollm2, smollm2_heads
 from mha.models.smollm2 import load_smollm2, rms_norm
 from mha.numerics import tolerance
 
@@ -279,3 +279,137 @@ def test_caches_of_different_lengths_are_refused_before_anything_changes(model):
     with pytest.raises(ValueError, match=r"caches must all hold the same positions; got \[0, 1\]"):
         model.forward(torch.tensor([[1]]), caches=caches)
     assert [c.length for c in caches] == [1] + [0] * 29
+
+
+# ---- mha.models.smollm2_heads -----------------------------------------------------------
+
+
+def test_repeated_words_are_a_start_token_then_distinct_words_twice(model):
+    ids = smollm2_heads.repeated_words(model, 3, 6, seed=1)
+    assert ids.shape == (3, 13) and ids.dtype == torch.int64
+    assert (ids[:, 0] == smollm2_heads.START_ID).all()
+    assert torch.equal(ids[:, 1:7], ids[:, 7:])
+    assert all(len(set(row[1:7].tolist())) == 6 for row in ids)  # only the copy repeats
+    words = set(smollm2_heads.word_ids(model).tolist())
+    assert set(ids[:, 1:].flatten().tolist()) <= words
+    assert all(model.tokens([i])[0][0] == " " for i in ids[0, 1:].tolist())
+    assert torch.equal(ids, smollm2_heads.repeated_words(model, 3, 6, seed=1))
+    assert not torch.equal(ids, smollm2_heads.repeated_words(model, 3, 6, seed=2))
+
+
+def test_copy_losses_read_the_second_copy_from_the_first(model):
+    ids = smollm2_heads.repeated_words(model, 2, 8, seed=0)
+    losses = smollm2_heads.copy_losses(model, ids)
+    assert losses["second"] < losses["first"] - 3  # copying makes the second copy predictable
+    # the same numbers from the full logits, position by position
+    with torch.no_grad():
+        logits, _ = model.forward(ids)
+    second = torch.nn.functional.cross_entropy(
+        logits[:, 9:16].reshape(-1, 49152), ids[:, 10:].reshape(-1)
+    )
+    assert abs(float(second) - losses["second"]) < 1e-4
+    off = torch.ones(30, 9)
+    off[:, :] = 0.0
+    assert smollm2_heads.copy_losses(model, ids, off)["second"] != losses["second"]
+
+
+def test_head_distances_are_zero_for_equal_heads_and_one_for_disjoint_rows():
+    w = np.zeros((2, 1, 3, 4, 4))
+    w[..., 0] = 1.0  # heads 0 and 1 attend to key 0
+    w[:, :, 2] = 0.0
+    w[:, :, 2, :, 3] = 1.0  # head 2 attends to key 3
+    d = smollm2_heads.head_distances(w)
+    assert d.shape == (1, 3, 3)
+    np.testing.assert_array_equal(d[0], [[0, 0, 1], [0, 0, 1], [1, 1, 0]])  # exact: 0s and 1s
+
+
+def test_group_contrast_compares_pairs_within_and_across_groups():
+    d = np.ones((2, 4, 4)) - np.eye(4)
+    d[0, 0, 1] = d[0, 1, 0] = d[0, 2, 3] = d[0, 3, 2] = 0.25  # layer 0: groups alike
+    within, across = smollm2_heads.group_contrast(d, 2)
+    np.testing.assert_allclose(within, [0.25, 1.0])
+    np.testing.assert_allclose(across, [1.0, 1.0])
+    counts = smollm2_heads.shuffled_group_contrast(d, 2, draws=50, seed=0)
+    assert counts.shape == (50,) and set(counts.tolist()) <= {0, 1}
+    assert 0 < counts.sum() < 50  # one grouping in three is the real one
+    with pytest.raises(ValueError, match="num_kv_heads must divide H = 4 into groups"):
+        smollm2_heads.group_contrast(d, 3)
+    with pytest.raises(ValueError, match="num_kv_heads must divide H = 4 into groups"):
+        smollm2_heads.group_contrast(d, 4)
+
+
+def test_positional_scores_peak_where_the_rotation_aligns_query_and_key():
+    """Keys that are the query turned by 3 positions: the key 3 back scores the most."""
+    rot = Rotary(10_000.0)
+    q = np.random.default_rng(0).standard_normal((4, 16))
+    k = np.tile(rotate(q.mean(0)[None], rot, offset=3)[0], (5, 1))  # (R_3 q) in every row
+    scores = smollm2_heads.positional_scores(q, k, rot, 10)
+    assert scores.shape == (11,)
+    assert int(np.argmax(scores)) == 3
+    top = float(q.mean(0) @ q.mean(0)) / 4.0  # |q|^2 / sqrt(Dh): the rotations cancel
+    tolerance.assert_close(
+        scores[3], top, tolerance.rounding_tolerance(np.float64, terms=16, scale=top, stages=4)
+    )
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [
+        (
+            lambda m: smollm2_heads.repeated_words(m, 0, 4),
+            ValueError,
+            r"num_sequences must be positive; got num_sequences=0",
+        ),
+        (lambda m: smollm2_heads.repeated_words(m, 1, 4096), ValueError, r"1 \+ 2 \* length"),
+        (lambda m: smollm2_heads.repeated_words(m, 1, 4, seed=-1), ValueError, r"seed must be"),
+        (
+            lambda m: smollm2_heads.copy_losses(m, torch.zeros(1, 4, dtype=torch.int64)),
+            ValueError,
+            r"tokens must be repeated_words sequences \(B, 1 \+ 2T\) with T >= 2",
+        ),
+        (
+            lambda m: smollm2_heads.head_distances(np.ones((2, 3, 4, 4))),
+            ValueError,
+            r"weights must have shape \(B, num_layers, H, L, S\)",
+        ),
+        (
+            lambda m: smollm2_heads.head_distances(np.ones((1, 1, 2, 2, 2), int)),
+            TypeError,
+            r"weights must be a floating array",
+        ),
+        (
+            lambda m: smollm2_heads.positional_scores(
+                np.ones((2, 4)), np.ones((2, 6)), Rotary(), 3
+            ),
+            ValueError,
+            r"queries and keys must be \(n, Dh\) and \(m, Dh\) of one width",
+        ),
+        (
+            lambda m: smollm2_heads.shuffled_group_contrast(np.zeros((1, 4, 4)), 2, draws=0),
+            ValueError,
+            r"draws must be positive",
+        ),
+        (lambda m: m.projections(torch.zeros(1, 2, 576), 30), ValueError, r"layer must be in"),
+    ],
+)
+def test_bad_arguments_of_the_experiments_are_refused(call, exc, match, model):
+    with pytest.raises(exc, match=match):
+        call(model)
+
+
+def test_residual_stream_and_projections_give_the_layers_queries_and_keys(model64):
+    ids = model64.encode("The stream enters each layer.")
+    stream = model64.residual_stream(ids)
+    assert len(stream) == 31
+    q, k, v = model64.projections(stream[0], 0)
+    assert (q.shape, k.shape, v.shape) == ((1, 9, 6, 64), (1, 3, 6, 64), (1, 3, 6, 64))
+    caches = model64.new_caches(1, 8)
+    with torch.no_grad():
+        model64.forward(ids, caches=caches)
+    tol = tolerance.rounding_tolerance(torch.float64, terms=576, scale=float(k.abs().max()) * 64)
+    tolerance.assert_close(caches[0].values.numpy(), v.numpy(), tol)
+    tolerance.assert_close(
+        caches[5].keys.numpy(),
+        rotate(model64.projections(stream[5], 5)[1], model64.rotary).numpy(),
+        tol,
+    )

@@ -334,18 +334,47 @@ class SmolLM2:
             )
         return start
 
+    def projections(
+        self, x: torch.Tensor, layer: int, params: MHAParams | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Layer ``layer``'s queries, keys and values of its input, before any rotation.
+
+        Args:
+            x: the residual stream entering the layer (:meth:`residual_stream`); the
+                layer's RMSNorm is applied here.
+            layer: the layer's index, from 0.
+            params: the attention parameters to use (default: the layer's own).
+
+        Shape:
+            x ``(B, L, D)``; returns ``(B, H, L, Dh)``, ``(B, H_kv, L, Dh)`` and
+            ``(B, H_kv, L, Dh)``.
+
+        Returns:
+            ``(queries, keys, values)``.
+
+        Raises:
+            ValueError: if ``layer`` is not in ``[0, num_layers)``.
+            TypeError: if ``layer`` is not an int.
+        """
+        _validate.check_int("layer", layer)
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer must be in [0, {self.num_layers}); got layer={layer}")
+        p = self.layers[layer].attn if params is None else params
+        n = rms_norm(x, self.layers[layer].attn_norm, self.eps)
+        H_kv, Dh = self.num_kv_heads, self.d_head
+        q, k, v = (n @ p.w_qkv).split([p.d_model, H_kv * Dh, H_kv * Dh], dim=-1)  # (B, L, .)
+        q = torch_backend.split_heads(q, p.num_heads)  # (B, L, D) -> (B, H, L, Dh)
+        return q, torch_backend.split_heads(k, H_kv), torch_backend.split_heads(v, H_kv)
+
     def _attention(
-        self, x: torch.Tensor, params: MHAParams, cache: KVCache | None, start: int
+        self, x: torch.Tensor, layer: int, params: MHAParams, cache: KVCache | None, start: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Grouped-query causal self-attention with rotary positions, new tokens at ``start``."""
-        B, L, D = x.shape
-        H, H_kv, Dh = params.num_heads, self.num_kv_heads, self.d_head
-        q, k, v = (x @ params.w_qkv).split([D, H_kv * Dh, H_kv * Dh], dim=-1)  # (B, L, .)
-        q = rotate(torch_backend.split_heads(q, H), self.rotary, offset=start)  # (B, H, L, Dh)
-        k = rotate(
-            torch_backend.split_heads(k, H_kv), self.rotary, offset=start
-        )  # (B, H_kv, L, Dh)
-        v = torch_backend.split_heads(v, H_kv)  # (B, H_kv, L, Dh)
+        q, k, v = self.projections(x, layer, params)  # (B, H, L, Dh), 2 x (B, H_kv, L, Dh)
+        B, H, L, Dh = q.shape
+        H_kv = k.shape[1]
+        q = rotate(q, self.rotary, offset=start)  # positions start, ..., start + L - 1
+        k = rotate(k, self.rotary, offset=start)
         staged = contextlib.nullcontext((k, v)) if cache is None else cache.appending(k, v)
         with staged as (k, v):  # with a cache: the cached positions and these, (B, H_kv, S, Dh)
             S = k.shape[2]
@@ -355,6 +384,51 @@ class SmolLM2:
             )  # each key/value head serves its group: (B, H_kv, G, L, Dh), (B, H_kv, G, L, S)
         out = torch_backend.merge_heads(out.reshape(B, H, L, Dh))  # (B, L, D)
         return out @ params.w_o, weights.reshape(B, H, L, S)
+
+    def _run(
+        self,
+        tokens: torch.Tensor,
+        gates: torch.Tensor | None,
+        need_weights: bool,
+        caches: Sequence[KVCache] | None,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The residual stream before each layer and after the last, and the weights."""
+        _validate.check_bool("need_weights", need_weights)
+        start = self._check(tokens, gates, caches)
+        x = self.embed[tokens]  # (B, L) -> (B, L, D)
+        stream, weights = [x], []
+        # With caches, every layer's append is undone when a later layer refuses its call.
+        with contextlib.nullcontext() if caches is None else atomic(list(caches)):
+            for i, layer in enumerate(self.layers):
+                params = gated_params(layer.attn, None if gates is None else gates[i])
+                cache = None if caches is None else caches[i]
+                out, w = self._attention(x, i, params, cache, start)
+                x = x + out  # (B, L, D)
+                n = rms_norm(x, layer.ffn_norm, self.eps)
+                gate, up = (n @ layer.w_gate_up).chunk(2, dim=-1)  # 2 x (B, L, F)
+                x = x + (F.silu(gate) * up) @ layer.w_down  # (B, L, D)
+                stream.append(x)
+                if need_weights:
+                    weights.append(w)
+        return stream, weights
+
+    def residual_stream(self, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """The residual stream entering each layer, and leaving the last (no gradients).
+
+        Args:
+            tokens: token ids.
+
+        Shape:
+            tokens ``(B, L)``; returns ``num_layers + 1`` tensors ``(B, L, D)``.
+
+        Returns:
+            ``stream[l]`` enters layer ``l`` (``stream[0]`` is the embedding).
+
+        Raises:
+            ValueError, TypeError: as :meth:`forward`.
+        """
+        with torch.no_grad():
+            return self._run(tokens, None, False, None)[0]
 
     def hidden_states(
         self,
@@ -384,25 +458,8 @@ class SmolLM2:
         Raises:
             ValueError, TypeError: as :meth:`forward`.
         """
-        _validate.check_bool("need_weights", need_weights)
-        start = self._check(tokens, gates, caches)
-        x = self.embed[tokens]  # (B, L) -> (B, L, D)
-        weights = []
-        # With caches, every layer's append is undone when a later layer refuses its call.
-        with contextlib.nullcontext() if caches is None else atomic(list(caches)):
-            for i, layer in enumerate(self.layers):
-                params = gated_params(layer.attn, None if gates is None else gates[i])
-                cache = None if caches is None else caches[i]
-                out, w = self._attention(
-                    rms_norm(x, layer.attn_norm, self.eps), params, cache, start
-                )
-                x = x + out  # (B, L, D)
-                n = rms_norm(x, layer.ffn_norm, self.eps)
-                gate, up = (n @ layer.w_gate_up).chunk(2, dim=-1)  # 2 x (B, L, F)
-                x = x + (F.silu(gate) * up) @ layer.w_down  # (B, L, D)
-                if need_weights:
-                    weights.append(w)
-        return rms_norm(x, self.final_norm, self.eps), (weights if need_weights else None)
+        stream, weights = self._run(tokens, gates, need_weights, caches)
+        return rms_norm(stream[-1], self.final_norm, self.eps), (weights if need_weights else None)
 
     def unembed(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits from final hidden states: ``hidden @ E^T`` (the embedding is tied).
