@@ -5,7 +5,8 @@ whole words, repeated once, after the token that separates documents. On it
 :func:`attention_weights` gives every head's weights for the detectors of
 :mod:`mha.detectors.patterns`, and :func:`copy_losses` the model's loss on the first copy
 (unpredictable) and on the second (predictable only by copying), with heads removed by
-gates if asked. :func:`head_distances` and :func:`group_contrast` measure how alike the
+gates if asked; :func:`removal_effect` adds what the removal does to every head's induction
+score. :func:`head_distances` and :func:`group_contrast` measure how alike the
 attention of two heads is, and whether the query heads that share a key/value head
 (grouped-query attention) attend more alike than heads of different groups;
 :func:`shuffled_group_contrast` is the same count for groups drawn at random.
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from mha.core import _validate
 from mha.core._np_checks import as_numpy
 from mha.core.rotary import Rotary, rotate
+from mha.detectors import patterns
 from mha.models.smollm2 import SmolLM2
 
 START_ID = 0
@@ -108,8 +110,24 @@ def attention_weights(model: SmolLM2, tokens: torch.Tensor) -> np.ndarray:
     return torch.stack(weights, dim=1).double().numpy()  # (B, num_layers, H, L, L)
 
 
+def _check_repeated(tokens: Any) -> None:
+    if (
+        not isinstance(tokens, torch.Tensor)
+        or tokens.ndim != 2
+        or tokens.shape[1] < 5
+        or (tokens.shape[1] % 2 == 0)
+    ):
+        got = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(
+            f"tokens must be repeated_words sequences (B, 1 + 2T) with T >= 2; got {got}"
+        )
+
+
 def copy_losses(
-    model: SmolLM2, tokens: torch.Tensor, gates: torch.Tensor | None = None
+    model: SmolLM2,
+    tokens: torch.Tensor,
+    gates: torch.Tensor | None = None,
+    parts: tuple[str, ...] = ("first", "second"),
 ) -> dict[str, float]:
     """Mean next-token loss on each copy of :func:`repeated_words`' sequences, in nats.
 
@@ -122,32 +140,68 @@ def copy_losses(
         model: the model.
         tokens: ``repeated_words`` sequences.
         gates: head gates ``(num_layers, H)`` (0 removes a head), or ``None``.
+        parts: which losses to compute, ``"first"`` and/or ``"second"`` (each costs the
+            output layer at ``T - 1`` positions per sequence).
 
     Shape:
         tokens ``(B, 1 + 2T)``.
 
     Returns:
-        ``{"first": ..., "second": ...}``.
+        ``{part: loss}`` for each part asked for.
 
     Raises:
-        ValueError: if ``tokens`` does not have an odd length of at least 5, or as
-            :meth:`mha.models.smollm2.SmolLM2.forward`.
+        ValueError: if ``tokens`` does not have an odd length of at least 5, ``parts`` is
+            empty or names another part, or as :meth:`mha.models.smollm2.SmolLM2.forward`.
     """
-    if tokens.ndim != 2 or tokens.shape[1] < 5 or tokens.shape[1] % 2 == 0:
-        raise ValueError(
-            f"tokens must be repeated_words sequences (B, 1 + 2T) with T >= 2; got shape "
-            f"{tuple(tokens.shape)}"
-        )
+    if not parts or not set(parts) <= {"first", "second"}:
+        raise ValueError(f"parts must name 'first' and/or 'second'; got parts={parts!r}")
+    _check_repeated(tokens)
     T = (tokens.shape[1] - 1) // 2
     with torch.no_grad():
         hidden, _ = model.hidden_states(tokens, gates)  # (B, 1 + 2T, D)
         out = {}
         for part, start in (("first", 1), ("second", 1 + T)):
+            if part not in parts:
+                continue
             logits = model.unembed(hidden[:, start : start + T - 1])  # (B, T - 1, V)
             targets = tokens[:, start + 1 : start + T]  # (B, T - 1)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
             out[part] = float(loss)
     return out
+
+
+def removal_effect(
+    model: SmolLM2, tokens: torch.Tensor, gates: torch.Tensor
+) -> tuple[float, np.ndarray]:
+    """The loss on the second copy, and every head's induction score, with some heads off.
+
+    One forward with the weights: what removing heads does to copying, and whether the
+    induction heads still find their token.
+
+    Args:
+        model: the model.
+        tokens: :func:`repeated_words` sequences.
+        gates: head gates ``(num_layers, H)`` (0 removes a head).
+
+    Shape:
+        tokens ``(B, 1 + 2T)``; returns a float and ``(num_layers, H)``.
+
+    Returns:
+        ``(loss, induction)``: the loss of :func:`copy_losses` ``"second"``, in nats, and
+        :func:`mha.detectors.patterns.induction_score` of every head.
+
+    Raises:
+        ValueError, TypeError: as :func:`copy_losses`.
+    """
+    _check_repeated(tokens)
+    T = (tokens.shape[1] - 1) // 2
+    with torch.no_grad():
+        hidden, weights = model.hidden_states(tokens, gates, need_weights=True)
+        logits = model.unembed(hidden[:, 1 + T : 2 * T])  # (B, T - 1, V)
+        targets = tokens[:, 2 + T :]  # (B, T - 1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    w = torch.stack(weights, dim=1).double().numpy()  # (B, num_layers, H, L, L)
+    return float(loss), patterns.induction_score(w, tokens)
 
 
 def head_distances(weights: Any) -> np.ndarray:
@@ -240,7 +294,8 @@ def shuffled_group_contrast(
 
     Each draw shuffles the heads into groups of the real size, the same in every layer,
     and counts the layers whose within-group mean distance is below the across-group mean
-    (:func:`group_contrast`). The real groups' count is compared with these.
+    (:func:`group_contrast`). A draw that gives back the real groups is drawn again, so the
+    counts are those of other groupings, to compare the real groups' count with.
 
     Args:
         distances: :func:`head_distances`.
@@ -263,8 +318,11 @@ def shuffled_group_contrast(
     _validate.check_seed("seed", seed)
     rng = np.random.default_rng(seed)
     counts = np.empty(draws, dtype=np.int64)
+    real = np.arange(d.shape[1]) // G
     for k in range(draws):
-        group = rng.permutation(d.shape[1]) // G  # head -> a random group of G heads
+        group = real
+        while all(len(set(group[real == g])) == 1 for g in range(num_kv_heads)):  # the real
+            group = rng.permutation(d.shape[1]) // G  # head -> a random group of G heads
         within, across = _contrast(d, group)
         counts[k] = int((within < across).sum())
     return counts
