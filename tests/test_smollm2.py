@@ -71,6 +71,9 @@ def test_model_has_the_published_sizes(model):
     assert model.layers[0].w_gate_up.shape == (576, 2 * 1536)
     assert model.dtype == torch.float32
     assert model.decode([model.eos_id]) == "<|im_end|>"
+    types = model.tensor_types
+    assert types["token_embd.weight"] == "Q8_0" and types["blk.29.attn_q.weight"] == "Q4_1"
+    assert sum(t == "Q4_1" for t in types.values()) == 30 * 7  # every projection of every layer
 
 
 def test_tokenizer_gives_the_reference_ids(model, reference):

@@ -150,6 +150,8 @@ class SmolLM2:
         rotary: the rotation of queries and keys (base 100,000, interleaved pairs).
         eps: RMSNorm's epsilon.
         eos_id: the token that ends an answer, ``<|im_end|>``.
+        tensor_types: how each tensor is stored in the file (``"Q4_1"``, ``"Q8_0"``,
+            ``"F32"``), by its GGUF name.
     """
 
     def __init__(
@@ -168,6 +170,7 @@ class SmolLM2:
         self.rotary = Rotary(float(metadata["llama.rope.freq_base"]), "interleaved")
         self.eps = float(metadata["llama.attention.layer_norm_rms_epsilon"])
         self.eos_id = int(metadata["tokenizer.ggml.eos_token_id"])
+        self.tensor_types: dict[str, str] = dict(metadata.get("tensor_types", {}))
 
     @property
     def num_layers(self) -> int:
@@ -656,6 +659,7 @@ def load_smollm2(
         )
     metadata = {k: v for k, v in fields.items() if not k.startswith("tokenizer.ggml.")}
     metadata["tokenizer.ggml.eos_token_id"] = fields["tokenizer.ggml.eos_token_id"]
+    metadata["tensor_types"] = {t.name: t.tensor_type.name for t in reader.tensors}
     return SmolLM2(
         metadata,
         _tokenizer(fields),
