@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _np_checks, _validate
+from mha.core._checks import arguments, numpy_arrays
 
 PAIRINGS = ("interleaved", "halves")
 """The two ways of pairing a head's coordinates for rotation (see the module docstring)."""
@@ -63,12 +63,12 @@ class Rotary:
     def __post_init__(self) -> None:
         if isinstance(self.base, bool) or not isinstance(self.base, Real):
             raise TypeError(
-                f"base must be a real number (int or float); got {_validate.describe(self.base)}"
+                f"base must be a real number (int or float); got {arguments.describe(self.base)}"
             )
-        if not (_validate.is_finite_real(self.base) and self.base > 1):
+        if not (arguments.is_finite_real(self.base) and self.base > 1):
             raise ValueError(f"base must be finite and above 1; got base={self.base!r}")
         if not isinstance(self.pairing, str):
-            raise TypeError(f"pairing must be a str; got {_validate.describe(self.pairing)}")
+            raise TypeError(f"pairing must be a str; got {arguments.describe(self.pairing)}")
         if self.pairing not in PAIRINGS:
             raise ValueError(
                 f"pairing must be 'interleaved' or 'halves'; got pairing={self.pairing!r}"
@@ -113,8 +113,8 @@ class Rotary:
                 is negative.
             TypeError: if a size is not an int.
         """
-        _validate.check_at_least("length", length, 0)
-        _validate.check_at_least("offset", offset, 0)
+        arguments.check_at_least("length", length, 0)
+        arguments.check_at_least("offset", offset, 0)
         positions = np.arange(offset, offset + length, dtype=np.float64)  # (n,)
         return np.outer(positions, self.frequencies(d_head))  # (n, Dh / 2)
 
@@ -173,7 +173,7 @@ class Rotary:
 
 
 def _check_width(d_head: Any) -> None:
-    _validate.check_positive("d_head", d_head)
+    arguments.check_positive("d_head", d_head)
     if d_head % 2:
         raise ValueError(
             f"d_head must be even: rotary positions turn pairs of coordinates; got d_head={d_head}"
@@ -183,12 +183,12 @@ def _check_width(d_head: Any) -> None:
 def _check_input(x: Any, rotary: Any, offset: Any) -> None:
     """Check ``rotate``'s arguments (the library, dtype and shape of ``x``; not its values)."""
     if not isinstance(rotary, Rotary):
-        raise TypeError(f"rotary must be a Rotary; got {_validate.describe(rotary)}")
-    _validate.check_at_least("offset", offset, 0)
+        raise TypeError(f"rotary must be a Rotary; got {arguments.describe(rotary)}")
+    arguments.check_at_least("offset", offset, 0)
     if isinstance(x, np.ndarray):
-        _np_checks.check_array("x", x, check_finite=False)
+        numpy_arrays.check_array("x", x, check_finite=False)
     elif type(x).__module__.startswith("torch") and hasattr(x, "is_floating_point"):
-        _validate.check_dense("x", x)
+        arguments.check_dense("x", x)
         if not x.is_floating_point():
             raise TypeError(f"x must be a floating tensor; got dtype {x.dtype}")
     else:

@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from mha.backends import torch_backend
-from mha.core import _validate
+from mha.core._checks import arguments
 from mha.core.kv_cache import KVCache, atomic
 from mha.core.params import MHAParams
 from mha.core.rotary import Rotary, rotate
@@ -230,7 +230,7 @@ class SmolLM2:
             ValueError: if ``text`` has no token.
         """
         if not isinstance(text, str):
-            raise TypeError(f"text must be a str; got {_validate.describe(text)}")
+            raise TypeError(f"text must be a str; got {arguments.describe(text)}")
         ids = self.tokenizer.encode(text).ids
         if not ids:
             raise ValueError("text must hold at least one token; got an empty text")
@@ -359,7 +359,7 @@ class SmolLM2:
             ValueError: if ``layer`` is not in ``[0, num_layers)``.
             TypeError: if ``layer`` is not an int.
         """
-        _validate.check_int("layer", layer)
+        arguments.check_int("layer", layer)
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be in [0, {self.num_layers}); got layer={layer}")
         p = self.layers[layer].attn if params is None else params
@@ -396,7 +396,7 @@ class SmolLM2:
         caches: Sequence[KVCache] | None,
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The residual stream before each layer and after the last, and the weights."""
-        _validate.check_bool("need_weights", need_weights)
+        arguments.check_bool("need_weights", need_weights)
         start = self._check(tokens, gates, caches)
         x = self.embed[tokens]  # (B, L) -> (B, L, D)
         stream, weights = [x], []
@@ -545,8 +545,8 @@ class SmolLM2:
             ValueError, TypeError: as :meth:`forward`, and if ``max_new_tokens`` is not a
                 positive int or ``use_cache`` not a bool.
         """
-        _validate.check_positive("max_new_tokens", max_new_tokens)
-        _validate.check_bool("use_cache", use_cache)
+        arguments.check_positive("max_new_tokens", max_new_tokens)
+        arguments.check_bool("use_cache", use_cache)
         self._check(tokens, None, None)
         B, L = tokens.shape
         caches = self.new_caches(B, L + max_new_tokens) if use_cache else None
@@ -615,7 +615,7 @@ def load_smollm2(
         TypeError: if ``dtype`` is not ``torch.float32`` or ``torch.float64``, or
             ``check_hash`` is not a bool.
     """
-    _validate.check_bool("check_hash", check_hash)
+    arguments.check_bool("check_hash", check_hash)
     if dtype not in (torch.float32, torch.float64):
         raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}")
     import gguf

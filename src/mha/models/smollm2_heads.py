@@ -22,8 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mha.core import _validate
-from mha.core._np_checks import as_numpy
+from mha.core._checks import arguments
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.rotary import Rotary, rotate
 from mha.detectors import patterns
 from mha.models.smollm2 import SmolLM2
@@ -75,8 +75,8 @@ def repeated_words(model: SmolLM2, num_sequences: int, length: int, seed: int = 
             positions.
         TypeError: if a size or the seed is not an int.
     """
-    _validate.check_positive_sizes(num_sequences=num_sequences, length=length)
-    _validate.check_seed("seed", seed)
+    arguments.check_positive_sizes(num_sequences=num_sequences, length=length)
+    arguments.check_seed("seed", seed)
     if 1 + 2 * length > model.max_len:
         raise ValueError(
             f"length must satisfy 1 + 2 * length <= {model.max_len}; got length={length}"
@@ -245,7 +245,7 @@ def _check_groups(distances: Any, num_kv_heads: Any) -> tuple[np.ndarray, int]:
     d = np.asarray(distances, dtype=np.float64)
     if d.ndim != 3 or d.shape[1] != d.shape[2]:
         raise ValueError(f"distances must have shape (num_layers, H, H); got {d.shape}")
-    _validate.check_positive("num_kv_heads", num_kv_heads)
+    arguments.check_positive("num_kv_heads", num_kv_heads)
     H = d.shape[1]
     if H % num_kv_heads or num_kv_heads in (1, H):
         raise ValueError(
@@ -314,8 +314,8 @@ def shuffled_group_contrast(
             positive int or ``seed`` not an int ``>= 0``.
     """
     d, G = _check_groups(distances, num_kv_heads)
-    _validate.check_positive("draws", draws)
-    _validate.check_seed("seed", seed)
+    arguments.check_positive("draws", draws)
+    arguments.check_seed("seed", seed)
     rng = np.random.default_rng(seed)
     counts = np.empty(draws, dtype=np.int64)
     real = np.arange(d.shape[1]) // G
@@ -361,7 +361,7 @@ def positional_scores(queries: Any, keys: Any, rotary: Rotary, max_distance: int
             f"queries and keys must be (n, Dh) and (m, Dh) of one width; got {q.shape} and "
             f"{k.shape}"
         )
-    _validate.check_at_least("max_distance", max_distance, 0)
+    arguments.check_at_least("max_distance", max_distance, 0)
     d_head = q.shape[1]
     query = rotate(q.mean(axis=0)[None], rotary, offset=max_distance)  # (1, Dh) at position d
     key = rotate(np.tile(k.mean(axis=0), (max_distance + 1, 1)), rotary)  # (d + 1, Dh) at 0..d
