@@ -9,7 +9,8 @@
 //
 // TeX input (the packages that MathJax's tex-svg.js has or loads on demand), SVG output with
 // assistive MathML: the configuration of the site's own MathJax (_config.yml, mathjax3_config).
-// Used by book/_ext/mha_site.py at the end of the site's build: one process for every page.
+// Used by book/_ext/mha_site/math_typeset.py at the end of the site's build: one process for
+// every page.
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
 
