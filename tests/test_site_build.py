@@ -34,6 +34,7 @@ from mha_site import (
     api_reference,
     figure_facts,
     hidden_code,
+    html_edit,
     icons,
     lighter_head,
     math_typeset,
@@ -1408,6 +1409,92 @@ def test_no_stylesheet_of_a_page_imports_another(built_site: Path) -> None:
             sheet = (path.parent / attr["href"].split("?")[0]).resolve()
             assert sheet.is_file(), f"{page}: missing stylesheet {attr['href']}"
             assert "@import" not in sheet.read_text(encoding="utf8"), f"{page}: {attr['href']}"
+
+
+def test_html_edit_finds_elements_at_their_places_in_the_text() -> None:
+    page = (
+        '<html><head><link rel="stylesheet" href="a.css">\n'
+        "<script>if (a < b) { x = '<span>'; }</script></head>\n"
+        '<body><p class="x  y">one &amp; <b>two</b></p><div><p>three<br/>\n</div>'
+        "<svg viewBox='0 0 1 1'><path id=\"g\"></path></svg></body></html>"
+    )
+    elements = html_edit.parse(page)
+    tags = [e.tag for e in elements]
+    assert tags == [
+        "html",
+        "head",
+        "link",
+        "script",
+        "body",
+        "p",
+        "b",
+        "div",
+        "p",
+        "br",
+        "svg",
+        "path",
+    ]
+    for element in elements:
+        assert page[element.start] == "<" and page[element.open_end - 1] == ">"
+        assert element.start_tag(page).lower().startswith("<" + element.tag)
+    link, script, body = elements[2], elements[3], elements[4]
+    assert link.outer(page) == '<link rel="stylesheet" href="a.css">' and not link.has_end_tag
+    assert script.inner(page) == "if (a < b) { x = '<span>'; }" and not script.children
+    first, bold, div, unclosed = elements[5], elements[6], elements[7], elements[8]
+    assert first.classes == ["x", "y"] and first.children == [bold] and first.has_end_tag
+    assert first.outer(page) == '<p class="x  y">one &amp; <b>two</b></p>'
+    assert first.text_between_children(page) == "one &amp; "
+    assert bold.outer(page) == "<b>two</b>" and bold.parent is first
+    # a <p> left open ends where its parent's end tag is
+    assert unclosed.end == div.close_start and not unclosed.has_end_tag
+    assert unclosed.parent is div and div.outer(page).endswith("\n</div>")
+    svg = elements[10]
+    assert svg.start_tag(page) == "<svg viewBox='0 0 1 1'>" and svg.attrs["viewbox"] == "0 0 1 1"
+    assert [e.tag for e in body.descendants()] == tags[5:]
+    assert next(html_edit.find(elements, "path", id="g")) is elements[11]
+
+
+def test_html_edit_splices_edits_and_refuses_overlapping_ones() -> None:
+    page = "<p>a</p><p>b</p>"
+    first, second = html_edit.parse(page)
+    edited = html_edit.splice(page, [(second.open_end, second.close_start, "B"), (0, 0, "!")])
+    assert edited == "!<p>a</p><p>B</p>"
+    assert html_edit.splice(page, [html_edit.removal(page + "\n", second)]) == "<p>a</p>"
+    with pytest.raises(ValueError, match="edits overlap at 1"):
+        html_edit.splice(page, [(0, 4, ""), (1, 2, "")])
+    tag = html_edit.start_tag("i", {"class": 'a"b', "hidden": None})
+    assert tag == '<i class="a&quot;b" hidden>'
+
+
+SITE_CODE = (BOOK / "_ext", BOOK / "_static")
+VENDORED = (BOOK / "_static" / "plotly",)  # plotly.js's partial bundle and its licence
+MAX_SITE_FILE_LINES = 500
+FIRST_COMMENT = {".py": '"""', ".js": ("//", "/*"), ".css": "/*"}
+
+
+def test_each_file_of_the_site_code_is_small_and_says_its_job_first() -> None:
+    """The site's code is in files of one job: none over 500 lines, each opening with a
+    comment (a JSON file with its "about" key, first in its sorted keys) that says what it
+    does. The vendored plotly.js bundle is not the book's code; the icon is an image."""
+    files = [
+        path
+        for folder in SITE_CODE
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+        and "__pycache__" not in path.parts
+        and not any(path.is_relative_to(v) for v in VENDORED)
+        and path.suffix != ".ico"
+    ]
+    assert len(files) > 25
+    for path in files:
+        text = path.read_text(encoding="utf8")
+        lines = text.count("\n")
+        assert lines <= MAX_SITE_FILE_LINES, f"{path.relative_to(ROOT)}: {lines} lines"
+        if path.suffix == ".json":
+            assert next(iter(json.loads(text))) == "about", path.name
+        else:
+            opening = FIRST_COMMENT[path.suffix]
+            assert text.startswith(opening), f"{path.relative_to(ROOT)} opens with {text[:40]!r}"
 
 
 class RecordingApp:

@@ -196,14 +196,17 @@
     document.head.appendChild(style);
   }
 
-  // Draw every figure NAME of the page that is not drawn yet, with draw(root).
-  function drawAll(name, draw) {
+  var drawers = {}; // figure name -> its drawing function, as each figure's script registers it
+
+  // Draw every registered figure of the page that is not drawn yet (a figure added to the page
+  // later is drawn by calling this again, as window.mhaExploreKit.draw()).
+  function drawAll() {
     if (!window.mhaExplore) return;
     addStyle();
     var roots = document.querySelectorAll(".mha-explore[data-explore]");
     for (var i = 0; i < roots.length; i++) {
-      var root = roots[i];
-      if (root.getAttribute("data-explore") !== name || root.getAttribute("data-ready")) continue;
+      var root = roots[i], draw = drawers[root.getAttribute("data-explore")];
+      if (!draw || root.getAttribute("data-ready")) continue;
       if (!root.id) root.id = "mha-explore-" + i;
       var fallback = root.querySelector(".mha-explore-fallback");
       if (fallback) fallback.hidden = true;
@@ -212,13 +215,12 @@
     }
   }
 
-  // A figure's script registers its drawing function here; it runs once the page is parsed.
+  // A figure's script registers its drawing function here; its figures are drawn once the
+  // page is parsed.
   function figure(name, draw) {
-    if (document.readyState === "loading") {
-      document.addEventListener("DOMContentLoaded", function () { drawAll(name, draw); });
-    } else {
-      drawAll(name, draw);
-    }
+    drawers[name] = draw;
+    if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", drawAll);
+    else drawAll();
   }
 
   window.mhaExploreKit = {
@@ -231,5 +233,6 @@
     button: button,
     svgPoint: svgPoint,
     figure: figure,
+    draw: drawAll,
   };
 })();

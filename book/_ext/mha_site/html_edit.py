@@ -5,6 +5,10 @@ formulas, hidden code) find the elements they change with :func:`parse`, which g
 element its tag, its attributes and its place in the page's text, and write their changes
 with :func:`splice`. Every byte they do not change stays as it was written: nothing is
 serialised again.
+
+The elements nest as their tags do: an element left open (a ``<p>`` that a browser would
+close at the next block) ends where its parent's end tag is. Sphinx, the theme and MathJax
+close what they open, so on the site's pages the two readings agree.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from html.parser import HTMLParser
 
 # HTML's void elements: they have no end tag and no content.
 VOID = frozenset(
-    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source"}
+    | {"track", "wbr"}
 )
 
 
