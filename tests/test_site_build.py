@@ -778,10 +778,10 @@ def test_pages_draw_icons_as_svg_without_font_awesome(built_site: Path) -> None:
         classes = " ".join(re.findall(r'\sclass="([^"]*)"', html)).split()
         left = {name for name in classes if icons.is_fa_class(name)}
         assert left == set(), f"{html_file.relative_to(built_site)}: {left}"
-        icons = re.findall(r'<(?:i|span) class="[^"]*\bmha-icon\b[^"]*"[^>]*>(<svg [^>]*>)', html)
-        assert len(icons) == html.count(" mha-icon-") - html.count(" mha-icon-lg")
-        assert len(icons) >= 5 or "theme-switch-button" not in html, html_file.name
-        assert all('aria-hidden="true" focusable="false"' in svg for svg in icons)
+        drawn = re.findall(r'<(?:i|span) class="[^"]*\bmha-icon\b[^"]*"[^>]*>(<svg [^>]*>)', html)
+        assert len(drawn) == html.count(" mha-icon-") - html.count(" mha-icon-lg")
+        assert len(drawn) >= 5 or "theme-switch-button" not in html, html_file.name
+        assert all('aria-hidden="true" focusable="false"' in svg for svg in drawn)
     assert with_header > len(toc_pages())  # the TOC's pages, the search page, the index
     theme_css = (built_site / icons.THEME_CSS).read_text(encoding="utf8")
     assert "Font Awesome" not in theme_css and "@font-face" not in theme_css
@@ -1393,10 +1393,10 @@ def test_every_page_links_the_site_icon(built_site: Path) -> None:
     assert root_icon[:4] == b"\0\0\1\0" and len(root_icon) > 22  # ICO header, one image
     for page in toc_pages():
         path = page_path(built_site, page)
-        icons = head_assets(path.read_text(encoding="utf8")).icons
-        assert len(icons) == 1, f"{page}: icon links {icons}"
-        icon = (path.parent / icons[0].split("?")[0]).resolve()
-        assert icon.is_file() and icon.read_bytes() == root_icon, f"{page}: {icons[0]}"
+        links = head_assets(path.read_text(encoding="utf8")).icons
+        assert len(links) == 1, f"{page}: icon links {links}"
+        icon = (path.parent / links[0].split("?")[0]).resolve()
+        assert icon.is_file() and icon.read_bytes() == root_icon, f"{page}: {links[0]}"
 
 
 @pytest.mark.site
