@@ -1522,8 +1522,9 @@ class RecordingApp:
 
 def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> None:
     """The package's setup connects every module's handlers: the page's scripts in the order
-    they run (figure loader, hidden code, then math), formulas typeset before the icons are
-    drawn and the stylesheets joined last, and the two writers of valid HTML in place."""
+    they run (figure loader, hidden code, then math), the icons drawn before the formulas are
+    typeset (smaller pages to read) and the stylesheets joined last, and the two writers of
+    valid HTML in place."""
     from myst_nb.core import render
 
     monkeypatch.setenv("PLOTLY_RENDERER", "plotly_mimetype")  # restored after the test
@@ -1540,7 +1541,7 @@ def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> 
         "lighter_head",
     ]
     finished = app.run_order("build-finished")
-    assert finished.index("typeset_math") < finished.index("icons_without_fonts")
+    assert finished.index("icons_without_fonts") < finished.index("typeset_math")
     assert finished[-1] == "bundle_stylesheets" and len(finished) == 5
     assert app.run_order("source-read") == ["expand_api_blocks"]
     assert app.run_order("autodoc-process-docstring") == ["keep_letters_as_text"]

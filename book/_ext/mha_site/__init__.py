@@ -71,19 +71,20 @@ def extension_files(here: Path = HERE) -> list[Path]:
 
 
 # The modules in the order their handlers of one event run: the download menu's notebook
-# before the theme's buttons, the figure loader's script before the hidden code's; formulas
-# typeset before the icons are drawn, and both before the stylesheets are joined.
+# before the theme's buttons, the figure loader's script before the hidden code's; the icons
+# drawn before the formulas are typeset (the pages are smaller to read then), and both before
+# the stylesheets are joined.
 MODULES = (
     execution_times,
     site_identity,
     downloads,
     api_reference,
     plotly_figures,
+    icons,
     math_typeset,
     hidden_code,
     plain_code,
     accessible_html,
-    icons,
     stylesheet_bundle,
     lighter_head,
 )

@@ -30,6 +30,8 @@ def take_hidden_code(body: str, url: str) -> tuple[str, list[str]]:
     when its toggle is first opened.
     """
     codes: list[str] = []
+    if HIDDEN_INPUT_CLASS not in body:
+        return body, codes  # (without parsing the page)
     edits = []
     for hidden in html_edit.find(html_edit.parse(body), "details", class_=HIDDEN_INPUT_CLASS):
         cell = next(html_edit.find(hidden.descendants(), "div", class_=CELL_INPUT_CLASS), None)

@@ -24,7 +24,7 @@ VOID = frozenset(
 )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Element:
     """One element of a page, with the places of its tags in the page's text.
 

@@ -151,6 +151,8 @@ def icons_without_fonts(app: Sphinx, exception: Exception | None) -> None:
     icons = vendored_icons()
     for path in site_pages(outdir):
         text = path.read_text(encoding="utf8")
+        if "fa-" not in text:
+            continue  # no icon's name (fa-NAME) in the page: nothing to draw (drawn already)
         page, problems = inline_icons(text, icons)
         for problem in problems:
             logger.warning(f"{path.relative_to(outdir)}: {problem[:300]}")

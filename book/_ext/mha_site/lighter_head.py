@@ -25,6 +25,8 @@ PARSER_SCRIPTS = ("documentation_options.js",)
 def uses_design(body: str) -> bool:
     """Whether a page's body has a sphinx-design element (``sd-`` classes: dropdowns, tabs,
     grids, cards, badges)."""
+    if DESIGN_CLASS_PREFIX not in body:
+        return False  # (without parsing the page)
     return any(
         name.startswith(DESIGN_CLASS_PREFIX)
         for element in html_edit.parse(body)

@@ -28,9 +28,9 @@ from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
 
-from . import html_edit
+from . import html_edit, math_when_near
 from .files import copy_tree, site_pages
-from .math_when_near import MATH_DIR, MATH_DRAWER, draw_formulas_when_near
+from .math_when_near import MATH_DIR, MATH_DRAWER
 
 logger = logging.getLogger(__name__)
 
@@ -119,38 +119,75 @@ def plain_tex(tex: str) -> str:
     return " ".join(re.sub(r"[{}\\]", "", tex).split())
 
 
-def _formulas(elements: list[html_edit.Element]) -> list[html_edit.Element]:
-    """The formulas Sphinx wrote: ``span.math`` (inline) and ``div.math`` (display)."""
-    return [e for e in elements if e.tag in ("span", "div") and e.attrs.get("class") == MATH_CLASS]
+class MathPage:
+    """A written page whose formulas are still TeX, read once: what typesetting changes in it.
+
+    ``formulas``: the ``span.math`` (inline) and ``div.math`` (display) elements Sphinx wrote
+    that hold TeX, in order; ``links``: the links made only of such formulas (a heading made of
+    math, in the page's contents), which the typeset SVG would leave without a name;
+    ``client_math``: the scripts that would typeset in the browser (``mha-math.js`` and
+    MathJax's configuration); ``first_screen``: where the article's first subsection begins.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        elements = html_edit.parse(text)
+        math = [
+            e for e in elements if e.tag in ("span", "div") and e.attrs.get("class") == MATH_CLASS
+        ]
+        self.formulas = [
+            e for e in math if not any(d.tag == "mjx-container" for d in e.descendants())
+        ]
+        self.links = [e for e in html_edit.find(elements, "a") if _named_by_math(text, e)]
+        self.client_math = [e for e in elements if _client_math(text, e)]
+        self.head = next(html_edit.find(elements, "head"))
+        self.body = next(html_edit.find(elements, "body"))
+        self.first_screen = math_when_near.first_screen_end(elements, len(text))
+
+    def raw_formulas(self) -> list[dict[str, Any]]:
+        """The formulas as render_math.mjs reads them: display or not, and their inner HTML."""
+        return [{"display": f.tag == "div", "html": f.inner(self.text)} for f in self.formulas]
+
+    def typeset(
+        self, rendered: dict[str, Any], data_url: str, drawer_url: str
+    ) -> tuple[str, str | None]:
+        """The page with its formulas typeset (``rendered``: render_math.mjs's page), its math
+        links named, MathJax's stylesheet and glyphs in it and the client's scripts out; and
+        the page's script of drawings (None when every formula is drawn in the page): see
+        :func:`.math_when_near.draw_formulas_when_near`. The page loads that script and
+        ``mha-math-svg.js`` (``data_url``, ``drawer_url``) deferred."""
+        first = [f.start < self.first_screen for f in self.formulas]
+        formulas, cache, script = math_when_near.draw_formulas_when_near(rendered, first)
+        edits = [
+            (f.open_end, f.close_start, h) for f, h in zip(self.formulas, formulas, strict=True)
+        ]
+        edits += [self._named(link) for link in self.links]
+        edits += [html_edit.removal(self.text, element) for element in self.client_math]
+        css = " ".join(rendered["css"].split())
+        head = [f'<style id="mha-mathjax">{css}</style>\n']
+        if script is not None:
+            head.append(f'<script defer src="{html.escape(data_url)}"></script>\n')
+            head.append(f'<script defer src="{html.escape(drawer_url)}"></script>\n')
+        edits.append((self.head.close_start, self.head.close_start, "".join(head)))
+        if cache:
+            edits.append((self.body.close_start, self.body.close_start, f"{cache}\n"))
+        return html_edit.splice(self.text, edits), script
+
+    def _named(self, link: html_edit.Element) -> tuple[int, int, str]:
+        label = " ".join(plain_tex(html.unescape(kid.inner(self.text))) for kid in link.children)
+        opening = link.start_tag(self.text)
+        return link.start, link.open_end, f'{opening[:-1]} aria-label="{html.escape(label)}">'
 
 
-def name_math_links(page: str) -> str:
-    """A link whose only content is formulas still in TeX (a heading made of math, in the
-    page's contents) is named by a plain reading of their TeX: the typeset SVG gives it no
-    name of its own."""
-    edits = []
-    for link in html_edit.find(html_edit.parse(page), "a"):
-        kids = link.children
-        if not kids or "aria-label" in link.attrs or link.text_between_children(page).strip():
-            continue
-        if any(k.tag != "span" or k.attrs != {"class": MATH_CLASS} or k.children for k in kids):
-            continue
-        label = " ".join(plain_tex(html.unescape(kid.inner(page))) for kid in kids)
-        opening = link.start_tag(page)
-        edits.append(
-            (link.start, link.open_end, f'{opening[:-1]} aria-label="{html.escape(label)}">')
-        )
-    return html_edit.splice(page, edits)
-
-
-def raw_formulas(page: str) -> list[dict[str, Any]]:
-    """The formulas of a page still in TeX: each ``span.math`` (inline) and ``div.math``
-    (display) that has no typeset ``mjx-container``, with its inner HTML."""
-    return [
-        {"display": formula.tag == "div", "html": formula.inner(page)}
-        for formula in _formulas(html_edit.parse(page))
-        if not any(e.tag == "mjx-container" for e in formula.descendants())
-    ]
+def _named_by_math(page: str, link: html_edit.Element) -> bool:
+    """Whether a link has no name but its formulas' TeX: its content is only formulas (spans
+    with TeX only) and white space, and it has no ``aria-label``."""
+    kids = link.children
+    if not kids or "aria-label" in link.attrs or link.text_between_children(page).strip():
+        return False
+    return all(
+        k.tag == "span" and k.attrs == {"class": MATH_CLASS} and not k.children for k in kids
+    )
 
 
 def _client_math(page: str, element: html_edit.Element) -> bool:
@@ -162,28 +199,6 @@ def _client_math(page: str, element: html_edit.Element) -> bool:
     if src.split("?")[0].rsplit("/", 1)[-1] == CLIENT_MATH_JS:
         return True
     return not element.attrs and element.inner(page).startswith(MATHJAX_CONFIG)
-
-
-def typeset_page(page: str, rendered: dict[str, Any]) -> str:
-    """A page with its formulas (:func:`raw_formulas`, in order) replaced by MathJax's
-    output (``rendered``: ``formulas``, ``css`` and the glyph ``cache`` of render_math.mjs),
-    MathJax's stylesheet in the head, and without the scripts that typeset in the browser
-    (``mha-math.js`` and MathJax's configuration)."""
-    elements = html_edit.parse(page)
-    formulas = iter(rendered["formulas"])
-    edits = [
-        (formula.open_end, formula.close_start, next(formulas))
-        for formula in _formulas(elements)
-        if not any(e.tag == "mjx-container" for e in formula.descendants())
-    ]
-    edits += [html_edit.removal(page, e) for e in elements if _client_math(page, e)]
-    head = next(html_edit.find(elements, "head"))
-    css = " ".join(rendered["css"].split())
-    edits.append((head.close_start, head.close_start, f'<style id="mha-mathjax">{css}</style>\n'))
-    if rendered.get("cache"):
-        body = next(html_edit.find(elements, "body"))
-        edits.append((body.close_start, body.close_start, f"{rendered['cache']}\n"))
-    return html_edit.splice(page, edits)
 
 
 def tex_error(error: str) -> str:
@@ -208,14 +223,14 @@ def typeset_math(app: Sphinx, exception: Exception | None) -> None:
     pages = {}
     for path in site_pages(outdir):
         text = path.read_text(encoding="utf8")
-        if f'class="{MATH_CLASS}"' in text:
-            text = name_math_links(text)
-            formulas = raw_formulas(text)
-            if formulas:
-                pages[path] = (text, formulas)
+        # a typeset formula holds one mjx-container: fewer containers than formulas, some in TeX
+        if text.count(f'class="{MATH_CLASS}"') > text.count("<mjx-container"):
+            page = MathPage(text)
+            if page.formulas:
+                pages[path] = page
     if not pages:
         return
-    request = {"fontCache": MATH_FONT_CACHE, "pages": [f for _, f in pages.values()]}
+    request = {"fontCache": MATH_FONT_CACHE, "pages": [p.raw_formulas() for p in pages.values()]}
     start = time.monotonic()
     result = subprocess.run(
         command, input=json.dumps(request), capture_output=True, text=True, encoding="utf8"
@@ -224,21 +239,19 @@ def typeset_math(app: Sphinx, exception: Exception | None) -> None:
         raise ExtensionError(f"render_math.mjs failed: {result.stderr.strip()[-2000:]}")
     output = json.loads(result.stdout)
     rendered, version = output["pages"], output["version"]
-    for (path, (text, _)), page in zip(pages.items(), rendered, strict=True):
-        for error in page["errors"]:
+    for (path, page), typeset in zip(pages.items(), rendered, strict=True):
+        for error in typeset["errors"]:
             logger.warning(f"TeX error in {path.name}: {tex_error(error)}")
         name = path.relative_to(outdir)
         to_root = "../" * (len(name.parts) - 1)
         data_url = f"{to_root}{MATH_DIR}/{'__'.join(name.with_suffix('.js').parts)}"
-        text, script = draw_formulas_when_near(
-            typeset_page(text, page), data_url, f"{to_root}_static/{MATH_DRAWER}"
-        )
+        text, script = page.typeset(typeset, data_url, f"{to_root}_static/{MATH_DRAWER}")
         if script is not None:
             data = outdir / MATH_DIR / data_url.rsplit("/", 1)[1]
             data.parent.mkdir(parents=True, exist_ok=True)
             data.write_text(script, encoding="utf8")
         path.write_text(text, encoding="utf8")
-    count = sum(len(formulas) for _, formulas in pages.values())
+    count = sum(len(page.formulas) for page in pages.values())
     logger.info(
         f"mha_site: typeset {count} formulas of {len(pages)} pages "
         f"in {time.monotonic() - start:.1f} s (MathJax {version})"
