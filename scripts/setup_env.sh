@@ -2,8 +2,8 @@
 # Create the project's virtual environment and install everything pinned in constraints.txt.
 set -euo pipefail
 venv=${1:-.venv}
-python=${PYTHON:-python3.11}
 cd "$(dirname "$0")/.."
+python=$(bash scripts/find_python.sh)  # any Python >= 3.11 ($PYTHON if set)
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet -c constraints.txt -e '.[book,test]'
