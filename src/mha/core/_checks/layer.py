@@ -13,7 +13,7 @@ import contextlib
 import math
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -372,7 +372,10 @@ def check_mha_range(
             float64_values(a, kind) is None for a in (*arrays, *([] if mask is None else [mask]))
         ):
             return None  # values not readable as they are (under torch.func's vmap, say)
-        q, k, v, *cached64 = (float64_values(a, kind) for a in arrays[: 3 + len(cached)])
+        # each readable, as just checked: float64 NumPy copies
+        q, k, v, *cached64 = (
+            cast(np.ndarray, float64_values(a, kind)) for a in arrays[: 3 + len(cached)]
+        )
         L, S = query.shape[1], key.shape[1] + (0 if cache is None else cache.length)
         return mha_overflow(
             q,
@@ -380,7 +383,7 @@ def check_mha_range(
             v,
             params.map(lambda a: float64_values(a, kind)),
             _with_causal(None if mask is None else kind.values(mask), causal, L, S),
-            tuple(cached64) or None,
+            (cached64[0], cached64[1]) if cached64 else None,
             largest=kind.largest(out.dtype),
         )
 
