@@ -401,12 +401,14 @@ def multi_head_attention(
     cache: KVCache | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     m = layer.check_mha(query, key, value, params, mask, form, need_weights, NUMPY, cache)
-    causal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
+    diagonal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
     with layer.staged(cache, m, params.d_model) as kv:  # kv keeps new positions only on success
         out, w = _FORMS[form](
-            query, key, value, params, mask, causal=causal, cache=kv, need_weights=need_weights
+            query, key, value, params, mask, causal=diagonal, cache=kv, need_weights=need_weights
         )
-        layer.check_mha_range(out, m, query, key, value, params, mask, cache, NUMPY, causal=causal)
+        layer.check_mha_range(
+            out, m, query, key, value, params, mask, cache, NUMPY, causal=diagonal
+        )
     return out, w
 
 

@@ -425,13 +425,13 @@ def multi_head_attention(
     cache: KVCache | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     m = layer.check_mha(query, key, value, params, mask, form, need_weights, TENSORS, cache, FORMS)
-    causal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
+    diagonal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
     with layer.staged(cache, m, params.d_model) as kv:  # kv keeps new positions only on success
         out, w = _FORMS[form](
-            query, key, value, params, mask, causal=causal, cache=kv, need_weights=need_weights
+            query, key, value, params, mask, causal=diagonal, cache=kv, need_weights=need_weights
         )
         layer.check_mha_range(
-            out, m, query, key, value, params, mask, cache, TENSORS, causal=causal
+            out, m, query, key, value, params, mask, cache, TENSORS, causal=diagonal
         )
     return out, w
 

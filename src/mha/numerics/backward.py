@@ -500,7 +500,7 @@ def multi_head_attention_forward(
     if form not in BACKWARD_FORMS:
         raise ValueError(f"form must be one of {BACKWARD_FORMS}; got form={form!r}")
     magnitudes = _check_layer(query, key, value, params, mask)
-    causal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
+    diagonal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
     arguments.check_block_size("block_q", block_q)
     arguments.check_block_size("block_kv", block_kv)
     H, H_kv = params.num_heads, params.num_kv_heads
@@ -516,12 +516,13 @@ def multi_head_attention_forward(
     maskg = _groups.group_mask(mask, H_kv) if H_kv < H else mask
     weights = lse = None
     if form == "fused":  # (B, H_kv, G, L, Dh), (B, H_kv, G, L, S)
-        keep = np_backend.with_causal(maskg, causal, q.shape[2], k.shape[2])  # (..., L, S)
+        keep = np_backend.with_causal(maskg, diagonal, q.shape[2], k.shape[2])  # (..., L, S)
         heads, weights = np_backend.scaled_dot_product_attention(qg, kg, vg, keep)
         weights = _groups.ungroup(weights, H, H_kv)  # (B, H, L, S)
     else:  # (B, H_kv, G, L, Dh), (B, H_kv, G, L)
-        flags = {"causal": causal is not None, "align": causal or "top_left"}
-        heads, lse = tiled.attention(qg, kg, vg, maskg, **flags, block_q=block_q, block_kv=block_kv)
+        heads, lse = tiled.attention(
+            qg, kg, vg, maskg, causal=causal, align=align, block_q=block_q, block_kv=block_kv
+        )
         lse = _groups.ungroup(lse, H, H_kv)  # (B, H, L)
     heads = _groups.ungroup(heads, H, H_kv)  # (B, H, L, Dh)
     out = np_backend.linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
@@ -535,11 +536,11 @@ def multi_head_attention_forward(
         mask,
         None,
         numpy_arrays.NUMPY,
-        causal=causal,
+        causal=diagonal,
         name="multi_head_attention_forward output",
     )
     kept = (q, k, val, heads, weights, lse, block_q, block_kv)
-    saved = MHASaved(query, key, value, params, mask, form, causal, *kept)
+    saved = MHASaved(query, key, value, params, mask, form, diagonal, *kept)
     return out, saved
 
 
