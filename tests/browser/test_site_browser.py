@@ -408,6 +408,9 @@ def draw_everything_at_once(tab, visit: Visit, in_flight: set) -> None:
     scrolling. How figures and formulas come in as a reader scrolls depends on neither the
     theme nor the width: the reader's visit checks it."""
     visit.mathjax = "typeset at build"
+    # Sections far from the screen are not laid out (content-visibility: auto) until they come
+    # near: lay them out first, so that each figure is drawn at its container's width.
+    tab.add_style_tag(content=LAID_OUT_CSS)
     tab.evaluate(DRAW_ALL_JS)
     try:
         tab.wait_for_function(PLOTLY_DONE_JS, timeout=RENDER_TIMEOUT_MS)
