@@ -211,7 +211,7 @@ def _like(x: Any, table: np.ndarray) -> Any:
     return torch.as_tensor(table, device=x.device).to(x.dtype)
 
 
-def rotate(x: Any, rotary: Rotary, *, offset: int = 0) -> Any:
+def rotate(x: Any, rotary: Rotary, *, offset: int = 0, inverse: bool = False) -> Any:
     """Rotate queries or keys by their positions: ``x * cos + x[..., partners] * sin``.
 
     Position ``p`` of ``x`` (along its second-to-last axis) is ``offset + p``: 0 for a whole
@@ -223,6 +223,8 @@ def rotate(x: Any, rotary: Rotary, *, offset: int = 0) -> Any:
             or a floating, dense PyTorch tensor (any device; autograd records the rotation).
         rotary: the base and pairing of the rotation.
         offset: the position of the first row, an int ``>= 0``.
+        inverse: turn each pair back by its angle instead (the sines negated): the
+            transposed rotation, which carries a gradient back through :func:`rotate`.
 
     Shape:
         x ``(..., n, Dh)``, e.g. ``(B, H, L, Dh)``; returns the same shape.
@@ -235,15 +237,47 @@ def rotate(x: Any, rotary: Rotary, *, offset: int = 0) -> Any:
         ValueError: if ``x`` has fewer than 2 dimensions or an odd or zero width, or
             ``offset`` is negative.
         TypeError: if ``x`` is not a float array or tensor, ``rotary`` is not a
-            :class:`Rotary`, or ``offset`` is not an int.
+            :class:`Rotary`, ``offset`` is not an int, or ``inverse`` is not a bool.
     """
     _check_input(x, rotary, offset)
+    arguments.check_bool("inverse", inverse)
     n, d_head = x.shape[-2], x.shape[-1]
-    cos, sin = (_like(x, t) for t in rotary.tables(d_head, n, offset))  # 2 x (n, Dh)
+    cos, sin = rotary.tables(d_head, n, offset)  # 2 x (n, Dh), float64
+    cos, sin = _like(x, cos), _like(x, -sin if inverse else sin)
     partner = rotary.partners(d_head)  # (Dh,)
     if not isinstance(x, np.ndarray):
         partner = _like(x, partner).long()
     return x * cos + x[..., partner] * sin  # (..., n, Dh), pairs turned by their angles
+
+
+def rotated(q: Any, k: Any, rotary: Rotary | None, cache: Any = None) -> tuple[Any, Any]:
+    """A layer's queries and keys rotated to their positions; ``rotary=None`` leaves them be.
+
+    What every form of multi-head attention does between its projections and its scores.
+    The new positions follow those a key/value cache already holds: query ``i`` and key
+    ``j`` of this call sit at ``cache.length + i`` and ``cache.length + j`` (from 0 without a
+    cache, for cross-attention too). Keys are rotated before they are cached, so a cached
+    key is never turned again. Only the positions matter, so a key/value head is rotated
+    once, whatever the number of query heads it serves.
+
+    Args:
+        q: query heads.
+        k: key heads.
+        rotary: the rotation, or ``None`` for no rotary positions (``q`` and ``k`` returned
+            as they are, the same objects).
+        cache: the cache the keys will join (anything with a ``length``), or ``None``.
+
+    Shape:
+        q ``(..., L, Dh)``, k ``(..., S, Dh)``, e.g. ``(B, H, L, Dh)`` and
+        ``(B, H_kv, S, Dh)``; returns the same shapes.
+
+    Returns:
+        ``(q, k)``, rotated by :func:`rotate` from position ``cache.length`` (or 0).
+    """
+    if rotary is None:
+        return q, k
+    offset = 0 if cache is None else cache.length  # new positions follow the cached ones
+    return rotate(q, rotary, offset=offset), rotate(k, rotary, offset=offset)
 
 
 def interleave_permutation(d_head: int) -> np.ndarray:
