@@ -169,6 +169,29 @@ def test_cached_decoding_equals_the_full_forward(dtype, model, model64):
         tolerance.assert_close(step, full_w[layer][0, :, L - 4, : L - 3].double().numpy(), w_tol)
 
 
+def test_every_layer_attends_with_the_library_layer_and_the_model_rotary(model, monkeypatch):
+    """The model's attention is ``torch_backend.multi_head_attention`` itself, given the
+    rotary positions and each layer's cache, never a copy of its steps."""
+    from mha.backends import torch_backend
+
+    calls = []
+    layer = torch_backend.multi_head_attention
+
+    def recorded(*args, **kwargs):
+        calls.append(kwargs)
+        return layer(*args, **kwargs)
+
+    monkeypatch.setattr(torch_backend, "multi_head_attention", recorded)
+    ids = model.encode("Every layer calls the layer.")
+    caches = model.new_caches(1, ids.shape[1])
+    with torch.no_grad():
+        model.forward(ids[:, :-1], caches=caches)
+        model.forward(ids[:, -1:], caches=caches)
+    assert len(calls) == 2 * 30
+    assert all(c["rotary"] is model.rotary for c in calls)
+    assert [c["cache"] for c in calls] == 2 * list(caches)
+
+
 def test_the_cache_holds_keys_after_their_rotation(model64):
     ids = model64.encode("Keys are rotated once, then cached.")
     caches = model64.new_caches(1, 16)
