@@ -24,7 +24,12 @@ once rotated never changes again: a key/value cache holds keys after their rotat
 The two are the same rotation of permuted coordinates: with the query and key weights'
 columns permuted alike, they give the same scores. :func:`rotate` works on NumPy arrays and
 on PyTorch tensors alike (the result has the input's library, dtype and device; autograd
-records it); the angles are computed in float64 and rounded once to the input's dtype.
+records it); the angles are computed in float64 and rounded once to the input's dtype. Its
+``inverse=True`` turns back, the transpose that carries a gradient through the rotation.
+
+**In the layer.** Every form of ``multi_head_attention`` in both backends takes ``rotary=``
+and calls :func:`rotated` between its projections and its scores: the queries and keys are
+turned from a key/value cache's length on (0 without one), the keys before they are cached.
 """
 
 from __future__ import annotations
@@ -180,11 +185,12 @@ def _check_width(d_head: Any) -> None:
         )
 
 
-def _check_input(x: Any, rotary: Any, offset: Any) -> None:
+def _check_input(x: Any, rotary: Any, offset: Any, inverse: Any) -> None:
     """Check ``rotate``'s arguments (the library, dtype and shape of ``x``; not its values)."""
     if not isinstance(rotary, Rotary):
         raise TypeError(f"rotary must be a Rotary; got {arguments.describe(rotary)}")
     arguments.check_at_least("offset", offset, 0)
+    arguments.check_bool("inverse", inverse)
     if isinstance(x, np.ndarray):
         numpy_arrays.check_array("x", x, check_finite=False)
     elif type(x).__module__.startswith("torch") and hasattr(x, "is_floating_point"):
@@ -239,15 +245,13 @@ def rotate(x: Any, rotary: Rotary, *, offset: int = 0, inverse: bool = False) ->
         TypeError: if ``x`` is not a float array or tensor, ``rotary`` is not a
             :class:`Rotary`, ``offset`` is not an int, or ``inverse`` is not a bool.
     """
-    _check_input(x, rotary, offset)
-    arguments.check_bool("inverse", inverse)
+    _check_input(x, rotary, offset, inverse)
     n, d_head = x.shape[-2], x.shape[-1]
-    cos, sin = rotary.tables(d_head, n, offset)  # 2 x (n, Dh), float64
-    cos, sin = _like(x, cos), _like(x, -sin if inverse else sin)
+    cos, sin = (_like(x, t) for t in rotary.tables(d_head, n, offset))  # 2 x (n, Dh)
     partner = rotary.partners(d_head)  # (Dh,)
     if not isinstance(x, np.ndarray):
         partner = _like(x, partner).long()
-    return x * cos + x[..., partner] * sin  # (..., n, Dh), pairs turned by their angles
+    return x * cos + x[..., partner] * (-sin if inverse else sin)  # (..., n, Dh), pairs turned
 
 
 def rotated(q: Any, k: Any, rotary: Rotary | None, cache: Any = None) -> tuple[Any, Any]:
