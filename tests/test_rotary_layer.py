@@ -102,6 +102,75 @@ def test_every_form_with_rotary_equals_the_layer_computed_piece_by_piece(
         assert not tolerance.is_close(unturned, expected, out_tol)
 
 
+def turned_by_complex_numbers(x: np.ndarray, base: float, pairing: str) -> np.ndarray:
+    """Rotary positions written apart from the library: each pair of coordinates is a complex
+    number, multiplied by ``exp(1j * p * base ** (-2 i / Dh))`` at position ``p``."""
+    n, d_head = x.shape[-2:]
+    half = d_head // 2
+    first, second = (x[..., 0::2], x[..., 1::2]) if pairing == "interleaved" else (
+        x[..., :half], x[..., half:])  # fmt: skip
+    angle = np.arange(n)[:, None] * base ** (-2.0 * np.arange(half) / d_head)  # (n, Dh / 2)
+    z = (first + 1j * second) * np.exp(1j * angle)  # (..., n, Dh / 2)
+    out = np.empty_like(x)
+    if pairing == "interleaved":
+        out[..., 0::2], out[..., 1::2] = z.real, z.imag
+    else:
+        out[..., :half], out[..., half:] = z.real, z.imag
+    return out
+
+
+def pytorch_attention(query, key, value, params: MHAParams, mask, rotary: Rotary):
+    """The layer by PyTorch's own attention (``F.scaled_dot_product_attention``, key/value
+    heads shared by ``enable_gqa``) on queries and keys turned by complex numbers; the
+    weights by ``torch.softmax`` of the masked scores."""
+    F = torch.nn.functional
+    H, H_kv, Dh = params.num_heads, params.num_kv_heads, params.d_head
+
+    def heads(x, w, b, n):  # (B, T, D) -> (B, n, T, Dh), float64 tensors
+        y = (x @ w + b).reshape(*x.shape[:2], n, Dh).transpose(0, 2, 1, 3)
+        return torch.from_numpy(np.ascontiguousarray(y))
+
+    def turn(t):  # the queries' or keys' positions from 0
+        return torch.from_numpy(turned_by_complex_numbers(t.numpy(), rotary.base, rotary.pairing))
+
+    q = turn(heads(query, params.w_q, params.b_q, H))
+    k = turn(heads(key, params.w_k, params.b_k, H_kv))
+    v = heads(value, params.w_v, params.b_v, H_kv)
+    allowed = torch.from_numpy(np.asarray(mask, dtype=bool))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+    k_rep = k.repeat_interleave(H // H_kv, dim=1)  # (B, H, S, Dh)
+    scores = (q @ k_rep.transpose(-1, -2) / math.sqrt(Dh)).masked_fill(~allowed, -math.inf)
+    merged = out.transpose(1, 2).reshape(*query.shape[:2], H * Dh).numpy()  # (B, L, D)
+    return merged @ params.w_o + params.b_o, torch.softmax(scores, dim=-1).numpy()
+
+
+@pytest.mark.parametrize(
+    ("kind", "form", "need_weights", "h_kv", "cross"),
+    [(*case, h_kv, cross) for case in FORM_CASES for h_kv in KV_HEADS for cross in (False, True)],
+)
+def test_every_form_with_rotary_equals_pytorch_attention_on_complex_rotations(
+    kind, form, need_weights, h_kv, cross
+):
+    """Independent of the library: the rotation by complex multiplication, the attention by
+    PyTorch's ``scaled_dot_product_attention``."""
+    params = init_params(D, H, num_kv_heads=h_kv, seed=3)
+    x = draw(B, L, D, seed=4)
+    kv = draw(B, S, D, seed=5) if cross else x
+    mask = np_backend.key_padding_mask([S, 4], S) if cross else np_backend.causal_mask(L)
+    for rotary in ROTARIES:
+        expected, expected_w = pytorch_attention(x, kv, kv, params, mask, rotary)
+        out_tol, w_tol = tolerance.attention_tolerance(x, kv, kv, params, mask, rotary=rotary)
+        q_in, kv_in, m_in = as_backend(kind, x, kv, mask)
+        kv_in = q_in if not cross else kv_in
+        p = params if kind == "numpy" else params.to_torch()
+        out, w = BACKENDS[kind].multi_head_attention(
+            q_in, kv_in, kv_in, p, m_in, form=form, need_weights=need_weights, rotary=rotary
+        )
+        tolerance.assert_close(numpy_of(out), expected, out_tol, name=f"{rotary.pairing} output")
+        if need_weights:
+            tolerance.assert_close(numpy_of(w), expected_w, w_tol, name=f"{rotary.pairing} weights")
+
+
 @pytest.mark.parametrize(("kind", "form", "need_weights"), FORM_CASES)
 def test_rotary_none_leaves_the_layer_as_it_was_bit_for_bit(kind, form, need_weights):
     """``rotated`` hands ``q`` and ``k`` back untouched, so no form computes anything new."""
