@@ -99,9 +99,8 @@ def test_attention_weights_match_the_reference(dtype, model, model64, reference)
         for j, layer in enumerate(reference["attention_layers"]):
             ours = weights[layer][0].double().numpy()  # (H, L, L)
             assert weights[layer].dtype == dtype
-            np.testing.assert_allclose(
-                ours, reference[f"attentions_{i}"][j], rtol=0, atol=ATTENTION_ATOL
-            )
+            expected = reference[f"attentions_{i}"][j]
+            tolerance.assert_close(ours, expected, ATTENTION_ATOL, name=f"{prompt!r} layer {layer}")
             assert np.all(np.triu(ours, k=1) == 0)  # causal: exact zeros above the diagonal
 
 
@@ -110,7 +109,8 @@ def test_float64_logits_match_the_reference(model64, reference):
         with torch.no_grad():
             logits, _ = model64.forward(model64.encode(prompt))
         ours = logits[0].numpy()[:, reference[f"vocab_{i}"]]
-        np.testing.assert_allclose(ours, reference[f"logits_{i}"], rtol=0, atol=LOGITS_ATOL)
+        expected = reference[f"logits_{i}"]
+        tolerance.assert_close(ours, expected, LOGITS_ATOL, name=f"{prompt!r} logits")
 
 
 def test_float32_logits_are_the_float64_ones_to_float32_rounding(model, model64, reference):
