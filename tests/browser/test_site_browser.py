@@ -12,8 +12,8 @@ Only the light visit at 1280 px reads the page as a reader does: it checks what 
 before anything is scrolled (plotly.js only when a figure is near, every formula typeset:
 they are in the page as built), scrolls the page to its end (figures and formulas are drawn
 as they come near) and opens the toggles that hold formulas. That path depends on neither the
-theme nor the width, and it is most of a visit's time, so the dark visit and the phone's draw
-every figure and formula at once, as a page does before it is printed, and check what the
+theme nor the width, and its pauses cost seconds per page, so the dark visit and the phone's
+draw every figure and formula at once, as a page does before it is printed, and check what the
 theme or the width changes: the theme's colours (contrast of text, formulas and figures, axe),
 the figures drawn in the theme's template or the phone's layout, and the page's requests and
 errors.
