@@ -36,6 +36,7 @@ from mha.core._groups import group_mask, head_slice
 from mha.core.kv_cache import KVCache
 from mha.core.mask_rules import causal_offset
 from mha.core.params import MHAParams
+from mha.core.rotary import Rotary, rotated
 
 FORMS = layer.FORMS
 """The forms this backend computes: all four, ``"tiled"`` included."""
@@ -232,12 +233,13 @@ def attention_heads(
 
 
 def attention_per_head(
-    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True
+    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True, rotary=None
 ):
     """The per-head form: a loop over the heads, each projecting the inputs to width Dh.
 
     Args:
-        query, key, value, params, mask, need_weights: those of :func:`multi_head_attention`.
+        query, key, value, params, mask, need_weights, rotary: those of
+            :func:`multi_head_attention`.
         causal: ``None``, or the alignment of a causal mask applied with ``mask``
             (:func:`with_causal`).
         cache: unused (``None``): a cache holds every head's keys, and the loop makes one's.
@@ -256,6 +258,7 @@ def attention_per_head(
         q = linear(query, p["w_q"], p["b_q"])  # (B, L, D) -> (B, L, Dh)
         k = linear(key, p["w_k"], p["b_k"])  # (B, S, D) -> (B, S, Dh)
         v = linear(value, p["w_v"], p["b_v"])  # (B, S, D) -> (B, S, Dh)
+        q, k = rotated(q, k, rotary)  # turned by their positions (rotary=None: unchanged)
         scores = q @ k.swapaxes(-1, -2) * scale  # (B, L, Dh) @ (B, Dh, S) -> (B, L, S)
         a = softmax_in_place(scores, head_slice(mask, h))  # (B, L, S): each row sums to 1
         heads.append(a @ v)  # (B, L, S) @ (B, S, Dh) -> (B, L, Dh)
@@ -267,12 +270,12 @@ def attention_per_head(
 
 
 def attention_fused(
-    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True
+    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True, rotary=None
 ):
     """The fused form: one projection each for Q, K and V, split into heads, all heads at once.
 
     Args:
-        query, key, value, params, mask, cache, need_weights: those of
+        query, key, value, params, mask, cache, need_weights, rotary: those of
             :func:`multi_head_attention`; ``cache.extend`` appends the new keys and values.
         causal: ``None``, or the alignment of a causal mask applied with ``mask``
             (:func:`with_causal`).
@@ -287,6 +290,7 @@ def attention_fused(
     q = split_heads(linear(query, params.w_q, params.b_q), H)  # (B, L, D) -> (B, H, L, Dh)
     k = split_heads(linear(key, params.w_k, params.b_k), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
     v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
+    q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # decoding: the cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
     out, weights = attention_heads(q, k, v, mask, causal)  # (B, H, L, Dh), (B, H, L, S)
@@ -295,7 +299,7 @@ def attention_fused(
 
 
 def attention_packed(
-    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True
+    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True, rotary=None
 ):
     """The packed form: self-attention projects Q, K and V in one product with ``W_qkv``.
 
@@ -303,7 +307,7 @@ def attention_packed(
     share one product; distinct key and value arrays take the fused form's three products.
 
     Args:
-        query, key, value, params, mask, causal, cache, need_weights: those of
+        query, key, value, params, mask, causal, cache, need_weights, rotary: those of
             :func:`attention_fused`.
 
     Shape:
@@ -314,7 +318,15 @@ def attention_packed(
     """
     if key is not value:
         return attention_fused(
-            query, key, value, params, mask, causal=causal, cache=cache, need_weights=need_weights
+            query,
+            key,
+            value,
+            params,
+            mask,
+            causal=causal,
+            cache=cache,
+            need_weights=need_weights,
+            rotary=rotary,
         )
     D, kv = params.d_model, params.kv_width
     if query is key:  # self-attention: one product, (B, L, D) -> (B, L, D + 2 H_kv Dh)
@@ -324,6 +336,7 @@ def attention_packed(
         k, v = np.split(linear(key, *params.packed("kv")), 2, axis=-1)
     q = split_heads(q, params.num_heads)  # (B, L, D) -> (B, H, L, Dh)
     k, v = (split_heads(x, params.num_kv_heads) for x in (k, v))  # -> (B, H_kv, S, Dh)
+    q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # decoding: the cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
     out, weights = attention_heads(q, k, v, mask, causal)  # (B, H, L, Dh), (B, H, L, S)
@@ -331,14 +344,23 @@ def attention_packed(
 
 
 def attention_tiled(
-    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=False
+    query,
+    key,
+    value,
+    params,
+    mask=None,
+    *,
+    causal=None,
+    cache=None,
+    need_weights=False,
+    rotary=None,
 ):
     """The tiled form: attention one tile at a time (:func:`mha.backends.tiled.attention_tiles`),
     never forming the ``(B, H, L, S)`` scores, so it has no weights to return. With
     ``causal`` the tiles wholly above the diagonal are skipped, and no mask array is formed.
 
     Args:
-        query, key, value, params, mask, causal, cache: those of :func:`attention_fused`.
+        query, key, value, params, mask, causal, cache, rotary: those of :func:`attention_fused`.
         need_weights: False (:func:`multi_head_attention` refuses True).
 
     Shape:
@@ -348,11 +370,12 @@ def attention_tiled(
         ``(output, None)``.
     """
     H, H_kv = params.num_heads, params.num_kv_heads
+    q = split_heads(linear(query, params.w_q, params.b_q), H)  # (B, L, D) -> (B, H, L, Dh)
     k = split_heads(linear(key, params.w_k, params.b_k), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
     v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
+    q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # decoding: the cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
-    q = split_heads(linear(query, params.w_q, params.b_q), H)  # (B, L, D) -> (B, H, L, Dh)
     (B, _, L, Dh), S = q.shape, k.shape[2]
     offset = 0 if causal is None else causal_offset(L, S, causal)  # query 0 sits at key offset
     q = q.reshape(B, H_kv, H // H_kv, L, Dh)  # (B, H, L, Dh) -> (B, H_kv, G, L, Dh)
@@ -399,15 +422,19 @@ def multi_head_attention(
     form: str = "fused",
     need_weights: bool = True,
     cache: KVCache | None = None,
+    rotary: Rotary | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    m = layer.check_mha(query, key, value, params, mask, form, need_weights, NUMPY, cache)
+    m = layer.check_mha(
+        query, key, value, params, mask, form, need_weights, NUMPY, cache, rotary=rotary
+    )
     diagonal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
-    with layer.staged(cache, m, params.d_model) as kv:  # kv keeps new positions only on success
+    with layer.staged(cache, m, params.d_model, rotary) as kv:  # new positions kept on success
         out, w = _FORMS[form](
-            query, key, value, params, mask, causal=diagonal, cache=kv, need_weights=need_weights
-        )
+            query, key, value, params, mask, causal=diagonal, cache=kv,
+            need_weights=need_weights, rotary=rotary,
+        )  # fmt: skip
         layer.check_mha_range(
-            out, m, query, key, value, params, mask, cache, NUMPY, causal=diagonal
+            out, m, query, key, value, params, mask, cache, NUMPY, causal=diagonal, rotary=rotary
         )
     return out, w
 
@@ -445,9 +472,10 @@ def attention_block(
     eps: float = 1e-5,
     form: str = "fused",
     norm_first: bool = False,
+    rotary: Rotary | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     arguments.check_bool("norm_first", norm_first)
     h = layer_norm(x, ln_weight, ln_bias, eps) if norm_first else x
-    attn, weights = multi_head_attention(h, h, h, params, mask, form=form)
+    attn, weights = multi_head_attention(h, h, h, params, mask, form=form, rotary=rotary)
     out = x + attn if norm_first else layer_norm(x + attn, ln_weight, ln_bias, eps)
     return out, weights
