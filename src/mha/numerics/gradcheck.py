@@ -108,10 +108,10 @@ def compare_with_autograd(
         :func:`mha.numerics.backward.multi_head_attention`.
     """
 
-    blocks = {"block_q": block_q, "block_kv": block_kv}
     out, saved = backward.multi_head_attention_forward(
-        query, key, value, params, mask, form=form, **blocks, rotary=rotary
-    )
+        query, key, value, params, mask, form=form, block_q=block_q, block_kv=block_kv,
+        rotary=rotary,
+    )  # fmt: skip
     ours = backward.multi_head_attention(saved, d_out)
     tol = gradient_tolerance(saved, d_out)
     p_t = params.to_torch().map(lambda t: t.requires_grad_())
