@@ -407,7 +407,7 @@ def sweep(lengths: list[int], tokens: int, D: int, H: int, rounds: int, device) 
             f"{ratio(times, n, 'forward'):.2f} / {ratio(times, n, 'fwd+bwd'):.2f}"
             for n in list(SWEEP)[1:]
         ]
-        print(f"{L:6d} {B:4d} {ms[0]:6.0f} / {ms[1]:5.0f}" + "".join(f"{c:>16s}" for c in cells))
+        print(f"{L:6d} {B:4d} {ms[0]:6.0f} / {ms[1]:5.0f}" + "".join(f" {c:>15s}" for c in cells))
 
 
 def run(args: argparse.Namespace, device: torch.device) -> None:
