@@ -20,8 +20,11 @@ Module map (what each module changes, and when):
 - :mod:`.icons`: Font Awesome icons as inline SVG (``icons.json``), no icon fonts.
 - :mod:`.stylesheet_bundle`: one stylesheet per page.
 - :mod:`.api_reference`: ``{mha-api}`` blocks as autodoc sections.
-- :mod:`.downloads`: executed notebooks and the book's PDF in the download menu.
-- :mod:`.site_identity`: the site's address (Open Graph) and its icon at the root.
+- :mod:`.downloads`: executed notebooks and the book's PDF in the download menu (a page
+  saying ``make pdf`` builds it, in its place, in a site built without it).
+- :mod:`.site_identity`: the site's address (Open Graph) and its icon at the root;
+  :mod:`.opengraph_quiet` (its own extension, listed before ``sphinxext.opengraph`` in
+  ``_config.yml``): no note about matplotlib while social cards are off.
 - :mod:`.execution_times`: each chapter's execution time, for ``scripts/build_book.py``.
 - :mod:`.html_edit`: finds elements of written pages with ``html.parser`` and splices
   edits into them; :mod:`.files`: writes only what changed, lists the built pages.
