@@ -14,6 +14,8 @@ Module map (what each module changes, and when):
   a page's first screen moved to a script that ``_static/mha-math-svg.js`` draws from.
 - :mod:`.hidden_code`: the code of hidden cell inputs loaded when opened
   (``_static/mha-hidden-code.js``).
+- :mod:`.section_layout`: links land on their target though sections far from the screen
+  are not laid out (``_static/mha-links-land.js``).
 - :mod:`.plain_code`: highlighted code without spans for tokens drawn as plain text.
 - :mod:`.accessible_html`: valid, named code toggles, bibliography entries, sidebar toggles.
 - :mod:`.lighter_head`: head scripts deferred, sphinx-design's files only where used.
@@ -52,6 +54,7 @@ from . import (
     math_typeset,
     plain_code,
     plotly_figures,
+    section_layout,
     site_identity,
     stylesheet_bundle,
 )
@@ -86,6 +89,7 @@ MODULES = (
     icons,
     math_typeset,
     hidden_code,
+    section_layout,
     plain_code,
     accessible_html,
     stylesheet_bundle,
