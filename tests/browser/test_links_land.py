@@ -7,12 +7,11 @@ chapter. These tests follow links as a reader does, in headless Chromium, and ch
 target is on the screen, near its top (or the page is scrolled to its end), not under the
 theme's sticky header, and still there a moment later, when the sections around it are drawn.
 
-The browser's scroll anchoring is turned off (``overflow-anchor: none``), as Safari has none
-before version 27: Chromium's anchoring hides the short landing on some pages and not on
-others (the same chapter landed right or 7,000 px short as its text changed), so with it on
-a test would pass by chance. The long chapters are also followed with it on, as Chromium and
-Firefox readers have it.
-
+The browser's scroll anchoring is turned off (``overflow-anchor: none``), as in a browser
+without it (Safari has long had none): Chromium's anchoring hides the short landing on some
+pages and not on others (the same chapter landed right or 7,000 px short as its text changed),
+so with it on a test would pass by chance. The long chapters are also followed with it on, as
+Chromium and Firefox readers have it. Links are followed two ways:
 
 - from another page: each heading's address (``page.html#id``) opened in a fresh page;
 - on the page: each link of the page's own contents and of its text to a target of the same
