@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from mha_site.files import site_pages
 
 pytestmark = pytest.mark.site
 
@@ -55,9 +56,10 @@ class _Links(HTMLParser):
 
 
 def missing_files(site: Path) -> list[str]:
-    """Every local file that a page of ``site`` links to or loads and the site lacks."""
+    """Every local file that a page of ``site`` links to or loads and the site lacks (the
+    theme's templates in ``_static``, ``{{ pathto(...) }}`` and all, are not pages)."""
     missing = []
-    for page in sorted(site.rglob("*.html")):
+    for page in site_pages(site):
         parser = _Links()
         parser.feed(page.read_text(encoding="utf8", errors="replace"))
         for link in parser.links:
@@ -76,6 +78,8 @@ def missing_files(site: Path) -> list[str]:
 
 def test_missing_files_finds_a_link_to_a_file_the_site_lacks(tmp_path: Path) -> None:
     (tmp_path / "book").mkdir()
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "_static" / "macros.html").write_text("<link href=\"{{ pathto('x.css', 1) }}\">")
     (tmp_path / "here.pdf").write_bytes(b"%PDF")
     (tmp_path / "book" / "a.html").write_text(
         '<a href="../here.pdf">ok</a><a href="#x">ok</a><a href="https://x.org">ok</a>'
