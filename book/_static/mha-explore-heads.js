@@ -219,6 +219,9 @@
         if (kind === "q") state.query = v; else state.keys[index] = v;
         update();
       }
+      // Chromium does not apply touch-action to an SVG <g>: the svg's pan-y would let a
+      // vertical drag scroll the page. A touch that starts on a point is the drag's alone.
+      g.addEventListener("touchstart", function (evt) { evt.preventDefault(); }, { passive: false });
       g.addEventListener("pointerdown", function (evt) {
         evt.preventDefault();
         try {
