@@ -144,7 +144,7 @@
     root.setAttribute("data-query-position", String(QUERY_POSITION));
     var S = state.keys.length;
 
-    var controls = el("div", { class: "mx-row mx-stack" });
+    var controls = el("div", { class: "mx-row mx-stack", "data-mha-control": "" });
     // an option is text only: the subscripts of the notation are in the note beside it
     var scaleSel = select("Scale of the scores", [["sqrt", "1/\u221a2"], ["none", "none (1)"]], "sqrt");
     var scaleNote = notation(el("span", { class: "mx-note" }), "1/\u221aD_h with D_h = 2");

@@ -15,7 +15,11 @@
  * again only when the reader changes something: a drag (mouse, pen or touch), an arrow key on
  * a focused point, a button or a menu. Each keeps its state and its computed numbers in data
  * attributes (data-state on the figure, data-* on its parts), which the browser test reads
- * back and checks against `mha`.
+ * back and checks against `mha`. Printed (the book's PDF), a figure is a still of that first
+ * state: its rows of controls carry data-mha-control, which print leaves out.
+ *
+ * In JupyterLab the same element is a cell's output (mha.display.explorables), followed by
+ * these scripts inline: they run when the output is shown, and draw the figures then present.
  */
 (function () {
   "use strict";
@@ -62,6 +66,8 @@
     ".mha-explore td,.mha-explore th{padding:.1rem .3rem}", // and a table's columns closer
     ".mha-explore table.mx-keys{font-size:.72em}.mha-explore table.mx-keys td,.mha-explore table.mx-keys th{padding:.1rem .12rem}",
     ".mha-explore table.mx-keys caption{font-size:1.2em}.mha-explore table.mx-keys input{width:2rem}}",
+    // Printed, a figure is a still of its first state, its controls left out
+    "@media print{.mha-explore [data-mha-control]{display:none!important}.mha-explore{break-inside:avoid}}",
   ].join("");
 
   function el(tag, attrs, text) {

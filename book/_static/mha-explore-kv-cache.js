@@ -47,7 +47,7 @@
   function kvCacheFigure(root) {
     var state = { tokens: PROMPT, num_kv_heads: MODEL.num_heads };
     root.setAttribute("data-model", JSON.stringify(MODEL));
-    var controls = el("div", { class: "mx-row" });
+    var controls = el("div", { class: "mx-row", "data-mha-control": "" });
     var one = button("Append a token");
     var many = button("Append 256", "Append 256 tokens");
     var reset = button("Start over", "Start over from the prompt of " + PROMPT + " tokens");

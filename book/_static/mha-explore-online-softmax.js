@@ -24,7 +24,7 @@
     };
     var S = state.scores.length;
 
-    var controls = el("div", { class: "mx-row" });
+    var controls = el("div", { class: "mx-row", "data-mha-control": "" });
     var prev = button("\u25c0 Previous block", "Previous block");
     var next = button("Next block \u25b6", "Next block");
     var random = button("Random scores");

@@ -178,8 +178,7 @@ def test_the_cache_picture_draws_every_layer_and_changes_with_every_append(
         )
         first = _cache_picture(page)
         assert sorted(first["layers"]) == list(range(1, model["num_layers"] + 1)), (
-            f"the picture draws layers {first['layers']}, the table counts "
-            f"{model['num_layers']}"
+            f"the picture draws layers {first['layers']}, the table counts {model['num_layers']}"
         )
         one = page.get_by_role("button", name="Append a token")
         many = page.get_by_role("button", name="Append 256 tokens")
