@@ -237,6 +237,7 @@ RESULT_SOURCES = {
     # entry point: the page that introduces what it loads
     "train_runs": "book/trained-heads",  # training runs (and the run store)
     "load_minilm": "book/rank-and-subspaces",  # the pretrained encoder, first described there
+    "load_smollm2": "book/decoder-heads",  # the pretrained decoder
 }
 RESULT_CALL = re.compile(r"\b(?P<name>" + "|".join(RESULT_SOURCES) + r")\(")
 
