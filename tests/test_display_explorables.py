@@ -48,7 +48,8 @@ def test_the_live_panel_says_the_download_before_its_button_or_that_it_is_not_bu
         runtime_bytes=14_200_000,
     )
     page = explorables.Explorable("live-minilm", "live", files).html(scripts=False)
-    assert "(57.3 MB: model 43.1 MB, runtime 14.2 MB)" in page
+    assert 'Load the model and run it <span class="mha-live-size">(57.3 MB)</span>' in page
+    assert "downloads 57.3 MB: the model 43.1 MB, its runtime 14.2 MB." in page
     assert 'data-live-base="/files/_build/html/_static/live-minilm/"' in page
     assert 'data-state="idle"' in page
     missing = explorables.Explorable("live-minilm", "live", None).html(scripts=False)

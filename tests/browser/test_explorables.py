@@ -448,7 +448,9 @@ def test_built_site_serves_the_tested_module(built_site: Path) -> None:
     for figure, page in PAGES.items():
         text = (built_site / page).read_text(encoding="utf8")
         assert f'data-explore="{figure}"' in text, f"{page} has no {figure} explorable"
-        loaded = re.findall(r'<script src="\.\./_static/(mha-explore[\w-]*\.js)"', text)
+        loaded = re.findall(
+            r'<script defer="defer" src="\.\./_static/(mha-explore[\w-]*\.js)\?v=', text
+        )
         assert loaded == figure_scripts(figure), f"{page} loads {loaded}"
 
 

@@ -76,6 +76,7 @@ def live_page(browser, live_url: str):
     page.wait_for_timeout(500)
     before = list(requests)
     page.button_before_click = page.inner_text("button.mha-live-load")
+    page.status_before_click = page.inner_text(".mha-live-status")
     page.fill("#mha-live-text", SENTENCES[0])
     page.click("button.mha-live-load")
     page.wait_for_function(FINISHED, timeout=RUN_TIMEOUT_MS)
@@ -204,8 +205,10 @@ def test_nothing_of_the_live_model_loads_before_the_button(live_page) -> None:
 def test_the_button_says_the_download_before_it_is_pressed(live_page) -> None:
     manifest = _shown(live_page)["manifest"]
     total = manifest["model_bytes"] + manifest["runtime_bytes"]
-    assert f"({total / 1e6:.1f} MB: model {manifest['model_bytes'] / 1e6:.1f} MB" in (
-        live_page.button_before_click
+    assert live_page.button_before_click.endswith(f"({total / 1e6:.1f} MB)")
+    assert (
+        f"downloads {total / 1e6:.1f} MB: the model {manifest['model_bytes'] / 1e6:.1f} MB, "
+        f"its runtime {manifest['runtime_bytes'] / 1e6:.1f} MB." in live_page.status_before_click
     )
 
 
@@ -297,6 +300,11 @@ def test_on_a_phone_every_head_is_a_44_px_target_and_the_page_does_not_widen(
     try:
         page.goto(live_url + PAGE, wait_until="load")
         assert page.evaluate("matchMedia('(pointer: coarse)').matches")
+        # the button, which says the download, fits in the panel before it is pressed
+        button, panel = (
+            page.locator(s).bounding_box() for s in ("button.mha-live-load", ".mha-live-minilm")
+        )
+        assert button["x"] + button["width"] <= panel["x"] + panel["width"] + 0.5, (button, panel)
         page.fill("#mha-live-text", SENTENCES[0])
         page.click("button.mha-live-load")
         page.wait_for_function(FINISHED, timeout=RUN_TIMEOUT_MS)

@@ -110,11 +110,13 @@ def _live_panel(files: LiveFiles | None, attrs: str) -> str:
         total = files.model_bytes + files.runtime_bytes
         button = (
             '<button type="button" class="mha-live-load">Load the model and run it '
-            f'<span class="mha-live-size">({megabytes(total)}: model {megabytes(files.model_bytes)}'
-            f", runtime {megabytes(files.runtime_bytes)})</span></button>"
+            f'<span class="mha-live-size">({megabytes(total)})</span></button>'
         )
         state = "idle"
-        status = "The model is not loaded."
+        status = (
+            f"The model is not loaded. The button downloads {megabytes(total)}: the model "
+            f"{megabytes(files.model_bytes)}, its runtime {megabytes(files.runtime_bytes)}."
+        )
     if files is not None and files.base is not None:
         attrs += f' data-live-base="{html.escape(files.base)}"'
     # printed (the book's PDF): nothing to show before the button; a sentence says what runs
