@@ -66,14 +66,21 @@ OWN_STATIC = "mha-*"  # the book's own static files
 
 def extension_files(here: Path = HERE) -> list[Path]:
     """The files whose change rebuilds every page: this package's modules and data, the
-    book's own static files (``_static/mha-*``) and the formula typesetter.
+    book's own static files (``_static/mha-*``), the formula typesetter and the module that
+    writes the explorables' elements (``mha.display.explorables``).
 
     Sphinx copies static files only when some page is written, so each of them is part of
     the extension's version.
     """
     static = sorted((here.parents[1] / "_static").glob(OWN_STATIC))
     own = sorted(here.glob("*.py")) + [icons.ICONS_FILE]
-    return [*own, *(path for path in static if path.is_file()), math_typeset.MATH_RENDERER]
+    elements = here.parents[2] / "src" / "mha" / "display" / "explorables.py"
+    return [
+        *own,
+        *(path for path in static if path.is_file()),
+        math_typeset.MATH_RENDERER,
+        elements,
+    ]
 
 
 # The modules in the order their handlers of one event run: the download menu's notebook

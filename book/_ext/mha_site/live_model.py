@@ -130,7 +130,7 @@ def outdated_panels(app: Sphinx, env: Any, added: set, changed: set, removed: se
     ]
 
 
-def on_builder_inited(app: Sphinx) -> None:
+def prepare_live_model(app: Sphinx) -> None:
     app._mha_live_model = None  # type: ignore[attr-defined]
     if app.builder.format != "html":
         return
@@ -144,7 +144,7 @@ def on_builder_inited(app: Sphinx) -> None:
     app._mha_live_model = prepared  # type: ignore[attr-defined]
 
 
-def on_build_finished(app: Sphinx, exception: Exception | None) -> None:
+def write_live_model(app: Sphinx, exception: Exception | None) -> None:
     prepared = getattr(app, "_mha_live_model", None)
     if exception is not None or app.builder.name != "html" or not prepared:
         return
@@ -152,6 +152,6 @@ def on_build_finished(app: Sphinx, exception: Exception | None) -> None:
 
 
 def setup(app: Sphinx) -> None:
-    app.connect("builder-inited", on_builder_inited)
+    app.connect("builder-inited", prepare_live_model)
     app.connect("env-get-outdated", outdated_panels)
-    app.connect("build-finished", on_build_finished)
+    app.connect("build-finished", write_live_model)
