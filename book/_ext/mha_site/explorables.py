@@ -81,7 +81,9 @@ def _install_mime_renderer() -> None:
     render.load_mime_renders = load_mime_renders
 
 
-def add_explorable_scripts(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+def add_explorable_scripts(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any
+) -> None:
     """Load each explorable's scripts, in order and once, on the pages that show it."""
     from mha.display.explorables import FIGURES
 
