@@ -1541,6 +1541,7 @@ def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> 
     assert app.run_order("html-page-context") == [
         "offer_notebook_download",
         "add_figure_scripts",
+        "add_explorable_scripts",
         "hidden_code_loaded_when_shown",
         "link_book_pdf",
         "add_math_script",
@@ -1548,8 +1549,10 @@ def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> 
     ]
     finished = app.run_order("build-finished")
     assert finished.index("icons_without_fonts") < finished.index("typeset_math")
-    assert finished[-1] == "bundle_stylesheets" and len(finished) == 6
+    assert finished[-1] == "bundle_stylesheets" and len(finished) == 7
     assert "book_pdf_in_site" in finished
+    assert "write_live_model" in finished
+    assert app.run_order("env-get-outdated") == ["outdated_panels"]
     assert app.run_order("source-read") == ["expand_api_blocks"]
     assert app.run_order("autodoc-process-docstring") == ["keep_letters_as_text"]
     assert set(app.run_order("builder-inited")) == {
@@ -1557,13 +1560,15 @@ def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> 
         "copy_mathjax",
         "highlight_plain_tokens",
         "name_sidebar_toggles",
+        "prepare_live_model",
     }
     assert app.nodes["HideCodeCellNode"] == (
         True,
         {"html": (accessible_html.visit_code_toggle, accessible_html.depart_code_toggle)},
     )
     assert app.nodes["citation"] == (True, {"html": (accessible_html.visit_citation, None)})
-    assert "mha_figure" in app.nodes and app.css == ["mha-site.css"]
+    assert "mha_figure" in app.nodes and "mha_explorable" in app.nodes
+    assert app.css == ["mha-site.css"]
     assert app.js == [("mha-links-land.js", {"loading_method": "defer"})]
 
 
@@ -1575,6 +1580,8 @@ def test_every_static_file_of_the_book_rebuilds_the_pages_when_it_changes() -> N
     modules = {path.name for path in (BOOK / "_ext" / "mha_site").glob("*.py")}
     assert own and own <= files and modules <= files
     assert {"__init__.py", "figure_facts.py", "icons.json", "mha-explore.js"} <= files
+    # the explorables' elements are written by the package's display module
+    assert ROOT / "src" / "mha" / "display" / "explorables.py" in mha_site.extension_files()
 
 
 def test_opengraph_is_set_up_without_its_note_about_matplotlib(monkeypatch) -> None:

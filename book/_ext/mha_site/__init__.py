@@ -9,6 +9,10 @@ Module map (what each module changes, and when):
 - :mod:`.plotly_figures`: Plotly figures as placeholders that ``_static/mha-plotly.js`` draws
   when near (a myst-nb mime renderer, a node, a data script per figure, the loader per page);
   :mod:`.figure_facts`: a figure's name, text alternative and narrow layout, from its JSON.
+- :mod:`.explorables`: the figures that recompute in the reader's browser, from a cell's
+  explorable output (``mha.display.explorables``): their elements and scripts;
+  :mod:`.live_model`: the live model's files (``_static/live-minilm``), built with the site
+  when ONNX Runtime Web is installed, their sizes on the live panel's button.
 - :mod:`.math_typeset`: formulas typeset at build time by MathJax in Node (or else in the
   browser by ``_static/mha-math.js``); :mod:`.math_when_near`: the drawings of formulas off
   a page's first screen moved to a script that ``_static/mha-math-svg.js`` draws from.
@@ -48,9 +52,11 @@ from . import (
     api_reference,
     downloads,
     execution_times,
+    explorables,
     hidden_code,
     icons,
     lighter_head,
+    live_model,
     math_typeset,
     plain_code,
     plotly_figures,
@@ -66,14 +72,21 @@ OWN_STATIC = "mha-*"  # the book's own static files
 
 def extension_files(here: Path = HERE) -> list[Path]:
     """The files whose change rebuilds every page: this package's modules and data, the
-    book's own static files (``_static/mha-*``) and the formula typesetter.
+    book's own static files (``_static/mha-*``), the formula typesetter and the module that
+    writes the explorables' elements (``mha.display.explorables``).
 
     Sphinx copies static files only when some page is written, so each of them is part of
     the extension's version.
     """
     static = sorted((here.parents[1] / "_static").glob(OWN_STATIC))
     own = sorted(here.glob("*.py")) + [icons.ICONS_FILE]
-    return [*own, *(path for path in static if path.is_file()), math_typeset.MATH_RENDERER]
+    elements = here.parents[2] / "src" / "mha" / "display" / "explorables.py"
+    return [
+        *own,
+        *(path for path in static if path.is_file()),
+        math_typeset.MATH_RENDERER,
+        elements,
+    ]
 
 
 # The modules in the order their handlers of one event run: the download menu's notebook
@@ -86,6 +99,8 @@ MODULES = (
     downloads,
     api_reference,
     plotly_figures,
+    live_model,
+    explorables,
     icons,
     math_typeset,
     hidden_code,
