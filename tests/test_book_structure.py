@@ -246,7 +246,8 @@ LATER = re.compile(r"\blater\b", re.I)
 RESULT_SOURCES = {
     # entry point: the page that introduces what it loads
     "train_runs": "book/trained-heads",  # training runs (and the run store)
-    "load_minilm": "book/rank-and-subspaces",  # the pretrained encoder, first described there
+    # the pretrained encoder: chapter 1 introduces it in a sentence and shows two of its heads
+    "load_minilm": "book/one-head-to-many",
 }
 RESULT_CALL = re.compile(r"\b(?P<name>" + "|".join(RESULT_SOURCES) + r")\(")
 
