@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from mha.backends import torch_checks
 from mha.backends.torch_backend import causal_mask
 from mha.detectors import circuits
 from mha.models import attention_only
@@ -755,7 +756,7 @@ def test_train_runs_its_steps_with_the_value_checks_off_and_measures_with_them_o
     attend = torch_backend.multi_head_attention
 
     def spy(*args, **kwargs):
-        calls.append((kwargs["need_weights"], torch_backend._VALUE_CHECKS.get()))
+        calls.append((kwargs["need_weights"], torch_checks._VALUE_CHECKS.get()))
         return attend(*args, **kwargs)
 
     monkeypatch.setattr(torch_backend, "multi_head_attention", spy)
@@ -766,7 +767,7 @@ def test_train_runs_its_steps_with_the_value_checks_off_and_measures_with_them_o
     assert len(steps) == config.steps * config.num_layers
     assert len(measurements) == 3 * config.num_layers  # at steps 0, 2 and the end
     assert not any(steps) and all(measurements)
-    assert torch_backend._VALUE_CHECKS.get()  # on again after training
+    assert torch_checks._VALUE_CHECKS.get()  # on again after training
 
 
 def test_train_refuses_a_loss_that_is_not_finite():

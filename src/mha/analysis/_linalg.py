@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.core._np_checks import as_numpy
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core._tools import one_thread
 
 

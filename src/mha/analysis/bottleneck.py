@@ -24,7 +24,8 @@ import numpy as np
 
 from mha.analysis import _linalg
 from mha.analysis.rank import numerical_rank
-from mha.core import _tools, _validate
+from mha.core import _tools
+from mha.core._checks import arguments
 from mha.core.params import MHAParams
 from mha.numerics.tolerance import DISTRIBUTION_ROW_SUM_ATOL, TARGET_ROW_SUM_ATOL
 
@@ -44,7 +45,7 @@ def centering_matrix(n: int) -> np.ndarray:
     Raises:
         ValueError: if ``n`` is not a positive int.
     """
-    _validate.check_positive("n", n)
+    arguments.check_positive("n", n)
     return np.eye(n) - np.full((n, n), 1.0 / n)
 
 
@@ -123,7 +124,7 @@ def required_head_width(target: Any, centre: bool = True) -> int:
         ValueError, TypeError: as :func:`check_attention_target`.
         TypeError: if ``centre`` is not a bool.
     """
-    _validate.check_bool("centre", centre)
+    arguments.check_bool("centre", centre)
     m = centred_log(target) if centre else np.log(check_attention_target(target))
     return numerical_rank(m)
 
@@ -195,10 +196,10 @@ def bhojanapalli_projections(
         TypeError: if ``d_head`` is not an int, ``centre`` is not a bool, or an array is not
             floating.
     """
-    _validate.check_bool("centre", centre)
+    arguments.check_bool("centre", centre)
     x = _linalg.as_matrix("x", x)
     p = check_attention_target(target)
-    _validate.check_int("d_head", d_head)
+    arguments.check_int("d_head", d_head)
     N = x.shape[0]
     if p.shape[0] != N:
         raise ValueError(f"target must be ({N}, {N}) for x with N={N} rows; got {p.shape}")
@@ -264,7 +265,7 @@ def centred_logit_floor(target: Any, d_head: int) -> float:
     Raises:
         ValueError: if ``d_head`` is negative, or as :func:`check_attention_target`.
     """
-    _validate.check_at_least("d_head", d_head, 0)
+    arguments.check_at_least("d_head", d_head, 0)
     s = _linalg.svdvals(centred_log(target))
     return float(np.sqrt(np.sum(s[d_head:] ** 2)))
 
@@ -388,8 +389,8 @@ def _fit(
     if goals.shape[1] != N:
         raise ValueError(f"target must be (N, N) with N = x.shape[0] = {N}; got {goals.shape[1:]}")
     for name, value in [("steps", steps)] + [("d_head", d) for d in d_heads]:
-        _validate.check_positive(name, value)
-    _validate.check_positive_number("lr", lr)
+        arguments.check_positive(name, value)
+    arguments.check_positive_number("lr", lr)
     K, width = len(d_heads), max(d_heads)
     rng = np.random.default_rng(seed)
     init = np.zeros((K, 2, D, width))
@@ -445,7 +446,7 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
         raise ValueError(
             f"targets must have shape (K, N, N) with 1 <= K <= 8; got {np.shape(targets)}"
         )
-    _validate.check_positive_sizes(num_heads=num_heads, d_head=d_head)
+    arguments.check_positive_sizes(num_heads=num_heads, d_head=d_head)
     logs = np.stack([centred_log(t) for t in targets])  # (K, N, N)
 
     def group_error(group: tuple[int, ...]) -> float:
@@ -569,8 +570,8 @@ def offset_head(n: int, offset: int, gap: float) -> tuple[np.ndarray, np.ndarray
         ValueError: if ``n`` is not an int >= 2, or ``gap`` is not positive and finite.
         TypeError: if ``offset`` is not an int.
     """
-    _validate.check_at_least("n", n, 2)
-    _validate.check_int("offset", offset)
+    arguments.check_at_least("n", n, 2)
+    arguments.check_int("offset", offset)
     if not (np.isfinite(gap) and gap > 0):
         raise ValueError(f"gap must be positive and finite; got {gap!r}")
     theta = np.pi / n
@@ -605,7 +606,7 @@ def truncated_centred_log(target: Any, d_head: int) -> np.ndarray:
         ValueError: if ``d_head`` is not a non-negative int, or as
             :func:`check_attention_target`.
     """
-    _validate.check_at_least("d_head", d_head, 0)
+    arguments.check_at_least("d_head", d_head, 0)
     u, s, vt = np.linalg.svd(centred_log(target))
     return (u[:, :d_head] * s[:d_head]) @ vt[:d_head]  # (N, Dh) @ (Dh, N)
 
@@ -727,7 +728,7 @@ def positional_layer(
         TypeError: if a size is not an int.
     """
     for name, value, low in (("n", n, 2), ("d_model", d_model, 4), ("num_heads", num_heads, 4)):
-        _validate.check_at_least(name, value, low)
+        arguments.check_at_least(name, value, low)
     if d_model % num_heads or d_model // num_heads < 2:
         raise ValueError(
             f"num_heads must divide d_model with d_model / num_heads >= 2; got d_model={d_model}, "
@@ -785,7 +786,7 @@ def sharp_target_bounds(targets: Any, num_heads: int, d_head: int) -> dict[str, 
         raise ValueError(f"targets must have shape (K, N, N); got {t.shape}")
     if not (np.isin(t, (0.0, 1.0)).all() and (t.sum(axis=-1) == 1).all()):
         raise ValueError("targets must have one-hot rows (one key with weight 1 per query)")
-    _validate.check_positive_sizes(num_heads=num_heads, d_head=d_head)
+    arguments.check_positive_sizes(num_heads=num_heads, d_head=d_head)
     K, N = t.shape[:2]
     tv, kl = 0.0, 0.0
     if num_heads < K and K > 1:

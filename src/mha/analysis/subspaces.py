@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from mha.analysis import _linalg
-from mha.core import _tools, _validate, packing
+from mha.core import _tools, packing
+from mha.core._checks import arguments
 from mha.core.params import MHAParams
 
 
@@ -124,7 +125,7 @@ def principal_angles(a: Any, b: Any, degrees: bool = False) -> np.ndarray:
         ValueError, TypeError: as :func:`principal_cosines`.
         TypeError: if ``degrees`` is not a bool.
     """
-    _validate.check_bool("degrees", degrees)
+    arguments.check_bool("degrees", degrees)
     qa, qb = _bases(a, b)
     if qa.shape[1] < qb.shape[1]:
         qa, qb = qb, qa  # now q <= p: the residual of Q_b has min(p, q) singular values
@@ -254,7 +255,7 @@ def pairwise_frobenius_cosines(w_q_rows: np.ndarray, num_heads: int) -> np.ndarr
     D = w.shape[0]
     if w.shape != (D, D):
         raise ValueError(f"w_q_rows must be square (D, D); got shape {w.shape}")
-    _validate.check_sizes(D, num_heads)
+    arguments.check_sizes(D, num_heads)
     blocks = packing.split_head_rows(w, num_heads)  # (D, D) -> (H, Dh, D)
     table = np.empty((num_heads, num_heads))
     for i in range(num_heads):

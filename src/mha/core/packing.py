@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from mha.core._validate import check_int, check_positive, check_sizes
+from mha.core._checks.arguments import check_int, check_positive, check_sizes
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
 

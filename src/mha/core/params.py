@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from mha.core import packing
-from mha.core._np_checks import as_numpy, numpy_float_dtype
-from mha.core._validate import check_bool, check_device, check_seed, check_sizes, describe
+from mha.core._checks.arguments import check_bool, check_device, check_seed, check_sizes, describe
+from mha.core._checks.numpy_arrays import as_numpy, numpy_float_dtype
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _validate
+from mha.core._checks import arguments, layer
 
 # --- FLOPs: the model --------------------------------------------------------------------
 
@@ -113,7 +113,7 @@ def matmul_flops(m: int, k: int, n: int) -> int:
         TypeError: if a size is not an int.
     """
     for name, value in (("m", m), ("k", k), ("n", n)):
-        _validate.check_positive(name, value)
+        arguments.check_positive(name, value)
     return 2 * m * k * n
 
 
@@ -155,11 +155,11 @@ def attention_flops(
         TypeError: if a size is not an int or ``bias`` is not a bool.
     """
     for name, value in (("batch_size", batch_size), ("q_len", q_len), ("kv_len", kv_len)):
-        _validate.check_positive(name, value)
-    _validate.check_sizes(d_model, num_heads)
-    _validate.check_bool("bias", bias)
+        arguments.check_positive(name, value)
+    arguments.check_sizes(d_model, num_heads)
+    arguments.check_bool("bias", bias)
     G = num_heads if num_kv_heads is None else num_kv_heads
-    _validate.check_positive("num_kv_heads", G)
+    arguments.check_positive("num_kv_heads", G)
     if num_heads % G != 0:
         raise ValueError(
             f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={G}"
@@ -204,9 +204,9 @@ def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> i
             products depend on its block sizes), or a non-positive ``num_heads``.
         TypeError: if ``num_heads`` is not an int or ``self_attention`` is not a bool.
     """
-    _validate.check_positive("num_heads", num_heads)
-    _validate.check_form(form)
-    _validate.check_bool("self_attention", self_attention)
+    arguments.check_positive("num_heads", num_heads)
+    layer.check_form(form)
+    arguments.check_bool("self_attention", self_attention)
     if form == "tiled":
         raise ValueError(
             "form='tiled' has no explicit scores to count (it never forms the weights, and its "
@@ -257,7 +257,7 @@ def score_tensor_bytes(
         ValueError: if a size is not positive.
         TypeError: if a size is not an int or ``dtype`` is not a dtype.
     """
-    _validate.check_positive_sizes(
+    arguments.check_positive_sizes(
         batch_size=batch_size, q_len=q_len, kv_len=kv_len, num_heads=num_heads
     )
     return batch_size * num_heads * q_len * kv_len * _itemsize(dtype)
@@ -296,7 +296,7 @@ def kv_cache_bytes(
         ValueError: if a size is not positive.
         TypeError: if a size is not an int or ``dtype`` is not a dtype.
     """
-    _validate.check_positive_sizes(
+    arguments.check_positive_sizes(
         num_layers=num_layers,
         kv_len=kv_len,
         num_kv_heads=num_kv_heads,
@@ -427,7 +427,7 @@ class PublishedConfig:
             ValueError: if ``kv_len`` is not positive.
             TypeError: if ``kv_len`` is not an int.
         """
-        _validate.check_positive("kv_len", kv_len)
+        arguments.check_positive("kv_len", kv_len)
         return kv_len if self.window is None else min(kv_len, self.window)
 
 
@@ -644,14 +644,14 @@ def decode_step_cost(
             divide H.
         TypeError: if a size is not an int or ``cached`` is not a bool.
     """
-    _validate.check_sizes(d_model, num_heads)
-    _validate.check_positive_sizes(num_kv_heads=num_kv_heads, kv_len=kv_len, batch_size=batch_size)
+    arguments.check_sizes(d_model, num_heads)
+    arguments.check_positive_sizes(num_kv_heads=num_kv_heads, kv_len=kv_len, batch_size=batch_size)
     if num_heads % num_kv_heads != 0:
         raise ValueError(
             f"num_kv_heads must divide num_heads; got num_heads={num_heads}, "
             f"num_kv_heads={num_kv_heads}"
         )
-    _validate.check_bool("cached", cached)
+    arguments.check_bool("cached", cached)
     D, H, H_kv, B, S = d_model, num_heads, num_kv_heads, batch_size, kv_len
     Dh = D // H
     item = _itemsize(dtype)

@@ -33,7 +33,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from mha.core import _validate
+from mha.core._checks import arguments
 
 # --- FLOPs and operators ------------------------------------------------------------------
 
@@ -148,7 +148,7 @@ def peak_rss_increase(fn: Callable[[], Any], *, warmup: bool = True) -> int:
         RuntimeError: if ``/proc/self/clear_refs`` or glibc's ``mallopt`` is unavailable.
         TypeError: if ``warmup`` is not a bool.
     """
-    _validate.check_bool("warmup", warmup)
+    arguments.check_bool("warmup", warmup)
     clear_refs = _PROC_SELF / "clear_refs"
     if not clear_refs.exists():
         raise RuntimeError(f"peak_rss_increase needs Linux: {clear_refs} does not exist")
@@ -309,14 +309,14 @@ def median_time(
             clock is unknown.
         TypeError: if ``repeat`` or ``number`` is not an int.
     """
-    _validate.check_positive("repeat", repeat)
+    arguments.check_positive("repeat", repeat)
     tick = clock_named(clock)
     if not min_time > 0:
         raise ValueError(f"min_time must be positive; got min_time={min_time}")
     if number is None:
         number = calibrate(fn, min_time)
     else:
-        _validate.check_positive("number", number)
+        arguments.check_positive("number", number)
         fn()  # warm-up
     return statistics.median(mean_time(fn, number, tick) for _ in range(repeat))
 
@@ -351,8 +351,8 @@ def interleaved_times(
             or the clock is unknown.
         TypeError: if ``repeat`` or ``warmup`` is not an int.
     """
-    _validate.check_positive("repeat", repeat)
-    _validate.check_int("warmup", warmup)
+    arguments.check_positive("repeat", repeat)
+    arguments.check_int("warmup", warmup)
     if warmup < 0 or not min_time >= 0:
         raise ValueError(
             f"warmup and min_time must be non-negative; got warmup={warmup}, min_time={min_time}"

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.backends import np_backend, torch_backend
+from mha.backends import cpu_shortcuts, np_backend, torch_backend
 from mha.backends.module import to_torch_mha
-from mha.core import _validate
+from mha.core._checks import arguments
 from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams, init_params
 from mha.cost.measure import peak_rss_increase, run_child
@@ -38,7 +38,7 @@ def _plain_runner(params: MHAParams, x: torch.Tensor) -> Callable[[], Any]:
     """The packed form with weights, the CPU shortcuts off: scores, then a softmax copy."""
 
     def plain() -> Any:
-        with torch_backend.cpu_shortcuts(False):
+        with cpu_shortcuts.use(False):
             return torch_backend.multi_head_attention(x, x, x, params, form="packed")
 
     return plain
@@ -113,8 +113,8 @@ def attention_peak_memory(
     weights are held at once); ``"per_head"`` is the per-head loop, ``"sdpa"`` the packed form
     with ``need_weights=False`` (``scaled_dot_product_attention``), ``"nn.MultiheadAttention"``
     PyTorch's module in eval mode with ``need_weights=False``; ``"explicit, plain"`` is
-    ``"explicit"`` with :func:`mha.backends.torch_backend.cpu_shortcuts` off, the documented
-    operations a plain ``softmax(q @ k.T)`` uses (scores, then the weights in a tensor of
+    ``"explicit"`` with the CPU shortcuts off (:func:`mha.backends.cpu_shortcuts.use`), the
+    documented operations a plain ``softmax(q @ k.T)`` uses (scores, then the weights in a tensor of
     their own: two are held). Each number comes from
     :func:`mha.cost.measure.peak_rss_increase` in a child Python process, so this process's
     allocator is left alone.
@@ -282,10 +282,10 @@ def kv_cache_peak_memory(
         TypeError: if a size is not an int.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
-    _validate.check_positive_sizes(num_layers=num_layers, num_kv_heads=num_kv_heads, d_head=d_head)
+    arguments.check_positive_sizes(num_layers=num_layers, num_kv_heads=num_kv_heads, d_head=d_head)
     for i, (capacity, positions) in enumerate(fills):
-        _validate.check_positive(f"fills[{i}] capacity", capacity)
-        _validate.check_positive(f"fills[{i}] positions", positions)
+        arguments.check_positive(f"fills[{i}] capacity", capacity)
+        arguments.check_positive(f"fills[{i}] positions", positions)
         if positions > capacity:
             raise ValueError(
                 f"fills[{i}] positions must not pass capacity; got capacity={capacity}, "
@@ -311,12 +311,12 @@ def _memory_spec(
     known: Sequence[str],
 ) -> dict[str, Any]:
     """The checked arguments of a memory measurement, as the child process reads them."""
-    _validate.check_positive("batch_size", batch_size)
+    arguments.check_positive("batch_size", batch_size)
     for L in q_lens:
-        _validate.check_positive("q_lens[i]", L)
-    _validate.check_sizes(d_model, num_heads)
+        arguments.check_positive("q_lens[i]", L)
+    arguments.check_sizes(d_model, num_heads)
     if threads is not None:
-        _validate.check_positive("threads", threads)
+        arguments.check_positive("threads", threads)
     unknown = [p for p in paths if p not in known]
     if unknown:
         raise ValueError(f"paths must be among {tuple(known)}; got {unknown}")

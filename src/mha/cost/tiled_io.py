@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mha.core import _validate
+from mha.core._checks import arguments
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def tiled_fast_memory(block_q: int, block_kv: int, d_head: int) -> int:
         TypeError: if a size is not an int.
     """
     for name, value in (("block_q", block_q), ("block_kv", block_kv), ("d_head", d_head)):
-        _validate.check_positive(name, value)
+        arguments.check_positive(name, value)
     return 2 * block_q * d_head + 2 * block_kv * d_head + block_q * block_kv + 2 * block_q
 
 
@@ -87,8 +87,8 @@ def tiled_block_sizes(d_head: int, fast_memory: int) -> tuple[int, int]:
             (``M < tiled_fast_memory(1, 1, Dh)``).
         TypeError: if a size is not an int.
     """
-    _validate.check_positive("d_head", d_head)
-    _validate.check_positive("fast_memory", fast_memory)
+    arguments.check_positive("d_head", d_head)
+    arguments.check_positive("fast_memory", fast_memory)
     block_kv = max(1, min(d_head, fast_memory // (4 * d_head)))
     block_q = (fast_memory - 2 * block_kv * d_head) // (2 * d_head + block_kv + 2)
     if block_q < 1:
@@ -111,10 +111,10 @@ def _io_blocks(
     if blocks is None:
         return tiled_block_sizes(d_head, fast_memory)
     if not isinstance(blocks, tuple | list) or len(blocks) != 2:
-        raise TypeError(f"blocks must be a pair (Br, Bc); got {_validate.describe(blocks)}")
+        raise TypeError(f"blocks must be a pair (Br, Bc); got {arguments.describe(blocks)}")
     block_q, block_kv = blocks
-    _validate.check_positive("blocks[0]", block_q)
-    _validate.check_positive("blocks[1]", block_kv)
+    arguments.check_positive("blocks[0]", block_q)
+    arguments.check_positive("blocks[1]", block_kv)
     return block_q, block_kv
 
 
@@ -162,8 +162,8 @@ def tiled_attention_io(
             a bool.
     """
     for name, value in (("q_len", q_len), ("kv_len", kv_len), ("d_head", d_head)):
-        _validate.check_positive(name, value)
-    _validate.check_bool("causal", causal)
+        arguments.check_positive(name, value)
+    arguments.check_bool("causal", causal)
     block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
     key_rows = 0
     for start in range(0, q_len, block_q):
@@ -219,7 +219,7 @@ def naive_attention_io(
         TypeError: if a size is not an int, or ``blocks`` is not a pair.
     """
     for name, value in (("q_len", q_len), ("kv_len", kv_len), ("d_head", d_head)):
-        _validate.check_positive(name, value)
+        arguments.check_positive(name, value)
     block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
     if softmax_rows is not None:
         if fast_memory is not None:
@@ -227,7 +227,7 @@ def naive_attention_io(
                 f"softmax_rows goes with blocks, not fast_memory (it follows from M); got "
                 f"fast_memory={fast_memory}, softmax_rows={softmax_rows}"
             )
-        _validate.check_positive("softmax_rows", softmax_rows)
+        arguments.check_positive("softmax_rows", softmax_rows)
     L, S, Dh = q_len, kv_len, d_head
     if fast_memory is not None:
         softmax_rows = naive_softmax_rows(S, fast_memory)
@@ -254,8 +254,8 @@ def naive_softmax_rows(kv_len: int, fast_memory: int) -> int | None:
         ValueError: if a size is not positive.
         TypeError: if a size is not an int.
     """
-    _validate.check_positive("kv_len", kv_len)
-    _validate.check_positive("fast_memory", fast_memory)
+    arguments.check_positive("kv_len", kv_len)
+    arguments.check_positive("fast_memory", fast_memory)
     rows = fast_memory // (kv_len + 2)
     return rows if rows >= 1 else None
 
@@ -279,7 +279,7 @@ def flash_io_bound(q_len: int, kv_len: int, d_head: int, fast_memory: int) -> fl
         ValueError: if a size is not positive.
         TypeError: if a size is not an int.
     """
-    _validate.check_positive_sizes(
+    arguments.check_positive_sizes(
         q_len=q_len, kv_len=kv_len, d_head=d_head, fast_memory=fast_memory
     )
     return q_len * kv_len * d_head**2 / fast_memory

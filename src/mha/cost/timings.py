@@ -21,7 +21,7 @@ import torch
 
 from mha.backends import np_backend, tiled, torch_backend
 from mha.backends.module import to_torch_mha
-from mha.core import _validate
+from mha.core._checks import arguments
 from mha.core._tools import one_thread
 from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams, init_params
@@ -117,12 +117,12 @@ def time_forms(
     Raises:
         ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or an unknown clock.
     """
-    _validate.check_positive("batch_size", batch_size)
-    _validate.check_positive("q_len", q_len)
+    arguments.check_positive("batch_size", batch_size)
+    arguments.check_positive("q_len", q_len)
     params = init_params(d_model, num_heads, seed=seed).to_torch(torch.float32)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(batch_size, q_len, d_model, generator=gen)
-    _validate.check_positive("repeat", repeat)
+    arguments.check_positive("repeat", repeat)
     clock_named(clock)  # an unknown clock fails before any work
     if not min_time > 0:
         raise ValueError(f"min_time must be positive; got min_time={min_time}")
@@ -175,9 +175,9 @@ def time_form_rounds(
         ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or an
             unknown clock.
     """
-    _validate.check_positive("batch_size", batch_size)
-    _validate.check_positive("q_len", q_len)
-    _validate.check_positive("repeat", repeat)
+    arguments.check_positive("batch_size", batch_size)
+    arguments.check_positive("q_len", q_len)
+    arguments.check_positive("repeat", repeat)
     clock_named(clock)
     if not min_time > 0:
         raise ValueError(f"min_time must be positive; got min_time={min_time}")
@@ -209,8 +209,8 @@ def trivial_op_time(*, calls: int = 2000, repeat: int = 5, clock: str = "cpu") -
         ValueError, TypeError: if ``calls`` or ``repeat`` is not a positive int, or the clock
             is unknown.
     """
-    _validate.check_positive("calls", calls)
-    _validate.check_positive("repeat", repeat)
+    arguments.check_positive("calls", calls)
+    arguments.check_positive("repeat", repeat)
     tick = clock_named(clock)
     a, b = torch.ones(1), torch.ones(1)
 
@@ -259,8 +259,8 @@ def projection_times(
         ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or
             an unknown clock.
     """
-    _validate.check_positive("q_len", q_len)
-    _validate.check_sizes(d_model, num_heads)
+    arguments.check_positive("q_len", q_len)
+    arguments.check_sizes(d_model, num_heads)
     if not min_time > 0:
         raise ValueError(f"min_time must be positive; got {min_time}")
     d_head = d_model // num_heads
@@ -400,16 +400,16 @@ def time_tiled(
         RuntimeError: if the child process fails.
         TypeError: if ``backward`` or ``attention`` is not a bool.
     """
-    _validate.check_bool("backward", backward)
-    _validate.check_bool("attention", attention)
+    arguments.check_bool("backward", backward)
+    arguments.check_bool("attention", attention)
     for name, value in (("batch_size", batch_size), ("q_len", q_len), ("repeat", repeat)):
-        _validate.check_positive(name, value)
+        arguments.check_positive(name, value)
     if threads is not None:
-        _validate.check_positive("threads", threads)
-    _validate.check_sizes(d_model, num_heads)
+        arguments.check_positive("threads", threads)
+    arguments.check_sizes(d_model, num_heads)
     for block_q, block_kv in blocks:
-        _validate.check_block_size("block_q", block_q)
-        _validate.check_block_size("block_kv", block_kv)
+        arguments.check_block_size("block_q", block_q)
+        arguments.check_block_size("block_kv", block_kv)
     clock_named(clock)
     if dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
@@ -459,7 +459,7 @@ def fit_growth(lengths: Sequence[int], seconds: Sequence[float], degree: int) ->
     """
     from scipy.optimize import nnls
 
-    _validate.check_positive("degree", degree)
+    arguments.check_positive("degree", degree)
     s = np.asarray(lengths, dtype=np.float64)
     t = np.asarray(seconds, dtype=np.float64)
     if s.shape != t.shape or s.ndim != 1:
@@ -521,13 +521,13 @@ def decode_times(
         TypeError: if a length or count is not an int.
     """
     for name, value in (("steps", steps), ("repeat", repeat)):
-        _validate.check_positive(name, value)
+        arguments.check_positive(name, value)
     reducers = {"median": statistics.median, "min": min}
     if statistic not in reducers:
         raise ValueError(f"statistic must be 'median' or 'min'; got statistic={statistic!r}")
     reduce = reducers[statistic]
     for i, S in enumerate(context_lens):
-        _validate.check_positive(f"context_lens[{i}]", S)
+        arguments.check_positive(f"context_lens[{i}]", S)
         if S + steps > model.max_len:
             raise ValueError(
                 f"context_lens[{i}] + steps must stay within max_len={model.max_len}; "
@@ -613,16 +613,16 @@ def cached_step_times(
             or ``flush_bytes`` is negative.
         TypeError: if a size is not an int.
     """
-    _validate.check_sizes(d_model, num_heads)
+    arguments.check_sizes(d_model, num_heads)
     for name, values in (("kv_heads", kv_heads), ("kv_lens", kv_lens)):
         if not values:
             raise ValueError(f"{name} must name at least one value; got {name}={values!r}")
         for value in values:
-            _validate.check_positive(name, value)
-    _validate.check_positive("rounds", rounds)
+            arguments.check_positive(name, value)
+    arguments.check_positive("rounds", rounds)
     if flush_bytes is None:
         flush_bytes = default_flush_bytes()
-    _validate.check_at_least("flush_bytes", flush_bytes, 0)
+    arguments.check_at_least("flush_bytes", flush_bytes, 0)
     tick = clock_named(clock)
     gen = torch.Generator().manual_seed(seed)
     Dh = d_model // num_heads

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from mha.core._np_checks import as_numpy
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.params import MHAParams
 from mha.numerics.tolerance import ATTENTION_ROW_SUM_ATOL
 

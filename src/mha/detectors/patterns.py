@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _validate
-from mha.core._np_checks import as_numpy, boolean_mask
+from mha.core._checks import arguments
+from mha.core._checks.numpy_arrays import as_numpy, boolean_mask
 from mha.detectors._scoring import as_tokens, check_weights, float_array, score
 
 SCORE_NAMES = ("previous_token", "next_token", "self", "first_token", "broadness", "future")
@@ -551,8 +551,8 @@ def offset_attention(q_len: int, offset: int) -> np.ndarray:
         ValueError: if ``q_len`` is not a positive int.
         TypeError: if ``offset`` is not an int.
     """
-    _validate.check_positive("q_len", q_len)
-    _validate.check_int("offset", offset)
+    arguments.check_positive("q_len", q_len)
+    arguments.check_int("offset", offset)
     i = np.arange(q_len)
     target = np.where((i + offset >= 0) & (i + offset < q_len), i + offset, i)
     w = np.zeros((q_len, q_len))

@@ -17,8 +17,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mha.core import _validate, packing
-from mha.core._np_checks import as_numpy
+from mha.core import packing
+from mha.core._checks import arguments
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.display.plotting import HEAD_COLOURS, SEQUENTIAL
 from mha.display.shapes import resolve_layout
 
@@ -55,7 +56,7 @@ def layer_edges(num_heads: int) -> list[DiagramEdge]:
     Raises:
         ValueError: if ``num_heads`` is not a positive int.
     """
-    _validate.check_positive("num_heads", num_heads)
+    arguments.check_positive("num_heads", num_heads)
     edges = []
     for h in range(1, num_heads + 1):
         edges += [
@@ -364,7 +365,7 @@ def tile_steps(
             block lies outside ``(L, S)``.
         TypeError: if ``causal`` is not a bool.
     """
-    _validate.check_bool("causal", causal)
+    arguments.check_bool("causal", causal)
     if not steps:
         raise ValueError("steps must hold at least one tile step; got none")
     for k, st in enumerate(steps):

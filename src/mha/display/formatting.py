@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _validate
-from mha.core._np_checks import as_numpy
+from mha.core._checks import arguments
+from mha.core._checks.numpy_arrays import as_numpy
 
 
 def _number(value: float, digits: int) -> str:
@@ -47,7 +47,7 @@ def latex_matrix(a: Any, digits: int = 3) -> str:
         raise TypeError(f"a must be numeric; got dtype {m.dtype}")
     if m.ndim not in (1, 2):
         raise ValueError(f"a must have shape (m, n) or (n,); got {m.ndim}-D shape {m.shape}")
-    _validate.check_at_least("digits", digits, 0)
+    arguments.check_at_least("digits", digits, 0)
     rows = np.atleast_2d(m).astype(np.float64)
     body = r" \\ ".join(" & ".join(_number(x, digits) for x in row) for row in rows)
     return rf"\begin{{bmatrix}} {body} \end{{bmatrix}}"
@@ -71,8 +71,8 @@ def head_name(layer: int, head: int) -> str:
         TypeError: if ``layer`` or ``head`` is not an int (a NumPy integer is one).
         ValueError: if ``layer`` or ``head`` is negative.
     """
-    _validate.check_at_least("layer", layer, 0)
-    _validate.check_at_least("head", head, 0)
+    arguments.check_at_least("layer", layer, 0)
+    arguments.check_at_least("head", head, 0)
     return f"{int(layer) + 1}.{int(head) + 1}"
 
 

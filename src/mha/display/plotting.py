@@ -22,8 +22,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mha.core import _validate
-from mha.core._np_checks import as_numpy, boolean_mask
+from mha.core._checks import arguments
+from mha.core._checks.numpy_arrays import as_numpy, boolean_mask
 
 WEIGHTS = "Blues"
 SEQUENTIAL = "Viridis"
@@ -257,7 +257,7 @@ def attention_grid(
     n = w.shape[0]
     if len(titles) != n:
         raise ValueError(f"titles must give one title per map ({n}); got {len(titles)}")
-    _validate.check_positive("cols", cols)
+    arguments.check_positive("cols", cols)
     cols = min(cols, n)
     rows = -(-n // cols)
     y, x = _labels("queries", queries, w.shape[1]), _labels("keys", keys, w.shape[2])
@@ -516,9 +516,9 @@ def lines(
             name in ``dashed`` is not a series.
         TypeError: if ``log_x``, ``log_y`` or ``markers`` is not a bool.
     """
-    _validate.check_bool("log_x", log_x)
-    _validate.check_bool("log_y", log_y)
-    _validate.check_bool("markers", markers)
+    arguments.check_bool("log_x", log_x)
+    arguments.check_bool("log_y", log_y)
+    arguments.check_bool("markers", markers)
     n = len(x)
     if not series:
         raise ValueError("series must hold at least one curve; got none")

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mha.core._validate import check_int, check_sizes
+from mha.core._checks.arguments import check_int, check_sizes
 from mha.core.packing import check_kv_heads
 from mha.display import formatting
 

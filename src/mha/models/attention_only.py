@@ -33,7 +33,8 @@ from torch import nn
 
 from mha.backends import torch_backend
 from mha.backends.module import MultiHeadAttention
-from mha.core import _validate, packing
+from mha.core import packing
+from mha.core._checks import arguments
 from mha.core.kv_cache import KVCache, atomic
 from mha.core.params import MHAParams, repeat_kv_heads
 
@@ -139,7 +140,7 @@ class AttentionOnlyTransformer(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        _validate.check_positive_sizes(
+        arguments.check_positive_sizes(
             vocab_size=vocab_size, max_len=max_len, num_layers=num_layers
         )
         gen = torch.Generator().manual_seed(seed)

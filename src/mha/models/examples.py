@@ -21,7 +21,7 @@ import torch
 
 from mha.backends import np_backend
 from mha.backends.module import MultiHeadAttention
-from mha.core import _validate
+from mha.core._checks import arguments
 from mha.core._tools import one_thread
 from mha.core.params import MHAParams, init_params
 
@@ -365,7 +365,7 @@ def residual_stack(
     Raises:
         TypeError: if ``norm_first`` is not a bool.
     """
-    _validate.check_bool("norm_first", norm_first)
+    arguments.check_bool("norm_first", norm_first)
 
     streams = [x]
     for k in range(num_blocks):

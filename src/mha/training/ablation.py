@@ -23,7 +23,8 @@ from torch import nn
 
 from mha.backends import torch_backend
 from mha.backends.module import MultiHeadAttention
-from mha.core import _validate, packing
+from mha.core import packing
+from mha.core._checks import arguments
 from mha.core._tools import one_thread
 from mha.core.params import MHAParams, init_params, mean_pool_kv_heads, repeat_kv_heads
 from mha.detectors import circuits
@@ -133,8 +134,8 @@ def head_importance(
         ValueError: if ``batches`` is empty.
         TypeError: if ``normalize`` or ``per_sequence`` is not a bool.
     """
-    _validate.check_bool("normalize", normalize)
-    _validate.check_bool("per_sequence", per_sequence)
+    arguments.check_bool("normalize", normalize)
+    arguments.check_bool("per_sequence", per_sequence)
     if len(batches) == 0:
         raise ValueError("batches must hold at least one batch; got none")
     total = torch.zeros(model.num_layers, model.num_heads, dtype=torch.float64)
@@ -326,7 +327,7 @@ def with_kv_heads(
         raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
     if init not in ("mean", "random"):
         raise ValueError(f"init must be 'mean' or 'random'; got init={init!r}")
-    _validate.check_seed("seed", seed)
+    arguments.check_seed("seed", seed)
     converted = []
     for i, layer in enumerate(model.layers):
         p = mean_pool_kv_heads(layer.params().map(torch.Tensor.detach), num_kv_heads)

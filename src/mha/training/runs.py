@@ -41,8 +41,8 @@ from zipfile import BadZipFile
 import numpy as np
 import torch
 
-from mha.backends import torch_backend
-from mha.core import _validate
+from mha.backends import torch_checks
+from mha.core._checks import arguments
 from mha.core._tools import one_thread
 from mha.detectors import patterns
 from mha.models.attention_only import AttentionOnlyTransformer, next_token_loss
@@ -145,7 +145,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "eval_every", "eval_size", "batch_size"):
             value = getattr(self, name)
-            _validate.check_positive(name, value)
+            arguments.check_positive(name, value)
         if not self.lr > 0:
             raise ValueError(f"lr must be positive; got lr={self.lr}")
 
@@ -264,7 +264,7 @@ def train(
     :func:`head_scores`. Runs on one CPU thread (see the module docstring).
 
     The training steps run with the backend's checks of values off
-    (:func:`mha.backends.torch_backend.value_checks`): their inputs are the model's own
+    (:func:`mha.backends.torch_checks.value_checks`): their inputs are the model's own
     embeddings and weights, and the loss, read once per step, is checked instead; NaN or
     infinity anywhere in the model reaches it. The measurements run with the checks on.
 
@@ -309,7 +309,7 @@ def train(
         if step % config.eval_every == 0:
             measure(step)
         tokens = config.batch(data, config.batch_size).tokens
-        with torch_backend.value_checks(False):  # the loss is checked instead, below
+        with torch_checks.value_checks(False):  # the loss is checked instead, below
             logits, _ = model(tokens)
             loss = next_token_loss(logits, tokens)
         opt.zero_grad()
@@ -463,7 +463,7 @@ def train_runs(
             f"{len(configs)} configs"
         )
     if processes is not None:
-        _validate.check_positive("processes", processes)
+        arguments.check_positive("processes", processes)
     if store is None and os.environ.get(STORE_VARIABLE):
         store = os.environ[STORE_VARIABLE]
     folder = None if store is None else Path(store)

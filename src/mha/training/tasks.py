@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.core import _validate
+from mha.core._checks import arguments
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class RepeatedSegments:
 
 
 def _check_int(name: str, value: Any, low: int) -> None:
-    _validate.check_at_least(name, value, low)
+    arguments.check_at_least(name, value, low)
 
 
 def repeated_segments(
@@ -123,7 +123,7 @@ def repeated_segments(
             f"vocab_size={vocab_size}, seq_len={seq_len}, min_period={min_period}"
         )
     if isinstance(prefix_prob, bool) or not isinstance(prefix_prob, Real):
-        raise TypeError(f"prefix_prob must be a real number; got {_validate.describe(prefix_prob)}")
+        raise TypeError(f"prefix_prob must be a real number; got {arguments.describe(prefix_prob)}")
     if not 0.0 <= prefix_prob <= 1.0:
         raise ValueError(f"prefix_prob must lie in [0, 1]; got prefix_prob={prefix_prob}")
     gen = np.random.default_rng(rng)
