@@ -69,7 +69,7 @@ def agreement_example(sharpness: float = 16.0) -> AgreementExample:
         TypeError: if ``sharpness`` is not a real number.
         ValueError: if ``sharpness`` is not positive and finite.
     """
-    _validate.check_positive_number("sharpness", sharpness)
+    arguments.check_positive_number("sharpness", sharpness)
     tokens = ["The", "keys", "to", "the", "cabinet", "are", "on", "the", "table"]
     L = len(tokens)
     features = ["noun", "plural", "verb"] + [f"position {j}" for j in range(L)]
