@@ -383,6 +383,19 @@ def test_forward_links_allow_a_link_into_a_reference_page() -> None:
     assert forward_links(pages, reference=frozenset({"book/b"})) == []
 
 
+LISTING = re.compile(r"^listing\((?P<function>[\w.]+)\)$", re.M)
+
+
+def test_chapter_one_shows_the_librarys_own_forms_never_a_copy() -> None:
+    """Chapter 1 shows the per-head and fused forms as the library's source, read with
+    ``inspect.getsource`` when the chapter runs; no form's definition is copied into it."""
+    text = (BOOK / "one-head-to-many.md").read_text(encoding="utf8")
+    shown = set(LISTING.findall(text))
+    assert {"np_backend.attention_per_head", "np_backend.attention_fused"} <= shown
+    assert "inspect.getsource(function)" in text
+    assert re.search(r"^\s*def attention_", text, re.M) is None
+
+
 def test_the_reference_part_comes_last_and_holds_the_notation() -> None:
     """The book starts with attention: the pages looked up (the notation, how to run the book)
     follow the chapters, and the first page after the preface is a chapter."""
