@@ -201,6 +201,24 @@ def test_narrow_layout_stacks_a_row_of_subplots_and_moves_their_titles() -> None
     assert figure_facts.figure_heights(figure) == (360, patch["height"])
 
 
+def test_narrow_layout_puts_a_legend_below_the_plot_whatever_its_wide_reference() -> None:
+    """``plotting.legend_below`` places the wide legend in the container's coordinates; the
+    narrow patch's negative ``y`` must then be read in the plot's, or the legend climbs over
+    the title (as it did at 390 px)."""
+    import numpy as np
+
+    from mha.display import plotting
+
+    fig = plotting.attention_heatmap(np.full((2, 2), 0.5), title="t")
+    fig.add_scatter(x=[0, 1], y=[0, 1], name="a")
+    fig.add_scatter(x=[0, 1], y=[1, 0], name="b")
+    figure = json.loads(plotting.legend_below(fig).to_json())
+    assert figure["layout"]["legend"]["yref"] == "container"
+    legend = figure_facts.narrow_layout(figure)["legend"]
+    assert (legend["xref"], legend["yref"], legend["yanchor"]) == ("paper", "paper", "top")
+    assert legend["y"] < 0  # below the plot area
+
+
 def test_cartesian_bundle_list_matches_the_vendored_bundle() -> None:
     header = (BOOK / "_static" / "plotly" / "plotly-cartesian.min.js").read_text()[:400]
     import plotly.offline
