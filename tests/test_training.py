@@ -300,8 +300,11 @@ def test_first_step_above_finds_the_first_crossing():
 def test_model_errors():
     model = _model(torch.float32)
     tokens = _batch().tokens
-    with pytest.raises(TypeError, match=r"tokens must be an int64 torch.Tensor; got torch.int32"):
-        model(tokens.int())
+    with pytest.raises(TypeError, match=r"tokens must have an integer dtype; got dtype torch.float32"):
+        model(tokens.float())
+    with pytest.raises(TypeError, match=r"tokens must be a torch.Tensor of token ids; got ndarray"):
+        model(tokens.numpy())
+    assert torch.equal(model(tokens.int())[0], model(tokens)[0])  # exact: the same ids, as int64
     with pytest.raises(ValueError, match=r"1 <= L <= max_len=16; got \(8, 17\)"):
         model(torch.zeros(8, 17, dtype=torch.int64))
     with pytest.raises(ValueError, match=r"tokens must lie in \[0, vocab_size=24\); got values in"):
@@ -774,6 +777,8 @@ def test_train_refuses_a_loss_that_is_not_finite():
     with torch.no_grad():
         model.unembed[0, 0] = math.inf
     with pytest.raises(
-        ValueError, match=r"the training loss must stay finite; got (nan|inf) at step 0"
+        ValueError,
+        match=r"the training loss must stay finite at step 0 \(lr=.*\): training diverged "
+        r"\(logits must be finite; got a loss of (nan|inf)\)",
     ):
         runs.train(replace(SMALL, steps=2), model)
