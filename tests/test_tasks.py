@@ -68,7 +68,7 @@ def test_same_seed_gives_the_same_batch_and_a_generator_moves_on():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        (dict(batch_size=0), ValueError, r"batch_size must be at least 1; got batch_size=0"),
+        (dict(batch_size=0), ValueError, r"batch_size must be positive; got batch_size=0"),
         (dict(seq_len=2.0), TypeError, r"seq_len must be an int; got float 2.0"),
         (dict(min_period=9), ValueError, r"min_period <= max_period <= seq_len // 2"),
         (dict(max_period=11), ValueError, r"max_period=11, seq_len=20"),

@@ -111,12 +111,12 @@ def number(
     below = low is not None and (x <= low if open_low else x < low)
     above = high is not None and (x >= high if open_high else x > high)
     if below or above:
-        left = "(" if open_low else "["
-        right = ")" if open_high else "]"
-        interval = (
-            f"{left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
-        )
-        raise ValueError(f"{name} must lie in {interval}; got {name}={value!r}")
+        if high is None and low == 0:
+            rule = "positive" if open_low else "at least 0"
+        else:
+            left, right = "(" if open_low else "[", ")" if open_high else "]"
+            rule = f"in {left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
+        raise ValueError(f"{name} must be {rule}; got {name}={value!r}")
     return x
 
 

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from mha.backends import torch_backend
-from mha.core import _validate
+from mha.core import _arguments
 from mha.core._tools import one_thread
 from mha.detectors import patterns
 from mha.models.attention_only import AttentionOnlyTransformer, next_token_loss
@@ -68,10 +68,22 @@ def segment_losses(
         ``i >= start + period`` (``batch.repeated``: the token at ``i`` occurred before, and
         induction determines the next one), ``first`` the positions before them (the prefix
         and the first copy of the segment, whose next token the past does not determine).
+
+    Raises:
+        ValueError: as :meth:`mha.models.attention_only.AttentionOnlyTransformer.forward`
+            and :func:`mha.models.attention_only.next_token_loss` (a batch with no
+            repeated or no first position, NaN in the model).
+        TypeError: if ``model`` or ``batch`` is of another kind, or as the model's forward.
     """
+    _check_model_and_batch(model, batch)
     with torch.no_grad():
         logits, _ = model(batch.tokens, gates)
     return split_losses(logits, batch)
+
+
+def _check_model_and_batch(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> None:
+    _arguments.instance("model", model, AttentionOnlyTransformer, "an AttentionOnlyTransformer")
+    _arguments.instance("batch", batch, RepeatedSegments, "a RepeatedSegments batch")
 
 
 def split_losses(logits: torch.Tensor, batch: RepeatedSegments) -> dict[str, float]:
@@ -86,7 +98,12 @@ def split_losses(logits: torch.Tensor, batch: RepeatedSegments) -> dict[str, flo
 
     Returns:
         ``{"first": ..., "repeat": ..., "all": ...}``, as :func:`segment_losses` gives them.
+
+    Raises:
+        ValueError, TypeError: as :func:`mha.models.attention_only.next_token_loss`.
+        TypeError: if ``batch`` is not a :class:`~mha.training.tasks.RepeatedSegments`.
     """
+    _arguments.instance("batch", batch, RepeatedSegments, "a RepeatedSegments batch")
     rep = batch.repeated  # (B, L)
     return {
         "first": float(next_token_loss(logits, batch.tokens, ~rep)),
@@ -122,7 +139,13 @@ class TrainConfig:
         eval_size: sequences in the evaluation batch.
 
     Raises:
-        ValueError: if a count is not a positive int or ``lr`` is not positive.
+        ValueError: if a size or count is not positive, the periods do not satisfy
+            ``min_period <= max_period <= seq_len // 2``, ``vocab_size < seq_len -
+            min_period``, H does not divide D, ``prefix_prob`` is outside ``[0, 1]``,
+            ``lr`` is not positive and finite, ``weight_decay`` is negative or not finite,
+            or ``seed`` is not in ``[0, 2**64)``.
+        TypeError: if a size, count or ``seed`` is not an int (a Python or NumPy integer,
+            kept as a Python ``int``; not a bool), or a rate is not a real number.
     """
 
     vocab_size: int = 64
@@ -142,11 +165,31 @@ class TrainConfig:
     eval_size: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("steps", "eval_every", "eval_size", "batch_size"):
-            value = getattr(self, name)
-            _validate.check_positive(name, value)
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive; got lr={self.lr}")
+        counts = ("vocab_size", "seq_len", "min_period", "max_period", "d_model", "num_heads")
+        counts += ("num_layers", "batch_size", "steps", "eval_every", "eval_size")
+        for name in counts:
+            object.__setattr__(self, name, _arguments.size(name, getattr(self, name)))
+        _arguments.layer_sizes(self.d_model, self.num_heads)
+        if not self.min_period <= self.max_period <= self.seq_len // 2:
+            raise ValueError(
+                "periods must satisfy min_period <= max_period <= seq_len // 2; got "
+                f"min_period={self.min_period}, max_period={self.max_period}, "
+                f"seq_len={self.seq_len}"
+            )
+        if self.vocab_size < self.seq_len - self.min_period:
+            raise ValueError(
+                "vocab_size must be at least seq_len - min_period (distinct tokens); got "
+                f"vocab_size={self.vocab_size}, seq_len={self.seq_len}, "
+                f"min_period={self.min_period}"
+            )
+        rates = {
+            "prefix_prob": _arguments.number("prefix_prob", self.prefix_prob, low=0.0, high=1.0),
+            "lr": _arguments.number("lr", self.lr, low=0.0, open_low=True),
+            "weight_decay": _arguments.number("weight_decay", self.weight_decay, low=0.0),
+        }
+        for name, value in rates.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "seed", _arguments.seed("seed", self.seed))
 
     def model(self) -> AttentionOnlyTransformer:
         """The model at initialisation.
@@ -238,7 +281,12 @@ def head_scores(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> dic
         ``{"previous_token": (num_layers, H), "induction": (num_layers, H)}``: the
         :func:`mha.detectors.patterns.previous_token_score` averaged over the batch, and
         :func:`mha.detectors.patterns.induction_score`.
+
+    Raises:
+        ValueError: if the batch has no repeated token, or as the model's forward.
+        TypeError: if ``model`` or ``batch`` is of another kind.
     """
+    _check_model_and_batch(model, batch)
     with torch.no_grad():
         _, weights = model(batch.tokens, need_weights=True)
     return _scores(weights, batch)
@@ -277,10 +325,12 @@ def train(
         The trained model and its :class:`TrainHistory`.
 
     Raises:
-        TypeError: if ``model`` is not an
+        TypeError: if ``config`` is not a :class:`TrainConfig` or ``model`` is not an
             :class:`mha.models.attention_only.AttentionOnlyTransformer`.
-        ValueError: if a training step's loss is NaN or infinite (training diverged).
+        ValueError: if a training step's loss, or a measurement, meets NaN or infinity
+            (training diverged).
     """
+    _arguments.instance("config", config, TrainConfig, "a TrainConfig")
     start = time.process_time()
     if model is None:
         model = config.model()
@@ -452,23 +502,34 @@ def train_runs(
 
     Raises:
         ValueError: if ``configs`` is empty, ``models`` has another length, or
-            ``processes`` is not a positive int.
-        TypeError: if a config is not a :class:`TrainConfig`.
+            ``processes`` is not positive. A refused call trains and stores nothing.
+        TypeError: if ``configs`` or ``models`` is not a list or tuple, a config is not a
+            :class:`TrainConfig`, a model is neither ``None`` nor an
+            :class:`~mha.models.attention_only.AttentionOnlyTransformer`, ``processes`` is
+            not an int, or ``store`` is not a path.
     """
-    configs = list(configs)
+    configs = _arguments.items("configs", configs)
     if not configs:
         raise ValueError("configs must hold at least one TrainConfig; got none")
     for i, config in enumerate(configs):
-        if not isinstance(config, TrainConfig):
-            raise TypeError(f"configs[{i}] must be a TrainConfig; got {type(config).__name__}")
-    models = [None] * len(configs) if models is None else list(models)
+        _arguments.instance(f"configs[{i}]", config, TrainConfig, "a TrainConfig")
+    models = [None] * len(configs) if models is None else _arguments.items("models", models)
     if len(models) != len(configs):
         raise ValueError(
             f"models must give one model (or None) per config; got {len(models)} for "
             f"{len(configs)} configs"
         )
+    for i, model in enumerate(models):
+        if model is not None:
+            _arguments.instance(
+                f"models[{i}]", model, AttentionOnlyTransformer, "an AttentionOnlyTransformer"
+            )
     if processes is not None:
-        _validate.check_positive("processes", processes)
+        processes = _arguments.size("processes", processes)
+    if store is not None and not isinstance(store, str | os.PathLike):
+        raise TypeError(
+            f"store must be a path (str or os.PathLike); got {_arguments.describe(store)}"
+        )
     if store is None and os.environ.get(STORE_VARIABLE):
         store = os.environ[STORE_VARIABLE]
     folder = None if store is None else Path(store)
@@ -518,9 +579,14 @@ def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int
         The first ``steps[e]`` with ``values[e] > level``, an ``int``.
 
     Raises:
-        ValueError: if the shapes differ or no value exceeds ``level``.
+        ValueError: if the shapes differ, ``values`` or ``level`` is not finite, or no
+            value exceeds ``level``.
+        TypeError: if ``steps`` is not an integer array, ``values`` not numeric, or
+            ``level`` not a real number.
     """
-    steps, values = np.asarray(steps), np.asarray(values)
+    steps = _arguments.int_array("steps", steps, ndim=1, layout="(E,)")
+    values = _arguments.float_array("values", values)
+    level = _arguments.number("level", level)
     if steps.ndim != 1 or steps.shape != values.shape:
         raise ValueError(
             f"steps and values must have the same shape (E,); got {steps.shape} and {values.shape}"
@@ -559,10 +625,13 @@ def phase_timing(history: TrainHistory, level: float = 0.5) -> dict[str, float]:
         The steps (``int``) and losses (``float``) named above.
 
     Raises:
-        ValueError: if the model has fewer than two layers, or a curve never crosses
-            its level (the role did not appear).
+        ValueError: if the model has fewer than two layers, ``level`` is not finite, or a
+            curve never crosses its level (the role did not appear).
+        TypeError: if ``history`` is not a :class:`TrainHistory` or ``level`` not a real
+            number.
     """
-    h = history
+    h = _arguments.instance("history", history, TrainHistory, "a TrainHistory")
+    level = _arguments.number("level", level)
     if h.previous_token.ndim != 3 or h.previous_token.shape[1] < 2:
         raise ValueError(
             f"history must come from a model with at least two layers; got scores of shape "
