@@ -361,7 +361,8 @@ def with_kv_heads(
             ``num_kv_heads`` or ``seed`` is not an int.
     """
     _check_model(model)
-    _arguments.choice("init", init, ("mean", "random"))
+    if not isinstance(init, str) or init not in ("mean", "random"):
+        raise ValueError(f"init must be 'mean' or 'random'; got init={init!r}")
     seed = _arguments.seed("seed", seed)
     num_kv_heads = _arguments.size("num_kv_heads", num_kv_heads)
     converted = []
@@ -461,7 +462,8 @@ def path_ablation(
     unknown = [p for p in paths if not isinstance(p, str) or p not in PATHS]
     if unknown:
         raise ValueError(f"paths must be drawn from {PATHS}; got {unknown}")
-    _arguments.choice("replacement", replacement, ("zero", "mean"))
+    if not isinstance(replacement, str) or replacement not in ("zero", "mean"):
+        raise ValueError(f"replacement must be 'zero' or 'mean'; got replacement={replacement!r}")
     off = sorted(set(_arguments.pairs("off", off)))
     head_gates(model.num_layers, model.num_heads, off)  # checks every pair
     tokens = model._check(tokens, None)
