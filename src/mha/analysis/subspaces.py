@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from mha.analysis import _linalg
-from mha.core import _tools, _validate, packing
+from mha.core import _arguments, _tools, _validate, packing
+from mha.core._np_checks import as_numpy
 from mha.core.params import MHAParams
 
 
@@ -49,7 +50,7 @@ def orthonormal_basis(a: Any) -> np.ndarray:
     D, k = a.shape
     if k == 0 or k > D:
         raise ValueError(f"a must have between 1 and D={D} columns (D, k); got shape {a.shape}")
-    u, s, _ = _linalg.svd(a)  # (D, k), (k,)
+    u, s, _ = _linalg.svd(a / _linalg.scale(a))  # (D, k), (k,): scaled, no overflow
     r = int(np.count_nonzero(s > _linalg.rank_cutoff(s, a.shape, a.dtype, None, 0.0)))
     if r < k:
         raise ValueError(
@@ -163,6 +164,9 @@ def frobenius_cosine(a: Any, b: Any) -> float:
     a, b = _linalg.as_matrix("a", a), _linalg.as_matrix("b", b)
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape; got {a.shape} and {b.shape}")
+    # The cosine does not change with the scale of either: each divided by a power of two
+    # near its largest entry, the sums of squares neither overflow nor underflow.
+    a, b = a.astype(np.float64) / _linalg.scale(a), b.astype(np.float64) / _linalg.scale(b)
     na, nb = np.sqrt(np.sum(a * a)), np.sqrt(np.sum(b * b))  # no BLAS call: no thread pool
     if na == 0 or nb == 0:
         raise ValueError("a and b must be non-zero; the cosine of a zero matrix is undefined")
@@ -173,7 +177,9 @@ def head_blocks(params: MHAParams, which: str = "w_q") -> np.ndarray:
     """Every head's ``(D, Dh)`` block of one projection, stacked.
 
     Args:
-        params: the layer's parameters (NumPy or torch; returned as NumPy).
+        params: the layer's parameters (NumPy or torch; returned as NumPy); with
+            grouped-query parameters, the ``"w_k"`` and ``"w_v"`` block of head ``h`` is
+            its group's key/value block.
         which: ``"w_q"``, ``"w_k"`` or ``"w_v"``, whose column spaces the heads read
             from, or ``"w_o"``, returned transposed so that its column space is the
             subspace head ``h`` writes to.
@@ -185,15 +191,16 @@ def head_blocks(params: MHAParams, which: str = "w_q") -> np.ndarray:
         The blocks, a NumPy array (a copy).
 
     Raises:
-        ValueError: if ``which`` is not one of the four names.
+        ValueError: if ``which`` is not one of the four names, or the parameters are not
+            finite.
         TypeError: if ``params`` is not ``MHAParams``.
     """
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    names = ("w_q", "w_k", "w_v", "w_o")
-    if which not in names:
-        raise ValueError(f"which must be one of {names}; got which={which!r}")
+    _arguments.instance("params", params, MHAParams, "MHAParams")
+    _arguments.choice("which", which, ("w_q", "w_k", "w_v", "w_o"))
     p = params.to_numpy()
+    for name in ("w_qkv", "w_o"):
+        if not np.isfinite(getattr(p, name)).all():
+            raise ValueError(f"params.{name} must be finite; got NaN or infinite values")
     blocks = [p.head(h)[which] for h in range(p.num_heads)]
     if which == "w_o":
         blocks = [blk.T for blk in blocks]  # (Dh, D) -> (D, Dh)
@@ -214,11 +221,15 @@ def pairwise_principal_cosines(blocks: np.ndarray) -> np.ndarray:
         ``cos[i, j]``, the principal cosines between blocks ``i`` and ``j``.
 
     Raises:
-        ValueError: if ``blocks`` is not 3-D, or a block fails :func:`orthonormal_basis`.
+        ValueError: if ``blocks`` is not 3-D with at least one block, or a block fails
+            :func:`orthonormal_basis`.
+        TypeError: if ``blocks`` is not a floating array or tensor.
     """
-    if np.ndim(blocks) != 3:
+    blocks = as_numpy("blocks", blocks)
+    if blocks.ndim != 3 or blocks.shape[0] == 0:
         raise ValueError(
-            f"blocks must have shape (H, D, Dh); got {np.ndim(blocks)}-D shape {np.shape(blocks)}"
+            f"blocks must have shape (H, D, Dh); got {blocks.ndim}-D shape {blocks.shape} "
+            "(at least one block)"
         )
     bases = _linalg.to_torch(np.stack([orthonormal_basis(blk) for blk in blocks]))  # (H, D, k)
     with _tools.one_thread():
@@ -248,13 +259,14 @@ def pairwise_frobenius_cosines(w_q_rows: np.ndarray, num_heads: int) -> np.ndarr
         ``table[i, j]``, the Frobenius cosine of heads ``i`` and ``j`` (1 on the diagonal).
 
     Raises:
-        ValueError: if the weight is not square or H does not divide D.
+        ValueError: if the weight is not square or not finite, or H does not divide D.
+        TypeError: if the weight is not a floating array or ``num_heads`` not an int.
     """
     w = _linalg.as_matrix("w_q_rows", w_q_rows)
     D = w.shape[0]
     if w.shape != (D, D):
         raise ValueError(f"w_q_rows must be square (D, D); got shape {w.shape}")
-    _validate.check_sizes(D, num_heads)
+    D, num_heads, _ = _arguments.layer_sizes(D, num_heads)
     blocks = packing.split_head_rows(w, num_heads)  # (D, D) -> (H, Dh, D)
     table = np.empty((num_heads, num_heads))
     for i in range(num_heads):

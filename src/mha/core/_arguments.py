@@ -115,7 +115,9 @@ def number(
             rule = "positive" if open_low else "at least 0"
         else:
             left, right = "(" if open_low else "[", ")" if open_high else "]"
-            rule = f"in {left}{'-inf' if low is None else low}, {'inf' if high is None else high}{right}"
+            lo = "-inf" if low is None else f"{low:g}"
+            hi = "inf" if high is None else f"{high:g}"
+            rule = f"in {left}{lo}, {hi}{right}"
         raise ValueError(f"{name} must be {rule}; got {name}={value!r}")
     return x
 
