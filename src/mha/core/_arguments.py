@@ -65,6 +65,11 @@ def sizes(low: int = 1, high: int | None = INDEX_LIMIT, **named: Any) -> dict[st
     return {name: size(name, value, low, high) for name, value in named.items()}
 
 
+def counts(**named: Any) -> dict[str, int]:
+    """Positive sizes of any magnitude (for arithmetic that allocates nothing), as Python ints."""
+    return {name: size(name, value, 1, None) for name, value in named.items()}
+
+
 def index(name: str, value: Any, stop: int) -> int:
     """``value`` as an ``int`` after checking it is an integer in ``[0, stop)``."""
     _validate.check_int(name, value)
