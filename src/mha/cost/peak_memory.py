@@ -18,7 +18,7 @@ import torch
 
 from mha.backends import np_backend, torch_backend
 from mha.backends.module import to_torch_mha
-from mha.core import _validate
+from mha.core import _arguments
 from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams, init_params
 from mha.cost.measure import peak_rss_increase, run_child
@@ -132,7 +132,10 @@ def attention_peak_memory(
         ``{path: [bytes for each L]}``.
 
     Raises:
-        ValueError: on an unknown path or dtype, or bad sizes.
+        ValueError: on an unknown path or dtype, a size or ``threads`` that is not
+            positive, or H not dividing D; all before the child starts.
+        TypeError: if a size or ``threads`` is not an int (a Python or NumPy integer, not
+            a bool), or ``q_lens`` or ``paths`` is not a list.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
     spec = _memory_spec(batch_size, q_lens, d_model, num_heads, paths, dtype, threads, MEMORY_PATHS)
@@ -219,7 +222,10 @@ def tiled_peak_memory(
         ``{path: [bytes for each L]}``.
 
     Raises:
-        ValueError: on an unknown path or dtype, or bad sizes.
+        ValueError: on an unknown path or dtype, a size or ``threads`` that is not
+            positive, or H not dividing D; all before the child starts.
+        TypeError: if a size or ``threads`` is not an int (a Python or NumPy integer, not
+            a bool), or ``q_lens`` or ``paths`` is not a list.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
     spec = _memory_spec(
@@ -279,13 +285,17 @@ def kv_cache_peak_memory(
 
     Raises:
         ValueError: if a size is not positive or ``positions`` passes ``capacity``.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool), or
+            ``fills`` is not a list of pairs.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
-    _validate.check_positive_sizes(num_layers=num_layers, num_kv_heads=num_kv_heads, d_head=d_head)
+    num_layers, num_kv_heads, d_head = _arguments.sizes(
+        num_layers=num_layers, num_kv_heads=num_kv_heads, d_head=d_head
+    ).values()
+    fills = _arguments.pairs("fills", fills)
     for i, (capacity, positions) in enumerate(fills):
-        _validate.check_positive(f"fills[{i}] capacity", capacity)
-        _validate.check_positive(f"fills[{i}] positions", positions)
+        _arguments.size(f"fills[{i}] capacity", capacity)
+        _arguments.size(f"fills[{i}] positions", positions)
         if positions > capacity:
             raise ValueError(
                 f"fills[{i}] positions must not pass capacity; got capacity={capacity}, "
@@ -311,20 +321,20 @@ def _memory_spec(
     known: Sequence[str],
 ) -> dict[str, Any]:
     """The checked arguments of a memory measurement, as the child process reads them."""
-    _validate.check_positive("batch_size", batch_size)
-    for L in q_lens:
-        _validate.check_positive("q_lens[i]", L)
-    _validate.check_sizes(d_model, num_heads)
+    batch_size = _arguments.size("batch_size", batch_size)
+    q_lens = _arguments.size_list("q_lens", q_lens, nonempty=False)
+    d_model, num_heads, _ = _arguments.layer_sizes(d_model, num_heads)
     if threads is not None:
-        _validate.check_positive("threads", threads)
-    unknown = [p for p in paths if p not in known]
+        threads = _arguments.size("threads", threads)
+    paths = _arguments.items("paths", paths)
+    unknown = [p for p in paths if not isinstance(p, str) or p not in known]
     if unknown:
         raise ValueError(f"paths must be among {tuple(known)}; got {unknown}")
-    if dtype not in ("float32", "float64"):
+    if not isinstance(dtype, str) or dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
     return {
         "batch_size": batch_size,
-        "q_lens": list(q_lens),
+        "q_lens": q_lens,
         "d_model": d_model,
         "num_heads": num_heads,
         "paths": list(paths),
