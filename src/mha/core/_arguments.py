@@ -16,8 +16,10 @@ Python integer and stays exact.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Sequence
 from numbers import Integral, Real
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -139,6 +141,13 @@ def text(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str; got {_validate.describe(value)}")
     return value
+
+
+def path(name: str, value: Any) -> Path:
+    """``value`` (a ``str`` or ``os.PathLike``) as a :class:`~pathlib.Path`."""
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(f"{name} must be a path (str or os.PathLike); got {describe(value)}")
+    return Path(value)
 
 
 def items(name: str, value: Any, *, nonempty: bool = False) -> list[Any]:

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from mha.backends import torch_backend
+from mha.core import _arguments
 from mha.detectors import circuits
 from mha.models.minilm import MODEL_SHA256, MiniLM, load_minilm, model_dir
 
@@ -46,10 +47,14 @@ class AttentionGraph(torch.nn.Module):
 
     Args:
         model: a float32 :class:`MiniLM` from :func:`load_minilm`.
+
+    Raises:
+        TypeError: if ``model`` is not a :class:`MiniLM`.
     """
 
     def __init__(self, model: MiniLM) -> None:
         super().__init__()
+        _arguments.instance("model", model, MiniLM, "a MiniLM")
         self.model = model
 
     def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,8 +96,11 @@ def export_attention_onnx(path: str | Path, model: MiniLM | None = None) -> Path
         ``path``.
 
     Raises:
-        TypeError: if ``model`` is not float32.
+        TypeError: if ``path`` is not a path, or ``model`` not a float32 :class:`MiniLM`.
     """
+    path = _arguments.path("path", path)
+    if model is not None:
+        _arguments.instance("model", model, MiniLM, "a MiniLM")
     model = load_minilm() if model is None else model
     if model.dtype != torch.float32:
         raise TypeError(f"model must be float32; got {model.dtype}")
@@ -123,10 +131,14 @@ def quantize_weights(source: str | Path, target: str | Path) -> Path:
 
     Returns:
         ``target``.
+
+    Raises:
+        TypeError: if ``source`` or ``target`` is not a path.
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    target = Path(target)
+    source = _arguments.path("source", source)
+    target = _arguments.path("target", target)
     quantize_dynamic(
         str(source),
         str(target),
@@ -169,7 +181,12 @@ def build_cached(out_dir: str | Path, cache_dir: str | Path) -> dict[str, Path]:
 
     Returns:
         ``{"float32": path, "tokenizer": path}`` in ``out_dir``.
+
+    Raises:
+        TypeError: if ``out_dir`` or ``cache_dir`` is not a path.
     """
+    out_dir = _arguments.path("out_dir", out_dir)
+    cache_dir = _arguments.path("cache_dir", cache_dir)
     key = cache_key()
     cached = Path(cache_dir) / key[:16]
     f32 = cached / FLOAT32_NAME
@@ -215,7 +232,10 @@ def reference_views(model: MiniLM, text: str) -> dict[str, object]:
 
     Raises:
         ValueError: if the text is longer than the model's positions.
+        TypeError: if ``model`` is not a :class:`MiniLM` or ``text`` not a string.
     """
+    _arguments.instance("model", model, MiniLM, "a MiniLM")
+    _arguments.text("text", text)
     ids, _, tokens = model.tokenize(text)
     out, _ = model.run(text)
     weights = torch.cat(out.attentions).double().numpy()  # (num_layers, H, L, L)
@@ -248,10 +268,20 @@ def run_onnx(path: str | Path, input_ids: np.ndarray) -> tuple[np.ndarray, np.nd
 
     Returns:
         ``(weights, value_norms)`` as float32 arrays.
+
+    Raises:
+        ValueError: if ``input_ids`` is not ``(1, L)`` with ``2 <= L <= 512``, or an id is
+            negative.
+        TypeError: if ``path`` is not a path or ``input_ids`` not an integer array.
     """
     import onnxruntime
 
+    path = _arguments.path("path", path)
+    ids = _arguments.int_array("input_ids", input_ids, ndim=2, layout="(1, L)")
+    if ids.shape[0] != 1 or not 2 <= ids.shape[1] <= 512 or (ids < 0).any():
+        raise ValueError(
+            f"input_ids must be (1, L) with 2 <= L <= 512 non-negative ids; got {ids.shape}"
+        )
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    ids = np.asarray(input_ids, dtype=np.int64)
     weights, norms = session.run(["weights", "value_norms"], {"input_ids": ids})
     return weights, norms
