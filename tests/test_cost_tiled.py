@@ -214,7 +214,9 @@ def test_tiled_measurements_reject_bad_arguments() -> None:
         peak_memory.tiled_peak_memory(1, [8], 8, 2, paths=("flash",))
     with pytest.raises(ValueError, match="dtype must be 'float32' or 'float64'"):
         timings.time_tiled(1, 8, 8, 2, blocks=[], dtype="float16")
-    with pytest.raises(ValueError, match=r"blocks\[0\]\[0\] must be positive; got blocks\[0\]\[0\]=0"):
+    with pytest.raises(
+        ValueError, match=r"blocks\[0\]\[0\] must be positive; got blocks\[0\]\[0\]=0"
+    ):
         timings.time_tiled(1, 8, 8, 2, blocks=[(0, 4)])
 
 

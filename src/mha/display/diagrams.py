@@ -17,8 +17,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mha.core import _validate, packing
-from mha.core._np_checks import as_numpy
+from mha.backends.tiled import TileStep
+from mha.core import _arguments, _validate, packing
+from mha.core.params import MHAParams
 from mha.display.plotting import HEAD_COLOURS, SEQUENTIAL
 from mha.display.shapes import resolve_layout
 
@@ -149,9 +150,15 @@ def layer_diagram(
 
     Raises:
         ValueError: if ``num_heads`` is not an int from 1 to ``len(HEAD_COLOURS)``, or
-            ``sizes`` lacks a symbol.
+            ``sizes`` lacks a symbol or holds a size that is not positive.
+        TypeError: if ``num_heads`` is not an int, ``title`` not a string, or ``sizes`` not
+            a dict of ints.
     """
     edges = layer_edges(num_heads)
+    num_heads = int(num_heads)
+    _arguments.text("title", title)
+    if sizes is not None:
+        resolve_layout("()", sizes)  # checks every size
     if num_heads > len(HEAD_COLOURS):
         raise ValueError(
             f"num_heads must be at most {len(HEAD_COLOURS)} to draw; got num_heads={num_heads}"
@@ -256,15 +263,19 @@ def weight_ownership(
         A Plotly figure with the two matrices side by side.
 
     Raises:
-        ValueError: if the layer has fewer key/value heads than query heads.
+        ValueError: if the layer has fewer key/value heads than query heads (draw
+            :func:`mha.core.params.repeat_kv_heads` of it), or its weights are not finite.
+        TypeError: if ``params`` is not ``MHAParams`` or ``title`` not a string.
     """
+    _arguments.instance("params", params, MHAParams, "MHAParams")
+    _arguments.text("title", title)
 
     D, H = params.d_model, params.num_heads
     if params.num_kv_heads != H:
         raise ValueError(
             f"params must have num_kv_heads = num_heads; got {params.num_kv_heads} and {H}"
         )
-    w = as_numpy("params.w_qkv", params.w_qkv)
+    w = _arguments.float_array("params.w_qkv", params.w_qkv)
     proj, head = packing.column_owner(D, H)  # (3D,), (3D,)
     owner = proj * H + head  # one code per (projection, head) block
     names = [f"{'QKV'[p]}, head {h + 1} (code: head({h}))" for p in range(3) for h in range(H)]
@@ -360,15 +371,29 @@ def tile_steps(
         A Plotly figure with a slider over the steps and no fixed width.
 
     Raises:
-        ValueError: if there are no steps, a step is not of one head (2-D accumulator), or a
-            block lies outside ``(L, S)``.
-        TypeError: if ``causal`` is not a bool.
+        ValueError: if there are no steps, a step is not of one head (2-D accumulator), a
+            block lies outside ``(L, S)``, or a size is not positive.
+        TypeError: if ``causal`` is not a bool, a step is not a
+            :class:`mha.backends.tiled.TileStep`, a size not an int, or ``title`` not a string.
     """
     _validate.check_bool("causal", causal)
+    _arguments.text("title", title)
+    q_len, kv_len, acc_columns = _arguments.sizes(
+        q_len=q_len, kv_len=kv_len, acc_columns=acc_columns
+    ).values()
+    _arguments.check_elements("q_len", q_len * kv_len, 8)
+    steps = _arguments.items("steps", steps)
     if not steps:
         raise ValueError("steps must hold at least one tile step; got none")
     for k, st in enumerate(steps):
-        if np.ndim(st.acc) != 2 or st.q_block[1] > q_len or st.kv_block[1] > kv_len:
+        _arguments.instance(f"steps[{k}]", st, TileStep, "a TileStep")
+        blocks_ok = all(0 <= b[0] < b[1] for b in (st.q_block, st.kv_block))
+        if (
+            not blocks_ok
+            or np.ndim(st.acc) != 2
+            or st.q_block[1] > q_len
+            or st.kv_block[1] > kv_len
+        ):
             raise ValueError(
                 f"steps[{k}] must be a tile of one head inside (L, S) = ({q_len}, {kv_len}); "
                 f"got blocks {st.q_block}, {st.kv_block} and accumulator shape {np.shape(st.acc)}"
