@@ -59,14 +59,16 @@ def default_rtol(shape: tuple[int, ...], dtype: Any = np.float64) -> float:
 
 
 def scale(a: np.ndarray) -> float:
-    """A power of two at least ``max |a|`` (1 for a zero or empty matrix).
+    """A power of two within a factor 2 of ``max |a|`` (1 for a zero or empty matrix).
 
-    Dividing by it is exact and brings the entries into ``[-1, 1]``, so that the singular
-    values of ``a / scale(a)`` neither overflow (entries near float64's largest value) nor
-    lose digits to underflow (subnormal entries) on their way through the SVD.
+    Dividing by it is exact and brings the largest entry into ``[1, 2)``, so that the
+    singular values of ``a / scale(a)`` (at most ``2 sqrt(m n)``) neither overflow (entries
+    near float64's largest value) nor lose digits to underflow (subnormal entries) on their
+    way through the SVD. (The power at or above ``max |a|`` can be ``2**1024``, which
+    overflows.)
     """
     top = float(np.abs(a).max()) if a.size else 0.0
-    return 1.0 if top == 0 else float(np.ldexp(1.0, int(np.frexp(top)[1])))
+    return 1.0 if top == 0 else float(np.ldexp(1.0, int(np.frexp(top)[1]) - 1))
 
 
 def check_tolerances(rtol: Any, atol: Any) -> tuple[float | None, float]:
