@@ -51,14 +51,26 @@ def centering_matrix(n: int) -> np.ndarray:
     return np.eye(n) - np.full((n, n), 1.0 / n)
 
 
-def _check_distributions(name: str, m: np.ndarray, atol: float, positive: bool = False) -> None:
+def _check_distributions(
+    name: str, m: np.ndarray, atol: float, positive: bool = False, tolerance: str = ""
+) -> None:
     """A ``ValueError`` unless every row of ``m`` is a distribution (``> 0`` with ``positive``)."""
     sums, low = m.sum(axis=1), m.min(initial=np.inf)
     if low < 0 or (positive and low == 0) or np.any(np.abs(sums - 1.0) > atol):
         raise ValueError(
             f"{name} rows must be distributions ({'>' if positive else '>='} 0, summing to 1 "
-            f"within {atol}); got least entry {low:.3g}, row sums {sums.min()!r} to {sums.max()!r}"
+            f"within {tolerance or atol}); got least entry {low:.3g}, row sums "
+            f"{float(sums.min())!r} to {float(sums.max())!r}"
         )
+
+
+def _target(name: str, target: Any, atol: float = TARGET_ROW_SUM_ATOL) -> np.ndarray:
+    """:func:`check_attention_target` of an argument called ``name``."""
+    p = _linalg.as_matrix(name, target)
+    if p.shape[0] != p.shape[1]:
+        raise ValueError(f"{name} must be square (N, N); got shape {p.shape}")
+    _check_distributions(name, p, atol, positive=True, tolerance=f"atol={atol!r}")
+    return p
 
 
 def check_attention_target(target: Any, atol: float = TARGET_ROW_SUM_ATOL) -> np.ndarray:
@@ -76,15 +88,17 @@ def check_attention_target(target: Any, atol: float = TARGET_ROW_SUM_ATOL) -> np
 
     Raises:
         ValueError: if it is not square, has an entry ``<= 0`` (its logarithm must be
-            finite), or a row does not sum to one; or ``atol`` is negative or not finite.
+            finite), or a row does not sum to one within ``atol``; or ``atol`` is negative
+            or not finite.
         TypeError: if it is not a floating array, or ``atol`` not a real number.
     """
     atol = _arguments.number("atol", atol, low=0.0)
-    p = _linalg.as_matrix("target", target)
-    if p.shape[0] != p.shape[1]:
-        raise ValueError(f"target must be square (N, N); got shape {p.shape}")
-    _check_distributions("target", p, atol, positive=True)
-    return p
+    return _target("target", target, atol)
+
+
+def _centred_log(name: str, target: Any) -> np.ndarray:
+    logp = np.log(_target(name, target))
+    return logp - logp.mean(axis=1, keepdims=True)  # log(P) C
 
 
 def centred_log(target: Any) -> np.ndarray:
@@ -102,8 +116,7 @@ def centred_log(target: Any) -> np.ndarray:
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`.
     """
-    logp = np.log(check_attention_target(target))
-    return logp - logp.mean(axis=1, keepdims=True)  # log(P) C
+    return _centred_log("target", target)
 
 
 def required_head_width(target: Any, centre: bool = True) -> int:
@@ -255,7 +268,7 @@ def centred_logit_error(weights: Any, target: Any) -> float:
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`, for either matrix.
     """
-    w, p = centred_log(weights), centred_log(target)
+    w, p = _centred_log("weights", weights), centred_log(target)
     if w.shape != p.shape:
         raise ValueError(f"weights and target must have the same shape; got {w.shape}, {p.shape}")
     return float(np.linalg.norm(w - p))
@@ -392,12 +405,12 @@ def fit_attention_sweep(
         TypeError: if ``d_heads`` is not a list of ints.
     """
     x = _linalg.as_matrix("x", x)
-    targets = (
-        list(as_numpy("targets", targets))
-        if hasattr(targets, "shape")
-        else _arguments.items("targets", targets)
-    )
-    d_heads = _arguments.items("d_heads", d_heads)
+    if hasattr(targets, "shape"):
+        targets = list(as_numpy("targets", targets))
+    targets = [
+        _target(f"targets[{k}]", t) for k, t in enumerate(_arguments.items("targets", targets))
+    ]
+    d_heads = _arguments.size_list("d_heads", d_heads, nonempty=False)
     for name, values in (("targets", targets), ("d_heads", d_heads)):
         if not values:
             raise ValueError(f"{name} must hold at least one entry; got none")
@@ -450,6 +463,10 @@ def _fit(
             opt.step()
             schedule.step()
     out = w.detach().numpy()
+    if not np.isfinite(out).all():
+        raise ValueError(
+            f"lr={lr!r} made the fit diverge (its weights are no longer finite); take a smaller lr"
+        )
     return [(out[i, 0, :, :d].copy(), out[i, 1, :, :d].copy()) for i, d in enumerate(d_heads)]
 
 
@@ -480,14 +497,14 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool), or
             ``targets`` is not a floating array.
     """
-    targets = as_numpy("targets", targets)
+    targets = _arguments.float_array("targets", targets)
     if targets.ndim != 3 or not 1 <= len(targets) <= 8:
         raise ValueError(
             f"targets must have shape (K, N, N) with 1 <= K <= 8; got {np.shape(targets)}"
         )
     num_heads = _arguments.size("num_heads", num_heads, high=None)
     d_head = _arguments.size("d_head", d_head, high=None)
-    logs = np.stack([centred_log(t) for t in targets])  # (K, N, N)
+    logs = np.stack([_centred_log(f"targets[{k}]", t) for k, t in enumerate(targets)])  # (K, N, N)
 
     def group_error(group: tuple[int, ...]) -> float:
         mean = logs[list(group)].mean(axis=0)

@@ -57,6 +57,8 @@ def default_rtol(shape: tuple[int, int], dtype: Any = np.float64) -> float:
 
 def _eps(name: str, dtype: Any) -> float:
     """Machine epsilon of a floating NumPy or torch dtype."""
+    if dtype is None:  # np.dtype(None) would be float64
+        raise TypeError(f"{name} must be a floating dtype; got None")
     if type(dtype).__module__ == "torch":
         if not getattr(dtype, "is_floating_point", False):
             raise TypeError(f"{name} must be a floating dtype; got {dtype}")
@@ -191,9 +193,19 @@ def attention_parts(x: np.ndarray, params: MHAParams) -> dict[str, np.ndarray]:
         ``{"weights", "heads", "concat", "output"}`` -> NumPy array.
 
     Raises:
-        ValueError, TypeError: as :func:`mha.backends.np_backend.multi_head_attention`.
+        ValueError: if ``x`` is not ``(B, L, D)`` with the layer's D or not finite, or as
+            :func:`mha.backends.np_backend.multi_head_attention`.
+        TypeError: if ``x`` is not a float32/float64 NumPy array of the dtype of
+            ``params``, or as :func:`mha.backends.np_backend.multi_head_attention`.
     """
-    output, weights = np_backend.multi_head_attention(x, x, x, params)  # checks the inputs
+    _arguments.instance("params", params, MHAParams, "MHAParams")
+    _arguments.instance("x", x, np.ndarray, "a numpy.ndarray")
+    a = _arguments.float_array("x", x, ndim=3, layout="(B, L, D)")  # finite, named x
+    if x.dtype != params.dtype:
+        raise TypeError(f"x must have the dtype of params ({params.dtype}); got {x.dtype}")
+    if a.shape[-1] != params.d_model:
+        raise ValueError(f"x must have shape (B, L, D) with D={params.d_model}; got {x.shape}")
+    output, weights = np_backend.multi_head_attention(x, x, x, params)  # checks the rest
     H = params.num_heads
     per_head = repeat_kv_heads(params)  # each query head with its own value block
     val = x @ per_head.w_v  # (B, L, D)

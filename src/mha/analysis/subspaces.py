@@ -46,15 +46,22 @@ def orthonormal_basis(a: Any) -> np.ndarray:
             does not have full column rank.
         TypeError: if ``a`` is not a floating array or tensor.
     """
-    a = _linalg.as_matrix("a", a)
+    return _basis("a", a)
+
+
+def _basis(name: str, a: Any) -> np.ndarray:
+    """:func:`orthonormal_basis` of an argument called ``name``."""
+    a = _linalg.as_matrix(name, a)
     D, k = a.shape
     if k == 0 or k > D:
-        raise ValueError(f"a must have between 1 and D={D} columns (D, k); got shape {a.shape}")
+        raise ValueError(
+            f"{name} must have between 1 and D={D} columns (D, k); got shape {a.shape}"
+        )
     u, s, _ = _linalg.svd(a / _linalg.scale(a))  # (D, k), (k,): scaled, no overflow
     r = int(np.count_nonzero(s > _linalg.rank_cutoff(s, a.shape, a.dtype, None, 0.0)))
     if r < k:
         raise ValueError(
-            f"a must have full column rank to span a {k}-dimensional subspace; "
+            f"{name} must have full column rank to span a {k}-dimensional subspace; "
             f"got numerical rank {r}"
         )
     return u
@@ -91,7 +98,7 @@ def principal_cosines(a: Any, b: Any) -> np.ndarray:
 
 
 def _bases(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
-    qa, qb = orthonormal_basis(a), orthonormal_basis(b)
+    qa, qb = _basis("a", a), _basis("b", b)
     if qa.shape[0] != qb.shape[0]:
         raise ValueError(
             "a and b must have the same number of rows (the ambient dimension D); "
@@ -226,12 +233,16 @@ def pairwise_principal_cosines(blocks: np.ndarray) -> np.ndarray:
         TypeError: if ``blocks`` is not a floating array or tensor.
     """
     blocks = as_numpy("blocks", blocks)
+    if blocks.dtype.kind == "f" and blocks.size and not np.isfinite(blocks).all():
+        raise ValueError("blocks must be finite; got NaN or infinite values")
     if blocks.ndim != 3 or blocks.shape[0] == 0:
         raise ValueError(
             f"blocks must have shape (H, D, Dh); got {blocks.ndim}-D shape {blocks.shape} "
             "(at least one block)"
         )
-    bases = _linalg.to_torch(np.stack([orthonormal_basis(blk) for blk in blocks]))  # (H, D, k)
+    bases = _linalg.to_torch(
+        np.stack([_basis(f"blocks[{h}]", blk) for h, blk in enumerate(blocks)])
+    )  # (H, D, k)
     with _tools.one_thread():
         gram = torch.einsum("idk,jdl->ijkl", bases, bases)  # Q_i^T Q_j, (H, H, k, k)
         s = torch.linalg.svdvals(gram).numpy()  # (H, H, k)

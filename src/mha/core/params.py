@@ -195,11 +195,18 @@ class MHAParams:
                 :class:`MHAParams`.
         """
         named = {"w_q": w_q, "w_k": w_k, "w_v": w_v, "w_o": w_o, "b_q": b_q, "b_k": b_k}
+        kinds = {}
         for name, x in {**named, "b_v": b_v, "b_o": b_o}.items():
-            if _kind(x) is None and not (x is None and name.startswith("b_")):
+            if x is None and name.startswith("b_"):
+                continue
+            kinds[name] = _kind(x)
+            if kinds[name] is None:
                 raise TypeError(
                     f"{name} must be a numpy.ndarray or a torch.Tensor; got {describe(x)}"
                 )
+        if len(set(kinds.values())) > 1:
+            got = ", ".join(f"{name}={kind}" for name, kind in kinds.items())
+            raise TypeError(f"all weights and biases must come from one library; got {got}")
         biases = (b_q, b_k, b_v)
         if any(b is None for b in biases) and not all(b is None for b in biases):
             got = ", ".join(
@@ -435,6 +442,8 @@ def init_params(
     D, H, _ = _arguments.layer_sizes(d_model, num_heads, num_kv_heads)
     check_bool("bias", bias)
     check_seed("seed", seed)
+    if dtype is None:  # np.dtype(None) would be float64
+        raise TypeError("dtype must be float32 or float64; got None")
     dtype = numpy_float_dtype("dtype", dtype, (np.float32, np.float64))
     kv_cols = packing.kv_width(D, H, num_kv_heads)
     _arguments.check_elements("d_model", D * (D + 2 * kv_cols), 8)

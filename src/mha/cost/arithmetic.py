@@ -21,7 +21,7 @@ by PyTorch, operators, memory, time), and the tests and the book check each mode
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,11 @@ class AttentionFlops:
         scale: one multiplication per score (``scores * 1/sqrt(Dh)``).
         softmax: per row of S scores, ``S - 1`` comparisons (max), ``S`` subtractions,
             ``S`` exponentials, ``S - 1`` additions (sum) and ``S`` divisions.
+
+    Raises:
+        ValueError: if a count is negative.
+        TypeError: if a count is not an int (a Python or NumPy integer, kept as a Python
+            ``int``; not a bool).
     """
 
     q_proj: int
@@ -60,6 +65,12 @@ class AttentionFlops:
     bias: int
     scale: int
     softmax: int
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(
+                self, f.name, _arguments.size(f.name, getattr(self, f.name), 0, None)
+            )
 
     @property
     def projections(self) -> int:
@@ -704,6 +715,7 @@ def decode_step_cost(
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool),
             ``cached`` is not a bool, or ``dtype`` is not a numeric dtype.
     """
+    _arguments.size("num_kv_heads", num_kv_heads, high=None)  # required: None is not H here
     D, H, H_kv = _arguments.layer_sizes(d_model, num_heads, num_kv_heads, high=None)
     S, B = _arguments.counts(kv_len=kv_len, batch_size=batch_size).values()
     _validate.check_bool("cached", cached)

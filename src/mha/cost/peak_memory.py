@@ -138,6 +138,7 @@ def attention_peak_memory(
             a bool), or ``q_lens`` or ``paths`` is not a list.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
+    threads = _arguments.size("threads", threads)  # the child sets it: None is not a count
     spec = _memory_spec(batch_size, q_lens, d_model, num_heads, paths, dtype, threads, MEMORY_PATHS)
     return run_child(__name__, "_memory_child", spec, threads)
 

@@ -26,10 +26,19 @@ class AttentionIO:
     Attributes:
         reads: elements loaded from slow memory.
         writes: elements stored to slow memory.
+
+    Raises:
+        ValueError: if a count is negative.
+        TypeError: if a count is not an int (a Python or NumPy integer, kept as a Python
+            ``int``; not a bool).
     """
 
     reads: int
     writes: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reads", _arguments.size("reads", self.reads, 0, None))
+        object.__setattr__(self, "writes", _arguments.size("writes", self.writes, 0, None))
 
     @property
     def total(self) -> int:

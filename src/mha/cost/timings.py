@@ -68,7 +68,9 @@ def form_runners(params: MHAParams, x: torch.Tensor) -> dict[str, Callable[[], t
     """
     if not isinstance(params, MHAParams) or not isinstance(params.w_qkv, torch.Tensor):
         raise TypeError(f"params must be MHAParams of torch tensors; got {type(params).__name__}")
-    _arguments.instance("x", x, torch.Tensor, "a torch.Tensor")
+    _arguments.torch_tensor("x", x)  # a floating tensor, finite
+    if x.ndim != 3 or x.shape[1] < 1:
+        raise ValueError(f"x must have shape (B, L, D) with L >= 1; got {tuple(x.shape)}")
     with torch.no_grad():  # every check of the five forms, on the first query
         torch_backend.multi_head_attention(x[:, :1], x, x, params, need_weights=False)
     module = to_torch_mha(params).eval()

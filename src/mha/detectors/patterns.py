@@ -560,6 +560,7 @@ def offset_attention(q_len: int, offset: int) -> np.ndarray:
     """
     q_len = _arguments.size("q_len", q_len)
     offset = _arguments.integer("offset", offset)
+    offset = max(-q_len, min(q_len, offset))  # any farther offset leaves every query alone
     _arguments.check_elements("q_len", q_len * q_len, 8)
     i = np.arange(q_len)
     target = np.where((i + offset >= 0) & (i + offset < q_len), i + offset, i)

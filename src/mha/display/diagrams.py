@@ -54,9 +54,10 @@ def layer_edges(num_heads: int) -> list[DiagramEdge]:
         Every arrow, with the layout of the tensor it carries.
 
     Raises:
-        ValueError: if ``num_heads`` is not a positive int.
+        ValueError: if ``num_heads`` is not positive (or not below 2**63).
+        TypeError: if ``num_heads`` is not an int (a Python or NumPy integer, not a bool).
     """
-    _validate.check_positive("num_heads", num_heads)
+    num_heads = _arguments.size("num_heads", num_heads)
     edges = []
     for h in range(1, num_heads + 1):
         edges += [
@@ -154,8 +155,12 @@ def layer_diagram(
         TypeError: if ``num_heads`` is not an int, ``title`` not a string, or ``sizes`` not
             a dict of ints.
     """
+    num_heads = _arguments.size("num_heads", num_heads)
+    if num_heads > len(HEAD_COLOURS):
+        raise ValueError(
+            f"num_heads must be at most {len(HEAD_COLOURS)} to draw; got num_heads={num_heads}"
+        )
     edges = layer_edges(num_heads)
-    num_heads = int(num_heads)
     _arguments.text("title", title)
     if sizes is not None:
         resolve_layout("()", sizes)  # checks every size

@@ -97,13 +97,13 @@ def markdown_table(
         Markdown text (``|`` in a cell is escaped).
 
     Raises:
-        ValueError: if a row or ``formats`` does not have one entry per column, or a format
-            does not apply to its value.
+        ValueError: if there is no column, a row or ``formats`` does not have one entry per
+            column, or a format does not apply to its value.
         TypeError: if ``columns``, ``rows`` or a row is not a list or tuple (a string,
             whose characters would be read as cells, included), or a format is not a
             string or ``None``.
     """
-    columns = _arguments.items("columns", columns)
+    columns = _arguments.items("columns", columns, nonempty=True)
     n = len(columns)
     formats = [None] * n if formats is None else _arguments.items("formats", formats)
     if len(formats) != n:

@@ -599,7 +599,8 @@ def lines(
     _validate.check_bool("log_x", log_x)
     _validate.check_bool("log_y", log_y)
     _validate.check_bool("markers", markers)
-    _check_options(title, None, None, height, xaxis_title=xaxis_title, yaxis_title=yaxis_title)
+    _check_options(title, None, None, None, xaxis_title=xaxis_title, yaxis_title=yaxis_title)
+    height = _arguments.size("height", height)
     xs = _line_values("x", x, log_x)
     n = len(xs)
     if not isinstance(series, Mapping):

@@ -336,6 +336,12 @@ class AttentionOnlyTransformer(nn.Module):
                 f"caches must be a list of num_layers={self.num_layers} KVCache (see new_caches)"
             )
         _arguments.distinct_objects("caches", caches)
+        batches = {c.batch_size for c in caches}
+        if batches != {tokens.shape[0]}:
+            raise ValueError(
+                f"caches must hold the batch of tokens (B={tokens.shape[0]}); got caches of "
+                f"batch {sorted(batches)}"
+            )
         lengths = {c.length for c in caches}
         if len(lengths) != 1:
             raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")
@@ -448,7 +454,10 @@ def next_token_loss(
         raise ValueError(f"logits must have shape (B, L, V); got {tuple(logits.shape)}")
     B, L, V = logits.shape
     if tuple(tokens.shape) != (B, L):
-        raise ValueError(f"tokens must have shape (B, L) = ({B}, {L}); got {tuple(tokens.shape)}")
+        raise ValueError(
+            f"tokens must have the shape (B, L) = ({B}, {L}) of logits (B, L, V); got "
+            f"{tuple(tokens.shape)}"
+        )
     if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
         raise ValueError(
             f"tokens must lie in [0, V={V}); got values in [{int(tokens.min())}, "

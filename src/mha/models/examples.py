@@ -316,7 +316,8 @@ def residual_stack(
     """Run ``x`` through ``num_blocks`` residual attention blocks with random layers.
 
     Block ``k`` is :func:`mha.backends.np_backend.attention_block` with the layer
-    ``init_params(D, num_heads, seed=100 * seed + k)``, post-norm or pre-norm, without
+    ``init_params(D, num_heads, seed=100 * seed + k)`` (in the dtype of ``x``), post-norm or
+    pre-norm, without
     the layer norm's scale and shift (and without a final layer norm).
 
     Args:
@@ -346,13 +347,15 @@ def residual_stack(
     seed = _arguments.seed("seed", seed)
     if not isinstance(x, np.ndarray):
         raise TypeError(f"x must be a numpy.ndarray; got {_arguments.describe(x)}")
+    if x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"x must be float32 or float64; got dtype {x.dtype}")
     if x.ndim != 3:
         raise ValueError(f"x must have shape (B, L, D); got {x.ndim}-D shape {x.shape}")
     _arguments.layer_sizes(x.shape[-1], num_heads)
 
     streams = [x]
     for k in range(num_blocks):
-        params = init_params(x.shape[-1], num_heads, seed=100 * seed + k)
+        params = init_params(x.shape[-1], num_heads, seed=100 * seed + k, dtype=x.dtype)
         out, _ = np_backend.attention_block(streams[-1], params, norm_first=norm_first)
         streams.append(out)
     return streams

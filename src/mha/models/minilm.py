@@ -55,9 +55,12 @@ def model_dir(package: str = PACKAGE) -> Path:
         ModuleNotFoundError: if the package is not installed (the message says how to
             install it).
         FileNotFoundError: if the package has no ``model`` directory.
+        ValueError: if ``package`` is not an import name.
         TypeError: if ``package`` is not a string.
     """
     _arguments.text("package", package)
+    if not all(part.isidentifier() for part in package.split(".")):
+        raise ValueError(f"package must be an import name such as {PACKAGE!r}; got {package!r}")
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError(

@@ -52,8 +52,8 @@ def sentence_scores(
         weights ``(..., L, L)`` with L = len(tokens). Each value ``(...)``.
 
     Raises:
-        ValueError: if the lengths disagree, or as the detectors (rows that are not
-            distributions, NaN, word indices out of range).
+        ValueError: if the lengths disagree, no word has a head, or as the detectors (rows
+            that are not distributions, NaN, word indices out of range).
         TypeError: if ``tokens`` is not a list of strings, ``word_ids`` or ``word_heads``
             not a list of ints and ``None``, or ``weights`` not a floating array.
     """
@@ -70,6 +70,8 @@ def sentence_scores(
             f"{len(tokens)} and {len(word_ids)}"
         )
     arcs = [(d, h) for d, h in enumerate(word_heads) if h is not None]
+    if not arcs:
+        raise ValueError("word_heads must give at least one word a head; got none")
     s = patterns.all_scores(w, arcs=patterns.word_arcs_to_token_arcs(arcs, word_ids))
     s["dep_to_head"] = s.pop("arc")
     s["head_to_dep"] = patterns.arc_score(

@@ -68,6 +68,9 @@ class AttentionGraph(torch.nn.Module):
 
         Returns:
             ``(weights, value_norms)``.
+
+        Raises:
+            ValueError, TypeError: as :meth:`mha.models.minilm.MiniLM.forward`.
         """
         out = self.model.forward(input_ids)
         weights = torch.cat(out.attentions)  # num_layers x (1, H, L, L) -> (num_layers, H, L, L)

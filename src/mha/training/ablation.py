@@ -172,7 +172,9 @@ def head_importance(
             total += grad.abs().double().sum(dim=0)
             count += grad.shape[0]
         else:
-            gates = torch.ones(model.num_layers, model.num_heads, requires_grad=True)
+            gates = torch.ones(
+                model.num_layers, model.num_heads, dtype=model.embed.dtype, requires_grad=True
+            )  # in the model's dtype: a float32 gradient of a float64 model loses digits
             logits, _ = model(batch.tokens, gates)
             (grad,) = torch.autograd.grad(next_token_loss(logits, batch.tokens), gates)
             total += grad.abs().double()  # (layers, H)

@@ -216,6 +216,10 @@ class TrainConfig:
 
         Returns:
             A :class:`mha.training.tasks.RepeatedSegments` batch.
+
+        Raises:
+            ValueError, TypeError: as :func:`mha.training.tasks.repeated_segments` (a
+                ``batch_size`` or seed that is not a positive or non-negative int).
         """
         return tasks.repeated_segments(
             batch_size,
