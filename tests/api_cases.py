@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import itertools
 import math
 import tempfile
 from pathlib import Path
@@ -113,9 +112,18 @@ def tiny_model() -> attention_only.AttentionOnlyTransformer:
 @functools.cache
 def tiny_config() -> runs.TrainConfig:
     return runs.TrainConfig(
-        vocab_size=10, seq_len=8, min_period=2, max_period=4, d_model=8, num_heads=2,
-        num_layers=2, batch_size=4, steps=2, eval_every=1, eval_size=4,
-    )  # fmt: skip
+        vocab_size=10,
+        seq_len=8,
+        min_period=2,
+        max_period=4,
+        d_model=8,
+        num_heads=2,
+        num_layers=2,
+        batch_size=4,
+        steps=2,
+        eval_every=1,
+        eval_size=4,
+    )
 
 
 @functools.cache
@@ -144,9 +152,13 @@ def _history() -> runs.TrainHistory:
     ind = np.zeros((5, 2, 2))
     ind[:, 1, 1] = np.array([0.0, 0.1, 0.15, 0.85, 0.9])
     return runs.TrainHistory(
-        step=steps, train_loss=np.ones(40), first_loss=np.ones(5),
-        repeat_loss=np.array([2.0, 1.9, 1.5, 0.5, 0.4]), previous_token=prev, induction=ind,
-    )  # fmt: skip
+        step=steps,
+        train_loss=np.ones(40),
+        first_loss=np.ones(5),
+        repeat_loss=np.array([2.0, 1.9, 1.5, 0.5, 0.4]),
+        previous_token=prev,
+        induction=ind,
+    )
 
 
 def _check_loss(model, batch, out):
@@ -214,63 +226,171 @@ def case(name: str, fn, build, check=None, **kw) -> None:
     CASES[f"mha.{name}"] = Case(fn, build, check, **kw)
 
 
-case("analysis.bottleneck.centering_matrix", bottleneck.centering_matrix,
-     lambda r: {"n": int(r.integers(1, 6))},
-     lambda a, out: assert_same(out, np.eye(a["n"]) - 1 / a["n"]), any_args=True)  # fmt: skip
-case("analysis.bottleneck.check_attention_target", bottleneck.check_attention_target,
-     lambda r: {"target": _target(r), "atol": 1e-10},
-     lambda a, out: assert_same(out, a["target"]))  # fmt: skip
-case("analysis.bottleneck.centred_log", bottleneck.centred_log, lambda r: {"target": _target(r)},
-     lambda a, out: _close(out, np.log(a["target"]) @ (np.eye(4) - 0.25), np.log(a["target"])))  # fmt: skip
-case("analysis.bottleneck.required_head_width", bottleneck.required_head_width,
-     lambda r: {"target": _target(r), "centre": bool(r.integers(2))},
-     lambda a, out: assert_same(out, np.linalg.matrix_rank(
-         np.log(a["target"]) @ (np.eye(4) - 0.25 * a["centre"]))))  # fmt: skip
-case("analysis.bottleneck.attention_from_projections", bottleneck.attention_from_projections,
-     lambda r: {"x": r.standard_normal((4, 3)), "w_q": r.standard_normal((3, 2)),
-                "w_k": r.standard_normal((3, 2))},
-     lambda a, out: _close(out, _softmax(a["x"] @ a["w_q"] @ (a["x"] @ a["w_k"]).T / 2**0.5),
-                           a["x"], a["w_q"]), any_args=True)  # fmt: skip
-case("analysis.bottleneck.bhojanapalli_projections", bottleneck.bhojanapalli_projections,
-     lambda r: {"x": r.standard_normal((4, 6)), "target": _target(r), "d_head": 3, "centre": True},
-     lambda a, out: _close(bottleneck.attention_from_projections(a["x"], *out), a["target"],
-                           a["x"], np.log(a["target"]), terms=64))  # fmt: skip
-case("analysis.bottleneck.centred_logit_error", bottleneck.centred_logit_error,
-     lambda r: {"weights": _target(r), "target": _target(r)},
-     lambda a, out: _close(out, np.linalg.norm(
-         (np.log(a["weights"]) - np.log(a["target"])) @ (np.eye(4) - 0.25)),
-         np.log(a["weights"]), np.log(a["target"]), terms=16))  # fmt: skip
-case("analysis.bottleneck.centred_logit_floor", bottleneck.centred_logit_floor,
-     lambda r: {"target": _target(r), "d_head": int(r.integers(0, 4))},
-     lambda a, out: _close(out, np.sqrt(np.sum(np.linalg.svd(
-         np.log(a["target"]) @ (np.eye(4) - 0.25), compute_uv=False)[a["d_head"]:] ** 2)),
-         np.log(a["target"]), terms=16), any_args=True)  # fmt: skip
-case("analysis.bottleneck.self_focus_target", bottleneck.self_focus_target,
-     lambda r: {"n": int(r.integers(2, 6)), "alpha": float(r.uniform(-3, 3))},
-     lambda a, out: _close(out, _softmax(a["alpha"] * np.eye(a["n"])), a["alpha"]), any_args=True)  # fmt: skip
-case("analysis.bottleneck.fit_attention", bottleneck.fit_attention,
-     lambda r: {"x": r.standard_normal((4, 6)), "target": _target(r), "d_head": 2, "steps": 3,
-                "lr": 0.05, "seed": 0},
-     lambda a, out: _close(out[2], bottleneck.centred_logit_error(
-         bottleneck.attention_from_projections(a["x"], out[0], out[1]), a["target"]), 1.0))  # fmt: skip
-case("analysis.bottleneck.fit_attention_sweep", bottleneck.fit_attention_sweep,
-     lambda r: {"x": r.standard_normal((4, 6)), "targets": [_target(r), _target(r)],
-                "d_heads": [1, 2], "steps": 3, "lr": 0.05, "seed": 0},
-     lambda a, out: assert_same(bool((out >= np.array([[bottleneck.centred_logit_floor(t, d) - 1e-9
-                                 for d in a["d_heads"]] for t in a["targets"]])).all()), True))  # fmt: skip
-case("analysis.bottleneck.best_layer_error", bottleneck.best_layer_error,
-     lambda r: {"targets": np.stack([_target(r), _target(r)]), "num_heads": 1, "d_head": 1},
-     lambda a, out: assert_same(out >= 0, True))  # fmt: skip
-case("analysis.bottleneck.total_variation", bottleneck.total_variation,
-     lambda r: {"weights": _target(r), "target": _target(r)},
-     lambda a, out: _close(out, 0.5 * np.abs(a["weights"] - a["target"]).sum(1)), any_args=True)  # fmt: skip
-case("analysis.bottleneck.kl_divergence", bottleneck.kl_divergence,
-     lambda r: {"weights": _target(r), "target": _target(r)},
-     lambda a, out: _close(out, (a["target"] * np.log(a["target"] / a["weights"])).sum(1),
-                           np.log(a["target"] / a["weights"])))  # fmt: skip
-case("analysis.bottleneck.offset_head", bottleneck.offset_head,
-     lambda r: {"n": int(r.integers(2, 7)), "offset": int(r.integers(-1, 2)), "gap": 3.0},
-     lambda a, out: _check_offset_head(a, out), any_args=True)  # fmt: skip
+case(
+    "analysis.bottleneck.centering_matrix",
+    bottleneck.centering_matrix,
+    lambda r: {"n": int(r.integers(1, 6))},
+    lambda a, out: assert_same(out, np.eye(a["n"]) - 1 / a["n"]),
+    any_args=True,
+)
+case(
+    "analysis.bottleneck.check_attention_target",
+    bottleneck.check_attention_target,
+    lambda r: {"target": _target(r), "atol": 1e-10},
+    lambda a, out: assert_same(out, a["target"]),
+)
+case(
+    "analysis.bottleneck.centred_log",
+    bottleneck.centred_log,
+    lambda r: {"target": _target(r)},
+    lambda a, out: _close(out, np.log(a["target"]) @ (np.eye(4) - 0.25), np.log(a["target"])),
+)
+case(
+    "analysis.bottleneck.required_head_width",
+    bottleneck.required_head_width,
+    lambda r: {"target": _target(r), "centre": bool(r.integers(2))},
+    lambda a, out: assert_same(
+        out, np.linalg.matrix_rank(np.log(a["target"]) @ (np.eye(4) - 0.25 * a["centre"]))
+    ),
+)
+case(
+    "analysis.bottleneck.attention_from_projections",
+    bottleneck.attention_from_projections,
+    lambda r: {
+        "x": r.standard_normal((4, 3)),
+        "w_q": r.standard_normal((3, 2)),
+        "w_k": r.standard_normal((3, 2)),
+    },
+    lambda a, out: _close(
+        out, _softmax(a["x"] @ a["w_q"] @ (a["x"] @ a["w_k"]).T / 2**0.5), a["x"], a["w_q"]
+    ),
+    any_args=True,
+)
+case(
+    "analysis.bottleneck.bhojanapalli_projections",
+    bottleneck.bhojanapalli_projections,
+    lambda r: {"x": r.standard_normal((4, 6)), "target": _target(r), "d_head": 3, "centre": True},
+    lambda a, out: _close(
+        bottleneck.attention_from_projections(a["x"], *out),
+        a["target"],
+        a["x"],
+        np.log(a["target"]),
+        terms=64,
+    ),
+)
+case(
+    "analysis.bottleneck.centred_logit_error",
+    bottleneck.centred_logit_error,
+    lambda r: {"weights": _target(r), "target": _target(r)},
+    lambda a, out: _close(
+        out,
+        np.linalg.norm((np.log(a["weights"]) - np.log(a["target"])) @ (np.eye(4) - 0.25)),
+        np.log(a["weights"]),
+        np.log(a["target"]),
+        terms=16,
+    ),
+)
+case(
+    "analysis.bottleneck.centred_logit_floor",
+    bottleneck.centred_logit_floor,
+    lambda r: {"target": _target(r), "d_head": int(r.integers(0, 4))},
+    lambda a, out: _close(
+        out,
+        np.sqrt(
+            np.sum(
+                np.linalg.svd(np.log(a["target"]) @ (np.eye(4) - 0.25), compute_uv=False)[
+                    a["d_head"] :
+                ]
+                ** 2
+            )
+        ),
+        np.log(a["target"]),
+        terms=16,
+    ),
+    any_args=True,
+)
+case(
+    "analysis.bottleneck.self_focus_target",
+    bottleneck.self_focus_target,
+    lambda r: {"n": int(r.integers(2, 6)), "alpha": float(r.uniform(-3, 3))},
+    lambda a, out: _close(out, _softmax(a["alpha"] * np.eye(a["n"])), a["alpha"]),
+    any_args=True,
+)
+case(
+    "analysis.bottleneck.fit_attention",
+    bottleneck.fit_attention,
+    lambda r: {
+        "x": r.standard_normal((4, 6)),
+        "target": _target(r),
+        "d_head": 2,
+        "steps": 3,
+        "lr": 0.05,
+        "seed": 0,
+    },
+    lambda a, out: _close(
+        out[2],
+        bottleneck.centred_logit_error(
+            bottleneck.attention_from_projections(a["x"], out[0], out[1]), a["target"]
+        ),
+        1.0,
+    ),
+)
+case(
+    "analysis.bottleneck.fit_attention_sweep",
+    bottleneck.fit_attention_sweep,
+    lambda r: {
+        "x": r.standard_normal((4, 6)),
+        "targets": [_target(r), _target(r)],
+        "d_heads": [1, 2],
+        "steps": 3,
+        "lr": 0.05,
+        "seed": 0,
+    },
+    lambda a, out: assert_same(
+        bool(
+            (
+                out
+                >= np.array(
+                    [
+                        [bottleneck.centred_logit_floor(t, d) - 1e-9 for d in a["d_heads"]]
+                        for t in a["targets"]
+                    ]
+                )
+            ).all()
+        ),
+        True,
+    ),
+)
+case(
+    "analysis.bottleneck.best_layer_error",
+    bottleneck.best_layer_error,
+    lambda r: {"targets": np.stack([_target(r), _target(r)]), "num_heads": 1, "d_head": 1},
+    lambda a, out: assert_same(out >= 0, True),
+)
+case(
+    "analysis.bottleneck.total_variation",
+    bottleneck.total_variation,
+    lambda r: {"weights": _target(r), "target": _target(r)},
+    lambda a, out: _close(out, 0.5 * np.abs(a["weights"] - a["target"]).sum(1)),
+    any_args=True,
+)
+case(
+    "analysis.bottleneck.kl_divergence",
+    bottleneck.kl_divergence,
+    lambda r: {"weights": _target(r), "target": _target(r)},
+    lambda a, out: _close(
+        out,
+        (a["target"] * np.log(a["target"] / a["weights"])).sum(1),
+        np.log(a["target"] / a["weights"]),
+    ),
+)
+case(
+    "analysis.bottleneck.offset_head",
+    bottleneck.offset_head,
+    lambda r: {"n": int(r.integers(2, 7)), "offset": int(r.integers(-1, 2)), "gap": 3.0},
+    lambda a, out: _check_offset_head(a, out),
+    any_args=True,
+)
 
 
 def _check_offset_head(a, out):
@@ -281,21 +401,40 @@ def _check_offset_head(a, out):
             assert w[i, i + k] >= 1 / (1 + (n - 1) * math.exp(-a["gap"])) - 1e-9
 
 
-case("analysis.bottleneck.truncated_centred_log", bottleneck.truncated_centred_log,
-     lambda r: {"target": _target(r), "d_head": int(r.integers(0, 4))},
-     lambda a, out: _close(np.linalg.norm(out - bottleneck.centred_log(a["target"])),
-                           bottleneck.centred_logit_floor(a["target"], a["d_head"]),
-                           np.log(a["target"])), any_args=True)  # fmt: skip
-case("analysis.bottleneck.attention_errors", bottleneck.attention_errors,
-     lambda r: {"scores": r.standard_normal((4, 4)), "target": _target(r)},
-     lambda a, out: _close(out["total_variation"], bottleneck.total_variation(
-         _softmax(a["scores"]), a["target"]), a["scores"]))  # fmt: skip
-case("analysis.bottleneck.positional_patterns", bottleneck.positional_patterns,
-     lambda r: {"n": int(r.integers(2, 6)), "mix": float(r.uniform(0, 0.9))},
-     lambda a, out: _close(out.sum(-1), np.ones((4, a["n"]))), any_args=True)  # fmt: skip
-case("analysis.bottleneck.positional_layer", bottleneck.positional_layer,
-     lambda r: {"n": 4, "d_model": 8, "num_heads": 4, "gap": 4.0},
-     lambda a, out: _check_positional_layer(a, out))  # fmt: skip
+case(
+    "analysis.bottleneck.truncated_centred_log",
+    bottleneck.truncated_centred_log,
+    lambda r: {"target": _target(r), "d_head": int(r.integers(0, 4))},
+    lambda a, out: _close(
+        np.linalg.norm(out - bottleneck.centred_log(a["target"])),
+        bottleneck.centred_logit_floor(a["target"], a["d_head"]),
+        np.log(a["target"]),
+    ),
+    any_args=True,
+)
+case(
+    "analysis.bottleneck.attention_errors",
+    bottleneck.attention_errors,
+    lambda r: {"scores": r.standard_normal((4, 4)), "target": _target(r)},
+    lambda a, out: _close(
+        out["total_variation"],
+        bottleneck.total_variation(_softmax(a["scores"]), a["target"]),
+        a["scores"],
+    ),
+)
+case(
+    "analysis.bottleneck.positional_patterns",
+    bottleneck.positional_patterns,
+    lambda r: {"n": int(r.integers(2, 6)), "mix": float(r.uniform(0, 0.9))},
+    lambda a, out: _close(out.sum(-1), np.ones((4, a["n"]))),
+    any_args=True,
+)
+case(
+    "analysis.bottleneck.positional_layer",
+    bottleneck.positional_layer,
+    lambda r: {"n": 4, "d_model": 8, "num_heads": 4, "gap": 4.0},
+    lambda a, out: _check_positional_layer(a, out),
+)
 
 
 def _check_positional_layer(a, out):
@@ -306,69 +445,167 @@ def _check_positional_layer(a, out):
     assert ((w[0, :4] * sharp).sum(-1) >= floor - 1e-9).all()
 
 
-case("analysis.bottleneck.sharp_target_bounds", bottleneck.sharp_target_bounds,
-     lambda r: {"targets": bottleneck.positional_patterns(4)[:2], "num_heads": 1, "d_head": 1},
-     lambda a, out: assert_same(0 <= out["total_variation"] <= 1 and out["kl"] >= 0, True))  # fmt: skip
-case("analysis.rank.default_rtol", rank.default_rtol,
-     lambda r: {"shape": (int(r.integers(1, 9)), int(r.integers(1, 9))), "dtype": F64},
-     lambda a, out: assert_same(out, max(a["shape"]) * np.finfo(a["dtype"]).eps), any_args=True,
-     kinds={"dtype": "dtype"})  # fmt: skip
-case("analysis.rank.rank_tolerance", rank.rank_tolerance,
-     lambda r: {"a": r.standard_normal((4, 3)), "rtol": 1e-3, "atol": 0.0},
-     lambda a, out: _close(out, max(a["atol"], (a["rtol"] if a["rtol"] is not None else max(
-         np.shape(a["a"])) * np.finfo(np.asarray(a["a"]).dtype).eps) * np.linalg.norm(
-         np.asarray(a["a"], F64), 2)), a["a"]), any_args=True)  # fmt: skip
-case("analysis.rank.singular_values", rank.singular_values, lambda r: {"a": r.standard_normal((4, 3))},
-     lambda a, out: _close(out, np.linalg.svd(np.asarray(a["a"], F64), compute_uv=False), a["a"]),
-     any_args=True)  # fmt: skip
-case("analysis.rank.numerical_rank", rank.numerical_rank,
-     lambda r: {"a": r.standard_normal((4, 2)) @ r.standard_normal((2, 3)), "rtol": 1e-9,
-                "atol": 0.0},
-     lambda a, out: assert_same(out, _rank_ref(a["a"], a["rtol"], a["atol"])), any_args=True)  # fmt: skip
-case("analysis.rank.attention_parts", rank.attention_parts,
-     lambda r: {"x": r.standard_normal((2, 5, 8)), "params": _params(r, 8, 4)}, _check_parts,
-     any_args=True, gqa_tol=1e-12)  # fmt: skip
-case("analysis.rank.count_distinct_rows", rank.count_distinct_rows,
-     lambda r: {"x": np.repeat(r.standard_normal((3, 4)), 2, axis=0)},
-     lambda a, out: assert_same(out, len({tuple(row) for row in np.asarray(a["x"]).tolist()})),
-     any_args=True)  # fmt: skip
-case("analysis.rank.rank_bounds", rank.rank_bounds,
-     lambda r: {"x": r.standard_normal((5, 8)), "params": _params(r, 8, 4)}, _check_bounds,
-     any_args=True)  # fmt: skip
-case("analysis.rank.circuit_singular_values", rank.circuit_singular_values,
-     lambda r: {"params": _params(r, 8, 4)}, _check_circuits, any_args=True)  # fmt: skip
-case("analysis.rank.query_bias_shares", rank.query_bias_shares,
-     lambda r: {"model": minilm_model(), "texts": ["the cat sat"]},
-     lambda a, out: assert_same(out["error_with_bias"] < out["error_without_bias"], True),
-     fixed=("model",))  # fmt: skip
-case("analysis.subspaces.orthonormal_basis", subspaces.orthonormal_basis,
-     lambda r: {"a": r.standard_normal((5, 2))}, _basis_check, any_args=True)  # fmt: skip
-case("analysis.subspaces.principal_cosines", subspaces.principal_cosines,
-     lambda r: {"a": r.standard_normal((5, 2)), "b": r.standard_normal((5, 3))},
-     lambda a, out: _close(out, np.sort(np.cos(scipy.linalg.subspace_angles(
-         np.asarray(a["a"]), np.asarray(a["b"]))))[::-1], a["a"], a["b"], terms=64),
-     any_args=True)  # fmt: skip
-case("analysis.subspaces.principal_angles", subspaces.principal_angles,
-     lambda r: {"a": r.standard_normal((5, 2)), "b": r.standard_normal((5, 3)), "degrees": False},
-     lambda a, out: _check_angles(a, out, a["degrees"]), any_args=True)  # fmt: skip
-case("analysis.subspaces.frobenius_cosine", subspaces.frobenius_cosine,
-     lambda r: {"a": r.standard_normal((3, 2)), "b": r.standard_normal((3, 2))},
-     lambda a, out: _close(out, float(np.vdot(a["a"], a["b"]) / np.linalg.norm(a["a"])
-                                      / np.linalg.norm(a["b"])), a["a"], a["b"]),
-     any_args=True)  # fmt: skip
-case("analysis.subspaces.head_blocks", subspaces.head_blocks,
-     lambda r: {"params": _params(r, 8, 4), "which": str(r.choice(["w_q", "w_k", "w_v", "w_o"]))},
-     lambda a, out: assert_same(out, np.stack([
-         (lambda b: b.T if a["which"] == "w_o" else b)(a["params"].to_numpy().head(h)[a["which"]])
-         for h in range(a["params"].num_heads)])), any_args=True)  # fmt: skip
-case("analysis.subspaces.pairwise_principal_cosines", subspaces.pairwise_principal_cosines,
-     lambda r: {"blocks": r.standard_normal((3, 5, 2))},
-     lambda a, out: _close(out[0, 1], subspaces.principal_cosines(a["blocks"][0], a["blocks"][1]),
-                           terms=64), any_args=True)  # fmt: skip
-case("analysis.subspaces.pairwise_frobenius_cosines", subspaces.pairwise_frobenius_cosines,
-     lambda r: {"w_q_rows": r.standard_normal((4, 4)), "num_heads": 2},
-     lambda a, out: _close(out[0, 1], subspaces.frobenius_cosine(
-         a["w_q_rows"][:2], a["w_q_rows"][2:])), any_args=True)  # fmt: skip
+case(
+    "analysis.bottleneck.sharp_target_bounds",
+    bottleneck.sharp_target_bounds,
+    lambda r: {"targets": bottleneck.positional_patterns(4)[:2], "num_heads": 1, "d_head": 1},
+    lambda a, out: assert_same(0 <= out["total_variation"] <= 1 and out["kl"] >= 0, True),
+)
+case(
+    "analysis.rank.default_rtol",
+    rank.default_rtol,
+    lambda r: {"shape": (int(r.integers(1, 9)), int(r.integers(1, 9))), "dtype": F64},
+    lambda a, out: assert_same(out, max(a["shape"]) * np.finfo(a["dtype"]).eps),
+    any_args=True,
+    kinds={"dtype": "dtype"},
+)
+case(
+    "analysis.rank.rank_tolerance",
+    rank.rank_tolerance,
+    lambda r: {"a": r.standard_normal((4, 3)), "rtol": 1e-3, "atol": 0.0},
+    lambda a, out: _close(
+        out,
+        max(
+            a["atol"],
+            (
+                a["rtol"]
+                if a["rtol"] is not None
+                else max(np.shape(a["a"])) * np.finfo(np.asarray(a["a"]).dtype).eps
+            )
+            * np.linalg.norm(np.asarray(a["a"], F64), 2),
+        ),
+        a["a"],
+    ),
+    any_args=True,
+)
+case(
+    "analysis.rank.singular_values",
+    rank.singular_values,
+    lambda r: {"a": r.standard_normal((4, 3))},
+    lambda a, out: _close(out, np.linalg.svd(np.asarray(a["a"], F64), compute_uv=False), a["a"]),
+    any_args=True,
+)
+case(
+    "analysis.rank.numerical_rank",
+    rank.numerical_rank,
+    lambda r: {
+        "a": r.standard_normal((4, 2)) @ r.standard_normal((2, 3)),
+        "rtol": 1e-9,
+        "atol": 0.0,
+    },
+    lambda a, out: assert_same(out, _rank_ref(a["a"], a["rtol"], a["atol"])),
+    any_args=True,
+)
+case(
+    "analysis.rank.attention_parts",
+    rank.attention_parts,
+    lambda r: {"x": r.standard_normal((2, 5, 8)), "params": _params(r, 8, 4)},
+    _check_parts,
+    any_args=True,
+    gqa_tol=1e-12,
+)
+case(
+    "analysis.rank.count_distinct_rows",
+    rank.count_distinct_rows,
+    lambda r: {"x": np.repeat(r.standard_normal((3, 4)), 2, axis=0)},
+    lambda a, out: assert_same(out, len({tuple(row) for row in np.asarray(a["x"]).tolist()})),
+    any_args=True,
+)
+case(
+    "analysis.rank.rank_bounds",
+    rank.rank_bounds,
+    lambda r: {"x": r.standard_normal((5, 8)), "params": _params(r, 8, 4)},
+    _check_bounds,
+    any_args=True,
+)
+case(
+    "analysis.rank.circuit_singular_values",
+    rank.circuit_singular_values,
+    lambda r: {"params": _params(r, 8, 4)},
+    _check_circuits,
+    any_args=True,
+)
+case(
+    "analysis.rank.query_bias_shares",
+    rank.query_bias_shares,
+    lambda r: {"model": minilm_model(), "texts": ["the cat sat"]},
+    lambda a, out: assert_same(out["error_with_bias"] < out["error_without_bias"], True),
+    fixed=("model",),
+)
+case(
+    "analysis.subspaces.orthonormal_basis",
+    subspaces.orthonormal_basis,
+    lambda r: {"a": r.standard_normal((5, 2))},
+    _basis_check,
+    any_args=True,
+)
+case(
+    "analysis.subspaces.principal_cosines",
+    subspaces.principal_cosines,
+    lambda r: {"a": r.standard_normal((5, 2)), "b": r.standard_normal((5, 3))},
+    lambda a, out: _close(
+        out,
+        np.sort(np.cos(scipy.linalg.subspace_angles(np.asarray(a["a"]), np.asarray(a["b"]))))[::-1],
+        a["a"],
+        a["b"],
+        terms=64,
+    ),
+    any_args=True,
+)
+case(
+    "analysis.subspaces.principal_angles",
+    subspaces.principal_angles,
+    lambda r: {"a": r.standard_normal((5, 2)), "b": r.standard_normal((5, 3)), "degrees": False},
+    lambda a, out: _check_angles(a, out, a["degrees"]),
+    any_args=True,
+)
+case(
+    "analysis.subspaces.frobenius_cosine",
+    subspaces.frobenius_cosine,
+    lambda r: {"a": r.standard_normal((3, 2)), "b": r.standard_normal((3, 2))},
+    lambda a, out: _close(
+        out,
+        float(np.vdot(a["a"], a["b"]) / np.linalg.norm(a["a"]) / np.linalg.norm(a["b"])),
+        a["a"],
+        a["b"],
+    ),
+    any_args=True,
+)
+case(
+    "analysis.subspaces.head_blocks",
+    subspaces.head_blocks,
+    lambda r: {"params": _params(r, 8, 4), "which": str(r.choice(["w_q", "w_k", "w_v", "w_o"]))},
+    lambda a, out: assert_same(
+        out,
+        np.stack(
+            [
+                (lambda b: b.T if a["which"] == "w_o" else b)(
+                    a["params"].to_numpy().head(h)[a["which"]]
+                )
+                for h in range(a["params"].num_heads)
+            ]
+        ),
+    ),
+    any_args=True,
+)
+case(
+    "analysis.subspaces.pairwise_principal_cosines",
+    subspaces.pairwise_principal_cosines,
+    lambda r: {"blocks": r.standard_normal((3, 5, 2))},
+    lambda a, out: _close(
+        out[0, 1], subspaces.principal_cosines(a["blocks"][0], a["blocks"][1]), terms=64
+    ),
+    any_args=True,
+)
+case(
+    "analysis.subspaces.pairwise_frobenius_cosines",
+    subspaces.pairwise_frobenius_cosines,
+    lambda r: {"w_q_rows": r.standard_normal((4, 4)), "num_heads": 2},
+    lambda a, out: _close(
+        out[0, 1], subspaces.frobenius_cosine(a["w_q_rows"][:2], a["w_q_rows"][2:])
+    ),
+    any_args=True,
+)
 
 # ---- core: the cache, the layouts, the parameters ---------------------------------------------
 
@@ -393,70 +630,158 @@ def _check_append(a, out):
     assert_same(c.values[:, :, 2:], a["value"])
 
 
-case("core.kv_cache.KVCache", kv_cache.KVCache,
-     lambda r: {"batch_size": 2, "num_kv_heads": 2, "d_head": 3, "capacity": 5, "dtype": F64,
-                "device": None},
-     lambda a, out: assert_same((out.capacity, out.length, out.keys.shape),
-                                (a["capacity"], 0, (a["batch_size"], a["num_kv_heads"], 0,
-                                                    a["d_head"]))), any_args=True)  # fmt: skip
+case(
+    "core.kv_cache.KVCache",
+    kv_cache.KVCache,
+    lambda r: {
+        "batch_size": 2,
+        "num_kv_heads": 2,
+        "d_head": 3,
+        "capacity": 5,
+        "dtype": F64,
+        "device": None,
+    },
+    lambda a, out: assert_same(
+        (out.capacity, out.length, out.keys.shape),
+        (a["capacity"], 0, (a["batch_size"], a["num_kv_heads"], 0, a["d_head"])),
+    ),
+    any_args=True,
+)
 # A given max_abs vouches for the entries, which are then not read (the layer's own bound,
 # from inputs it checked): NaN under it is the caller's promise broken, not the cache's.
 _VOUCHED = {
     f"{a}:{x}": "max_abs vouches for them" for a in ("key", "value") for x in ("nan", "inf")
 }
-case("core.kv_cache.KVCache.append", kv_cache.KVCache.append,
-     lambda r: {"self": _cache(r), "key": r.standard_normal((2, 2, 2, 3)),
-                "value": r.standard_normal((2, 2, 2, 3)), "max_abs": 10.0},
-     _check_append, state=_cache_state, allow=_VOUCHED)  # fmt: skip
-case("core.kv_cache.KVCache.appending", kv_cache.KVCache.appending,
-     lambda r: {"self": _cache(r), "key": r.standard_normal((2, 2, 2, 3)),
-                "value": r.standard_normal((2, 2, 2, 3)), "max_abs": None},
-     lambda a, out: assert_same(out[0][:, :, 2:], a["key"]), state=_cache_state)  # fmt: skip
-case("core.kv_cache.KVCache.reset", kv_cache.KVCache.reset, lambda r: {"self": _cache(r)},
-     lambda a, out: assert_same((a["self"].length, a["self"].max_abs), (0, 0.0)))  # fmt: skip
-case("core.kv_cache.KVCache.truncate", kv_cache.KVCache.truncate,
-     lambda r: {"self": _cache(r), "length": 1},
-     lambda a, out: assert_same(a["self"].length, a["length"]), state=_cache_state,
-     any_args=True)  # fmt: skip
-case("core.kv_cache.atomic", kv_cache.atomic,
-     lambda r: {"caches": [_cache(r), _cache(r, 1)]}, lambda a, out: assert_same(out, None))  # fmt: skip
-case("core.packing.check_kv_heads", packing.check_kv_heads,
-     lambda r: {"num_heads": 4, "num_kv_heads": int(r.choice([1, 2, 4]))},
-     lambda a, out: assert_same(a["num_heads"] % a["num_kv_heads"], 0), any_args=True)  # fmt: skip
-case("core.packing.kv_width", packing.kv_width,
-     lambda r: {"d_model": 8, "num_heads": 4, "num_kv_heads": 2},
-     lambda a, out: assert_same(out, (a["num_kv_heads"] or a["num_heads"]) * a["d_model"]
-                                // a["num_heads"]), any_args=True)  # fmt: skip
-case("core.packing.linear_transpose", packing.linear_transpose,
-     lambda r: {"w": r.standard_normal((3, 4))},
-     lambda a, out: assert_same(out, np.asarray(a["w"]).T), moves=True)  # fmt: skip
-case("core.packing.to_in_proj_weight", packing.to_in_proj_weight,
-     lambda r: {"w_qkv": r.standard_normal((4, 12))}, lambda a, out: assert_same(out, a["w_qkv"].T), moves=True)  # fmt: skip
-case("core.packing.from_in_proj_weight", packing.from_in_proj_weight,
-     lambda r: {"in_proj_weight": r.standard_normal((12, 4))},
-     lambda a, out: assert_same(out, a["in_proj_weight"].T), moves=True)  # fmt: skip
-case("core.packing.split_head_blocks", packing.split_head_blocks,
-     lambda r: {"w_qkv": r.standard_normal((4, 12)), "num_heads": 2},
-     lambda a, out: assert_same(out[1, 1], a["w_qkv"][:, 6:8]), moves=True)  # fmt: skip
-case("core.packing.merge_head_blocks", packing.merge_head_blocks,
-     lambda r: {"blocks": r.standard_normal((3, 2, 4, 2))},
-     lambda a, out: assert_same(packing.split_head_blocks(out, 2), a["blocks"]), moves=True)  # fmt: skip
-case("core.packing.head_span", packing.head_span,
-     lambda r: {"d_model": 8, "num_heads": 4, "h": int(r.integers(4))},
-     lambda a, out: assert_same((out.start, out.stop), (2 * a["h"], 2 * a["h"] + 2)))  # fmt: skip
-case("core.packing.projection_columns", packing.projection_columns,
-     lambda r: {"d_model": 8, "projection": str(r.choice(["q", "k", "v", "kv"])), "kv_cols": 4},
-     lambda a, out: assert_same((out.start, out.stop), {"q": (0, 8), "k": (8, 12), "v": (12, 16),
-                                                         "kv": (8, 16)}[a["projection"]]))  # fmt: skip
-case("core.packing.head_columns", packing.head_columns,
-     lambda r: {"d_model": 8, "num_heads": 4, "projection": "k", "h": 1, "num_kv_heads": 2},
-     lambda a, out: assert_same((out.start, out.stop), (10, 12)))  # fmt: skip
-case("core.packing.split_head_rows", packing.split_head_rows,
-     lambda r: {"w": r.standard_normal((8, 3)), "num_heads": 4},
-     lambda a, out: assert_same(out[2], a["w"][4:6]), moves=True)  # fmt: skip
-case("core.packing.column_owner", packing.column_owner,
-     lambda r: {"d_model": 8, "num_heads": 4, "num_kv_heads": 2},
-     lambda a, out: assert_same((out[0][9], out[1][9], out[0][13], out[1][13]), (1, 0, 2, 0)))  # fmt: skip
+case(
+    "core.kv_cache.KVCache.append",
+    kv_cache.KVCache.append,
+    lambda r: {
+        "self": _cache(r),
+        "key": r.standard_normal((2, 2, 2, 3)),
+        "value": r.standard_normal((2, 2, 2, 3)),
+        "max_abs": 10.0,
+    },
+    _check_append,
+    state=_cache_state,
+    allow=_VOUCHED,
+)
+case(
+    "core.kv_cache.KVCache.appending",
+    kv_cache.KVCache.appending,
+    lambda r: {
+        "self": _cache(r),
+        "key": r.standard_normal((2, 2, 2, 3)),
+        "value": r.standard_normal((2, 2, 2, 3)),
+        "max_abs": None,
+    },
+    lambda a, out: assert_same(out[0][:, :, 2:], a["key"]),
+    state=_cache_state,
+)
+case(
+    "core.kv_cache.KVCache.reset",
+    kv_cache.KVCache.reset,
+    lambda r: {"self": _cache(r)},
+    lambda a, out: assert_same((a["self"].length, a["self"].max_abs), (0, 0.0)),
+)
+case(
+    "core.kv_cache.KVCache.truncate",
+    kv_cache.KVCache.truncate,
+    lambda r: {"self": _cache(r), "length": 1},
+    lambda a, out: assert_same(a["self"].length, a["length"]),
+    state=_cache_state,
+    any_args=True,
+)
+case(
+    "core.kv_cache.atomic",
+    kv_cache.atomic,
+    lambda r: {"caches": [_cache(r), _cache(r, 1)]},
+    lambda a, out: assert_same(out, None),
+)
+case(
+    "core.packing.check_kv_heads",
+    packing.check_kv_heads,
+    lambda r: {"num_heads": 4, "num_kv_heads": int(r.choice([1, 2, 4]))},
+    lambda a, out: assert_same(a["num_heads"] % a["num_kv_heads"], 0),
+    any_args=True,
+)
+case(
+    "core.packing.kv_width",
+    packing.kv_width,
+    lambda r: {"d_model": 8, "num_heads": 4, "num_kv_heads": 2},
+    lambda a, out: assert_same(
+        out, (a["num_kv_heads"] or a["num_heads"]) * a["d_model"] // a["num_heads"]
+    ),
+    any_args=True,
+)
+case(
+    "core.packing.linear_transpose",
+    packing.linear_transpose,
+    lambda r: {"w": r.standard_normal((3, 4))},
+    lambda a, out: assert_same(out, np.asarray(a["w"]).T),
+    moves=True,
+)
+case(
+    "core.packing.to_in_proj_weight",
+    packing.to_in_proj_weight,
+    lambda r: {"w_qkv": r.standard_normal((4, 12))},
+    lambda a, out: assert_same(out, a["w_qkv"].T),
+    moves=True,
+)
+case(
+    "core.packing.from_in_proj_weight",
+    packing.from_in_proj_weight,
+    lambda r: {"in_proj_weight": r.standard_normal((12, 4))},
+    lambda a, out: assert_same(out, a["in_proj_weight"].T),
+    moves=True,
+)
+case(
+    "core.packing.split_head_blocks",
+    packing.split_head_blocks,
+    lambda r: {"w_qkv": r.standard_normal((4, 12)), "num_heads": 2},
+    lambda a, out: assert_same(out[1, 1], a["w_qkv"][:, 6:8]),
+    moves=True,
+)
+case(
+    "core.packing.merge_head_blocks",
+    packing.merge_head_blocks,
+    lambda r: {"blocks": r.standard_normal((3, 2, 4, 2))},
+    lambda a, out: assert_same(packing.split_head_blocks(out, 2), a["blocks"]),
+    moves=True,
+)
+case(
+    "core.packing.head_span",
+    packing.head_span,
+    lambda r: {"d_model": 8, "num_heads": 4, "h": int(r.integers(4))},
+    lambda a, out: assert_same((out.start, out.stop), (2 * a["h"], 2 * a["h"] + 2)),
+)
+case(
+    "core.packing.projection_columns",
+    packing.projection_columns,
+    lambda r: {"d_model": 8, "projection": str(r.choice(["q", "k", "v", "kv"])), "kv_cols": 4},
+    lambda a, out: assert_same(
+        (out.start, out.stop),
+        {"q": (0, 8), "k": (8, 12), "v": (12, 16), "kv": (8, 16)}[a["projection"]],
+    ),
+)
+case(
+    "core.packing.head_columns",
+    packing.head_columns,
+    lambda r: {"d_model": 8, "num_heads": 4, "projection": "k", "h": 1, "num_kv_heads": 2},
+    lambda a, out: assert_same((out.start, out.stop), (10, 12)),
+)
+case(
+    "core.packing.split_head_rows",
+    packing.split_head_rows,
+    lambda r: {"w": r.standard_normal((8, 3)), "num_heads": 4},
+    lambda a, out: assert_same(out[2], a["w"][4:6]),
+    moves=True,
+)
+case(
+    "core.packing.column_owner",
+    packing.column_owner,
+    lambda r: {"d_model": 8, "num_heads": 4, "num_kv_heads": 2},
+    lambda a, out: assert_same((out[0][9], out[1][9], out[0][13], out[1][13]), (1, 0, 2, 0)),
+)
 
 
 def _check_mhaparams(a, out):
@@ -464,33 +789,67 @@ def _check_mhaparams(a, out):
     assert type(out.num_heads) is int and out.num_heads == a["num_heads"]
 
 
-case("core.params.MHAParams", MHAParams,
-     lambda r: {"w_qkv": r.standard_normal((4, 12)), "w_o": r.standard_normal((4, 4)),
-                "b_qkv": None, "b_o": None, "num_heads": 2, "num_kv_heads": None},
-     _check_mhaparams, moves=True)  # fmt: skip
-case("core.params.MHAParams.from_qkv", MHAParams.from_qkv,
-     lambda r: {"w_q": r.standard_normal((4, 4)), "w_k": r.standard_normal((4, 2)),
-                "w_v": r.standard_normal((4, 2)), "w_o": r.standard_normal((4, 4)),
-                "num_heads": 2},
-     lambda a, out: assert_same((out.w_k, out.num_kv_heads), (a["w_k"], 1)), moves=True)  # fmt: skip
-case("core.params.MHAParams.packed", MHAParams.packed,
-     lambda r: {"self": _params(r, 8, 4, num_kv_heads=2), "projection": "v"},
-     lambda a, out: assert_same(out, (a["self"].w_qkv[:, 12:16], a["self"].b_qkv[12:16])))  # fmt: skip
-case("core.params.MHAParams.head", MHAParams.head,
-     lambda r: {"self": _params(r, 8, 4, num_kv_heads=2), "h": int(r.integers(4))},
-     lambda a, out: assert_same(out["w_k"], a["self"].w_qkv[:, 8 + 2 * (a["h"] // 2):
-                                                           10 + 2 * (a["h"] // 2)]),
-     any_args=True)  # fmt: skip
-case("core.params.MHAParams.map", MHAParams.map,
-     lambda r: {"self": _params(r), "fn": lambda x: 2 * x},
-     lambda a, out: assert_same(out.w_o, 2 * a["self"].w_o))  # fmt: skip
-case("core.params.MHAParams.to_numpy", MHAParams.to_numpy,
-     lambda r: {"self": _params(r).to_torch(), "dtype": np.float32},
-     lambda a, out: assert_same(out.w_o, a["self"].w_o.numpy().astype(np.float32)))  # fmt: skip
-case("core.params.MHAParams.to_torch", MHAParams.to_torch,
-     lambda r: {"self": _params(r), "dtype": torch.float32, "device": "cpu"},
-     lambda a, out: assert_same(out.w_o, torch.from_numpy(a["self"].w_o).float()),
-     kinds={"device": "object"})  # fmt: skip
+case(
+    "core.params.MHAParams",
+    MHAParams,
+    lambda r: {
+        "w_qkv": r.standard_normal((4, 12)),
+        "w_o": r.standard_normal((4, 4)),
+        "b_qkv": None,
+        "b_o": None,
+        "num_heads": 2,
+        "num_kv_heads": None,
+    },
+    _check_mhaparams,
+    moves=True,
+)
+case(
+    "core.params.MHAParams.from_qkv",
+    MHAParams.from_qkv,
+    lambda r: {
+        "w_q": r.standard_normal((4, 4)),
+        "w_k": r.standard_normal((4, 2)),
+        "w_v": r.standard_normal((4, 2)),
+        "w_o": r.standard_normal((4, 4)),
+        "num_heads": 2,
+    },
+    lambda a, out: assert_same((out.w_k, out.num_kv_heads), (a["w_k"], 1)),
+    moves=True,
+)
+case(
+    "core.params.MHAParams.packed",
+    MHAParams.packed,
+    lambda r: {"self": _params(r, 8, 4, num_kv_heads=2), "projection": "v"},
+    lambda a, out: assert_same(out, (a["self"].w_qkv[:, 12:16], a["self"].b_qkv[12:16])),
+)
+case(
+    "core.params.MHAParams.head",
+    MHAParams.head,
+    lambda r: {"self": _params(r, 8, 4, num_kv_heads=2), "h": int(r.integers(4))},
+    lambda a, out: assert_same(
+        out["w_k"], a["self"].w_qkv[:, 8 + 2 * (a["h"] // 2) : 10 + 2 * (a["h"] // 2)]
+    ),
+    any_args=True,
+)
+case(
+    "core.params.MHAParams.map",
+    MHAParams.map,
+    lambda r: {"self": _params(r), "fn": lambda x: 2 * x},
+    lambda a, out: assert_same(out.w_o, 2 * a["self"].w_o),
+)
+case(
+    "core.params.MHAParams.to_numpy",
+    MHAParams.to_numpy,
+    lambda r: {"self": _params(r).to_torch(), "dtype": np.float32},
+    lambda a, out: assert_same(out.w_o, a["self"].w_o.numpy().astype(np.float32)),
+)
+case(
+    "core.params.MHAParams.to_torch",
+    MHAParams.to_torch,
+    lambda r: {"self": _params(r), "dtype": torch.float32, "device": "cpu"},
+    lambda a, out: assert_same(out.w_o, torch.from_numpy(a["self"].w_o).float()),
+    kinds={"device": "object"},
+)
 
 
 def _check_init(a, out):
@@ -501,9 +860,20 @@ def _check_init(a, out):
     assert_same(out.w_qkv, w_qkv.astype(a["dtype"]))
 
 
-case("core.params.init_params", init_params,
-     lambda r: {"d_model": 8, "num_heads": 4, "num_kv_heads": 2, "bias": True,
-                "seed": int(r.integers(10)), "dtype": F64}, _check_init, any_args=True)  # fmt: skip
+case(
+    "core.params.init_params",
+    init_params,
+    lambda r: {
+        "d_model": 8,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "bias": True,
+        "seed": int(r.integers(10)),
+        "dtype": F64,
+    },
+    _check_init,
+    any_args=True,
+)
 
 
 def _check_pool(a, out):
@@ -513,14 +883,25 @@ def _check_pool(a, out):
     _close(out.w_k, blocks, p.w_qkv)
 
 
-case("core.params.mean_pool_kv_heads", params_mod.mean_pool_kv_heads,
-     lambda r: {"params": _params(r, 8, 4), "num_kv_heads": 2}, _check_pool, moves=True, nan_params="either",
-     any_args=True)  # fmt: skip
-case("core.params.repeat_kv_heads", params_mod.repeat_kv_heads,
-     lambda r: {"params": _params(r, 8, 4, num_kv_heads=2)},
-     lambda a, out: assert_same([out.head(h)["w_k"] for h in range(4)],
-                                [a["params"].head(h)["w_k"] for h in range(4)]),
-     nan_params="either", any_args=True)  # fmt: skip
+case(
+    "core.params.mean_pool_kv_heads",
+    params_mod.mean_pool_kv_heads,
+    lambda r: {"params": _params(r, 8, 4), "num_kv_heads": 2},
+    _check_pool,
+    moves=True,
+    nan_params="either",
+    any_args=True,
+)
+case(
+    "core.params.repeat_kv_heads",
+    params_mod.repeat_kv_heads,
+    lambda r: {"params": _params(r, 8, 4, num_kv_heads=2)},
+    lambda a, out: assert_same(
+        [out.head(h)["w_k"] for h in range(4)], [a["params"].head(h)["w_k"] for h in range(4)]
+    ),
+    nan_params="either",
+    any_args=True,
+)
 
 
 def _check_planted(a, out):
@@ -532,9 +913,13 @@ def _check_planted(a, out):
         _close(w[0, h, np.arange(L), t], np.full(L, want))
 
 
-case("core.params.planted_heads", params_mod.planted_heads,
-     lambda r: {"targets": [[0, 0, 1], [1, 2, 2]], "d_model": 6, "logit": 4.0}, _check_planted,
-     any_args=True)  # fmt: skip
+case(
+    "core.params.planted_heads",
+    params_mod.planted_heads,
+    lambda r: {"targets": [[0, 0, 1], [1, 2, 2]], "d_model": 6, "logit": 4.0},
+    _check_planted,
+    any_args=True,
+)
 
 # ---- cost ---------------------------------------------------------------------------------------
 
@@ -547,68 +932,182 @@ def _flops_ref(a):
     return 2 * B * L * D * D * 2 + 2 * 2 * B * S * D * Dkv + 2 * 2 * B * H * L * S * Dh
 
 
-case("cost.arithmetic.AttentionFlops.as_dict", arithmetic.AttentionFlops.as_dict,
-     lambda r: {"self": arithmetic.attention_flops(2, 3, 4, 8, 2)},
-     lambda a, out: assert_same(out["total"], out["matmul"] + out["elementwise"]))  # fmt: skip
-case("cost.arithmetic.AttentionFlops", arithmetic.AttentionFlops,
-     lambda r: dict(zip(("q_proj", "k_proj", "v_proj", "scores", "weighted_sum", "out_proj",
-                         "bias", "scale", "softmax"), (int(v) for v in r.integers(0, 99, 9)),
-                    strict=True)),
-     lambda a, out: assert_same(out.total, sum(a.values())), any_args=True)  # fmt: skip
-case("cost.arithmetic.matmul_flops", arithmetic.matmul_flops,
-     lambda r: {k: int(r.integers(1, 50)) for k in "mkn"},
-     lambda a, out: assert_same(out, 2 * a["m"] * a["k"] * a["n"]), any_args=True)  # fmt: skip
-case("cost.arithmetic.attention_flops", arithmetic.attention_flops,
-     lambda r: {"batch_size": 2, "q_len": 3, "kv_len": 5, "d_model": 8, "num_heads": 4,
-                "bias": False, "num_kv_heads": 2, "form": str(r.choice(["fused", "per_head"]))},
-     lambda a, out: assert_same(out.matmul, _flops_ref(a)), any_args=True)  # fmt: skip
-case("cost.arithmetic.matmul_calls", arithmetic.matmul_calls,
-     lambda r: {"num_heads": int(r.integers(1, 9)), "form": "per_head", "self_attention": True},
-     lambda a, out: assert_same(out, 5 * a["num_heads"] + 1), any_args=True)  # fmt: skip
-case("cost.arithmetic.score_tensor_bytes", arithmetic.score_tensor_bytes,
-     lambda r: {"batch_size": 2, "q_len": 3, "kv_len": 5, "num_heads": 4, "dtype": np.float32},
-     lambda a, out: assert_same(out, 4 * np.prod([a[k] for k in ("batch_size", "q_len", "kv_len",
-                                                                  "num_heads")], dtype=object)),
-     any_args=True)  # fmt: skip
-case("cost.arithmetic.kv_cache_bytes", arithmetic.kv_cache_bytes,
-     lambda r: {"num_layers": 2, "kv_len": 7, "num_kv_heads": 2, "d_head": 4, "dtype": np.float16,
-                "batch_size": 3},
-     lambda a, out: assert_same(out, 2 * 2 * np.prod([a[k] for k in ("num_layers", "kv_len",
-                                "num_kv_heads", "d_head", "batch_size")], dtype=object)),
-     any_args=True)  # fmt: skip
+case(
+    "cost.arithmetic.AttentionFlops.as_dict",
+    arithmetic.AttentionFlops.as_dict,
+    lambda r: {"self": arithmetic.attention_flops(2, 3, 4, 8, 2)},
+    lambda a, out: assert_same(out["total"], out["matmul"] + out["elementwise"]),
+)
+case(
+    "cost.arithmetic.AttentionFlops",
+    arithmetic.AttentionFlops,
+    lambda r: dict(
+        zip(
+            (
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "scores",
+                "weighted_sum",
+                "out_proj",
+                "bias",
+                "scale",
+                "softmax",
+            ),
+            (int(v) for v in r.integers(0, 99, 9)),
+            strict=True,
+        )
+    ),
+    lambda a, out: assert_same(out.total, sum(a.values())),
+    any_args=True,
+)
+case(
+    "cost.arithmetic.matmul_flops",
+    arithmetic.matmul_flops,
+    lambda r: {k: int(r.integers(1, 50)) for k in "mkn"},
+    lambda a, out: assert_same(out, 2 * a["m"] * a["k"] * a["n"]),
+    any_args=True,
+)
+case(
+    "cost.arithmetic.attention_flops",
+    arithmetic.attention_flops,
+    lambda r: {
+        "batch_size": 2,
+        "q_len": 3,
+        "kv_len": 5,
+        "d_model": 8,
+        "num_heads": 4,
+        "bias": False,
+        "num_kv_heads": 2,
+        "form": str(r.choice(["fused", "per_head"])),
+    },
+    lambda a, out: assert_same(out.matmul, _flops_ref(a)),
+    any_args=True,
+)
+case(
+    "cost.arithmetic.matmul_calls",
+    arithmetic.matmul_calls,
+    lambda r: {"num_heads": int(r.integers(1, 9)), "form": "per_head", "self_attention": True},
+    lambda a, out: assert_same(out, 5 * a["num_heads"] + 1),
+    any_args=True,
+)
+case(
+    "cost.arithmetic.score_tensor_bytes",
+    arithmetic.score_tensor_bytes,
+    lambda r: {"batch_size": 2, "q_len": 3, "kv_len": 5, "num_heads": 4, "dtype": np.float32},
+    lambda a, out: assert_same(
+        out,
+        4 * np.prod([a[k] for k in ("batch_size", "q_len", "kv_len", "num_heads")], dtype=object),
+    ),
+    any_args=True,
+)
+case(
+    "cost.arithmetic.kv_cache_bytes",
+    arithmetic.kv_cache_bytes,
+    lambda r: {
+        "num_layers": 2,
+        "kv_len": 7,
+        "num_kv_heads": 2,
+        "d_head": 4,
+        "dtype": np.float16,
+        "batch_size": 3,
+    },
+    lambda a, out: assert_same(
+        out,
+        2
+        * 2
+        * np.prod(
+            [a[k] for k in ("num_layers", "kv_len", "num_kv_heads", "d_head", "batch_size")],
+            dtype=object,
+        ),
+    ),
+    any_args=True,
+)
 _LLAMA = arithmetic.PUBLISHED_CONFIGS[2]
-case("cost.arithmetic.PublishedConfig", arithmetic.PublishedConfig,
-     lambda r: {"name": "x", "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "d_head": 8,
-                "d_ff": 64, "vocab_size": 100, "max_context": 256, "window": None, "source": "s",
-                "config_url": "u"},
-     lambda a, out: assert_same(out.d_model, a["num_heads"] * a["d_head"]), any_args=True)  # fmt: skip
-case("cost.arithmetic.PublishedConfig.num_params", arithmetic.PublishedConfig.num_params,
-     lambda r: {"self": _LLAMA}, lambda a, out: assert_same(round(out / 1e9, 1), 7.2))  # fmt: skip
-case("cost.arithmetic.PublishedConfig.weight_bytes", arithmetic.PublishedConfig.weight_bytes,
-     lambda r: {"self": _LLAMA, "dtype": np.float16},
-     lambda a, out: assert_same(out, 2 * _LLAMA.num_params()))  # fmt: skip
-case("cost.arithmetic.PublishedConfig.cache_bytes", arithmetic.PublishedConfig.cache_bytes,
-     lambda r: {"self": _LLAMA, "kv_len": int(r.integers(1, 9000)), "dtype": np.float16,
-                "batch_size": 2},
-     lambda a, out: assert_same(out, 2 * 2 * 32 * 8 * 128 * min(a["kv_len"], 4096) * a["batch_size"]),
-     any_args=True)  # fmt: skip
-case("cost.arithmetic.PublishedConfig.cache_outweighs_weights_at",
-     arithmetic.PublishedConfig.cache_outweighs_weights_at,
-     lambda r: {"self": arithmetic.PUBLISHED_CONFIGS[0], "dtype": np.float16},
-     lambda a, out: assert_same(a["self"].cache_bytes(out) > a["self"].weight_bytes() >=
-                                a["self"].cache_bytes(out - 1), True))  # fmt: skip
-case("cost.arithmetic.PublishedConfig.cache_positions", arithmetic.PublishedConfig.cache_positions,
-     lambda r: {"self": _LLAMA, "kv_len": int(r.integers(1, 9000))},
-     lambda a, out: assert_same(out, min(a["kv_len"], 4096)), any_args=True)  # fmt: skip
-case("cost.arithmetic.DecodeStepCost", arithmetic.DecodeStepCost,
-     lambda r: {"flops": 100, "bytes": 40},
-     lambda a, out: assert_same(out.intensity, a["flops"] / a["bytes"]), any_args=True)  # fmt: skip
-case("cost.arithmetic.Accelerator", arithmetic.Accelerator,
-     lambda r: {"name": "x", "peak_flops": 1e12, "bandwidth": 1e9, "source": "s"},
-     lambda a, out: assert_same(out.ridge, a["peak_flops"] / a["bandwidth"]), any_args=True)  # fmt: skip
-case("cost.arithmetic.roofline_time", arithmetic.roofline_time,
-     lambda r: {"work": arithmetic.DecodeStepCost(10**9, 10**6), "accelerator": arithmetic.A100_80GB},
-     lambda a, out: assert_same(out.seconds, max(1e9 / 312e12, 1e6 / 2039e9)))  # fmt: skip
+case(
+    "cost.arithmetic.PublishedConfig",
+    arithmetic.PublishedConfig,
+    lambda r: {
+        "name": "x",
+        "num_layers": 2,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "d_head": 8,
+        "d_ff": 64,
+        "vocab_size": 100,
+        "max_context": 256,
+        "window": None,
+        "source": "s",
+        "config_url": "u",
+    },
+    lambda a, out: assert_same(out.d_model, a["num_heads"] * a["d_head"]),
+    any_args=True,
+)
+case(
+    "cost.arithmetic.PublishedConfig.num_params",
+    arithmetic.PublishedConfig.num_params,
+    lambda r: {"self": _LLAMA},
+    lambda a, out: assert_same(round(out / 1e9, 1), 7.2),
+)
+case(
+    "cost.arithmetic.PublishedConfig.weight_bytes",
+    arithmetic.PublishedConfig.weight_bytes,
+    lambda r: {"self": _LLAMA, "dtype": np.float16},
+    lambda a, out: assert_same(out, 2 * _LLAMA.num_params()),
+)
+case(
+    "cost.arithmetic.PublishedConfig.cache_bytes",
+    arithmetic.PublishedConfig.cache_bytes,
+    lambda r: {
+        "self": _LLAMA,
+        "kv_len": int(r.integers(1, 9000)),
+        "dtype": np.float16,
+        "batch_size": 2,
+    },
+    lambda a, out: assert_same(
+        out, 2 * 2 * 32 * 8 * 128 * min(a["kv_len"], 4096) * a["batch_size"]
+    ),
+    any_args=True,
+)
+case(
+    "cost.arithmetic.PublishedConfig.cache_outweighs_weights_at",
+    arithmetic.PublishedConfig.cache_outweighs_weights_at,
+    lambda r: {"self": arithmetic.PUBLISHED_CONFIGS[0], "dtype": np.float16},
+    lambda a, out: assert_same(
+        a["self"].cache_bytes(out) > a["self"].weight_bytes() >= a["self"].cache_bytes(out - 1),
+        True,
+    ),
+)
+case(
+    "cost.arithmetic.PublishedConfig.cache_positions",
+    arithmetic.PublishedConfig.cache_positions,
+    lambda r: {"self": _LLAMA, "kv_len": int(r.integers(1, 9000))},
+    lambda a, out: assert_same(out, min(a["kv_len"], 4096)),
+    any_args=True,
+)
+case(
+    "cost.arithmetic.DecodeStepCost",
+    arithmetic.DecodeStepCost,
+    lambda r: {"flops": 100, "bytes": 40},
+    lambda a, out: assert_same(out.intensity, a["flops"] / a["bytes"]),
+    any_args=True,
+)
+case(
+    "cost.arithmetic.Accelerator",
+    arithmetic.Accelerator,
+    lambda r: {"name": "x", "peak_flops": 1e12, "bandwidth": 1e9, "source": "s"},
+    lambda a, out: assert_same(out.ridge, a["peak_flops"] / a["bandwidth"]),
+    any_args=True,
+)
+case(
+    "cost.arithmetic.roofline_time",
+    arithmetic.roofline_time,
+    lambda r: {
+        "work": arithmetic.DecodeStepCost(10**9, 10**6),
+        "accelerator": arithmetic.A100_80GB,
+    },
+    lambda a, out: assert_same(out.seconds, max(1e9 / 312e12, 1e6 / 2039e9)),
+)
 
 
 def _decode_ref(a):
@@ -622,87 +1121,222 @@ def _decode_ref(a):
     )
 
 
-case("cost.arithmetic.decode_step_cost", arithmetic.decode_step_cost,
-     lambda r: {"d_model": 16, "num_heads": 4, "num_kv_heads": 2, "kv_len": 9, "dtype": np.float16,
-                "batch_size": 2, "cached": bool(r.integers(2))},
-     lambda a, out: assert_same(out.flops, _decode_ref(a)), any_args=True)  # fmt: skip
-case("cost.measure.flop_counter", measure.flop_counter, lambda r: {},
-     lambda a, out: assert_same(hasattr(out, "get_flop_counts"), True))  # fmt: skip
+case(
+    "cost.arithmetic.decode_step_cost",
+    arithmetic.decode_step_cost,
+    lambda r: {
+        "d_model": 16,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "kv_len": 9,
+        "dtype": np.float16,
+        "batch_size": 2,
+        "cached": bool(r.integers(2)),
+    },
+    lambda a, out: assert_same(out.flops, _decode_ref(a)),
+    any_args=True,
+)
+case(
+    "cost.measure.flop_counter",
+    measure.flop_counter,
+    lambda r: {},
+    lambda a, out: assert_same(hasattr(out, "get_flop_counts"), True),
+)
 _A, _B = torch.ones(3, 4), torch.ones(4, 5)
-case("cost.measure.count_flops", measure.count_flops, lambda r: {"fn": lambda: _A @ _B},
-     lambda a, out: assert_same(sum(out.values()), 2 * 3 * 4 * 5))  # fmt: skip
-case("cost.measure.count_aten_ops", measure.count_aten_ops, lambda r: {"fn": lambda: _A @ _B},
-     lambda a, out: assert_same(out["aten.mm"], 1))  # fmt: skip
-case("cost.measure.peak_rss_increase", measure.peak_rss_increase,
-     lambda r: {"fn": lambda: None, "warmup": True}, run=False)  # fmt: skip
-case("cost.measure.last_level_cache_bytes", measure.last_level_cache_bytes, lambda r: {},
-     lambda a, out: assert_same(out is None or out > 0, True))  # fmt: skip
-case("cost.measure.default_flush_bytes", measure.default_flush_bytes, lambda r: {},
-     lambda a, out: assert_same(out >= measure.CACHE_FLUSH_BYTES, True))  # fmt: skip
-case("cost.measure.clock_named", measure.clock_named,
-     lambda r: {"name": str(r.choice(["wall", "cpu"]))},
-     lambda a, out: assert_same(out, measure.CLOCKS[a["name"]]), names={"name": ["clock"]})  # fmt: skip
-case("cost.measure.calibrate", measure.calibrate, lambda r: {"fn": lambda: None, "min_time": 1e-6},
-     lambda a, out: assert_same(out >= 1, True), any_args=True, deterministic=False)  # fmt: skip
-case("cost.measure.mean_time", measure.mean_time,
-     lambda r: {"fn": lambda: None, "number": 3, "clock": measure.CLOCKS["wall"]},
-     lambda a, out: assert_same(out >= 0, True), any_args=True, deterministic=False)  # fmt: skip
-case("cost.measure.median_time", measure.median_time,
-     lambda r: {"fn": lambda: None, "repeat": 2, "number": 2, "min_time": 1e-6, "clock": "wall"},
-     lambda a, out: assert_same(out >= 0, True), any_args=True, deterministic=False)  # fmt: skip
-case("cost.measure.interleaved_times", measure.interleaved_times,
-     lambda r: {"fns": {"a": lambda: None}, "repeat": 2, "min_time": 0.0, "warmup": 1,
-                "clock": "wall"},
-     lambda a, out: assert_same(len(out["a"]), a["repeat"]), deterministic=False)  # fmt: skip
-case("cost.measure.cpu_model", measure.cpu_model, lambda r: {},
-     lambda a, out: assert_same(isinstance(out, str) and bool(out), True))  # fmt: skip
-case("cost.measure.run_child", measure.run_child,
-     lambda r: {"module": "mha.cost.timings", "entry": "_tiled_time_child", "spec": {},
-                "threads": 1}, run=False)  # fmt: skip
-_MEMORY = {"batch_size": 1, "q_lens": [4], "d_model": 8, "num_heads": 2, "dtype": "float32",
-           "threads": 1}  # fmt: skip
-case("cost.peak_memory.attention_peak_memory", peak_memory.attention_peak_memory,
-     lambda r: dict(_MEMORY, paths=("explicit",)), run=False)  # fmt: skip
-case("cost.peak_memory.tiled_peak_memory", peak_memory.tiled_peak_memory,
-     lambda r: dict(_MEMORY, paths=("numpy",)), run=False)  # fmt: skip
-case("cost.peak_memory.kv_cache_peak_memory", peak_memory.kv_cache_peak_memory,
-     lambda r: {"num_layers": 1, "num_kv_heads": 1, "d_head": 4, "fills": [(8, 4)]}, run=False)  # fmt: skip
-case("cost.tiled_io.AttentionIO", tiled_io.AttentionIO, lambda r: {"reads": 5, "writes": 3},
-     lambda a, out: assert_same(out.total, a["reads"] + a["writes"]), any_args=True)  # fmt: skip
-case("cost.tiled_io.tiled_fast_memory", tiled_io.tiled_fast_memory,
-     lambda r: {"block_q": 3, "block_kv": 2, "d_head": 4},
-     lambda a, out: assert_same(out, 2 * a["block_q"] * a["d_head"] + 2 * a["block_kv"] *
-                                a["d_head"] + a["block_q"] * a["block_kv"] + 2 * a["block_q"]),
-     any_args=True)  # fmt: skip
-case("cost.tiled_io.tiled_block_sizes", tiled_io.tiled_block_sizes,
-     lambda r: {"d_head": 4, "fast_memory": int(r.integers(60, 500))},
-     lambda a, out: assert_same(tiled_io.tiled_fast_memory(*out, a["d_head"]) <= a["fast_memory"]
-                                < tiled_io.tiled_fast_memory(out[0] + 1, out[1], a["d_head"]),
-                                True), any_args=True)  # fmt: skip
+case(
+    "cost.measure.count_flops",
+    measure.count_flops,
+    lambda r: {"fn": lambda: _A @ _B},
+    lambda a, out: assert_same(sum(out.values()), 2 * 3 * 4 * 5),
+)
+case(
+    "cost.measure.count_aten_ops",
+    measure.count_aten_ops,
+    lambda r: {"fn": lambda: _A @ _B},
+    lambda a, out: assert_same(out["aten.mm"], 1),
+)
+case(
+    "cost.measure.peak_rss_increase",
+    measure.peak_rss_increase,
+    lambda r: {"fn": lambda: None, "warmup": True},
+    run=False,
+)
+case(
+    "cost.measure.last_level_cache_bytes",
+    measure.last_level_cache_bytes,
+    lambda r: {},
+    lambda a, out: assert_same(out is None or out > 0, True),
+)
+case(
+    "cost.measure.default_flush_bytes",
+    measure.default_flush_bytes,
+    lambda r: {},
+    lambda a, out: assert_same(out >= measure.CACHE_FLUSH_BYTES, True),
+)
+case(
+    "cost.measure.clock_named",
+    measure.clock_named,
+    lambda r: {"name": str(r.choice(["wall", "cpu"]))},
+    lambda a, out: assert_same(out, measure.CLOCKS[a["name"]]),
+    names={"name": ["clock"]},
+)
+case(
+    "cost.measure.calibrate",
+    measure.calibrate,
+    lambda r: {"fn": lambda: None, "min_time": 1e-6},
+    lambda a, out: assert_same(out >= 1, True),
+    any_args=True,
+    deterministic=False,
+)
+case(
+    "cost.measure.mean_time",
+    measure.mean_time,
+    lambda r: {"fn": lambda: None, "number": 3, "clock": measure.CLOCKS["wall"]},
+    lambda a, out: assert_same(out >= 0, True),
+    any_args=True,
+    deterministic=False,
+)
+case(
+    "cost.measure.median_time",
+    measure.median_time,
+    lambda r: {"fn": lambda: None, "repeat": 2, "number": 2, "min_time": 1e-6, "clock": "wall"},
+    lambda a, out: assert_same(out >= 0, True),
+    any_args=True,
+    deterministic=False,
+)
+case(
+    "cost.measure.interleaved_times",
+    measure.interleaved_times,
+    lambda r: {
+        "fns": {"a": lambda: None},
+        "repeat": 2,
+        "min_time": 0.0,
+        "warmup": 1,
+        "clock": "wall",
+    },
+    lambda a, out: assert_same(len(out["a"]), a["repeat"]),
+    deterministic=False,
+)
+case(
+    "cost.measure.cpu_model",
+    measure.cpu_model,
+    lambda r: {},
+    lambda a, out: assert_same(isinstance(out, str) and bool(out), True),
+)
+case(
+    "cost.measure.run_child",
+    measure.run_child,
+    lambda r: {
+        "module": "mha.cost.timings",
+        "entry": "_tiled_time_child",
+        "spec": {},
+        "threads": 1,
+    },
+    run=False,
+)
+_MEMORY = {
+    "batch_size": 1,
+    "q_lens": [4],
+    "d_model": 8,
+    "num_heads": 2,
+    "dtype": "float32",
+    "threads": 1,
+}
+case(
+    "cost.peak_memory.attention_peak_memory",
+    peak_memory.attention_peak_memory,
+    lambda r: dict(_MEMORY, paths=("explicit",)),
+    run=False,
+)
+case(
+    "cost.peak_memory.tiled_peak_memory",
+    peak_memory.tiled_peak_memory,
+    lambda r: dict(_MEMORY, paths=("numpy",)),
+    run=False,
+)
+case(
+    "cost.peak_memory.kv_cache_peak_memory",
+    peak_memory.kv_cache_peak_memory,
+    lambda r: {"num_layers": 1, "num_kv_heads": 1, "d_head": 4, "fills": [(8, 4)]},
+    run=False,
+)
+case(
+    "cost.tiled_io.AttentionIO",
+    tiled_io.AttentionIO,
+    lambda r: {"reads": 5, "writes": 3},
+    lambda a, out: assert_same(out.total, a["reads"] + a["writes"]),
+    any_args=True,
+)
+case(
+    "cost.tiled_io.tiled_fast_memory",
+    tiled_io.tiled_fast_memory,
+    lambda r: {"block_q": 3, "block_kv": 2, "d_head": 4},
+    lambda a, out: assert_same(
+        out,
+        2 * a["block_q"] * a["d_head"]
+        + 2 * a["block_kv"] * a["d_head"]
+        + a["block_q"] * a["block_kv"]
+        + 2 * a["block_q"],
+    ),
+    any_args=True,
+)
+case(
+    "cost.tiled_io.tiled_block_sizes",
+    tiled_io.tiled_block_sizes,
+    lambda r: {"d_head": 4, "fast_memory": int(r.integers(60, 500))},
+    lambda a, out: assert_same(
+        tiled_io.tiled_fast_memory(*out, a["d_head"])
+        <= a["fast_memory"]
+        < tiled_io.tiled_fast_memory(out[0] + 1, out[1], a["d_head"]),
+        True,
+    ),
+    any_args=True,
+)
 
 
 def _io_loop(L, S, Dh, Br, Bc, causal):
-    rows = sum(min(S, math.ceil((min(s + Br, L, S) if causal else S) / Bc) * Bc)
-               for s in range(0, L, Br))  # fmt: skip
+    rows = sum(
+        min(S, math.ceil((min(s + Br, L, S) if causal else S) / Bc) * Bc) for s in range(0, L, Br)
+    )
     return L * Dh + 2 * Dh * rows
 
 
-case("cost.tiled_io.tiled_attention_io", tiled_io.tiled_attention_io,
-     lambda r: {"q_len": int(r.integers(1, 20)), "kv_len": int(r.integers(1, 20)), "d_head": 3,
-                "blocks": (int(r.integers(1, 5)), int(r.integers(1, 5))), "causal": True},
-     lambda a, out: assert_same(out.reads, _io_loop(a["q_len"], a["kv_len"], a["d_head"],
-                                                    *a["blocks"], a["causal"])))  # fmt: skip
-case("cost.tiled_io.naive_attention_io", tiled_io.naive_attention_io,
-     lambda r: {"q_len": 6, "kv_len": 7, "d_head": 3, "blocks": (2, 8), "softmax_rows": None},
-     lambda a, out: assert_same(out.total - tiled_io.tiled_attention_io(6, 7, 3, blocks=(2, 8))
-                                .total, 4 * 6 * 7 - 6))  # fmt: skip
-case("cost.tiled_io.naive_softmax_rows", tiled_io.naive_softmax_rows,
-     lambda r: {"kv_len": 6, "fast_memory": int(r.integers(1, 100))},
-     lambda a, out: assert_same(out, a["fast_memory"] // (a["kv_len"] + 2) or None), any_args=True)  # fmt: skip
-case("cost.tiled_io.flash_io_bound", tiled_io.flash_io_bound,
-     lambda r: {"q_len": 5, "kv_len": 7, "d_head": 3, "fast_memory": 11},
-     lambda a, out: assert_same(out, a["q_len"] * a["kv_len"] * a["d_head"] ** 2 /
-                                a["fast_memory"]), any_args=True)  # fmt: skip
+case(
+    "cost.tiled_io.tiled_attention_io",
+    tiled_io.tiled_attention_io,
+    lambda r: {
+        "q_len": int(r.integers(1, 20)),
+        "kv_len": int(r.integers(1, 20)),
+        "d_head": 3,
+        "blocks": (int(r.integers(1, 5)), int(r.integers(1, 5))),
+        "causal": True,
+    },
+    lambda a, out: assert_same(
+        out.reads, _io_loop(a["q_len"], a["kv_len"], a["d_head"], *a["blocks"], a["causal"])
+    ),
+)
+case(
+    "cost.tiled_io.naive_attention_io",
+    tiled_io.naive_attention_io,
+    lambda r: {"q_len": 6, "kv_len": 7, "d_head": 3, "blocks": (2, 8), "softmax_rows": None},
+    lambda a, out: assert_same(
+        out.total - tiled_io.tiled_attention_io(6, 7, 3, blocks=(2, 8)).total, 4 * 6 * 7 - 6
+    ),
+)
+case(
+    "cost.tiled_io.naive_softmax_rows",
+    tiled_io.naive_softmax_rows,
+    lambda r: {"kv_len": 6, "fast_memory": int(r.integers(1, 100))},
+    lambda a, out: assert_same(out, a["fast_memory"] // (a["kv_len"] + 2) or None),
+    any_args=True,
+)
+case(
+    "cost.tiled_io.flash_io_bound",
+    tiled_io.flash_io_bound,
+    lambda r: {"q_len": 5, "kv_len": 7, "d_head": 3, "fast_memory": 11},
+    lambda a, out: assert_same(out, a["q_len"] * a["kv_len"] * a["d_head"] ** 2 / a["fast_memory"]),
+    any_args=True,
+)
 
 
 def _check_runners(a, out):
@@ -712,33 +1346,98 @@ def _check_runners(a, out):
         _close(fn(), want, x, p.w_qkv, p.w_o)
 
 
-case("cost.timings.form_runners", timings.form_runners,
-     lambda r: {"params": _params(r).to_torch(), "x": torch.from_numpy(r.standard_normal((1, 3, 8)))},
-     _check_runners, gqa="refuse")  # fmt: skip
+case(
+    "cost.timings.form_runners",
+    timings.form_runners,
+    lambda r: {
+        "params": _params(r).to_torch(),
+        "x": torch.from_numpy(r.standard_normal((1, 3, 8))),
+    },
+    _check_runners,
+    gqa="refuse",
+)
 _TIMING = {"repeat": 1, "min_time": 1e-4, "seed": 0}
-case("cost.timings.time_forms", timings.time_forms,
-     lambda r: dict(_TIMING, batch_size=1, q_len=2, d_model=8, num_heads=2, threads=1,
-                    clock="wall"), run=False)  # fmt: skip
-case("cost.timings.time_form_rounds", timings.time_form_rounds,
-     lambda r: dict(_TIMING, batch_size=1, q_len=2, d_model=8, num_heads=2, clock="cpu"), run=False)  # fmt: skip
-case("cost.timings.trivial_op_time", timings.trivial_op_time,
-     lambda r: {"calls": 10, "repeat": 2, "clock": "cpu"}, run=False)  # fmt: skip
-case("cost.timings.projection_times", timings.projection_times,
-     lambda r: dict(_TIMING, q_len=2, d_model=8, num_heads=2, clock="cpu"), run=False)  # fmt: skip
-case("cost.timings.time_tiled", timings.time_tiled,
-     lambda r: dict(_TIMING, batch_size=1, q_len=4, d_model=8, num_heads=2, blocks=[(2, 2)],
-                    backward=False, attention=True, threads=1, dtype="float32", clock="cpu"),
-     run=False)  # fmt: skip
-case("cost.timings.fit_growth", timings.fit_growth,
-     lambda r: {"lengths": [1, 2, 4, 8], "seconds": [1 + 2 * s + 3 * s * s for s in (1, 2, 4, 8)],
-                "degree": 2},
-     lambda a, out: _close(out, np.array([1.0, 2.0, 3.0]), 64.0, terms=64))  # fmt: skip
-case("cost.timings.decode_times", timings.decode_times,
-     lambda r: {"model": tiny_model(), "context_lens": [2], "steps": 1, "repeat": 1,
-                "clock": "cpu", "seed": 0, "statistic": "median"}, run=False)  # fmt: skip
-case("cost.timings.cached_step_times", timings.cached_step_times,
-     lambda r: {"d_model": 8, "num_heads": 2, "kv_heads": [1], "kv_lens": [2], "rounds": 1,
-                "flush_bytes": 0, "clock": "cpu", "seed": 0}, run=False)  # fmt: skip
+case(
+    "cost.timings.time_forms",
+    timings.time_forms,
+    lambda r: dict(_TIMING, batch_size=1, q_len=2, d_model=8, num_heads=2, threads=1, clock="wall"),
+    run=False,
+)
+case(
+    "cost.timings.time_form_rounds",
+    timings.time_form_rounds,
+    lambda r: dict(_TIMING, batch_size=1, q_len=2, d_model=8, num_heads=2, clock="cpu"),
+    run=False,
+)
+case(
+    "cost.timings.trivial_op_time",
+    timings.trivial_op_time,
+    lambda r: {"calls": 10, "repeat": 2, "clock": "cpu"},
+    run=False,
+)
+case(
+    "cost.timings.projection_times",
+    timings.projection_times,
+    lambda r: dict(_TIMING, q_len=2, d_model=8, num_heads=2, clock="cpu"),
+    run=False,
+)
+case(
+    "cost.timings.time_tiled",
+    timings.time_tiled,
+    lambda r: dict(
+        _TIMING,
+        batch_size=1,
+        q_len=4,
+        d_model=8,
+        num_heads=2,
+        blocks=[(2, 2)],
+        backward=False,
+        attention=True,
+        threads=1,
+        dtype="float32",
+        clock="cpu",
+    ),
+    run=False,
+)
+case(
+    "cost.timings.fit_growth",
+    timings.fit_growth,
+    lambda r: {
+        "lengths": [1, 2, 4, 8],
+        "seconds": [1 + 2 * s + 3 * s * s for s in (1, 2, 4, 8)],
+        "degree": 2,
+    },
+    lambda a, out: _close(out, np.array([1.0, 2.0, 3.0]), 64.0, terms=64),
+)
+case(
+    "cost.timings.decode_times",
+    timings.decode_times,
+    lambda r: {
+        "model": tiny_model(),
+        "context_lens": [2],
+        "steps": 1,
+        "repeat": 1,
+        "clock": "cpu",
+        "seed": 0,
+        "statistic": "median",
+    },
+    run=False,
+)
+case(
+    "cost.timings.cached_step_times",
+    timings.cached_step_times,
+    lambda r: {
+        "d_model": 8,
+        "num_heads": 2,
+        "kv_heads": [1],
+        "kv_lens": [2],
+        "rounds": 1,
+        "flush_bytes": 0,
+        "clock": "cpu",
+        "seed": 0,
+    },
+    run=False,
+)
 
 # ---- detectors ----------------------------------------------------------------------------------
 
@@ -788,16 +1487,37 @@ def _duplicate_ref(w, tokens):
 _WORD_IDS = [None, 0, 0, 1, 2, None]
 
 
-case("detectors.circuits.value_norms", circuits.value_norms,
-     lambda r: {"x": r.standard_normal((2, 4, 8)), "params": _params(r, 8, 4)},
-     lambda a, out: _close(out[:, 1], np.linalg.norm(
-         (np.asarray(a["x"]) @ repeat_kv_heads(a["params"]).head(1)["w_v"]
-          + repeat_kv_heads(a["params"]).head(1)["b_v"]) @ a["params"].head(1)["w_o"], axis=-1),
-         a["x"], a["params"].w_qkv), any_args=True)  # fmt: skip
-case("detectors.circuits.value_weighted_attention", circuits.value_weighted_attention,
-     lambda r: {"weights": _weights(r, 2, 3, 4, 5), "norms": r.uniform(0.5, 2, (2, 3, 5))},
-     lambda a, out: _close(out, a["weights"] * a["norms"][:, :, None] / (
-         a["weights"] * a["norms"][:, :, None]).sum(-1, keepdims=True)), any_args=True)  # fmt: skip
+case(
+    "detectors.circuits.value_norms",
+    circuits.value_norms,
+    lambda r: {"x": r.standard_normal((2, 4, 8)), "params": _params(r, 8, 4)},
+    lambda a, out: _close(
+        out[:, 1],
+        np.linalg.norm(
+            (
+                np.asarray(a["x"]) @ repeat_kv_heads(a["params"]).head(1)["w_v"]
+                + repeat_kv_heads(a["params"]).head(1)["b_v"]
+            )
+            @ a["params"].head(1)["w_o"],
+            axis=-1,
+        ),
+        a["x"],
+        a["params"].w_qkv,
+    ),
+    any_args=True,
+)
+case(
+    "detectors.circuits.value_weighted_attention",
+    circuits.value_weighted_attention,
+    lambda r: {"weights": _weights(r, 2, 3, 4, 5), "norms": r.uniform(0.5, 2, (2, 3, 5))},
+    lambda a, out: _close(
+        out,
+        a["weights"]
+        * a["norms"][:, :, None]
+        / (a["weights"] * a["norms"][:, :, None]).sum(-1, keepdims=True),
+    ),
+    any_args=True,
+)
 
 
 def _check_terms(a, out):
@@ -810,9 +1530,13 @@ def _check_terms(a, out):
         _close(total, q @ np.swapaxes(k, -1, -2) / math.sqrt(p.d_head), x, p.w_qkv)
 
 
-case("detectors.circuits.score_terms", circuits.score_terms,
-     lambda r: {"x": r.standard_normal((2, 4, 8)), "params": _params(r, 8, 4)}, _check_terms,
-     any_args=True)  # fmt: skip
+case(
+    "detectors.circuits.score_terms",
+    circuits.score_terms,
+    lambda r: {"x": r.standard_normal((2, 4, 8)), "params": _params(r, 8, 4)},
+    _check_terms,
+    any_args=True,
+)
 
 
 def _check_copying(a, out):
@@ -822,24 +1546,48 @@ def _check_copying(a, out):
         _close(out[h], lam.sum().real / np.abs(lam).sum(), e, v, o, u, terms=64)
 
 
-case("detectors.circuits.copying_score", circuits.copying_score,
-     lambda r: {"w_e": r.standard_normal((6, 4)), "w_v": r.standard_normal((2, 4, 2)),
-                "w_o": r.standard_normal((2, 2, 4)), "w_u": r.standard_normal((4, 6))},
-     _check_copying, any_args=True)  # fmt: skip
+case(
+    "detectors.circuits.copying_score",
+    circuits.copying_score,
+    lambda r: {
+        "w_e": r.standard_normal((6, 4)),
+        "w_v": r.standard_normal((2, 4, 2)),
+        "w_o": r.standard_normal((2, 2, 4)),
+        "w_u": r.standard_normal((4, 6)),
+    },
+    _check_copying,
+    any_args=True,
+)
 for _name, _k in (("previous_token_score", -1), ("next_token_score", 1), ("self_score", 0)):
-    case(f"detectors.patterns.{_name}", getattr(patterns, _name), lambda r: {"weights": _w(r)},
-         lambda a, out, k=_k: _close(out, _mean_diag(a["weights"], k), a["weights"]), any_args=True)  # fmt: skip
-case("detectors.patterns.future_score", patterns.future_score, lambda r: {"weights": _w(r)},
-     lambda a, out: _close(out, np.triu(np.asarray(a["weights"], F64), 1).sum(-1).mean(-1),
-                           a["weights"]),
-     any_args=True)  # fmt: skip
-case("detectors.patterns.first_token_score", patterns.first_token_score,
-     lambda r: {"weights": _w(r)},
-     lambda a, out: _close(out, np.asarray(a["weights"], F64)[..., 0].mean(-1), a["weights"]),
-     any_args=True)  # fmt: skip
-case("detectors.patterns.token_class_score", patterns.token_class_score,
-     lambda r: {"weights": _w(r), "key_in_class": np.array([True, False, False, True, False])},
-     lambda a, out: _close(out, (np.asarray(a["weights"], F64)[..., [0, 3]]).sum(-1).mean(-1)))  # fmt: skip
+    case(
+        f"detectors.patterns.{_name}",
+        getattr(patterns, _name),
+        lambda r: {"weights": _w(r)},
+        lambda a, out, k=_k: _close(out, _mean_diag(a["weights"], k), a["weights"]),
+        any_args=True,
+    )
+case(
+    "detectors.patterns.future_score",
+    patterns.future_score,
+    lambda r: {"weights": _w(r)},
+    lambda a, out: _close(
+        out, np.triu(np.asarray(a["weights"], F64), 1).sum(-1).mean(-1), a["weights"]
+    ),
+    any_args=True,
+)
+case(
+    "detectors.patterns.first_token_score",
+    patterns.first_token_score,
+    lambda r: {"weights": _w(r)},
+    lambda a, out: _close(out, np.asarray(a["weights"], F64)[..., 0].mean(-1), a["weights"]),
+    any_args=True,
+)
+case(
+    "detectors.patterns.token_class_score",
+    patterns.token_class_score,
+    lambda r: {"weights": _w(r), "key_in_class": np.array([True, False, False, True, False])},
+    lambda a, out: _close(out, (np.asarray(a["weights"], F64)[..., [0, 3]]).sum(-1).mean(-1)),
+)
 
 
 def _broad_ref(a):
@@ -851,59 +1599,127 @@ def _broad_ref(a):
     return np.where(ok, h / np.log(np.maximum(n, 2)), 0).sum(-1) / ok.sum(-1)
 
 
-case("detectors.patterns.broadness_score", patterns.broadness_score,
-     lambda r: {"weights": patterns.uniform_attention(np.tril(np.ones((5, 5), bool)))[None]
-                .repeat(2, 0), "mask": np.tril(np.ones((5, 5), bool))},
-     lambda a, out: _close(out, _broad_ref(a), a["weights"]), any_args=True)  # fmt: skip
-case("detectors.patterns.arc_score", patterns.arc_score,
-     lambda r: {"weights": _w(r), "arcs": [(1, 0), (2, 4), (2, 1)]},
-     lambda a, out: _close(out, (np.asarray(a["weights"], F64)[..., 1, 0]
-                                 + np.asarray(a["weights"], F64)[..., 2, [4, 1]].sum(-1)) / 2))  # fmt: skip
-case("detectors.patterns.word_arcs_to_token_arcs", patterns.word_arcs_to_token_arcs,
-     lambda r: {"word_arcs": [(0, 1), (2, 1)], "word_ids": list(_WORD_IDS)},
-     lambda a, out: assert_same(out, [(1, 3), (2, 3), (4, 3)]))  # fmt: skip
-case("detectors.patterns.all_scores", patterns.all_scores,
-     lambda r: {"weights": _w(r), "key_in_class": None, "arcs": [(1, 0)], "mask": None},
-     lambda a, out: _close(out["arc"], np.asarray(a["weights"], F64)[..., 1, 0]))  # fmt: skip
-case("detectors.patterns.induction_targets", patterns.induction_targets,
-     lambda r: {"tokens": _tokens(r)},
-     lambda a, out: assert_same(out[0, 4, 1], True))  # fmt: skip
-case("detectors.patterns.induction_score", patterns.induction_score,
-     lambda r: {"weights": _w(r), "tokens": _tokens(r)},
-     lambda a, out: _close(out, _induction_ref(a["weights"], np.asarray(a["tokens"])),
-                           a["weights"]),
-     any_args=True)  # fmt: skip
-case("detectors.patterns.uniform_attention", patterns.uniform_attention,
-     lambda r: {"mask": np.tril(np.ones((4, 4), bool))},
-     lambda a, out: _close(out, np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]))  # fmt: skip
-case("detectors.patterns.uniform_baseline", patterns.uniform_baseline,
-     lambda r: {"mask": np.tril(np.ones((7, 7), bool)), "key_in_class": None, "arcs": None},
-     lambda a, out: _close(out["previous_token"], sum(1 / k for k in range(2, 8)) / 6))  # fmt: skip
-case("detectors.patterns.offset_attention", patterns.offset_attention,
-     lambda r: {"q_len": int(r.integers(1, 7)), "offset": int(r.integers(-2, 3))},
-     lambda a, out: assert_same(out, np.array([[1.0 * (j == (i + a["offset"] if 0 <= i + a["offset"]
-         < a["q_len"] else i)) for j in range(a["q_len"])] for i in range(a["q_len"])])),
-     any_args=True)  # fmt: skip
-case("detectors.patterns.word_attention", patterns.word_attention,
-     lambda r: {"weights": _weights(r, 2, 6, 6), "word_ids": list(_WORD_IDS)},
-     lambda a, out: _close(out[:, 0, 1], np.asarray(a["weights"], F64)[:, 1:3, 3].mean(-1)))  # fmt: skip
-case("detectors.patterns.head_accuracy", patterns.head_accuracy,
-     lambda r: {"word_weights": r.uniform(0, 1, (2, 3, 3)), "heads": [1, None, 1],
-                "direction": "dependent"},
-     lambda a, out: assert_same(out, np.mean([np.where(np.eye(3, dtype=bool), -1, a["word_weights"])[
-         :, [0, 2]].argmax(-1) == 1], axis=(0, 2))))  # fmt: skip
-case("detectors.patterns.offset_accuracy", patterns.offset_accuracy,
-     lambda r: {"heads": [1, None, 1, 2], "offset": int(r.integers(-2, 3))},
-     lambda a, out: assert_same(out, np.mean([i + a["offset"] == h for i, h in
-                                              enumerate(a["heads"]) if h is not None])))  # fmt: skip
-case("detectors.patterns.duplicate_targets", patterns.duplicate_targets,
-     lambda r: {"tokens": _tokens(r)},
-     lambda a, out: assert_same(out[0, 0, 4] and out[0, 4, 0] and not out[0, 0, 0], True))  # fmt: skip
-case("detectors.patterns.duplicate_token_score", patterns.duplicate_token_score,
-     lambda r: {"weights": _w(r), "tokens": _tokens(r)},
-     lambda a, out: _close(out, _duplicate_ref(a["weights"], np.asarray(a["tokens"])),
-                           a["weights"]),
-     any_args=True)  # fmt: skip
+case(
+    "detectors.patterns.broadness_score",
+    patterns.broadness_score,
+    lambda r: {
+        "weights": patterns.uniform_attention(np.tril(np.ones((5, 5), bool)))[None].repeat(2, 0),
+        "mask": np.tril(np.ones((5, 5), bool)),
+    },
+    lambda a, out: _close(out, _broad_ref(a), a["weights"]),
+    any_args=True,
+)
+case(
+    "detectors.patterns.arc_score",
+    patterns.arc_score,
+    lambda r: {"weights": _w(r), "arcs": [(1, 0), (2, 4), (2, 1)]},
+    lambda a, out: _close(
+        out,
+        (
+            np.asarray(a["weights"], F64)[..., 1, 0]
+            + np.asarray(a["weights"], F64)[..., 2, [4, 1]].sum(-1)
+        )
+        / 2,
+    ),
+)
+case(
+    "detectors.patterns.word_arcs_to_token_arcs",
+    patterns.word_arcs_to_token_arcs,
+    lambda r: {"word_arcs": [(0, 1), (2, 1)], "word_ids": list(_WORD_IDS)},
+    lambda a, out: assert_same(out, [(1, 3), (2, 3), (4, 3)]),
+)
+case(
+    "detectors.patterns.all_scores",
+    patterns.all_scores,
+    lambda r: {"weights": _w(r), "key_in_class": None, "arcs": [(1, 0)], "mask": None},
+    lambda a, out: _close(out["arc"], np.asarray(a["weights"], F64)[..., 1, 0]),
+)
+case(
+    "detectors.patterns.induction_targets",
+    patterns.induction_targets,
+    lambda r: {"tokens": _tokens(r)},
+    lambda a, out: assert_same(out[0, 4, 1], True),
+)
+case(
+    "detectors.patterns.induction_score",
+    patterns.induction_score,
+    lambda r: {"weights": _w(r), "tokens": _tokens(r)},
+    lambda a, out: _close(out, _induction_ref(a["weights"], np.asarray(a["tokens"])), a["weights"]),
+    any_args=True,
+)
+case(
+    "detectors.patterns.uniform_attention",
+    patterns.uniform_attention,
+    lambda r: {"mask": np.tril(np.ones((4, 4), bool))},
+    lambda a, out: _close(out, np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]),
+)
+case(
+    "detectors.patterns.uniform_baseline",
+    patterns.uniform_baseline,
+    lambda r: {"mask": np.tril(np.ones((7, 7), bool)), "key_in_class": None, "arcs": None},
+    lambda a, out: _close(out["previous_token"], sum(1 / k for k in range(2, 8)) / 6),
+)
+case(
+    "detectors.patterns.offset_attention",
+    patterns.offset_attention,
+    lambda r: {"q_len": int(r.integers(1, 7)), "offset": int(r.integers(-2, 3))},
+    lambda a, out: assert_same(
+        out,
+        np.array(
+            [
+                [
+                    1.0 * (j == (i + a["offset"] if 0 <= i + a["offset"] < a["q_len"] else i))
+                    for j in range(a["q_len"])
+                ]
+                for i in range(a["q_len"])
+            ]
+        ),
+    ),
+    any_args=True,
+)
+case(
+    "detectors.patterns.word_attention",
+    patterns.word_attention,
+    lambda r: {"weights": _weights(r, 2, 6, 6), "word_ids": list(_WORD_IDS)},
+    lambda a, out: _close(out[:, 0, 1], np.asarray(a["weights"], F64)[:, 1:3, 3].mean(-1)),
+)
+case(
+    "detectors.patterns.head_accuracy",
+    patterns.head_accuracy,
+    lambda r: {
+        "word_weights": r.uniform(0, 1, (2, 3, 3)),
+        "heads": [1, None, 1],
+        "direction": "dependent",
+    },
+    lambda a, out: assert_same(
+        out,
+        np.mean(
+            [np.where(np.eye(3, dtype=bool), -1, a["word_weights"])[:, [0, 2]].argmax(-1) == 1],
+            axis=(0, 2),
+        ),
+    ),
+)
+case(
+    "detectors.patterns.offset_accuracy",
+    patterns.offset_accuracy,
+    lambda r: {"heads": [1, None, 1, 2], "offset": int(r.integers(-2, 3))},
+    lambda a, out: assert_same(
+        out, np.mean([i + a["offset"] == h for i, h in enumerate(a["heads"]) if h is not None])
+    ),
+)
+case(
+    "detectors.patterns.duplicate_targets",
+    patterns.duplicate_targets,
+    lambda r: {"tokens": _tokens(r)},
+    lambda a, out: assert_same(out[0, 0, 4] and out[0, 4, 0] and not out[0, 0, 0], True),
+)
+case(
+    "detectors.patterns.duplicate_token_score",
+    patterns.duplicate_token_score,
+    lambda r: {"weights": _w(r), "tokens": _tokens(r)},
+    lambda a, out: _close(out, _duplicate_ref(a["weights"], np.asarray(a["tokens"])), a["weights"]),
+    any_args=True,
+)
 
 # ---- display ------------------------------------------------------------------------------------
 
@@ -919,85 +1735,214 @@ def _tile_trace(r):
     return trace
 
 
-case("display.diagrams.layer_edges", diagrams.layer_edges, lambda r: {"num_heads": 2},
-     lambda a, out: assert_same(len(out), 9 * a["num_heads"] + 1), any_args=True)  # fmt: skip
-case("display.diagrams.layer_diagram", diagrams.layer_diagram,
-     lambda r: {"num_heads": 2, "title": "t", "sizes": shapes.shape_sizes(1, 2, 3, 4, 2)},
-     lambda a, out: assert_same(out.layout.title.text, a["title"]))  # fmt: skip
-case("display.diagrams.weight_ownership", diagrams.weight_ownership,
-     lambda r: {"params": _params(r, 8, 2), "title": "t"},
-     lambda a, out: assert_same(out.layout.title.text, a["title"]), gqa="refuse")  # fmt: skip
-case("display.diagrams.tile_steps", diagrams.tile_steps,
-     lambda r: {"steps": _tile_trace(r), "q_len": 4, "kv_len": 4, "title": "t", "causal": True,
-                "acc_columns": 2},
-     lambda a, out: assert_same(len(out.layout.sliders[0].steps), len(a["steps"])))  # fmt: skip
-case("display.formatting.latex_matrix", formatting.latex_matrix,
-     lambda r: {"a": np.array([[1.0, 0.5], [2.0, -1.25]]), "digits": 2},
-     lambda a, out: assert_same(out, r"\begin{bmatrix} 1 & 0.50 \\ 2 & -1.25 \end{bmatrix}"))  # fmt: skip
-case("display.formatting.head_name", formatting.head_name,
-     lambda r: {"layer": int(r.integers(5)), "head": int(r.integers(5))},
-     lambda a, out: assert_same(out, f"{a['layer'] + 1}.{a['head'] + 1}"), any_args=True)  # fmt: skip
-case("display.formatting.markdown_table", formatting.markdown_table,
-     lambda r: {"columns": ["a", "b"], "rows": [(1, 2.5)], "formats": [None, "{:.2f}"]},
-     lambda a, out: assert_same(out, "| a | b |\n|---|---|\n| 1 | 2.50 |"))  # fmt: skip
-case("display.formatting.table", formatting.table,
-     lambda r: {"columns": ["a", "b"], "rows": [(1, 2)]},
-     lambda a, out: assert_same(out.data, "| a | b |\n|---|---|\n| 1 | 2 |"))  # fmt: skip
-case("display.formatting.error_message", formatting.error_message,
-     lambda r: {"fn": lambda: mha.init_params(3, 2), "expected": ValueError},
-     lambda a, out: assert_same(out, "```text\nValueError: num_heads must divide d_model; got "
-                                "d_model=3, num_heads=2\n```"))  # fmt: skip
-case("display.plotting.token_labels", plotting.token_labels,
-     lambda r: {"tokens": ["a", "b", "a"]},
-     lambda a, out: assert_same(out, ["0 a", "1 b", "2 a"]))  # fmt: skip
-case("display.plotting.legend_below", plotting.legend_below, lambda r: {"fig": go.Figure()},
-     lambda a, out: assert_same(out.layout.legend.orientation, "h"))  # fmt: skip
-_HEAT = {"title": "t", "queries": None, "keys": None, "value_name": "weight", "zmin": 0.0,
-         "zmax": 1.0, "colorscale": "Blues", "xaxis_title": "key", "yaxis_title": "query",
-         "height": None, "mask": None}  # fmt: skip
-case("display.plotting.attention_heatmap", plotting.attention_heatmap,
-     lambda r: dict(_HEAT, weights=_weights(r, 3, 4)),
-     lambda a, out: assert_same(_z(out), np.asarray(a["weights"], F64)))  # fmt: skip
-case("display.plotting.attention_grid", plotting.attention_grid,
-     lambda r: dict(_HEAT, weights=_weights(r, 3, 2, 4), titles=["a", "b", "c"], cols=2),
-     lambda a, out: assert_same(_z(out, 1), np.asarray(a["weights"], F64)[1]))  # fmt: skip
-case("display.plotting.head_slider", plotting.head_slider,
-     lambda r: {"weights": _weights(r, 3, 2, 4), "title": "t", "queries": None, "keys": None,
-                "head_names": None, "value_name": "weight", "colorscale": "Blues"},
-     lambda a, out: assert_same(_z(out, 2), np.asarray(a["weights"], F64)[2]))  # fmt: skip
-case("display.plotting.attention_panels", plotting.attention_panels,
-     lambda r: {"weights": [_weights(r, 2, 2), _weights(r, 2, 3)], "title": "t",
-                "titles": ["a", "b"], "queries": None, "keys": None, "value_name": "weight",
-                "zmin": 0.0, "zmax": 1.0, "colorscale": "Blues", "xaxis_titles": None,
-                "yaxis_titles": None, "height": None, "masks": None},
-     lambda a, out: assert_same(_z(out, 1), np.asarray(a["weights"][1], F64)))  # fmt: skip
-case("display.plotting.lines", plotting.lines,
-     lambda r: {"x": [1, 2, 4], "series": {"a": [1.0, 2.0, 3.0]}, "title": "t",
-                "xaxis_title": "x", "yaxis_title": "y", "log_x": False, "log_y": False,
-                "x_ticks": None, "dashed": (), "markers": True, "height": 420},
-     lambda a, out: assert_same(list(out.data[0].y), [1.0, 2.0, 3.0]))  # fmt: skip
-case("display.plotting.form_timings", plotting.form_timings,
-     lambda r: {"times": {(1, 8): {"fused": 1e-3}, (1, 16): {"fused": 2e-3}}, "title": "t"},
-     lambda a, out: assert_same(list(out.data[0].y), [1.0, 2.0]))  # fmt: skip
-case("display.plotting.head_pair_panels", plotting.head_pair_panels,
-     lambda r: {"panels": [r.uniform(0, 1, (3, 3))], "title": "t", "titles": ["a"],
-                "zranges": [(0.0, 1.0)], "colorscales": ["Blues"], "heads": None,
-                "value_names": None},
-     lambda a, out: assert_same(_z(out)[0, 1], a["panels"][0][0, 1]))  # fmt: skip
-case("display.shapes.shape_sizes", shapes.shape_sizes,
-     lambda r: {"batch_size": 2, "q_len": 3, "kv_len": 4, "d_model": 8, "num_heads": 4,
-                "num_kv_heads": 2},
-     lambda a, out: assert_same(out, {"B": 2, "L": 3, "S": 4, "D": 8, "H": 4, "Dh": 2, "H_kv": 2}))  # fmt: skip
-case("display.shapes.resolve_layout", shapes.resolve_layout,
-     lambda r: {"layout": "(B, 2H, L*S)", "sizes": {"B": 2, "H": 3, "L": 4, "S": 5}},
-     lambda a, out: assert_same(out, (2, 6, 20)))  # fmt: skip
-case("display.shapes.shape_rows", shapes.shape_rows,
-     lambda r: {"entries": {"x": ("(B, L)", np.zeros((2, 3)))}, "sizes": {"B": 2, "L": 4}},
-     lambda a, out: assert_same((out[0].expected, out[0].actual, out[0].matches),
-                                ((2, 4), (2, 3), False)))  # fmt: skip
-case("display.shapes.shape_table", shapes.shape_table,
-     lambda r: {"rows": [shapes.ShapeRow("x", "(B,)", (2,), (2,))]},
-     lambda a, out: assert_same(out.splitlines()[-1], "| x | `(B,)` | `(2,)` | `(2,)` | yes |"))  # fmt: skip
+case(
+    "display.diagrams.layer_edges",
+    diagrams.layer_edges,
+    lambda r: {"num_heads": 2},
+    lambda a, out: assert_same(len(out), 9 * a["num_heads"] + 1),
+    any_args=True,
+)
+case(
+    "display.diagrams.layer_diagram",
+    diagrams.layer_diagram,
+    lambda r: {"num_heads": 2, "title": "t", "sizes": shapes.shape_sizes(1, 2, 3, 4, 2)},
+    lambda a, out: assert_same(out.layout.title.text, a["title"]),
+)
+case(
+    "display.diagrams.weight_ownership",
+    diagrams.weight_ownership,
+    lambda r: {"params": _params(r, 8, 2), "title": "t"},
+    lambda a, out: assert_same(out.layout.title.text, a["title"]),
+    gqa="refuse",
+)
+case(
+    "display.diagrams.tile_steps",
+    diagrams.tile_steps,
+    lambda r: {
+        "steps": _tile_trace(r),
+        "q_len": 4,
+        "kv_len": 4,
+        "title": "t",
+        "causal": True,
+        "acc_columns": 2,
+    },
+    lambda a, out: assert_same(len(out.layout.sliders[0].steps), len(a["steps"])),
+)
+case(
+    "display.formatting.latex_matrix",
+    formatting.latex_matrix,
+    lambda r: {"a": np.array([[1.0, 0.5], [2.0, -1.25]]), "digits": 2},
+    lambda a, out: assert_same(out, r"\begin{bmatrix} 1 & 0.50 \\ 2 & -1.25 \end{bmatrix}"),
+)
+case(
+    "display.formatting.head_name",
+    formatting.head_name,
+    lambda r: {"layer": int(r.integers(5)), "head": int(r.integers(5))},
+    lambda a, out: assert_same(out, f"{a['layer'] + 1}.{a['head'] + 1}"),
+    any_args=True,
+)
+case(
+    "display.formatting.markdown_table",
+    formatting.markdown_table,
+    lambda r: {"columns": ["a", "b"], "rows": [(1, 2.5)], "formats": [None, "{:.2f}"]},
+    lambda a, out: assert_same(out, "| a | b |\n|---|---|\n| 1 | 2.50 |"),
+)
+case(
+    "display.formatting.table",
+    formatting.table,
+    lambda r: {"columns": ["a", "b"], "rows": [(1, 2)]},
+    lambda a, out: assert_same(out.data, "| a | b |\n|---|---|\n| 1 | 2 |"),
+)
+case(
+    "display.formatting.error_message",
+    formatting.error_message,
+    lambda r: {"fn": lambda: mha.init_params(3, 2), "expected": ValueError},
+    lambda a, out: assert_same(
+        out, "```text\nValueError: num_heads must divide d_model; got d_model=3, num_heads=2\n```"
+    ),
+)
+case(
+    "display.plotting.token_labels",
+    plotting.token_labels,
+    lambda r: {"tokens": ["a", "b", "a"]},
+    lambda a, out: assert_same(out, ["0 a", "1 b", "2 a"]),
+)
+case(
+    "display.plotting.legend_below",
+    plotting.legend_below,
+    lambda r: {"fig": go.Figure()},
+    lambda a, out: assert_same(out.layout.legend.orientation, "h"),
+)
+_HEAT = {
+    "title": "t",
+    "queries": None,
+    "keys": None,
+    "value_name": "weight",
+    "zmin": 0.0,
+    "zmax": 1.0,
+    "colorscale": "Blues",
+    "xaxis_title": "key",
+    "yaxis_title": "query",
+    "height": None,
+    "mask": None,
+}
+case(
+    "display.plotting.attention_heatmap",
+    plotting.attention_heatmap,
+    lambda r: dict(_HEAT, weights=_weights(r, 3, 4)),
+    lambda a, out: assert_same(_z(out), np.asarray(a["weights"], F64)),
+)
+case(
+    "display.plotting.attention_grid",
+    plotting.attention_grid,
+    lambda r: dict(_HEAT, weights=_weights(r, 3, 2, 4), titles=["a", "b", "c"], cols=2),
+    lambda a, out: assert_same(_z(out, 1), np.asarray(a["weights"], F64)[1]),
+)
+case(
+    "display.plotting.head_slider",
+    plotting.head_slider,
+    lambda r: {
+        "weights": _weights(r, 3, 2, 4),
+        "title": "t",
+        "queries": None,
+        "keys": None,
+        "head_names": None,
+        "value_name": "weight",
+        "colorscale": "Blues",
+    },
+    lambda a, out: assert_same(_z(out, 2), np.asarray(a["weights"], F64)[2]),
+)
+case(
+    "display.plotting.attention_panels",
+    plotting.attention_panels,
+    lambda r: {
+        "weights": [_weights(r, 2, 2), _weights(r, 2, 3)],
+        "title": "t",
+        "titles": ["a", "b"],
+        "queries": None,
+        "keys": None,
+        "value_name": "weight",
+        "zmin": 0.0,
+        "zmax": 1.0,
+        "colorscale": "Blues",
+        "xaxis_titles": None,
+        "yaxis_titles": None,
+        "height": None,
+        "masks": None,
+    },
+    lambda a, out: assert_same(_z(out, 1), np.asarray(a["weights"][1], F64)),
+)
+case(
+    "display.plotting.lines",
+    plotting.lines,
+    lambda r: {
+        "x": [1, 2, 4],
+        "series": {"a": [1.0, 2.0, 3.0]},
+        "title": "t",
+        "xaxis_title": "x",
+        "yaxis_title": "y",
+        "log_x": False,
+        "log_y": False,
+        "x_ticks": None,
+        "dashed": (),
+        "markers": True,
+        "height": 420,
+    },
+    lambda a, out: assert_same(list(out.data[0].y), [1.0, 2.0, 3.0]),
+)
+case(
+    "display.plotting.form_timings",
+    plotting.form_timings,
+    lambda r: {"times": {(1, 8): {"fused": 1e-3}, (1, 16): {"fused": 2e-3}}, "title": "t"},
+    lambda a, out: assert_same(list(out.data[0].y), [1.0, 2.0]),
+)
+case(
+    "display.plotting.head_pair_panels",
+    plotting.head_pair_panels,
+    lambda r: {
+        "panels": [r.uniform(0, 1, (3, 3))],
+        "title": "t",
+        "titles": ["a"],
+        "zranges": [(0.0, 1.0)],
+        "colorscales": ["Blues"],
+        "heads": None,
+        "value_names": None,
+    },
+    lambda a, out: assert_same(_z(out)[0, 1], a["panels"][0][0, 1]),
+)
+case(
+    "display.shapes.shape_sizes",
+    shapes.shape_sizes,
+    lambda r: {
+        "batch_size": 2,
+        "q_len": 3,
+        "kv_len": 4,
+        "d_model": 8,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+    },
+    lambda a, out: assert_same(out, {"B": 2, "L": 3, "S": 4, "D": 8, "H": 4, "Dh": 2, "H_kv": 2}),
+)
+case(
+    "display.shapes.resolve_layout",
+    shapes.resolve_layout,
+    lambda r: {"layout": "(B, 2H, L*S)", "sizes": {"B": 2, "H": 3, "L": 4, "S": 5}},
+    lambda a, out: assert_same(out, (2, 6, 20)),
+)
+case(
+    "display.shapes.shape_rows",
+    shapes.shape_rows,
+    lambda r: {"entries": {"x": ("(B, L)", np.zeros((2, 3)))}, "sizes": {"B": 2, "L": 4}},
+    lambda a, out: assert_same(
+        (out[0].expected, out[0].actual, out[0].matches), ((2, 4), (2, 3), False)
+    ),
+)
+case(
+    "display.shapes.shape_table",
+    shapes.shape_table,
+    lambda r: {"rows": [shapes.ShapeRow("x", "(B,)", (2,), (2,))]},
+    lambda a, out: assert_same(out.splitlines()[-1], "| x | `(B,)` | `(2,)` | `(2,)` | yes |"),
+)
 
 # ---- models -------------------------------------------------------------------------------------
 
@@ -1034,83 +1979,188 @@ def _caches_state(a):
     return [(c.length, c.max_abs) for c in caches if isinstance(c, kv_cache.KVCache)]
 
 
-case("models.attention_only.gated_params", attention_only.gated_params,
-     lambda r: {"params": _params(r, 8, 2).to_torch(), "gate": torch.tensor([0.5, 2.0])},
-     lambda a, out: assert_same(out.w_o, a["params"].w_o if a["gate"] is None else a["params"].w_o
-                                * a["gate"].double().repeat_interleave(a["params"].d_head)[:, None]),
-     gqa="check", nan_params="either", any_args=True)  # fmt: skip
-case("models.attention_only.head_contributions", attention_only.head_contributions,
-     lambda r: {"x": torch.from_numpy(r.standard_normal((2, 3, 8))),
-                "params": _params(r, 8, 4).to_torch(), "mask": torch_backend.causal_mask(3)},
-     lambda a, out: _close(out.sum(1) + a["params"].b_o, torch_backend.multi_head_attention(
-         a["x"], a["x"], a["x"], a["params"], a["mask"])[0], a["x"], a["params"].w_qkv),
-     any_args=True)  # fmt: skip
-case("models.attention_only.AttentionOnlyTransformer", attention_only.AttentionOnlyTransformer,
-     lambda r: {"vocab_size": 10, "max_len": 8, "d_model": 8, "num_heads": 4, "num_layers": 2,
-                "num_kv_heads": 2, "seed": 3, "dtype": torch.float64},
-     lambda a, out: assert_same((out.vocab_size, out.max_len, out.num_layers, out.num_kv_heads),
-                                (a["vocab_size"], a["max_len"], a["num_layers"],
-                                 a["num_kv_heads"] or a["num_heads"])), any_args=True)  # fmt: skip
-case("models.attention_only.AttentionOnlyTransformer.new_caches",
-     attention_only.AttentionOnlyTransformer.new_caches,
-     lambda r: {"self": tiny_model(), "batch_size": 2, "capacity": 5},
-     lambda a, out: assert_same([(c.batch_size, c.capacity) for c in out],
-                                [(a["batch_size"], a["capacity"] or 8)] * 2), any_args=True)  # fmt: skip
-case("models.attention_only.AttentionOnlyTransformer.residual_stream",
-     attention_only.AttentionOnlyTransformer.residual_stream,
-     lambda r: {"self": tiny_model(), "tokens": _TOKENS, "gates": None},
-     lambda a, out: assert_same((out[-1] @ a["self"].unembed).detach(),
-                                _by_hand(a["self"], a["tokens"].long()).detach(),
-                                _model_tol(a["self"])), any_args=True)  # fmt: skip
-case("models.attention_only.AttentionOnlyTransformer.forward",
-     attention_only.AttentionOnlyTransformer.forward,
-     lambda r: {"self": tiny_model(), "tokens": _TOKENS, "gates": torch.tensor([[1.0, 0.0],
-                [0.5, 1.0]], dtype=torch.float64), "need_weights": False,
-                "caches": tiny_model().new_caches(2)},
-     _check_forward, any_args=True, state=_caches_state)  # fmt: skip
-case("models.attention_only.layer_seed", attention_only.layer_seed,
-     lambda r: {"seed": int(r.integers(100)), "layer": int(r.integers(5))},
-     lambda a, out: assert_same(out, int(np.random.SeedSequence([a["seed"], a["layer"]])
-                                         .generate_state(1)[0])), any_args=True)  # fmt: skip
+case(
+    "models.attention_only.gated_params",
+    attention_only.gated_params,
+    lambda r: {"params": _params(r, 8, 2).to_torch(), "gate": torch.tensor([0.5, 2.0])},
+    lambda a, out: assert_same(
+        out.w_o,
+        a["params"].w_o
+        if a["gate"] is None
+        else a["params"].w_o * a["gate"].double().repeat_interleave(a["params"].d_head)[:, None],
+    ),
+    gqa="check",
+    nan_params="either",
+    any_args=True,
+)
+case(
+    "models.attention_only.head_contributions",
+    attention_only.head_contributions,
+    lambda r: {
+        "x": torch.from_numpy(r.standard_normal((2, 3, 8))),
+        "params": _params(r, 8, 4).to_torch(),
+        "mask": torch_backend.causal_mask(3),
+    },
+    lambda a, out: _close(
+        out.sum(1) + a["params"].b_o,
+        torch_backend.multi_head_attention(a["x"], a["x"], a["x"], a["params"], a["mask"])[0],
+        a["x"],
+        a["params"].w_qkv,
+    ),
+    any_args=True,
+)
+case(
+    "models.attention_only.AttentionOnlyTransformer",
+    attention_only.AttentionOnlyTransformer,
+    lambda r: {
+        "vocab_size": 10,
+        "max_len": 8,
+        "d_model": 8,
+        "num_heads": 4,
+        "num_layers": 2,
+        "num_kv_heads": 2,
+        "seed": 3,
+        "dtype": torch.float64,
+    },
+    lambda a, out: assert_same(
+        (out.vocab_size, out.max_len, out.num_layers, out.num_kv_heads),
+        (a["vocab_size"], a["max_len"], a["num_layers"], a["num_kv_heads"] or a["num_heads"]),
+    ),
+    any_args=True,
+)
+case(
+    "models.attention_only.AttentionOnlyTransformer.new_caches",
+    attention_only.AttentionOnlyTransformer.new_caches,
+    lambda r: {"self": tiny_model(), "batch_size": 2, "capacity": 5},
+    lambda a, out: assert_same(
+        [(c.batch_size, c.capacity) for c in out], [(a["batch_size"], a["capacity"] or 8)] * 2
+    ),
+    any_args=True,
+)
+case(
+    "models.attention_only.AttentionOnlyTransformer.residual_stream",
+    attention_only.AttentionOnlyTransformer.residual_stream,
+    lambda r: {"self": tiny_model(), "tokens": _TOKENS, "gates": None},
+    lambda a, out: assert_same(
+        (out[-1] @ a["self"].unembed).detach(),
+        _by_hand(a["self"], a["tokens"].long()).detach(),
+        _model_tol(a["self"]),
+    ),
+    any_args=True,
+)
+case(
+    "models.attention_only.AttentionOnlyTransformer.forward",
+    attention_only.AttentionOnlyTransformer.forward,
+    lambda r: {
+        "self": tiny_model(),
+        "tokens": _TOKENS,
+        "gates": torch.tensor([[1.0, 0.0], [0.5, 1.0]], dtype=torch.float64),
+        "need_weights": False,
+        "caches": tiny_model().new_caches(2),
+    },
+    _check_forward,
+    any_args=True,
+    state=_caches_state,
+)
+case(
+    "models.attention_only.layer_seed",
+    attention_only.layer_seed,
+    lambda r: {"seed": int(r.integers(100)), "layer": int(r.integers(5))},
+    lambda a, out: assert_same(
+        out, int(np.random.SeedSequence([a["seed"], a["layer"]]).generate_state(1)[0])
+    ),
+    any_args=True,
+)
 
 
 def _loss_ref(a, out):
     lp = torch.log_softmax(a["logits"].double(), -1)
     t, w = a["tokens"].long(), a["where"]
-    vals = [-lp[b, i, t[b, i + 1]] for b in range(t.shape[0]) for i in range(t.shape[1] - 1)
-            if w is None or bool(w[b, i])]  # fmt: skip
+    vals = [
+        -lp[b, i, t[b, i + 1]]
+        for b in range(t.shape[0])
+        for i in range(t.shape[1] - 1)
+        if w is None or bool(w[b, i])
+    ]
     _close(out.detach(), torch.stack(vals).mean(), a["logits"])
 
 
-case("models.attention_only.next_token_loss", attention_only.next_token_loss,
-     lambda r: {"logits": torch.from_numpy(r.standard_normal((2, 4, 5))),
-                "tokens": torch.from_numpy(r.integers(0, 5, (2, 4))),
-                "where": torch.from_numpy(r.random((2, 4)) < 0.5) | torch.eye(2, 4, dtype=bool)},
-     _loss_ref, any_args=True)  # fmt: skip
-case("models.examples.worked_example", examples.worked_example, lambda r: {},
-     lambda a, out: assert_same((out[0].shape, out[1].num_heads), ((1, 3, 4), 2)))  # fmt: skip
-case("models.examples.two_target_shares", examples.two_target_shares,
-     lambda r: {"weights": _weights(r, 2, 5, 5)},
-     lambda a, out: assert_same(out, (a["weights"][0, [2, 3, 4], [1, 2, 3]],
-                                      a["weights"][-1, [2, 3, 4], 0])))  # fmt: skip
-case("models.examples.fit_two_targets", examples.fit_two_targets,
-     lambda r: {"num_heads": 2, "seed": 0, "q_len": 4, "d_model": 4, "steps": 2},
-     lambda a, out: _close(out.weights.sum(-1), np.ones((a["num_heads"], a["q_len"]))))  # fmt: skip
-case("models.examples.two_output_task", examples.two_output_task,
-     lambda r: {"seed": int(r.integers(5)), "num_sentences": 3, "q_len": 4, "d_model": 8},
-     lambda a, out: _close(out[1][:, 0, :4], out[0][:, 1, :4] @ out[2], out[0], out[2]),
-     any_args=True)  # fmt: skip
-case("models.examples.fit_two_outputs", examples.fit_two_outputs,
-     lambda r: {"num_heads": 2, "seed": 0, "num_sentences": 4, "held_out": 3, "q_len": 3,
-                "d_model": 6, "steps": 2},
-     lambda a, out: assert_same(0 <= out.fixed_weight_floor <= 0.5, True))  # fmt: skip
-case("models.examples.residual_stack", examples.residual_stack,
-     lambda r: {"x": r.standard_normal((1, 3, 8)), "num_blocks": 2, "num_heads": 2, "seed": 0,
-                "norm_first": True},
-     lambda a, out: assert_same(out[1], np_backend.attention_block(
-         a["x"], init_params(8, a["num_heads"], seed=100 * a["seed"], dtype=a["x"].dtype),
-         norm_first=True)[0]) if a["num_blocks"] else assert_same(out, [a["x"]]),
-     any_args=True)  # fmt: skip
+case(
+    "models.attention_only.next_token_loss",
+    attention_only.next_token_loss,
+    lambda r: {
+        "logits": torch.from_numpy(r.standard_normal((2, 4, 5))),
+        "tokens": torch.from_numpy(r.integers(0, 5, (2, 4))),
+        "where": torch.from_numpy(r.random((2, 4)) < 0.5) | torch.eye(2, 4, dtype=bool),
+    },
+    _loss_ref,
+    any_args=True,
+)
+case(
+    "models.examples.worked_example",
+    examples.worked_example,
+    lambda r: {},
+    lambda a, out: assert_same((out[0].shape, out[1].num_heads), ((1, 3, 4), 2)),
+)
+case(
+    "models.examples.two_target_shares",
+    examples.two_target_shares,
+    lambda r: {"weights": _weights(r, 2, 5, 5)},
+    lambda a, out: assert_same(
+        out, (a["weights"][0, [2, 3, 4], [1, 2, 3]], a["weights"][-1, [2, 3, 4], 0])
+    ),
+)
+case(
+    "models.examples.fit_two_targets",
+    examples.fit_two_targets,
+    lambda r: {"num_heads": 2, "seed": 0, "q_len": 4, "d_model": 4, "steps": 2},
+    lambda a, out: _close(out.weights.sum(-1), np.ones((a["num_heads"], a["q_len"]))),
+)
+case(
+    "models.examples.two_output_task",
+    examples.two_output_task,
+    lambda r: {"seed": int(r.integers(5)), "num_sentences": 3, "q_len": 4, "d_model": 8},
+    lambda a, out: _close(out[1][:, 0, :4], out[0][:, 1, :4] @ out[2], out[0], out[2]),
+    any_args=True,
+)
+case(
+    "models.examples.fit_two_outputs",
+    examples.fit_two_outputs,
+    lambda r: {
+        "num_heads": 2,
+        "seed": 0,
+        "num_sentences": 4,
+        "held_out": 3,
+        "q_len": 3,
+        "d_model": 6,
+        "steps": 2,
+    },
+    lambda a, out: assert_same(0 <= out.fixed_weight_floor <= 0.5, True),
+)
+case(
+    "models.examples.residual_stack",
+    examples.residual_stack,
+    lambda r: {
+        "x": r.standard_normal((1, 3, 8)),
+        "num_blocks": 2,
+        "num_heads": 2,
+        "seed": 0,
+        "norm_first": True,
+    },
+    lambda a, out: (
+        assert_same(
+            out[1],
+            np_backend.attention_block(
+                a["x"],
+                init_params(8, a["num_heads"], seed=100 * a["seed"], dtype=a["x"].dtype),
+                norm_first=True,
+            )[0],
+        )
+        if a["num_blocks"]
+        else assert_same(out, [a["x"]])
+    ),
+    any_args=True,
+)
 
 
 @functools.cache
@@ -1121,24 +2171,47 @@ def _small_file() -> Path:
 
 
 _ONE = torch.tensor([[101, 7592, 2088, 102]])
-case("models.minilm.model_dir", minilm.model_dir, lambda r: {"package": minilm.PACKAGE},
-     lambda a, out: assert_same((out / "model.safetensors").is_file(), True),
-     documented=(ModuleNotFoundError,))  # fmt: skip
-case("models.minilm.sha256_of", minilm.sha256_of, lambda r: {"path": _small_file()},
-     lambda a, out: assert_same(out, hashlib.sha256(b"mha" * 1000).hexdigest()), any_args=True)  # fmt: skip
-case("models.minilm.bert_attention_params", minilm.bert_attention_params,
-     lambda r: {"state": minilm_state(), "layer": int(r.integers(6)), "num_heads": 12},
-     lambda a, out: assert_same(out.w_q.numpy(), a["state"][
-         f"encoder.layer.{a['layer']}.attention.self.query.weight"].T), fixed=("state",))  # fmt: skip
-case("models.minilm.BertLayer.to", minilm.BertLayer.to,
-     lambda r: {"self": minilm_model().layers[0], "dtype": torch.float64},
-     lambda a, out: assert_same(out.w_1, a["self"].w_1.double()))  # fmt: skip
-case("models.minilm.MiniLM.tokenize", minilm.MiniLM.tokenize,
-     lambda r: {"self": minilm_model(), "texts": ["hello world", "a"]},
-     lambda a, out: assert_same(out[2][0], ["[CLS]", "hello", "world", "[SEP]"]))  # fmt: skip
-case("models.minilm.MiniLM.word_ids", minilm.MiniLM.word_ids,
-     lambda r: {"self": minilm_model(), "text": "hello world"},
-     lambda a, out: assert_same(out, [None, 0, 1, None]))  # fmt: skip
+case(
+    "models.minilm.model_dir",
+    minilm.model_dir,
+    lambda r: {"package": minilm.PACKAGE},
+    lambda a, out: assert_same((out / "model.safetensors").is_file(), True),
+    documented=(ModuleNotFoundError,),
+)
+case(
+    "models.minilm.sha256_of",
+    minilm.sha256_of,
+    lambda r: {"path": _small_file()},
+    lambda a, out: assert_same(out, hashlib.sha256(b"mha" * 1000).hexdigest()),
+    any_args=True,
+)
+case(
+    "models.minilm.bert_attention_params",
+    minilm.bert_attention_params,
+    lambda r: {"state": minilm_state(), "layer": int(r.integers(6)), "num_heads": 12},
+    lambda a, out: assert_same(
+        out.w_q.numpy(), a["state"][f"encoder.layer.{a['layer']}.attention.self.query.weight"].T
+    ),
+    fixed=("state",),
+)
+case(
+    "models.minilm.BertLayer.to",
+    minilm.BertLayer.to,
+    lambda r: {"self": minilm_model().layers[0], "dtype": torch.float64},
+    lambda a, out: assert_same(out.w_1, a["self"].w_1.double()),
+)
+case(
+    "models.minilm.MiniLM.tokenize",
+    minilm.MiniLM.tokenize,
+    lambda r: {"self": minilm_model(), "texts": ["hello world", "a"]},
+    lambda a, out: assert_same(out[2][0], ["[CLS]", "hello", "world", "[SEP]"]),
+)
+case(
+    "models.minilm.MiniLM.word_ids",
+    minilm.MiniLM.word_ids,
+    lambda r: {"self": minilm_model(), "text": "hello world"},
+    lambda a, out: assert_same(out, [None, 0, 1, None]),
+)
 
 
 def _check_minilm_forward(a, out):
@@ -1155,31 +2228,61 @@ def _check_minilm_forward(a, out):
     _close(out.hidden_states[0], x, 10.0)
 
 
-case("models.minilm.MiniLM.forward", minilm.MiniLM.forward,
-     lambda r: {"self": minilm_model(), "input_ids": _ONE,
-                "attention_mask": torch.tensor([[True, True, True, False]]),
-                "token_type_ids": torch.tensor([[0, 0, 1, 1]])},
-     _check_minilm_forward, any_args=True)  # fmt: skip
-case("models.minilm.MiniLM.run", minilm.MiniLM.run,
-     lambda r: {"self": minilm_model(), "texts": "hello world"},
-     lambda a, out: assert_same(out[0].attentions[0].shape, (1, 12, 4, 4)))  # fmt: skip
-case("models.minilm.MiniLM.attention_weights", minilm.MiniLM.attention_weights,
-     lambda r: {"self": minilm_model(), "text": "hello world"},
-     lambda a, out: assert_same(out[1].sum(-1), np.ones((6, 12, 4)), _tol32(4)))  # fmt: skip
-case("models.minilm.MiniLM.sentence_embeddings", minilm.MiniLM.sentence_embeddings,
-     lambda r: {"self": minilm_model(), "texts": ["a cat", "two dogs"]},
-     lambda a, out: assert_same(out.norm(dim=-1), torch.ones(2), _tol32(384)))  # fmt: skip
-case("models.minilm.MiniLM.with_kv_heads", minilm.MiniLM.with_kv_heads,
-     lambda r: {"self": minilm_model(), "num_kv_heads": int(r.choice([1, 3, 6]))},
-     lambda a, out: assert_same(out.layers[0].attn.num_kv_heads, a["num_kv_heads"]),
-     any_args=True)  # fmt: skip
-case("models.minilm.MiniLM.attention_params", minilm.MiniLM.attention_params,
-     lambda r: {"self": minilm_model(), "layer": int(r.integers(6))},
-     lambda a, out: assert_same(out.w_o, a["self"].layers[a["layer"]].attn.w_o.double().numpy()),
-     any_args=True)  # fmt: skip
-case("models.minilm.load_minilm", minilm.load_minilm,
-     lambda r: {"dtype": torch.float32, "weights_path": None, "package": minilm.PACKAGE,
-                "check_hash": False}, run=False)  # fmt: skip
+case(
+    "models.minilm.MiniLM.forward",
+    minilm.MiniLM.forward,
+    lambda r: {
+        "self": minilm_model(),
+        "input_ids": _ONE,
+        "attention_mask": torch.tensor([[True, True, True, False]]),
+        "token_type_ids": torch.tensor([[0, 0, 1, 1]]),
+    },
+    _check_minilm_forward,
+    any_args=True,
+)
+case(
+    "models.minilm.MiniLM.run",
+    minilm.MiniLM.run,
+    lambda r: {"self": minilm_model(), "texts": "hello world"},
+    lambda a, out: assert_same(out[0].attentions[0].shape, (1, 12, 4, 4)),
+)
+case(
+    "models.minilm.MiniLM.attention_weights",
+    minilm.MiniLM.attention_weights,
+    lambda r: {"self": minilm_model(), "text": "hello world"},
+    lambda a, out: assert_same(out[1].sum(-1), np.ones((6, 12, 4)), _tol32(4)),
+)
+case(
+    "models.minilm.MiniLM.sentence_embeddings",
+    minilm.MiniLM.sentence_embeddings,
+    lambda r: {"self": minilm_model(), "texts": ["a cat", "two dogs"]},
+    lambda a, out: assert_same(out.norm(dim=-1), torch.ones(2), _tol32(384)),
+)
+case(
+    "models.minilm.MiniLM.with_kv_heads",
+    minilm.MiniLM.with_kv_heads,
+    lambda r: {"self": minilm_model(), "num_kv_heads": int(r.choice([1, 3, 6]))},
+    lambda a, out: assert_same(out.layers[0].attn.num_kv_heads, a["num_kv_heads"]),
+    any_args=True,
+)
+case(
+    "models.minilm.MiniLM.attention_params",
+    minilm.MiniLM.attention_params,
+    lambda r: {"self": minilm_model(), "layer": int(r.integers(6))},
+    lambda a, out: assert_same(out.w_o, a["self"].layers[a["layer"]].attn.w_o.double().numpy()),
+    any_args=True,
+)
+case(
+    "models.minilm.load_minilm",
+    minilm.load_minilm,
+    lambda r: {
+        "dtype": torch.float32,
+        "weights_path": None,
+        "package": minilm.PACKAGE,
+        "check_hash": False,
+    },
+    run=False,
+)
 
 
 def _sentence(r):
@@ -1192,46 +2295,105 @@ def _sentence(r):
     }
 
 
-case("models.minilm_heads.sentence_scores", minilm_heads.sentence_scores, _sentence,
-     lambda a, out: _close(out["dep_to_head"], patterns.arc_score(a["weights"], [(1, 3), (2, 3),
-                           (4, 3)])))  # fmt: skip
-case("models.minilm_heads.offset_baselines", minilm_heads.offset_baselines,
-     lambda r: {"word_ids": list(_WORD_IDS), "word_heads": [1, None, 1], "offsets": (-1, 1)},
-     lambda a, out: assert_same(out["dep_to_head_accuracy"], np.array([0.5, 0.5])))  # fmt: skip
-case("models.minilm_heads.held_out_comparison", minilm_heads.held_out_comparison,
-     lambda r: {"head_scores": r.uniform(0, 1, (4, 2, 3)), "offset_scores": r.uniform(0, 1, (4, 2)),
-                "pick": np.array([True, False, True, False])},
-     lambda a, out: assert_same(out["head_score"], float(np.asarray(a["head_scores"])[[1, 3]][
-         (slice(None), *out["head"])].mean())))  # fmt: skip
-case("models.minilm_heads.pair_attention_weights", minilm_heads.pair_attention_weights,
-     lambda r: {"model": minilm_model(), "first": "a cat", "second": "sat"},
-     lambda a, out: assert_same(out[0], ["[CLS]", "a", "cat", "[SEP]", "sat", "[SEP]"]),
-     fixed=("model",))  # fmt: skip
-case("models.minilm_heads.repeated_random_ids", minilm_heads.repeated_random_ids,
-     lambda r: {"model": minilm_model(), "num_sequences": 2, "length": 3, "seed": 0},
-     lambda a, out: assert_same(out[:, 1:4], out[:, 4:7]), fixed=("model",), any_args=True)  # fmt: skip
-case("models.minilm_heads.repeated_token_scores", minilm_heads.repeated_token_scores,
-     lambda r: {"model": minilm_model(), "num_sequences": 2, "length": 3, "seed": 0},
-     lambda a, out: assert_same(out["induction"].shape, (6, 12)), fixed=("model",))  # fmt: skip
-case("models.minilm_onnx.AttentionGraph", minilm_onnx.AttentionGraph,
-     lambda r: {"model": minilm_model()}, lambda a, out: assert_same(out.model, a["model"]),
-     fixed=())  # fmt: skip
-case("models.minilm_onnx.AttentionGraph.forward", minilm_onnx.AttentionGraph.forward,
-     lambda r: {"self": minilm_onnx.AttentionGraph(minilm_model()), "input_ids": _ONE},
-     lambda a, out: assert_same(out[0].shape, (6, 12, 4, 4)))  # fmt: skip
-case("models.minilm_onnx.export_attention_onnx", minilm_onnx.export_attention_onnx,
-     lambda r: {"path": "x.onnx", "model": minilm_model()}, run=False, fixed=("model",))  # fmt: skip
-case("models.minilm_onnx.quantize_weights", minilm_onnx.quantize_weights,
-     lambda r: {"source": "x.onnx", "target": "y.onnx"}, run=False)  # fmt: skip
-case("models.minilm_onnx.cache_key", minilm_onnx.cache_key, lambda r: {},
-     lambda a, out: assert_same(len(out), 64))  # fmt: skip
-case("models.minilm_onnx.build_cached", minilm_onnx.build_cached,
-     lambda r: {"out_dir": "out", "cache_dir": "cache"}, run=False)  # fmt: skip
-case("models.minilm_onnx.reference_views", minilm_onnx.reference_views,
-     lambda r: {"model": minilm_model(), "text": "hello world"},
-     lambda a, out: assert_same(out["tokens"], ["[CLS]", "hello", "world", "[SEP]"]))  # fmt: skip
-case("models.minilm_onnx.run_onnx", minilm_onnx.run_onnx,
-     lambda r: {"path": "x.onnx", "input_ids": _ONE.numpy()}, run=False)  # fmt: skip
+case(
+    "models.minilm_heads.sentence_scores",
+    minilm_heads.sentence_scores,
+    _sentence,
+    lambda a, out: _close(
+        out["dep_to_head"], patterns.arc_score(a["weights"], [(1, 3), (2, 3), (4, 3)])
+    ),
+)
+case(
+    "models.minilm_heads.offset_baselines",
+    minilm_heads.offset_baselines,
+    lambda r: {"word_ids": list(_WORD_IDS), "word_heads": [1, None, 1], "offsets": (-1, 1)},
+    lambda a, out: assert_same(out["dep_to_head_accuracy"], np.array([0.5, 0.5])),
+)
+case(
+    "models.minilm_heads.held_out_comparison",
+    minilm_heads.held_out_comparison,
+    lambda r: {
+        "head_scores": r.uniform(0, 1, (4, 2, 3)),
+        "offset_scores": r.uniform(0, 1, (4, 2)),
+        "pick": np.array([True, False, True, False]),
+    },
+    lambda a, out: assert_same(
+        out["head_score"],
+        float(np.asarray(a["head_scores"])[[1, 3]][(slice(None), *out["head"])].mean()),
+    ),
+)
+case(
+    "models.minilm_heads.pair_attention_weights",
+    minilm_heads.pair_attention_weights,
+    lambda r: {"model": minilm_model(), "first": "a cat", "second": "sat"},
+    lambda a, out: assert_same(out[0], ["[CLS]", "a", "cat", "[SEP]", "sat", "[SEP]"]),
+    fixed=("model",),
+)
+case(
+    "models.minilm_heads.repeated_random_ids",
+    minilm_heads.repeated_random_ids,
+    lambda r: {"model": minilm_model(), "num_sequences": 2, "length": 3, "seed": 0},
+    lambda a, out: assert_same(out[:, 1:4], out[:, 4:7]),
+    fixed=("model",),
+    any_args=True,
+)
+case(
+    "models.minilm_heads.repeated_token_scores",
+    minilm_heads.repeated_token_scores,
+    lambda r: {"model": minilm_model(), "num_sequences": 2, "length": 3, "seed": 0},
+    lambda a, out: assert_same(out["induction"].shape, (6, 12)),
+    fixed=("model",),
+)
+case(
+    "models.minilm_onnx.AttentionGraph",
+    minilm_onnx.AttentionGraph,
+    lambda r: {"model": minilm_model()},
+    lambda a, out: assert_same(out.model, a["model"]),
+    fixed=(),
+)
+case(
+    "models.minilm_onnx.AttentionGraph.forward",
+    minilm_onnx.AttentionGraph.forward,
+    lambda r: {"self": minilm_onnx.AttentionGraph(minilm_model()), "input_ids": _ONE},
+    lambda a, out: assert_same(out[0].shape, (6, 12, 4, 4)),
+)
+case(
+    "models.minilm_onnx.export_attention_onnx",
+    minilm_onnx.export_attention_onnx,
+    lambda r: {"path": "x.onnx", "model": minilm_model()},
+    run=False,
+    fixed=("model",),
+)
+case(
+    "models.minilm_onnx.quantize_weights",
+    minilm_onnx.quantize_weights,
+    lambda r: {"source": "x.onnx", "target": "y.onnx"},
+    run=False,
+)
+case(
+    "models.minilm_onnx.cache_key",
+    minilm_onnx.cache_key,
+    lambda r: {},
+    lambda a, out: assert_same(len(out), 64),
+)
+case(
+    "models.minilm_onnx.build_cached",
+    minilm_onnx.build_cached,
+    lambda r: {"out_dir": "out", "cache_dir": "cache"},
+    run=False,
+)
+case(
+    "models.minilm_onnx.reference_views",
+    minilm_onnx.reference_views,
+    lambda r: {"model": minilm_model(), "text": "hello world"},
+    lambda a, out: assert_same(out["tokens"], ["[CLS]", "hello", "world", "[SEP]"]),
+)
+case(
+    "models.minilm_onnx.run_onnx",
+    minilm_onnx.run_onnx,
+    lambda r: {"path": "x.onnx", "input_ids": _ONE.numpy()},
+    run=False,
+)
 
 # ---- training -----------------------------------------------------------------------------------
 
@@ -1242,15 +2404,32 @@ def _ablated_loss(a, out, part="all"):
     assert_same(out, want)
 
 
-case("training.ablation.head_gates", ablation.head_gates,
-     lambda r: {"num_layers": 2, "num_heads": 3, "off": [(0, 1), (1, 2)]},
-     lambda a, out: assert_same(out, torch.tensor(
-         [[float((i, h) not in a["off"]) for h in range(a["num_heads"])]
-          for i in range(a["num_layers"])])), any_args=True)  # fmt: skip
-case("training.ablation.ablation_loss", ablation.ablation_loss,
-     lambda r: {"model": tiny_model(), "batch": tiny_batch(), "off": [(0, 1)],
-                "part": str(r.choice(["all", "first", "repeat"]))},
-     lambda a, out: _ablated_loss(a, out, a["part"]))  # fmt: skip
+case(
+    "training.ablation.head_gates",
+    ablation.head_gates,
+    lambda r: {"num_layers": 2, "num_heads": 3, "off": [(0, 1), (1, 2)]},
+    lambda a, out: assert_same(
+        out,
+        torch.tensor(
+            [
+                [float((i, h) not in a["off"]) for h in range(a["num_heads"])]
+                for i in range(a["num_layers"])
+            ]
+        ),
+    ),
+    any_args=True,
+)
+case(
+    "training.ablation.ablation_loss",
+    ablation.ablation_loss,
+    lambda r: {
+        "model": tiny_model(),
+        "batch": tiny_batch(),
+        "off": [(0, 1)],
+        "part": str(r.choice(["all", "first", "repeat"])),
+    },
+    lambda a, out: _ablated_loss(a, out, a["part"]),
+)
 
 
 def _check_importance(a, out):
@@ -1261,93 +2440,239 @@ def _check_importance(a, out):
     _close(out, grad.abs().numpy(), 10.0)
 
 
-case("training.ablation.head_importance", ablation.head_importance,
-     lambda r: {"model": tiny_model(), "batches": [tiny_batch()], "normalize": False,
-                "per_sequence": False}, _check_importance)  # fmt: skip
-case("training.ablation.prune_curve", ablation.prune_curve,
-     lambda r: {"model": tiny_model(), "batch": tiny_batch(), "order": [(0, 1), (1, 0)],
-                "part": "all"},
-     lambda a, out: assert_same(out[1], ablation.ablation_loss(a["model"], a["batch"], [(0, 1)])))  # fmt: skip
-case("training.ablation.importance_order", ablation.importance_order,
-     lambda r: {"importance": np.array([[0.3, 0.1], [0.2, 0.4]])},
-     lambda a, out: assert_same(out, [(0, 1), (1, 0), (0, 0), (1, 1)]))  # fmt: skip
-case("training.ablation.greedy_prune_order", ablation.greedy_prune_order,
-     lambda r: {"model": tiny_model(), "batch": tiny_batch(), "part": "all"},
-     lambda a, out: assert_same(sorted(out), [(0, 0), (0, 1), (1, 0), (1, 1)]))  # fmt: skip
-case("training.ablation.copying_scores", ablation.copying_scores,
-     lambda r: {"model": tiny_model()},
-     lambda a, out: _close(out[1, 0], circuits.copying_score(
-         a["model"].embed.detach().numpy(), a["model"].layers[1].params().to_numpy().head(0)["w_v"],
-         a["model"].layers[1].params().to_numpy().head(0)["w_o"], a["model"].unembed.detach()
-         .numpy())))  # fmt: skip
-case("training.ablation.with_kv_heads", ablation.with_kv_heads,
-     lambda r: {"model": tiny_model(), "num_kv_heads": 1, "init": "mean", "seed": 0},
-     lambda a, out: assert_same(out.layers[0].params().w_k, params_mod.mean_pool_kv_heads(
-         a["model"].layers[0].params(), a["num_kv_heads"]).w_k), any_args=True)  # fmt: skip
-case("training.ablation.path_ablation", ablation.path_ablation,
-     lambda r: {"model": tiny_model(), "tokens": tiny_batch().tokens, "off": [(0, 1)],
-                "paths": ablation.PATHS, "replacement": "zero"},
-     lambda a, out: assert_same(out[0], a["model"](a["tokens"], ablation.head_gates(2, 2, [(0, 1)]))[
-         0].detach(), _model_tol(a["model"])))  # fmt: skip
-case("training.ablation.path_ablation_losses", ablation.path_ablation_losses,
-     lambda r: {"model": tiny_model(), "batch": tiny_batch(), "off": [(1, 0)],
-                "paths": ("logits",), "replacement": "mean"},
-     lambda a, out: _check_loss(a["model"], a["batch"], out))  # fmt: skip
-case("training.ablation.single_ablation_losses", ablation.single_ablation_losses,
-     lambda r: {"model": tiny_model(), "batch": tiny_batch(), "part": "repeat"},
-     lambda a, out: assert_same(out[1, 0], ablation.ablation_loss(
-         a["model"], a["batch"], [(1, 0)], "repeat")))  # fmt: skip
-case("training.ablation.importance_cancellation", ablation.importance_cancellation,
-     lambda r: {"model": tiny_model(), "batches": [tiny_batch()]},
-     lambda a, out: assert_same(bool((out["ratio"] <= 1 + 1e-9).all()), True))  # fmt: skip
-case("training.runs.segment_losses", runs.segment_losses,
-     lambda r: {"model": tiny_model(), "batch": tiny_batch(), "gates": None},
-     lambda a, out: _close(out["all"], attention_only.next_token_loss(
-         _by_hand(a["model"], a["batch"].tokens), a["batch"].tokens).detach(), 10.0))  # fmt: skip
-case("training.runs.split_losses", runs.split_losses,
-     lambda r: {"logits": torch.from_numpy(r.standard_normal((4, 8, 10))), "batch": tiny_batch()},
-     lambda a, out: assert_same(out["all"], float(attention_only.next_token_loss(
-         a["logits"], a["batch"].tokens))))  # fmt: skip
-case("training.runs.TrainConfig", runs.TrainConfig,
-     lambda r: {"vocab_size": 10, "seq_len": 8, "min_period": 2, "max_period": 4, "prefix_prob": 0.5,
-                "d_model": 8, "num_heads": 2, "num_layers": 1, "batch_size": 2, "steps": 3,
-                "lr": 0.01, "weight_decay": 0.0, "seed": 0, "eval_every": 1, "eval_size": 2},
-     lambda a, out: assert_same({k: getattr(out, k) for k in a}, a), any_args=True)  # fmt: skip
-case("training.runs.TrainConfig.model", runs.TrainConfig.model, lambda r: {"self": tiny_config()},
-     lambda a, out: assert_same(out.vocab_size, 10))  # fmt: skip
-case("training.runs.TrainConfig.batch", runs.TrainConfig.batch,
-     lambda r: {"self": tiny_config(), "rng": int(r.integers(9)), "batch_size": 3},
-     lambda a, out: assert_same(out.tokens, tasks.repeated_segments(
-         a["batch_size"], 8, 10, min_period=2, max_period=4, rng=a["rng"]).tokens),
-     any_args=True, kinds={"rng": "int"})  # fmt: skip
-case("training.runs.TrainConfig.eval_batch", runs.TrainConfig.eval_batch,
-     lambda r: {"self": tiny_config()},
-     lambda a, out: assert_same(out.tokens, tiny_config().batch(np.random.default_rng([0, 2]),
-                                                                  4).tokens))  # fmt: skip
-case("training.runs.head_scores", runs.head_scores,
-     lambda r: {"model": tiny_model(), "batch": tiny_batch()},
-     lambda a, out: assert_same(out["previous_token"], patterns.previous_token_score(np.stack(
-         [w.detach().numpy() for w in a["model"](a["batch"].tokens, need_weights=True)[1]], 1))
-         .mean(0)))  # fmt: skip
-case("training.runs.train", runs.train, lambda r: {"config": tiny_config(), "model": None},
-     lambda a, out: assert_same(out[1].train_loss.shape, (2,)))  # fmt: skip
-case("training.runs.run_key", runs.run_key, lambda r: {"config": tiny_config()},
-     lambda a, out: assert_same(out == runs.run_key(runs.TrainConfig()), False))  # fmt: skip
-case("training.runs.train_runs", runs.train_runs,
-     lambda r: {"configs": [tiny_config()], "processes": 1, "models": None,
-                "store": tempfile.mkdtemp()}, run=False,
-     state=lambda a: sorted(Path(a["store"]).iterdir()) if isinstance(a.get("store"), str) else None)  # fmt: skip
-case("training.runs.first_step_above", runs.first_step_above,
-     lambda r: {"steps": np.arange(0, 50, 10), "values": np.array([0.1, 0.2, 0.6, 0.3, 0.9]),
-                "level": 0.5},
-     lambda a, out: assert_same(out, 20))  # fmt: skip
-case("training.runs.phase_timing", runs.phase_timing,
-     lambda r: {"history": _history(), "level": 0.5},
-     lambda a, out: assert_same((out["prev"], out["ind"], out["plateau"]), (30, 30, 20)))  # fmt: skip
-case("training.tasks.RepeatedSegments", tasks.RepeatedSegments,
-     lambda r: {"tokens": torch.tensor([[1, 2, 1, 2]]), "period": torch.tensor([2]),
-                "start": torch.tensor([0])},
-     lambda a, out: assert_same(out.repeated, torch.tensor([[False, False, True, True]])))  # fmt: skip
+case(
+    "training.ablation.head_importance",
+    ablation.head_importance,
+    lambda r: {
+        "model": tiny_model(),
+        "batches": [tiny_batch()],
+        "normalize": False,
+        "per_sequence": False,
+    },
+    _check_importance,
+)
+case(
+    "training.ablation.prune_curve",
+    ablation.prune_curve,
+    lambda r: {
+        "model": tiny_model(),
+        "batch": tiny_batch(),
+        "order": [(0, 1), (1, 0)],
+        "part": "all",
+    },
+    lambda a, out: assert_same(out[1], ablation.ablation_loss(a["model"], a["batch"], [(0, 1)])),
+)
+case(
+    "training.ablation.importance_order",
+    ablation.importance_order,
+    lambda r: {"importance": np.array([[0.3, 0.1], [0.2, 0.4]])},
+    lambda a, out: assert_same(out, [(0, 1), (1, 0), (0, 0), (1, 1)]),
+)
+case(
+    "training.ablation.greedy_prune_order",
+    ablation.greedy_prune_order,
+    lambda r: {"model": tiny_model(), "batch": tiny_batch(), "part": "all"},
+    lambda a, out: assert_same(sorted(out), [(0, 0), (0, 1), (1, 0), (1, 1)]),
+)
+case(
+    "training.ablation.copying_scores",
+    ablation.copying_scores,
+    lambda r: {"model": tiny_model()},
+    lambda a, out: _close(
+        out[1, 0],
+        circuits.copying_score(
+            a["model"].embed.detach().numpy(),
+            a["model"].layers[1].params().to_numpy().head(0)["w_v"],
+            a["model"].layers[1].params().to_numpy().head(0)["w_o"],
+            a["model"].unembed.detach().numpy(),
+        ),
+    ),
+)
+case(
+    "training.ablation.with_kv_heads",
+    ablation.with_kv_heads,
+    lambda r: {"model": tiny_model(), "num_kv_heads": 1, "init": "mean", "seed": 0},
+    lambda a, out: assert_same(
+        out.layers[0].params().w_k,
+        params_mod.mean_pool_kv_heads(a["model"].layers[0].params(), a["num_kv_heads"]).w_k,
+    ),
+    any_args=True,
+)
+case(
+    "training.ablation.path_ablation",
+    ablation.path_ablation,
+    lambda r: {
+        "model": tiny_model(),
+        "tokens": tiny_batch().tokens,
+        "off": [(0, 1)],
+        "paths": ablation.PATHS,
+        "replacement": "zero",
+    },
+    lambda a, out: assert_same(
+        out[0],
+        a["model"](a["tokens"], ablation.head_gates(2, 2, [(0, 1)]))[0].detach(),
+        _model_tol(a["model"]),
+    ),
+)
+case(
+    "training.ablation.path_ablation_losses",
+    ablation.path_ablation_losses,
+    lambda r: {
+        "model": tiny_model(),
+        "batch": tiny_batch(),
+        "off": [(1, 0)],
+        "paths": ("logits",),
+        "replacement": "mean",
+    },
+    lambda a, out: _check_loss(a["model"], a["batch"], out),
+)
+case(
+    "training.ablation.single_ablation_losses",
+    ablation.single_ablation_losses,
+    lambda r: {"model": tiny_model(), "batch": tiny_batch(), "part": "repeat"},
+    lambda a, out: assert_same(
+        out[1, 0], ablation.ablation_loss(a["model"], a["batch"], [(1, 0)], "repeat")
+    ),
+)
+case(
+    "training.ablation.importance_cancellation",
+    ablation.importance_cancellation,
+    lambda r: {"model": tiny_model(), "batches": [tiny_batch()]},
+    lambda a, out: assert_same(bool((out["ratio"] <= 1 + 1e-9).all()), True),
+)
+case(
+    "training.runs.segment_losses",
+    runs.segment_losses,
+    lambda r: {"model": tiny_model(), "batch": tiny_batch(), "gates": None},
+    lambda a, out: _close(
+        out["all"],
+        attention_only.next_token_loss(
+            _by_hand(a["model"], a["batch"].tokens), a["batch"].tokens
+        ).detach(),
+        10.0,
+    ),
+)
+case(
+    "training.runs.split_losses",
+    runs.split_losses,
+    lambda r: {"logits": torch.from_numpy(r.standard_normal((4, 8, 10))), "batch": tiny_batch()},
+    lambda a, out: assert_same(
+        out["all"], float(attention_only.next_token_loss(a["logits"], a["batch"].tokens))
+    ),
+)
+case(
+    "training.runs.TrainConfig",
+    runs.TrainConfig,
+    lambda r: {
+        "vocab_size": 10,
+        "seq_len": 8,
+        "min_period": 2,
+        "max_period": 4,
+        "prefix_prob": 0.5,
+        "d_model": 8,
+        "num_heads": 2,
+        "num_layers": 1,
+        "batch_size": 2,
+        "steps": 3,
+        "lr": 0.01,
+        "weight_decay": 0.0,
+        "seed": 0,
+        "eval_every": 1,
+        "eval_size": 2,
+    },
+    lambda a, out: assert_same({k: getattr(out, k) for k in a}, a),
+    any_args=True,
+)
+case(
+    "training.runs.TrainConfig.model",
+    runs.TrainConfig.model,
+    lambda r: {"self": tiny_config()},
+    lambda a, out: assert_same(out.vocab_size, 10),
+)
+case(
+    "training.runs.TrainConfig.batch",
+    runs.TrainConfig.batch,
+    lambda r: {"self": tiny_config(), "rng": int(r.integers(9)), "batch_size": 3},
+    lambda a, out: assert_same(
+        out.tokens,
+        tasks.repeated_segments(
+            a["batch_size"], 8, 10, min_period=2, max_period=4, rng=a["rng"]
+        ).tokens,
+    ),
+    any_args=True,
+    kinds={"rng": "int"},
+)
+case(
+    "training.runs.TrainConfig.eval_batch",
+    runs.TrainConfig.eval_batch,
+    lambda r: {"self": tiny_config()},
+    lambda a, out: assert_same(
+        out.tokens, tiny_config().batch(np.random.default_rng([0, 2]), 4).tokens
+    ),
+)
+case(
+    "training.runs.head_scores",
+    runs.head_scores,
+    lambda r: {"model": tiny_model(), "batch": tiny_batch()},
+    lambda a, out: assert_same(
+        out["previous_token"],
+        patterns.previous_token_score(
+            np.stack(
+                [w.detach().numpy() for w in a["model"](a["batch"].tokens, need_weights=True)[1]], 1
+            )
+        ).mean(0),
+    ),
+)
+case(
+    "training.runs.train",
+    runs.train,
+    lambda r: {"config": tiny_config(), "model": None},
+    lambda a, out: assert_same(out[1].train_loss.shape, (2,)),
+)
+case(
+    "training.runs.run_key",
+    runs.run_key,
+    lambda r: {"config": tiny_config()},
+    lambda a, out: assert_same(out == runs.run_key(runs.TrainConfig()), False),
+)
+case(
+    "training.runs.train_runs",
+    runs.train_runs,
+    lambda r: {
+        "configs": [tiny_config()],
+        "processes": 1,
+        "models": None,
+        "store": tempfile.mkdtemp(),
+    },
+    run=False,
+    state=lambda a: sorted(Path(a["store"]).iterdir()) if isinstance(a.get("store"), str) else None,
+)
+case(
+    "training.runs.first_step_above",
+    runs.first_step_above,
+    lambda r: {
+        "steps": np.arange(0, 50, 10),
+        "values": np.array([0.1, 0.2, 0.6, 0.3, 0.9]),
+        "level": 0.5,
+    },
+    lambda a, out: assert_same(out, 20),
+)
+case(
+    "training.runs.phase_timing",
+    runs.phase_timing,
+    lambda r: {"history": _history(), "level": 0.5},
+    lambda a, out: assert_same((out["prev"], out["ind"], out["plateau"]), (30, 30, 20)),
+)
+case(
+    "training.tasks.RepeatedSegments",
+    tasks.RepeatedSegments,
+    lambda r: {
+        "tokens": torch.tensor([[1, 2, 1, 2]]),
+        "period": torch.tensor([2]),
+        "start": torch.tensor([0]),
+    },
+    lambda a, out: assert_same(out.repeated, torch.tensor([[False, False, True, True]])),
+)
 
 
 def _check_segments(a, out):
@@ -1358,10 +2683,32 @@ def _check_segments(a, out):
         assert len(set(t[b, : n + T].tolist())) == n + T
 
 
-case("training.tasks.repeated_segments", tasks.repeated_segments,
-     lambda r: {"batch_size": 3, "seq_len": 12, "vocab_size": 20, "min_period": 2,
-                "max_period": 5, "prefix_prob": 0.5, "rng": int(r.integers(50))},
-     _check_segments, any_args=True, kinds={"rng": "int"})  # fmt: skip
-case("training.tasks.seen_guess_loss", tasks.seen_guess_loss, lambda r: {"batch": tiny_batch()},
-     lambda a, out: _close(out, float(torch.log((a["batch"].start + a["batch"].period).double())[
-         :, None].expand(4, 7)[a["batch"].repeated[:, :-1]].mean())))  # fmt: skip
+case(
+    "training.tasks.repeated_segments",
+    tasks.repeated_segments,
+    lambda r: {
+        "batch_size": 3,
+        "seq_len": 12,
+        "vocab_size": 20,
+        "min_period": 2,
+        "max_period": 5,
+        "prefix_prob": 0.5,
+        "rng": int(r.integers(50)),
+    },
+    _check_segments,
+    any_args=True,
+    kinds={"rng": "int"},
+)
+case(
+    "training.tasks.seen_guess_loss",
+    tasks.seen_guess_loss,
+    lambda r: {"batch": tiny_batch()},
+    lambda a, out: _close(
+        out,
+        float(
+            torch.log((a["batch"].start + a["batch"].period).double())[:, None]
+            .expand(4, 7)[a["batch"].repeated[:, :-1]]
+            .mean()
+        ),
+    ),
+)

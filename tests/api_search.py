@@ -36,7 +36,7 @@ import plotly.graph_objects as go
 import torch
 
 import mha
-from mha.core.params import MHAParams, init_params, repeat_kv_heads
+from mha.core.params import MHAParams, init_params
 
 MHA_DIR = Path(mha.__file__).parent
 
@@ -99,12 +99,25 @@ class Case:
 
 @dataclasses.dataclass(frozen=True)
 class Mutation:
-    """One argument replaced: its name, a label, the change, and what must happen."""
+    """One argument replaced: its name, a label, the change, and what must happen.
+
+    ``error`` is the class a refusal must have: ``TypeError`` for a value of the wrong kind
+    (a string, a bool, a float for an int), ``ValueError`` for a wrong value of the right
+    kind (NaN, infinity, a negative size); ``None`` when either fits.
+    """
 
     arg: str
     label: str
     change: Callable[[Any], Any]
     expect: str  # "bad", "same", "same_or_error", "either", "gqa"
+    error: type[Exception] | None = None
+
+
+# The kinds whose wrong values have one class of error: a number, a flag, an array, a list.
+# (A string option refused may say "must be one of", a ValueError, whatever its type.)
+STRICT = {"int", "float", "bool", "array", "tensor", "params", "seq"}
+KIND_ERRORS = {"str": TypeError, "bytes": TypeError, "bool": TypeError, "np.bool_": TypeError,
+               "dict": TypeError, "nan": ValueError, "inf": ValueError}  # fmt: skip
 
 
 # ---- reading signatures and docstrings -----------------------------------------------------
@@ -223,10 +236,15 @@ def mutations(case_name: str, case: Case, args: dict[str, Any]) -> list[Mutation
         if value is None:  # an optional argument left out: nothing to vary
             continue
 
-        def add(label: str, change: Callable[[Any], Any], expect: str, arg: str = name) -> None:
+        def add(
+            label: str, change: Callable[[Any], Any], expect: str, arg: str = name, kind=kind
+        ) -> None:
             if f"{arg}:{label}" in case.allow or (case.moves and label in ("nan", "inf")):
                 expect = "either"
-            out.append(Mutation(arg, label, change, expect))
+            error = KIND_ERRORS.get(label) if kind in STRICT else None
+            if kind == "int" and label == "float":
+                error = TypeError
+            out.append(Mutation(arg, label, change, expect, error))
 
         add("None", lambda v: None, none)
         if kind == "int":

@@ -228,12 +228,14 @@ def pairwise_principal_cosines(blocks: np.ndarray) -> np.ndarray:
         ``cos[i, j]``, the principal cosines between blocks ``i`` and ``j``.
 
     Raises:
-        ValueError: if ``blocks`` is not 3-D with at least one block, or a block fails
-            :func:`orthonormal_basis`.
+        ValueError: if ``blocks`` is not 3-D with at least one block, holds NaN or
+            infinity, or a block fails :func:`orthonormal_basis`.
         TypeError: if ``blocks`` is not a floating array or tensor.
     """
     blocks = as_numpy("blocks", blocks)
-    if blocks.dtype.kind == "f" and blocks.size and not np.isfinite(blocks).all():
+    if blocks.dtype.kind != "f":
+        raise TypeError(f"blocks must be a floating array; got dtype {blocks.dtype}")
+    if blocks.size and not np.isfinite(blocks).all():
         raise ValueError("blocks must be finite; got NaN or infinite values")
     if blocks.ndim != 3 or blocks.shape[0] == 0:
         raise ValueError(

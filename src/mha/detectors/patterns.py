@@ -272,6 +272,8 @@ def broadness_score(weights: Any, mask: Any = None) -> np.ndarray:
 
 
 def _check_arcs(arcs: Any, L: int, S: int) -> np.ndarray:
+    if isinstance(arcs, str | bytes):
+        raise TypeError(f"arcs must be (query_index, key_index) pairs of ints; got {arcs!r}")
     a = as_numpy(
         "arcs", list(arcs) if isinstance(arcs, Iterable) and not hasattr(arcs, "shape") else arcs
     )
