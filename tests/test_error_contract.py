@@ -110,8 +110,13 @@ def test_token_ids_outside_the_vocabulary_and_nan_logits_are_refused():
         next_token_loss(logits, tokens - 5)
     with pytest.raises(TypeError, match=r"tokens must have an integer dtype; got dtype"):
         next_token_loss(logits, tokens.double())
-    with pytest.raises(ValueError, match=r"logits must be finite; got a loss of nan"):
-        next_token_loss(logits * math.nan, tokens)
+    nan_out_of_the_loss = logits.clone()
+    nan_out_of_the_loss[0, -1, 0] = math.nan  # the last position predicts nothing
+    with pytest.raises(ValueError, match=r"logits must not hold NaN or \+inf"):
+        next_token_loss(nan_out_of_the_loss, tokens)
+    masked = torch.where(torch.arange(5) == tokens[0, 1], -math.inf, logits)
+    with pytest.raises(ValueError, match=r"logits must give every counted target a finite"):
+        next_token_loss(masked, tokens)  # the target of position 0 has probability 0
 
 
 # ---- grouped-query layers in the analyses and detectors -----------------------------------

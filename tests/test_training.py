@@ -776,6 +776,6 @@ def test_train_refuses_a_loss_that_is_not_finite():
     with pytest.raises(
         ValueError,
         match=r"the training loss must stay finite at step 0 \(lr=.*\): training diverged "
-        r"\(logits must be finite; got a loss of (nan|inf)\)",
+        r"\(logits must not hold NaN or \+inf",
     ):
         runs.train(replace(SMALL, steps=2), model)

@@ -439,16 +439,19 @@ def next_token_loss(
 
     Raises:
         ValueError: if the shapes do not match, an id is outside ``[0, V)``, no position
-            counts (``L = 1``, ``B = 0``, or ``where`` selects none before the last), or
-            the loss is not finite (NaN or infinity in ``logits``).
+            counts (``L = 1``, ``B = 0``, or ``where`` selects none before the last),
+            ``logits`` holds NaN or ``+inf``, or a counted target's logit is ``-inf``.
         TypeError: if ``logits`` is not a floating tensor, ``tokens`` not an integer tensor,
             or ``where`` not a boolean tensor.
     """
     for name, x in (("logits", logits), ("tokens", tokens)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor; got {_arguments.describe(x)}")
-    if not logits.dtype.is_floating_point:
-        raise TypeError(f"logits must have a floating dtype; got dtype {logits.dtype}")
+    if not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point:
+        got = logits.dtype if isinstance(logits, torch.Tensor) else _arguments.describe(logits)
+        raise TypeError(f"logits must be a floating torch.Tensor; got {got}")
+    if logits.numel() and bool((torch.isnan(logits) | (logits == math.inf)).any()):
+        raise ValueError("logits must not hold NaN or +inf (-inf, a probability of 0, may)")
     _arguments.torch_tensor("tokens", tokens, integer=True)
     if logits.ndim != 3:
         raise ValueError(f"logits must have shape (B, L, V); got {tuple(logits.shape)}")
@@ -482,6 +485,6 @@ def next_token_loss(
         logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1).long(), reduction="none"
     ).view(B, L - 1)  # (B, L - 1)
     loss = losses[keep.to(losses.device)].mean()
-    if not bool(torch.isfinite(loss.detach())):
-        raise ValueError(f"logits must be finite; got a loss of {float(loss)}")
+    if bool(torch.isinf(loss.detach())):
+        raise ValueError("logits must give every counted target a finite logit; got -inf for one")
     return loss
