@@ -100,7 +100,7 @@ def rank_tolerance(a: Any, rtol: float | None = None, atol: float = 0.0) -> floa
     a = _linalg.as_matrix("a", a)
     rtol, atol = _linalg.check_tolerances(rtol, atol)
     c = _linalg.scale(a)
-    s = _linalg.svdvals(a / c)  # of the scaled matrix: no overflow, no underflow
+    s = _linalg.svdvals(a.astype(np.float64) / c)  # scaled, in float64: see numerical_rank
     tol = _linalg.rank_cutoff(s, a.shape, a.dtype, rtol, atol / c) * c
     if not np.isfinite(tol):
         raise ValueError(f"the tolerance rtol * sigma_max of a exceeds float64's range; got {tol}")
@@ -145,7 +145,9 @@ def numerical_rank(a: Any, rtol: float | None = None, atol: float = 0.0) -> int:
     """The number of singular values of ``a`` strictly above the rank tolerance.
 
     With the defaults this equals ``numpy.linalg.matrix_rank(a)``. An empty matrix and
-    the zero matrix have rank 0.
+    the zero matrix have rank 0. The singular values are those of ``a``'s numbers, computed
+    in float64 whatever its dtype (the default ``rtol`` still comes from ``a``'s dtype), so
+    that a tolerance below float32's rounding counts what the numbers hold.
 
     Args:
         a: the matrix (a NumPy array or a torch tensor, which is copied to NumPy).
@@ -167,7 +169,9 @@ def numerical_rank(a: Any, rtol: float | None = None, atol: float = 0.0) -> int:
     a = _linalg.as_matrix("a", a)
     rtol, atol = _linalg.check_tolerances(rtol, atol)
     c = _linalg.scale(a)  # the rank of a / c, against atol / c: no overflow, no underflow
-    s = _linalg.svdvals(a / c)  # descending
+    # In float64 whatever a's dtype (its entries convert exactly): a float32 SVD's own rounding
+    # (about eps32 sigma_max) would count as rank under a tolerance below it.
+    s = _linalg.svdvals(a.astype(np.float64) / c)  # descending
     with np.errstate(over="ignore"):
         tol = _linalg.rank_cutoff(s, a.shape, a.dtype, rtol, atol / c)
     return int(np.count_nonzero(s > tol))
