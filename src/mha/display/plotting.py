@@ -536,15 +536,16 @@ def _log_axis(title: str, values: Sequence[float] | None) -> dict[str, Any]:
     return axis
 
 
-def _line_values(name: str, values: Any, log: bool) -> list[float]:
-    """A 1-D list of finite numbers (positive on a log axis)."""
-    a = _arguments.float_array(
-        name,
-        _arguments.items(name, values) if not hasattr(values, "shape") else values,
-        ndim=1,
-        layout="(n,)",
-    )
-    if log and not (a > 0).all():
+def _line_values(name: str, values: Any, log: bool, gaps: bool = False) -> list[float]:
+    """A 1-D list of numbers: finite, or NaN for a missing point where ``gaps`` (positive on a
+    log axis)."""
+    raw = _arguments.items(name, values) if not hasattr(values, "shape") else values
+    a = _arguments.float_array(name, raw, ndim=1, layout="(n,)", finite=False)
+    shown = a[~np.isnan(a)] if gaps else a
+    if not np.isfinite(shown).all():
+        what = "infinity" if gaps else "NaN or infinity"
+        raise ValueError(f"{name} must be finite; got {what}")
+    if log and not (shown > 0).all():
         raise ValueError(f"{name} must be positive on a log axis; got {a.tolist()}")
     return a.tolist()
 
@@ -572,7 +573,8 @@ def lines(
 
     Args:
         x: the x values, shared by every series.
-        series: ``{name: y values}``, in legend order.
+        series: ``{name: y values}``, in legend order; NaN is a point not measured (a gap
+            in the curve).
         title: the figure's title (keep it short: it must fit a phone).
         xaxis_title: the x axis title.
         yaxis_title: the y axis title.
@@ -590,9 +592,9 @@ def lines(
         A Plotly figure with no fixed width.
 
     Raises:
-        ValueError: if there is no series, a series does not have one value per x, a value
-            (or tick) is NaN or infinite, or not positive on a log axis, a name in
-            ``dashed`` is not a series, or ``height`` is not positive.
+        ValueError: if there is no series, a series does not have one value per x, an x
+            value or tick is NaN or infinite, a y value infinite, a value not positive on a
+            log axis, a name in ``dashed`` is not a series, or ``height`` is not positive.
         TypeError: if ``log_x``, ``log_y`` or ``markers`` is not a bool, ``series`` is not a
             dict, the values are not numbers, or a title is not a string.
     """
@@ -611,7 +613,7 @@ def lines(
         raise ValueError("series must hold at least one curve; got none")
     ys = {}
     for name, y in series.items():
-        ys[name] = _line_values(f"series[{name!r}]", y, log_y)
+        ys[name] = _line_values(f"series[{name!r}]", y, log_y, gaps=True)
         if len(ys[name]) != n:
             raise ValueError(f"series {name!r} must have one value per x ({n}); got {len(y)}")
     if x_ticks is not None:
