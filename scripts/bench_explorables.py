@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--site", type=Path, default=ROOT / "_build" / "html")
     parser.add_argument("--repeat", type=int, default=50, help="interactions of each kind")
     args = parser.parse_args()
+    args.site = args.site.resolve()  # a file:// address needs an absolute path
 
     from playwright.sync_api import sync_playwright
 

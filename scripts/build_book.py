@@ -2,8 +2,8 @@
 
 Runs ``jupyter-book build`` at the repository root with Sphinx warnings as errors, then
 prints how long each chapter took to execute (from the execution data that the book's
-extension, ``book/_ext/mha_site.py``, writes to ``_build/execution_times.json``) and names
-the slowest chapter. Exits with the build's exit code. If an incremental build fails, it
+extension writes to ``_build/execution_times.json``: ``book/_ext/mha_site/execution_times.py``)
+and names the slowest chapter. Exits with the build's exit code. If an incremental build fails, it
 builds once more without Sphinx's saved environment (``_build/.doctrees``), which can be
 stale after a pull; the execution cache is kept, so chapters are not executed again.
 

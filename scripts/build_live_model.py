@@ -6,7 +6,7 @@
 - ``ort.wasm.min.js``, ``ort-wasm-simd-threaded.mjs`` and ``ort-wasm-simd-threaded.wasm``:
   ONNX Runtime Web's wasm build, from the npm package ``onnxruntime-web`` pinned in
   ``scripts/node/package-lock.json`` (``make node`` installs it);
-- ``manifest.json``: the file names and sizes that ``book/_static/mha-live-minilm.js`` reads;
+- ``manifest.json``: the file names and sizes that ``book/_static/mha-live-loader.js`` reads;
 - ``file/NAME.js`` for each of these but ``ort.wasm.min.js``: the same contents as a classic
   script that hands them to ``window.mhaLivePayload`` (base64 for the binaries). A page opened
   from a file may not fetch() its neighbours; it may run scripts. Only a page opened from a

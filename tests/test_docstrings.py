@@ -127,11 +127,11 @@ def test_the_walk_finds_the_public_api() -> None:
         "mha.core.params.MHAParams",
         "mha.core.params.MHAParams.from_qkv",
         "mha.backends.module.MultiHeadAttention.forward",
-        "mha.backends.torch_backend.cpu_shortcuts",
+        "mha.backends.cpu_shortcuts.use",
     ):
         assert name in CALLABLES, name
     assert "mha.core.params.MHAParams.d_model" not in CALLABLES  # a property
-    assert required_sections(CALLABLES["mha.backends.torch_backend.cpu_shortcuts"]) >= {
+    assert required_sections(CALLABLES["mha.backends.cpu_shortcuts.use"]) >= {
         "Args",
         "Yields",
     }

@@ -27,7 +27,7 @@ import mha.analysis.bottleneck
 import mha.analysis.subspaces
 import mha.backends.tiled
 import mha.core.kv_cache
-import mha.core.masks
+import mha.core.mask_rules
 import mha.cost.measure
 import mha.cost.timings
 import mha.display.diagrams
@@ -42,7 +42,7 @@ import mha.training
 import mha.training.ablation
 import mha.training.tasks
 from mha import MHAParams, init_params
-from mha.backends import np_backend, torch_backend
+from mha.backends import cpu_shortcuts, np_backend, torch_backend
 
 BACKENDS = {"numpy": np_backend, "torch": torch_backend}
 D, H = 8, 2
@@ -872,7 +872,7 @@ ONE_BACKEND: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "torch_cpu_shortcuts_not_bool",
-        lambda: torch_backend.cpu_shortcuts("off").__enter__(),
+        lambda: cpu_shortcuts.use("off").__enter__(),
         TypeError,
         re.escape("enabled must be a bool; got str 'off'"),
     ),
@@ -1494,7 +1494,7 @@ def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
     """``("ok", output)`` or ``("error", exception type)``; anything not ours fails the test."""
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", mha.core.masks.AmbiguousMaskWarning)
+            warnings.simplefilter("ignore", mha.core.mask_rules.AmbiguousMaskWarning)
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow inside, then our error
             out, _ = call()
     except (ValueError, TypeError) as error:
@@ -1602,7 +1602,7 @@ def test_generated_calls_are_answered_correctly_or_refused_by_our_errors(case) -
     assert np.isfinite(out).all() and np.isfinite(tout).all()
     if out.size:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", mha.core.masks.AmbiguousMaskWarning)
+            warnings.simplefilter("ignore", mha.core.mask_rules.AmbiguousMaskWarning)
             tol, _ = mha.numerics.tolerance.attention_tolerance(query, kv, kv, params, mask)
         mha.numerics.tolerance.assert_close(tout, out, tol, name="PyTorch output")
     if mask is not None and case["mask_on_meta"]:  # the same call with the mask elsewhere

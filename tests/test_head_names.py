@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from mha.display import formatting
+from mha.models import smollm2
 from mha.models.minilm import model_dir
 from mha.training import runs
 
@@ -44,6 +45,16 @@ def _minilm() -> tuple[int, int]:
     return config["num_hidden_layers"], config["num_attention_heads"]
 
 
+def _smollm2() -> tuple[int, int]:
+    import gguf
+
+    fields = gguf.GGUFReader(str(smollm2.gguf_path())).fields
+    return (
+        int(fields["llama.block_count"].contents()),
+        int(fields["llama.attention.head_count"].contents()),
+    )
+
+
 def _trained() -> tuple[int, int]:
     cfg = runs.TrainConfig()
     return cfg.num_layers, cfg.num_heads
@@ -54,6 +65,7 @@ MODELS = {
     "planted-heads": lambda: (1, 4),  # one layer of four planted heads
     "rank-and-subspaces": _minilm,  # all-MiniLM-L6-v2
     "pretrained-heads": _minilm,
+    "decoder-heads": _smollm2,  # SmolLM2-135M-Instruct
     "trained-heads": _trained,  # the two-layer attention-only transformer
 }
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mha import init_params
-from mha.backends import np_backend, torch_backend
+from mha.backends import np_backend, torch_backend, torch_checks
 from mha.core.kv_cache import KVCache, atomic
 from mha.numerics import tolerance
 
@@ -41,6 +41,22 @@ def test_appends_concatenate_along_the_positions(kind: str) -> None:
     equal = np.array_equal if kind == "numpy" else torch.equal
     assert equal(cache.keys, cat([k1, k2], 2))  # exact: copies into the buffer
     assert equal(cache.values, cat([v1, v2], 2))  # exact: copies into the buffer
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_extend_appends_and_returns_every_cached_position(kind: str) -> None:
+    """A form's decoding step: ``cache.extend(k, v)`` is what it attends to, and is kept."""
+    cache = make(kind)
+    k1, v1, k2, v2 = block(kind, 3, 0), block(kind, 3, 1), block(kind, 1, 2), block(kind, 1, 3)
+    cache.extend(k1, v1)
+    keys, values = cache.extend(k2, v2)
+    cat = np.concatenate if kind == "numpy" else torch.cat
+    equal = np.array_equal if kind == "numpy" else torch.equal
+    assert equal(keys, cat([k1, k2], 2)) and equal(values, cat([v1, v2], 2))  # exact: copies
+    assert cache.length == 4 and equal(cache.keys, keys)  # exact: the same positions
+    with pytest.raises(ValueError, match="capacity=8"):
+        cache.extend(block(kind, 5), block(kind, 5, 1))
+    assert cache.length == 4  # refused: nothing appended
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
@@ -446,8 +462,7 @@ def test_finite_entries_beyond_max_abs_that_overflow_the_output_are_named(
     kind, form, path, how
 ) -> None:
     """Finite keys and values of 3e38 that the cache's bound does not cover: the output
-    overflows, and the call is refused naming the cache (or, in the tiled form, which reads
-    every key, the scores), never returning NaN or infinity."""
+    overflows, and the call is refused naming the cache, never returning NaN or infinity."""
     backend, params, x, cache = _float32_layer(kind, path)
     _call(backend, params, x[:, :2], cache, form, backend.causal_mask(2), path)
     step = 10 * x[:, 3:4]
@@ -463,14 +478,11 @@ def test_finite_entries_beyond_max_abs_that_overflow_the_output_are_named(
     else:  # the caller vouches for what it did not read
         cache.append(key[:, None], value[:, None], max_abs=1.0)
     before = _snapshot(cache)
-    if form == "tiled":  # tiled.attention measures the keys it gets: the scores are named
-        match = r"tiled.attention output overflowed float32 .* the scores Q K\^T"
-    else:
-        match = (
-            rf"cache must hold keys and values within its max_abs={cache.max_abs:.3g}, the "
-            r"bound a layer relies on; got entries up to 3e\+38 \(written into its views, or "
-            r"appended with a max_abs that did not bound them\?\), and the output overflowed"
-        )
+    match = (  # every form, the tiled one too: no form reads the cached keys again
+        rf"cache must hold keys and values within its max_abs={cache.max_abs:.3g}, the "
+        r"bound a layer relies on; got entries up to 3e\+38 \(written into its views, or "
+        r"appended with a max_abs that did not bound them\?\), and the output overflowed"
+    )
     with pytest.raises(ValueError, match=match), np.errstate(over="ignore", invalid="ignore"):
         _call(backend, params, step, cache, form, path=path)
     _assert_unchanged(cache, before)
@@ -556,8 +568,8 @@ def test_append_refuses_what_is_not_a_block_of_the_cache(kind, bad, error, match
 def test_the_torch_dtypes_of_a_cache_are_those_a_layer_computes_in() -> None:
     from mha.core import kv_cache
 
-    assert tuple(getattr(torch, n) for n in kv_cache.TORCH_FLOATS) == torch_backend.FLOATS
-    for dtype in torch_backend.FLOATS:  # each one makes a cache a layer takes
+    assert tuple(getattr(torch, n) for n in kv_cache.TORCH_FLOATS) == torch_checks.FLOATS
+    for dtype in torch_checks.FLOATS:  # each one makes a cache a layer takes
         backend, params, x, _ = _setup("torch", 2)
         cache = KVCache(2, 2, D_MODEL // HEADS, 2, dtype=dtype)
         step = x[:, :1].to(dtype)

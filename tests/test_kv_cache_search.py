@@ -24,7 +24,7 @@ import mha
 from mha import init_params
 from mha.backends import np_backend, torch_backend
 from mha.core.kv_cache import KVCache
-from mha.core.masks import AmbiguousMaskWarning
+from mha.core.mask_rules import AmbiguousMaskWarning
 from mha.numerics import tolerance
 
 BACKENDS = {"numpy": np_backend, "torch": torch_backend}

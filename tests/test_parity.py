@@ -23,7 +23,7 @@ MASK_KINDS = ("none", "causal", "key_padding", "L,S", "1,H,L,S", "B,H,L,S", "S")
 TOL = {np.float64: 1e-10, np.float32: 1e-5}
 N_CONFIGS = 48
 # Random (L, S) masks are meant as (L, S); when B = L some look like key padding and warn.
-pytestmark = pytest.mark.filterwarnings("ignore::mha.core.masks.AmbiguousMaskWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::mha.core.mask_rules.AmbiguousMaskWarning")
 
 
 @dataclass(frozen=True)

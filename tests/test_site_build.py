@@ -2,7 +2,8 @@
 
 Tests marked ``site`` check ``_build/html`` as built by ``scripts/build_book.py`` (the
 ``built_site`` fixture builds it once per session). The unmarked tests check the book's
-Sphinx extension (``book/_ext/mha_site.py``) and the JupyterLab setup on small inputs.
+Sphinx extension (the package ``book/_ext/mha_site``, one module per job) and the JupyterLab
+setup on small inputs.
 """
 
 from __future__ import annotations
@@ -20,11 +21,28 @@ import unicodedata
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
+import mha_site
 import pytest
 import yaml
 from booktoc import toc_pages, toc_sections
+from docutils import nodes as docutils_nodes
+from mha_site import (
+    accessible_html,
+    api_reference,
+    figure_facts,
+    hidden_code,
+    html_edit,
+    icons,
+    lighter_head,
+    math_typeset,
+    plain_code,
+    plotly_figures,
+    site_identity,
+    stylesheet_bundle,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -46,8 +64,6 @@ def load(name: str, path: Path):
     return module
 
 
-mha_site = load("mha_site", BOOK / "_ext" / "mha_site.py")
-mha_figures = sys.modules["mha_figures"]
 setup_jupyterlab = load("setup_jupyterlab", ROOT / "scripts" / "setup_jupyterlab.py")
 build_book = load("build_book", ROOT / "scripts" / "build_book.py")
 vendor_icons = load("vendor_icons", ROOT / "scripts" / "vendor_icons.py")
@@ -119,12 +135,12 @@ def test_figure_payload_drops_the_default_template_and_marks_the_figure_auto() -
     import plotly.graph_objects as go
 
     figure = json.loads(go.Figure(go.Bar(y=[1, 2]), layout={"title": "t"}).to_json())
-    shipped, auto = mha_site.figure_payload(figure)
+    shipped, auto = plotly_figures.figure_payload(figure)
     assert auto is True and "template" not in shipped["layout"]
-    html = mha_site.figure_html(figure, "fig-1")
+    html = plotly_figures.figure_html(figure, "fig-1")
     assert 'id="fig-1" role="img" aria-label="t"' in html
     assert 'data-theme-template="auto"' in html
-    script = mha_site.figure_script("fig-1", shipped)
+    script = plotly_figures.figure_script("fig-1", shipped)
     assert script.startswith('window.mhaFigure("fig-1",')
     assert len(script) < len(json.dumps(figure)) / 2  # the template was most of it
 
@@ -133,19 +149,19 @@ def test_figure_html_keeps_a_chosen_template() -> None:
     import plotly.graph_objects as go
 
     figure = json.loads(go.Figure(layout={"template": "simple_white", "title": "x"}).to_json())
-    shipped, auto = mha_site.figure_payload(figure)
+    shipped, auto = plotly_figures.figure_payload(figure)
     assert auto is False and "template" in shipped["layout"]
-    assert 'data-theme-template="fixed"' in mha_site.figure_html(figure, "fig-2")
+    assert 'data-theme-template="fixed"' in plotly_figures.figure_html(figure, "fig-2")
 
 
 def test_figure_html_requires_a_title() -> None:
-    with pytest.raises(mha_site.FigureError, match="fig-4 has no title"):
-        mha_site.figure_html({"data": [{"type": "scatter", "y": [1]}], "layout": {}}, "fig-4")
+    with pytest.raises(plotly_figures.FigureError, match="fig-4 has no title"):
+        plotly_figures.figure_html({"data": [{"type": "scatter", "y": [1]}], "layout": {}}, "fig-4")
 
 
 def test_figure_script_cannot_close_a_script_element() -> None:
     figure = {"data": [{"type": "scatter", "name": "</script><script>alert(1)"}], "layout": {}}
-    script = mha_site.figure_script("fig-3", figure)
+    script = plotly_figures.figure_script("fig-3", figure)
     assert "</script>" not in script
     payload = script[len('window.mhaFigure("fig-3",') : -len(");\n")]
     assert json.loads(payload)["data"][0]["name"] == "</script><script>alert(1)"
@@ -161,7 +177,7 @@ def test_description_gives_kinds_sizes_and_ranges() -> None:
             layout={"title": "t", "xaxis_title": "key", "yaxis_title": "query"},
         ).to_json()
     )
-    text = mha_figures.describe(figure)
+    text = figure_facts.describe(figure)
     assert "heatmap: 2x3 grid (query by key), values 0 to 5" in text
     assert "scatter 'loss': 3 points, query from 3 to 2 (range 1 to 3)" in text
 
@@ -174,13 +190,13 @@ def test_narrow_layout_stacks_a_row_of_subplots_and_moves_their_titles() -> None
         fig.add_heatmap(z=[[0, 1], [1, 0]], row=1, col=col)
     fig.update_layout(title="stacked", height=360)
     figure = json.loads(fig.to_json())
-    patch = mha_figures.narrow_layout(figure)
+    patch = figure_facts.narrow_layout(figure)
     domains = [patch[f"yaxis{n}"]["domain"] for n in ("", "2", "3")]
     assert all(patch[f"xaxis{n}"]["domain"] == [0.0, 1.0] for n in ("", "2", "3"))
     assert domains[0][0] > domains[1][1] and domains[1][0] > domains[2][1]  # top to bottom
     assert [note["y"] for note in patch["annotations"]] == [d[1] for d in domains]
-    assert patch["height"] > 3 * mha_figures.NARROW_CELL_PX
-    assert mha_figures.figure_heights(figure) == (360, patch["height"])
+    assert patch["height"] > 3 * figure_facts.NARROW_CELL_PX
+    assert figure_facts.figure_heights(figure) == (360, patch["height"])
 
 
 def test_cartesian_bundle_list_matches_the_vendored_bundle() -> None:
@@ -190,7 +206,7 @@ def test_cartesian_bundle_list_matches_the_vendored_bundle() -> None:
     assert f"v{plotly.offline.get_plotlyjs_version()}" in header  # plotly.py's plotly.js
     readme = (NODE / "plotly.js-cartesian-dist-min" / "README.md").read_text()
     listed = set(re.findall(r"`([a-z0-9]+)`", readme.split("Contains trace modules")[1][:400]))
-    assert listed == mha_figures.CARTESIAN_TRACES
+    assert listed == figure_facts.CARTESIAN_TRACES
     vendored = (BOOK / "_static" / "plotly" / "plotly-cartesian.min.js").read_bytes()
     assert (
         vendored == (NODE / "plotly.js-cartesian-dist-min" / "plotly-cartesian.min.js").read_bytes()
@@ -198,50 +214,96 @@ def test_cartesian_bundle_list_matches_the_vendored_bundle() -> None:
 
 
 def test_code_toggles_are_valid_html_named_by_their_text() -> None:
-    body = (
-        '<details class="hide"><summary aria-label="Toggle hidden content">\n'
-        '<p class="collapsed admonition-title">Show code cell source</p>\n'
-        '<p class="expanded admonition-title">Hide code cell source</p>\n</summary>'
-        "<p>code</p></details>"
+    """myst-nb's toggle of a hidden input is written with spans in its <summary> (no <p>,
+    which HTML does not allow there) and no aria-label: it is named by the text it shows."""
+    from myst_nb.sphinx_ import HideCodeCellNode
+
+    node = HideCodeCellNode(
+        prompt_show="Show code cell source",
+        prompt_hide="Hide code cell <source>",
+        classes=["above-input"],
     )
-    fixed = mha_site.summary_named_by_its_text(mha_site.summary_without_paragraphs(body))
-    assert fixed == (
-        '<details class="hide"><summary>\n'
+    writer = SimpleNamespace(body=[])
+    accessible_html.visit_code_toggle(writer, node)
+    accessible_html.depart_code_toggle(writer, node)
+    assert "".join(writer.body) == (
+        '<details class="admonition hide above-input">\n<summary>\n'
         '<span class="collapsed admonition-title">Show code cell source</span>\n'
-        '<span class="expanded admonition-title">Hide code cell source</span>\n</summary>'
-        "<p>code</p></details>"
+        '<span class="expanded admonition-title">Hide code cell &lt;source&gt;</span>\n'
+        "</summary>\n</details>\n"
     )
 
 
-def test_plain_code_spans_drops_only_markup_drawn_as_plain_text() -> None:
-    plain = mha_site.plain_token_classes(("a11y-high-contrast-light", "a11y-high-contrast-dark"))
+def test_bibliography_entries_are_list_items_of_one_list() -> None:
+    from docutils.frontend import get_default_settings
+    from docutils.utils import new_document
+    from docutils.writers.html5_polyglot import HTMLTranslator, Writer
+
+    document = new_document("test", get_default_settings(Writer))
+    entries = [docutils_nodes.citation("", ids=[f"c{index}"]) for index in (1, 2)]
+    document += docutils_nodes.paragraph("", "before")
+    document.extend(entries)
+    writer = HTMLTranslator(document)
+    for entry in entries:
+        accessible_html.visit_citation(writer, entry)
+        writer.depart_citation(entry)
+    body = "".join(writer.body)
+    assert body.count('role="list"') == 1 and body.count('role="listitem"') == 2
+    assert "doc-biblioentry" not in body and body.endswith("</div>\n</div>\n")
+
+
+def test_plain_tokens_are_highlighted_as_text() -> None:
+    plain = plain_code.plain_token_classes(("a11y-high-contrast-light", "a11y-high-contrast-dark"))
     assert {"n", "p", "w"} <= plain and "k" not in plain
-    assert mha_site.plain_token_classes(("no-such-style",)) == frozenset()
-    code = (
-        '<div class="highlight"><pre><span></span><span class="k">for</span><span class="w"> '
-        '</span><span class="n">x</span><span class="p">:</span></pre></div>'
-        '<p><span class="n">kept outside code</span></p>'
+    assert plain_code.plain_token_classes(("no-such-style",)) == frozenset()
+    from pygments import highlight
+    from pygments.lexers import PythonLexer
+
+    formatter = plain_code.plain_tokens_formatter(plain)()
+    assert highlight("for x in y:\n    f(x)  # c\n", PythonLexer(), formatter) == (
+        '<div class="highlight"><pre><span></span><span class="k">for</span> x '
+        '<span class="ow">in</span> y:\n    f(x)  <span class="c1"># c</span>\n</pre></div>\n'
     )
-    assert mha_site.plain_code_spans(code, plain) == (
-        '<div class="highlight"><pre><span></span><span class="k">for</span> x:</pre></div>'
-        '<p><span class="n">kept outside code</span></p>'
+
+
+def test_the_sites_highlighters_write_plain_tokens_as_text() -> None:
+    """The HTML builders' highlighters get the formatter of the theme's two code styles."""
+    from sphinx.highlighting import PygmentsBridge
+
+    theme = SimpleNamespace(
+        get_options=lambda: {
+            "pygments_light_style": "a11y-high-contrast-light",
+            "pygments_dark_style": "a11y-high-contrast-dark",
+        }
     )
+    builder = SimpleNamespace(
+        theme=theme, theme_options={}, highlighter=PygmentsBridge("html"), dark_highlighter=None
+    )
+    plain_code.highlight_plain_tokens(SimpleNamespace(builder=builder))
+    html = builder.highlighter.highlight_block("f(x)\n", "python")
+    assert html == '<div class="highlight"><pre><span></span>f(x)\n</pre></div>\n'
+    builder.theme_options = {"pygments_light_style": "no-such-style"}
+    builder.highlighter = PygmentsBridge("html")
+    plain_code.highlight_plain_tokens(SimpleNamespace(builder=builder))
+    assert '<span class="n">f</span>' in builder.highlighter.highlight_block("f(x)\n", "python")
 
 
 def test_pages_url_is_the_github_pages_address() -> None:
-    assert mha_site.pages_url("https://github.com/Org/book") == "https://org.github.io/book/"
-    assert mha_site.pages_url("https://github.com/org/org.github.io") == "https://org.github.io/"
+    assert site_identity.pages_url("https://github.com/Org/book") == "https://org.github.io/book/"
+    assert (
+        site_identity.pages_url("https://github.com/org/org.github.io") == "https://org.github.io/"
+    )
     with pytest.raises(ValueError, match="repository.url must be https://github.com/OWNER/REPO"):
-        mha_site.pages_url("https://example.org/x")
+        site_identity.pages_url("https://example.org/x")
 
 
 def test_api_modules_reads_one_module_per_line() -> None:
     text = "intro\n```{mha-api}\nmha\nmha.core.params  # core\n\nmha.cost\n```\nafter\n"
-    assert mha_site.api_modules(text) == ["mha", "mha.core.params", "mha.cost"]
+    assert api_reference.api_modules(text) == ["mha", "mha.core.params", "mha.cost"]
 
 
 def test_api_markdown_documents_members_of_submodules_only() -> None:
-    text = mha_site.api_markdown(["mha", "mha.core.params"])
+    text = api_reference.api_markdown(["mha", "mha.core.params"])
     assert "(api-mha)=\n## `mha`" in text
     assert ".. automodule:: mha\n```" in text  # the package: its docstring only
     assert ".. automodule:: mha.core.params\n   :members:\n```" in text
@@ -406,12 +468,12 @@ def test_figure_colours_are_colour_blind_safe(built_site: Path) -> None:
     from colour_vision import figure_colour_problems, palette_problems
 
     problems = []
-    for theme, colours in mha_site.SAFE_COLORWAY.items():
+    for theme, colours in plotly_figures.SAFE_COLORWAY.items():
         problems += [f"site colorway ({theme}): {p}" for p in palette_problems(colours[:6])]
     for page, ids in site_figures(built_site).items():
         for fig_id in ids:
             figure = figure_data(built_site, fig_id)
-            title = mha_figures.title_text(figure)[:50]
+            title = figure_facts.title_text(figure)[:50]
             problems += [f"{page} {title!r}: {p}" for p in figure_colour_problems(figure)]
     assert problems == []
 
@@ -481,7 +543,7 @@ def test_formulas_are_typeset_at_build_time(built_site: Path) -> None:
     built, one per formula Sphinx wrote, its drawing in the page (first screen) or in the
     page's script of drawings (drawn when near); no page loads MathJax or mha-math.js. (The
     site still serves MathJax, for the PDF's build and pages built without Node.)"""
-    assert mha_site.math_renderer() is not None, "Node or mathjax-full missing: run `make node`"
+    assert math_typeset.math_renderer() is not None, "Node or mathjax-full missing: run `make node`"
     assert (built_site / MATHJAX_JS).stat().st_size > 500_000
     math_pages, drawn_later, problems = 0, 0, []
     for html_file in built_site.rglob("*.html"):
@@ -524,17 +586,17 @@ def typeset_site(tmp_path: Path, page: str) -> tuple[Path, list[str]]:
     app = type("App", (), {"outdir": str(tmp_path)})()
     app.builder = type("Builder", (), {"name": "html"})()
     warnings: list[str] = []
-    original = mha_site.logger.warning
-    mha_site.logger.warning = lambda message, *args, **kwargs: warnings.append(message)
+    original = math_typeset.logger.warning
+    math_typeset.logger.warning = lambda message, *args, **kwargs: warnings.append(message)
     try:
-        mha_site.typeset_math(app, None)
+        math_typeset.typeset_math(app, None)
     finally:
-        mha_site.logger.warning = original
+        math_typeset.logger.warning = original
     return path, warnings
 
 
 def test_typeset_math_replaces_every_formula_and_the_client_scripts(tmp_path: Path) -> None:
-    assert mha_site.math_renderer() is not None, "Node or mathjax-full missing: run `make node`"
+    assert math_typeset.math_renderer() is not None, "Node or mathjax-full missing: run `make node`"
     path, warnings = typeset_site(tmp_path, MATH_PAGE)
     page = path.read_text(encoding="utf8")
     assert warnings == []
@@ -569,7 +631,7 @@ def test_formulas_off_the_first_screen_are_drawn_from_the_pages_script(tmp_path:
     """The formula before the article's first subsection is drawn in the page; the two after
     it keep their container, MathML and sized <svg>, and their drawings and the glyphs only
     they use are in the page's script, which the page loads deferred with mha-math-svg.js."""
-    assert mha_site.math_renderer() is not None, "Node or mathjax-full missing: run `make node`"
+    assert math_typeset.math_renderer() is not None, "Node or mathjax-full missing: run `make node`"
     path, warnings = typeset_site(tmp_path, SECTIONED_PAGE)
     page = path.read_text(encoding="utf8")
     deferred = math_script(page, path)
@@ -595,7 +657,7 @@ def test_formulas_off_the_first_screen_are_drawn_from_the_pages_script(tmp_path:
 
 
 def test_a_tex_error_is_a_build_warning(tmp_path: Path) -> None:
-    assert mha_site.math_renderer() is not None, "Node or mathjax-full missing: run `make node`"
+    assert math_typeset.math_renderer() is not None, "Node or mathjax-full missing: run `make node`"
     page = MATH_PAGE.replace("softmax}(z)_j", r"softmax}(z)_j \undefinedmacro")
     _, warnings = typeset_site(tmp_path, page)
     assert len(warnings) == 1 and "undefinedmacro" in warnings[0]
@@ -604,13 +666,13 @@ def test_a_tex_error_is_a_build_warning(tmp_path: Path) -> None:
 def test_without_node_pages_keep_typesetting_in_the_browser(tmp_path: Path, monkeypatch) -> None:
     """Without Node or mathjax-full (a build by hand without `make node`), pages are left as
     Sphinx wrote them, with mha-math.js, and the build does not warn."""
-    monkeypatch.setattr(mha_site, "math_renderer", lambda: None)
+    monkeypatch.setattr(math_typeset, "math_renderer", lambda: None)
     path, warnings = typeset_site(tmp_path, MATH_PAGE)
     assert path.read_text(encoding="utf8") == MATH_PAGE and warnings == []
 
 
 def test_plain_tex_reads_a_formula_as_words() -> None:
-    assert mha_site.plain_tex(r"\(\mathrm{d}V = A^\top \, \mathrm{d}O\)") == "dV = A^ top dO"
+    assert math_typeset.plain_tex(r"\(\mathrm{d}V = A^\top \, \mathrm{d}O\)") == "dV = A^ top dO"
 
 
 def test_vendored_icons_are_what_the_script_writes_from_the_npm_package() -> None:
@@ -637,45 +699,44 @@ ICON_PAGE = """<html><head></head><body>
 
 
 def test_inline_icons_keeps_each_element_its_classes_and_attributes() -> None:
-    icons = mha_site.vendored_icons()
-    page, problems = mha_site.inline_icons(ICON_PAGE, icons)
+    vendored = icons.vendored_icons()
+    page, problems = icons.inline_icons(ICON_PAGE, vendored)
     assert problems == []
-    sun = icons["sun"]
+    sun = vendored["sun"]
     assert (
         '<i class="theme-switch mha-icon mha-icon-sun mha-icon-lg" data-mode="light" '
         f'aria-hidden="true"><svg viewBox="{sun["viewBox"]}" aria-hidden="true" '
         f'focusable="false"><path d="{sun["path"]}"/></svg></i>'
     ) in page
     assert '<span class="mha-icon mha-icon-bars"><svg ' in page
-    assert (
-        f'<i class="mha-icon mha-icon-github"><svg viewBox="{icons["github"]["viewBox"]}"' in page
-    )
+    github = vendored["github"]["viewBox"]
+    assert f'<i class="mha-icon mha-icon-github"><svg viewBox="{github}"' in page
     assert page.count("<svg ") == 4 and "fa-" not in page and "fas" not in page
-    assert mha_site.inline_icons(page, icons) == (page, [])  # an inlined page stays as it is
+    assert icons.inline_icons(page, vendored) == (page, [])  # an inlined page stays as it is
 
 
 def test_an_icon_without_vendored_svg_or_a_class_left_is_a_build_warning(tmp_path: Path) -> None:
     page = ICON_PAGE.replace("fa-bars", "fa-rocket") + '<p class="fa-solid fa-sun">x</p>'
     (tmp_path / "page.html").write_text(page, encoding="utf8")
-    css = tmp_path / mha_site.THEME_CSS
+    css = tmp_path / icons.THEME_CSS
     css.parent.mkdir(parents=True)
     css.write_text(FONT_AWESOME_CSS, encoding="utf8")
     app = type("App", (), {"outdir": str(tmp_path)})()
     app.builder = type("Builder", (), {"name": "html"})()
     warnings: list[str] = []
-    original = mha_site.logger.warning
-    mha_site.logger.warning = lambda message, *args, **kwargs: warnings.append(message)
+    original = icons.logger.warning
+    icons.logger.warning = lambda message, *args, **kwargs: warnings.append(message)
     try:
-        mha_site.icons_without_fonts(app, None)
+        icons.icons_without_fonts(app, None)
     finally:
-        mha_site.logger.warning = original
+        icons.logger.warning = original
     # The unknown icon's element keeps its classes (reported as left too), and so does a
     # paragraph with Font Awesome's classes and text.
     assert len(warnings) == 3, warnings
     assert "no vendored icon" in warnings[0] and "fa-rocket" in warnings[0]
     assert "left" in warnings[1] and "fa-rocket" in warnings[1]
     assert "left" in warnings[2] and "'fa-sun'" in warnings[2]
-    assert css.read_text(encoding="utf8") == mha_site.without_font_awesome(FONT_AWESOME_CSS)
+    assert css.read_text(encoding="utf8") == icons.without_font_awesome(FONT_AWESOME_CSS)
 
 
 FONT_AWESOME_CSS = """/*!
@@ -699,7 +760,7 @@ a.github:before{font:var(--fa-font-brands)}
 
 
 def test_without_font_awesome_removes_its_blocks_and_nothing_else() -> None:
-    css = mha_site.without_font_awesome(FONT_AWESOME_CSS)
+    css = icons.without_font_awesome(FONT_AWESOME_CSS)
     assert css == (
         "/*!\n * Bootstrap  v5.3.3\n */.fade{transition:opacity .15s linear}\n\n\n"
         "html{--pst-a:1rem}.bd-search .fa-solid.fa-magnifying-glass{position:absolute}"
@@ -715,14 +776,14 @@ def test_pages_draw_icons_as_svg_without_font_awesome(built_site: Path) -> None:
         html = html_file.read_text(encoding="utf8")
         with_header += "theme-switch-button" in html
         classes = " ".join(re.findall(r'\sclass="([^"]*)"', html)).split()
-        left = {name for name in classes if mha_site.is_fa_class(name)}
+        left = {name for name in classes if icons.is_fa_class(name)}
         assert left == set(), f"{html_file.relative_to(built_site)}: {left}"
-        icons = re.findall(r'<(?:i|span) class="[^"]*\bmha-icon\b[^"]*"[^>]*>(<svg [^>]*>)', html)
-        assert len(icons) == html.count(" mha-icon-") - html.count(" mha-icon-lg")
-        assert len(icons) >= 5 or "theme-switch-button" not in html, html_file.name
-        assert all('aria-hidden="true" focusable="false"' in svg for svg in icons)
+        drawn = re.findall(r'<(?:i|span) class="[^"]*\bmha-icon\b[^"]*"[^>]*>(<svg [^>]*>)', html)
+        assert len(drawn) == html.count(" mha-icon-") - html.count(" mha-icon-lg")
+        assert len(drawn) >= 5 or "theme-switch-button" not in html, html_file.name
+        assert all('aria-hidden="true" focusable="false"' in svg for svg in drawn)
     assert with_header > len(toc_pages())  # the TOC's pages, the search page, the index
-    theme_css = (built_site / mha_site.THEME_CSS).read_text(encoding="utf8")
+    theme_css = (built_site / icons.THEME_CSS).read_text(encoding="utf8")
     assert "Font Awesome" not in theme_css and "@font-face" not in theme_css
     assert "webfonts" not in theme_css and "--fa-font" not in theme_css.split("html{", 1)[0]
 
@@ -793,7 +854,7 @@ def test_api_pages_document_each_listed_module(built_site: Path) -> None:
     documented = {}
     for page in pages:
         html = page_path(built_site, page).read_text(encoding="utf8")
-        modules = mha_site.api_modules((ROOT / f"{page}.md").read_text(encoding="utf8"))
+        modules = api_reference.api_modules((ROOT / f"{page}.md").read_text(encoding="utf8"))
         assert modules, f"{page} lists no module"
         for module in modules:
             assert f'id="module-{module}"' in html, f"{page}: {module} is not documented"
@@ -853,7 +914,7 @@ def test_pages_offer_downloads_buttons_and_repository(built_site: Path) -> None:
 
 @pytest.mark.site
 def test_every_page_has_a_description_and_open_graph_tags(built_site: Path) -> None:
-    site_url = mha_site.pages_url(REPOSITORY)
+    site_url = site_identity.pages_url(REPOSITORY)
     for page in toc_pages():
         html = page_path(built_site, page).read_text(encoding="utf8")
         description = re.search(r'<meta name="description" content="([^"]{20,})"', html)
@@ -949,7 +1010,7 @@ def test_pdf_has_every_chapter_its_figures_and_no_raw_tex(built_site: Path, buil
         listings += code + code_literals(page_path(built_site, page).read_text(encoding="utf8"))
     for ids in site_figures(built_site).values():
         for fig_id in ids:
-            title = mha_figures.title_text(figure_data(built_site, fig_id))
+            title = figure_facts.title_text(figure_data(built_site, fig_id))
             assert squash(title) in printed, f"figure {title!r} is not in the PDF"
     assert len(commands) > 20, sorted(commands)  # the book's math
     raw = [
@@ -1119,7 +1180,7 @@ def test_hidden_code_is_taken_out_of_the_page_and_kept_in_order() -> None:
     )
     shown = '<div class="cell_input docutils container"><pre>shown()</pre></div>\n'
     body = shown + cell.format(code="first()") + cell.format(code="second()")
-    page, codes = mha_site.take_hidden_code(body, "../_static/hidden-code/x.js")
+    page, codes = hidden_code.take_hidden_code(body, "../_static/hidden-code/x.js")
     assert page.startswith(shown)  # a visible input stays
     assert [code.strip() for code in codes] == [
         '<div class="highlight"><pre>first()</pre></div>',
@@ -1131,12 +1192,12 @@ def test_hidden_code_is_taken_out_of_the_page_and_kept_in_order() -> None:
             f'data-mha-code="../_static/hidden-code/x.js" data-mha-index="{index}"></div>' in page
         )
     assert page.count("</details>") == 2 and page.count("<div") == page.count("</div>")
-    assert mha_site.take_hidden_code(shown, "x.js") == (shown, [])
+    assert hidden_code.take_hidden_code(shown, "x.js") == (shown, [])
 
 
 def test_hidden_code_script_hands_over_the_list_and_cannot_close_a_script() -> None:
     codes = ['<div class="highlight"><pre>a = "</script>"</pre></div>']
-    script = mha_site.hidden_code_script("../_static/hidden-code/x.js", codes)
+    script = hidden_code.hidden_code_script("../_static/hidden-code/x.js", codes)
     assert script.startswith('window.mhaHiddenCode("../_static/hidden-code/x.js",[')
     assert "</" not in script and script.endswith(");\n")
     assert json.loads(script[script.index(",[") + 1 : -3]) == codes
@@ -1184,7 +1245,7 @@ def test_sidebar_toggles_are_named_after_their_page() -> None:
         '<ul><li><a href="api-core.html">Core</a></li></ul></li></ul>'
     )
     soup = BeautifulSoup(html, "html.parser")
-    mha_site.named_toggles(theme_toggles)(soup)
+    accessible_html.named_toggles(theme_toggles)(soup)
     assert soup.select_one("summary")["aria-label"] == "Pages of API reference"
 
 
@@ -1229,10 +1290,10 @@ def test_head_assets_reads_scripts_styles_and_icons_of_the_head_only() -> None:
 
 
 def test_uses_design_finds_sphinx_design_classes_only() -> None:
-    assert mha_site.uses_design('<details class="sd-sphinx-override sd-dropdown">')
-    assert mha_site.uses_design('<div class="sd-tab-set docutils">')
-    assert not mha_site.uses_design('<div class="highlight"><pre>sd-card</pre></div>')
-    assert not mha_site.uses_design('<p class="psd-x">')
+    assert lighter_head.uses_design('<details class="sd-sphinx-override sd-dropdown">')
+    assert lighter_head.uses_design('<div class="sd-tab-set docutils">')
+    assert not lighter_head.uses_design('<div class="highlight"><pre>sd-card</pre></div>')
+    assert not lighter_head.uses_design('<p class="psd-x">')
 
 
 @pytest.mark.site
@@ -1247,7 +1308,7 @@ def test_no_page_runs_a_script_before_its_first_paint(built_site: Path) -> None:
             for attr in head.scripts
             if "defer" not in attr
             and "async" not in attr
-            and attr["src"].split("?")[0].rsplit("/", 1)[-1] not in mha_site.PARSER_SCRIPTS
+            and attr["src"].split("?")[0].rsplit("/", 1)[-1] not in lighter_head.PARSER_SCRIPTS
         ]
         assert blocking == [], f"{page}: scripts that block the first paint: {blocking}"
 
@@ -1259,7 +1320,7 @@ def stylesheet_sources(built_site: Path, path: Path, head) -> list[str]:
     for attr in head.styles:
         sheet = (path.parent / attr["href"].split("?")[0]).resolve()
         header = re.match(
-            rf'@charset "UTF-8";\n/\* {mha_site.BUNDLE_SOURCES} (.*?) \*/',
+            rf'@charset "UTF-8";\n/\* {stylesheet_bundle.BUNDLE_SOURCES} (.*?) \*/',
             sheet.read_text(encoding="utf8"),
         )
         if header:
@@ -1281,7 +1342,7 @@ def test_each_page_links_one_stylesheet(built_site: Path) -> None:
             continue  # not a page of the theme's layout
         assert len(head.styles) == 1, f"{path.name}: {[a['href'] for a in head.styles]}"
         sheet = (path.parent / head.styles[0]["href"]).resolve()
-        assert sheet.name.startswith(mha_site.BUNDLE_PREFIX), path.name
+        assert sheet.name.startswith(stylesheet_bundle.BUNDLE_PREFIX), path.name
         sources = stylesheet_sources(built_site, path, head)
         assert "_static/styles/pydata-sphinx-theme.css" in sources, (path.name, sources)
         assert "_static/mha-site.css" in sources and "_static/basic.css" in sources, sources
@@ -1289,7 +1350,8 @@ def test_each_page_links_one_stylesheet(built_site: Path) -> None:
         assert css.count("@charset") == 1 and "@import" not in css
         for url in re.findall(r"""url\(["']?(?![a-z]+:|#)([^"')?#]+)""", css):
             assert (sheet.parent / url).resolve().is_file(), f"{sheet.name}: url({url})"
-    bundles = list((built_site / mha_site.BUNDLE_DIR).glob(f"{mha_site.BUNDLE_PREFIX}*.css"))
+    folder = built_site / stylesheet_bundle.BUNDLE_DIR
+    bundles = list(folder.glob(f"{stylesheet_bundle.BUNDLE_PREFIX}*.css"))
     assert 1 <= len(bundles) <= 4  # pages with the same stylesheets share one; no stale ones
 
 
@@ -1299,12 +1361,12 @@ def test_rebase_urls_keeps_a_stylesheets_urls_pointing_at_their_files(tmp_path: 
         'a{background:url(file.png)} b{background:url("img/x.svg")} c{mask:url(data:x)} '
         """d{--i:url("data:image/svg+xml,%3Csvg'/%3E")} e{mask:url('#m')}"""
     )
-    rebased = mha_site.rebase_urls(css, tmp_path / "_static" / "basic.css", styles)
+    rebased = stylesheet_bundle.rebase_urls(css, tmp_path / "_static" / "basic.css", styles)
     assert rebased == (
         'a{background:url(../file.png)} b{background:url("../img/x.svg")} c{mask:url(data:x)} '
         """d{--i:url("data:image/svg+xml,%3Csvg'/%3E")} e{mask:url('#m')}"""
     )
-    assert mha_site.rebase_urls(css, styles / "theme.css", styles) == css
+    assert stylesheet_bundle.rebase_urls(css, styles / "theme.css", styles) == css
 
 
 @pytest.mark.site
@@ -1317,7 +1379,7 @@ def test_sphinx_design_stylesheet_only_on_pages_that_use_it(built_site: Path) ->
         loaded = [href for href in sources if "sphinx-design" in href]
         loaded += [attr["src"] for attr in head.scripts if "design-tabs" in attr["src"]]
         body = html.split("<body", 1)[1]
-        if mha_site.uses_design(body):
+        if lighter_head.uses_design(body):
             assert len(loaded) == 2, f"{page} has sphinx-design elements: {loaded}"
         else:
             assert loaded == [], f"{page} has no sphinx-design element but loads {loaded}"
@@ -1331,10 +1393,10 @@ def test_every_page_links_the_site_icon(built_site: Path) -> None:
     assert root_icon[:4] == b"\0\0\1\0" and len(root_icon) > 22  # ICO header, one image
     for page in toc_pages():
         path = page_path(built_site, page)
-        icons = head_assets(path.read_text(encoding="utf8")).icons
-        assert len(icons) == 1, f"{page}: icon links {icons}"
-        icon = (path.parent / icons[0].split("?")[0]).resolve()
-        assert icon.is_file() and icon.read_bytes() == root_icon, f"{page}: {icons[0]}"
+        links = head_assets(path.read_text(encoding="utf8")).icons
+        assert len(links) == 1, f"{page}: icon links {links}"
+        icon = (path.parent / links[0].split("?")[0]).resolve()
+        assert icon.is_file() and icon.read_bytes() == root_icon, f"{page}: {links[0]}"
 
 
 @pytest.mark.site
@@ -1349,11 +1411,159 @@ def test_no_stylesheet_of_a_page_imports_another(built_site: Path) -> None:
             assert "@import" not in sheet.read_text(encoding="utf8"), f"{page}: {attr['href']}"
 
 
+def test_html_edit_finds_elements_at_their_places_in_the_text() -> None:
+    page = (
+        '<html><head><link rel="stylesheet" href="a.css">\n'
+        "<script>if (a < b) { x = '<span>'; }</script></head>\n"
+        '<body><p class="x  y">one &amp; <b>two</b></p><div><p>three<br/>\n</div>'
+        "<svg viewBox='0 0 1 1'><path id=\"g\"></path></svg></body></html>"
+    )
+    elements = html_edit.parse(page)
+    tags = [e.tag for e in elements]
+    assert tags == [
+        "html",
+        "head",
+        "link",
+        "script",
+        "body",
+        "p",
+        "b",
+        "div",
+        "p",
+        "br",
+        "svg",
+        "path",
+    ]
+    for element in elements:
+        assert page[element.start] == "<" and page[element.open_end - 1] == ">"
+        assert element.start_tag(page).lower().startswith("<" + element.tag)
+    link, script, body = elements[2], elements[3], elements[4]
+    assert link.outer(page) == '<link rel="stylesheet" href="a.css">' and not link.has_end_tag
+    assert script.inner(page) == "if (a < b) { x = '<span>'; }" and not script.children
+    first, bold, div, unclosed = elements[5], elements[6], elements[7], elements[8]
+    assert first.classes == ["x", "y"] and first.children == [bold] and first.has_end_tag
+    assert first.outer(page) == '<p class="x  y">one &amp; <b>two</b></p>'
+    assert first.text_between_children(page) == "one &amp; "
+    assert bold.outer(page) == "<b>two</b>" and bold.parent is first
+    # a <p> left open ends where its parent's end tag is
+    assert unclosed.end == div.close_start and not unclosed.has_end_tag
+    assert unclosed.parent is div and div.outer(page).endswith("\n</div>")
+    svg = elements[10]
+    assert svg.start_tag(page) == "<svg viewBox='0 0 1 1'>" and svg.attrs["viewbox"] == "0 0 1 1"
+    assert [e.tag for e in body.descendants()] == tags[5:]
+    assert next(html_edit.find(elements, "path", id="g")) is elements[11]
+
+
+def test_html_edit_splices_edits_and_refuses_overlapping_ones() -> None:
+    page = "<p>a</p><p>b</p>"
+    first, second = html_edit.parse(page)
+    edited = html_edit.splice(page, [(second.open_end, second.close_start, "B"), (0, 0, "!")])
+    assert edited == "!<p>a</p><p>B</p>"
+    assert html_edit.splice(page, [html_edit.removal(page + "\n", second)]) == "<p>a</p>"
+    with pytest.raises(ValueError, match="edits overlap at 1"):
+        html_edit.splice(page, [(0, 4, ""), (1, 2, "")])
+    tag = html_edit.start_tag("i", {"class": 'a"b', "hidden": None})
+    assert tag == '<i class="a&quot;b" hidden>'
+
+
+SITE_CODE = (BOOK / "_ext", BOOK / "_static")
+VENDORED = (BOOK / "_static" / "plotly",)  # plotly.js's partial bundle and its licence
+MAX_SITE_FILE_LINES = 500
+FIRST_COMMENT = {".py": '"""', ".js": ("//", "/*"), ".css": "/*"}
+
+
+def test_each_file_of_the_site_code_is_small_and_says_its_job_first() -> None:
+    """The site's code is in files of one job: none over 500 lines, each opening with a
+    comment (a JSON file with its "about" key, first in its sorted keys) that says what it
+    does. The vendored plotly.js bundle is not the book's code; the icon is an image."""
+    files = [
+        path
+        for folder in SITE_CODE
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+        and "__pycache__" not in path.parts
+        and not any(path.is_relative_to(v) for v in VENDORED)
+        and path.suffix != ".ico"
+    ]
+    assert len(files) > 25
+    for path in files:
+        text = path.read_text(encoding="utf8")
+        lines = text.count("\n")
+        assert lines <= MAX_SITE_FILE_LINES, f"{path.relative_to(ROOT)}: {lines} lines"
+        if path.suffix == ".json":
+            assert next(iter(json.loads(text))) == "about", path.name
+        else:
+            opening = FIRST_COMMENT[path.suffix]
+            assert text.startswith(opening), f"{path.relative_to(ROOT)} opens with {text[:40]!r}"
+
+
+class RecordingApp:
+    """What a Sphinx application is told by an extension's ``setup``."""
+
+    def __init__(self) -> None:
+        self.handlers: list[tuple[str, str, int]] = []
+        self.nodes: dict[str, tuple[bool, dict]] = {}
+        self.css: list[str] = []
+
+    def connect(self, event: str, handler, priority: int = 500) -> None:
+        self.handlers.append((event, handler.__name__, priority))
+
+    def add_node(self, node, override: bool = False, **visitors) -> None:
+        self.nodes[node.__name__] = (override, visitors)
+
+    def add_css_file(self, name: str, **attributes) -> None:
+        self.css.append(name)
+
+    def run_order(self, event: str) -> list[str]:
+        """The handlers of ``event`` in the order Sphinx calls them (priority, then order)."""
+        connected = [(priority, name) for e, name, priority in self.handlers if e == event]
+        return [name for _, name in sorted(connected, key=lambda item: item[0])]
+
+
+def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> None:
+    """The package's setup connects every module's handlers: the page's scripts in the order
+    they run (figure loader, hidden code, then math), the icons drawn before the formulas are
+    typeset (smaller pages to read) and the stylesheets joined last, and the two writers of
+    valid HTML in place."""
+    from myst_nb.core import render
+
+    monkeypatch.setenv("PLOTLY_RENDERER", "plotly_mimetype")  # restored after the test
+    monkeypatch.setattr(render, "load_mime_renders", render.load_mime_renders)
+    app = RecordingApp()
+    metadata = mha_site.setup(app)
+    assert metadata["parallel_read_safe"] and metadata["parallel_write_safe"]
+    assert app.run_order("html-page-context") == [
+        "offer_notebook_download",
+        "add_figure_scripts",
+        "hidden_code_loaded_when_shown",
+        "link_book_pdf",
+        "add_math_script",
+        "lighter_head",
+    ]
+    finished = app.run_order("build-finished")
+    assert finished.index("icons_without_fonts") < finished.index("typeset_math")
+    assert finished[-1] == "bundle_stylesheets" and len(finished) == 5
+    assert app.run_order("source-read") == ["expand_api_blocks"]
+    assert app.run_order("autodoc-process-docstring") == ["keep_letters_as_text"]
+    assert set(app.run_order("builder-inited")) == {
+        "write_templates",
+        "copy_mathjax",
+        "highlight_plain_tokens",
+        "name_sidebar_toggles",
+    }
+    assert app.nodes["HideCodeCellNode"] == (
+        True,
+        {"html": (accessible_html.visit_code_toggle, accessible_html.depart_code_toggle)},
+    )
+    assert app.nodes["citation"] == (True, {"html": (accessible_html.visit_citation, None)})
+    assert "mha_figure" in app.nodes and app.css == ["mha-site.css"]
+
+
 def test_every_static_file_of_the_book_rebuilds_the_pages_when_it_changes() -> None:
     """Sphinx copies static files only when some page is written: each of the book's own
     scripts and stylesheets is part of the extension's version, so changing one rewrites them."""
-    here = BOOK / "_ext"
-    files = {path.name for path in mha_site.extension_files(here)}
+    files = {path.name for path in mha_site.extension_files()}
     own = {path.name for path in (BOOK / "_static").iterdir() if path.name.startswith("mha-")}
-    assert own and own <= files
-    assert {"mha_site.py", "mha_figures.py", "mha-explore.js", "mha-math.js"} <= files
+    modules = {path.name for path in (BOOK / "_ext" / "mha_site").glob("*.py")}
+    assert own and own <= files and modules <= files
+    assert {"__init__.py", "figure_facts.py", "icons.json", "mha-explore.js"} <= files

@@ -1,4 +1,9 @@
-"""The PyTorch backend: the three forms, masks, fully masked rows, gradients, dtypes, LayerNorm."""
+"""What only the PyTorch backend has: PyTorch's kernels and modules, autograd, torch.func, bfloat16.
+
+Also meta tensors and traced graphs, the explicit path without autograd and its CPU shortcuts,
+the switch of the value checks, and the private names read under ``torch.func``. What both
+backends share runs in both, in ``test_backends.py``.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +20,7 @@ from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import mha
 from mha import init_params, to_torch_attn_mask, to_torch_mha
-from mha.backends import _torch_func, np_backend, torch_backend
-from mha.core.masks import AmbiguousMaskWarning
+from mha.backends import cpu_shortcuts, np_backend, torch_backend, torch_checks
 from mha.numerics import backward, tolerance
 
 FORMS = ("per_head", "fused", "packed")
@@ -75,42 +79,10 @@ def inputs(kind: str, seed: int = 0, dtype: torch.dtype = f64):
     return x, kv, kv
 
 
-# ---- heads ---------------------------------------------------------------------------
-
-
-def test_split_and_merge_heads_are_inverse_views_of_the_column_blocks() -> None:
-    x = randn(B, L, D)
-    heads = torch_backend.split_heads(x, H)
-    assert heads.shape == (B, H, L, 4)
-    for h in range(H):
-        assert torch.equal(heads[:, h], x[..., h * 4 : (h + 1) * 4])  # exact: a view
-    assert torch.equal(torch_backend.merge_heads(heads), x)  # exact: reshapes
-
-
-def test_split_heads_accepts_a_non_contiguous_input() -> None:
-    x = randn(L, B, D).transpose(0, 1)  # (B, L, D), not contiguous
-    assert not x.is_contiguous()
-    # exact: the same reshape
-    assert torch.equal(
-        torch_backend.split_heads(x, H), torch_backend.split_heads(x.contiguous(), H)
-    )
-
-
 # ---- softmax and scaled dot-product attention ----------------------------------------
 
 
-def test_softmax_masks_exactly_and_zeroes_fully_masked_rows() -> None:
-    scores = randn(4, 5)
-    mask = torch.rand(4, 5, generator=torch.Generator().manual_seed(1)) < 0.5
-    mask[0], mask[1] = False, True
-    w = torch_backend.softmax(scores, mask)
-    assert (w[~mask] == 0).all() and (w[0] == 0).all()
-    tol = tolerance.rounding_tolerance(f64, terms=5)
-    tolerance.assert_close(w[1:].sum(-1), torch.ones(3, dtype=f64), tol)
-    tolerance.assert_close(w[1], torch.softmax(scores[1], -1), tol)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, f64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16])  # float32 and float64: test_backends.py
 def test_softmax_of_huge_logits_is_finite_and_normalised(dtype: torch.dtype) -> None:
     scores = (torch.rand(4, 6, generator=torch.Generator().manual_seed(0)) * 2e4 - 1e4).to(dtype)
     w = torch_backend.softmax(scores)
@@ -147,21 +119,6 @@ def test_fully_masked_row_is_zero_in_both_backends_and_in_torch_sdpa() -> None:
     np.testing.assert_array_equal(out_np[..., 2, :], out[..., 2, :].numpy())
 
 
-def test_causal_and_key_padding_masks_equal_the_numpy_ones() -> None:
-    assert torch.equal(
-        torch_backend.causal_mask(3, 5), torch.from_numpy(np_backend.causal_mask(3, 5))
-    )
-    assert torch.equal(torch_backend.causal_mask(4), torch.from_numpy(np_backend.causal_mask(4)))
-    for L_, S_ in ((3, 5), (5, 3), (4, 4)):
-        pt = torch_backend.causal_mask(L_, S_, align="bottom_right")
-        assert torch.equal(
-            pt, torch.from_numpy(np_backend.causal_mask(L_, S_, align="bottom_right"))
-        )
-    kp = torch_backend.key_padding_mask(torch.tensor([2, 0, 4]), 4)
-    assert kp.dtype == torch.bool and kp.shape == (3, 1, 1, 4)
-    assert torch.equal(kp, torch.from_numpy(np_backend.key_padding_mask([2, 0, 4], 4)))
-
-
 SHAPES_LS = [(1, 1), (3, 3), (2, 5), (5, 2), (1, 7), (7, 1)]
 
 
@@ -196,55 +153,9 @@ def test_bottom_right_equals_pytorchs_lower_right_bias_in_attention(L_: int, S_:
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
 
 
-def test_bottom_right_with_more_queries_than_keys_gives_zero_rows_not_nan() -> None:
-    q, k, v = randn(1, 1, 5, 4, seed=1), randn(1, 1, 2, 4, seed=2), randn(1, 1, 2, 4, seed=3)
-    out, w = torch_backend.scaled_dot_product_attention(
-        q, k, v, torch_backend.causal_mask(5, 2, align="bottom_right")
-    )
-    assert (w[..., :3, :] == 0).all() and (out[..., :3, :] == 0).all()  # positions -3..-1
-    assert not out.isnan().any()
-    torch.testing.assert_close(w[..., 3:, :].sum(-1), torch.ones(1, 1, 2, dtype=w.dtype))
-
-
 # ---- multi-head attention: the three forms -------------------------------------------
 
 CASES = list(product(["self", "cross"], [True, False], list(masks_for(B, H, L, S))))
-
-
-@pytest.mark.parametrize(("kind", "bias", "mask_name"), CASES)
-def test_three_forms_and_fast_path_agree_with_the_reference(kind, bias, mask_name) -> None:
-    q, k, v = inputs(kind)
-    S_ = k.shape[1]
-    mask = masks_for(B, H, L, S_)[mask_name]
-    p = init_params(D, H, bias=bias, seed=3).to_torch()
-    ref_out, ref_w = reference_mha(q, k, v, p, mask)
-    for form in FORMS:
-        out, w = torch_backend.multi_head_attention(q, k, v, p, mask, form=form)
-        torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12, msg=form)
-        torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-12, msg=form)
-        fast, none = torch_backend.multi_head_attention(
-            q, k, v, p, mask, form=form, need_weights=False
-        )
-        assert none is None
-        torch.testing.assert_close(fast, ref_out, rtol=0, atol=1e-12, msg=form)
-
-
-@pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
-def test_fully_masked_query_row_outputs_the_output_bias(form: str, need_weights: bool) -> None:
-    q, k, v = inputs("cross")
-    p = init_params(D, H, seed=5)
-    mask = torch.ones(B, 1, L, S, dtype=torch.bool)
-    mask[1, 0, 3] = False
-    out, w = torch_backend.multi_head_attention(
-        q, k, v, p.to_torch(), mask, form=form, need_weights=need_weights
-    )
-    assert torch.equal(out[1, 3], torch.from_numpy(p.b_o))  # exact: zeros @ W^O + b_o
-    out_np, _ = np_backend.multi_head_attention(
-        q.numpy(), k.numpy(), v.numpy(), p, mask.numpy(), form=form
-    )
-    np.testing.assert_allclose(out.numpy(), out_np, rtol=0, atol=1e-12)
-    if need_weights:
-        assert (w[1, :, 3] == 0).all()
 
 
 @pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
@@ -268,21 +179,6 @@ def test_gradients_through_a_fully_masked_row_are_finite(form: str, need_weights
 
 
 # ---- dtypes --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
-def test_float32_is_close_to_float64(form: str, need_weights: bool) -> None:
-    q, k, v = inputs("cross")
-    p = init_params(D, H).to_torch()
-    ref, _ = torch_backend.multi_head_attention(q, k, v, p, form=form)
-    out, _ = torch_backend.multi_head_attention(
-        *(t.float() for t in (q, k, v)),
-        p.to_torch(torch.float32),
-        form=form,
-        need_weights=need_weights,
-    )
-    assert out.dtype == torch.float32
-    torch.testing.assert_close(out.double(), ref, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
@@ -459,7 +355,7 @@ def test_a_single_non_finite_entry_anywhere_is_rejected(
     dtype: torch.dtype, bad: float, shortcuts: bool
 ) -> None:
     p = init_params(4, 2, seed=0).to_torch(dtype)
-    with torch_backend.cpu_shortcuts(shortcuts):
+    with cpu_shortcuts.use(shortcuts):
         _check_non_finite_entries_are_rejected(p, dtype, bad)
 
 
@@ -519,7 +415,7 @@ def test_in_place_softmax_equals_the_recorded_softmax_exactly(
     kept = None if mask is None else mask.clone()
     expected = torch_backend._softmax(scores, mask)  # the recording path's softmax, out of place
     buffer = scores.clone()
-    weights = torch_backend._softmax_(buffer, mask)
+    weights = cpu_shortcuts.softmax_in_place(buffer, mask)
     assert weights.data_ptr() == buffer.data_ptr()  # written over the scores
     # exact: the same softmax kernel on the same values
     assert weights.dtype == dtype and torch.equal(weights, expected)
@@ -565,7 +461,7 @@ def test_plain_path_gives_the_shortcut_paths_results_to_rounding(form, mask_name
     p = init_params(D, H, seed=4).to_torch(dtype)
     with torch.inference_mode():
         out, w = torch_backend.multi_head_attention(q, k, v, p, mask, form=form)
-        with torch_backend.cpu_shortcuts(False):
+        with cpu_shortcuts.use(False):
             out_plain, w_plain = torch_backend.multi_head_attention(q, k, v, p, mask, form=form)
     out_tol, w_tol = tolerance.attention_tolerance(q, k, v, p, mask)
     tolerance.assert_close(out, out_plain, out_tol)
@@ -573,42 +469,48 @@ def test_plain_path_gives_the_shortcut_paths_results_to_rounding(form, mask_name
 
 
 def test_cpu_shortcuts_decide_which_path_runs(monkeypatch) -> None:
-    calls = {"buffer": 0, "numpy finiteness": 0}
-    real_buffer, real_finite = torch_backend._empty_scores, torch_backend._max_abs_by_numpy
-
-    def buffer(*args):
-        calls["buffer"] += 1
-        return real_buffer(*args)
-
-    def finite(x):
-        calls["numpy finiteness"] += 1
-        return real_finite(x)
-
-    monkeypatch.setattr(torch_backend, "_empty_scores", buffer)
-    monkeypatch.setattr(torch_backend, "_max_abs_by_numpy", finite)
+    buffers = []
+    real_buffer = cpu_shortcuts._empty
+    monkeypatch.setattr(cpu_shortcuts, "_empty", lambda *a: buffers.append(1) or real_buffer(*a))
     x = randn(B, L, D, dtype=torch.float32)
     p = init_params(D, H).to_torch(torch.float32)
-    with torch.inference_mode(), torch_backend.cpu_shortcuts(False):
+    with torch.inference_mode(), cpu_shortcuts.use(False):
         torch_backend.multi_head_attention(x, x, x, p)
-    assert calls == {"buffer": 0, "numpy finiteness": 0}
+    assert buffers == []
     with torch.inference_mode():
         torch_backend.multi_head_attention(x, x, x, p)
-    assert calls["buffer"] == 1 and calls["numpy finiteness"] == 5  # x and four parameters
+    assert buffers == [1]
     x_g = x.clone().requires_grad_()
     torch_backend.multi_head_attention(x_g, x_g, x_g, p)  # autograd records: plain path
-    assert calls["buffer"] == 1
+    assert buffers == [1]
+    with torch.inference_mode():  # torch.func's vmap wraps the tensors: plain path
+        torch.func.vmap(lambda a: torch_backend.multi_head_attention(a, a, a, p)[0])(x[:, None])
+    assert buffers == [1]
+
+
+@pytest.mark.parametrize(("dtype", "by_numpy"), [(torch.float32, True), (torch.bfloat16, False)])
+def test_float_tensors_on_the_cpu_are_read_by_numpy(monkeypatch, dtype, by_numpy) -> None:
+    """A float32/float64 CPU tensor is reduced through a NumPy view; others by aminmax."""
+    reads = []
+    aminmax = torch.aminmax
+    monkeypatch.setattr(torch, "aminmax", lambda *a, **k: reads.append(1) or aminmax(*a, **k))
+    x = randn(B, L, D, dtype=dtype)
+    assert torch_checks.TENSORS.max_abs(x) == x.abs().max().item()  # exact: the largest entry
+    assert reads == ([] if by_numpy else [1])
+    x[1, 2, 3] = math.nan
+    assert torch_checks.TENSORS.max_abs(x) == math.inf
 
 
 def test_cpu_shortcuts_restore_the_setting_and_take_a_bool() -> None:
-    assert torch_backend._SHORTCUTS.get() is True
-    with torch_backend.cpu_shortcuts(False):
-        assert torch_backend._SHORTCUTS.get() is False
-        with torch_backend.cpu_shortcuts(True):
-            assert torch_backend._SHORTCUTS.get() is True
-        assert torch_backend._SHORTCUTS.get() is False
-    assert torch_backend._SHORTCUTS.get() is True
+    assert cpu_shortcuts._SHORTCUTS.get() is True
+    with cpu_shortcuts.use(False):
+        assert cpu_shortcuts._SHORTCUTS.get() is False
+        with cpu_shortcuts.use(True):
+            assert cpu_shortcuts._SHORTCUTS.get() is True
+        assert cpu_shortcuts._SHORTCUTS.get() is False
+    assert cpu_shortcuts._SHORTCUTS.get() is True
     with pytest.raises(TypeError, match="enabled must be a bool; got int 0"):
-        torch_backend.cpu_shortcuts(0).__enter__()
+        cpu_shortcuts.use(0).__enter__()
 
 
 # ---- the edges of the contract: meta tensors, torch.func, views, empty batches -------------
@@ -713,19 +615,6 @@ def test_negative_views_are_read_through() -> None:
         torch_backend.multi_head_attention(bad.conj().imag, x, x, p)
 
 
-@pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
-def test_an_empty_batch_gives_empty_outputs(form: str, need_weights: bool) -> None:
-    p = init_params(D, H).to_torch()
-    q, kv = torch.zeros(0, L, D, dtype=f64), torch.zeros(0, S, D, dtype=f64)
-    mask = torch_backend.key_padding_mask([], S)
-    assert mask.shape == (0, 1, 1, S)
-    out, w = torch_backend.multi_head_attention(
-        q, kv, kv, p, mask, form=form, need_weights=need_weights
-    )
-    assert out.shape == (0, L, D)
-    assert (w is None) != need_weights and (w is None or w.shape == (0, H, L, S))
-
-
 @pytest.mark.parametrize("mask_shape", [(3, 5), (1, 3, 5), (2, 1, 5), (2, 3, 5)])
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_a_value_batch_larger_than_the_query_batch_gives_one_answer(
@@ -766,34 +655,6 @@ def test_double_backward_needs_the_explicit_path() -> None:
         g.sum().backward()
 
 
-# ---- masks whose reading is ambiguous ------------------------------------------------
-
-
-def test_a_padding_like_2d_mask_with_b_equal_l_warns_and_mask_none_none_does_not() -> None:
-    p = init_params(D, H).to_torch()
-    x, kv = randn(4, 4, D), randn(4, S, D, seed=1)
-    padding = torch_backend.key_padding_mask([7, 2, 5, 3], S)[:, 0, 0, :]  # (B, S), B = L = 4
-    with pytest.warns(AmbiguousMaskWarning, match="B = L = 4 and its rows look"):
-        torch_backend.multi_head_attention(x, kv, kv, p, padding)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        torch_backend.multi_head_attention(x, kv, kv, p, padding[None, None])  # (1, 1, L, S)
-        torch_backend.multi_head_attention(x, kv, kv, p, torch_backend.causal_mask(4, S))
-        torch_backend.multi_head_attention(
-            x, kv, kv, p, torch_backend.causal_mask(4, S, align="bottom_right")
-        )
-
-
-def test_both_backends_warn_with_the_one_mask_warning_of_mha_core_masks() -> None:
-    assert not hasattr(np_backend, "AmbiguousMaskWarning")  # one import path
-    assert not hasattr(torch_backend, "AmbiguousMaskWarning")
-    p = init_params(D, H)
-    x = np.random.default_rng(0).standard_normal((3, 3, D))
-    padding = np_backend.key_padding_mask([3, 1, 2], 3)[:, 0, 0, :]
-    with pytest.warns(AmbiguousMaskWarning):
-        np_backend.multi_head_attention(x, x, x, p, padding)
-
-
 # ---- the switch for the checks that read values ---------------------------------------------
 
 
@@ -813,7 +674,7 @@ def test_value_checks_refuse_overflow_and_nan_by_default_and_skip_them_when_off(
         call(huge, huge, huge, params)
     with pytest.raises(ValueError, match="query must be finite; got NaN or infinite values"):
         call(nan, nan, nan, params)
-    with torch_backend.value_checks(False):
+    with torch_checks.value_checks(False):
         out, _ = call(huge, huge, huge, params)  # accepted: PyTorch's answer, unchecked
         assert out.shape == huge.shape
         out, weights = call(nan, nan, nan, params)
@@ -829,35 +690,33 @@ def test_value_checks_refuse_overflow_and_nan_by_default_and_skip_them_when_off(
 
 
 def test_value_checks_off_read_no_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The checks' reductions (aminmax on the plain path) do not run: no synchronisation."""
+    """The checks' reductions do not run: no synchronisation."""
     params, _, _ = _huge_and_nan()
     x = torch.randn(2, 5, D)
     reads = []
-    aminmax = torch.aminmax
-    monkeypatch.setattr(torch, "aminmax", lambda *a, **k: reads.append(1) or aminmax(*a, **k))
-    with torch_backend.cpu_shortcuts(False):
-        torch_backend.multi_head_attention(x, x, x, params)
-        arrays = [getattr(params, name) for name in ("w_qkv", "w_o", "b_qkv", "b_o")]
-        assert len(reads) == 1 + sum(a is not None for a in arrays)  # x once, each parameter
-        reads.clear()
-        with torch_backend.value_checks(False):
-            on, _ = torch_backend.multi_head_attention(x, x, x, params)
-            torch_backend.layer_norm(x)
-        assert reads == []
-        off, _ = torch_backend.multi_head_attention(x, x, x, params)
-    assert torch.equal(on, off)  # exact: the checks only read, the same code computes
+    read = torch_checks._extremes_max_abs
+    monkeypatch.setattr(torch_checks, "_extremes_max_abs", lambda t: reads.append(1) or read(t))
+    checked, _ = torch_backend.multi_head_attention(x, x, x, params)
+    arrays = [getattr(params, name) for name in ("w_qkv", "w_o", "b_qkv", "b_o")]
+    assert len(reads) == 1 + sum(a is not None for a in arrays)  # x once, each parameter
+    reads.clear()
+    with torch_checks.value_checks(False):
+        unchecked, _ = torch_backend.multi_head_attention(x, x, x, params)
+        torch_backend.layer_norm(x)
+    assert reads == []
+    assert torch.equal(checked, unchecked)  # exact: the checks only read, the same code computes
 
 
 def test_value_checks_are_restored_after_the_block_even_on_an_exception() -> None:
     params, _, nan = _huge_and_nan()
-    with pytest.raises(RuntimeError, match="inside the block"), torch_backend.value_checks(False):
+    with pytest.raises(RuntimeError, match="inside the block"), torch_checks.value_checks(False):
         torch_backend.multi_head_attention(nan, nan, nan, params)  # accepted: checks off
         raise RuntimeError("inside the block")
     with pytest.raises(ValueError, match="query must be finite"):
         torch_backend.multi_head_attention(nan, nan, nan, params)
     with (
-        torch_backend.value_checks(False),
-        torch_backend.value_checks(True),  # the inner block wins
+        torch_checks.value_checks(False),
+        torch_checks.value_checks(True),  # the inner block wins
         pytest.raises(ValueError, match="query must be finite"),
     ):
         torch_backend.multi_head_attention(nan, nan, nan, params)
@@ -875,7 +734,7 @@ def test_value_checks_apply_to_the_thread_that_switched_them() -> None:
             return True
         return False
 
-    with torch_backend.value_checks(False), ThreadPoolExecutor(1) as pool:
+    with torch_checks.value_checks(False), ThreadPoolExecutor(1) as pool:
         assert not refused()
         assert pool.submit(refused).result()  # another thread keeps the default: on
 
@@ -883,7 +742,7 @@ def test_value_checks_apply_to_the_thread_that_switched_them() -> None:
 def test_value_checks_take_a_bool() -> None:
     with (
         pytest.raises(TypeError, match="enabled must be a bool; got"),
-        torch_backend.value_checks(0),
+        torch_checks.value_checks(0),
     ):
         pass
 
@@ -893,8 +752,8 @@ def test_value_checks_take_a_bool() -> None:
 
 def test_the_private_torch_func_names_the_backend_reads_exist_and_work() -> None:
     """Fails (never skips), naming each missing name, if a PyTorch version removes one."""
-    internals = _torch_func.functorch_internals()  # ImportError names what is missing
-    assert _torch_func.FUNCTORCH is not None
+    internals = torch_checks.functorch_internals()  # ImportError names what is missing
+    assert torch_checks._functorch() is not None
     seen = []
 
     def look(row: torch.Tensor) -> torch.Tensor:
@@ -934,4 +793,53 @@ def test_a_missing_private_torch_func_name_is_named(monkeypatch: pytest.MonkeyPa
         ImportError,
         match=r"lacks the private torch.func names .*: torch\._C\._functorch\.get_unwrapped$",
     ):
-        _torch_func.functorch_internals()
+        torch_checks.functorch_internals()
+
+
+def test_the_default_path_reads_no_private_torch_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a tensor that torch.func wraps is read through torch._C._functorch."""
+    looked_up = []
+    real = torch_checks._functorch
+
+    def functorch():
+        looked_up.append(1)
+        return real()
+
+    monkeypatch.setattr(torch_checks, "_functorch", functorch)
+    p = init_params(D, H).to_torch()
+    x = randn(B, L, D)
+    for need_weights in (True, False):
+        torch_backend.multi_head_attention(x, x, x, p, need_weights=need_weights)
+        torch_backend.layer_norm(x * 1e18)  # the variance's pass over the rows too
+    with torch.inference_mode():
+        torch_backend.multi_head_attention(
+            x.float(), x.float(), x.float(), p.to_torch(torch.float32)
+        )
+    assert looked_up == []
+    torch.func.vmap(lambda a: torch_backend.multi_head_attention(a, a, a, p)[0])(x[:, None])
+    assert looked_up  # under vmap the wrapped values are read through them
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.params = init_params(D, H, seed=1).to_torch(torch.float32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch_backend.multi_head_attention(x, x, x, self.params, form="packed")[1]
+
+
+def test_a_graph_is_traced_with_the_checks_and_shortcuts_on() -> None:
+    """torch.export traces tensors without values: the value checks and the CPU shortcuts
+    step aside by themselves, and the graph computes the weights of the plain path."""
+    x = randn(B, L, D, dtype=torch.float32)
+    with torch.no_grad():  # no autograd: outside a trace, the CPU shortcuts would run
+        length = torch.export.Dim("L", min=2, max=64)  # a graph for every length, as in ONNX
+        program = torch.export.export(_Layer(), (x,), dynamic_shapes=({1: length},))
+        weights = program.module()(x)
+        expected = _Layer()(x)
+    tolerance.assert_close(
+        weights, expected, tolerance.attention_tolerance(x, x, x, _Layer().params)[1]
+    )
+    with pytest.raises(ValueError, match="query must be finite"):  # outside the trace: checked
+        _Layer()(x.clone().fill_(math.nan))

@@ -1,5 +1,6 @@
 // Show a hidden code cell's source when its toggle is first opened (no network: the code
-// comes from the page's own script in _static/hidden-code, written by mha_site.py).
+// comes from the page's own script in _static/hidden-code, written by
+// book/_ext/mha_site/hidden_code.py).
 //
 // A chapter's hidden inputs (the code behind a figure or a computed paragraph) are closed
 // until the reader opens them, so the page leaves their code out and loads it on demand:

@@ -1,172 +1,24 @@
 // MiniLM in the reader's browser: type a sentence, see every layer's and head's attention.
 //
-// Nothing loads until the reader presses the button. Then this script loads ONNX Runtime Web
-// (its wasm build, served by the site from _static/live-minilm/), the model's own
-// tokenizer.json, and the ONNX graph that mha.models.minilm_onnx exported from this book's
-// MiniLM: one input, the token ids (1, L); two outputs, the attention weights
-// (6, 12, L, L) and the value norms (6, 12, L) of mha.detectors.circuits.value_norms.
-// The chapter's "norm-weighted share" is mha.detectors.circuits.value_weighted_attention:
+// The page of the live model (pretrained-heads): its panel, its grid of the 72 heads and the
+// large map of one head. Nothing loads until the reader presses the button; then
+// mha-live-loader.js loads ONNX Runtime Web and the ONNX graph that mha.models.minilm_onnx
+// exported from this book's MiniLM: one input, the token ids (1, L); two outputs, the
+// attention weights (6, 12, L, L) and the value norms (6, 12, L) of
+// mha.detectors.circuits.value_norms. The text is tokenised by mha-live-tokenizer.js. The
+// chapter's "norm-weighted share" is mha.detectors.circuits.value_weighted_attention:
 // A[i, j] n_j / sum_k A[i, k] n_k (rows whose norms are all 0 stay 0).
 //
-// The tokenizer is a WordPiece of our own that follows the model's tokenizer.json (BERT's
-// normaliser, pre-tokeniser and WordPiece, [CLS] ... [SEP]); tests/browser hold it to the
-// `tokenizers` package. window.mhaLiveMiniLM exposes it, and the last result, to the tests.
+// The chapter loads mha-live-tokenizer.js, mha-live-loader.js and this script, deferred.
+// window.mhaLiveMiniLM exposes the panel (and its last result) and valueWeighted to the tests.
 (function () {
   "use strict";
 
-  var self = document.currentScript;
-  var base = new URL("live-minilm/", self.src).href; // .../_static/live-minilm/
   var MAX_POSITIONS = 512;
   var BLUES = [
     [247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
     [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107],
   ]; // Plotly's "Blues", the scale of the book's attention figures (mha.display.plotting)
-
-  // ------------------------------------------------------------------ WordPiece tokenizer
-  var ASCII_PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
-  var RE_OTHER = /\p{C}/u; // Cc, Cf, Cs, Co, Cn: Rust's char::is_other
-  var RE_SPACE = /\p{White_Space}/u; // Rust's char::is_whitespace
-  var RE_PUNCT = /\p{P}/u; // Pc, Pd, Pe, Pf, Pi, Po, Ps
-  var RE_MARK = /\p{Mn}/u;
-
-  function isChinese(cp) {
-    return (
-      (cp >= 0x4e00 && cp <= 0x9fff) || (cp >= 0x3400 && cp <= 0x4dbf) ||
-      (cp >= 0x20000 && cp <= 0x2a6df) || (cp >= 0x2a700 && cp <= 0x2b73f) ||
-      (cp >= 0x2b740 && cp <= 0x2b81f) || (cp >= 0x2b920 && cp <= 0x2ceaf) ||
-      (cp >= 0xf900 && cp <= 0xfaff) || (cp >= 0x2f800 && cp <= 0x2fa1f)
-    );
-  }
-
-  function WordPiece(spec) {
-    var model = spec.model;
-    var norm = spec.normalizer;
-    this.vocab = new Map(Object.entries(model.vocab));
-    this.unk = model.unk_token;
-    this.prefix = model.continuing_subword_prefix;
-    this.maxChars = model.max_input_chars_per_word;
-    this.lowercase = norm.lowercase;
-    this.stripAccents = norm.strip_accents === null ? norm.lowercase : norm.strip_accents;
-    this.special = spec.added_tokens.map(function (t) {
-      return t.content;
-    });
-    this.cls = "[CLS]";
-    this.sep = "[SEP]";
-  }
-
-  WordPiece.prototype.normalize = function (text) {
-    var out = [];
-    for (var ch of text) {
-      var cp = ch.codePointAt(0);
-      if (ch === "\t" || ch === "\n" || ch === "\r") {
-        out.push(" ");
-        continue;
-      }
-      if (cp === 0 || cp === 0xfffd || RE_OTHER.test(ch)) continue;
-      if (RE_SPACE.test(ch)) out.push(" ");
-      else if (isChinese(cp)) out.push(" ", ch, " ");
-      else out.push(ch);
-    }
-    var s = out.join("");
-    if (this.stripAccents) {
-      s = Array.from(s.normalize("NFD"))
-        .filter(function (c) {
-          return !RE_MARK.test(c);
-        })
-        .join("");
-    }
-    if (this.lowercase) {
-      s = Array.from(s)
-        .map(function (c) {
-          return c.toLowerCase(); // one character at a time: no final-sigma rule
-        })
-        .join("");
-    }
-    return s;
-  };
-
-  WordPiece.prototype.preTokenize = function (s) {
-    var words = [];
-    var word = "";
-    for (var ch of s) {
-      if (RE_SPACE.test(ch)) {
-        if (word) words.push(word);
-        word = "";
-      } else if (ASCII_PUNCT.indexOf(ch) >= 0 || RE_PUNCT.test(ch)) {
-        if (word) words.push(word);
-        words.push(ch);
-        word = "";
-      } else {
-        word += ch;
-      }
-    }
-    if (word) words.push(word);
-    return words;
-  };
-
-  WordPiece.prototype.wordPieces = function (word) {
-    var chars = Array.from(word);
-    if (chars.length > this.maxChars) return [this.unk];
-    var pieces = [];
-    var start = 0;
-    while (start < chars.length) {
-      var end = chars.length;
-      var found = null;
-      while (start < end) {
-        var sub = chars.slice(start, end).join("");
-        if (start > 0) sub = this.prefix + sub;
-        if (this.vocab.has(sub)) {
-          found = sub;
-          break;
-        }
-        end -= 1;
-      }
-      if (found === null) return [this.unk];
-      pieces.push(found);
-      start = end;
-    }
-    return pieces;
-  };
-
-  // The tokens of one text, [CLS] first and [SEP] last. Special tokens typed in the text
-  // ("[SEP]") are matched before normalisation, as the tokenizers package does.
-  WordPiece.prototype.tokenize = function (text) {
-    var tokens = [this.cls];
-    var specials = this.special;
-    var rest = text;
-    var self_ = this;
-    function plain(piece) {
-      self_.preTokenize(self_.normalize(piece)).forEach(function (w) {
-        Array.prototype.push.apply(tokens, self_.wordPieces(w));
-      });
-    }
-    while (rest.length) {
-      var at = -1;
-      var hit = null;
-      specials.forEach(function (sp) {
-        var i = rest.indexOf(sp);
-        if (i >= 0 && (at < 0 || i < at || (i === at && sp.length > hit.length))) {
-          at = i;
-          hit = sp;
-        }
-      });
-      if (at < 0) {
-        plain(rest);
-        break;
-      }
-      plain(rest.slice(0, at));
-      tokens.push(hit);
-      rest = rest.slice(at + hit.length);
-    }
-    tokens.push(this.sep);
-    var vocab = this.vocab;
-    return {
-      tokens: tokens,
-      ids: tokens.map(function (t) {
-        return vocab.get(t);
-      }),
-    };
-  };
 
   // --------------------------------------------------------------- attention arithmetic
   // value_weighted_attention for one head: rows A[i, j] n_j / sum_k A[i, k] n_k.
@@ -257,25 +109,24 @@
     this.load.disabled = true;
     this.t0 = performance.now();
     this.say("Loading the runtime, the tokenizer and the model…", "loading");
-    var fromFile = location.protocol === "file:";
-    this.ready = (fromFile ? loadFromScripts() : loadOverHttp())
-      .then(function (parts) {
-        panel.manifest = parts.manifest;
-        runtimeBytes = parts.manifest.runtime_bytes;
-        panel.tokenizer = new WordPiece(parts.tokenizer);
-        panel.modelBytes = parts.model.byteLength;
-        var ort = window.ort;
-        ort.env.wasm.numThreads = 1; // no cross-origin isolation on a static host
-        ort.env.wasm.wasmPaths = parts.wasmPaths;
-        if (parts.wasmBinary) ort.env.wasm.wasmBinary = parts.wasmBinary;
-        return ort.InferenceSession.create(parts.model, { executionProviders: ["wasm"] });
+    // (a promise first: a loader that is missing is an error the panel reports)
+    this.ready = Promise.resolve()
+      .then(function () {
+        return window.mhaLiveLoader.load();
+      })
+      .then(function (loaded) {
+        panel.manifest = loaded.manifest;
+        panel.runtimeBytes = loaded.manifest.runtime_bytes;
+        panel.tokenizer = new window.mhaWordPiece(loaded.tokenizer);
+        panel.modelBytes = loaded.modelBytes;
+        return loaded.session;
       })
       .then(function (session) {
         panel.session = session;
         panel.run.disabled = false;
         panel.loadSeconds = (performance.now() - panel.t0) / 1000;
         panel.say(
-          "Loaded: model " + mb(panel.modelBytes) + ", runtime " + mb(runtimeBytes) +
+          "Loaded: model " + mb(panel.modelBytes) + ", runtime " + mb(panel.runtimeBytes) +
             " in " + panel.loadSeconds.toFixed(1) + " s.",
           "ready"
         );
@@ -360,7 +211,7 @@
       }
       panel.say(
         L + " tokens; the model ran in " + panel.result.runSeconds.toFixed(2) + " s. " +
-          "Downloaded: model " + mb(panel.modelBytes) + ", runtime " + mb(runtimeBytes) +
+          "Downloaded: model " + mb(panel.modelBytes) + ", runtime " + mb(panel.runtimeBytes) +
           "; first attention map " + panel.firstMapSeconds.toFixed(1) +
           " s after the button was pressed.",
         "done"
@@ -578,108 +429,6 @@
     this.detail.replaceChildren(figure, tokens);
   };
 
-  // ------------------------------------------------------------------------- loading
-  var runtimeBytes = 0;
-
-  // Over http(s): the files as they are (the wasm is fetched by the runtime itself).
-  function loadOverHttp() {
-    return fetchJson(base + "manifest.json").then(function (manifest) {
-      return Promise.all([
-        loadRuntime(manifest.runtime),
-        fetchJson(base + manifest.tokenizer),
-        fetchBytes(base + manifest.model),
-      ]).then(function (parts) {
-        return { manifest: manifest, tokenizer: parts[1], model: parts[2], wasmPaths: base };
-      });
-    });
-  }
-
-  // From a file: a page opened from disk may not fetch() nor import() its neighbours, but it
-  // may run classic scripts. The build writes each file also as a script, file/NAME.js, that
-  // hands its contents (base64 for binaries) to window.mhaLivePayload; the runtime's module
-  // is imported from a blob: URL and its wasm given as bytes.
-  var payloads = {};
-
-  window.mhaLivePayload = function (name, data) {
-    if (payloads[name]) payloads[name].resolve(data);
-  };
-
-  function loadPayload(name) {
-    var entry = payloads[name];
-    if (!entry) {
-      entry = payloads[name] = {};
-      entry.promise = new Promise(function (resolve, reject) {
-        entry.resolve = resolve;
-        var tag = document.createElement("script");
-        tag.src = base + "file/" + name + ".js";
-        tag.onload = function () {
-          tag.remove(); // the data now lives in the promise only
-        };
-        tag.onerror = function () {
-          reject(new Error("could not load " + tag.src));
-        };
-        document.head.appendChild(tag);
-      });
-    }
-    return entry.promise;
-  }
-
-  function fromBase64(text) {
-    var binary = atob(text);
-    var bytes = new Uint8Array(binary.length);
-    for (var i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
-    return bytes;
-  }
-
-  function loadFromScripts() {
-    return loadPayload("manifest.json").then(function (manifest) {
-      return Promise.all([
-        loadRuntime(manifest.runtime),
-        loadPayload(manifest.tokenizer),
-        loadPayload(manifest.model),
-        loadPayload(manifest.wasm_module),
-        loadPayload(manifest.wasm),
-      ]).then(function (parts) {
-        var module = new Blob([parts[3]], { type: "text/javascript" });
-        return {
-          manifest: manifest,
-          tokenizer: parts[1],
-          model: fromBase64(parts[2]),
-          wasmPaths: { mjs: URL.createObjectURL(module) },
-          wasmBinary: fromBase64(parts[4]),
-        };
-      });
-    });
-  }
-
-  function fetchBytes(url) {
-    return fetch(url).then(function (response) {
-      if (!response.ok) throw new Error("could not load " + url + " (" + response.status + ")");
-      return response.arrayBuffer().then(function (buffer) {
-        return new Uint8Array(buffer);
-      });
-    });
-  }
-
-  function fetchJson(url) {
-    return fetch(url).then(function (response) {
-      if (!response.ok) throw new Error("could not load " + url + " (" + response.status + ")");
-      return response.json();
-    });
-  }
-
-  function loadRuntime(name) {
-    if (window.ort) return Promise.resolve();
-    return new Promise(function (resolve, reject) {
-      var tag = document.createElement("script");
-      tag.src = base + name;
-      tag.onload = resolve;
-      tag.onerror = function () {
-        reject(new Error("could not load " + tag.src));
-      };
-      document.head.appendChild(tag);
-    });
-  }
   var CSS =
     ".mha-live-minilm textarea{width:100%;box-sizing:border-box;font:inherit}" +
     ".mha-live-controls{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin:.5rem 0}" +
@@ -718,7 +467,6 @@
       var panel = new LivePanel(root);
       window.mhaLiveMiniLM = {
         panel: panel,
-        WordPiece: WordPiece,
         valueWeighted: valueWeighted,
       };
     });

@@ -1,8 +1,8 @@
 // Typeset a page's formulas when they come near the screen, a few at a time (no network).
 //
-// Only where formulas were not typeset at build time (book/_ext/mha_site.py removes this script
-// from pages whose formulas scripts/node/render_math.mjs has typeset): pages built without Node,
-// and the PDF's single page.
+// Only where formulas were not typeset at build time (book/_ext/mha_site/math_typeset.py
+// removes this script from pages whose formulas scripts/node/render_math.mjs has typeset):
+// pages built without Node, and the PDF's single page.
 //
 // On the site, MathJax is not in the page: this script's data-mathjax names it, and it is
 // loaded when the first formula comes within a screen of the viewport (a page whose formulas

@@ -17,7 +17,7 @@ from the layers before it (``tests/test_layers.py`` checks this, function-level 
 included, and that no two modules import each other in a cycle):
 
 1. :mod:`mha.core`: parameters, their packing, the key/value cache, the mask convention,
-   and the private checks every other module shares;
+   rotary positions, and the private checks every other module shares;
 2. :mod:`mha.backends`: the NumPy and PyTorch forwards (every ``form`` in NumPy, all but
    the tiled one in PyTorch) and the ``nn.Module``;
 3. :mod:`mha.numerics`: tolerances (every error bound), rounding experiments, gradients by
@@ -26,8 +26,8 @@ included, and that no two modules import each other in a cycle):
    operator counts);
 5. :mod:`mha.detectors`: scores of attention patterns and of weight-based circuits;
 6. :mod:`mha.analysis`: rank, subspaces and the low-rank bottleneck;
-7. :mod:`mha.models`: models whose heads the book studies (MiniLM, the attention-only
-   transformer, the worked examples);
+7. :mod:`mha.models`: models whose heads the book studies (MiniLM, SmolLM2, the
+   attention-only transformer, the worked examples);
 8. :mod:`mha.training`: tasks, training runs and their store, ablation and interpretation;
 9. :mod:`mha.display`: tables, shapes and figures.
 

@@ -433,17 +433,23 @@ def _attr(page, selector: str, name: str) -> object:
     return json.loads(page.locator(selector).get_attribute(name))
 
 
+def figure_scripts(figure: str) -> list[str]:
+    """The scripts a page with the explorable ``figure`` loads, in order: the arithmetic
+    (MODULE), what the explorables share, then the figure's own."""
+    return [MODULE.name, "mha-explore-kit.js", f"mha-explore-{figure}.js"]
+
+
 def test_built_site_serves_the_tested_module(built_site: Path) -> None:
     # Sphinx copies static files only when it writes a page: a stale copy fails here.
-    for name in (MODULE.name, "mha-explore-ui.js"):
+    for name in sorted({name for figure in PAGES for name in figure_scripts(figure)}):
         shipped = built_site / "_static" / name
         source = MODULE.parent / name
         assert shipped.read_bytes() == source.read_bytes(), f"the site's {name} is not the source's"
     for figure, page in PAGES.items():
         text = (built_site / page).read_text(encoding="utf8")
         assert f'data-explore="{figure}"' in text, f"{page} has no {figure} explorable"
-        for name in (MODULE.name, "mha-explore-ui.js"):
-            assert f'src="../_static/{name}"' in text, f"{page} does not load {name}"
+        loaded = re.findall(r'<script src="\.\./_static/(mha-explore[\w-]*\.js)"', text)
+        assert loaded == figure_scripts(figure), f"{page} loads {loaded}"
 
 
 @pytest.mark.parametrize("where", ["file", "subpath"])

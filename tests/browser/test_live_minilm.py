@@ -1,9 +1,11 @@
 """The live MiniLM of pretrained-heads in headless Chromium, against the package.
 
-``book/_static/mha-live-minilm.js`` tokenises in the browser with a WordPiece of its own and
-runs MiniLM's attention, exported by :mod:`mha.models.minilm_onnx`, with ONNX Runtime Web.
-These tests hold its tokens to the ``tokenizers`` package on many texts (the book's own lines
-and random unicode), then type sentences into the page and compare what it shows with
+The chapter's live model tokenises in the browser with a WordPiece of its own
+(``book/_static/mha-live-tokenizer.js``), loads MiniLM's attention, exported by
+:mod:`mha.models.minilm_onnx`, and ONNX Runtime Web (``mha-live-loader.js``) and shows every
+head (``mha-live-minilm.js``). These tests hold the tokenizer, alone in a blank page, to the
+``tokenizers`` package on many texts (the book's own lines and random unicode), then type
+sentences into the page and compare what it shows with
 :func:`mha.models.minilm_onnx.reference_views` to ``LIVE_TOLERANCE``: sentences no chapter
 uses, unicode, the longest text the model takes and one token more, and many sentences in a
 row. Each gets a result or a clear message (an empty text is not run: the page asks for a
@@ -152,23 +154,26 @@ def _book_lines() -> list[str]:
     return lines
 
 
-def test_wordpiece_in_the_browser_matches_the_tokenizers_package(browser, live_url) -> None:
+def test_wordpiece_in_the_browser_matches_the_tokenizers_package(browser, built_site) -> None:
+    """The tokenizer script on its own (no page, loader or runtime), with the site's copy of
+    the model's tokenizer.json, gives the tokens of the ``tokenizers`` package."""
     texts = _book_lines() + _random_texts(600)
     texts += ["", " ", "a", "Ça", "ΣΟΦΙΑΣ σοφίας", "İstanbul", "naïve café", "[CLS][SEP]x[SEP]"]
     reference = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
     reference.no_truncation()
     reference.no_padding()
     expected = [e.tokens for e in reference.encode_batch(texts)]
+    spec = json.loads((built_site / "_static" / "live-minilm" / "tokenizer.json").read_text("utf8"))
     page = browser.new_page()
     try:
-        page.goto(live_url + PAGE, wait_until="load")
+        page.set_content("<!doctype html><html lang='en'><title>tokenizer</title></html>")
+        page.add_script_tag(path=str(ROOT / "book" / "_static" / "mha-live-tokenizer.js"))
         got = page.evaluate(
-            """async (texts) => {
-            const spec = await (await fetch('../_static/live-minilm/tokenizer.json')).json();
-            const wp = new window.mhaLiveMiniLM.WordPiece(spec);
+            """([spec, texts]) => {
+            const wp = new window.mhaWordPiece(spec);
             return texts.map((t) => wp.tokenize(t).tokens);
         }""",
-            texts,
+            [spec, texts],
         )
     finally:
         page.close()

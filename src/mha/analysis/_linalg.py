@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.core import _arguments
-from mha.core._np_checks import as_numpy
+from mha.core._checks import arguments
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core._tools import one_thread
 
 
@@ -74,8 +74,8 @@ def scale(a: np.ndarray) -> float:
 def check_tolerances(rtol: Any, atol: Any) -> tuple[float | None, float]:
     """``rtol`` (``None`` or a finite number ``>= 0``) and ``atol`` (finite, ``>= 0``) as floats."""
     if rtol is not None:
-        rtol = _arguments.number("rtol", rtol, low=0.0)
-    return rtol, _arguments.number("atol", atol, low=0.0)
+        rtol = arguments.number("rtol", rtol, low=0.0)
+    return rtol, arguments.number("atol", atol, low=0.0)
 
 
 def rank_cutoff(

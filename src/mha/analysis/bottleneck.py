@@ -24,8 +24,9 @@ import numpy as np
 
 from mha.analysis import _linalg
 from mha.analysis.rank import numerical_rank
-from mha.core import _arguments, _tools, _validate
-from mha.core._np_checks import as_numpy
+from mha.core import _tools
+from mha.core._checks import arguments, numpy_arrays
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.params import MHAParams
 from mha.numerics.tolerance import DISTRIBUTION_ROW_SUM_ATOL, TARGET_ROW_SUM_ATOL
 
@@ -46,8 +47,8 @@ def centering_matrix(n: int) -> np.ndarray:
         ValueError: if ``n`` is not positive or ``(n, n)`` would pass what an array can hold.
         TypeError: if ``n`` is not an int (a Python or NumPy integer, not a bool).
     """
-    n = _arguments.size("n", n)
-    _arguments.check_elements("n", n * n, 8)
+    n = arguments.size("n", n)
+    arguments.check_elements("n", n * n, 8)
     return np.eye(n) - np.full((n, n), 1.0 / n)
 
 
@@ -92,7 +93,7 @@ def check_attention_target(target: Any, atol: float = TARGET_ROW_SUM_ATOL) -> np
             or not finite.
         TypeError: if it is not a floating array, or ``atol`` not a real number.
     """
-    atol = _arguments.number("atol", atol, low=0.0)
+    atol = arguments.number("atol", atol, low=0.0)
     return _target("target", target, atol)
 
 
@@ -140,7 +141,7 @@ def required_head_width(target: Any, centre: bool = True) -> int:
         ValueError, TypeError: as :func:`check_attention_target`.
         TypeError: if ``centre`` is not a bool.
     """
-    _validate.check_bool("centre", centre)
+    arguments.check_bool("centre", centre)
     m = centred_log(target) if centre else np.log(check_attention_target(target))
     return numerical_rank(m)
 
@@ -223,10 +224,10 @@ def bhojanapalli_projections(
         TypeError: if ``d_head`` is not an int (a Python or NumPy integer, not a bool),
             ``centre`` is not a bool, or an array is not floating.
     """
-    _validate.check_bool("centre", centre)
+    arguments.check_bool("centre", centre)
     x = _linalg.as_matrix("x", x)
     p = check_attention_target(target)
-    d_head = _arguments.size("d_head", d_head, 0)
+    d_head = arguments.size("d_head", d_head, 0)
     N = x.shape[0]
     if p.shape[0] != N:
         raise ValueError(f"target must be ({N}, {N}) for x with N={N} rows; got {p.shape}")
@@ -240,7 +241,7 @@ def bhojanapalli_projections(
     if d_head < r:
         kind = "rank(log(P) C)" if centre else "rank(log P)"
         raise ValueError(f"d_head must be at least {kind} = {r} for this target; got {d_head}")
-    _arguments.check_elements("d_head", x.shape[1] * d_head, 8)
+    arguments.check_elements("d_head", x.shape[1] * d_head, 8)
     u, s, vt = _linalg.svd(m)
     U, V = u[:, :r] * s[:r], vt[:r].T  # M = U V^T, (N, r) each
     x_pinv = _linalg.pinv(x)  # (D, N), x @ x_pinv = I_N
@@ -294,7 +295,7 @@ def centred_logit_floor(target: Any, d_head: int) -> float:
         ValueError: if ``d_head`` is negative, or as :func:`check_attention_target`.
         TypeError: if ``d_head`` is not an int (a Python or NumPy integer, not a bool).
     """
-    d_head = _arguments.size("d_head", d_head, 0, None)
+    d_head = arguments.size("d_head", d_head, 0, None)
     s = _linalg.svdvals(centred_log(target))
     return float(np.sqrt(np.sum(s[d_head:] ** 2)))
 
@@ -321,9 +322,9 @@ def self_focus_target(n: int, alpha: float) -> np.ndarray:
             or ``alpha`` is not finite.
         TypeError: if ``n`` is not an int or ``alpha`` not a real number.
     """
-    n = _arguments.size("n", n)
-    _arguments.check_elements("n", n * n, 8)
-    alpha = _arguments.number("alpha", alpha)
+    n = arguments.size("n", n)
+    arguments.check_elements("n", n * n, 8)
+    alpha = arguments.number("alpha", alpha)
     e = np.exp(alpha * np.eye(n) - max(alpha, 0.0))  # shifted so that no entry overflows
     return e / e.sum(axis=1, keepdims=True)
 
@@ -408,9 +409,9 @@ def fit_attention_sweep(
     if hasattr(targets, "shape"):
         targets = list(as_numpy("targets", targets))
     targets = [
-        _target(f"targets[{k}]", t) for k, t in enumerate(_arguments.items("targets", targets))
+        _target(f"targets[{k}]", t) for k, t in enumerate(arguments.items("targets", targets))
     ]
-    d_heads = _arguments.size_list("d_heads", d_heads, nonempty=False)
+    d_heads = arguments.size_list("d_heads", d_heads, nonempty=False)
     for name, values in (("targets", targets), ("d_heads", d_heads)):
         if not values:
             raise ValueError(f"{name} must hold at least one entry; got none")
@@ -429,18 +430,18 @@ def _fit(
     import torch
 
     N, D = x.shape
-    steps = _arguments.size("steps", steps)
-    d_heads = [_arguments.size("d_head", d) for d in d_heads]
-    _validate.check_positive_number("lr", lr)
+    steps = arguments.size("steps", steps)
+    d_heads = [arguments.size("d_head", d) for d in d_heads]
+    arguments.check_positive_number("lr", lr)
     lr = float(lr)
-    seed = _arguments.seed("seed", seed)
+    seed = arguments.seed("seed", seed)
     goals = [centred_log(t) for t in targets]  # K x (N, N)
     if any(g.shape[0] != N for g in goals):
         shapes = sorted({g.shape for g in goals})
         raise ValueError(f"target must be (N, N) with N = x.shape[0] = {N}; got {shapes}")
     goals = np.stack(goals)  # (K, N, N)
     K, width = len(d_heads), max(d_heads)
-    _arguments.check_elements("d_head", K * 2 * D * width, 8)
+    arguments.check_elements("d_head", K * 2 * D * width, 8)
     rng = np.random.default_rng(seed)
     init = np.zeros((K, 2, D, width))
     for i, d in enumerate(d_heads):
@@ -497,13 +498,13 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool), or
             ``targets`` is not a floating array.
     """
-    targets = _arguments.float_array("targets", targets)
+    targets = numpy_arrays.float_array("targets", targets)
     if targets.ndim != 3 or not 1 <= len(targets) <= 8:
         raise ValueError(
             f"targets must have shape (K, N, N) with 1 <= K <= 8; got {np.shape(targets)}"
         )
-    num_heads = _arguments.size("num_heads", num_heads, high=None)
-    d_head = _arguments.size("d_head", d_head, high=None)
+    num_heads = arguments.size("num_heads", num_heads, high=None)
+    d_head = arguments.size("d_head", d_head, high=None)
     logs = np.stack([_centred_log(f"targets[{k}]", t) for k, t in enumerate(targets)])  # (K, N, N)
 
     def group_error(group: tuple[int, ...]) -> float:
@@ -628,9 +629,9 @@ def offset_head(n: int, offset: int, gap: float) -> tuple[np.ndarray, np.ndarray
         TypeError: if ``n`` or ``offset`` is not an int (a Python or NumPy integer, not a
             bool), or ``gap`` not a real number.
     """
-    n = _arguments.size("n", n, 2)
-    offset = _arguments.integer("offset", offset)
-    _validate.check_positive_number("gap", gap)
+    n = arguments.size("n", n, 2)
+    offset = arguments.integer("offset", offset)
+    arguments.check_positive_number("gap", gap)
     gap = float(gap)
     theta = np.pi / n
     angle = np.arange(n) * theta
@@ -664,7 +665,7 @@ def truncated_centred_log(target: Any, d_head: int) -> np.ndarray:
         ValueError: if ``d_head`` is negative, or as :func:`check_attention_target`.
         TypeError: if ``d_head`` is not an int (a Python or NumPy integer, not a bool).
     """
-    d_head = _arguments.size("d_head", d_head, 0, None)
+    d_head = arguments.size("d_head", d_head, 0, None)
     u, s, vt = np.linalg.svd(centred_log(target))
     return (u[:, :d_head] * s[:d_head]) @ vt[:d_head]  # (N, Dh) @ (Dh, N)
 
@@ -741,9 +742,9 @@ def positional_patterns(n: int, mix: float = 0.0) -> np.ndarray:
         TypeError: if ``n`` is not an int (a Python or NumPy integer, not a bool) or
             ``mix`` not a real number.
     """
-    n = _arguments.size("n", n, 2)
-    _arguments.check_elements("n", 4 * n * n, 8)
-    mix = _arguments.number("mix", mix, low=0.0, high=1.0, open_high=True)
+    n = arguments.size("n", n, 2)
+    arguments.check_elements("n", 4 * n * n, 8)
+    mix = arguments.number("mix", mix, low=0.0, high=1.0, open_high=True)
     eye = np.eye(n)
     first_row, last_row = eye[0][:, None] * eye[0], eye[-1][:, None] * eye[-1]  # (N, N) each
     sharp = np.stack(
@@ -789,11 +790,11 @@ def positional_layer(
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool) or
             ``gap`` not a real number.
     """
-    n = _arguments.size("n", n, 2)
-    d_model = _arguments.size("d_model", d_model, 4)
-    num_heads = _arguments.size("num_heads", num_heads, 4)
-    _validate.check_positive_number("gap", gap)
-    _arguments.check_elements("d_model", (n + 3 * d_model) * d_model, 8)
+    n = arguments.size("n", n, 2)
+    d_model = arguments.size("d_model", d_model, 4)
+    num_heads = arguments.size("num_heads", num_heads, 4)
+    arguments.check_positive_number("gap", gap)
+    arguments.check_elements("d_model", (n + 3 * d_model) * d_model, 8)
     if d_model % num_heads or d_model // num_heads < 2:
         raise ValueError(
             f"num_heads must divide d_model with d_model / num_heads >= 2; got d_model={d_model}, "
@@ -848,13 +849,13 @@ def sharp_target_bounds(targets: Any, num_heads: int, d_head: int) -> dict[str, 
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool), or
             ``targets`` is not a numeric array.
     """
-    t = _arguments.float_array("targets", targets)
+    t = numpy_arrays.float_array("targets", targets)
     if t.ndim != 3 or t.shape[1] != t.shape[2]:
         raise ValueError(f"targets must have shape (K, N, N); got {t.shape}")
     if not (np.isin(t, (0.0, 1.0)).all() and (t.sum(axis=-1) == 1).all()):
         raise ValueError("targets must have one-hot rows (one key with weight 1 per query)")
-    num_heads = _arguments.size("num_heads", num_heads, high=None)
-    d_head = _arguments.size("d_head", d_head, high=None)
+    num_heads = arguments.size("num_heads", num_heads, high=None)
+    d_head = arguments.size("d_head", d_head, high=None)
     K, N = t.shape[:2]
     tv, kl = 0.0, 0.0
     if num_heads < K and K > 1:

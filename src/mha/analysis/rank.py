@@ -27,7 +27,8 @@ import torch
 
 from mha.analysis import _linalg
 from mha.backends import np_backend
-from mha.core import _arguments, _tools, packing
+from mha.core import _tools, packing
+from mha.core._checks import arguments, numpy_arrays
 from mha.core.params import MHAParams, repeat_kv_heads
 from mha.detectors import circuits
 
@@ -48,10 +49,10 @@ def default_rtol(shape: tuple[int, int], dtype: Any = np.float64) -> float:
         TypeError: if ``shape`` is not a pair of ints (Python or NumPy, not bools) or
             ``dtype`` is not a floating NumPy or torch dtype.
     """
-    sizes = _arguments.items("shape", shape)
+    sizes = arguments.items("shape", shape)
     if len(sizes) != 2:
         raise ValueError(f"shape must be a pair (m, n); got {shape!r}")
-    m, n = (_arguments.size(f"shape[{i}]", v, 0, None) for i, v in enumerate(sizes))
+    m, n = (arguments.size(f"shape[{i}]", v, 0, None) for i, v in enumerate(sizes))
     return max(m, n) * _eps("dtype", dtype)
 
 
@@ -67,7 +68,7 @@ def _eps(name: str, dtype: Any) -> float:
         np_dtype = np.dtype(dtype)
     except TypeError:
         raise TypeError(
-            f"{name} must be a floating dtype; got {_arguments.describe(dtype)}"
+            f"{name} must be a floating dtype; got {arguments.describe(dtype)}"
         ) from None
     if not np.issubdtype(np_dtype, np.floating):
         raise TypeError(f"{name} must be a floating dtype; got dtype {np_dtype}")
@@ -202,9 +203,9 @@ def attention_parts(x: np.ndarray, params: MHAParams) -> dict[str, np.ndarray]:
         TypeError: if ``x`` is not a float32/float64 NumPy array of the dtype of
             ``params``, or as :func:`mha.backends.np_backend.multi_head_attention`.
     """
-    _arguments.instance("params", params, MHAParams, "MHAParams")
-    _arguments.instance("x", x, np.ndarray, "a numpy.ndarray")
-    a = _arguments.float_array("x", x, ndim=3, layout="(B, L, D)")  # finite, named x
+    arguments.instance("params", params, MHAParams, "MHAParams")
+    arguments.instance("x", x, np.ndarray, "a numpy.ndarray")
+    a = numpy_arrays.float_array("x", x, ndim=3, layout="(B, L, D)")  # finite, named x
     if x.dtype != params.dtype:
         raise TypeError(f"x must have the dtype of params ({params.dtype}); got {x.dtype}")
     if a.shape[-1] != params.d_model:
@@ -295,7 +296,7 @@ def rank_bounds(x: np.ndarray, params: MHAParams) -> dict[str, Any]:
 
 def _finite_params(params: Any) -> MHAParams:
     """``params`` as finite float64 NumPy multi-head parameters (grouped-query ones repeated)."""
-    _arguments.instance("params", params, MHAParams, "MHAParams")
+    arguments.instance("params", params, MHAParams, "MHAParams")
     p = repeat_kv_heads(params.to_numpy(np.float64))
     for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
         if getattr(p, name) is not None and not np.isfinite(getattr(p, name)).all():
@@ -365,17 +366,17 @@ def query_bias_shares(model: Any, texts: list[str]) -> dict[str, Any]:
         TypeError: if ``texts`` is not a list of strings (a single string included) or
             ``model`` lacks ``run``, ``num_layers``, ``num_heads`` or ``attention_params``.
     """
-    texts = _arguments.items("texts", texts)
+    texts = arguments.items("texts", texts)
     if not texts:
         raise ValueError("texts must hold at least one text; got none")
     for i, text in enumerate(texts):
-        _arguments.text(f"texts[{i}]", text)
+        arguments.text(f"texts[{i}]", text)
     missing = [
         n for n in ("run", "num_layers", "num_heads", "attention_params") if not hasattr(model, n)
     ]
     if missing:
         raise TypeError(
-            f"model must be a MiniLM (with {', '.join(missing)}); got {_arguments.describe(model)}"
+            f"model must be a MiniLM (with {', '.join(missing)}); got {arguments.describe(model)}"
         )
 
     def centred(z: np.ndarray) -> np.ndarray:

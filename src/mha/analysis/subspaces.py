@@ -20,8 +20,9 @@ import numpy as np
 import torch
 
 from mha.analysis import _linalg
-from mha.core import _arguments, _tools, _validate, packing
-from mha.core._np_checks import as_numpy
+from mha.core import _tools, packing
+from mha.core._checks import arguments
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.params import MHAParams
 
 
@@ -132,7 +133,7 @@ def principal_angles(a: Any, b: Any, degrees: bool = False) -> np.ndarray:
         ValueError, TypeError: as :func:`principal_cosines`.
         TypeError: if ``degrees`` is not a bool.
     """
-    _validate.check_bool("degrees", degrees)
+    arguments.check_bool("degrees", degrees)
     qa, qb = _bases(a, b)
     if qa.shape[1] < qb.shape[1]:
         qa, qb = qb, qa  # now q <= p: the residual of Q_b has min(p, q) singular values
@@ -202,8 +203,8 @@ def head_blocks(params: MHAParams, which: str = "w_q") -> np.ndarray:
             finite.
         TypeError: if ``params`` is not ``MHAParams``.
     """
-    _arguments.instance("params", params, MHAParams, "MHAParams")
-    _arguments.choice("which", which, ("w_q", "w_k", "w_v", "w_o"))
+    arguments.instance("params", params, MHAParams, "MHAParams")
+    arguments.choice("which", which, ("w_q", "w_k", "w_v", "w_o"))
     p = params.to_numpy()
     for name in ("w_qkv", "w_o"):
         if not np.isfinite(getattr(p, name)).all():
@@ -279,7 +280,7 @@ def pairwise_frobenius_cosines(w_q_rows: np.ndarray, num_heads: int) -> np.ndarr
     D = w.shape[0]
     if w.shape != (D, D):
         raise ValueError(f"w_q_rows must be square (D, D); got shape {w.shape}")
-    D, num_heads, _ = _arguments.layer_sizes(D, num_heads)
+    D, num_heads, _ = arguments.layer_sizes(D, num_heads)
     blocks = packing.split_head_rows(w, num_heads)  # (D, D) -> (H, Dh, D)
     table = np.empty((num_heads, num_heads))
     for i in range(num_heads):

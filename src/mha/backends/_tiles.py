@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _validate
+from mha.core import mask_rules
+from mha.core._checks import arguments
 
 
 def safe_max(row_max: np.ndarray) -> np.ndarray:
@@ -32,12 +33,12 @@ def causal_offset(causal: bool, align: Any, q_len: int, kv_len: int) -> int:
         ValueError: if ``align`` is not ``"top_left"`` or ``"bottom_right"``, or is
             ``"bottom_right"`` while ``causal`` is False (it would be silently ignored).
     """
-    _validate.check_align(align)
+    arguments.check_align(align)
     if not causal:
         if align != "top_left":
             raise ValueError(f"align={align!r} applies only with causal=True; got causal=False")
         return 0
-    return 0 if align == "top_left" else kv_len - q_len
+    return mask_rules.causal_offset(q_len, kv_len, align)
 
 
 def tile_mask(

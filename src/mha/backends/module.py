@@ -12,8 +12,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mha.backends import torch_backend
-from mha.core import _validate, packing
+from mha.backends import torch_backend, torch_checks
+from mha.core import packing
+from mha.core._checks import arguments
 from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams, init_params
 
@@ -59,9 +60,9 @@ class MultiHeadAttention(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        _validate.check_sizes(d_model, num_heads)
-        if dtype not in torch_backend.FLOATS:
-            names = ", ".join(str(d) for d in torch_backend.FLOATS)
+        arguments.check_sizes(d_model, num_heads)
+        if dtype not in torch_checks.FLOATS:
+            names = ", ".join(str(d) for d in torch_checks.FLOATS)
             raise TypeError(f"dtype must be a floating dtype ({names}); got dtype {dtype}")
         params = init_params(
             d_model, num_heads, num_kv_heads=num_kv_heads, bias=bias, seed=seed
@@ -233,7 +234,7 @@ def to_torch_mha(
         raise TypeError(
             f"source must be a mha.MultiHeadAttention or MHAParams; got {type(source).__name__}"
         )
-    _validate.check_bool("batch_first", batch_first)
+    arguments.check_bool("batch_first", batch_first)
     p = source.params() if isinstance(source, MultiHeadAttention) else source
     if p.num_kv_heads != p.num_heads:
         raise ValueError(
@@ -304,8 +305,8 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
             f"add_bias_kv={m.bias_k is not None}, add_zero_attn={m.add_zero_attn}"
         )
     dtype = m.out_proj.weight.dtype if m.in_proj_weight is None else m.in_proj_weight.dtype
-    if dtype not in torch_backend.FLOATS:
-        names = ", ".join(str(d) for d in torch_backend.FLOATS)
+    if dtype not in torch_checks.FLOATS:
+        names = ", ".join(str(d) for d in torch_checks.FLOATS)
         raise TypeError(
             f"m must have a floating dtype ({names}); got m.in_proj_weight.dtype {dtype} "
             "(convert with m.to(torch.float32))"
@@ -378,11 +379,11 @@ def to_torch_attn_mask(
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"mask must be a boolean tensor (True = may attend); got {got}")
-    _validate.check_dense("mask", mask)
-    _validate.check_positive("num_heads", num_heads)
+    arguments.check_dense("mask", mask)
+    arguments.check_positive("num_heads", num_heads)
     for name, size in (("batch_size", batch_size), ("q_len", q_len), ("kv_len", kv_len)):
         if size is not None:
-            _validate.check_positive(name, size)
+            arguments.check_positive(name, size)
     if mask.ndim not in (2, 4):
         raise ValueError(
             f"mask must be 2-D (L, S) or 4-D (B, H, L, S); got {mask.ndim}-D shape "

@@ -48,13 +48,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from mha.backends._tiles import causal_offset, safe_max, tile_mask
-from mha.core import _np_checks, _overflow, _validate
+from mha.core._checks import arguments, arrays, numpy_arrays, overflow
+from mha.core._checks.numpy_arrays import NUMPY
 
 # Default tiles of 128 x 128: per (batch, head) one float32 tile of scores is 64 KiB, small
 # next to a score tensor from a few hundred positions on, and large enough that the Python
 # loop costs little beside the products (a few hundred tiles at L = S = 2048).
 DEFAULT_BLOCK_Q = 128
 DEFAULT_BLOCK_KV = 128
+
+BLOCKS = (DEFAULT_BLOCK_Q, DEFAULT_BLOCK_KV)
 
 IOCounter = collections.Counter  # keys "read" and "write": elements moved
 
@@ -132,11 +135,11 @@ def softmax_stats(
             ``mask`` does not broadcast.
         TypeError: if ``scores`` is not a float32/float64 array or ``mask`` is not boolean.
     """
-    _np_checks.check_array("scores", scores)
+    numpy_arrays.check_array("scores", scores)
     if scores.ndim < 1 or scores.shape[-1] == 0:
         raise ValueError(f"scores must have shape (..., S) with S >= 1; got shape {scores.shape}")
     if mask is not None:
-        _np_checks.check_mask(mask, scores.shape, "scores.shape")
+        numpy_arrays.check_mask(mask, scores.shape, "scores.shape")
     row_max, row_sum = _stats(scores, mask)
     return np.asarray(row_max), np.asarray(row_sum)  # 0-D arrays, not scalars, for one row
 
@@ -175,14 +178,14 @@ def combine_stats(
         TypeError: if an input is not a float array, or the dtypes differ.
     """
     for name, m in (("max_a", max_a), ("max_b", max_b)):
-        _np_checks.check_array(name, m, check_finite=False)
+        numpy_arrays.check_array(name, m, check_finite=False)
         if np.isnan(m).any() or np.isposinf(m).any():
             raise ValueError(f"{name} must be finite or -inf; got NaN or +inf values")
     for name, s in (("sum_a", sum_a), ("sum_b", sum_b)):
-        _np_checks.check_array(name, s)
+        numpy_arrays.check_array(name, s)
         if (s < 0).any():
             raise ValueError(f"{name} must be >= 0; got a negative sum")
-    _validate.check_same_dtype({"max_a": max_a, "sum_a": sum_a, "max_b": max_b, "sum_b": sum_b})
+    arguments.check_same_dtype({"max_a": max_a, "sum_a": sum_a, "max_b": max_b, "sum_b": sum_b})
     try:
         np.broadcast_shapes(max_a.shape, sum_a.shape, max_b.shape, sum_b.shape)
     except ValueError:
@@ -191,7 +194,7 @@ def combine_stats(
             f"{max_a.shape}, {sum_a.shape}, {max_b.shape}, {sum_b.shape}"
         ) from None
     row_max, row_sum = _combine(max_a, sum_a, max_b, sum_b)
-    _np_checks.check_result("combine_stats sum", row_sum)
+    numpy_arrays.check_result("combine_stats sum", row_sum)
     return row_max, row_sum
 
 
@@ -222,13 +225,13 @@ def online_softmax(
         TypeError: if ``scores`` is not a float array, ``mask`` is not boolean or
             ``block_size`` is not an int.
     """
-    _np_checks.check_array("scores", scores)
+    numpy_arrays.check_array("scores", scores)
     if scores.ndim < 1:
         raise ValueError(f"scores must have shape (..., S); got 0-D shape {scores.shape}")
     if mask is not None:
-        _np_checks.check_mask(mask, scores.shape, "scores.shape")
+        numpy_arrays.check_mask(mask, scores.shape, "scores.shape")
         mask = np.broadcast_to(mask, scores.shape)  # a view: no copy
-    _validate.check_block_size("block_size", block_size)
+    arguments.check_block_size("block_size", block_size)
     S = scores.shape[-1]
     blocks = [slice(j, min(j + block_size, S)) for j in range(0, S, block_size)]
     row_max = np.full(scores.shape[:-1], -np.inf, dtype=scores.dtype)  # (...,)
@@ -274,41 +277,25 @@ def _rows(rows: slice) -> tuple:
 
 def _check_attention(
     query, key, value, mask, block_q, block_kv, io_counter=None
-) -> tuple[tuple[int, ...], int, int, float]:
-    """The checks of :func:`attention`; returns the batch, L, S and a bound on every stage."""
-    m = _validate.check_attention(query, key, value, mask, _np_checks.ARRAYS)
-    L, S, _, _ = _validate.check_qkv(query, key, value)
-    batch = _validate.broadcast_batch(query, key, value)
-    _validate.check_block_size("block_q", block_q)
-    _validate.check_block_size("block_kv", block_kv)
+) -> tuple[tuple[int, ...], int, int, dict[str, float]]:
+    """The checks of :func:`attention`; returns the batch, L, S and the inputs' magnitudes."""
+    magnitudes = arrays.check_attention(query, key, value, mask, NUMPY)
+    L, S, _, _ = arguments.check_qkv(query, key, value)
+    batch = arguments.broadcast_batch(query, key, value)
+    arguments.check_block_size("block_q", block_q)
+    arguments.check_block_size("block_kv", block_kv)
     if io_counter is not None and not isinstance(io_counter, collections.Counter):
         raise TypeError(
             f"io_counter must be a collections.Counter or None; got {type(io_counter).__name__}"
         )
-    bound = _overflow.attention_bound(m["query"], m["key"], m["value"], query.shape[-1])
-    return batch, L, S, bound
-
-
-def _check_range(name, bound, out, query, key, value, mask) -> None:
-    """Raise if the scores or the output overflowed (only beyond ``bound``, a float64 pass)."""
-    _overflow.check_range(
-        name,
-        bound,
-        out,
-        _np_checks.ARRAYS,
-        lambda: _overflow.attention_overflow(
-            *(a.astype(np.float64) for a in (query, key, value)),
-            mask,
-            _np_checks.largest(out.dtype),
-        ),
-    )
+    return batch, L, S, magnitudes
 
 
 def attention(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    mask: np.ndarray | None = None,
+    query: np.ndarray,  # (..., L, Dh)
+    key: np.ndarray,  # (..., S, Dh)
+    value: np.ndarray,  # (..., S, Dv)
+    mask: np.ndarray | None = None,  # broadcastable to (..., L, S)
     *,
     causal: bool = False,
     align: str = "top_left",
@@ -365,65 +352,151 @@ def attention(
         TypeError: on non-float or mixed dtypes, a non-boolean mask, a non-int block size,
             a ``causal`` that is not a bool, or an ``io_counter``/``trace`` of another kind.
     """
-    batch, L, S, bound = _check_attention(query, key, value, mask, block_q, block_kv, io_counter)
-    _validate.check_bool("causal", causal)
+    _, L, S, magnitudes = _check_attention(query, key, value, mask, block_q, block_kv, io_counter)
+    arguments.check_bool("causal", causal)
     offset = causal_offset(causal, align, L, S)
     if trace is not None and not isinstance(trace, list):
         raise TypeError(f"trace must be a list or None; got {type(trace).__name__}")
-    user_mask = mask
-    dtype = query.dtype
-    scale = dtype.type(1.0 / math.sqrt(query.shape[-1]))
+    blocks, io = (block_q, block_kv), io_counter
+    out, lse = attention_tiles(
+        query, key, value, mask, causal=causal, offset=offset, blocks=blocks, io=io, trace=trace
+    )
+    overflow.check_attention_range(
+        "tiled.attention output", out, magnitudes, query, key, value, mask, NUMPY
+    )
+    return out, lse
+
+
+def attention_tiles(
+    q, k, v, mask=None, *, causal=False, offset=0, blocks=BLOCKS, io=None, trace=None
+):
+    """The tile loop of :func:`attention`, pure math (no checks): the FlashAttention forward.
+
+    Args:
+        q, k, v, mask, causal, trace: those of :func:`attention` (queries, keys, values).
+        offset: where query 0 sits among the keys when ``causal``
+            (:func:`mha.core.mask_rules.causal_offset`).
+        blocks: ``(block_q, block_kv)``, the rows of Q and of K and V in a tile.
+        io: :func:`attention`'s ``io_counter``.
+
+    Shape:
+        q ``(..., L, Dh)``, k ``(..., S, Dh)``, v ``(..., S, Dv)``. Returns ``(..., L, Dv)``
+        and ``(..., L)``.
+
+    Returns:
+        ``(output, lse)``.
+    """
+    (block_q, block_kv), (L, S) = blocks, (q.shape[-2], k.shape[-2])
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
         mask = np.broadcast_to(mask, (*batch, L, S))  # a view: no copy
-    maskable = mask is not None or causal
-    out = np.empty((*batch, L, value.shape[-1]), dtype=dtype)  # (..., L, Dv)
-    lse = np.empty((*batch, L), dtype=dtype)  # (..., L)
+    out = np.empty((*batch, L, v.shape[-1]), dtype=q.dtype)  # (..., L, Dv)
+    lse = np.empty((*batch, L), dtype=q.dtype)  # (..., L)
     for i0 in range(0, L, block_q):
         rows = slice(i0, min(i0 + block_q, L))
-        q_i = _load(query, _rows(rows), io_counter) * scale  # (..., Br, Dh)
-        n = rows.stop - rows.start
-        row_max = np.full((*batch, n, 1), -np.inf, dtype=dtype)  # (..., Br, 1)
-        row_sum = np.zeros((*batch, n, 1), dtype=dtype)  # (..., Br, 1)
-        acc = np.zeros((*batch, n, value.shape[-1]), dtype=dtype)  # (..., Br, Dv)
+        q_i = _load(q, _rows(rows), io) * scale  # (..., Br, Dh), scaled once a block
+        running = RunningRows((*batch, rows.stop - rows.start), v.shape[-1], q.dtype)
         for j0 in range(0, S, block_kv):
             cols = slice(j0, min(j0 + block_kv, S))
-            keep = tile_mask(mask, causal, rows, cols, offset=offset) if maskable else None
-            if keep is not False:
-                k_j = _load(key, _rows(cols), io_counter)  # (..., Bc, Dh)
-                v_j = _load(value, _rows(cols), io_counter)  # (..., Bc, Dv)
-                s = np.matmul(q_i, k_j.swapaxes(-1, -2))  # (..., Br, Bc)
-                if keep is not None:
-                    np.copyto(s, -np.inf, where=~keep)
-                new_max = np.maximum(row_max, s.max(axis=-1, keepdims=True))  # (..., Br, 1)
-                shift = safe_max(new_max) if maskable else new_max
-                s -= shift
-                np.exp(s, out=s)  # the tile's unnormalised weights
-                rescale = np.exp(row_max - shift)  # (..., Br, 1); 0 where nothing was seen
-                row_sum *= rescale
-                row_sum += s.sum(axis=-1, keepdims=True)
-                acc *= rescale
-                acc += np.matmul(s, v_j)  # (..., Br, Bc) @ (..., Bc, Dv) -> (..., Br, Dv)
-                row_max = new_max
+            keep = tile_mask(mask, causal, rows, cols, offset=offset)
+            if keep is not False:  # only then are K^(j) and V^(j) loaded
+                s = q_i @ _load(k, _rows(cols), io).swapaxes(-1, -2)  # (..., Br, Bc)
+                running.update(s, keep, _load(v, _rows(cols), io))
             if trace is not None:
-                factor = rescale if keep is not False else np.ones_like(row_max)
-                trace.append(
-                    TileStep(
-                        (rows.start, rows.stop),
-                        (cols.start, cols.stop),
-                        keep is not False,
-                        row_max[..., 0].copy(),
-                        row_sum[..., 0].copy(),
-                        factor[..., 0].copy(),
-                        acc.copy(),
-                    )
-                )
-        empty = row_sum == 0  # (..., Br, 1): fully masked rows
-        total = np.where(empty, 1, row_sum)
-        _store(out, _rows(rows), acc / total, io_counter)
-        row_lse = np.where(empty, -np.inf, row_max + np.log(total))[..., 0]  # (..., Br)
-        _store(lse, (..., rows), row_lse, io_counter)
-    _check_range("tiled.attention output", bound, out, query, key, value, user_mask)
+                trace.append(running.step(rows, cols, keep is not False))
+        _store(out, _rows(rows), running.output(), io)  # (..., Br, Dv)
+        _store(lse, (..., rows), running.lse(), io)  # (..., Br)
     return out, lse
+
+
+class RunningRows:
+    """What the tiled forward keeps for one block of query rows while it visits the keys.
+
+    The running maximum ``m`` and sum ``l`` of each row's exponentials, and the unnormalised
+    output ``acc = sum exp(z - m) v``, all rescaled whenever a tile raises a row's maximum.
+
+    Args:
+        rows: the shape of the block's rows, ``(..., Br)``.
+        width: the values' width Dv.
+        dtype: the arrays' dtype.
+    """
+
+    def __init__(self, rows: tuple[int, ...], width: int, dtype: np.dtype) -> None:
+        self.row_max = np.full((*rows, 1), -np.inf, dtype=dtype)  # (..., Br, 1)
+        self.row_sum = np.zeros((*rows, 1), dtype=dtype)  # (..., Br, 1)
+        self.acc = np.zeros((*rows, width), dtype=dtype)  # (..., Br, Dv)
+        self.rescale = np.ones((*rows, 1), dtype=dtype)  # the last tile's factor
+
+    def update(self, s: np.ndarray, keep: np.ndarray | None, v: np.ndarray) -> None:
+        """Take in one tile of scores ``s`` (overwritten) and its values.
+
+        Args:
+            s: the tile's scores ``Q^(i) K^(j)^T / sqrt(Dh)``.
+            keep: what the tile may attend (``None``: everything).
+            v: the tile's values.
+
+        Shape:
+            s ``(..., Br, Bc)``, keep broadcastable to it, v ``(..., Bc, Dv)``.
+        """
+        if keep is not None:
+            np.copyto(s, -np.inf, where=~keep)
+        new_max = np.maximum(self.row_max, s.max(axis=-1, keepdims=True))  # (..., Br, 1)
+        shift = safe_max(new_max)  # 0 for a row that has attended nothing yet
+        s -= shift
+        np.exp(s, out=s)  # the tile's unnormalised weights
+        self.rescale = np.exp(self.row_max - shift)  # (..., Br, 1); 0 where nothing was seen
+        self.row_sum *= self.rescale
+        self.row_sum += s.sum(axis=-1, keepdims=True)
+        self.acc *= self.rescale
+        self.acc += s @ v  # (..., Br, Bc) @ (..., Bc, Dv) -> (..., Br, Dv)
+        self.row_max = new_max
+
+    def output(self) -> np.ndarray:
+        """``acc / l``, the block's attention output (zero in a row that attended nothing).
+
+        Shape:
+            Returns ``(..., Br, Dv)``.
+
+        Returns:
+            A new array.
+        """
+        return self.acc / np.where(self.row_sum == 0, 1, self.row_sum)
+
+    def lse(self) -> np.ndarray:
+        """``m + log l``, each row's log-sum-exp (``-inf`` in a row that attended nothing).
+
+        Shape:
+            Returns ``(..., Br)``.
+
+        Returns:
+            A new array.
+        """
+        empty = self.row_sum == 0  # (..., Br, 1): fully masked rows
+        lse = self.row_max + np.log(np.where(empty, 1, self.row_sum))
+        return np.where(empty, -np.inf, lse)[..., 0]  # (..., Br, 1) -> (..., Br)
+
+    def step(self, rows: slice, cols: slice, computed: bool) -> TileStep:
+        """A copy of the state after the tile ``rows`` x ``cols``, for a trace.
+
+        Args:
+            rows: the query rows of the tile.
+            cols: its key columns.
+            computed: False for a tile that was skipped.
+
+        Returns:
+            The :class:`TileStep`.
+        """
+        factor = self.rescale if computed else np.ones_like(self.row_max)
+        return TileStep(
+            (rows.start, rows.stop),
+            (cols.start, cols.stop),
+            computed,
+            self.row_max[..., 0].copy(),
+            self.row_sum[..., 0].copy(),
+            factor[..., 0].copy(),
+            self.acc.copy(),
+        )
 
 
 def _softmax_tiles(scores, weights, mask, rows, col_blocks, io) -> None:
@@ -494,9 +567,11 @@ def three_pass_attention(
         ValueError: the errors of :func:`attention`, or ``softmax_rows < 1``.
         TypeError: the errors of :func:`attention`, or a ``softmax_rows`` that is not an int.
     """
-    batch, L, S, bound = _check_attention(query, key, value, mask, block_q, block_kv, io_counter)
+    batch, L, S, magnitudes = _check_attention(
+        query, key, value, mask, block_q, block_kv, io_counter
+    )
     if softmax_rows is not None:
-        _validate.check_block_size("softmax_rows", softmax_rows)
+        arguments.check_block_size("softmax_rows", softmax_rows)
     user_mask = mask
     dtype = query.dtype
     scale = dtype.type(1.0 / math.sqrt(query.shape[-1]))
@@ -527,5 +602,7 @@ def three_pass_attention(
             p = _load(weights, (..., rows, cols), io_counter)  # (..., Br, Bc)
             acc += np.matmul(p, _load(value, _rows(cols), io_counter))  # (..., Br, Dv)
         _store(out, _rows(rows), acc, io_counter)
-    _check_range("tiled.three_pass_attention output", bound, out, query, key, value, user_mask)
+    overflow.check_attention_range(
+        "tiled.three_pass_attention output", out, magnitudes, query, key, value, user_mask, NUMPY
+    )
     return out, weights

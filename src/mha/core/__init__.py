@@ -1,7 +1,6 @@
-"""Core: the parameters of a layer, their packing, the key/value cache and the mask convention.
+"""Core: a layer's parameters, their packing, the key/value cache, mask rules, rotary positions.
 
-The private modules here hold what every other group shares: argument checks
-(``_validate``), the NumPy array kind and the one tensor-to-NumPy conversion
-(``_np_checks``), the overflow bounds and the float64 overflow locator (``_overflow``), the
-grouped-query reshapes (``_groups``) and general tools (``_tools``).
+What every other group shares is private here: the checks (the package ``_checks``, one
+layer of argument and result checks; its docstring maps it), the grouped-query reshapes
+(``_groups``) and general tools (``_tools``).
 """

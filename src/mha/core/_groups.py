@@ -11,8 +11,8 @@ from typing import Any
 
 def head_slice(mask: Any, h: int) -> Any:
     """The part of a ``(..., H|1, L, S)``-broadcastable mask that applies to head ``h``."""
-    if mask.ndim < 3:
-        return mask  # (L, S) or (S,): the same for every head
+    if mask is None or mask.ndim < 3:
+        return mask  # None, (L, S) or (S,): the same for every head
     return mask[..., h if mask.shape[-3] > 1 else 0, :, :]  # (B|1, H|1, L, S) -> (B|1, L, S)
 
 

@@ -1,11 +1,14 @@
-"""General tools that any module may use: running on one CPU thread."""
+"""General tools that any module may use: running on one CPU thread, a switch for a block."""
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+
+from mha.core._checks.arguments import check_bool
 
 
 @contextmanager
@@ -23,3 +26,22 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+@contextmanager
+def switched(setting: contextvars.ContextVar[bool], enabled: bool) -> Iterator[None]:
+    """``setting`` set to ``enabled`` inside the block, for this thread (and task), and
+    restored when the block ends, by an exception too.
+
+    Yields:
+        Nothing.
+
+    Raises:
+        TypeError: if ``enabled`` is not a bool.
+    """
+    check_bool("enabled", enabled)
+    token = setting.set(enabled)
+    try:
+        yield
+    finally:
+        setting.reset(token)

@@ -39,11 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _arguments, _np_checks, _validate
-from mha.core._np_checks import numpy_float_dtype
+from mha.core._checks import arguments, numpy_arrays
+from mha.core._checks.numpy_arrays import numpy_float_dtype
 
 TORCH_FLOATS = ("float64", "float32", "bfloat16")
-"""The ``torch`` dtypes a cache may have: those a layer computes in (``torch_backend.FLOATS``)."""
+"""The ``torch`` dtypes a cache may have: those a layer computes in (``torch_checks.FLOATS``)."""
 
 
 def _is_torch_dtype(dtype: Any) -> bool:
@@ -57,7 +57,7 @@ def _magnitude(x: Any) -> float:
         return 0.0
     if hasattr(x, "detach"):
         x = x.detach()
-    return _validate.extremes_max_abs(x.min(), x.max())
+    return arguments.extremes_max_abs(x.min(), x.max())
 
 
 class KVCache:
@@ -102,11 +102,11 @@ class KVCache:
         dtype: Any = np.float64,
         device: Any = None,
     ) -> None:
-        sizes = _arguments.sizes(
+        sizes = arguments.sizes(
             batch_size=batch_size, num_kv_heads=num_kv_heads, d_head=d_head, capacity=capacity
         )
         shape = (sizes["batch_size"], sizes["num_kv_heads"], sizes["capacity"], sizes["d_head"])
-        _arguments.check_elements("capacity", 2 * math.prod(shape), 8)
+        arguments.check_elements("capacity", 2 * math.prod(shape), 8)
         if dtype is None:
             raise TypeError(
                 "dtype must be np.float32, np.float64 or a torch dtype (torch.float64, "
@@ -122,7 +122,7 @@ class KVCache:
                     f"dtype must be one of the dtypes a layer computes in ({names}); got "
                     f"dtype {dtype}"
                 )
-            device = _validate.check_device("device", device)
+            device = arguments.check_device("device", device)
             self._k = torch.empty(shape, dtype=dtype, device=device)
             self._v = torch.empty(shape, dtype=dtype, device=device)
         else:
@@ -139,25 +139,11 @@ class KVCache:
         self._open = False  # an appending block is open: no other change until it ends
         self._floor: int | None = None  # the length to restore to, inside an atomic block
 
-    @property
-    def batch_size(self) -> int:
-        """B."""
-        return int(self._k.shape[0])
-
-    @property
-    def num_kv_heads(self) -> int:
-        """H_kv."""
-        return int(self._k.shape[1])
-
-    @property
-    def capacity(self) -> int:
-        """The most positions the cache can hold."""
-        return int(self._k.shape[2])
-
-    @property
-    def d_head(self) -> int:
-        """Dh."""
-        return int(self._k.shape[3])
+    # The buffers' shape (B, H_kv, capacity, Dh), read back as the cache's sizes.
+    batch_size = property(lambda self: int(self._k.shape[0]), doc="B.")
+    num_kv_heads = property(lambda self: int(self._k.shape[1]), doc="H_kv.")
+    capacity = property(lambda self: int(self._k.shape[2]), doc="The most positions it can hold.")
+    d_head = property(lambda self: int(self._k.shape[3]), doc="Dh.")
 
     @property
     def dtype(self) -> Any:
@@ -238,6 +224,30 @@ class KVCache:
         """
         self._commit(*self._stage(key, value, max_abs), key, value)
 
+    def extend(self, key: Any, value: Any, *, max_abs: float | None = None) -> tuple[Any, Any]:
+        """Append ``n`` new positions (:meth:`append`), then return every cached position.
+
+        The step of decoding a form of attention takes: the keys and values it attends to
+        are the cached ones followed by the new ones.
+
+        Args:
+            key: new keys, as in :meth:`append`.
+            value: new values, the same shape.
+            max_abs: as in :meth:`append`.
+
+        Shape:
+            key and value ``(B, H_kv, n, Dh)``; returns :attr:`keys` and :attr:`values`,
+            ``(B, H_kv, S, Dh)`` with ``S`` = :attr:`length` after the append.
+
+        Returns:
+            ``(keys, values)``.
+
+        Raises:
+            ValueError, TypeError: as :meth:`append`.
+        """
+        self.append(key, value, max_abs=max_abs)
+        return self.keys, self.values
+
     @contextmanager
     def appending(
         self, key: Any, value: Any, *, max_abs: float | None = None
@@ -296,7 +306,7 @@ class KVCache:
         self._check_closed("append to")
         n = self._check_block(key, value)
         if max_abs is not None:
-            max_abs = _validate.check_magnitude("max_abs", max_abs)
+            max_abs = arguments.check_magnitude("max_abs", max_abs)
         end = self._length + n
         k, v = self._k, self._v
         if self._copy_on_write(key, value):
@@ -355,9 +365,9 @@ class KVCache:
                 f"{type(x).__name__}"
             )
         if isinstance(self._k, np.ndarray):
-            _np_checks.check_kind(name, x)
+            numpy_arrays.check_kind(name, x)
         else:
-            _validate.check_dense(name, x)
+            arguments.check_dense(name, x)
         if x.dtype != self._k.dtype:
             raise TypeError(
                 f"{name} must have the cache's dtype {self._k.dtype}; got dtype {x.dtype}"
@@ -416,7 +426,7 @@ class KVCache:
                 the length the cache had when it began.
             TypeError: if ``length`` is not an int (``None`` and bools included).
         """
-        _validate.check_int("length", length)
+        arguments.check_int("length", length)
         self._check_closed("truncate")
         low = self._floor or 0  # inside an atomic block: what an undo must restore stays
         if not low <= length <= self._length:
@@ -460,7 +470,7 @@ def atomic(caches: Sequence[KVCache]) -> Iterator[None]:
             else ", ".join(type(c).__name__ for c in caches)
         )
         raise TypeError(f"caches must be a list or tuple of KVCache; got {got}")
-    _arguments.distinct_objects("caches", caches)
+    arguments.distinct_objects("caches", caches)
     for cache in caches:
         cache._check_closed("begin an atomic block of")
     states = [(c, c._k, c._v, c._length, c._max_abs, c._floor) for c in caches]

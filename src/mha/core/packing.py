@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _arguments
+from mha.core._checks import arguments
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
 
@@ -48,8 +48,8 @@ def check_kv_heads(num_heads: int, num_kv_heads: int) -> None:
             ``num_heads``.
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    num_heads = _arguments.size("num_heads", num_heads)
-    num_kv_heads = _arguments.size("num_kv_heads", num_kv_heads)
+    num_heads = arguments.size("num_heads", num_heads)
+    num_kv_heads = arguments.size("num_kv_heads", num_kv_heads)
     if num_heads % num_kv_heads != 0:
         raise ValueError(
             f"num_kv_heads must divide num_heads; got num_heads={num_heads}, "
@@ -73,7 +73,7 @@ def kv_width(d_model: int, num_heads: int, num_kv_heads: int | None = None) -> i
             divide H.
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    D, H, H_kv = _arguments.layer_sizes(d_model, num_heads, num_kv_heads)
+    D, H, H_kv = arguments.layer_sizes(d_model, num_heads, num_kv_heads)
     return H_kv * (D // H)
 
 
@@ -193,7 +193,7 @@ def split_head_blocks(w_qkv: Array, num_heads: int) -> Array:
         TypeError: if ``w_qkv`` is not an array or tensor, or ``num_heads`` is not an int.
     """
     _check_packed("w_qkv", w_qkv)
-    D, H, _ = _arguments.layer_sizes(w_qkv.shape[0], num_heads)
+    D, H, _ = arguments.layer_sizes(w_qkv.shape[0], num_heads)
     blocks = w_qkv.reshape(D, 3, H, D // H)  # (D, 3D) -> (D, 3, H, Dh)
     return _permute(blocks, (1, 2, 0, 3))  # -> (3, H, D, Dh)
 
@@ -242,9 +242,9 @@ def head_span(d_model: int, num_heads: int, h: int) -> slice:
             divide D.
         TypeError: if ``h`` or a size is not an int (a Python or NumPy integer, not a bool).
     """
-    D, H, _ = _arguments.layer_sizes(d_model, num_heads)
-    if not _arguments.integral(h):
-        raise TypeError(f"h must be an int; got {_arguments.describe(h)}")
+    D, H, _ = arguments.layer_sizes(d_model, num_heads)
+    if not arguments.integral(h):
+        raise TypeError(f"h must be an int; got {arguments.describe(h)}")
     if not 0 <= h < H:
         raise ValueError(f"h must be in [0, num_heads={H}); got h={h}")
     Dh = D // H
@@ -271,9 +271,9 @@ def projection_columns(d_model: int, projection: str, *, kv_cols: int | None = N
         TypeError: if ``d_model`` or ``kv_cols`` is not an int (a Python or NumPy integer,
             not a bool).
     """
-    d_model = _arguments.size("d_model", d_model)
-    kv_cols = d_model if kv_cols is None else _arguments.size("kv_cols", kv_cols)
-    _arguments.choice("projection", projection, PROJECTION_RUNS)
+    d_model = arguments.size("d_model", d_model)
+    kv_cols = d_model if kv_cols is None else arguments.size("kv_cols", kv_cols)
+    arguments.choice("projection", projection, PROJECTION_RUNS)
     starts = {"q": 0, "k": d_model, "v": d_model + kv_cols, "kv": d_model}
     widths = {"q": d_model, "k": kv_cols, "v": kv_cols, "kv": 2 * kv_cols}
     return slice(starts[projection], starts[projection] + widths[projection])
@@ -299,8 +299,8 @@ def head_columns(
         ValueError: on an unknown projection, a head out of range, or bad sizes.
         TypeError: if ``h`` or a size is not an int (a Python or NumPy integer, not a bool).
     """
-    _arguments.choice("projection", projection, PROJECTIONS)
-    D, H, H_kv = _arguments.layer_sizes(d_model, num_heads, num_kv_heads)
+    arguments.choice("projection", projection, PROJECTIONS)
+    D, H, H_kv = arguments.layer_sizes(d_model, num_heads, num_kv_heads)
     offset = projection_columns(D, projection, kv_cols=H_kv * (D // H)).start
     heads = H if projection == "q" else H_kv
     span = head_span(heads * (D // H), heads, h)
@@ -329,7 +329,7 @@ def split_head_rows(w: Array, num_heads: int) -> Array:
     """
     _check_matrix("w", w)
     n = w.shape[1]
-    D, H, _ = _arguments.layer_sizes(w.shape[0], num_heads)
+    D, H, _ = arguments.layer_sizes(w.shape[0], num_heads)
     return w.reshape(H, D // H, n)  # (D, n) -> (H, Dh, n)
 
 
@@ -354,10 +354,10 @@ def column_owner(
         ValueError, TypeError: if the sizes are not positive ints with H dividing D and
             H_kv dividing H.
     """
-    D, H, H_kv = _arguments.layer_sizes(d_model, num_heads, num_kv_heads)
+    D, H, H_kv = arguments.layer_sizes(d_model, num_heads, num_kv_heads)
     Dh = D // H
     kv_cols = H_kv * Dh
-    _arguments.check_elements("d_model", D + 2 * kv_cols, 8)
+    arguments.check_elements("d_model", D + 2 * kv_cols, 8)
     cols = np.arange(D + 2 * kv_cols)
     projection = np.where(cols < D, 0, np.where(cols < D + kv_cols, 1, 2))
     within = np.where(cols < D, cols, (cols - D) % kv_cols)

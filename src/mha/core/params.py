@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _arguments, packing
-from mha.core._np_checks import as_numpy, numpy_float_dtype
-from mha.core._validate import check_bool, check_device, check_seed, describe
+from mha.core import packing
+from mha.core._checks import arguments
+from mha.core._checks.arguments import check_bool, check_device, check_seed, describe
+from mha.core._checks.numpy_arrays import as_numpy, numpy_float_dtype
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
 
@@ -122,9 +123,9 @@ class MHAParams:
                 f"w_qkv must have shape (D, D + 2 H_kv Dh); got {tuple(self.w_qkv.shape)}"
             )
         D, cols = self.w_qkv.shape
-        object.__setattr__(self, "num_heads", _arguments.layer_sizes(D, self.num_heads)[1])
+        object.__setattr__(self, "num_heads", arguments.layer_sizes(D, self.num_heads)[1])
         if self.num_kv_heads is not None:
-            H_kv = _arguments.size("num_kv_heads", self.num_kv_heads)
+            H_kv = arguments.size("num_kv_heads", self.num_kv_heads)
             object.__setattr__(self, "num_kv_heads", H_kv)
         Dh = D // self.num_heads
         if self.num_kv_heads is None:  # read H_kv off the width of the key and value blocks
@@ -439,14 +440,14 @@ def init_params(
             bool), ``bias`` is not a bool, or ``dtype`` is not NumPy's float32/float64 (a
             torch dtype included).
     """
-    D, H, _ = _arguments.layer_sizes(d_model, num_heads, num_kv_heads)
+    D, H, _ = arguments.layer_sizes(d_model, num_heads, num_kv_heads)
     check_bool("bias", bias)
     check_seed("seed", seed)
     if dtype is None:  # np.dtype(None) would be float64
         raise TypeError("dtype must be float32 or float64; got None")
     dtype = numpy_float_dtype("dtype", dtype, (np.float32, np.float64))
     kv_cols = packing.kv_width(D, H, num_kv_heads)
-    _arguments.check_elements("d_model", D * (D + 2 * kv_cols), 8)
+    arguments.check_elements("d_model", D * (D + 2 * kv_cols), 8)
     rng = np.random.default_rng(int(seed))
     num_heads = H
     w_qkv = rng.standard_normal((D, D + 2 * kv_cols)) / np.sqrt(D)
@@ -574,11 +575,11 @@ def planted_heads(
             bool), ``d_model`` is not an int, or ``logit`` is not a real number.
     """
     heads = [
-        _arguments.items(f"targets[{h}]", t)
-        for h, t in enumerate(_arguments.items("targets", targets))
+        arguments.items(f"targets[{h}]", t)
+        for h, t in enumerate(arguments.items("targets", targets))
     ]
-    d_model = _arguments.size("d_model", d_model)
-    logit = _arguments.number("logit", logit)
+    d_model = arguments.size("d_model", d_model)
+    logit = arguments.number("logit", logit)
     H = len(heads)
     if H == 0:
         raise ValueError("targets must hold one list of positions per head; got none")
@@ -592,14 +593,14 @@ def planted_heads(
         raise ValueError("targets must give each head at least one query; got none")
     for h, t in enumerate(heads):
         for i, v in enumerate(t):
-            if not _arguments.integral(v):
+            if not arguments.integral(v):
                 raise TypeError(f"targets[{h}][{i}] must be an int; got {describe(v)}")
     if d_model % H != 0 or d_model // H < L:
         raise ValueError(
             f"d_model must be a multiple of num_heads={H} with d_head >= L={L}; "
             f"got d_model={d_model}"
         )
-    _arguments.check_elements("d_model", d_model * d_model, 8)
+    arguments.check_elements("d_model", d_model * d_model, 8)
     t = np.array([[int(v) for v in row] for row in heads], dtype=np.int64)
     if (t < 0).any() or (t >= L).any():
         raise ValueError(f"targets must be integer positions in [0, L={L}); got {t.tolist()}")

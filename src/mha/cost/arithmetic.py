@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _arguments, _validate
+from mha.core._checks import arguments, layer
 
 # --- FLOPs: the model --------------------------------------------------------------------
 
@@ -68,9 +68,7 @@ class AttentionFlops:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            object.__setattr__(
-                self, f.name, _arguments.size(f.name, getattr(self, f.name), 0, None)
-            )
+            object.__setattr__(self, f.name, arguments.size(f.name, getattr(self, f.name), 0, None))
 
     @property
     def projections(self) -> int:
@@ -124,7 +122,7 @@ def matmul_flops(m: int, k: int, n: int) -> int:
         ValueError: if a size is not positive.
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    m, k, n = _arguments.counts(m=m, k=k, n=n).values()
+    m, k, n = arguments.counts(m=m, k=k, n=n).values()
     return 2 * m * k * n
 
 
@@ -173,10 +171,10 @@ def attention_flops(
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool) or
             ``bias`` is not a bool.
     """
-    B, L, S = _arguments.counts(batch_size=batch_size, q_len=q_len, kv_len=kv_len).values()
-    D, H, G = _arguments.layer_sizes(d_model, num_heads, num_kv_heads, high=None)
-    _validate.check_bool("bias", bias)
-    _validate.check_form(form)
+    B, L, S = arguments.counts(batch_size=batch_size, q_len=q_len, kv_len=kv_len).values()
+    D, H, G = arguments.layer_sizes(d_model, num_heads, num_kv_heads, high=None)
+    arguments.check_bool("bias", bias)
+    layer.check_form(form)
     Dh = D // H
     Dkv = (H if form == "per_head" else G) * Dh  # the per-head loop projects per query head
     rows = B * H * L  # softmax rows
@@ -217,9 +215,9 @@ def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> i
         TypeError: if ``num_heads`` is not an int (a Python or NumPy integer, not a bool)
             or ``self_attention`` is not a bool.
     """
-    num_heads = _arguments.size("num_heads", num_heads, high=None)
-    _validate.check_form(form)
-    _validate.check_bool("self_attention", self_attention)
+    num_heads = arguments.size("num_heads", num_heads, high=None)
+    layer.check_form(form)
+    arguments.check_bool("self_attention", self_attention)
     if form == "tiled":
         raise ValueError(
             "form='tiled' has no explicit scores to count (it never forms the weights, and its "
@@ -247,7 +245,7 @@ def _itemsize(dtype: Any) -> int:
         np_dtype = None
     if np_dtype is None or np_dtype.kind not in "iufc":
         raise TypeError(
-            f"dtype must be a numeric NumPy or PyTorch dtype; got {_arguments.describe(dtype)}"
+            f"dtype must be a numeric NumPy or PyTorch dtype; got {arguments.describe(dtype)}"
         )
     return int(np_dtype.itemsize)
 
@@ -278,7 +276,7 @@ def score_tensor_bytes(
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool) or
             ``dtype`` is not a numeric dtype (``None`` included).
     """
-    B, L, S, H = _arguments.counts(
+    B, L, S, H = arguments.counts(
         batch_size=batch_size, q_len=q_len, kv_len=kv_len, num_heads=num_heads
     ).values()
     return B * H * L * S * _itemsize(dtype)
@@ -318,7 +316,7 @@ def kv_cache_bytes(
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool) or
             ``dtype`` is not a numeric dtype (``None`` included).
     """
-    n = _arguments.counts(
+    n = arguments.counts(
         num_layers=num_layers,
         kv_len=kv_len,
         num_kv_heads=num_kv_heads,
@@ -367,18 +365,18 @@ class PublishedConfig:
 
     def __post_init__(self) -> None:
         for name in ("name", "source", "config_url"):
-            _arguments.text(name, getattr(self, name))
+            arguments.text(name, getattr(self, name))
         for name in ("num_layers", "num_heads", "num_kv_heads", "d_head", "d_ff"):
-            object.__setattr__(self, name, _arguments.size(name, getattr(self, name), high=None))
+            object.__setattr__(self, name, arguments.size(name, getattr(self, name), high=None))
         for name in ("vocab_size", "max_context"):
-            object.__setattr__(self, name, _arguments.size(name, getattr(self, name), high=None))
+            object.__setattr__(self, name, arguments.size(name, getattr(self, name), high=None))
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_kv_heads must divide num_heads; got num_heads={self.num_heads}, "
                 f"num_kv_heads={self.num_kv_heads}"
             )
         if self.window is not None:
-            object.__setattr__(self, "window", _arguments.size("window", self.window, high=None))
+            object.__setattr__(self, "window", arguments.size("window", self.window, high=None))
 
     @property
     def d_model(self) -> int:
@@ -470,7 +468,7 @@ class PublishedConfig:
             ValueError: if ``kv_len`` is not positive.
             TypeError: if ``kv_len`` is not an int (a Python or NumPy integer, not a bool).
         """
-        kv_len = _arguments.size("kv_len", kv_len, high=None)
+        kv_len = arguments.size("kv_len", kv_len, high=None)
         return kv_len if self.window is None else min(kv_len, self.window)
 
 
@@ -567,8 +565,8 @@ class DecodeStepCost:
     bytes: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "flops", _arguments.size("flops", self.flops, 0, None))
-        object.__setattr__(self, "bytes", _arguments.size("bytes", self.bytes, 1, None))
+        object.__setattr__(self, "flops", arguments.size("flops", self.flops, 0, None))
+        object.__setattr__(self, "bytes", arguments.size("bytes", self.bytes, 1, None))
 
     @property
     def intensity(self) -> float:
@@ -598,9 +596,9 @@ class Accelerator:
 
     def __post_init__(self) -> None:
         for name in ("name", "source"):
-            _arguments.text(name, getattr(self, name))
+            arguments.text(name, getattr(self, name))
         for name in ("peak_flops", "bandwidth"):
-            value = _arguments.number(name, getattr(self, name), low=0.0, open_low=True)
+            value = arguments.number(name, getattr(self, name), low=0.0, open_low=True)
             object.__setattr__(self, name, value)
 
     @property
@@ -631,7 +629,7 @@ class RooflineTime:
 
     def __post_init__(self) -> None:
         for name in ("compute", "memory"):
-            object.__setattr__(self, name, _arguments.number(name, getattr(self, name), low=0.0))
+            object.__setattr__(self, name, arguments.number(name, getattr(self, name), low=0.0))
 
     @property
     def seconds(self) -> float:
@@ -715,10 +713,10 @@ def decode_step_cost(
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool),
             ``cached`` is not a bool, or ``dtype`` is not a numeric dtype.
     """
-    _arguments.size("num_kv_heads", num_kv_heads, high=None)  # required: None is not H here
-    D, H, H_kv = _arguments.layer_sizes(d_model, num_heads, num_kv_heads, high=None)
-    S, B = _arguments.counts(kv_len=kv_len, batch_size=batch_size).values()
-    _validate.check_bool("cached", cached)
+    arguments.size("num_kv_heads", num_kv_heads, high=None)  # required: None is not H here
+    D, H, H_kv = arguments.layer_sizes(d_model, num_heads, num_kv_heads, high=None)
+    S, B = arguments.counts(kv_len=kv_len, batch_size=batch_size).values()
+    arguments.check_bool("cached", cached)
     Dh = D // H
     item = _itemsize(dtype)
     per_token = 4 * D * D + 4 * D * H_kv * Dh  # q, k, v and output projections

@@ -33,14 +33,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from mha.core import _arguments, _validate
+from mha.core._checks import arguments
 
 # --- FLOPs and operators ------------------------------------------------------------------
 
 
 def _callable(name: str, fn: Any) -> Callable[..., Any]:
     if not callable(fn):
-        raise TypeError(f"{name} must be callable; got {_arguments.describe(fn)}")
+        raise TypeError(f"{name} must be callable; got {arguments.describe(fn)}")
     return fn
 
 
@@ -163,7 +163,7 @@ def peak_rss_increase(fn: Callable[[], Any], *, warmup: bool = True) -> int:
         TypeError: if ``fn`` is not callable or ``warmup`` is not a bool.
     """
     _callable("fn", fn)
-    _validate.check_bool("warmup", warmup)
+    arguments.check_bool("warmup", warmup)
     clear_refs = _PROC_SELF / "clear_refs"
     if not clear_refs.exists():
         raise RuntimeError(f"peak_rss_increase needs Linux: {clear_refs} does not exist")
@@ -277,7 +277,7 @@ def calibrate(fn: Callable[[], Any], min_time: float) -> int:
         TypeError: if ``fn`` is not callable or ``min_time`` not a real number.
     """
     _callable("fn", fn)
-    min_time = _arguments.number("min_time", min_time, low=0.0)
+    min_time = arguments.number("min_time", min_time, low=0.0)
     start = time.perf_counter()
     fn()
     first = time.perf_counter() - start
@@ -301,7 +301,7 @@ def mean_time(fn: Callable[[], Any], number: int, clock: Callable[[], float]) ->
     """
     _callable("fn", fn)
     _callable("clock", clock)
-    number = _arguments.size("number", number, high=None)
+    number = arguments.size("number", number, high=None)
     start = clock()
     for _ in range(number):
         fn()
@@ -339,11 +339,11 @@ def median_time(
             or NumPy integer, not a bool), or ``min_time`` not a real number.
     """
     _callable("fn", fn)
-    repeat = _arguments.size("repeat", repeat, high=None)
+    repeat = arguments.size("repeat", repeat, high=None)
     tick = clock_named(clock)
-    min_time = _arguments.number("min_time", min_time, low=0.0, open_low=True)
+    min_time = arguments.number("min_time", min_time, low=0.0, open_low=True)
     if number is not None:
-        number = _arguments.size("number", number, high=None)
+        number = arguments.size("number", number, high=None)
     if number is None:
         number = calibrate(fn, min_time)
     else:
@@ -383,12 +383,12 @@ def interleaved_times(
             int (a Python or NumPy integer, not a bool), or ``min_time`` not a real number.
     """
     if not isinstance(fns, Mapping):
-        raise TypeError(f"fns must be a dict of callables by name; got {_arguments.describe(fns)}")
+        raise TypeError(f"fns must be a dict of callables by name; got {arguments.describe(fns)}")
     for name, fn in fns.items():
         _callable(f"fns[{name!r}]", fn)
-    repeat = _arguments.size("repeat", repeat, high=None)
-    warmup = _arguments.size("warmup", warmup, 0, None)
-    min_time = _arguments.number("min_time", min_time, low=0.0)
+    repeat = arguments.size("repeat", repeat, high=None)
+    warmup = arguments.size("warmup", warmup, 0, None)
+    min_time = arguments.number("min_time", min_time, low=0.0)
     tick = clock_named(clock)
     for _ in range(warmup):
         for fn in fns.values():
@@ -457,12 +457,12 @@ def run_child(module: str, entry: str, spec: dict[str, Any], threads: int | None
         TypeError: if ``module`` or ``entry`` is not a string, ``spec`` is not a dict that
             JSON can write, or ``threads`` is not an int.
     """
-    _arguments.text("module", module)
-    _arguments.text("entry", entry)
+    arguments.text("module", module)
+    arguments.text("entry", entry)
     if not isinstance(spec, dict):
-        raise TypeError(f"spec must be a dict; got {_arguments.describe(spec)}")
+        raise TypeError(f"spec must be a dict; got {arguments.describe(spec)}")
     if threads is not None:
-        threads = _arguments.size("threads", threads, high=None)
+        threads = arguments.size("threads", threads, high=None)
     try:
         text = json.dumps(spec)
     except (TypeError, ValueError) as error:

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.backends import np_backend, torch_backend
+from mha.backends import cpu_shortcuts, np_backend, torch_backend
 from mha.backends.module import to_torch_mha
-from mha.core import _arguments
+from mha.core._checks import arguments
 from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams, init_params
 from mha.cost.measure import peak_rss_increase, run_child
@@ -38,7 +38,7 @@ def _plain_runner(params: MHAParams, x: torch.Tensor) -> Callable[[], Any]:
     """The packed form with weights, the CPU shortcuts off: scores, then a softmax copy."""
 
     def plain() -> Any:
-        with torch_backend.cpu_shortcuts(False):
+        with cpu_shortcuts.use(False):
             return torch_backend.multi_head_attention(x, x, x, params, form="packed")
 
     return plain
@@ -113,8 +113,8 @@ def attention_peak_memory(
     weights are held at once); ``"per_head"`` is the per-head loop, ``"sdpa"`` the packed form
     with ``need_weights=False`` (``scaled_dot_product_attention``), ``"nn.MultiheadAttention"``
     PyTorch's module in eval mode with ``need_weights=False``; ``"explicit, plain"`` is
-    ``"explicit"`` with :func:`mha.backends.torch_backend.cpu_shortcuts` off, the documented
-    operations a plain ``softmax(q @ k.T)`` uses (scores, then the weights in a tensor of
+    ``"explicit"`` with the CPU shortcuts off (:func:`mha.backends.cpu_shortcuts.use`), the
+    documented operations a plain ``softmax(q @ k.T)`` uses (scores, then the weights in a tensor of
     their own: two are held). Each number comes from
     :func:`mha.cost.measure.peak_rss_increase` in a child Python process, so this process's
     allocator is left alone.
@@ -138,7 +138,7 @@ def attention_peak_memory(
             a bool), or ``q_lens`` or ``paths`` is not a list.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
-    threads = _arguments.size("threads", threads)  # the child sets it: None is not a count
+    threads = arguments.size("threads", threads)  # the child sets it: None is not a count
     spec = _memory_spec(batch_size, q_lens, d_model, num_heads, paths, dtype, threads, MEMORY_PATHS)
     return run_child(__name__, "_memory_child", spec, threads)
 
@@ -290,13 +290,13 @@ def kv_cache_peak_memory(
             ``fills`` is not a list of pairs.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
-    num_layers, num_kv_heads, d_head = _arguments.sizes(
+    num_layers, num_kv_heads, d_head = arguments.sizes(
         num_layers=num_layers, num_kv_heads=num_kv_heads, d_head=d_head
     ).values()
-    fills = _arguments.pairs("fills", fills)
+    fills = arguments.pairs("fills", fills)
     for i, (capacity, positions) in enumerate(fills):
-        _arguments.size(f"fills[{i}] capacity", capacity)
-        _arguments.size(f"fills[{i}] positions", positions)
+        arguments.size(f"fills[{i}] capacity", capacity)
+        arguments.size(f"fills[{i}] positions", positions)
         if positions > capacity:
             raise ValueError(
                 f"fills[{i}] positions must not pass capacity; got capacity={capacity}, "
@@ -322,12 +322,12 @@ def _memory_spec(
     known: Sequence[str],
 ) -> dict[str, Any]:
     """The checked arguments of a memory measurement, as the child process reads them."""
-    batch_size = _arguments.size("batch_size", batch_size)
-    q_lens = _arguments.size_list("q_lens", q_lens, nonempty=False)
-    d_model, num_heads, _ = _arguments.layer_sizes(d_model, num_heads)
+    batch_size = arguments.size("batch_size", batch_size)
+    q_lens = arguments.size_list("q_lens", q_lens, nonempty=False)
+    d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)
     if threads is not None:
-        threads = _arguments.size("threads", threads)
-    paths = _arguments.items("paths", paths)
+        threads = arguments.size("threads", threads)
+    paths = arguments.items("paths", paths)
     unknown = [p for p in paths if not isinstance(p, str) or p not in known]
     if unknown:
         raise ValueError(f"paths must be among {tuple(known)}; got {unknown}")

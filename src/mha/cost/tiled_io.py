@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mha.core import _arguments, _validate
+from mha.core._checks import arguments
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,8 @@ class AttentionIO:
     writes: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "reads", _arguments.size("reads", self.reads, 0, None))
-        object.__setattr__(self, "writes", _arguments.size("writes", self.writes, 0, None))
+        object.__setattr__(self, "reads", arguments.size("reads", self.reads, 0, None))
+        object.__setattr__(self, "writes", arguments.size("writes", self.writes, 0, None))
 
     @property
     def total(self) -> int:
@@ -64,7 +64,7 @@ def tiled_fast_memory(block_q: int, block_kv: int, d_head: int) -> int:
         ValueError: if a size is not positive.
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    block_q, block_kv, d_head = _arguments.counts(
+    block_q, block_kv, d_head = arguments.counts(
         block_q=block_q, block_kv=block_kv, d_head=d_head
     ).values()
     return 2 * block_q * d_head + 2 * block_kv * d_head + block_q * block_kv + 2 * block_q
@@ -97,7 +97,7 @@ def tiled_block_sizes(d_head: int, fast_memory: int) -> tuple[int, int]:
             (``M < tiled_fast_memory(1, 1, Dh)``).
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    d_head, fast_memory = _arguments.counts(d_head=d_head, fast_memory=fast_memory).values()
+    d_head, fast_memory = arguments.counts(d_head=d_head, fast_memory=fast_memory).values()
     block_kv = max(1, min(d_head, fast_memory // (4 * d_head)))
     block_q = (fast_memory - 2 * block_kv * d_head) // (2 * d_head + block_kv + 2)
     if block_q < 1:
@@ -120,9 +120,9 @@ def _io_blocks(
     if blocks is None:
         return tiled_block_sizes(d_head, fast_memory)
     if not isinstance(blocks, tuple | list) or len(blocks) != 2:
-        raise TypeError(f"blocks must be a pair (Br, Bc); got {_validate.describe(blocks)}")
+        raise TypeError(f"blocks must be a pair (Br, Bc); got {arguments.describe(blocks)}")
     block_q, block_kv = blocks
-    return _arguments.size("blocks[0]", block_q, high=None), _arguments.size(
+    return arguments.size("blocks[0]", block_q, high=None), arguments.size(
         "blocks[1]", block_kv, high=None
     )
 
@@ -170,8 +170,8 @@ def tiled_attention_io(
         TypeError: if a size is not an int, ``blocks`` is not a pair, or ``causal`` is not
             a bool.
     """
-    q_len, kv_len, d_head = _arguments.counts(q_len=q_len, kv_len=kv_len, d_head=d_head).values()
-    _validate.check_bool("causal", causal)
+    q_len, kv_len, d_head = arguments.counts(q_len=q_len, kv_len=kv_len, d_head=d_head).values()
+    arguments.check_bool("causal", causal)
     block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
     key_rows = _key_rows_read(q_len, kv_len, block_q, block_kv, causal)
     return AttentionIO(reads=q_len * d_head + 2 * d_head * key_rows, writes=q_len * d_head + q_len)
@@ -262,7 +262,7 @@ def naive_attention_io(
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool), or
             ``blocks`` is not a pair.
     """
-    q_len, kv_len, d_head = _arguments.counts(q_len=q_len, kv_len=kv_len, d_head=d_head).values()
+    q_len, kv_len, d_head = arguments.counts(q_len=q_len, kv_len=kv_len, d_head=d_head).values()
     block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
     if softmax_rows is not None:
         if fast_memory is not None:
@@ -270,7 +270,7 @@ def naive_attention_io(
                 f"softmax_rows goes with blocks, not fast_memory (it follows from M); got "
                 f"fast_memory={fast_memory}, softmax_rows={softmax_rows}"
             )
-        softmax_rows = _arguments.size("softmax_rows", softmax_rows, high=None)
+        softmax_rows = arguments.size("softmax_rows", softmax_rows, high=None)
     L, S, Dh = q_len, kv_len, d_head
     if fast_memory is not None:
         softmax_rows = naive_softmax_rows(S, fast_memory)
@@ -297,7 +297,7 @@ def naive_softmax_rows(kv_len: int, fast_memory: int) -> int | None:
         ValueError: if a size is not positive.
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    kv_len, fast_memory = _arguments.counts(kv_len=kv_len, fast_memory=fast_memory).values()
+    kv_len, fast_memory = arguments.counts(kv_len=kv_len, fast_memory=fast_memory).values()
     rows = fast_memory // (kv_len + 2)
     return rows if rows >= 1 else None
 
@@ -321,7 +321,7 @@ def flash_io_bound(q_len: int, kv_len: int, d_head: int, fast_memory: int) -> fl
         ValueError: if a size is not positive, or the bound exceeds a float's range.
         TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    L, S, Dh, M = _arguments.counts(
+    L, S, Dh, M = arguments.counts(
         q_len=q_len, kv_len=kv_len, d_head=d_head, fast_memory=fast_memory
     ).values()
     try:

@@ -21,7 +21,7 @@ import torch
 
 from mha.backends import np_backend, tiled, torch_backend
 from mha.backends.module import to_torch_mha
-from mha.core import _arguments, _validate
+from mha.core._checks import arguments, numpy_arrays
 from mha.core._tools import one_thread
 from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams, init_params
@@ -68,7 +68,7 @@ def form_runners(params: MHAParams, x: torch.Tensor) -> dict[str, Callable[[], t
     """
     if not isinstance(params, MHAParams) or not isinstance(params.w_qkv, torch.Tensor):
         raise TypeError(f"params must be MHAParams of torch tensors; got {type(params).__name__}")
-    _arguments.torch_tensor("x", x)  # a floating tensor, finite
+    arguments.torch_tensor("x", x)  # a floating tensor, finite
     if x.ndim != 3 or x.shape[1] < 1:
         raise ValueError(f"x must have shape (B, L, D) with L >= 1; got {tuple(x.shape)}")
     with torch.no_grad():  # every check of the five forms, on the first query
@@ -91,14 +91,14 @@ def form_runners(params: MHAParams, x: torch.Tensor) -> dict[str, Callable[[], t
 
 def _check_timing(repeat: Any, min_time: Any, clock: Any, seed: Any) -> tuple[int, float, int]:
     """``repeat``, ``min_time`` and ``seed`` checked (and the clock's name), before any work."""
-    repeat = _arguments.size("repeat", repeat, high=None)
-    min_time = _arguments.number("min_time", min_time, low=0.0, open_low=True)
+    repeat = arguments.size("repeat", repeat, high=None)
+    min_time = arguments.number("min_time", min_time, low=0.0, open_low=True)
     clock_named(clock)
-    return repeat, min_time, _arguments.seed("seed", seed)
+    return repeat, min_time, arguments.seed("seed", seed)
 
 
 def _check_threads(threads: Any) -> int | None:
-    return None if threads is None else _arguments.size("threads", threads, high=None)
+    return None if threads is None else arguments.size("threads", threads, high=None)
 
 
 def time_forms(
@@ -140,8 +140,8 @@ def time_forms(
         TypeError: if a size, ``repeat``, ``threads`` or ``seed`` is not an int (a Python or
             NumPy integer, not a bool), or ``min_time`` not a real number.
     """
-    B, L = _arguments.sizes(batch_size=batch_size, q_len=q_len).values()
-    D, H, _ = _arguments.layer_sizes(d_model, num_heads)
+    B, L = arguments.sizes(batch_size=batch_size, q_len=q_len).values()
+    D, H, _ = arguments.layer_sizes(d_model, num_heads)
     repeat, min_time, seed = _check_timing(repeat, min_time, clock, seed)
     threads = _check_threads(threads)
     params = init_params(D, H, seed=seed).to_torch(torch.float32)
@@ -199,8 +199,8 @@ def time_form_rounds(
         TypeError: if a size, ``repeat`` or ``seed`` is not an int (a Python or NumPy
             integer, not a bool), or ``min_time`` not a real number.
     """
-    B, L = _arguments.sizes(batch_size=batch_size, q_len=q_len).values()
-    D, H, _ = _arguments.layer_sizes(d_model, num_heads)
+    B, L = arguments.sizes(batch_size=batch_size, q_len=q_len).values()
+    D, H, _ = arguments.layer_sizes(d_model, num_heads)
     repeat, min_time, seed = _check_timing(repeat, min_time, clock, seed)
     params = init_params(D, H, seed=seed).to_torch(torch.float32)
     x = torch.randn(B, L, D, generator=torch.Generator().manual_seed(seed))
@@ -231,7 +231,7 @@ def trivial_op_time(*, calls: int = 2000, repeat: int = 5, clock: str = "cpu") -
         TypeError: if ``calls`` or ``repeat`` is not an int (a Python or NumPy integer, not
             a bool).
     """
-    calls, repeat = _arguments.counts(calls=calls, repeat=repeat).values()
+    calls, repeat = arguments.counts(calls=calls, repeat=repeat).values()
     tick = clock_named(clock)
     a, b = torch.ones(1), torch.ones(1)
 
@@ -283,8 +283,8 @@ def projection_times(
         TypeError: if a size, ``repeat`` or ``seed`` is not an int (a Python or NumPy
             integer, not a bool), or ``min_time`` not a real number.
     """
-    q_len = _arguments.size("q_len", q_len)
-    d_model, num_heads, _ = _arguments.layer_sizes(d_model, num_heads)
+    q_len = arguments.size("q_len", q_len)
+    d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)
     repeat, min_time, seed = _check_timing(repeat, min_time, clock, seed)
     d_head = d_model // num_heads
     g = torch.Generator().manual_seed(seed)
@@ -427,16 +427,16 @@ def time_tiled(
             pairs of ints, a size or ``seed`` not an int (a Python or NumPy integer, not a
             bool), or ``min_time`` not a real number.
     """
-    _validate.check_bool("backward", backward)
-    _validate.check_bool("attention", attention)
-    batch_size, q_len = _arguments.sizes(batch_size=batch_size, q_len=q_len).values()
-    d_model, num_heads, _ = _arguments.layer_sizes(d_model, num_heads)
+    arguments.check_bool("backward", backward)
+    arguments.check_bool("attention", attention)
+    batch_size, q_len = arguments.sizes(batch_size=batch_size, q_len=q_len).values()
+    d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)
     repeat, min_time, seed = _check_timing(repeat, min_time, clock, seed)
     threads = _check_threads(threads)
-    pairs = _arguments.pairs("blocks", blocks)
+    pairs = arguments.pairs("blocks", blocks)
     for i, (block_q, block_kv) in enumerate(pairs):
-        _arguments.size(f"blocks[{i}][0]", block_q)
-        _arguments.size(f"blocks[{i}][1]", block_kv)
+        arguments.size(f"blocks[{i}][0]", block_q)
+        arguments.size(f"blocks[{i}][1]", block_kv)
     if not isinstance(dtype, str) or dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
     spec = {
@@ -484,9 +484,9 @@ def fit_growth(lengths: Sequence[int], seconds: Sequence[float], degree: int) ->
     """
     from scipy.optimize import nnls
 
-    degree = _arguments.size("degree", degree)
-    s = _arguments.float_array("lengths", lengths)
-    t = _arguments.float_array("seconds", seconds, finite=False)
+    degree = arguments.size("degree", degree)
+    s = numpy_arrays.float_array("lengths", lengths)
+    t = numpy_arrays.float_array("seconds", seconds, finite=False)
     if not (s > 0).all():
         raise ValueError(f"lengths must be positive; got {s.tolist()}")
     if s.shape != t.shape or s.ndim != 1:
@@ -554,15 +554,15 @@ def decode_times(
     if missing:
         raise TypeError(
             f"model must be an AttentionOnlyTransformer (with {', '.join(missing)}); got "
-            f"{_arguments.describe(model)}"
+            f"{arguments.describe(model)}"
         )
-    steps, repeat = _arguments.counts(steps=steps, repeat=repeat).values()
-    seed = _arguments.seed("seed", seed)
+    steps, repeat = arguments.counts(steps=steps, repeat=repeat).values()
+    seed = arguments.seed("seed", seed)
     reducers = {"median": statistics.median, "min": min}
     if not isinstance(statistic, str) or statistic not in reducers:
         raise ValueError(f"statistic must be 'median' or 'min'; got statistic={statistic!r}")
     reduce = reducers[statistic]
-    context_lens = _arguments.size_list("context_lens", context_lens, nonempty=False)
+    context_lens = arguments.size_list("context_lens", context_lens, nonempty=False)
     for i, S in enumerate(context_lens):
         if S + steps > model.max_len:
             raise ValueError(
@@ -651,19 +651,19 @@ def cached_step_times(
         TypeError: if a size or ``seed`` is not an int (a Python or NumPy integer, not a
             bool), or a list of sizes is not a list.
     """
-    d_model, num_heads, _ = _arguments.layer_sizes(d_model, num_heads)
+    d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)
     for name, values in (("kv_heads", kv_heads), ("kv_lens", kv_lens)):
-        if not _arguments.items(name, values):
+        if not arguments.items(name, values):
             raise ValueError(f"{name} must name at least one value; got {name}={values!r}")
-    kv_heads = _arguments.size_list("kv_heads", kv_heads)
-    kv_lens = _arguments.size_list("kv_lens", kv_lens)
+    kv_heads = arguments.size_list("kv_heads", kv_heads)
+    kv_lens = arguments.size_list("kv_lens", kv_lens)
     for h_kv in kv_heads:
-        _arguments.layer_sizes(d_model, num_heads, h_kv)
-    rounds = _arguments.size("rounds", rounds)
+        arguments.layer_sizes(d_model, num_heads, h_kv)
+    rounds = arguments.size("rounds", rounds)
     if flush_bytes is None:
         flush_bytes = default_flush_bytes()
-    flush_bytes = _arguments.size("flush_bytes", flush_bytes, 0)
-    seed = _arguments.seed("seed", seed)
+    flush_bytes = arguments.size("flush_bytes", flush_bytes, 0)
+    seed = arguments.seed("seed", seed)
     tick = clock_named(clock)
     gen = torch.Generator().manual_seed(seed)
     Dh = d_model // num_heads

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _arguments
-from mha.core._np_checks import as_numpy
+from mha.core._checks import arguments, numpy_arrays
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.params import MHAParams, repeat_kv_heads
 from mha.numerics.tolerance import ATTENTION_ROW_SUM_ATOL
 
@@ -48,7 +48,7 @@ def check_weights(weights: Any, name: str = "weights") -> np.ndarray:
 def float_array(name: str, x: Any) -> np.ndarray:
     """``x`` as a finite float64 NumPy array; a non-numeric array, NaN or infinity is
     refused naming ``name``."""
-    return _arguments.float_array(name, x)
+    return numpy_arrays.float_array(name, x)
 
 
 def params64(params: Any) -> MHAParams:
@@ -58,11 +58,11 @@ def params64(params: Any) -> MHAParams:
     heads of its group (:func:`mha.core.params.repeat_kv_heads`), so that head ``h`` has
     its own blocks: what it computes is what the grouped layer's head ``h`` computes.
     """
-    _arguments.instance("params", params, MHAParams, "MHAParams")
+    arguments.instance("params", params, MHAParams, "MHAParams")
     p = repeat_kv_heads(params.to_numpy(np.float64))
     for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
         if getattr(p, name) is not None:
-            _arguments.float_array(f"params.{name}", getattr(p, name))
+            numpy_arrays.float_array(f"params.{name}", getattr(p, name))
     return p
 
 

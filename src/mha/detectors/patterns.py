@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _arguments
-from mha.core._np_checks import as_numpy, boolean_mask
+from mha.core._checks import arguments
+from mha.core._checks.numpy_arrays import as_numpy, boolean_mask
 from mha.detectors._scoring import as_tokens, check_weights, float_array, score
 
 SCORE_NAMES = ("previous_token", "next_token", "self", "first_token", "broadness", "future")
@@ -351,8 +351,8 @@ def word_arcs_to_token_arcs(
         TypeError: if ``word_arcs`` is not a list of pairs of ints or ``word_ids`` not a
             list of ints and ``None`` (Python or NumPy integers, not bools).
     """
-    word_arcs = _arguments.pairs("word_arcs", word_arcs)
-    word_ids = _arguments.optional_ids("word_ids", word_ids)
+    word_arcs = arguments.pairs("word_arcs", word_arcs)
+    word_ids = arguments.optional_ids("word_ids", word_ids)
     pieces: dict[int, list[int]] = {}
     for t, word in enumerate(word_ids):
         if word is not None:
@@ -560,10 +560,10 @@ def offset_attention(q_len: int, offset: int) -> np.ndarray:
         TypeError: if ``q_len`` or ``offset`` is not an int (a Python or NumPy integer, not
             a bool).
     """
-    q_len = _arguments.size("q_len", q_len)
-    offset = _arguments.integer("offset", offset)
+    q_len = arguments.size("q_len", q_len)
+    offset = arguments.integer("offset", offset)
     offset = max(-q_len, min(q_len, offset))  # any farther offset leaves every query alone
-    _arguments.check_elements("q_len", q_len * q_len, 8)
+    arguments.check_elements("q_len", q_len * q_len, 8)
     i = np.arange(q_len)
     target = np.where((i + offset >= 0) & (i + offset < q_len), i + offset, i)
     w = np.zeros((q_len, q_len))
@@ -597,7 +597,7 @@ def word_attention(weights: Any, word_ids: Sequence[int | None]) -> np.ndarray:
     """
     w = check_weights(weights)
     _check_square(w, "weights", "word_attention")
-    word_ids = _arguments.optional_ids("word_ids", word_ids)
+    word_ids = arguments.optional_ids("word_ids", word_ids)
     L = w.shape[-1]
     if len(word_ids) != L:
         raise ValueError(f"word_ids must give one entry per token (L={L}); got {len(word_ids)}")
@@ -642,7 +642,7 @@ def head_accuracy(
             ``None`` (Python or NumPy integers, not bools).
     """
     a = float_array("word_weights", word_weights)
-    heads = _arguments.optional_ids("heads", heads)
+    heads = arguments.optional_ids("heads", heads)
     if a.ndim < 2 or a.shape[-1] != a.shape[-2] or (a < 0).any():
         raise ValueError(
             f"word_weights must be a non-negative (..., W, W) array; got shape {a.shape}"
@@ -683,8 +683,8 @@ def offset_accuracy(heads: Sequence[int | None], offset: int) -> float:
         TypeError: if ``offset`` is not an int, or ``heads`` not a list of ints and
             ``None`` (Python or NumPy integers, not bools).
     """
-    heads = _arguments.optional_ids("heads", heads)
-    offset = _arguments.integer("offset", offset)
+    heads = arguments.optional_ids("heads", heads)
+    offset = arguments.integer("offset", offset)
     scored = [(i, h) for i, h in enumerate(heads) if h is not None]
     if not scored:
         raise ValueError("heads must give at least one word a head; got none")

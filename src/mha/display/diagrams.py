@@ -18,7 +18,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mha.backends.tiled import TileStep
-from mha.core import _arguments, _validate, packing
+from mha.core import packing
+from mha.core._checks import arguments, numpy_arrays
 from mha.core.params import MHAParams
 from mha.display.plotting import HEAD_COLOURS, SEQUENTIAL
 from mha.display.shapes import resolve_layout
@@ -57,7 +58,7 @@ def layer_edges(num_heads: int) -> list[DiagramEdge]:
         ValueError: if ``num_heads`` is not positive (or not below 2**63).
         TypeError: if ``num_heads`` is not an int (a Python or NumPy integer, not a bool).
     """
-    num_heads = _arguments.size("num_heads", num_heads)
+    num_heads = arguments.size("num_heads", num_heads)
     edges = []
     for h in range(1, num_heads + 1):
         edges += [
@@ -155,13 +156,13 @@ def layer_diagram(
         TypeError: if ``num_heads`` is not an int, ``title`` not a string, or ``sizes`` not
             a dict of ints.
     """
-    num_heads = _arguments.size("num_heads", num_heads)
+    num_heads = arguments.size("num_heads", num_heads)
     if num_heads > len(HEAD_COLOURS):
         raise ValueError(
             f"num_heads must be at most {len(HEAD_COLOURS)} to draw; got num_heads={num_heads}"
         )
     edges = layer_edges(num_heads)
-    _arguments.text("title", title)
+    arguments.text("title", title)
     if sizes is not None:
         resolve_layout("()", sizes)  # checks every size
     if num_heads > len(HEAD_COLOURS):
@@ -272,15 +273,15 @@ def weight_ownership(
             :func:`mha.core.params.repeat_kv_heads` of it), or its weights are not finite.
         TypeError: if ``params`` is not ``MHAParams`` or ``title`` not a string.
     """
-    _arguments.instance("params", params, MHAParams, "MHAParams")
-    _arguments.text("title", title)
+    arguments.instance("params", params, MHAParams, "MHAParams")
+    arguments.text("title", title)
 
     D, H = params.d_model, params.num_heads
     if params.num_kv_heads != H:
         raise ValueError(
             f"params must have num_kv_heads = num_heads; got {params.num_kv_heads} and {H}"
         )
-    w = _arguments.float_array("params.w_qkv", params.w_qkv)
+    w = numpy_arrays.float_array("params.w_qkv", params.w_qkv)
     proj, head = packing.column_owner(D, H)  # (3D,), (3D,)
     owner = proj * H + head  # one code per (projection, head) block
     names = [f"{'QKV'[p]}, head {h + 1} (code: head({h}))" for p in range(3) for h in range(H)]
@@ -381,17 +382,17 @@ def tile_steps(
         TypeError: if ``causal`` is not a bool, a step is not a
             :class:`mha.backends.tiled.TileStep`, a size not an int, or ``title`` not a string.
     """
-    _validate.check_bool("causal", causal)
-    _arguments.text("title", title)
-    q_len, kv_len, acc_columns = _arguments.sizes(
+    arguments.check_bool("causal", causal)
+    arguments.text("title", title)
+    q_len, kv_len, acc_columns = arguments.sizes(
         q_len=q_len, kv_len=kv_len, acc_columns=acc_columns
     ).values()
-    _arguments.check_elements("q_len", q_len * kv_len, 8)
-    steps = _arguments.items("steps", steps)
+    arguments.check_elements("q_len", q_len * kv_len, 8)
+    steps = arguments.items("steps", steps)
     if not steps:
         raise ValueError("steps must hold at least one tile step; got none")
     for k, st in enumerate(steps):
-        _arguments.instance(f"steps[{k}]", st, TileStep, "a TileStep")
+        arguments.instance(f"steps[{k}]", st, TileStep, "a TileStep")
         blocks_ok = all(0 <= b[0] < b[1] for b in (st.q_block, st.kv_block))
         if (
             not blocks_ok

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _arguments, _validate
+from mha.core._checks import arguments, numpy_arrays
 
 
 def _number(value: float, digits: int) -> str:
@@ -43,10 +43,10 @@ def latex_matrix(a: Any, digits: int = 3) -> str:
         TypeError: if ``a`` is not real numbers or ``digits`` is not an int (a Python or
             NumPy integer, not a bool).
     """
-    m = _arguments.float_array("a", a)
+    m = numpy_arrays.float_array("a", a)
     if m.ndim not in (1, 2):
         raise ValueError(f"a must have shape (m, n) or (n,); got {m.ndim}-D shape {m.shape}")
-    digits = _arguments.size("digits", digits, 0, 31)
+    digits = arguments.size("digits", digits, 0, 31)
     rows = np.atleast_2d(m)
     body = r" \\ ".join(" & ".join(_number(x, digits) for x in row) for row in rows)
     return rf"\begin{{bmatrix}} {body} \end{{bmatrix}}"
@@ -70,8 +70,8 @@ def head_name(layer: int, head: int) -> str:
         TypeError: if ``layer`` or ``head`` is not an int (a NumPy integer is one).
         ValueError: if ``layer`` or ``head`` is negative.
     """
-    _validate.check_at_least("layer", layer, 0)
-    _validate.check_at_least("head", head, 0)
+    arguments.check_at_least("layer", layer, 0)
+    arguments.check_at_least("head", head, 0)
     return f"{int(layer) + 1}.{int(head) + 1}"
 
 
@@ -103,17 +103,17 @@ def markdown_table(
             whose characters would be read as cells, included), or a format is not a
             string or ``None``.
     """
-    columns = _arguments.items("columns", columns, nonempty=True)
+    columns = arguments.items("columns", columns, nonempty=True)
     n = len(columns)
-    formats = [None] * n if formats is None else _arguments.items("formats", formats)
+    formats = [None] * n if formats is None else arguments.items("formats", formats)
     if len(formats) != n:
         raise ValueError(f"formats must give one entry per column ({n}); got {len(formats)}")
     for j, f in enumerate(formats):
         if f is not None:
-            _arguments.text(f"formats[{j}]", f)
+            arguments.text(f"formats[{j}]", f)
     lines = ["| " + " | ".join(_cell(c, None) for c in columns) + " |", "|" + "---|" * n]
-    for k, row in enumerate(_arguments.items("rows", rows)):
-        row = _arguments.items(f"rows[{k}]", row)
+    for k, row in enumerate(arguments.items("rows", rows)):
+        row = arguments.items(f"rows[{k}]", row)
         if len(row) != n:
             raise ValueError(f"rows[{k}] must have one value per column ({n}); got {len(row)}")
         cells = []
@@ -170,12 +170,12 @@ def error_message(
             tuple of them.
     """
     if not callable(fn):
-        raise TypeError(f"fn must be callable; got {_arguments.describe(fn)}")
+        raise TypeError(f"fn must be callable; got {arguments.describe(fn)}")
     classes = expected if isinstance(expected, tuple) else (expected,)
     if not classes or not all(
         isinstance(c, type) and issubclass(c, BaseException) for c in classes
     ):
-        got = _arguments.describe(expected)
+        got = arguments.describe(expected)
         raise TypeError(f"expected must be an exception class or a tuple of them; got {got}")
     try:
         result = fn()

@@ -22,8 +22,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mha.core import _arguments, _validate
-from mha.core._np_checks import boolean_mask
+from mha.core._checks import arguments, numpy_arrays
+from mha.core._checks.numpy_arrays import boolean_mask
 
 WEIGHTS = "Blues"
 SEQUENTIAL = "Viridis"
@@ -34,7 +34,7 @@ COLORSCALES = (WEIGHTS, SEQUENTIAL, DIVERGING, "Cividis", "Greys")
 def _matrix_stack(name: str, weights: Any, ndim: int) -> np.ndarray:
     """A finite real array of ``ndim`` dimensions as float64 (NaN would show as a blank cell)."""
     layout = "(L, S)" if ndim == 2 else "(n, L, S)"
-    w = _arguments.float_array(name, weights)
+    w = numpy_arrays.float_array(name, weights)
     if w.ndim != ndim:
         raise ValueError(f"{name} must be a numeric array of shape {layout}; got shape {w.shape}")
     return w
@@ -43,20 +43,20 @@ def _matrix_stack(name: str, weights: Any, ndim: int) -> np.ndarray:
 def _check_options(title: Any, zmin: Any, zmax: Any, height: Any, **texts: Any) -> None:
     """The options every heatmap takes: strings, a colour range and a height."""
     for name, value in {"title": title, **texts}.items():
-        _arguments.text(name, value)
-    lo = None if zmin is None else _arguments.number("zmin", zmin)
-    hi = None if zmax is None else _arguments.number("zmax", zmax)
+        arguments.text(name, value)
+    lo = None if zmin is None else arguments.number("zmin", zmin)
+    hi = None if zmax is None else arguments.number("zmax", zmax)
     if lo is not None and hi is not None and not lo < hi:
         raise ValueError(f"zmin must be below zmax; got zmin={zmin!r}, zmax={zmax!r}")
     if height is not None:
-        _arguments.size("height", height)
+        arguments.size("height", height)
 
 
 def _texts(name: str, values: Any) -> list[str]:
     """A list of strings (not one string, whose characters would be read as the list)."""
-    out = _arguments.items(name, values)
+    out = arguments.items(name, values)
     for i, v in enumerate(out):
-        _arguments.text(f"{name}[{i}]", v)
+        arguments.text(f"{name}[{i}]", v)
     return out
 
 
@@ -73,13 +73,13 @@ def token_labels(tokens: Sequence[Any]) -> list[str]:
         TypeError: if ``tokens`` is not a list or tuple (a string, whose characters would be
             read as tokens, included).
     """
-    return [f"{i} {t}" for i, t in enumerate(_arguments.items("tokens", tokens))]
+    return [f"{i} {t}" for i, t in enumerate(arguments.items("tokens", tokens))]
 
 
 def _labels(name: str, labels: Sequence[str] | None, n: int) -> list[str]:
     if labels is None:
         return [str(i) for i in range(n)]
-    labels = [str(x) for x in _arguments.items(name, labels)]
+    labels = [str(x) for x in arguments.items(name, labels)]
     if len(labels) != n:
         raise ValueError(f"{name} must have one label per position ({n}); got {len(labels)}")
     if len(set(labels)) != n:
@@ -161,7 +161,7 @@ def legend_below(fig: go.Figure) -> go.Figure:
     Raises:
         TypeError: if ``fig`` is not a Plotly figure.
     """
-    _arguments.instance("fig", fig, go.Figure, "a plotly Figure")
+    arguments.instance("fig", fig, go.Figure, "a plotly Figure")
     fig.update_layout(
         legend=dict(
             orientation="h", x=0.0, xanchor="left", yref="container", y=0.0, yanchor="bottom"
@@ -302,7 +302,7 @@ def attention_grid(
         raise ValueError(f"weights must hold at least one map; got shape {w.shape}")
     if len(titles) != n:
         raise ValueError(f"titles must give one title per map ({n}); got {len(titles)}")
-    cols = _arguments.size("cols", cols)
+    cols = arguments.size("cols", cols)
     cols = min(cols, n)
     rows = -(-n // cols)
     y, x = _labels("queries", queries, w.shape[1]), _labels("keys", keys, w.shape[2])
@@ -379,7 +379,7 @@ def head_slider(
     names = (
         [str(h) for h in range(H)]
         if head_names is None
-        else [str(n) for n in _arguments.items("head_names", head_names)]
+        else [str(n) for n in arguments.items("head_names", head_names)]
     )
     if len(names) != H:
         raise ValueError(f"head_names must name every head ({H}); got {len(names)}")
@@ -475,7 +475,7 @@ def attention_panels(
     """
     maps = [
         _matrix_stack(f"weights[{k}]", w, 2)
-        for k, w in enumerate(_arguments.items("weights", weights))
+        for k, w in enumerate(arguments.items("weights", weights))
     ]
     if not maps:
         raise ValueError("weights must hold at least one map; got none")
@@ -484,15 +484,15 @@ def attention_panels(
     n = len(maps)
     per_map = {
         "titles": _texts("titles", titles),
-        "queries": [None] * n if queries is None else _arguments.items("queries", queries),
-        "keys": [None] * n if keys is None else _arguments.items("keys", keys),
+        "queries": [None] * n if queries is None else arguments.items("queries", queries),
+        "keys": [None] * n if keys is None else arguments.items("keys", keys),
         "xaxis_titles": ["key"] * n
         if xaxis_titles is None
         else _texts("xaxis_titles", xaxis_titles),
         "yaxis_titles": ["query"] * n
         if yaxis_titles is None
         else _texts("yaxis_titles", yaxis_titles),
-        "masks": [None] * n if masks is None else _arguments.items("masks", masks),
+        "masks": [None] * n if masks is None else arguments.items("masks", masks),
     }
     for name, values in per_map.items():
         if len(values) != n:
@@ -539,8 +539,8 @@ def _log_axis(title: str, values: Sequence[float] | None) -> dict[str, Any]:
 def _line_values(name: str, values: Any, log: bool, gaps: bool = False) -> list[float]:
     """A 1-D list of numbers: finite, or NaN for a missing point where ``gaps`` (positive on a
     log axis)."""
-    raw = _arguments.items(name, values) if not hasattr(values, "shape") else values
-    a = _arguments.float_array(name, raw, ndim=1, layout="(n,)", finite=False)
+    raw = arguments.items(name, values) if not hasattr(values, "shape") else values
+    a = numpy_arrays.float_array(name, raw, ndim=1, layout="(n,)", finite=False)
     shown = a[~np.isnan(a)] if gaps else a
     if not np.isfinite(shown).all():
         what = "infinity" if gaps else "NaN or infinity"
@@ -598,16 +598,16 @@ def lines(
         TypeError: if ``log_x``, ``log_y`` or ``markers`` is not a bool, ``series`` is not a
             dict, the values are not numbers, or a title is not a string.
     """
-    _validate.check_bool("log_x", log_x)
-    _validate.check_bool("log_y", log_y)
-    _validate.check_bool("markers", markers)
+    arguments.check_bool("log_x", log_x)
+    arguments.check_bool("log_y", log_y)
+    arguments.check_bool("markers", markers)
     _check_options(title, None, None, None, xaxis_title=xaxis_title, yaxis_title=yaxis_title)
-    height = _arguments.size("height", height)
+    height = arguments.size("height", height)
     xs = _line_values("x", x, log_x)
     n = len(xs)
     if not isinstance(series, Mapping):
         raise TypeError(
-            f"series must be a dict of name -> values; got {_arguments.describe(series)}"
+            f"series must be a dict of name -> values; got {arguments.describe(series)}"
         )
     if not series:
         raise ValueError("series must hold at least one curve; got none")
@@ -618,7 +618,7 @@ def lines(
             raise ValueError(f"series {name!r} must have one value per x ({n}); got {len(y)}")
     if x_ticks is not None:
         x_ticks = _line_values("x_ticks", x_ticks, log_x)
-    dashed = _arguments.items("dashed", dashed)
+    dashed = arguments.items("dashed", dashed)
     unknown = [d for d in dashed if d not in series]
     if unknown:
         raise ValueError(f"dashed must name series; got {unknown}, series {list(series)}")
@@ -685,23 +685,23 @@ def form_timings(
         TypeError: if ``times`` or a cell is not a dict, a time not a number, or ``title``
             not a string.
     """
-    _arguments.text("title", title)
+    arguments.text("title", title)
     if not isinstance(times, Mapping):
         raise TypeError(
-            f"times must be a dict {{(H, N): {{form: seconds}}}}; got {_arguments.describe(times)}"
+            f"times must be a dict {{(H, N): {{form: seconds}}}}; got {arguments.describe(times)}"
         )
     if not times:
         raise ValueError("times must hold at least one (H, N) cell; got none")
-    _arguments.pairs("times", list(times))  # every key a pair of ints
+    arguments.pairs("times", list(times))  # every key a pair of ints
     for key, cell in times.items():
         for j, v in enumerate(key):
-            _arguments.size(f"times key {key}[{j}]", v)
+            arguments.size(f"times key {key}[{j}]", v)
         if not isinstance(cell, Mapping):
             raise TypeError(
-                f"times[{key}] must be a dict {{form: seconds}}; got {_arguments.describe(cell)}"
+                f"times[{key}] must be a dict {{form: seconds}}; got {arguments.describe(cell)}"
             )
         for form, seconds in cell.items():
-            _arguments.number(f"times[{key}][{form!r}]", seconds, low=0.0, open_low=True)
+            arguments.number(f"times[{key}][{form!r}]", seconds, low=0.0, open_low=True)
     forms = list(next(iter(times.values())))
     if any(list(cell) != forms for cell in times.values()):
         raise ValueError(f"every cell of times must time the same forms {forms}")
@@ -768,19 +768,18 @@ def head_pair_panels(
             a pair of numbers, or a title not a string.
     """
     maps = [
-        _matrix_stack(f"panels[{k}]", p, 2)
-        for k, p in enumerate(_arguments.items("panels", panels))
+        _matrix_stack(f"panels[{k}]", p, 2) for k, p in enumerate(arguments.items("panels", panels))
     ]
     if not maps:
         raise ValueError("panels must hold at least one matrix; got none")
-    _arguments.text("title", title)
+    arguments.text("title", title)
     titles = _texts("titles", titles)
-    zranges = _arguments.items("zranges", zranges)
-    colorscales = _arguments.items("colorscales", colorscales)
+    zranges = arguments.items("zranges", zranges)
+    colorscales = arguments.items("colorscales", colorscales)
     for k, pair in enumerate(zranges):
         if not isinstance(pair, tuple | list) or len(pair) != 2:
             raise TypeError(
-                f"zranges[{k}] must be a pair (zmin, zmax); got {_arguments.describe(pair)}"
+                f"zranges[{k}] must be a pair (zmin, zmax); got {arguments.describe(pair)}"
             )
         _check_options(titles[k] if k < len(titles) else "", pair[0], pair[1], None)
     n = len(maps)
@@ -799,7 +798,7 @@ def head_pair_panels(
     labels = (
         [str(h) for h in range(1, H + 1)]
         if heads is None
-        else [str(h) for h in _arguments.items("heads", heads)]
+        else [str(h) for h in arguments.items("heads", heads)]
     )
     if len(labels) != H:
         raise ValueError(f"heads must label every head ({H}); got {len(labels)}")

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mha.core import _arguments
-from mha.core._validate import check_int, check_sizes
+from mha.core._checks import arguments
+from mha.core._checks.arguments import check_int, check_sizes
 from mha.core.packing import check_kv_heads
 from mha.display import formatting
 
@@ -110,10 +110,10 @@ def resolve_layout(layout: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
         TypeError: if ``layout`` is not a string, ``sizes`` not a dict, or a size not an int
             (a Python or NumPy integer, not a bool).
     """
-    text = _arguments.text("layout", layout).strip()
+    text = arguments.text("layout", layout).strip()
     if not isinstance(sizes, Mapping):
-        raise TypeError(f"sizes must be a dict of symbol -> size; got {_arguments.describe(sizes)}")
-    sizes = {k: _arguments.size(f"sizes[{k!r}]", v, 0, None) for k, v in sizes.items()}
+        raise TypeError(f"sizes must be a dict of symbol -> size; got {arguments.describe(sizes)}")
+    sizes = {k: arguments.size(f"sizes[{k!r}]", v, 0, None) for k, v in sizes.items()}
     if not (text.startswith("(") and text.endswith(")")):
         raise ValueError(f"layout must be parenthesised like '(B, L, D)'; got {layout!r}")
     inner = text[1:-1].strip()
@@ -165,13 +165,13 @@ def shape_rows(entries: Mapping[str, tuple[str, Any]], sizes: Mapping[str, int])
     """
     if not isinstance(entries, Mapping):
         raise TypeError(
-            f"entries must be a dict {{name: (layout, array)}}; got {_arguments.describe(entries)}"
+            f"entries must be a dict {{name: (layout, array)}}; got {arguments.describe(entries)}"
         )
     rows = []
     for name, entry in entries.items():
         if not isinstance(entry, tuple | list) or len(entry) != 2:
             raise TypeError(
-                f"entry {name!r} must be a (layout, array) pair; got {_arguments.describe(entry)}"
+                f"entry {name!r} must be a (layout, array) pair; got {arguments.describe(entry)}"
             )
         layout, array = entry
         if not hasattr(array, "shape"):
@@ -197,9 +197,9 @@ def shape_table(rows: list[ShapeRow]) -> str:
     Raises:
         TypeError: if ``rows`` is not a list of :class:`ShapeRow`.
     """
-    rows = _arguments.items("rows", rows)
+    rows = arguments.items("rows", rows)
     for i, r in enumerate(rows):
-        _arguments.instance(f"rows[{i}]", r, ShapeRow, "a ShapeRow")
+        arguments.instance(f"rows[{i}]", r, ShapeRow, "a ShapeRow")
     equal = {True: "yes", False: "**no**"}
     return formatting.markdown_table(
         ["tensor", "layout", "expected", "actual", "equal"],

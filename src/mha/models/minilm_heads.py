@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.core import _arguments
+from mha.core._checks import arguments, numpy_arrays
 from mha.detectors import patterns
 from mha.models.minilm import MiniLM
 
@@ -58,11 +58,11 @@ def sentence_scores(
             not a list of ints and ``None``, or ``weights`` not a floating array.
     """
     w = patterns.check_weights(weights)
-    tokens = _arguments.items("tokens", tokens)
+    tokens = arguments.items("tokens", tokens)
     for i, token in enumerate(tokens):
-        _arguments.text(f"tokens[{i}]", token)
-    word_ids = _arguments.optional_ids("word_ids", word_ids)
-    word_heads = _arguments.optional_ids("word_heads", word_heads)
+        arguments.text(f"tokens[{i}]", token)
+    word_ids = arguments.optional_ids("word_ids", word_ids)
+    word_heads = arguments.optional_ids("word_heads", word_heads)
     L = w.shape[-1]
     if len(tokens) != L or len(word_ids) != L:
         raise ValueError(
@@ -121,11 +121,11 @@ def offset_baselines(
         TypeError: if ``word_ids`` or ``word_heads`` is not a list of ints and ``None``, or
             ``offsets`` not a list of ints (Python or NumPy integers, not bools).
     """
-    word_ids = _arguments.optional_ids("word_ids", word_ids)
-    word_heads = _arguments.optional_ids("word_heads", word_heads)
+    word_ids = arguments.optional_ids("word_ids", word_ids)
+    word_heads = arguments.optional_ids("word_heads", word_heads)
     offsets = [
-        _arguments.integer(f"offsets[{i}]", k)
-        for i, k in enumerate(_arguments.items("offsets", offsets))
+        arguments.integer(f"offsets[{i}]", k)
+        for i, k in enumerate(arguments.items("offsets", offsets))
     ]
     L = len(word_ids)
     arcs = [(d, h) for d, h in enumerate(word_heads) if h is not None]
@@ -175,9 +175,9 @@ def held_out_comparison(head_scores: Any, offset_scores: Any, pick: Any) -> dict
             chooses no sentence or all.
         TypeError: if the scores are not numeric or ``pick`` is not boolean.
     """
-    s = _arguments.float_array("head_scores", head_scores)
-    b = _arguments.float_array("offset_scores", offset_scores)
-    chosen = _arguments.bool_array("pick", pick)
+    s = numpy_arrays.float_array("head_scores", head_scores)
+    b = numpy_arrays.float_array("offset_scores", offset_scores)
+    chosen = numpy_arrays.bool_array("pick", pick)
     N = s.shape[0] if s.ndim else 0
     if s.ndim < 2 or b.ndim != 2 or b.shape[0] != N or chosen.shape != (N,):
         raise ValueError(
@@ -219,7 +219,7 @@ def pair_attention_weights(model: MiniLM, first: str, second: str) -> tuple[list
         TypeError: if a text is not a string or ``model`` not a :class:`MiniLM`.
         ValueError: if the pair is longer than the model's positions.
     """
-    _arguments.instance("model", model, MiniLM, "a MiniLM")
+    arguments.instance("model", model, MiniLM, "a MiniLM")
     if not isinstance(first, str) or not isinstance(second, str):
         raise TypeError(
             f"first and second must be str; got {type(first).__name__} and {type(second).__name__}"
@@ -268,9 +268,9 @@ def repeated_random_ids(
         TypeError: if a size or ``seed`` is not an int (a Python or NumPy integer, not a
             bool), or ``model`` is not a :class:`MiniLM`.
     """
-    _arguments.instance("model", model, MiniLM, "a MiniLM")
-    num_sequences, length = _arguments.sizes(num_sequences=num_sequences, length=length).values()
-    seed = _arguments.seed("seed", seed)
+    arguments.instance("model", model, MiniLM, "a MiniLM")
+    num_sequences, length = arguments.sizes(num_sequences=num_sequences, length=length).values()
+    seed = arguments.seed("seed", seed)
     if 2 * length + 2 > model.max_positions:
         raise ValueError(
             f"length must satisfy 2 * length + 2 <= {model.max_positions}; got length={length}"

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from mha.backends import torch_backend
-from mha.core import _arguments
+from mha.core._checks import arguments, numpy_arrays
 from mha.detectors import circuits
 from mha.models.minilm import MODEL_SHA256, MiniLM, load_minilm, model_dir
 
@@ -54,7 +54,7 @@ class AttentionGraph(torch.nn.Module):
 
     def __init__(self, model: MiniLM) -> None:
         super().__init__()
-        _arguments.instance("model", model, MiniLM, "a MiniLM")
+        arguments.instance("model", model, MiniLM, "a MiniLM")
         self.model = model
 
     def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,9 +87,10 @@ class AttentionGraph(torch.nn.Module):
 def export_attention_onnx(path: str | Path, model: MiniLM | None = None) -> Path:
     """Write MiniLM's attention weights and value norms as a float32 ONNX graph.
 
-    The trace runs the package's own forward with its value checks and CPU shortcuts off
-    (they read tensors' values on the host, which a graph cannot), so the graph holds the
-    plain path: projections, scores, softmax, layer norms. L is a dynamic axis.
+    The trace runs the package's own forward. While a graph is traced its tensors hold no
+    values, so the checks that read values and the CPU shortcuts step aside by themselves
+    (:mod:`mha.backends.torch_checks`, :mod:`mha.backends.cpu_shortcuts`), and the graph holds
+    the plain path: projections, scores, softmax, layer norms. L is a dynamic axis.
 
     Args:
         path: the ``.onnx`` file to write.
@@ -101,16 +102,16 @@ def export_attention_onnx(path: str | Path, model: MiniLM | None = None) -> Path
     Raises:
         TypeError: if ``path`` is not a path, or ``model`` not a float32 :class:`MiniLM`.
     """
-    path = _arguments.path("path", path)
+    path = arguments.path("path", path)
     if model is not None:
-        _arguments.instance("model", model, MiniLM, "a MiniLM")
+        arguments.instance("model", model, MiniLM, "a MiniLM")
     model = load_minilm() if model is None else model
     if model.dtype != torch.float32:
         raise TypeError(f"model must be float32; got {model.dtype}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     ids = torch.tensor([[101, 7592, 2088, 102]], dtype=torch.int64)  # (1, 4): [CLS] .. [SEP]
-    with torch_backend.value_checks(False), torch_backend.cpu_shortcuts(False), torch.no_grad():
+    with torch.no_grad():
         torch.onnx.export(
             AttentionGraph(model).eval(),
             (ids,),
@@ -140,8 +141,8 @@ def quantize_weights(source: str | Path, target: str | Path) -> Path:
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    source = _arguments.path("source", source)
-    target = _arguments.path("target", target)
+    source = arguments.path("source", source)
+    target = arguments.path("target", target)
     quantize_dynamic(
         str(source),
         str(target),
@@ -188,8 +189,8 @@ def build_cached(out_dir: str | Path, cache_dir: str | Path) -> dict[str, Path]:
     Raises:
         TypeError: if ``out_dir`` or ``cache_dir`` is not a path.
     """
-    out_dir = _arguments.path("out_dir", out_dir)
-    cache_dir = _arguments.path("cache_dir", cache_dir)
+    out_dir = arguments.path("out_dir", out_dir)
+    cache_dir = arguments.path("cache_dir", cache_dir)
     key = cache_key()
     cached = Path(cache_dir) / key[:16]
     f32 = cached / FLOAT32_NAME
@@ -237,8 +238,8 @@ def reference_views(model: MiniLM, text: str) -> dict[str, object]:
         ValueError: if the text is longer than the model's positions.
         TypeError: if ``model`` is not a :class:`MiniLM` or ``text`` not a string.
     """
-    _arguments.instance("model", model, MiniLM, "a MiniLM")
-    _arguments.text("text", text)
+    arguments.instance("model", model, MiniLM, "a MiniLM")
+    arguments.text("text", text)
     ids, _, tokens = model.tokenize(text)
     out, _ = model.run(text)
     weights = torch.cat(out.attentions).double().numpy()  # (num_layers, H, L, L)
@@ -279,8 +280,8 @@ def run_onnx(path: str | Path, input_ids: np.ndarray) -> tuple[np.ndarray, np.nd
     """
     import onnxruntime
 
-    path = _arguments.path("path", path)
-    ids = _arguments.int_array("input_ids", input_ids, ndim=2, layout="(1, L)")
+    path = arguments.path("path", path)
+    ids = numpy_arrays.int_array("input_ids", input_ids, ndim=2, layout="(1, L)")
     if ids.shape[0] != 1 or not 2 <= ids.shape[1] <= 512 or (ids < 0).any():
         raise ValueError(
             f"input_ids must be (1, L) with 2 <= L <= 512 non-negative ids; got {ids.shape}"

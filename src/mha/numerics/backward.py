@@ -35,10 +35,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mha.backends import _mha_checks, np_backend, tiled
+from mha.backends import np_backend, tiled
 from mha.backends._tiles import causal_offset, tile_mask
-from mha.backends.np_backend import _linear
-from mha.core import _groups, _np_checks, _overflow, _validate
+from mha.core import _groups
+from mha.core._checks import arguments, layer, numpy_arrays
 from mha.core.params import MHAParams
 
 BACKWARD_FORMS = ("fused", "tiled")
@@ -82,12 +82,12 @@ def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
             the dtype.
         TypeError: if an input is not a float array, or the dtypes differ.
     """
-    _np_checks.check_array("weights", weights)
-    _np_checks.check_array("d_weights", d_weights)
-    _validate.check_same_dtype({"weights": weights, "d_weights": d_weights})
-    _np_checks.check_shape("d_weights", d_weights, weights.shape, "weights.shape")
+    numpy_arrays.check_array("weights", weights)
+    numpy_arrays.check_array("d_weights", d_weights)
+    arguments.check_same_dtype({"weights": weights, "d_weights": d_weights})
+    numpy_arrays.check_shape("d_weights", d_weights, weights.shape, "weights.shape")
     d_scores = _softmax_backward(weights, d_weights.copy())
-    _np_checks.check_result("backward.softmax gradient", d_scores)
+    numpy_arrays.check_result("backward.softmax gradient", d_scores)
     return d_scores
 
 
@@ -108,21 +108,17 @@ def _sdpa_backward(q, k, v_, weights, d_out):
 
 def _check_sdpa_grads(query, key, value, d_out, extra: dict) -> tuple[tuple, int, int]:
     named = {"query": query, "key": key, "value": value, "d_out": d_out} | extra
-    for name, x in _validate.distinct(*named.items()):
-        _np_checks.check_array(name, x, check_finite=name != "lse")
-    _validate.check_same_dtype(named)
-    L, S, _, Dv = _validate.check_qkv(query, key, value)
-    batch = _validate.broadcast_batch(query, key, value)
-    _np_checks.check_shape("d_out", d_out, (*batch, L, Dv), "(..., L, Dv)")
+    for name, x in arguments.distinct(*named.items()):
+        numpy_arrays.check_array(name, x, check_finite=name != "lse")
+    arguments.check_same_dtype(named)
+    L, S, _, Dv = arguments.check_qkv(query, key, value)
+    batch = arguments.broadcast_batch(query, key, value)
+    numpy_arrays.check_shape("d_out", d_out, (*batch, L, Dv), "(..., L, Dv)")
     return batch, L, S
 
 
 def scaled_dot_product_attention(
-    query: np.ndarray,
-    key: np.ndarray,
-    value: np.ndarray,
-    weights: np.ndarray,
-    d_out: np.ndarray,
+    query: np.ndarray, key: np.ndarray, value: np.ndarray, weights: np.ndarray, d_out: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of :func:`mha.backends.np_backend.scaled_dot_product_attention` from its weights.
 
@@ -155,7 +151,7 @@ def scaled_dot_product_attention(
         TypeError: if an input is not a float32/float64 NumPy array, or the dtypes differ.
     """
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
-    _np_checks.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
+    numpy_arrays.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
     return _checked(
         "backward.scaled_dot_product_attention", _sdpa_backward(query, key, value, weights, d_out)
     )
@@ -164,7 +160,7 @@ def scaled_dot_product_attention(
 def _checked(name: str, grads: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     """``grads``, each checked to be finite (an overflow of the dtype raises)."""
     for what, g in zip(("d_query", "d_key", "d_value"), grads, strict=False):
-        _np_checks.check_result(f"{name} {what}", g)
+        numpy_arrays.check_result(f"{name} {what}", g)
     return grads
 
 
@@ -264,16 +260,16 @@ def tiled_attention(
             a ``causal`` that is not a bool.
     """
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"out": out, "lse": lse})
-    _np_checks.check_shape("out", out, d_out.shape, "(..., L, Dv)")
-    _np_checks.check_shape("lse", lse, (*batch, L), "(..., L)")
+    numpy_arrays.check_shape("out", out, d_out.shape, "(..., L, Dv)")
+    numpy_arrays.check_shape("lse", lse, (*batch, L), "(..., L)")
     if np.isnan(lse).any() or np.isposinf(lse).any():
         raise ValueError("lse must be finite or -inf; got NaN or +inf values")
     if mask is not None:
-        _np_checks.check_mask(mask, (*batch, L, S))
-    _validate.check_bool("causal", causal)
+        numpy_arrays.check_mask(mask, (*batch, L, S))
+    arguments.check_bool("causal", causal)
     offset = causal_offset(causal, align, L, S)
-    _validate.check_block_size("block_q", block_q)
-    _validate.check_block_size("block_kv", block_kv)
+    arguments.check_block_size("block_q", block_q)
+    arguments.check_block_size("block_kv", block_kv)
     grads = _tiled_backward(
         query, key, value, out, lse, d_out, mask, causal, block_q, block_kv, offset=offset
     )
@@ -296,8 +292,8 @@ def split_heads(d_heads: np.ndarray) -> np.ndarray:
         ValueError: if ``d_heads`` is not 4-D or not finite.
         TypeError: if ``d_heads`` is not a float32/float64 NumPy array.
     """
-    _np_checks.check_array("d_heads", d_heads)
-    _validate.check_rank("d_heads", d_heads, 4, "(B, H, L, Dh)")
+    numpy_arrays.check_array("d_heads", d_heads)
+    arguments.check_rank("d_heads", d_heads, 4, "(B, H, L, Dh)")
     return np_backend.merge_heads(d_heads)
 
 
@@ -320,8 +316,8 @@ def merge_heads(d_x: np.ndarray, num_heads: int) -> np.ndarray:
         TypeError: if ``d_x`` is not a float32/float64 NumPy array, or ``num_heads`` is not
             an int.
     """
-    _np_checks.check_array("d_x", d_x)
-    _validate.check_rank("d_x", d_x, 3, "(B, L, D)")
+    numpy_arrays.check_array("d_x", d_x)
+    arguments.check_rank("d_x", d_x, 3, "(B, L, D)")
     return np_backend.split_heads(d_x, num_heads)
 
 
@@ -352,20 +348,20 @@ def linear(
         TypeError: on non-float or mixed dtypes, or a ``bias`` that is not a bool.
     """
     for name, a in (("x", x), ("weight", weight), ("d_y", d_y)):
-        _np_checks.check_array(name, a)
-    _validate.check_same_dtype({"x": x, "weight": weight, "d_y": d_y})
-    _validate.check_rank("weight", weight, 2, "(D_in, D_out)")
+        numpy_arrays.check_array(name, a)
+    arguments.check_same_dtype({"x": x, "weight": weight, "d_y": d_y})
+    arguments.check_rank("weight", weight, 2, "(D_in, D_out)")
     if x.ndim < 1 or x.shape[-1] != weight.shape[0]:
         raise ValueError(
             f"x must have shape (..., D_in) with D_in = weight.shape[0] = {weight.shape[0]}; "
             f"got x.shape={x.shape}, weight.shape={weight.shape}"
         )
-    _np_checks.check_shape("d_y", d_y, (*x.shape[:-1], weight.shape[1]), "(..., D_out)")
-    _validate.check_bool("bias", bias)
+    numpy_arrays.check_shape("d_y", d_y, (*x.shape[:-1], weight.shape[1]), "(..., D_out)")
+    arguments.check_bool("bias", bias)
     d_x, d_weight, d_bias = _linear_backward(x, weight, d_y, bias)
     for what, g in (("d_x", d_x), ("d_weight", d_weight), ("d_bias", d_bias)):
         if g is not None:
-            _np_checks.check_result(f"backward.linear {what}", g)
+            numpy_arrays.check_result(f"backward.linear {what}", g)
     return d_x, d_weight, d_bias
 
 
@@ -379,7 +375,7 @@ def _linear_backward(x, weight, d_y, bias):
 def _check_layer(query, key, value, params, mask) -> dict[str, float]:
     """The argument checks of :func:`mha.backends.np_backend.multi_head_attention`; the
     magnitudes."""
-    return _mha_checks.check_mha(query, key, value, params, mask, "fused", _np_checks.ARRAYS)
+    return layer.check_mha(query, key, value, params, mask, "fused", False, numpy_arrays.NUMPY)
 
 
 @dataclass(frozen=True)
@@ -484,12 +480,16 @@ def multi_head_attention_forward(
     if form not in BACKWARD_FORMS:
         raise ValueError(f"form must be one of {BACKWARD_FORMS}; got form={form!r}")
     magnitudes = _check_layer(query, key, value, params, mask)
-    _validate.check_block_size("block_q", block_q)
-    _validate.check_block_size("block_kv", block_kv)
+    arguments.check_block_size("block_q", block_q)
+    arguments.check_block_size("block_kv", block_kv)
     H, H_kv = params.num_heads, params.num_kv_heads
-    q = np_backend.split_heads(_linear(query, params.w_q, params.b_q), H)  # (B, H, L, Dh)
-    k = np_backend.split_heads(_linear(key, params.w_k, params.b_k), H_kv)  # (B, H_kv, S, Dh)
-    val = np_backend.split_heads(_linear(value, params.w_v, params.b_v), H_kv)  # (B, H_kv, S, Dh)
+
+    def heads_of(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, n: int) -> np.ndarray:
+        return np_backend.split_heads(np_backend.linear(x, w, b), n)  # (B, N, D) -> (B, n, N, Dh)
+
+    q = heads_of(query, params.w_q, params.b_q, H)  # (B, H, L, Dh)
+    k = heads_of(key, params.w_k, params.b_k, H_kv)  # (B, H_kv, S, Dh)
+    val = heads_of(value, params.w_v, params.b_v, H_kv)  # (B, H_kv, S, Dh)
     qg = _groups.group_queries(q, H_kv)  # (B, H_kv, G, L, Dh)
     kg, vg = _groups.group_kv(k, H, H_kv), _groups.group_kv(val, H, H_kv)  # (B, H_kv, 1, S, Dh)
     maskg = _groups.group_mask(mask, H_kv) if H_kv < H else mask
@@ -501,18 +501,18 @@ def multi_head_attention_forward(
         heads, lse = tiled.attention(qg, kg, vg, maskg, block_q=block_q, block_kv=block_kv)
         lse = _groups.ungroup(lse, H, H_kv)  # (B, H, L)
     heads = _groups.ungroup(heads, H, H_kv)  # (B, H, L, Dh)
-    out = _linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
-    _overflow.check_range(
-        "multi_head_attention_forward output",
-        _overflow.mha_bound(magnitudes, params.d_model, params.num_heads),
+    out = np_backend.linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
+    layer.check_mha_range(
         out,
-        _np_checks.ARRAYS,
-        lambda: _overflow.mha_overflow(
-            *(a.astype(np.float64) for a in (query, key, value)),
-            params.to_numpy(np.float64),
-            mask,
-            _np_checks.largest(out.dtype),
-        ),
+        magnitudes,
+        query,
+        key,
+        value,
+        params,
+        mask,
+        None,
+        numpy_arrays.NUMPY,
+        name="multi_head_attention_forward output",
     )
     saved = MHASaved(
         query, key, value, params, mask, form, q, k, val, heads, weights, lse, block_q, block_kv
@@ -523,10 +523,10 @@ def multi_head_attention_forward(
 def _check_d_out(saved: MHASaved, d_out: np.ndarray) -> None:
     """The checks of :func:`multi_head_attention` and :func:`gradient_magnitudes`, one set."""
     if not isinstance(saved, MHASaved):
-        raise TypeError(f"saved must be MHASaved; got {_validate.describe(saved)}")
-    _np_checks.check_array("d_out", d_out)
-    _validate.check_same_dtype({"d_out": d_out, "saved.query": saved.query})
-    _np_checks.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
+        raise TypeError(f"saved must be MHASaved; got {arguments.describe(saved)}")
+    numpy_arrays.check_array("d_out", d_out)
+    arguments.check_same_dtype({"d_out": d_out, "saved.query": saved.query})
+    numpy_arrays.check_shape("d_out", d_out, saved.query.shape, "(B, L, D)")
 
 
 def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
@@ -595,7 +595,7 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     named |= {f"d_params.{n}": getattr(d_params, n) for n in ("w_qkv", "w_o", "b_qkv", "b_o")}
     for what, g in named.items():
         if g is not None:
-            _np_checks.check_result(f"backward.multi_head_attention {what}", g)
+            numpy_arrays.check_result(f"backward.multi_head_attention {what}", g)
     return result
 
 
@@ -630,11 +630,11 @@ def attention_gradient_magnitudes(
     :func:`mha.numerics.tolerance.attention_gradient_tolerance` scales into a bound.
 
     Args:
-        query: the forward's queries.
-        key: its keys.
-        value: its values.
-        weights: its attention weights.
-        d_out: the gradient of the loss with respect to the output.
+        query: the queries of the forward whose backward is bounded.
+        key: the keys of that forward.
+        value: the values of that forward.
+        weights: the attention weights that forward computed.
+        d_out: the gradient of a loss with respect to that forward's output.
 
     Shape:
         As in :func:`scaled_dot_product_attention`; the magnitudes have the shapes of query,
@@ -648,7 +648,7 @@ def attention_gradient_magnitudes(
         The errors of :func:`scaled_dot_product_attention`.
     """
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
-    _np_checks.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
+    numpy_arrays.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
     q, k, v_, a, d_o = (np.abs(x).astype(np.float64) for x in (query, key, value, weights, d_out))
     tiny = float(np.finfo(query.dtype).tiny)  # for underflow, as in gradient_magnitudes
     d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, v_, a + tiny, d_o, tiny)
@@ -697,10 +697,10 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
     A = weights.astype(np.float64) + tiny  # (B, H_kv, G, L, S)
     inputs = [np.abs(x).astype(np.float64) for x in (saved.query, saved.key, saved.value)]
     q = _groups.group_queries(
-        np_backend.split_heads(_linear(inputs[0], p.w_q, p.b_q) + tiny, H), H_kv
+        np_backend.split_heads(np_backend.linear(inputs[0], p.w_q, p.b_q) + tiny, H), H_kv
     )
     k, val = (  # (B, H_kv, 1, S, Dh)
-        _groups.group_kv(np_backend.split_heads(_linear(x, w, b) + tiny, H_kv), H, H_kv)
+        _groups.group_kv(np_backend.split_heads(np_backend.linear(x, w, b) + tiny, H_kv), H, H_kv)
         for x, w, b in ((inputs[1], p.w_k, p.b_k), (inputs[2], p.w_v, p.b_v))
     )
     d_out_abs = np.abs(d_out).astype(np.float64)

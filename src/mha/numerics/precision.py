@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.core._validate import broadcast_batch, check_qkv, describe, is_finite_real
+from mha.core._checks.arguments import broadcast_batch, check_qkv, describe, is_finite_real
 from mha.numerics.tolerance import unit_roundoff
 
 

@@ -56,9 +56,9 @@ from typing import Any
 import numpy as np
 
 from mha.backends import np_backend
-from mha.core import _np_checks, _validate
-from mha.core._np_checks import as_numpy, broadcast
-from mha.core._validate import check_positive
+from mha.core._checks import arguments, arrays, numpy_arrays
+from mha.core._checks.arguments import check_positive
+from mha.core._checks.numpy_arrays import as_numpy, broadcast
 from mha.core.params import MHAParams, repeat_kv_heads
 from mha.numerics import backward
 
@@ -197,7 +197,7 @@ def rounding_tolerance(dtype: Any, *, terms: int, scale: float = 1.0, stages: in
     check_positive("stages", stages)
     if isinstance(scale, bool) or not isinstance(scale, int | float | np.floating | np.integer):
         raise TypeError(f"scale must be a number; got {type(scale).__name__} {scale!r}")
-    if not _validate.is_finite_real(scale) or scale < 0:
+    if not arguments.is_finite_real(scale) or scale < 0:
         raise ValueError(f"scale must be a finite number >= 0; got scale={scale!r}")
     return 2.0 * stages * gamma(dtype, terms) * float(scale)
 
@@ -241,7 +241,7 @@ def softmax_tolerance(dtype: Any, *, logit_scale: float, d_head: int, kv_len: in
     check_positive("kv_len", kv_len)
     if isinstance(logit_scale, bool) or not isinstance(logit_scale, int | float | np.number):
         raise TypeError(f"logit_scale must be a number; got {type(logit_scale).__name__}")
-    if not _validate.is_finite_real(logit_scale) or logit_scale < 0:
+    if not arguments.is_finite_real(logit_scale) or logit_scale < 0:
         raise ValueError(f"logit_scale must be a finite number >= 0; got {logit_scale!r}")
     u = unit_roundoff(dtype)
     score = (gamma(dtype, d_head) + u) * float(logit_scale)
@@ -385,7 +385,7 @@ def assert_close(actual: Any, expected: Any, tolerance: Any, *, name: str = "act
             ``meta`` or sparse tensor, or ``name`` is not a str.
     """
     if not isinstance(name, str):
-        raise TypeError(f"name must be a str; got {_validate.describe(name)}")
+        raise TypeError(f"name must be a str; got {arguments.describe(name)}")
     over, diff, tol = _excess(actual, expected, tolerance)
     if over > 0 and math.isnan(tol):
         raise AssertionError(
@@ -514,7 +514,7 @@ def online_softmax_tolerance(dtype: Any, *, terms: int, merges: int) -> tuple[fl
         ValueError: if ``terms < 1``, ``merges < 0``, or the row is too long for the dtype.
     """
     g = gamma(dtype, terms)
-    _validate.check_at_least("merges", merges, 0)
+    arguments.check_at_least("merges", merges, 0)
     u = unit_roundoff(dtype)
     row_sum = u * terms / math.e + (7 * merges + 6) * u + g
     weight = u / math.e + (7 * merges + 7) * u + row_sum
@@ -553,7 +553,7 @@ def tiled_attention_tolerance(
     Raises:
         The errors of :func:`mha.backends.tiled.attention` for the arrays.
     """
-    _validate.check_attention(query, key, value, None, _np_checks.ARRAYS)
+    arrays.check_attention(query, key, value, None, numpy_arrays.NUMPY)
     S, Dh = key.shape[-2], query.shape[-1]
     q_max, k_max = (np.linalg.norm(x, axis=-1).max(initial=0.0) for x in (query, key))
     c_max = float(q_max * k_max / math.sqrt(Dh))  # initial: no rows at all (a batch of 0)

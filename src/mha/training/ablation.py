@@ -23,7 +23,8 @@ from torch import nn
 
 from mha.backends import torch_backend
 from mha.backends.module import MultiHeadAttention
-from mha.core import _arguments, _validate, packing
+from mha.core import packing
+from mha.core._checks import arguments, numpy_arrays
 from mha.core._tools import one_thread
 from mha.core.params import MHAParams, init_params, mean_pool_kv_heads, repeat_kv_heads
 from mha.detectors import circuits
@@ -43,15 +44,15 @@ def _check_part(part: str) -> None:
 
 
 def _check_model(model: AttentionOnlyTransformer) -> AttentionOnlyTransformer:
-    return _arguments.instance(
+    return arguments.instance(
         "model", model, AttentionOnlyTransformer, "an AttentionOnlyTransformer"
     )
 
 
 def _check_batches(name: str, batches: Sequence[RepeatedSegments]) -> list[RepeatedSegments]:
-    out = _arguments.items(name, batches)
+    out = arguments.items(name, batches)
     for i, batch in enumerate(out):
-        _arguments.instance(f"{name}[{i}]", batch, RepeatedSegments, "a RepeatedSegments batch")
+        arguments.instance(f"{name}[{i}]", batch, RepeatedSegments, "a RepeatedSegments batch")
     return out
 
 
@@ -76,8 +77,8 @@ def head_gates(
         TypeError: if a size or an index is not an int (a Python or NumPy integer, not a
             bool), or ``off`` is not a list of pairs.
     """
-    num_layers, num_heads = _arguments.sizes(num_layers=num_layers, num_heads=num_heads).values()
-    pairs = _arguments.pairs("off", off)
+    num_layers, num_heads = arguments.sizes(num_layers=num_layers, num_heads=num_heads).values()
+    pairs = arguments.pairs("off", off)
     gates = torch.ones(num_layers, num_heads)
     for layer, head in pairs:
         if not (0 <= layer < num_layers and 0 <= head < num_heads):
@@ -160,8 +161,8 @@ def head_importance(
     """
     _check_model(model)
     batches = _check_batches("batches", batches)
-    _validate.check_bool("normalize", normalize)
-    _validate.check_bool("per_sequence", per_sequence)
+    arguments.check_bool("normalize", normalize)
+    arguments.check_bool("per_sequence", per_sequence)
     if len(batches) == 0:
         raise ValueError("batches must hold at least one batch; got none")
     total = torch.zeros(model.num_layers, model.num_heads, dtype=torch.float64)
@@ -239,7 +240,7 @@ def prune_curve(
     Raises:
         ValueError, TypeError: as :func:`ablation_loss`.
     """
-    order = _arguments.pairs("order", order)
+    order = arguments.pairs("order", order)
     head_gates(_check_model(model).num_layers, model.num_heads, order)  # checks every pair
     return np.array([ablation_loss(model, batch, order[:k], part) for k in range(len(order) + 1)])
 
@@ -260,7 +261,7 @@ def importance_order(importance: np.ndarray) -> list[tuple[int, int]]:
         ValueError: if ``importance`` is not 2-D or not finite.
         TypeError: if ``importance`` is not a numeric array.
     """
-    imp = _arguments.float_array("importance", importance)
+    imp = numpy_arrays.float_array("importance", importance)
     if imp.ndim != 2:
         raise ValueError(
             f"importance must have shape (num_layers, H); got {imp.ndim}-D shape {imp.shape}"
@@ -365,8 +366,8 @@ def with_kv_heads(
     _check_model(model)
     if not isinstance(init, str) or init not in ("mean", "random"):
         raise ValueError(f"init must be 'mean' or 'random'; got init={init!r}")
-    seed = _arguments.seed("seed", seed)
-    num_kv_heads = _arguments.size("num_kv_heads", num_kv_heads)
+    seed = arguments.seed("seed", seed)
+    num_kv_heads = arguments.size("num_kv_heads", num_kv_heads)
     converted = []
     for i, layer in enumerate(model.layers):
         p = mean_pool_kv_heads(layer.params().map(torch.Tensor.detach), num_kv_heads)
@@ -460,13 +461,13 @@ def path_ablation(
             ``off`` not a list of pairs, or as :meth:`AttentionOnlyTransformer.forward`.
     """
     _check_model(model)
-    paths = tuple(_arguments.items("paths", paths))
+    paths = tuple(arguments.items("paths", paths))
     unknown = [p for p in paths if not isinstance(p, str) or p not in PATHS]
     if unknown:
         raise ValueError(f"paths must be drawn from {PATHS}; got {unknown}")
     if not isinstance(replacement, str) or replacement not in ("zero", "mean"):
         raise ValueError(f"replacement must be 'zero' or 'mean'; got replacement={replacement!r}")
-    off = sorted(set(_arguments.pairs("off", off)))
+    off = sorted(set(arguments.pairs("off", off)))
     head_gates(model.num_layers, model.num_heads, off)  # checks every pair
     tokens = model._check(tokens, None)
     L = tokens.shape[1]
@@ -517,7 +518,7 @@ def path_ablation_losses(
             :func:`mha.training.runs.split_losses`.
         TypeError: if ``batch`` is not a :class:`~mha.training.tasks.RepeatedSegments`.
     """
-    _arguments.instance("batch", batch, RepeatedSegments, "a RepeatedSegments batch")
+    arguments.instance("batch", batch, RepeatedSegments, "a RepeatedSegments batch")
     logits, _ = path_ablation(model, batch.tokens, off, paths, replacement=replacement)
     return split_losses(logits, batch)
 

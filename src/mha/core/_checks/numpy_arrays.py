@@ -1,4 +1,4 @@
-"""Argument checks for NumPy arrays, and the one conversion of a tensor to NumPy.
+"""NumPy's arrays as the checks see them (:data:`NUMPY`), and the one conversion to NumPy.
 
 :mod:`mha.backends.np_backend`, :mod:`mha.backends.tiled` and :mod:`mha.numerics.backward`
 reject the same inputs with the same messages: a float32/float64 ``numpy.ndarray`` (not a
@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from mha.core import _overflow, _validate
+from mha.core._checks import arguments
+from mha.core._checks.arrays import ArrayKind
+from mha.core._checks.overflow import check_range
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -28,7 +30,7 @@ def max_abs(x: np.ndarray) -> float:
     propagate NaN); two reductions cost less than building an ``isfinite`` mask, and they
     give the largest magnitude too.
     """
-    return 0.0 if x.size == 0 else _validate.extremes_max_abs(x.min(), x.max())
+    return 0.0 if x.size == 0 else arguments.extremes_max_abs(x.min(), x.max())
 
 
 def finite(x: np.ndarray) -> bool:
@@ -55,17 +57,18 @@ def check_kind(name: str, x: np.ndarray) -> None:
         )
 
 
-ARRAYS = _validate.ArrayKind(
-    "numpy.ndarray",
-    np.ndarray,
-    FLOATS,
-    np.bool_,
-    max_abs,
-    "to_numpy",
-    largest,
-    np.asarray,
-    check_kind,
+NUMPY = ArrayKind(
+    type_name="numpy.ndarray",
+    array_type=np.ndarray,
+    floats=FLOATS,
+    bool_dtype=np.bool_,
+    max_abs=max_abs,
+    convert="to_numpy",
+    largest=largest,
+    values=np.asarray,
+    check_kind=check_kind,
 )
+"""NumPy's arrays, for the checks of :mod:`mha.core._checks.arrays` and ``layer``."""
 
 
 def check_array(name: str, x: Any, *, check_finite: bool = True) -> float:
@@ -75,11 +78,11 @@ def check_array(name: str, x: Any, *, check_finite: bool = True) -> float:
         The largest ``|x|`` when finiteness is checked, else ``nan``.
     """
     if check_finite:
-        return ARRAYS.check_array(name, x)
+        return NUMPY.check_array(name, x)
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray; got {type(x).__name__}")
     check_kind(name, x)
-    _validate.check_float(name, x, FLOATS)
+    arguments.check_float(name, x, FLOATS)
     return math.nan
 
 
@@ -98,7 +101,7 @@ def as_numpy(name: str, x: Any) -> np.ndarray:
         ValueError: for a ragged nested sequence.
     """
     if type(x).__module__.startswith("torch") and hasattr(x, "detach"):
-        _validate.check_dense(name, x)
+        arguments.check_dense(name, x)
         if x.device.type == "meta":
             raise TypeError(f"{name} must hold values; got a meta tensor")
         x = x.detach().cpu().resolve_conj().resolve_neg()
@@ -115,22 +118,23 @@ def as_numpy(name: str, x: Any) -> np.ndarray:
             f"{name} must be a rectangular array; got a ragged {type(x).__name__}"
         ) from None
     if a.dtype == object:
-        raise TypeError(f"{name} must be an array of numbers; got {_validate.describe(x)}")
+        raise TypeError(f"{name} must be an array of numbers; got {arguments.describe(x)}")
     return a
 
 
 def numpy_float_dtype(name: str, dtype: Any, allowed: tuple[Any, ...]) -> np.dtype:
     """``dtype`` as one of the ``allowed`` NumPy floating dtypes, or a ``TypeError``."""
     names = " or ".join(np.dtype(d).name for d in allowed)
-    if type(dtype).__module__ == "torch":  # a torch.dtype where NumPy's is meant
-        raise TypeError(
-            f"{name} must be a NumPy dtype ({names}); got {dtype}, a torch dtype (convert "
-            f"afterwards with .to_torch({dtype}))"
-        )
+    from_torch = type(dtype).__module__ == "torch"  # a torch.dtype where NumPy's is meant
     try:
-        np_dtype = np.dtype(dtype)
+        np_dtype = None if from_torch else np.dtype(dtype)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be {names}; got {_validate.describe(dtype)}") from None
+        raise TypeError(f"{name} must be {names}; got {arguments.describe(dtype)}") from None
+    if from_torch:
+        hint = f"convert afterwards with .to_torch({dtype})"
+        raise TypeError(
+            f"{name} must be a NumPy dtype ({names}); got {dtype}, a torch dtype ({hint})"
+        )
     if np_dtype not in tuple(np.dtype(d) for d in allowed):
         raise TypeError(f"{name} must be {names}; got dtype {np_dtype}")
     return np_dtype
@@ -142,12 +146,12 @@ def check_result(name: str, x: np.ndarray) -> None:
     Raises:
         ValueError: if ``x`` holds NaN or infinity (an overflow of its dtype).
     """
-    _overflow.check_range(name, math.inf, x, ARRAYS, lambda: None)
+    check_range(name, math.inf, x, NUMPY, lambda: None)
 
 
 def check_mask(mask: Any, target: tuple[int, ...], layout: str = "(..., L, S)") -> None:
     """Check that ``mask`` is a boolean NumPy array that broadcasts to ``target``."""
-    ARRAYS.check_mask(mask, target, layout)
+    NUMPY.check_mask(mask, target, layout)
 
 
 def broadcast(name: str, x: np.ndarray, shape: tuple[int, ...], target: str) -> np.ndarray:
@@ -164,7 +168,7 @@ def boolean_mask(name: str, mask: Any, shape: tuple[int, ...], target: str) -> n
     """A boolean mask (True = may attend), converted and broadcast to ``shape``.
 
     For code that reads a mask beside arrays it did not compute (detectors, figures); the
-    backends check masks against the layer's ``(B, H, L, S)`` in :mod:`mha.core._validate`.
+    backends check masks against the layer's ``(B, H, L, S)`` in :mod:`mha.core._checks.layer`.
     """
     m = as_numpy(name, mask)
     if m.dtype != np.bool_:
@@ -176,3 +180,51 @@ def check_shape(name: str, x: np.ndarray, shape: tuple[int, ...], layout: str) -
     """Check that ``x`` has exactly ``shape`` (``layout`` names its axes)."""
     if tuple(x.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {layout} = {tuple(shape)}; got {x.shape}")
+
+
+def float_array(
+    name: str,
+    value: Any,
+    *,
+    ndim: int | None = None,
+    min_ndim: int = 0,
+    layout: str = "",
+    finite: bool = True,
+) -> np.ndarray:
+    """``value`` (an array, a tensor or nested numbers) as a float64 NumPy array.
+
+    Floating, integer and boolean arrays are read (their values are exact in float64,
+    integers up to 2**53); with ``finite`` NaN and infinity are refused; ``ndim`` or
+    ``min_ndim`` checks the rank, ``layout`` names the axes in the message.
+    """
+    a = as_numpy(name, value)
+    if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_) or np.iscomplexobj(a):
+        raise TypeError(f"{name} must be a real numeric array; got dtype {a.dtype}")
+    if (ndim is not None and a.ndim != ndim) or a.ndim < min_ndim:
+        want = layout or (f"{ndim}-D" if ndim is not None else f"at least {min_ndim}-D")
+        raise ValueError(f"{name} must have shape {want}; got {a.ndim}-D shape {a.shape}")
+    with np.errstate(over="ignore"):
+        a = a.astype(np.float64)
+    if finite and a.size and not math.isfinite(float(np.abs(a).max())):
+        raise ValueError(f"{name} must be finite; got NaN or infinite values")
+    return a
+
+
+def int_array(name: str, value: Any, *, ndim: int, layout: str) -> np.ndarray:
+    """``value`` as an int64 NumPy array of rank ``ndim``; floats and booleans are refused."""
+    a = as_numpy(name, value)
+    if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name} must be an integer array; got dtype {a.dtype}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must have shape {layout}; got {a.ndim}-D shape {a.shape}")
+    if a.dtype == np.uint64 and a.size and a.max() >= arguments.INDEX_LIMIT:
+        raise ValueError(f"{name} must hold values below 2**63; got {int(a.max())}")
+    return a.astype(np.int64)
+
+
+def bool_array(name: str, value: Any) -> np.ndarray:
+    """``value`` as a boolean NumPy array; any other dtype is refused."""
+    a = as_numpy(name, value)
+    if a.dtype != np.bool_:
+        raise TypeError(f"{name} must be boolean; got dtype {a.dtype}")
+    return a

@@ -19,17 +19,18 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from mha.core._validate import ArrayKind
+from mha.core._checks.arrays import ArrayKind
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def range_checked(fn: _F) -> _F:
+def silence_numpy_warnings(fn: _F) -> _F:
     """``fn`` with NumPy's overflow and invalid-value warnings silenced inside it.
 
-    For functions that check the range of every result they compute and raise their own
-    ``ValueError`` naming the stage that overflowed: NumPy's ``RuntimeWarning`` before that
-    error would only repeat it, less precisely.
+    It checks nothing itself. It is for functions that check the range of every result they
+    compute (:func:`check_range`) and raise their own ``ValueError`` naming the stage that
+    overflowed: NumPy's ``RuntimeWarning`` before that error would only repeat it, less
+    precisely.
     """
 
     @functools.wraps(fn)
@@ -144,6 +145,42 @@ def check_range(
     )
 
 
+def float64_values(x: Any, kind: ArrayKind) -> np.ndarray | None:
+    """A float64 NumPy copy of ``x``'s values (a mask keeps its bool dtype), for the locators;
+    ``None`` when its values cannot be read with its shape (see ``ArrayKind.values``)."""
+    values = kind.values(x)
+    if values is None or values.shape != tuple(x.shape):
+        return None
+    return values if values.dtype == np.bool_ else values.astype(np.float64)
+
+
+def check_attention_range(
+    name: str,
+    out: Any,
+    magnitudes: dict[str, float],
+    query: Any,
+    key: Any,
+    value: Any,
+    mask: Any,
+    kind: ArrayKind,
+) -> None:
+    """Raise if scaled dot-product attention overflowed (a float64 pass only beyond its bound).
+
+    ``magnitudes`` are those :func:`mha.core._checks.arrays.check_attention` returned.
+    """
+
+    def locate() -> str | None:
+        arrays = [float64_values(a, kind) for a in (query, key, value)]
+        mask64 = None if mask is None else float64_values(mask, kind)
+        if any(a is None for a in arrays) or (mask64 is None) != (mask is None):
+            return None  # values not readable as they are (under torch.func's vmap, say)
+        return attention_overflow(*arrays, mask64, kind.largest(out.dtype))
+
+    m = magnitudes
+    bound = attention_bound(m["query"], m["key"], m["value"], query.shape[-1])
+    check_range(name, bound, out, kind, locate)
+
+
 def check_layer_norm_range(spread: float, width: int, largest: float, dtype: Any) -> None:
     """Check that LayerNorm's variance cannot overflow: ``D * spread**2`` below ``largest``.
 
@@ -170,6 +207,25 @@ def layer_norm_bound(magnitudes: dict[str, float], width: int) -> tuple[float, f
     spread = 2.0 * magnitudes["x"]
     variance = width * (spread * spread)
     return variance, math.sqrt(width) * magnitudes["weight"] + magnitudes["bias"]
+
+
+def check_layer_norm_variance(x: Any, magnitudes: dict[str, float], kind: ArrayKind) -> float:
+    """Check that LayerNorm's variance of ``x`` cannot overflow; return a bound on its output.
+
+    Only when :func:`layer_norm_bound` does not rule the overflow out is there a pass over the
+    rows (:func:`check_layer_norm_range`); never while ``kind``'s checks of values are off.
+
+    Shape:
+        x ``(..., D)``.
+    """
+    variance, bound = layer_norm_bound(magnitudes, x.shape[-1])
+    largest = kind.largest(x.dtype)
+    if kind.checks_values() and variance * RANGE_MARGIN >= largest:
+        rows = kind.values(x)  # under torch.func's vmap: every mapped slice's rows
+        if rows is not None:
+            spread = float((rows.max(axis=-1).astype(np.float64) - rows.min(axis=-1)).max())
+            check_layer_norm_range(spread, x.shape[-1], largest, x.dtype)
+    return bound
 
 
 _ROWS = 256  # query rows per block, so that no float64 (..., L, S) array is formed
@@ -211,7 +267,7 @@ def _max_abs(x: np.ndarray) -> float:
     return math.inf if math.isnan(top) else top
 
 
-@range_checked
+@silence_numpy_warnings
 def attention_overflow(
     query: np.ndarray, key: np.ndarray, value: np.ndarray, mask: Any, largest: float
 ) -> str:
@@ -226,7 +282,7 @@ def attention_overflow(
     )
 
 
-@range_checked
+@silence_numpy_warnings
 def mha_overflow(
     query: np.ndarray,
     key: np.ndarray,
