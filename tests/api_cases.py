@@ -47,6 +47,7 @@ RECORDS = {
     "mha.models.minilm.MiniLMOutput": "the output of MiniLM.forward",
     "mha.models.minilm.MiniLM": "the model load_minilm builds",
     "mha.training.runs.TrainHistory": "the history train records",
+    "mha.training.runs.DigitSumHistory": "the history train_digit_sums records",
 }
 """Classes that hold what a function of the package computed: their constructors check
 nothing and compute nothing (their methods, where they have some, are in CASES)."""
@@ -2711,4 +2712,145 @@ case(
             .mean()
         ),
     ),
+)
+
+# ---- the digit-sum task ---------------------------------------------------------------------
+
+
+@functools.cache
+def tiny_digit_config() -> runs.DigitSumConfig:
+    return runs.DigitSumConfig(
+        base=3, seq_len=6, d_model=8, num_heads=2, batch_size=4, steps=2, eval_every=1, eval_size=4
+    )
+
+
+@functools.cache
+def tiny_digit_model() -> attention_only.AttentionOnlyTransformer:
+    return attention_only.AttentionOnlyTransformer(9, 6, 8, 2, 1, seed=0, dtype=torch.float64)
+
+
+def _digit_answers_ref(tokens, base):
+    """The answers by the rule, one position at a time."""
+    t = tokens.tolist()
+    return torch.tensor(
+        [[-1] + [row[i - 1] // base + row[0] % base for i in range(1, len(row))] for row in t],
+        dtype=torch.int64,
+    ).reshape(tokens.shape)
+
+
+def _check_digit_batch(a, out):
+    assert out.tokens.dtype == torch.int64 and tuple(out.tokens.shape) == (
+        a["batch_size"],
+        a["seq_len"],
+    )
+    assert bool(((out.tokens >= 0) & (out.tokens < a["base"] ** 2)).all())
+    assert_same(out.answers, _digit_answers_ref(out.tokens, a["base"]))
+
+
+def _answer_loss_ref(a):
+    """Mean of ``-log softmax(logits)[answer]`` over positions 1..L-1, written out."""
+    lp = torch.log_softmax(a["logits"].double(), -1)
+    ans = a["batch"].answers
+    vals = [-lp[b, i, ans[b, i]] for b in range(ans.shape[0]) for i in range(1, ans.shape[1])]
+    return torch.stack(vals).mean()
+
+
+case(
+    "training.tasks.DigitSums",
+    tasks.DigitSums,
+    lambda r: {
+        "tokens": torch.tensor([[4, 7, 2]]),
+        "answers": torch.tensor([[-1, 2, 3]]),
+        "base": 3,
+    },
+    lambda a, out: assert_same((out.base, type(out.base)), (3, int)),
+)
+case(
+    "training.tasks.digit_sum_answers",
+    tasks.digit_sum_answers,
+    lambda r: {"tokens": torch.from_numpy(r.integers(0, 16, (2, 5))), "base": 4},
+    lambda a, out: assert_same(out, _digit_answers_ref(a["tokens"], a["base"])),
+    any_args=True,
+)
+case(
+    "training.tasks.digit_sums",
+    tasks.digit_sums,
+    lambda r: {"batch_size": 3, "seq_len": 5, "base": 4, "rng": int(r.integers(50))},
+    _check_digit_batch,
+    any_args=True,
+    kinds={"rng": "int"},
+)
+case(
+    "training.runs.DigitSumConfig",
+    runs.DigitSumConfig,
+    lambda r: {
+        "base": 3,
+        "seq_len": 6,
+        "d_model": 8,
+        "num_heads": 2,
+        "num_layers": 1,
+        "batch_size": 2,
+        "steps": 3,
+        "lr": 0.01,
+        "weight_decay": 0.0,
+        "seed": 0,
+        "eval_every": 1,
+        "eval_size": 2,
+    },
+    lambda a, out: assert_same({k: getattr(out, k) for k in a}, a),
+    any_args=True,
+)
+case(
+    "training.runs.DigitSumConfig.model",
+    runs.DigitSumConfig.model,
+    lambda r: {"self": tiny_digit_config()},
+    lambda a, out: assert_same((out.vocab_size, out.max_len, out.num_layers), (9, 6, 1)),
+)
+case(
+    "training.runs.DigitSumConfig.batch",
+    runs.DigitSumConfig.batch,
+    lambda r: {"self": tiny_digit_config(), "rng": int(r.integers(9)), "batch_size": 3},
+    lambda a, out: assert_same(
+        out.tokens, tasks.digit_sums(a["batch_size"], 6, 3, rng=a["rng"]).tokens
+    ),
+    any_args=True,
+    kinds={"rng": "int"},
+)
+case(
+    "training.runs.DigitSumConfig.eval_batch",
+    runs.DigitSumConfig.eval_batch,
+    lambda r: {"self": tiny_digit_config()},
+    lambda a, out: assert_same(
+        out.tokens, tasks.digit_sums(4, 6, 3, rng=np.random.default_rng([0, 2])).tokens
+    ),
+)
+case(
+    "training.runs.answer_loss",
+    runs.answer_loss,
+    lambda r: {
+        "logits": torch.from_numpy(r.standard_normal((4, 6, 9))),
+        "batch": tasks.digit_sums(4, 6, 3, rng=int(r.integers(9))),
+    },
+    lambda a, out: _close(out.detach(), _answer_loss_ref(a), a["logits"]),
+    any_args=True,
+)
+case(
+    "training.runs.digit_sum_scores",
+    runs.digit_sum_scores,
+    lambda r: {
+        "model": tiny_digit_model(),
+        "batch": tasks.digit_sums(3, 6, 3, rng=int(r.integers(9))),
+        "gates": None,
+    },
+    lambda a, out: _close(
+        out["loss"],
+        float(runs.answer_loss(a["model"](a["batch"].tokens, a["gates"])[0].detach(), a["batch"])),
+    ),
+    any_args=True,
+)
+case(
+    "training.runs.train_digit_sums",
+    runs.train_digit_sums,
+    lambda r: {"config": tiny_digit_config(), "model": None},
+    lambda a, out: assert_same((out[1].train_loss.shape, out[1].step.tolist()), ((2,), [0, 1, 2])),
 )

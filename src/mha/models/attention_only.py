@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha.backends import torch_backend
+from mha.backends import torch_backend, torch_checks
 from mha.backends.module import MultiHeadAttention
 from mha.core import packing
 from mha.core._checks import arguments
@@ -183,8 +183,8 @@ class AttentionOnlyTransformer(nn.Module):
         d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads, num_kv_heads)
         num_kv_heads = None if num_kv_heads is None else int(num_kv_heads)
         seed = arguments.seed("seed", seed)
-        if dtype not in torch_backend.FLOATS:
-            names = ", ".join(str(d) for d in torch_backend.FLOATS)
+        if dtype not in torch_checks.FLOATS:
+            names = ", ".join(str(d) for d in torch_checks.FLOATS)
             raise TypeError(f"dtype must be one of {names}; got {arguments.describe(dtype)}")
         arguments.check_elements("vocab_size", (2 * vocab_size + max_len) * d_model, 8)
         gen = torch.Generator().manual_seed(seed)

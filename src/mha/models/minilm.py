@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.backends import torch_backend
+from mha.backends import torch_backend, torch_checks
 from mha.core import packing
 from mha.core._checks import arguments
 from mha.core.params import MHAParams, mean_pool_kv_heads
@@ -560,8 +560,8 @@ def load_minilm(
             ``package`` is not a string, or ``check_hash`` is not a bool.
     """
     arguments.check_bool("check_hash", check_hash)
-    if dtype not in torch_backend.FLOATS:
-        names = ", ".join(str(d) for d in torch_backend.FLOATS)
+    if dtype not in torch_checks.FLOATS:
+        names = ", ".join(str(d) for d in torch_checks.FLOATS)
         raise TypeError(
             f"dtype must be a floating torch.dtype the attention computes in ({names}); got "
             f"{arguments.describe(dtype)}"

@@ -716,8 +716,12 @@ class DigitSumConfig:
         eval_size: sequences in the evaluation batch.
 
     Raises:
-        ValueError: if a count is not a positive int, ``base`` or ``seq_len`` is below 2, or
-            ``lr`` is not positive.
+        ValueError: if a size or count is not positive, ``base`` or ``seq_len`` is below 2
+            (or ``base`` above 3,037,000,499, whose ``base ** 2`` ids pass int64), H does not
+            divide D, ``lr`` is not positive and finite, ``weight_decay`` is negative or not
+            finite, or ``seed`` is not in ``[0, 2**64)``.
+        TypeError: if a size, count or ``seed`` is not an int (a Python or NumPy integer,
+            kept as a Python ``int``; not a bool), or a rate is not a real number.
     """
 
     base: int = 8
@@ -734,12 +738,19 @@ class DigitSumConfig:
     eval_size: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("steps", "eval_every", "eval_size", "batch_size"):
-            arguments.check_positive(name, getattr(self, name))
-        for name in ("base", "seq_len"):
-            arguments.check_at_least(name, getattr(self, name), 2)
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive; got lr={self.lr}")
+        object.__setattr__(self, "base", arguments.size("base", self.base, 2, tasks.BASE_LIMIT + 1))
+        object.__setattr__(self, "seq_len", arguments.size("seq_len", self.seq_len, 2))
+        counts = ("d_model", "num_heads", "num_layers", "batch_size", "steps", "eval_every")
+        for name in (*counts, "eval_size"):
+            object.__setattr__(self, name, arguments.size(name, getattr(self, name)))
+        arguments.layer_sizes(self.d_model, self.num_heads)
+        rates = {
+            "lr": arguments.number("lr", self.lr, low=0.0, open_low=True),
+            "weight_decay": arguments.number("weight_decay", self.weight_decay, low=0.0),
+        }
+        for name, value in rates.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "seed", arguments.seed("seed", self.seed))
 
     @property
     def vocab_size(self) -> int:
@@ -771,6 +782,10 @@ class DigitSumConfig:
 
         Returns:
             A :class:`mha.training.tasks.DigitSums` batch.
+
+        Raises:
+            ValueError, TypeError: as :func:`mha.training.tasks.digit_sums` (a
+                ``batch_size`` or seed that is not a positive or non-negative int).
         """
         return tasks.digit_sums(batch_size, self.seq_len, self.base, rng=rng)
 
@@ -825,14 +840,27 @@ def answer_loss(logits: torch.Tensor, batch: tasks.DigitSums) -> torch.Tensor:
         The mean loss, a scalar tensor (differentiable).
 
     Raises:
-        ValueError: if ``logits`` does not have shape ``(B, L, V)`` for the batch's ``(B, L)``.
+        ValueError: if ``logits`` does not have shape ``(B, L, V)`` for the batch's ``(B, L)``,
+            has fewer than ``2 * base - 1`` outputs (an answer would have none), holds NaN
+            or infinity, or the batch is empty.
+        TypeError: if ``logits`` is not a floating torch tensor or ``batch`` not a
+            :class:`~mha.training.tasks.DigitSums`.
     """
+    arguments.instance("batch", batch, tasks.DigitSums, "a DigitSums batch")
+    arguments.torch_tensor("logits", logits)  # floating and finite
     B, L = batch.tokens.shape
     if logits.ndim != 3 or tuple(logits.shape[:2]) != (B, L):
         raise ValueError(
             f"logits must have shape (B, L, V) = ({B}, {L}, V); got {tuple(logits.shape)}"
         )
     V = logits.shape[-1]
+    if 2 * batch.base - 1 > V:
+        raise ValueError(
+            f"logits must have V >= 2 * base - 1 = {2 * batch.base - 1} outputs (the answers "
+            f"run from 0 to 2 * (base - 1)); got V={V}"
+        )
+    if B == 0:
+        raise ValueError("batch must hold at least one sequence; got B=0 (no answer to score)")
     return F.cross_entropy(logits[:, 1:].reshape(-1, V), batch.answers[:, 1:].reshape(-1))
 
 
@@ -855,7 +883,14 @@ def digit_sum_scores(
         the model's most likely output), and ``{"previous_token", "first_token"}`` per head
         (:func:`mha.detectors.patterns.previous_token_score` and
         :func:`mha.detectors.patterns.first_token_score`, averaged over the batch).
+
+    Raises:
+        ValueError, TypeError: as the model's forward (``gates`` included) and
+            :func:`answer_loss`.
+        TypeError: if ``model`` or ``batch`` is of another kind.
     """
+    arguments.instance("model", model, AttentionOnlyTransformer, "an AttentionOnlyTransformer")
+    arguments.instance("batch", batch, tasks.DigitSums, "a DigitSums batch")
     with torch.no_grad():
         logits, weights = model(batch.tokens, gates, need_weights=True)
     return _digit_sum_measures(logits, weights, batch)
@@ -898,14 +933,12 @@ def train_digit_sums(
             :class:`mha.models.attention_only.AttentionOnlyTransformer`.
         ValueError: if a training step's loss is NaN or infinite (training diverged).
     """
-    if not isinstance(config, DigitSumConfig):
-        raise TypeError(f"config must be a DigitSumConfig; got {type(config).__name__}")
+    arguments.instance("config", config, DigitSumConfig, "a DigitSumConfig")
     start = time.process_time()
     if model is None:
         model = config.model()
-    elif not isinstance(model, AttentionOnlyTransformer):
-        raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
     else:
+        arguments.instance("model", model, AttentionOnlyTransformer, "an AttentionOnlyTransformer")
         model = copy.deepcopy(model)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     data = np.random.default_rng([config.seed, 1])

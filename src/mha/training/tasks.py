@@ -88,10 +88,6 @@ class RepeatedSegments:
         return torch.arange(L)[None, :] >= (self.start + self.period)[:, None]  # (B, L)
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
-    arguments.check_at_least(name, value, low)
-
-
 def repeated_segments(
     batch_size: int,
     seq_len: int,
@@ -244,11 +240,40 @@ class DigitSums:
 
     Shape:
         tokens and answers ``(B, L)`` int64.
+
+    Raises:
+        ValueError: if ``base < 2``, ``tokens`` is not ``(B, L)`` with ``L >= 2`` or
+            ``answers`` has another shape.
+        TypeError: if ``tokens`` or ``answers`` is not an integer torch tensor, or ``base``
+            not an int (a Python or NumPy integer, not a bool).
     """
 
     tokens: torch.Tensor
     answers: torch.Tensor
     base: int
+
+    def __post_init__(self) -> None:
+        for name in ("tokens", "answers"):
+            arguments.torch_tensor(name, getattr(self, name), integer=True)
+        object.__setattr__(self, "base", _base(self.base))
+        if self.tokens.ndim != 2 or self.tokens.shape[1] < 2:
+            raise ValueError(
+                f"tokens must have shape (B, L) with L >= 2; got {tuple(self.tokens.shape)}"
+            )
+        if self.answers.shape != self.tokens.shape:
+            raise ValueError(
+                f"answers must have the shape of tokens, {tuple(self.tokens.shape)}; got "
+                f"{tuple(self.answers.shape)}"
+            )
+
+
+BASE_LIMIT = 3_037_000_499
+"""The largest base whose ``base ** 2`` token ids fit in int64 (``base ** 2 < 2**63``)."""
+
+
+def _base(base: Any) -> int:
+    """``base`` as a Python int in ``[2, BASE_LIMIT]`` (its square must fit in int64)."""
+    return arguments.size("base", base, 2, BASE_LIMIT + 1)
 
 
 def digit_sum_answers(tokens: torch.Tensor, base: int) -> torch.Tensor:
@@ -266,11 +291,13 @@ def digit_sum_answers(tokens: torch.Tensor, base: int) -> torch.Tensor:
         -1 at position 0.
 
     Raises:
-        TypeError: if ``tokens`` is not an int64 tensor or ``base`` not an int.
-        ValueError: if ``base < 2``, ``tokens`` is not ``(B, L)`` with ``L >= 2``, or a token
-            lies outside ``[0, base ** 2)``.
+        TypeError: if ``tokens`` is not an int64 tensor or ``base`` not an int (a Python or
+            NumPy integer, not a bool).
+        ValueError: if ``base`` is not in ``[2, 3037000499]`` (``base ** 2`` ids must fit
+            in int64), ``tokens`` is not ``(B, L)`` with ``L >= 2``, or a token lies outside
+            ``[0, base ** 2)``.
     """
-    _check_int("base", base, 2)
+    base = _base(base)
     if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.int64:
         raise TypeError(f"tokens must be an int64 torch.Tensor; got {arguments.describe(tokens)}")
     if tokens.ndim != 2 or tokens.shape[1] < 2:
@@ -303,12 +330,16 @@ def digit_sums(
         A :class:`DigitSums` batch of torch int64 tensors.
 
     Raises:
-        ValueError: if ``batch_size < 1``, ``seq_len < 2`` or ``base < 2``.
-        TypeError: if a size is not an int.
+        ValueError: if ``batch_size < 1``, ``seq_len < 2``, ``base`` is not in
+            ``[2, 3037000499]``, a seed is negative, or the batch would pass what an array
+            can hold.
+        TypeError: if a size or a seed is not an int (a Python or NumPy integer, not a
+            bool), or ``rng`` is neither a generator nor a seed.
     """
-    _check_int("batch_size", batch_size, 1)
-    _check_int("seq_len", seq_len, 2)
-    _check_int("base", base, 2)
-    gen = np.random.default_rng(rng)
+    batch_size = arguments.size("batch_size", batch_size)
+    seq_len = arguments.size("seq_len", seq_len, 2)
+    base = _base(base)
+    arguments.check_elements("batch_size", batch_size * seq_len, 8)
+    gen = _generator("rng", rng)
     tokens = torch.as_tensor(gen.integers(0, base**2, size=(batch_size, seq_len)))  # (B, L)
     return DigitSums(tokens, digit_sum_answers(tokens, base), base)
