@@ -358,3 +358,90 @@ def test_the_flop_model_of_a_grouped_query_per_head_form_matches_the_counter():
     per_head = arithmetic.attention_flops(2, 3, 3, 8, 4, num_kv_heads=1, form="per_head")
     fused = arithmetic.attention_flops(2, 3, 3, 8, 4, num_kv_heads=1)
     assert sum(counted.values()) == per_head.matmul > fused.matmul
+
+
+# ---- SmolLM2 and the digit-sum task ------------------------------------------------------
+
+
+def _smol():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from api_cases import tiny_smollm2
+
+    return tiny_smollm2()
+
+
+def test_smollm2_refuses_one_cache_for_every_layer_and_caches_of_another_batch():
+    """The list slip of the issue, on SmolLM2: refused, and no cache changes."""
+    model = _smol()
+    tokens = torch.tensor([[0, 30, 31], [0, 32, 33]])
+    cache = model.new_caches(2)[0]
+    with pytest.raises(ValueError, match=r"caches must hold a separate object per entry"):
+        model(tokens, caches=[cache] * 2)
+    assert cache.length == 0
+    small = model.new_caches(3)
+    with pytest.raises(ValueError, match=r"caches\[0\] must hold \(B, H_kv, Dh\) = \(2, 2, 2\)"):
+        model(tokens, caches=small)
+    assert [c.length for c in small] == [0, 0]
+
+
+@pytest.mark.parametrize(
+    ("ids", "want"),
+    [([], ""), (np.array([], dtype=np.int64), ""), (range(4, 7), "abc")],
+)
+def test_smollm2_decodes_no_id_and_a_range(ids, want):
+    assert _smol().decode(ids) == want
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda m: m.tokens([1.7]), TypeError, r"ids must be integer token ids"),
+        (lambda m: m.decode([-1]), ValueError, r"ids must be in \[0, "),
+        (lambda m: m.generate(torch.tensor([[0, 30]]), 15), ValueError,
+         r"max_new_tokens must keep the positions within max_len=16"),
+        (lambda m: m.forward(torch.tensor([[0, 30]]), torch.full((2, 4), math.nan)), ValueError,
+         r"gates must be finite"),
+        (lambda m: m.unembed(torch.ones(2, 6, dtype=torch.float64)), ValueError,
+         r"hidden must have shape \(\.\.\., D\) with D=8"),
+    ],
+)  # fmt: skip
+def test_smollm2_refuses_ids_gates_and_lengths_it_would_misread(call, error, match):
+    with pytest.raises(error, match=match):
+        call(_smol())
+
+
+def test_a_diverging_digit_sum_run_says_training_diverged():
+    config = runs.DigitSumConfig(
+        base=3, seq_len=6, d_model=8, num_heads=2, batch_size=4, steps=30, lr=1e6,
+        eval_every=10, eval_size=4,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"the training loss must stay finite at step \d+ "
+                       r"\(lr=1000000.0\): training diverged"):  # fmt: skip
+        runs.train_digit_sums(config)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: runs.DigitSumConfig(lr=math.inf), ValueError, r"lr must be finite"),
+        (lambda: runs.DigitSumConfig(seed=-1), ValueError, r"seed must be a non-negative int"),
+        (lambda: runs.DigitSumConfig(num_heads=3), ValueError, r"num_heads must divide d_model"),
+        (lambda: runs.DigitSumConfig(base=2**32), ValueError, r"base must be below 3037000500"),
+        (lambda: tasks.digit_sums(2, 4, 3, rng=-1), ValueError, r"rng must be at least 0"),
+        (lambda: tasks.digit_sum_answers(torch.tensor([[1, 2]]), np.int64(2**40)), ValueError,
+         r"base must be below"),
+    ],
+)  # fmt: skip
+def test_digit_sum_sizes_seeds_and_rates_are_checked_before_any_work(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_numpy_int32_base_reads_ids_past_int32():
+    """``base ** 2`` in int32 wraps for base 50,000; the base is read as a Python int."""
+    tokens = torch.tensor([[2**31 + 5, 7]])
+    got = tasks.digit_sum_answers(tokens, np.int32(50_000))
+    assert got.tolist() == [[-1, (2**31 + 5) // 50_000 + (2**31 + 5) % 50_000]]

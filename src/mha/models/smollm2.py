@@ -289,6 +289,8 @@ class SmolLM2:
     def _ids(self, ids: Any) -> list[int]:
         """``ids`` as a list of Python ints in ``[0, V)``; floats and bools refused."""
         a = as_numpy("ids", list(ids) if isinstance(ids, range) else ids)
+        if a.shape == (0,):  # no id: NumPy reads [] as float64
+            return []
         if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
             raise TypeError(f"ids must be integer token ids; got dtype {a.dtype}")
         if a.ndim != 1:
@@ -373,6 +375,13 @@ class SmolLM2:
                     f"caches must be a list of num_layers={self.num_layers} KVCache "
                     "(see new_caches)"
                 )
+            want = (tokens.shape[0], self.num_kv_heads, self.d_head)
+            for i, c in enumerate(caches):
+                if (c.batch_size, c.num_kv_heads, c.d_head) != want:
+                    raise ValueError(
+                        f"caches[{i}] must hold (B, H_kv, Dh) = {want} for these tokens; got "
+                        f"{(c.batch_size, c.num_kv_heads, c.d_head)}"
+                    )
             lengths = {c.length for c in caches}
             if len(lengths) != 1:
                 raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import math
 import multiprocessing
 import os
 import pickle
@@ -953,24 +952,30 @@ def train_digit_sums(
                           ("prev", "previous_token"), ("first", "first_token")):  # fmt: skip
             log[key].append(step if name is None else m[name])
 
-    train_loss = np.empty(config.steps)
-    for step in range(config.steps):
+    def step_once(step: int) -> float:
         if step % config.eval_every == 0:
             measure(step)
         batch = config.batch(data, config.batch_size)
-        with torch_checks.value_checks(False):  # the loss is checked instead, below
+        with torch_checks.value_checks(False):  # the loss's logits are checked instead
             logits, _ = model(batch.tokens)
-            loss = answer_loss(logits, batch)
+        loss = answer_loss(logits, batch)  # refuses logits that are not finite
         opt.zero_grad()
         loss.backward()
-        train_loss[step] = loss.item()
-        if not math.isfinite(train_loss[step]):
-            raise ValueError(
-                f"the training loss must stay finite; got {train_loss[step]} at step {step} "
-                f"(lr={config.lr}): training diverged"
-            )
         opt.step()
-    measure(config.steps)
+        return loss.item()
+
+    train_loss = np.empty(config.steps)
+    for step in range(config.steps + 1):
+        try:  # NaN or infinity in the model: its loss (or a measurement) refuses it
+            if step == config.steps:
+                measure(step)
+            else:
+                train_loss[step] = step_once(step)
+        except ValueError as error:
+            raise ValueError(
+                f"the training loss must stay finite at step {step} (lr={config.lr}): "
+                f"training diverged ({error})"
+            ) from None
     history = DigitSumHistory(
         step=np.array(log["step"]),
         train_loss=train_loss,
