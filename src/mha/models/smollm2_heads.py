@@ -382,7 +382,7 @@ def positional_scores(queries: Any, keys: Any, rotary: Rotary, max_distance: int
     k = numpy_arrays.float_array("keys", keys)
     if q.ndim != 2 or k.ndim != 2 or q.shape[1] != k.shape[1] or q.shape[1] % 2:
         raise ValueError(
-            f"queries and keys must be (n, Dh) and (m, Dh) of one even width; got {q.shape} "
+            f"queries and keys must be (n, Dh) and (m, Dh) of one width, Dh even; got {q.shape} "
             f"and {k.shape}"
         )
     if not (q.shape[0] and k.shape[0]):
