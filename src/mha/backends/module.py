@@ -71,8 +71,9 @@ class MultiHeadAttention(nn.Module):
         self.num_kv_heads = params.num_kv_heads
         self.w_qkv = nn.Parameter(params.w_qkv)  # (D, D + 2 H_kv Dh)
         self.w_o = nn.Parameter(params.w_o)  # (D, D)
-        self.b_qkv = nn.Parameter(params.b_qkv) if bias else None  # (D + 2 H_kv Dh,)
-        self.b_o = nn.Parameter(params.b_o) if bias else None  # (D,)
+        b_qkv, b_o = params.b_qkv, params.b_o  # None without bias
+        self.b_qkv = None if b_qkv is None else nn.Parameter(b_qkv)  # (D + 2 H_kv Dh,)
+        self.b_o = None if b_o is None else nn.Parameter(b_o)  # (D,)
 
     @property
     def d_model(self) -> int:
@@ -120,9 +121,9 @@ class MultiHeadAttention(nn.Module):
         with torch.no_grad():
             module.w_qkv.copy_(t.w_qkv)
             module.w_o.copy_(t.w_o)
-            if t.b_qkv is not None:
+            if t.b_qkv is not None and module.b_qkv is not None:
                 module.b_qkv.copy_(t.b_qkv)
-            if t.b_o is not None:
+            if t.b_o is not None and module.b_o is not None:
                 module.b_o.copy_(t.b_o)
         return module
 
@@ -257,9 +258,12 @@ def to_torch_mha(
     with torch.no_grad():
         m.in_proj_weight.copy_(packing.to_in_proj_weight(p.w_qkv))  # (D, 3D) -> (3D, D)
         m.out_proj.weight.copy_(packing.linear_transpose(p.w_o))  # (D, D), transposed
-        if has_bias:
-            m.in_proj_bias.copy_(p.b_qkv if p.b_qkv is not None else 0.0)
-            m.out_proj.bias.copy_(p.b_o if p.b_o is not None else 0.0)
+        if has_bias:  # a missing bias of ours is a zero one of theirs
+            for theirs, ours in ((m.in_proj_bias, p.b_qkv), (m.out_proj.bias, p.b_o)):
+                if ours is None:
+                    theirs.zero_()
+                else:
+                    theirs.copy_(ours)
     return m
 
 
@@ -389,7 +393,10 @@ def to_torch_attn_mask(
             f"mask must be 2-D (L, S) or 4-D (B, H, L, S); got {mask.ndim}-D shape "
             f"{tuple(mask.shape)}"
         )
-    named = (("batch", "batch_size", batch_size), ("head", "num_heads", num_heads))
+    named: tuple[tuple[str, str, int | None], ...] = (
+        ("batch", "batch_size", batch_size),
+        ("head", "num_heads", num_heads),
+    )
     named = (named if mask.ndim == 4 else ()) + (
         ("query", "q_len", q_len),
         ("key", "kv_len", kv_len),

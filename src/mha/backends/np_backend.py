@@ -401,7 +401,7 @@ def attention_block(
     eps: float = 1e-5,
     form: str = "fused",
     norm_first: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray | None]:
     arguments.check_bool("norm_first", norm_first)
     h = layer_norm(x, ln_weight, ln_bias, eps) if norm_first else x
     attn, weights = multi_head_attention(h, h, h, params, mask, form=form)

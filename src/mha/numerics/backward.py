@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -40,6 +41,8 @@ from mha.backends._tiles import causal_offset, tile_mask
 from mha.core import _groups
 from mha.core._checks import arguments, layer, numpy_arrays
 from mha.core.params import MHAParams
+
+Grads = TypeVar("Grads", bound=tuple[np.ndarray, ...])
 
 BACKWARD_FORMS = ("fused", "tiled")
 
@@ -157,7 +160,7 @@ def scaled_dot_product_attention(
     )
 
 
-def _checked(name: str, grads: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+def _checked(name: str, grads: Grads) -> Grads:
     """``grads``, each checked to be finite (an overflow of the dtype raises)."""
     for what, g in zip(("d_query", "d_key", "d_value"), grads, strict=False):
         numpy_arrays.check_result(f"{name} {what}", g)
@@ -365,7 +368,9 @@ def linear(
     return d_x, d_weight, d_bias
 
 
-def _linear_backward(x, weight, d_y, bias):
+def _linear_backward(
+    x: np.ndarray, weight: np.ndarray, d_y: np.ndarray, bias: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     x2, dy2 = x.reshape(-1, x.shape[-1]), d_y.reshape(-1, d_y.shape[-1])  # (N, D_in), (N, D_out)
     d_weight = x2.T @ dy2  # (D_in, N) @ (N, D_out)
     d_bias = dy2.sum(axis=0) if bias else None  # (D_out,)
@@ -654,7 +659,8 @@ def attention_gradient_magnitudes(
     d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, v_, a + tiny, d_o, tiny)
     n = max(L, S, query.shape[-1], value.shape[-1])
     shapes = (query.shape, key.shape, value.shape)
-    return tuple(_unbroadcast(g, s) for g, s in zip((d_q, d_k, d_v), shapes, strict=True)), c_max, n
+    d_q, d_k, d_v = (_unbroadcast(g, s) for g, s in zip((d_q, d_k, d_v), shapes, strict=True))
+    return (d_q, d_k, d_v), c_max, n
 
 
 def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradients, float, int]:
@@ -705,9 +711,8 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
     )
     d_out_abs = np.abs(d_out).astype(np.float64)
     concat = np_backend.merge_heads(_groups.ungroup(A @ val + tiny, H, H_kv))  # (B, L, D)
-    d_concat, d_w_o, d_b_o = (
-        g if g is None else g + tiny
-        for g in _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None)
+    d_concat, d_w_o, d_b_o = _lifted(
+        _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None), tiny
     )
     d_heads = _groups.group_queries(merge_heads(d_concat, H), H_kv)  # (B, H_kv, G, L, Dh)
     d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, val, A, d_heads, tiny)
@@ -717,7 +722,7 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
         _groups.ungroup(_unbroadcast(g, k.shape), H, H_kv) for g in (d_k, d_v)
     )  # (B, H_kv, S, Dh)
     grads = [
-        [g if g is None else g + tiny for g in _linear_backward(x, w, split_heads(d), bias)]
+        _lifted(_linear_backward(x, w, split_heads(d), bias), tiny)
         for x, w, d in zip(inputs, (p.w_q, p.w_k, p.w_v), (d_q, d_k, d_v), strict=True)
     ]
     B, L, D = saved.query.shape
@@ -731,4 +736,13 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
         H,
         H_kv,
     )
-    return MHAGradients(*(g[0] for g in grads), d_params), c_max, n
+    d_query, d_key, d_value = (g[0] for g in grads)
+    return MHAGradients(d_query, d_key, d_value, d_params), c_max, n
+
+
+def _lifted(
+    grads: tuple[np.ndarray, np.ndarray, np.ndarray | None], tiny: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(d_x, d_weight, d_bias)`` of :func:`_linear_backward`, each plus ``tiny``."""
+    d_x, d_weight, d_bias = grads
+    return d_x + tiny, d_weight + tiny, None if d_bias is None else d_bias + tiny

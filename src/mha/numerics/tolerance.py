@@ -600,7 +600,8 @@ def attention_gradient_tolerance(
     """
     magnitudes, c_max, n = backward.attention_gradient_magnitudes(query, key, value, weights, d_out)
     factor = 2 * (8 + 4 * c_max + 4) * gamma(query.dtype, n)
-    return tuple(factor * m for m in magnitudes)
+    d_query, d_key, d_value = (factor * m for m in magnitudes)
+    return d_query, d_key, d_value
 
 
 def gradient_tolerance(saved: backward.MHASaved, d_out: np.ndarray) -> backward.MHAGradients:

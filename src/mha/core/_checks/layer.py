@@ -13,7 +13,9 @@ import contextlib
 import math
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
 
 from mha.core._checks.arguments import (
     check_bool,
@@ -356,14 +358,17 @@ def check_mha_range(
             float64_values(a, kind) is None for a in (*arrays, *([] if mask is None else [mask]))
         ):
             return None  # values not readable as they are (under torch.func's vmap, say)
-        q, k, v, *cached64 = (float64_values(a, kind) for a in arrays[: 3 + len(cached)])
+        # each readable, as just checked: float64 NumPy copies
+        q, k, v, *cached64 = (
+            cast(np.ndarray, float64_values(a, kind)) for a in arrays[: 3 + len(cached)]
+        )
         return mha_overflow(
             q,
             k,
             v,
             params.map(lambda a: float64_values(a, kind)),
             None if mask is None else kind.values(mask),
-            tuple(cached64) or None,
+            (cached64[0], cached64[1]) if cached64 else None,
             largest=kind.largest(out.dtype),
         )
 

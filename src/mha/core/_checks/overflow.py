@@ -170,11 +170,11 @@ def check_attention_range(
     """
 
     def locate() -> str | None:
-        arrays = [float64_values(a, kind) for a in (query, key, value)]
+        q, k, v = (float64_values(a, kind) for a in (query, key, value))
         mask64 = None if mask is None else float64_values(mask, kind)
-        if any(a is None for a in arrays) or (mask64 is None) != (mask is None):
+        if q is None or k is None or v is None or (mask64 is None) != (mask is None):
             return None  # values not readable as they are (under torch.func's vmap, say)
-        return attention_overflow(*arrays, mask64, kind.largest(out.dtype))
+        return attention_overflow(q, k, v, mask64, kind.largest(out.dtype))
 
     m = magnitudes
     bound = attention_bound(m["query"], m["key"], m["value"], query.shape[-1])
@@ -270,7 +270,7 @@ def _max_abs(x: np.ndarray) -> float:
 @silence_numpy_warnings
 def attention_overflow(
     query: np.ndarray, key: np.ndarray, value: np.ndarray, mask: Any, largest: float
-) -> str:
+) -> str | None:
     """Which stage of scaled dot-product attention exceeds ``largest``, from float64 copies."""
     top, out = _attention64(query, key, value, mask)
     return overflow_stage(
