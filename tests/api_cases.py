@@ -3088,7 +3088,7 @@ case(
             _rms(a["x"], a["self"].layers[a["layer"]].attn_norm, a["self"].eps)
             @ a["self"].layers[a["layer"]].attn.w_qkv
         )[..., 8:12]
-        .reshape(2, 3, 2, 2)
+        .reshape(*a["x"].shape[:2], 2, 2)
         .transpose(1, 2),
         a["x"],
     ),  # fmt: skip
@@ -3232,6 +3232,7 @@ case(
 
 
 def _tv_ref(w):
+    w = np.asarray(_np(w), dtype=F64)  # the values exactly, summed in float64
     B, NL, H = w.shape[:3]
     out = np.zeros((NL, H, H))
     for layer in range(NL):

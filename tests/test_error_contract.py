@@ -23,7 +23,7 @@ from mha.core import kv_cache
 from mha.core.params import repeat_kv_heads
 from mha.cost import arithmetic, measure, timings
 from mha.detectors import circuits, patterns
-from mha.models import examples
+from mha.models import examples, smollm2_heads
 from mha.models.attention_only import AttentionOnlyTransformer, next_token_loss
 from mha.numerics.tolerance import assert_close, rounding_tolerance
 from mha.training import ablation, runs, tasks
@@ -406,6 +406,12 @@ def test_smollm2_decodes_no_id_and_a_range(ids, want):
          r"gates must be finite"),
         (lambda m: m.unembed(torch.ones(2, 6, dtype=torch.float64)), ValueError,
          r"hidden must have shape \(\.\.\., D\) with D=8"),
+        (lambda m: m.generate(torch.zeros(0, 2, dtype=torch.int64), 2), ValueError,
+         r"tokens must hold at least one prompt; got B=0"),
+        (lambda m: smollm2_heads.copy_losses(m, torch.zeros(0, 5, dtype=torch.int64)),
+         ValueError, r"tokens must hold at least one sequence"),
+        (lambda m: smollm2_heads.head_distances(np.zeros((0, 1, 2, 3, 3))), ValueError,
+         r"weights must hold at least one sequence and one query"),
     ],
 )  # fmt: skip
 def test_smollm2_refuses_ids_gates_and_lengths_it_would_misread(call, error, match):

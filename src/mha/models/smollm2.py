@@ -594,11 +594,13 @@ class SmolLM2:
 
         Raises:
             ValueError: if ``tokens`` is not ``(B, L)`` of ids below V, ``gates`` is not
-                ``(num_layers, H)``, the caches hold different numbers of positions, or the
-                positions would pass :attr:`max_len`; and the errors of the key/value cache
-                (full, or not of the batch's size).
-            TypeError: if ``tokens`` is not an int64 tensor, ``need_weights`` is not a bool,
-                or ``caches`` is not one ``KVCache`` per layer (or of another dtype).
+                ``(num_layers, H)`` or holds NaN or infinity, a cache is not of the batch's
+                size (or H_kv, Dh), one cache appears twice, the caches hold different
+                numbers of positions, or the positions would pass :attr:`max_len`; and the
+                errors of the key/value cache (full).
+            TypeError: if ``tokens`` is not an int64 tensor, ``gates`` not a floating
+                tensor, ``need_weights`` not a bool, or ``caches`` not one ``KVCache`` per
+                layer (or of another dtype).
         """
         hidden, weights = self.hidden_states(
             tokens, gates, need_weights=need_weights, caches=caches
@@ -628,13 +630,15 @@ class SmolLM2:
 
         Raises:
             ValueError, TypeError: as :meth:`forward`, and if ``max_new_tokens`` is not a
-                positive int, the prompt and ``max_new_tokens`` would pass :attr:`max_len`
-                positions, or ``use_cache`` is not a bool.
+                positive int, ``tokens`` holds no prompt, the prompt and ``max_new_tokens``
+                would pass :attr:`max_len` positions, or ``use_cache`` is not a bool.
         """
         max_new_tokens = arguments.size("max_new_tokens", max_new_tokens)
         arguments.check_bool("use_cache", use_cache)
         self._check(tokens, None, None)
         B, L = tokens.shape
+        if B == 0:
+            raise ValueError("tokens must hold at least one prompt; got B=0")
         if L + max_new_tokens > self.max_len:
             raise ValueError(
                 f"max_new_tokens must keep the positions within max_len={self.max_len}; got "

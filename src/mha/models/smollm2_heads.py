@@ -138,6 +138,8 @@ def _check_repeated(model: Any, tokens: Any) -> None:
         raise ValueError(
             f"tokens must be repeated_words sequences (B, 1 + 2T) with T >= 2; got {got}"
         )
+    if tokens.shape[0] == 0:
+        raise ValueError("tokens must hold at least one sequence (no loss over none); got B=0")
 
 
 def copy_losses(
@@ -167,8 +169,9 @@ def copy_losses(
         ``{part: loss}`` for each part asked for.
 
     Raises:
-        ValueError: if ``tokens`` does not have an odd length of at least 5, ``parts`` is
-            empty or names another part, or as :meth:`mha.models.smollm2.SmolLM2.forward`.
+        ValueError: if ``tokens`` does not have an odd length of at least 5 or has no
+            sequence, ``parts`` is empty or names another part, or as
+            :meth:`mha.models.smollm2.SmolLM2.forward`.
         TypeError: if ``model`` is not a ``SmolLM2``, ``tokens`` not an integer tensor, or
             ``parts`` not a tuple or list.
     """
@@ -241,7 +244,8 @@ def head_distances(weights: Any) -> np.ndarray:
         The distances, float64, symmetric with zeros on the diagonal.
 
     Raises:
-        ValueError: if ``weights`` is not 5-D or holds NaN or infinity.
+        ValueError: if ``weights`` is not 5-D, has no sequence or no query (no row to
+            average), or holds NaN or infinity.
         TypeError: if ``weights`` is not a floating array.
     """
     w = as_numpy("weights", weights)
@@ -251,6 +255,11 @@ def head_distances(weights: Any) -> np.ndarray:
     if w.ndim != 5:
         raise ValueError(
             f"weights must have shape (B, num_layers, H, L, S); got {w.ndim}-D shape {w.shape}"
+        )
+    if w.shape[0] == 0 or w.shape[3] == 0:
+        raise ValueError(
+            f"weights must hold at least one sequence and one query (B, L >= 1); got shape "
+            f"{w.shape}"
         )
     H = w.shape[2]
     out = np.zeros((w.shape[1], H, H))
