@@ -14,14 +14,19 @@ Module map (what each module changes, and when):
   a page's first screen moved to a script that ``_static/mha-math-svg.js`` draws from.
 - :mod:`.hidden_code`: the code of hidden cell inputs loaded when opened
   (``_static/mha-hidden-code.js``).
+- :mod:`.section_layout`: links land on their target though sections far from the screen
+  are not laid out (``_static/mha-links-land.js``).
 - :mod:`.plain_code`: highlighted code without spans for tokens drawn as plain text.
 - :mod:`.accessible_html`: valid, named code toggles, bibliography entries, sidebar toggles.
 - :mod:`.lighter_head`: head scripts deferred, sphinx-design's files only where used.
 - :mod:`.icons`: Font Awesome icons as inline SVG (``icons.json``), no icon fonts.
 - :mod:`.stylesheet_bundle`: one stylesheet per page.
 - :mod:`.api_reference`: ``{mha-api}`` blocks as autodoc sections.
-- :mod:`.downloads`: executed notebooks and the book's PDF in the download menu.
-- :mod:`.site_identity`: the site's address (Open Graph) and its icon at the root.
+- :mod:`.downloads`: executed notebooks and the book's PDF in the download menu (a page
+  saying ``make pdf`` builds it, in its place, in a site built without it).
+- :mod:`.site_identity`: the site's address (Open Graph) and its icon at the root;
+  :mod:`.opengraph_quiet` (its own extension, listed before ``sphinxext.opengraph`` in
+  ``_config.yml``): no note about matplotlib while social cards are off.
 - :mod:`.execution_times`: each chapter's execution time, for ``scripts/build_book.py``.
 - :mod:`.html_edit`: finds elements of written pages with ``html.parser`` and splices
   edits into them; :mod:`.files`: writes only what changed, lists the built pages.
@@ -49,6 +54,7 @@ from . import (
     math_typeset,
     plain_code,
     plotly_figures,
+    section_layout,
     site_identity,
     stylesheet_bundle,
 )
@@ -83,6 +89,7 @@ MODULES = (
     icons,
     math_typeset,
     hidden_code,
+    section_layout,
     plain_code,
     accessible_html,
     stylesheet_bundle,

@@ -15,6 +15,7 @@ import torch
 
 from mha.backends import tiled, torch_backend
 from mha.core.params import MHAParams
+from mha.core.rotary import Rotary
 from mha.numerics import backward
 from mha.numerics.tolerance import gradient_tolerance
 
@@ -70,6 +71,7 @@ def compare_with_autograd(
     form: str = "fused",
     block_q: int = tiled.DEFAULT_BLOCK_Q,
     block_kv: int = tiled.DEFAULT_BLOCK_KV,
+    rotary: Rotary | None = None,
 ) -> dict[str, GradientCheck]:
     """Every gradient of :func:`~mha.numerics.backward.multi_head_attention` against autograd.
 
@@ -91,6 +93,7 @@ def compare_with_autograd(
         form: ``"fused"`` (weights stored) or ``"tiled"`` (recomputed from the log-sum-exp).
         block_q: query rows per tile (tiled form).
         block_kv: key/value rows per tile (tiled form).
+        rotary: the layer's rotary positions, or ``None``.
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)``, d_out ``(B, L, D)``.
@@ -105,8 +108,9 @@ def compare_with_autograd(
         :func:`mha.numerics.backward.multi_head_attention`.
     """
 
+    blocks = {"block_q": block_q, "block_kv": block_kv}
     out, saved = backward.multi_head_attention_forward(
-        query, key, value, params, mask, form=form, block_q=block_q, block_kv=block_kv
+        query, key, value, params, mask, form=form, **blocks, rotary=rotary
     )
     ours = backward.multi_head_attention(saved, d_out)
     tol = gradient_tolerance(saved, d_out)
@@ -114,7 +118,7 @@ def compare_with_autograd(
     leaves = {id(x): torch.from_numpy(x.copy()).requires_grad_() for x in (query, key, value)}
     y_t, _ = torch_backend.multi_head_attention(
         leaves[id(query)], leaves[id(key)], leaves[id(value)], p_t,
-        None if mask is None else torch.from_numpy(np.asarray(mask)),
+        None if mask is None else torch.from_numpy(np.asarray(mask)), rotary=rotary,
     )  # fmt: skip
     y_t.backward(torch.from_numpy(d_out))
     checks = {}
