@@ -80,10 +80,12 @@ class KVCache:
         :attr:`keys` and :attr:`values` ``(B, H_kv, S, Dh)``, ``S`` = :attr:`length`.
 
     Raises:
-        ValueError: if a size is not positive, or ``device`` names no device available here
-            or one other than the CPU for NumPy buffers.
-        TypeError: if a size is not an int, ``dtype`` is ``None`` or not one of the five
-            dtypes above, or ``device`` is not a device or a name.
+        ValueError: if a size is not positive, the buffers would pass what an array can
+            hold, or ``device`` names no device available here or one other than the CPU
+            for NumPy buffers.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool),
+            ``dtype`` is ``None`` or not one of the five dtypes above, or ``device`` is not
+            a device or a name.
 
     Every method checks its arguments before it changes anything, so a refused call leaves
     the cache as it was; so does a layer call with a cache that raises
@@ -100,10 +102,11 @@ class KVCache:
         dtype: Any = np.float64,
         device: Any = None,
     ) -> None:
-        arguments.check_positive_sizes(
+        sizes = arguments.sizes(
             batch_size=batch_size, num_kv_heads=num_kv_heads, d_head=d_head, capacity=capacity
         )
-        shape = (batch_size, num_kv_heads, capacity, d_head)
+        shape = (sizes["batch_size"], sizes["num_kv_heads"], sizes["capacity"], sizes["d_head"])
+        arguments.check_elements("capacity", 2 * math.prod(shape), 8)
         if dtype is None:
             raise TypeError(
                 "dtype must be np.float32, np.float64 or a torch dtype (torch.float64, "
@@ -457,7 +460,8 @@ def atomic(caches: Sequence[KVCache]) -> Iterator[None]:
 
     Raises:
         TypeError: if ``caches`` is not a list or tuple of :class:`KVCache`.
-        ValueError: if a cache is inside an open :meth:`KVCache.appending` block.
+        ValueError: if a cache is inside an open :meth:`KVCache.appending` block, or one
+            cache appears twice (``[cache] * n``: its undo would restore it twice).
     """
     if not isinstance(caches, list | tuple) or not all(isinstance(c, KVCache) for c in caches):
         got = (
@@ -466,6 +470,7 @@ def atomic(caches: Sequence[KVCache]) -> Iterator[None]:
             else ", ".join(type(c).__name__ for c in caches)
         )
         raise TypeError(f"caches must be a list or tuple of KVCache; got {got}")
+    arguments.distinct_objects("caches", caches)
     for cache in caches:
         cache._check_closed("begin an atomic block of")
     states = [(c, c._k, c._v, c._length, c._max_abs, c._floor) for c in caches]
