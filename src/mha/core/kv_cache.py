@@ -92,6 +92,9 @@ class KVCache:
     (:meth:`appending`).
     """
 
+    _k: Any  # (B, H_kv, capacity, Dh): a NumPy array or a torch tensor
+    _v: Any
+
     def __init__(
         self,
         batch_size: int,
