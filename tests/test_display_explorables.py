@@ -65,5 +65,7 @@ def test_served_live_files_need_a_built_manifest(tmp_path: Path) -> None:
 
 
 def test_explorable_refuses_a_name_the_book_has_not() -> None:
-    with pytest.raises(ValueError, match=r"name must be one of \[.*'heads'.*\]; got 'head'"):
+    with pytest.raises(ValueError, match=r"name must be one of \(.*'heads'.*\); got name='head'"):
         explorable("head")
+    with pytest.raises(TypeError, match=r"element_id must be a str; got int"):
+        explorable("heads", element_id=3)
