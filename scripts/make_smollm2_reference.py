@@ -8,11 +8,12 @@ its ``LlamaForCausalLM`` with the ``rotate_half`` pairing. It is NOT a dependenc
 project; run this script from a throw-away environment outside the repository that also sees
 the project's packages, for example::
 
-    python3.11 -m venv /tmp/ref-venv
+    ref=$(mktemp -d)/ref-venv  # any folder outside the repository
+    python3 -m venv "$ref"
     echo "$PWD/.venv/lib/python3.11/site-packages" \\
-        > /tmp/ref-venv/lib/python3.11/site-packages/project.pth
-    /tmp/ref-venv/bin/pip install transformers accelerate
-    /tmp/ref-venv/bin/python scripts/make_smollm2_reference.py
+        > "$ref/lib/python3.11/site-packages/project.pth"
+    "$ref/bin/pip" install transformers accelerate
+    "$ref/bin/python" scripts/make_smollm2_reference.py
 
 The reference model is dequantised at load time (``GgufConfig(dequantize=True)``, by
 ``transformers``' own dequantiser) into plain float64 layers, and runs with eager attention
