@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
 	$(BIN)/python scripts/bench_tiled.py
 	$(BIN)/python scripts/bench_decode.py
+	$(BIN)/python scripts/bench_latent.py
 	$(BIN)/python scripts/bench_checks.py
 
 clean:

@@ -222,7 +222,18 @@ def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> i
 # --- Memory ------------------------------------------------------------------------------
 
 
-def _itemsize(dtype: Any) -> int:
+def itemsize(dtype: Any) -> int:
+    """Bytes of one element of ``dtype``, a NumPy or PyTorch dtype (``n_byte`` in the book).
+
+    Args:
+        dtype: a NumPy or PyTorch dtype, or anything ``numpy.dtype`` accepts.
+
+    Returns:
+        The element's size in bytes.
+
+    Raises:
+        TypeError: if ``dtype`` is not a dtype.
+    """
     size = getattr(dtype, "itemsize", None)
     if isinstance(size, int):
         return size
@@ -260,7 +271,7 @@ def score_tensor_bytes(
     arguments.check_positive_sizes(
         batch_size=batch_size, q_len=q_len, kv_len=kv_len, num_heads=num_heads
     )
-    return batch_size * num_heads * q_len * kv_len * _itemsize(dtype)
+    return batch_size * num_heads * q_len * kv_len * itemsize(dtype)
 
 
 # --- Inference: the key/value cache and one decoding step ----------------------------------
@@ -303,7 +314,7 @@ def kv_cache_bytes(
         d_head=d_head,
         batch_size=batch_size,
     )
-    return 2 * num_layers * batch_size * kv_len * num_kv_heads * d_head * _itemsize(dtype)
+    return 2 * num_layers * batch_size * kv_len * num_kv_heads * d_head * itemsize(dtype)
 
 
 @dataclass(frozen=True)
@@ -370,7 +381,7 @@ class PublishedConfig:
         Raises:
             TypeError: if ``dtype`` is not a dtype.
         """
-        return self.num_params() * _itemsize(dtype)
+        return self.num_params() * itemsize(dtype)
 
     def cache_bytes(self, kv_len: int, dtype: Any = np.float16, *, batch_size: int = 1) -> int:
         """Bytes of the key/value cache after ``kv_len`` tokens, at :meth:`cache_positions`.
@@ -654,7 +665,7 @@ def decode_step_cost(
     arguments.check_bool("cached", cached)
     D, H, H_kv, B, S = d_model, num_heads, num_kv_heads, batch_size, kv_len
     Dh = D // H
-    item = _itemsize(dtype)
+    item = itemsize(dtype)
     per_token = 4 * D * D + 4 * D * H_kv * Dh  # q, k, v and output projections
     weights = 2 * D * D + 2 * D * H_kv * Dh
     if cached:
