@@ -23,6 +23,7 @@ computes it), no calibration data, no retraining.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -84,17 +85,23 @@ def energy_kept(params: MHAParams) -> np.ndarray:
     return np.concatenate([[0.0], np.cumsum(s**2) / np.sum(s**2)])
 
 
-def _factors(params: MHAParams, d_latent: int) -> tuple[np.ndarray, np.ndarray]:
-    """``W^DKV`` ``(D, Dc)`` and the latent's up-projection ``(Dc, 2 H_kv Dh)``, float64."""
+def _svd(params: MHAParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The SVD of ``[W^K | W^V]``, float64: ``u (D, k)``, ``s (k,)``, ``vt (k, 2 H_kv Dh)``."""
     _check_layer(params)
+    return _linalg.svd(key_value_weights(params))
+
+
+def _factors(
+    svd: tuple[np.ndarray, np.ndarray, np.ndarray], d_latent: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``W^DKV`` ``(D, Dc)`` and the latent's up-projection ``(Dc, 2 H_kv Dh)``, float64."""
     arguments.check_positive("d_latent", d_latent)
-    w = key_value_weights(params)
-    if d_latent > min(w.shape):
+    u, s, vt = svd
+    if d_latent > s.size:
         raise ValueError(
-            f"d_latent must be at most min(D, 2 H_kv Dh) = {min(w.shape)}, the rank of "
+            f"d_latent must be at most min(D, 2 H_kv Dh) = {s.size}, the rank of "
             f"[W^K | W^V]; got d_latent={d_latent}"
         )
-    u, s, vt = _linalg.svd(w)  # (D, k), (k,), (k, 2 H_kv Dh)
     return u[:, :d_latent] * s[:d_latent], vt[:d_latent]  # singular values in W^DKV
 
 
@@ -126,12 +133,37 @@ def low_rank_gqa(params: MHAParams, d_latent: int) -> MHAParams:
             ``[1, min(D, 2 H_kv Dh)]``.
         TypeError: if ``params`` is not :class:`MHAParams` or ``d_latent`` is not an int.
     """
-    down, up = _factors(params, d_latent)
-    w_qkv = as_numpy("params.w_qkv", params.w_qkv).astype(np.float64)
-    w_qkv[:, params.d_model :] = down @ up  # (D, Dc) @ (Dc, 2 H_kv Dh)
-    return MHAParams(
-        _like(w_qkv, params.w_qkv), params.w_o, None, None, params.num_heads, params.num_kv_heads
-    )
+    return low_rank_series(params, [d_latent])[d_latent]
+
+
+def low_rank_series(params: MHAParams, widths: Sequence[int]) -> dict[int, MHAParams]:
+    """:func:`low_rank_gqa` at several widths, from one SVD.
+
+    Args:
+        params: a grouped-query (or multi-head) layer without biases.
+        widths: the values of Dc, each at most ``min(D, 2 H_kv Dh)``.
+
+    Returns:
+        ``{Dc: MHAParams}``.
+
+    Raises:
+        ValueError, TypeError: as :func:`low_rank_gqa`.
+    """
+    svd = _svd(params)
+    out = {}
+    for d_latent in widths:
+        down, up = _factors(svd, d_latent)
+        w_qkv = as_numpy("params.w_qkv", params.w_qkv).astype(np.float64)
+        w_qkv[:, params.d_model :] = down @ up  # (D, Dc) @ (Dc, 2 H_kv Dh)
+        out[d_latent] = MHAParams(
+            _like(w_qkv, params.w_qkv),
+            params.w_o,
+            None,
+            None,
+            params.num_heads,
+            params.num_kv_heads,
+        )
+    return out
 
 
 def latent_from_gqa(params: MHAParams, d_latent: int) -> MLAParams:
@@ -155,7 +187,7 @@ def latent_from_gqa(params: MHAParams, d_latent: int) -> MLAParams:
             ``[1, min(D, 2 H_kv Dh)]``.
         TypeError: if ``params`` is not :class:`MHAParams` or ``d_latent`` is not an int.
     """
-    down, up = _factors(params, d_latent)
+    down, up = _factors(_svd(params), d_latent)
     H, H_kv, Dh = params.num_heads, params.num_kv_heads, params.d_head
     kv = H_kv * Dh
 
