@@ -1,4 +1,4 @@
-"""Tests of the repeated-segment task."""
+"""Tests of the repeated-segment and digit-sum tasks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mha.training.tasks import repeated_segments
+from mha.training.tasks import digit_sum_answers, digit_sums, repeated_segments
 
 
 def _batch(seed=0, **kw):
@@ -82,3 +82,54 @@ def test_repeated_segments_errors(kwargs, error, match):
     batch_size, seq_len, vocab_size = (args.pop(k) for k in ("batch_size", "seq_len", "vocab_size"))
     with pytest.raises(error, match=match):
         repeated_segments(batch_size, seq_len, vocab_size, **args)
+
+
+def test_digit_sum_answer_is_the_previous_first_digit_plus_the_first_second_digit():
+    b = digit_sums(16, 12, 5, rng=0)
+    assert b.tokens.shape == b.answers.shape == (16, 12) and b.answers.dtype == torch.int64
+    assert b.base == 5 and int(b.tokens.min()) >= 0 and int(b.tokens.max()) < 25
+    for tok, ans in zip(b.tokens.tolist(), b.answers.tolist(), strict=True):
+        assert ans[0] == -1  # position 0: no previous token, no answer
+        for i in range(1, 12):
+            first_digit, _ = divmod(tok[i - 1], 5)  # the previous token's
+            _, second_digit = divmod(tok[0], 5)  # the first token's
+            assert ans[i] == first_digit + second_digit
+
+
+def test_digit_sum_answers_depend_on_the_previous_and_the_first_token_only():
+    tokens = torch.tensor([[7, 3, 12, 5], [7, 9, 12, 0]])  # base 4: 7 = (1, 3), 12 = (3, 0)
+    answers = digit_sum_answers(tokens, 4)
+    assert answers[:, 3].tolist() == [3 + 3, 3 + 3]  # the previous token 12, the first 7
+    assert answers[:, 2].tolist() == [0 + 3, 2 + 3]  # previous 3 = (0, 3), 9 = (2, 1)
+
+
+def test_digit_sums_same_seed_same_batch_and_every_token_appears():
+    a, b = digit_sums(64, 16, 4, rng=3), digit_sums(64, 16, 4, rng=3)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.answers, b.answers)
+    assert set(a.tokens.flatten().tolist()) == set(range(16))
+    assert not torch.equal(a.tokens, digit_sums(64, 16, 4, rng=4).tokens)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: digit_sums(0, 8, rng=0), ValueError, r"batch_size must be at least 1; got"),
+        (lambda: digit_sums(2, 1, rng=0), ValueError, r"seq_len must be at least 2; got"),
+        (lambda: digit_sums(2, 8, 1, rng=0), ValueError, r"base must be at least 2; got base=1"),
+        (lambda: digit_sums(2, 8.0, rng=0), TypeError, r"seq_len must be an int; got float"),
+        (lambda: digit_sum_answers(torch.zeros(2, 3), 4), TypeError, r"tokens must be an int64"),
+        (
+            lambda: digit_sum_answers(torch.zeros(2, 1, dtype=torch.int64), 4),
+            ValueError,
+            r"tokens must have shape \(B, L\) with L >= 2; got \(2, 1\)",
+        ),
+        (
+            lambda: digit_sum_answers(torch.full((1, 3), 16), 4),
+            ValueError,
+            r"tokens must lie in \[0, base \*\* 2\) = \[0, 16\); got values in \[16, 16\]",
+        ),
+    ],
+)
+def test_digit_sum_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()

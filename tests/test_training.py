@@ -367,7 +367,12 @@ def test_train_runs_gives_each_config_its_own_run_in_order():
     ("configs", "processes", "error", "match"),
     [
         ([], None, ValueError, "configs must hold at least one TrainConfig; got none"),
-        ([SMALL, "cfg"], None, TypeError, r"configs\[1\] must be a TrainConfig; got str"),
+        (
+            [SMALL, "cfg"],
+            None,
+            TypeError,
+            r"configs\[1\] must be a TrainConfig or a DigitSumConfig; got str",
+        ),
         ([SMALL], 0, ValueError, "processes must be positive; got processes=0"),
         ([SMALL], 1.5, TypeError, "processes must be an int; got float 1.5"),
     ],
@@ -744,7 +749,9 @@ def test_run_key_changes_with_the_config_and_the_kernel_settings(monkeypatch):
     assert key != runs.run_key(replace(SMALL, lr=SMALL.lr / 2))
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     assert key != runs.run_key(SMALL)
-    with pytest.raises(TypeError, match="config must be a TrainConfig; got dict"):
+    with pytest.raises(
+        TypeError, match="config must be a TrainConfig or a DigitSumConfig; got dict"
+    ):
         runs.run_key({})
 
 
@@ -778,3 +785,83 @@ def test_train_refuses_a_loss_that_is_not_finite():
         ValueError, match=r"the training loss must stay finite; got (nan|inf) at step 0"
     ):
         runs.train(replace(SMALL, steps=2), model)
+
+
+DIGITS = runs.DigitSumConfig(base=4, seq_len=8, d_model=16, steps=20, eval_every=10, eval_size=16)
+
+
+def test_answer_loss_is_the_cross_entropy_of_the_answers_after_position_0():
+    batch = tasks.digit_sums(3, 6, 4, rng=0)
+    logits = torch.randn(3, 6, 16, generator=torch.Generator().manual_seed(0))
+    manual = -np.mean([
+        torch.log_softmax(logits[b, i], dim=-1)[batch.answers[b, i]].item()
+        for b in range(3) for i in range(1, 6)
+    ])  # fmt: skip
+    assert math.isclose(runs.answer_loss(logits, batch).item(), manual, rel_tol=1e-6)
+    with pytest.raises(ValueError, match=r"logits must have shape \(B, L, V\) = \(3, 6, V\)"):
+        runs.answer_loss(logits[:, :5], batch)
+
+
+def test_digit_sum_training_learns_both_reads_with_two_heads_in_one_layer():
+    config = runs.DigitSumConfig(steps=400, eval_every=200, eval_size=64)
+    model, hist = runs.train_digit_sums(config)
+    assert list(hist.step) == [0, 200, 400] and hist.train_loss.shape == (400,)
+    assert hist.previous_token.shape == hist.first_token.shape == (3, 1, 2)
+    assert hist.loss[-1] < 0.1 < 2.0 < hist.loss[0] and hist.accuracy[-1] > 0.99
+    prev, first = hist.previous_token[-1, 0], hist.first_token[-1, 0]  # (H,) each
+    assert sorted([prev.argmax(), first.argmax()]) == [0, 1]  # one head each
+    assert prev.max() > 0.9 and first.max() > 0.9
+    scores = runs.digit_sum_scores(model, config.eval_batch())
+    assert scores["loss"] == hist.loss[-1]  # exact: the same measurement, repeated
+    assert np.array_equal(scores["first_token"], hist.first_token[-1])  # exact: ditto
+
+
+def test_digit_sum_training_is_deterministic_and_continues_a_given_model():
+    _, a = runs.train_digit_sums(DIGITS)
+    _, b = runs.train_digit_sums(DIGITS)
+    assert np.array_equal(a.train_loss, b.train_loss)  # exact: the same run, repeated
+    start = DIGITS.model()
+    before = start.unembed.detach().clone()
+    _, c = runs.train_digit_sums(DIGITS, start)
+    assert np.array_equal(a.train_loss, c.train_loss)  # exact: the same start, the same run
+    assert torch.equal(start.unembed, before)  # exact: the given model is left alone
+
+
+def test_train_runs_trains_and_stores_digit_sum_configs(tmp_path, monkeypatch):
+    configs = [replace(DIGITS, seed=1), replace(SMALL, steps=10, eval_every=10)]
+    first = runs.train_runs(configs, processes=1, store=tmp_path)
+    assert isinstance(first[0][1], runs.DigitSumHistory)
+    assert isinstance(first[1][1], runs.TrainHistory)
+    fresh = runs.train_digit_sums(configs[0])
+    assert np.array_equal(first[0][1].train_loss, fresh[1].train_loss)  # exact: same run
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a stored run was trained again")
+
+    monkeypatch.setattr(runs, "train_digit_sums", no_training)
+    monkeypatch.setattr(runs, "train", no_training)
+    again = runs.train_runs(configs, processes=1, store=tmp_path)
+    for a, b in zip(first, again, strict=True):
+        _same_run(a, b)
+    assert runs.run_key(configs[0]) != runs.run_key(replace(DIGITS, seed=2))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (dict(steps=0), ValueError, r"steps must be positive; got steps=0"),
+        (dict(base=1), ValueError, r"base must be at least 2; got base=1"),
+        (dict(seq_len=2.0), TypeError, r"seq_len must be an int; got float 2.0"),
+        (dict(lr=-1.0), ValueError, r"lr must be positive; got lr=-1.0"),
+    ],
+)
+def test_digit_sum_config_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        replace(DIGITS, **kwargs)
+
+
+def test_train_digit_sums_refuses_another_config_or_model():
+    with pytest.raises(TypeError, match="config must be a DigitSumConfig; got TrainConfig"):
+        runs.train_digit_sums(SMALL)
+    with pytest.raises(TypeError, match="model must be an AttentionOnlyTransformer; got str"):
+        runs.train_digit_sums(DIGITS, "model")

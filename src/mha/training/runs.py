@@ -1,10 +1,13 @@
-"""Training the attention-only transformer on the repeated-segment task, and keeping runs.
+"""Training the attention-only transformer on the book's tasks, and keeping runs.
 
 :func:`train` trains one :class:`~mha.models.attention_only.AttentionOnlyTransformer` from a
-:class:`TrainConfig` and records a :class:`TrainHistory`; :func:`train_runs` trains several
-configs in worker processes; :func:`segment_losses` and :func:`head_scores` evaluate a model.
-:func:`phase_timing` reads from a history's curves when the heads' roles appear, each moment
-the first recorded step at which a curve crosses a level (:func:`first_step_above`).
+:class:`TrainConfig` on the repeated-segment task and records a :class:`TrainHistory`;
+:func:`train_runs` trains several configs in worker processes; :func:`segment_losses` and
+:func:`head_scores` evaluate a model. :func:`phase_timing` reads from a history's curves when
+the heads' roles appear, each moment the first recorded step at which a curve crosses a
+level (:func:`first_step_above`). :func:`train_digit_sums` does the same for the digit-sum
+task (a :class:`DigitSumConfig`, a :class:`DigitSumHistory`, :func:`digit_sum_scores`), whose
+answer needs two reads in one layer; :func:`train_runs` takes configs of both tasks.
 
 The functions that train or evaluate the model (:func:`train`, :func:`segment_losses` and
 the ablation and pruning of :mod:`mha.training.ablation` built on it, :func:`head_scores`) run on
@@ -40,6 +43,7 @@ from zipfile import BadZipFile
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from mha.backends import torch_checks
 from mha.core._checks import arguments
@@ -358,10 +362,13 @@ def run_key(config: TrainConfig) -> str:
     Raises:
         TypeError: if ``config`` is not a :class:`TrainConfig`.
     """
-    if not isinstance(config, TrainConfig):
-        raise TypeError(f"config must be a TrainConfig; got {type(config).__name__}")
+    if not isinstance(config, TrainConfig | DigitSumConfig):
+        raise TypeError(
+            f"config must be a TrainConfig or a DigitSumConfig; got {type(config).__name__}"
+        )
     digest = hashlib.sha256()
     parts = [
+        type(config).__name__,
         repr(sorted(asdict(config).items())),
         platform.python_version(),
         np.__version__,
@@ -383,18 +390,19 @@ def _stored_paths(store: Path, key: str) -> tuple[Path, Path]:
 
 
 def _load_run(
-    store: Path, key: str, config: TrainConfig
-) -> tuple[AttentionOnlyTransformer, TrainHistory] | None:
+    store: Path, key: str, config: TrainConfig | DigitSumConfig
+) -> tuple[AttentionOnlyTransformer, TrainHistory | DigitSumHistory] | None:
     """The stored run under ``key``, or ``None`` if there is none (or it cannot be read)."""
     weights, arrays = _stored_paths(store, key)
     if not (weights.is_file() and arrays.is_file()):
         return None
+    kind = DigitSumHistory if isinstance(config, DigitSumConfig) else TrainHistory
     try:
         model = config.model()
         model.load_state_dict(torch.load(weights, weights_only=True))
         with np.load(arrays, allow_pickle=False) as saved:
-            history = TrainHistory(
-                **{f.name: saved[f.name] for f in fields(TrainHistory) if f.name != "cpu_seconds"},
+            history = kind(
+                **{f.name: saved[f.name] for f in fields(kind) if f.name != "cpu_seconds"},
                 cpu_seconds=float(saved["cpu_seconds"]),
             )
     except (OSError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError, BadZipFile):
@@ -402,7 +410,9 @@ def _load_run(
     return model, history
 
 
-def _store_run(store: Path, key: str, run: tuple[AttentionOnlyTransformer, TrainHistory]) -> None:
+def _store_run(
+    store: Path, key: str, run: tuple[AttentionOnlyTransformer, TrainHistory | DigitSumHistory]
+) -> None:
     """Write ``run`` under ``key`` (each file written whole, then renamed into place)."""
     model, history = run
     store.mkdir(parents=True, exist_ok=True)
@@ -416,13 +426,16 @@ def _store_run(store: Path, key: str, run: tuple[AttentionOnlyTransformer, Train
 
 
 def train_runs(
-    configs: Sequence[TrainConfig],
+    configs: Sequence[TrainConfig | DigitSumConfig],
     processes: int | None = None,
     *,
     models: Sequence[AttentionOnlyTransformer | None] | None = None,
     store: str | os.PathLike[str] | None = None,
-) -> list[tuple[AttentionOnlyTransformer, TrainHistory]]:
+) -> list[tuple[AttentionOnlyTransformer, TrainHistory | DigitSumHistory]]:
     """:func:`train` every config, in parallel worker processes, results in config order.
+
+    A :class:`DigitSumConfig` is trained by :func:`train_digit_sums` instead, so the runs
+    of both tasks can share one pool of workers.
 
     Each run is :func:`train` on one thread in its own process, so a run's result is the
     one :func:`train` gives in this process on this machine. Claims about training are
@@ -431,7 +444,7 @@ def train_runs(
     ``if __name__ == "__main__":`` (a notebook needs nothing).
 
     Args:
-        configs: the runs, e.g. one :class:`TrainConfig` per seed.
+        configs: the runs, e.g. one :class:`TrainConfig` (or :class:`DigitSumConfig`) per seed.
         processes: worker processes; ``None`` uses one per CPU core, at most one per run.
             ``1`` trains in this process, one run after the other.
         models: for each config, a model to continue training (as :func:`train`'s
@@ -448,14 +461,17 @@ def train_runs(
     Raises:
         ValueError: if ``configs`` is empty, ``models`` has another length, or
             ``processes`` is not a positive int.
-        TypeError: if a config is not a :class:`TrainConfig`.
+        TypeError: if a config is neither a :class:`TrainConfig` nor a :class:`DigitSumConfig`.
     """
     configs = list(configs)
     if not configs:
         raise ValueError("configs must hold at least one TrainConfig; got none")
     for i, config in enumerate(configs):
-        if not isinstance(config, TrainConfig):
-            raise TypeError(f"configs[{i}] must be a TrainConfig; got {type(config).__name__}")
+        if not isinstance(config, TrainConfig | DigitSumConfig):
+            raise TypeError(
+                f"configs[{i}] must be a TrainConfig or a DigitSumConfig; got "
+                f"{type(config).__name__}"
+            )
     models = [None] * len(configs) if models is None else list(models)
     if len(models) != len(configs):
         raise ValueError(
@@ -480,22 +496,31 @@ def train_runs(
 
 
 def _train_all(
-    configs: list[TrainConfig],
+    configs: list[TrainConfig | DigitSumConfig],
     models: list[AttentionOnlyTransformer | None],
     processes: int | None,
-) -> list[tuple[AttentionOnlyTransformer, TrainHistory]]:
+) -> list[tuple[AttentionOnlyTransformer, TrainHistory | DigitSumHistory]]:
     """:func:`train` every config, ``processes`` at a time (one per core, at most one per run)."""
     if not configs:
         return []
     if processes is None:
         processes = min(len(configs), os.cpu_count() or 1)
     if processes == 1:
-        return [train(config, model) for config, model in zip(configs, models, strict=True)]
+        return [_train_any(config, model) for config, model in zip(configs, models, strict=True)]
     # Workers are spawned (a fresh interpreter each), never forked from a process whose
     # torch thread pool is already running.
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=processes, mp_context=spawn) as pool:
-        return list(pool.map(train, configs, models))
+        return list(pool.map(_train_any, configs, models))
+
+
+def _train_any(
+    config: TrainConfig | DigitSumConfig, model: AttentionOnlyTransformer | None
+) -> tuple[AttentionOnlyTransformer, TrainHistory | DigitSumHistory]:
+    """:func:`train` or :func:`train_digit_sums`, by the kind of ``config``."""
+    if isinstance(config, DigitSumConfig):
+        return train_digit_sums(config, model)
+    return train(config, model)
 
 
 def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int:
@@ -579,3 +604,266 @@ def phase_timing(history: TrainHistory, level: float = 0.5) -> dict[str, float]:
         "start": float(h.repeat_loss[0]),
         "plateau_loss": float(h.repeat_loss[h.step < plateau][-1]),
     }
+
+
+# --------------------------------------------------------------------------- digit sums
+
+
+@dataclass(frozen=True)
+class DigitSumConfig:
+    """Everything that determines a training run on the digit-sum task (same config, same run).
+
+    Data: :func:`mha.training.tasks.digit_sums` with this config's sizes, a fresh batch per
+    step from a generator seeded with ``(seed, 1)``; the evaluation batch comes from
+    ``(seed, 2)``. Model: a one-layer :class:`mha.models.attention_only.AttentionOnlyTransformer`
+    (``num_layers`` is a field) with ``base ** 2`` token ids, seeded with ``seed``. Optimiser:
+    AdamW with constant learning rate ``lr``. The loss is the cross-entropy of the answer at
+    every position but the first (:func:`answer_loss`).
+
+    Attributes:
+        base: the base of the digits; the vocabulary has ``base ** 2`` tokens.
+        seq_len: sequence length L.
+        d_model: model width D.
+        num_heads: heads per layer H.
+        num_layers: number of attention blocks.
+        batch_size: sequences per training step.
+        steps: training steps.
+        lr: AdamW's learning rate.
+        weight_decay: AdamW's weight decay.
+        seed: seed of the model and of both data generators.
+        eval_every: steps between two measurements.
+        eval_size: sequences in the evaluation batch.
+
+    Raises:
+        ValueError: if a count is not a positive int, ``base`` or ``seq_len`` is below 2, or
+            ``lr`` is not positive.
+    """
+
+    base: int = 8
+    seq_len: int = 16
+    d_model: int = 64
+    num_heads: int = 2
+    num_layers: int = 1
+    batch_size: int = 32
+    steps: int = 500
+    lr: float = 1e-2
+    weight_decay: float = 0.0
+    seed: int = 0
+    eval_every: int = 25
+    eval_size: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "eval_every", "eval_size", "batch_size"):
+            arguments.check_positive(name, getattr(self, name))
+        for name in ("base", "seq_len"):
+            arguments.check_at_least(name, getattr(self, name), 2)
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive; got lr={self.lr}")
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids, ``base ** 2``."""
+        return self.base**2
+
+    def model(self) -> AttentionOnlyTransformer:
+        """The model at initialisation.
+
+        Returns:
+            A new :class:`mha.models.attention_only.AttentionOnlyTransformer` with this config's
+            sizes and seed.
+        """
+        return AttentionOnlyTransformer(
+            self.vocab_size,
+            self.seq_len,
+            self.d_model,
+            self.num_heads,
+            self.num_layers,
+            seed=self.seed,
+        )
+
+    def batch(self, rng: np.random.Generator | int, batch_size: int) -> tasks.DigitSums:
+        """A batch of the task with this config's sizes.
+
+        Args:
+            rng: a NumPy generator, or a seed for one.
+            batch_size: number of sequences.
+
+        Returns:
+            A :class:`mha.training.tasks.DigitSums` batch.
+        """
+        return tasks.digit_sums(batch_size, self.seq_len, self.base, rng=rng)
+
+    def eval_batch(self) -> tasks.DigitSums:
+        """The fixed held-out batch the history is measured on.
+
+        Returns:
+            The same batch on every call, drawn from ``(seed, 2)``.
+        """
+        return self.batch(np.random.default_rng([self.seed, 2]), self.eval_size)
+
+
+@dataclass(frozen=True)
+class DigitSumHistory:
+    """What was measured while training on the digit-sum task.
+
+    Attributes:
+        step: the evaluation steps.
+        train_loss: the loss of every training step.
+        loss: the answer loss on the evaluation batch, at each evaluation.
+        accuracy: the share of the evaluation batch's answers that are the model's most
+            likely output, at each evaluation.
+        previous_token: each head's previous-token score, at each evaluation.
+        first_token: each head's first-token score, at each evaluation.
+        cpu_seconds: CPU time of the whole run.
+
+    Shape:
+        step, loss and accuracy ``(E,)`` (0 = initialisation); train_loss ``(steps,)``;
+        previous_token and first_token ``(E, num_layers, H)``.
+    """
+
+    step: np.ndarray
+    train_loss: np.ndarray
+    loss: np.ndarray
+    accuracy: np.ndarray
+    previous_token: np.ndarray
+    first_token: np.ndarray
+    cpu_seconds: float = field(default=0.0)
+
+
+def answer_loss(logits: torch.Tensor, batch: tasks.DigitSums) -> torch.Tensor:
+    """Mean cross-entropy of the digit-sum answers, at every position but the first.
+
+    Args:
+        logits: the model's output on ``batch.tokens``.
+        batch: the data.
+
+    Shape:
+        logits ``(B, L, V)``. Returns a scalar.
+
+    Returns:
+        The mean loss, a scalar tensor (differentiable).
+
+    Raises:
+        ValueError: if ``logits`` does not have shape ``(B, L, V)`` for the batch's ``(B, L)``.
+    """
+    B, L = batch.tokens.shape
+    if logits.ndim != 3 or tuple(logits.shape[:2]) != (B, L):
+        raise ValueError(
+            f"logits must have shape (B, L, V) = ({B}, {L}, V); got {tuple(logits.shape)}"
+        )
+    V = logits.shape[-1]
+    return F.cross_entropy(logits[:, 1:].reshape(-1, V), batch.answers[:, 1:].reshape(-1))
+
+
+@one_thread()
+def digit_sum_scores(
+    model: AttentionOnlyTransformer, batch: tasks.DigitSums, gates: torch.Tensor | None = None
+) -> dict[str, np.ndarray | float]:
+    """The answer loss, the accuracy, and each head's previous-token and first-token scores.
+
+    Args:
+        model: the model.
+        batch: the data.
+        gates: head gates ``(num_layers, H)``; ``None`` is the ungated model.
+
+    Shape:
+        The scores are ``(num_layers, H)`` arrays.
+
+    Returns:
+        ``{"loss", "accuracy"}`` as floats (the accuracy is the share of answers that are
+        the model's most likely output), and ``{"previous_token", "first_token"}`` per head
+        (:func:`mha.detectors.patterns.previous_token_score` and
+        :func:`mha.detectors.patterns.first_token_score`, averaged over the batch).
+    """
+    with torch.no_grad():
+        logits, weights = model(batch.tokens, gates, need_weights=True)
+    return _digit_sum_measures(logits, weights, batch)
+
+
+def _digit_sum_measures(
+    logits: torch.Tensor, weights: list[torch.Tensor], batch: tasks.DigitSums
+) -> dict[str, np.ndarray | float]:
+    w = np.stack([x.numpy() for x in weights], axis=1)  # (B, layers, H, L, L)
+    right = logits[:, 1:].argmax(dim=-1) == batch.answers[:, 1:]  # (B, L - 1)
+    return {
+        "loss": float(answer_loss(logits, batch)),
+        "accuracy": float(right.double().mean()),
+        "previous_token": patterns.previous_token_score(w).mean(axis=0),  # (layers, H)
+        "first_token": patterns.first_token_score(w).mean(axis=0),  # (layers, H)
+    }
+
+
+@one_thread()
+def train_digit_sums(
+    config: DigitSumConfig, model: AttentionOnlyTransformer | None = None
+) -> tuple[AttentionOnlyTransformer, DigitSumHistory]:
+    """Train a model on the digit-sum task, measuring the heads as it learns.
+
+    The loop of :func:`train` with the digit-sum task's data and loss: every
+    ``eval_every`` steps (and at step 0 and the end) the model is measured on the
+    evaluation batch with :func:`digit_sum_scores`. Runs on one CPU thread, with the
+    backend's value checks off during the steps and on for the measurements.
+
+    Args:
+        config: everything that determines the run.
+        model: a model to continue training (a copy is trained); ``None`` starts from
+            ``config.model()``.
+
+    Returns:
+        The trained model and its :class:`DigitSumHistory`.
+
+    Raises:
+        TypeError: if ``config`` is not a :class:`DigitSumConfig` or ``model`` not an
+            :class:`mha.models.attention_only.AttentionOnlyTransformer`.
+        ValueError: if a training step's loss is NaN or infinite (training diverged).
+    """
+    if not isinstance(config, DigitSumConfig):
+        raise TypeError(f"config must be a DigitSumConfig; got {type(config).__name__}")
+    start = time.process_time()
+    if model is None:
+        model = config.model()
+    elif not isinstance(model, AttentionOnlyTransformer):
+        raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
+    else:
+        model = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    data = np.random.default_rng([config.seed, 1])
+    held_out = config.eval_batch()
+    log: dict[str, list] = {k: [] for k in ("step", "loss", "accuracy", "prev", "first")}
+
+    def measure(step: int) -> None:
+        with torch.no_grad():
+            logits, weights = model(held_out.tokens, need_weights=True)
+        m = _digit_sum_measures(logits, weights, held_out)
+        for key, name in (("step", None), ("loss", "loss"), ("accuracy", "accuracy"),
+                          ("prev", "previous_token"), ("first", "first_token")):  # fmt: skip
+            log[key].append(step if name is None else m[name])
+
+    train_loss = np.empty(config.steps)
+    for step in range(config.steps):
+        if step % config.eval_every == 0:
+            measure(step)
+        batch = config.batch(data, config.batch_size)
+        with torch_checks.value_checks(False):  # the loss is checked instead, below
+            logits, _ = model(batch.tokens)
+            loss = answer_loss(logits, batch)
+        opt.zero_grad()
+        loss.backward()
+        train_loss[step] = loss.item()
+        if not math.isfinite(train_loss[step]):
+            raise ValueError(
+                f"the training loss must stay finite; got {train_loss[step]} at step {step} "
+                f"(lr={config.lr}): training diverged"
+            )
+        opt.step()
+    measure(config.steps)
+    history = DigitSumHistory(
+        step=np.array(log["step"]),
+        train_loss=train_loss,
+        loss=np.array(log["loss"]),
+        accuracy=np.array(log["accuracy"]),
+        previous_token=np.stack(log["prev"]),
+        first_token=np.stack(log["first"]),
+        cpu_seconds=time.process_time() - start,
+    )
+    return model, history

@@ -1,4 +1,6 @@
-"""A synthetic task whose solution needs an induction circuit, with its ground truth.
+"""Synthetic tasks with known solutions: repeated segments (two layers) and digit sums.
+
+**Repeated segments** need an induction circuit, two roles in two layers.
 
 Each sequence is an optional prefix of unrelated tokens, then one segment of distinct
 random tokens repeated until the sequence is full: with prefix length ``n`` and period
@@ -15,6 +17,12 @@ task; the tokens before the first repeat are unpredictable.
 should attend to, and :func:`mha.detectors.patterns.induction_score` measures how much attention
 goes there. :func:`seen_guess_loss` is a baseline of the task: the loss on the repeats of a
 model that knows which tokens occurred but not where.
+
+**Digit sums** (:func:`digit_sums`) need two roles in *one* layer. Every token is a
+two-digit number, and the answer at position ``i`` is the first digit of the previous
+token plus the second digit of the first token: a layer reads position ``i - 1`` and
+position 0 at once. Two heads can each take one read (a previous-token head and a
+first-token head); one head has one attention distribution for both.
 """
 
 from __future__ import annotations
@@ -165,3 +173,91 @@ def seen_guess_loss(batch: RepeatedSegments) -> float:
     seen = (batch.start + batch.period).double()  # (B,)
     per_query = torch.log(seen)[:, None].expand(rep.shape)  # (B, L - 1)
     return float(per_query[rep].mean())
+
+
+@dataclass(frozen=True)
+class DigitSums:
+    """A batch of the digit-sum task, which needs two roles in one layer.
+
+    Every token is a two-digit number in base ``base``: token ``t`` has the first digit
+    ``t // base`` and the second digit ``t % base``. The answer at position ``i >= 1`` is
+    the first digit of the previous token plus the second digit of the first token,
+    ``answers[:, i] = tokens[:, i - 1] // base + tokens[:, 0] % base``, a number from 0 to
+    ``2 * (base - 1)``. A layer answers it with two reads at once: one of the previous
+    position and one of position 0. Position 0 has no previous token and no answer (-1).
+
+    Args:
+        tokens: token ids in ``[0, base ** 2)``, drawn uniformly and independently.
+        answers: the answer at each position, -1 at position 0.
+        base: the base of the digits.
+
+    Shape:
+        tokens and answers ``(B, L)`` int64.
+    """
+
+    tokens: torch.Tensor
+    answers: torch.Tensor
+    base: int
+
+
+def digit_sum_answers(tokens: torch.Tensor, base: int) -> torch.Tensor:
+    """The digit-sum task's answers for given tokens (see :class:`DigitSums`).
+
+    Args:
+        tokens: token ids, two-digit numbers in base ``base``.
+        base: the base of the digits, at least 2.
+
+    Shape:
+        tokens ``(B, L)`` with ``L >= 2``. Returns ``(B, L)`` int64.
+
+    Returns:
+        ``answers[:, i] = tokens[:, i - 1] // base + tokens[:, 0] % base`` for ``i >= 1``, and
+        -1 at position 0.
+
+    Raises:
+        TypeError: if ``tokens`` is not an int64 tensor or ``base`` not an int.
+        ValueError: if ``base < 2``, ``tokens`` is not ``(B, L)`` with ``L >= 2``, or a token
+            lies outside ``[0, base ** 2)``.
+    """
+    _check_int("base", base, 2)
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.int64:
+        raise TypeError(f"tokens must be an int64 torch.Tensor; got {arguments.describe(tokens)}")
+    if tokens.ndim != 2 or tokens.shape[1] < 2:
+        raise ValueError(f"tokens must have shape (B, L) with L >= 2; got {tuple(tokens.shape)}")
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= base**2):
+        raise ValueError(
+            f"tokens must lie in [0, base ** 2) = [0, {base**2}); got values in "
+            f"[{int(tokens.min())}, {int(tokens.max())}]"
+        )
+    answers = torch.full_like(tokens, -1)  # (B, L)
+    answers[:, 1:] = tokens[:, :-1] // base + tokens[:, :1] % base  # (B, L - 1)
+    return answers
+
+
+def digit_sums(
+    batch_size: int, seq_len: int, base: int = 8, *, rng: np.random.Generator | int
+) -> DigitSums:
+    """Sample a batch of the digit-sum task: uniform random tokens and their answers.
+
+    Args:
+        batch_size: number of sequences B.
+        seq_len: sequence length L, at least 2.
+        base: the base of the digits, at least 2 (the vocabulary has ``base ** 2`` tokens).
+        rng: a NumPy generator, or a seed for one (the same seed gives the same batch).
+
+    Shape:
+        Returns tokens and answers ``(B, L)``.
+
+    Returns:
+        A :class:`DigitSums` batch of torch int64 tensors.
+
+    Raises:
+        ValueError: if ``batch_size < 1``, ``seq_len < 2`` or ``base < 2``.
+        TypeError: if a size is not an int.
+    """
+    _check_int("batch_size", batch_size, 1)
+    _check_int("seq_len", seq_len, 2)
+    _check_int("base", base, 2)
+    gen = np.random.default_rng(rng)
+    tokens = torch.as_tensor(gen.integers(0, base**2, size=(batch_size, seq_len)))  # (B, L)
+    return DigitSums(tokens, digit_sum_answers(tokens, base), base)
