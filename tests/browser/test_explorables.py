@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+import torch
 
 from mha.backends import np_backend, tiled
 from mha.cost import arithmetic, latent_arithmetic
@@ -294,7 +295,12 @@ def check_latent_cost(js: Js) -> None:
             for dtype in ("bfloat16", "float16", "float32"):
                 for batch_size in (1, 3):
                     expected = latent_arithmetic.latent_cache_bytes(
-                        num_layers, kv_len, d_latent, d_rope, dtype, batch_size=batch_size
+                        num_layers,
+                        kv_len,
+                        d_latent,
+                        d_rope,
+                        getattr(torch, dtype),  # bfloat16: a PyTorch dtype, not NumPy's
+                        batch_size=batch_size,
                     )
                     got = js(
                         "latent_cache_bytes",
@@ -932,7 +938,7 @@ def _check_latent(page) -> dict:
     state = _state(page, "latent-cache")
     model = _attr(page, root, "data-model")
     layers, heads, d_head = model["num_layers"], model["num_heads"], model["d_head"]
-    dtype = model["dtype"]
+    dtype = getattr(torch, model["dtype"])  # "bfloat16": a PyTorch dtype, not NumPy's
     latent = latent_arithmetic.latent_cache_bytes(
         layers, 1, state["d_latent"], state["d_rope"], dtype
     )
