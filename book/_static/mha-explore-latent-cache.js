@@ -54,10 +54,10 @@
       var L = MODEL.num_layers, H = MODEL.num_heads, Dh = MODEL.d_head, dt = MODEL.dtype;
       var Dc = state.d_latent, Dr = state.d_rope, H_kv = state.num_kv_heads;
       var designs = [
-        ["multi-head, H_{kv} = " + H, mx.kv_cache_bytes(L, 1, H, Dh, dt), 2 * H * Dh, "mha"],
-        ["grouped-query, H_{kv} = " + H_kv, mx.kv_cache_bytes(L, 1, H_kv, Dh, dt), 2 * H_kv * Dh, "gqa"],
-        ["latent, D_c = " + Dc + ", D_r = " + Dr, mx.latent_cache_bytes(L, 1, Dc, Dr, dt), Dc + Dr, "mla"],
-        ["multi-query, H_{kv} = 1", mx.kv_cache_bytes(L, 1, 1, Dh, dt), 2 * Dh, "mqa"],
+        ["multi-head, H_{kv} = " + H, mx.kv_cache_bytes(L, 1, H, Dh, dt), 2 * H * Dh, "mha", "multi-head"],
+        ["grouped-query, H_{kv} = " + H_kv, mx.kv_cache_bytes(L, 1, H_kv, Dh, dt), 2 * H_kv * Dh, "gqa", "grouped-query"],
+        ["latent, D_c = " + Dc + ", D_r = " + Dr, mx.latent_cache_bytes(L, 1, Dc, Dr, dt), Dc + Dr, "mla", "latent"],
+        ["multi-query, H_{kv} = 1", mx.kv_cache_bytes(L, 1, 1, Dh, dt), 2 * Dh, "mqa", "multi-query"],
       ];
       var mha = designs[0][1], latent = designs[2][1];
       root.setAttribute("data-state", JSON.stringify(state));
@@ -87,13 +87,13 @@
 
       var t = el("table");
       var head = el("tr");
-      ["design", "numbers per token and layer", "per token, " + L + " layers", "of multi-head"].forEach(function (h) {
+      ["design", "numbers per token and layer", "bytes per token, " + L + " layers", "of multi-head"].forEach(function (h) {
         head.appendChild(el("th", { scope: "col" }, h));
       });
       t.appendChild(head);
       designs.forEach(function (row) {
         var tr = el("tr", row[3] === "mla" ? { class: "mx-current" } : {});
-        tr.appendChild(notation(el("th", { scope: "row", style: "text-align:left" }), row[0]));
+        tr.appendChild(el("th", { scope: "row", style: "text-align:left" }, row[4]));
         tr.appendChild(el("td", { class: "mx-num" }, row[2].toLocaleString("en-US")));
         tr.appendChild(el("td", { class: "mx-num" }, row[1].toLocaleString("en-US") + " bytes"));
         tr.appendChild(el("td", { class: "mx-num" }, (100 * row[1] / mha).toFixed(1) + "%"));

@@ -551,7 +551,7 @@ NOTATION = {
         ('[data-label="h-kv"]', f"H{SUB}kv</tspan>"),
     ],
     "latent-cache": [
-        ("th", "D<sub>c</sub>"),
+        ("label", "D<sub>c</sub>"),
         (".mx-note", "D<sub>r</sub>"),
         ('[data-label="mla"]', f"D{SUB}c</tspan>"),
     ],
