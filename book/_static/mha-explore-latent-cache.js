@@ -70,15 +70,17 @@
       svg.textContent = "";
       svg.appendChild(title);
       title.textContent = "The cache per token of " + MODEL.name + "'s " + L + " layers, in " + dt +
-        ", one bar per design on one scale: " + designs.map(function (r) {
-          return kit.spoken(r[0]) + ", " + kib(r[1]);
+        ", one bar per design on one scale, with its share of multi-head attention's: " +
+        designs.map(function (r) {
+          return kit.spoken(r[0]) + ", " + kib(r[1]) + ", " + (100 * r[1] / mha).toFixed(1) + "%";
         }).join("; ") + ".";
       designs.forEach(function (row, i) {
         var y = 8 + i * 48;
         svg.appendChild(notation(svgEl("text", { x: 0, y: y + 12, "font-size": 13, fill: "currentColor",
           "data-label": row[3] }), row[0], true));
         svg.appendChild(svgEl("text", { x: 340, y: y + 12, "font-size": 13, "text-anchor": "end",
-          fill: "currentColor", class: "mx-num" }, kib(row[1])));
+          fill: "currentColor", class: "mx-num" },
+          kib(row[1]) + ", " + (100 * row[1] / mha).toFixed(1) + "%"));
         svg.appendChild(svgEl("rect", { x: 0, y: y + 18, width: 340, height: 16, fill: "none",
           stroke: "currentColor", "stroke-opacity": 0.25 }));
         svg.appendChild(svgEl("rect", { x: 0, y: y + 18, width: Math.max(340 * row[1] / mha, 1), height: 16,
@@ -87,7 +89,7 @@
 
       var t = el("table");
       var head = el("tr");
-      ["design", "numbers per token and layer", "bytes per token, " + L + " layers", "of multi-head"].forEach(function (h) {
+      ["design", "numbers per token and layer", "bytes per token, " + L + " layers"].forEach(function (h) {
         head.appendChild(el("th", { scope: "col" }, h));
       });
       t.appendChild(head);
@@ -96,7 +98,6 @@
         tr.appendChild(el("th", { scope: "row", style: "text-align:left" }, row[4]));
         tr.appendChild(el("td", { class: "mx-num" }, row[2].toLocaleString("en-US")));
         tr.appendChild(el("td", { class: "mx-num" }, row[1].toLocaleString("en-US") + " bytes"));
-        tr.appendChild(el("td", { class: "mx-num" }, (100 * row[1] / mha).toFixed(1) + "%"));
         t.appendChild(tr);
       });
       out.textContent = "";
