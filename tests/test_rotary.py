@@ -96,6 +96,29 @@ def test_the_two_pairings_are_one_rotation_of_permuted_coordinates():
 
 
 @pytest.mark.parametrize("pairing", PAIRINGS)
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_the_inverse_rotation_turns_back_and_is_the_transpose(backend, pairing):
+    """``inverse=True`` undoes :func:`rotate` and is its transpose: ``(R x) . y = x . (R^T y)``,
+    which is why it carries a gradient back through the rotation."""
+    x, y = draw(2, 3, 6, 16), draw(2, 3, 6, 16, seed=1)
+    r = Rotary(1e4, pairing)
+    if backend == "torch":
+        x, y = torch.from_numpy(x), torch.from_numpy(y)
+    back = rotate(rotate(x, r, offset=5), r, offset=5, inverse=True)
+    tol = rotation_tolerance(np.asarray(x), np.float64, 11)
+    tolerance.assert_close(np.asarray(back), np.asarray(x), 2 * tol)
+    turned_x = (rotate(x, r, offset=5) * y).sum(-1)
+    turned_y = (x * rotate(y, r, offset=5, inverse=True)).sum(-1)
+    scale = float(np.abs(np.asarray(x)).max() * np.abs(np.asarray(y)).max()) * 2 * 16
+    dot_tol = tolerance.rounding_tolerance(np.float64, terms=16, scale=scale * 11, stages=4)
+    tolerance.assert_close(np.asarray(turned_x), np.asarray(turned_y), dot_tol)
+    assert (
+        np.abs(np.asarray(rotate(x, r, offset=5, inverse=True) - rotate(x, r, offset=5))).max()
+        > 0.1
+    )
+
+
+@pytest.mark.parametrize("pairing", PAIRINGS)
 def test_rotation_keeps_norms_and_leaves_position_zero_unchanged(pairing):
     x = draw(2, 5, 8)
     y = rotate(x, Rotary(1e4, pairing))
@@ -242,6 +265,11 @@ def test_the_grouped_query_rotation_needs_no_copy_per_query_head():
         (lambda: interleave_permutation(3), ValueError, r"d_head must be even"),
         (lambda: rotate(draw(2, 5), Rotary(), offset=-1), ValueError, r"offset must be at least 0"),
         (lambda: rotate(draw(2, 4), "rope"), TypeError, r"rotary must be a Rotary; got str 'rope'"),
+        (
+            lambda: rotate(draw(2, 4), Rotary(), inverse=1),
+            TypeError,
+            r"inverse must be a bool; got int 1",
+        ),
         (lambda: rotate(draw(4), Rotary()), ValueError, r"x must have shape \(\.\.\., n, Dh\)"),
         (lambda: rotate(draw(3, 5), Rotary()), ValueError, r"x must have an even, positive head"),
         (lambda: rotate(draw(3, 0), Rotary()), ValueError, r"x must have an even, positive head"),

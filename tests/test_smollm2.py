@@ -99,9 +99,8 @@ def test_attention_weights_match_the_reference(dtype, model, model64, reference)
         for j, layer in enumerate(reference["attention_layers"]):
             ours = weights[layer][0].double().numpy()  # (H, L, L)
             assert weights[layer].dtype == dtype
-            np.testing.assert_allclose(
-                ours, reference[f"attentions_{i}"][j], rtol=0, atol=ATTENTION_ATOL
-            )
+            expected = reference[f"attentions_{i}"][j]
+            tolerance.assert_close(ours, expected, ATTENTION_ATOL, name=f"{prompt!r} layer {layer}")
             assert np.all(np.triu(ours, k=1) == 0)  # causal: exact zeros above the diagonal
 
 
@@ -110,7 +109,8 @@ def test_float64_logits_match_the_reference(model64, reference):
         with torch.no_grad():
             logits, _ = model64.forward(model64.encode(prompt))
         ours = logits[0].numpy()[:, reference[f"vocab_{i}"]]
-        np.testing.assert_allclose(ours, reference[f"logits_{i}"], rtol=0, atol=LOGITS_ATOL)
+        expected = reference[f"logits_{i}"]
+        tolerance.assert_close(ours, expected, LOGITS_ATOL, name=f"{prompt!r} logits")
 
 
 def test_float32_logits_are_the_float64_ones_to_float32_rounding(model, model64, reference):
@@ -167,6 +167,29 @@ def test_cached_decoding_equals_the_full_forward(dtype, model, model64):
         step = part_w[1][layer][0, :, 0].double().numpy()  # (H, S): the one-token step
         w_tol = tolerance.rounding_tolerance(dtype, terms=m.d_model, scale=1.0, stages=4)
         tolerance.assert_close(step, full_w[layer][0, :, L - 4, : L - 3].double().numpy(), w_tol)
+
+
+def test_every_layer_attends_with_the_library_layer_and_the_model_rotary(model, monkeypatch):
+    """The model's attention is ``torch_backend.multi_head_attention`` itself, given the
+    rotary positions and each layer's cache, never a copy of its steps."""
+    from mha.backends import torch_backend
+
+    calls = []
+    layer = torch_backend.multi_head_attention
+
+    def recorded(*args, **kwargs):
+        calls.append(kwargs)
+        return layer(*args, **kwargs)
+
+    monkeypatch.setattr(torch_backend, "multi_head_attention", recorded)
+    ids = model.encode("Every layer calls the layer.")
+    caches = model.new_caches(1, ids.shape[1])
+    with torch.no_grad():
+        model.forward(ids[:, :-1], caches=caches)
+        model.forward(ids[:, -1:], caches=caches)
+    assert len(calls) == 2 * 30
+    assert all(c["rotary"] is model.rotary for c in calls)
+    assert [c["cache"] for c in calls] == 2 * list(caches)
 
 
 def test_the_cache_holds_keys_after_their_rotation(model64):

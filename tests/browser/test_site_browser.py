@@ -1,14 +1,22 @@
 """The built site as readers see it: every TOC page in headless Chromium, light and dark.
 
 Each page is loaded once per theme from a loopback server (see ``conftest.py``) at 1280 px,
-and pages with figures once more at 390 px (a phone). The visit records every request, console
-message and page error, checks what is loaded before anything is scrolled (plotly.js only
-when a figure is near, every formula typeset: they are in the page as built), scrolls the page
-to its end (figures are drawn as they come near), waits for Plotly to finish, probes the DOM,
-runs axe-core (npm ``axe-core`` in ``scripts/node``, injected into the page) and saves a
-screenshot of its first screen under ``test-artifacts/site/`` (of the whole page, up to
-16,000 px, with ``MHA_FULL_PAGE_SCREENSHOTS=1``: drawing a long page with its figures takes
-about a third of a visit). The tests below then check one property each on those records.
+and pages with figures once more at 390 px (a phone). Every visit records every request,
+console message and page error, probes the DOM, runs axe-core at 1280 px (npm ``axe-core`` in
+``scripts/node``, injected into the page) and saves a screenshot of its first screen under
+``test-artifacts/site/`` (of the whole page, up to 16,000 px, with
+``MHA_FULL_PAGE_SCREENSHOTS=1``). The tests below then check one property each on those
+records.
+
+Only the light visit at 1280 px reads the page as a reader does: it checks what is loaded
+before anything is scrolled (plotly.js only when a figure is near, every formula typeset:
+they are in the page as built), scrolls the page to its end (figures and formulas are drawn
+as they come near) and opens the toggles that hold formulas. That path depends on neither the
+theme nor the width, and its pauses cost seconds per page, so the dark visit and the phone's
+draw every figure and formula at once, as a page does before it is printed, and check what the
+theme or the width changes: the theme's colours (contrast of text, formulas and figures, axe),
+the figures drawn in the theme's template or the phone's layout, and the page's requests and
+errors.
 """
 
 from __future__ import annotations
@@ -125,6 +133,27 @@ async () => {
   }
   return left.length;
 }
+"""
+# The visit that reads a page as a reader does, scrolling: its figures and formulas are drawn
+# as they come near. The other theme's visit and the phone's draw everything at once and check
+# what a theme or a width changes (see load_page).
+READER_VIEW = ("light", WIDE)
+# What a page does before it is printed: every figure and every formula drawn at once
+# (mha-plotly.js, mha-math-svg.js); resolves when the figures are drawn.
+DRAW_ALL_JS = """
+async () => {
+  window.dispatchEvent(new Event("beforeprint"));
+  if (window.mhaDrawAllFigures) await window.mhaDrawAllFigures();
+}
+"""
+# axe-core on the whole page. Blocks that scroll get their tab stops as they come near
+# (mha-tab-stops.js): only the reader's visit, which scrolls past every block, can check them
+# (the rule named below); the other visits leave that rule out.
+AXE_RUN_JS = """
+async (readerVisit) => (await axe.run(document, {resultTypes: ["violations"], rules: {
+  "scrollable-region-focusable": {enabled: readerVisit}}})).violations.map(
+  (v) => ({id: v.id, impact: v.impact, help: v.help,
+           nodes: v.nodes.slice(0, 3).map((n) => n.target.join(" "))}))
 """
 FULL_PAGE_SCREENSHOTS = os.environ.get("MHA_FULL_PAGE_SCREENSHOTS") == "1"
 SCREENSHOT_MAX_PX = 16_000  # a full-page screenshot of a very long page (an API page) is clipped
@@ -350,6 +379,48 @@ def wait_until_quiet(tab, in_flight: set, quiet_ms: int = 500) -> None:
         quiet = 0 if in_flight else quiet + 100
 
 
+def read_like_a_reader(tab, visit: Visit, in_flight: set) -> None:
+    """The reader's visit: record what is loaded before any scrolling, scroll to the end one
+    screen at a time (figures and formulas are drawn as they come near), open the toggles that
+    hold formulas, and wait until every figure and formula is drawn."""
+    with contextlib.suppress(PlaywrightTimeout):  # the math checks report what is left
+        tab.wait_for_function(MATHJAX_LOADED_JS, timeout=RENDER_TIMEOUT_MS)
+    visit.mathjax = tab.evaluate(MATHJAX_DONE_JS)
+    wait_until_quiet(tab, in_flight)
+    visit.before_scroll = tab.evaluate(LOADED_JS)
+    tab.evaluate(SCROLL_JS)
+    tab.evaluate(OPEN_MATH_DROPDOWNS_JS)
+    wait_until_quiet(tab, in_flight)
+    try:
+        tab.wait_for_function(PLOTLY_DONE_JS, timeout=RENDER_TIMEOUT_MS)
+    except PlaywrightTimeout:  # the figure checks report which figure is not drawn
+        visit.plotly_settled = False
+    wait_until_quiet(tab, in_flight)
+    tab.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+    tab.evaluate(BRING_UNTYPESET_MATH_NEAR_JS)
+    with contextlib.suppress(PlaywrightTimeout):  # formulas are typeset as they come near
+        tab.wait_for_function(ALL_TYPESET_JS, timeout=RENDER_TIMEOUT_MS)
+
+
+def draw_everything_at_once(tab, visit: Visit, in_flight: set) -> None:
+    """The other visits: the page draws every figure (in the theme's template, at the
+    viewport's width) and every formula at once, as it does before it is printed, without
+    scrolling. How figures and formulas come in as a reader scrolls depends on neither the
+    theme nor the width: the reader's visit checks it."""
+    visit.mathjax = "typeset at build"
+    # Sections far from the screen are not laid out (content-visibility: auto) until they come
+    # near: lay them out first, so that each figure is drawn at its container's width.
+    tab.add_style_tag(content=LAID_OUT_CSS)
+    tab.evaluate(DRAW_ALL_JS)
+    try:
+        tab.wait_for_function(PLOTLY_DONE_JS, timeout=RENDER_TIMEOUT_MS)
+    except PlaywrightTimeout:  # the figure checks report which figure is not drawn
+        visit.plotly_settled = False
+    with contextlib.suppress(PlaywrightTimeout):  # the math checks report what is left
+        tab.wait_for_function(ALL_TYPESET_JS, timeout=RENDER_TIMEOUT_MS)
+    wait_until_quiet(tab, in_flight)
+
+
 def load_page(
     browser, base_url: str, page: str, theme: str, artifacts: Path, width: int = WIDE
 ) -> Visit:
@@ -408,23 +479,11 @@ def load_page(
     tab.on("websocket", lambda socket: visit.foreign.append(socket.url))
     try:
         tab.goto(base_url + html_path(page), wait_until="networkidle", timeout=LOAD_TIMEOUT_MS)
-        with contextlib.suppress(PlaywrightTimeout):  # the math checks report what is left
-            tab.wait_for_function(MATHJAX_LOADED_JS, timeout=RENDER_TIMEOUT_MS)
-        visit.mathjax = tab.evaluate(MATHJAX_DONE_JS)
-        wait_until_quiet(tab, in_flight)
-        visit.before_scroll = tab.evaluate(LOADED_JS)
-        tab.evaluate(SCROLL_JS)
-        tab.evaluate(OPEN_MATH_DROPDOWNS_JS)
-        wait_until_quiet(tab, in_flight)
-        try:
-            tab.wait_for_function(PLOTLY_DONE_JS, timeout=RENDER_TIMEOUT_MS)
-        except PlaywrightTimeout:  # the figure checks report which figure is not drawn
-            visit.plotly_settled = False
-        wait_until_quiet(tab, in_flight)
-        tab.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
-        tab.evaluate(BRING_UNTYPESET_MATH_NEAR_JS)
-        with contextlib.suppress(PlaywrightTimeout):  # formulas are typeset as they come near
-            tab.wait_for_function(ALL_TYPESET_JS, timeout=RENDER_TIMEOUT_MS)
+        reader = (theme, width) == READER_VIEW
+        if reader:
+            read_like_a_reader(tab, visit, in_flight)
+        else:
+            draw_everything_at_once(tab, visit, in_flight)
         visit.probe = tab.evaluate(PROBE_JS, [RAW_MATH, MATH_ERRORS, TYPESET, TRACE_SELECTOR])
         tab.evaluate("window.scrollTo(0, 0)")
         visit.boxes = tab.evaluate(FIGURE_BOXES_JS)
@@ -436,11 +495,7 @@ def load_page(
             # axe-core reads colours and overlaps from the layout: lay everything out first.
             tab.add_style_tag(content=LAID_OUT_CSS)
             tab.add_script_tag(path=str(AXE_JS))
-            visit.axe = tab.evaluate(
-                "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
-                ".map((v) => ({id: v.id, impact: v.impact, help: v.help,"
-                " nodes: v.nodes.slice(0, 3).map((n) => n.target.join(' '))}))"
-            )
+            visit.axe = tab.evaluate(AXE_RUN_JS, reader)
         shots = artifacts / "site"
         shots.mkdir(parents=True, exist_ok=True)
         visit.screenshot = shots / f"{page.replace('/', '__')}-{theme}-{width}.png"
@@ -530,9 +585,9 @@ def test_page_math_is_typeset(visit, toc_page: str, theme: str) -> None:
     problems = [f"raw TeX left: {item}" for item in probe["raw"]]
     problems += [f"math not typeset: {item}" for item in probe["untypeset"]]
     problems += [f"MathJax error: {item}" for item in probe["errors"]]
-    if record.before_scroll["untypesetMath"]:
+    if record.before_scroll.get("untypesetMath"):  # the reader's visit only
         problems.append(f"{record.before_scroll['untypesetMath']} formulas not typeset at load")
-    if record.before_scroll["undrawnOnScreen"]:
+    if record.before_scroll.get("undrawnOnScreen"):
         problems.append(f"{record.before_scroll['undrawnOnScreen']} formulas on screen not drawn")
     problems += [f"requested {url}" for url in record.requests if CLIENT_MATH.search(url)]
     if probe["mathCount"] and probe["mathContrast"] < MIN_CONTRAST:

@@ -217,6 +217,12 @@ MULTI_HEAD_ATTENTION = """\
             reached them anyway (written into its views), and finite entries beyond
             ``cache.max_abs`` that make the output overflow, are reported naming the cache:
             a non-finite output is never returned.{autograd_cache}
+        rotary: rotary positions (:class:`mha.core.rotary.Rotary`), or ``None`` for none.
+            Every form turns the queries and keys by their positions after the projections
+            (:func:`mha.core.rotary.rotated`); the values are never turned. Query ``i`` and
+            key ``j`` sit at positions ``i`` and ``j``, both from 0 for cross-attention too;
+            with a cache, from its length on: the keys are turned before they are cached.
+            ``d_head`` must be even.
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)`` (with a cache: ``(B, n, D)``, the
@@ -231,11 +237,12 @@ MULTI_HEAD_ATTENTION = """\
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
             broadcast, non-finite inputs, a ``form`` not in :data:`FORMS`{tiled_errors}, an
-            output that would overflow, or a cache that does not fit the layer or the call,
+            output that would overflow, a cache that does not fit the layer or the call,
             is full, holds NaN or infinity, or holds entries beyond its ``max_abs`` that
-            overflow the output.
-        TypeError: on non-float or mixed dtypes, a non-boolean mask, wrong ``params``, or a
-            cache that is not a ``KVCache`` of {cache_arrays}.
+            overflow the output, or an odd ``d_head`` with ``rotary``.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask, wrong ``params``, a
+            cache that is not a ``KVCache`` of {cache_arrays}, or a ``rotary`` that is not a
+            ``Rotary``.
     """
 
 LAYER_NORM = """\
@@ -280,6 +287,8 @@ A residual block around self-attention, with layer normalisation after or before
         eps: added to the variance in the layer norm.
         form: the form of :func:`multi_head_attention`, one of :data:`FORMS`.
         norm_first: normalise before the attention (pre-norm) instead of after the sum.
+        rotary: rotary positions for the attention (:func:`multi_head_attention`), or
+            ``None``.
 
     Shape:
         x ``(B, L, D)``. Returns output ``(B, L, D)`` and weights ``(B, H, L, L)``.

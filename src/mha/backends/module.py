@@ -14,9 +14,10 @@ from torch import nn
 
 from mha.backends import torch_backend, torch_checks
 from mha.core import packing
-from mha.core._checks import arguments
+from mha.core._checks import arguments, layer
 from mha.core.kv_cache import KVCache
 from mha.core.params import MHAParams, init_params
+from mha.core.rotary import Rotary
 
 
 class MultiHeadAttention(nn.Module):
@@ -33,6 +34,9 @@ class MultiHeadAttention(nn.Module):
         dtype: parameter dtype (float64, float32 or bfloat16).
         device: parameter device (a ``torch.device`` or a name such as ``"cpu"``; ``"meta"``
             gives a module for shape inference).
+        rotary: rotary positions (:class:`mha.core.rotary.Rotary`) that every ``forward``
+            applies to the queries and keys, or ``None``; kept as :attr:`rotary` (a setting,
+            not a parameter: ``state_dict`` does not hold it).
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)``, mask broadcastable to
@@ -41,11 +45,13 @@ class MultiHeadAttention(nn.Module):
 
     Raises:
         ValueError: if a size is not positive, H does not divide D, ``seed`` is negative,
-            or ``device`` names no device available here; in ``forward``, as
+            ``device`` names no device available here, or ``rotary`` is given with an odd
+            head width; in ``forward``, as
             :func:`mha.backends.torch_backend.multi_head_attention`.
         TypeError: if a size or ``seed`` is not an int, ``bias`` is not a bool, ``dtype`` is
-            not one of the three, or ``device`` is not a device or a name; in ``forward``,
-            as :func:`mha.backends.torch_backend.multi_head_attention`.
+            not one of the three, ``device`` is not a device or a name, or ``rotary`` is not
+            a ``Rotary``; in ``forward``, as
+            :func:`mha.backends.torch_backend.multi_head_attention`.
     """
 
     def __init__(
@@ -58,21 +64,24 @@ class MultiHeadAttention(nn.Module):
         seed: int = 0,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
+        rotary: Rotary | None = None,
     ) -> None:
         super().__init__()
         arguments.check_sizes(d_model, num_heads)
         if dtype not in torch_checks.FLOATS:
             names = ", ".join(str(d) for d in torch_checks.FLOATS)
             raise TypeError(f"dtype must be a floating dtype ({names}); got dtype {dtype}")
-        params = init_params(
-            d_model, num_heads, num_kv_heads=num_kv_heads, bias=bias, seed=seed
-        ).to_torch(dtype, device)
+        params = init_params(d_model, num_heads, num_kv_heads=num_kv_heads, bias=bias, seed=seed)
+        layer.check_rotary(rotary, params)
+        params = params.to_torch(dtype, device)
         self.num_heads = num_heads
         self.num_kv_heads = params.num_kv_heads
+        self.rotary = rotary
         self.w_qkv = nn.Parameter(params.w_qkv)  # (D, D + 2 H_kv Dh)
         self.w_o = nn.Parameter(params.w_o)  # (D, D)
-        self.b_qkv = nn.Parameter(params.b_qkv) if bias else None  # (D + 2 H_kv Dh,)
-        self.b_o = nn.Parameter(params.b_o) if bias else None  # (D,)
+        b_qkv, b_o = params.b_qkv, params.b_o  # None without bias
+        self.b_qkv = None if b_qkv is None else nn.Parameter(b_qkv)  # (D + 2 H_kv Dh,)
+        self.b_o = None if b_o is None else nn.Parameter(b_o)  # (D,)
 
     @property
     def d_model(self) -> int:
@@ -84,21 +93,35 @@ class MultiHeadAttention(nn.Module):
         """Head width Dh."""
         return self.d_model // self.num_heads
 
+    def extra_repr(self) -> str:
+        """What ``repr(module)`` shows inside the parentheses.
+
+        Returns:
+            The sizes and, when set, the rotary positions.
+        """
+        sizes = f"d_model={self.d_model}, num_heads={self.num_heads}"
+        kv = "" if self.num_kv_heads == self.num_heads else f", num_kv_heads={self.num_kv_heads}"
+        return sizes + kv + ("" if self.rotary is None else f", rotary={self.rotary}")
+
     @classmethod
-    def from_params(cls, params: MHAParams, dtype: torch.dtype | None = None) -> MultiHeadAttention:
+    def from_params(
+        cls, params: MHAParams, dtype: torch.dtype | None = None, *, rotary: Rotary | None = None
+    ) -> MultiHeadAttention:
         """A module holding a copy of ``params`` (NumPy or PyTorch), cast to ``dtype``.
 
         Args:
             params: the parameters to copy.
             dtype: the module's dtype; ``None`` keeps the dtype of ``params``.
+            rotary: the module's rotary positions, or ``None``.
 
         Returns:
             A new ``MultiHeadAttention`` whose parameters equal ``params``.
 
         Raises:
-            TypeError: if ``params`` is not ``MHAParams`` or ``dtype`` is not one of the
-                module's dtypes.
-            ValueError: if ``params`` has one of the two biases but not the other.
+            TypeError: if ``params`` is not ``MHAParams``, ``dtype`` is not one of the
+                module's dtypes, or ``rotary`` is not a ``Rotary``.
+            ValueError: if ``params`` has one of the two biases but not the other, or
+                ``rotary`` is given with an odd head width.
         """
         if not isinstance(params, MHAParams):
             raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
@@ -116,13 +139,14 @@ class MultiHeadAttention(nn.Module):
             num_kv_heads=params.num_kv_heads,
             dtype=t.dtype,
             device=t.w_qkv.device,
+            rotary=rotary,
         )
         with torch.no_grad():
             module.w_qkv.copy_(t.w_qkv)
             module.w_o.copy_(t.w_o)
-            if t.b_qkv is not None:
+            if t.b_qkv is not None and module.b_qkv is not None:
                 module.b_qkv.copy_(t.b_qkv)
-            if t.b_o is not None:
+            if t.b_o is not None and module.b_o is not None:
                 module.b_o.copy_(t.b_o)
         return module
 
@@ -197,6 +221,7 @@ class MultiHeadAttention(nn.Module):
             form=form,
             need_weights=need_weights,
             cache=cache,
+            rotary=self.rotary,
         )
 
 
@@ -221,8 +246,9 @@ def to_torch_mha(
             ``MHAParams`` (an ``nn.MultiheadAttention`` included: :func:`from_torch_mha`
             converts the other way), or ``batch_first`` is not a bool.
         ValueError: if ``source`` is grouped-query attention (``nn.MultiheadAttention`` has
-            one key/value head per query head); :func:`mha.core.params.repeat_kv_heads` gives
-            the equivalent multi-head layer.
+            one key/value head per query head; :func:`mha.core.params.repeat_kv_heads` gives
+            the equivalent multi-head layer), or a module with rotary positions
+            (``nn.MultiheadAttention`` has none, so it would compute another map).
     """
     if isinstance(source, nn.MultiheadAttention):
         raise TypeError(
@@ -235,6 +261,11 @@ def to_torch_mha(
             f"source must be a mha.MultiHeadAttention or MHAParams; got {type(source).__name__}"
         )
     arguments.check_bool("batch_first", batch_first)
+    if isinstance(source, MultiHeadAttention) and source.rotary is not None:
+        raise ValueError(
+            "source must have no rotary positions: nn.MultiheadAttention does not turn its "
+            f"queries and keys, so it would compute another map; got rotary={source.rotary}"
+        )
     p = source.params() if isinstance(source, MultiHeadAttention) else source
     if p.num_kv_heads != p.num_heads:
         raise ValueError(
@@ -257,9 +288,12 @@ def to_torch_mha(
     with torch.no_grad():
         m.in_proj_weight.copy_(packing.to_in_proj_weight(p.w_qkv))  # (D, 3D) -> (3D, D)
         m.out_proj.weight.copy_(packing.linear_transpose(p.w_o))  # (D, D), transposed
-        if has_bias:
-            m.in_proj_bias.copy_(p.b_qkv if p.b_qkv is not None else 0.0)
-            m.out_proj.bias.copy_(p.b_o if p.b_o is not None else 0.0)
+        if has_bias:  # a missing bias of ours is a zero one of theirs
+            for theirs, ours in ((m.in_proj_bias, p.b_qkv), (m.out_proj.bias, p.b_o)):
+                if ours is None:
+                    theirs.zero_()
+                else:
+                    theirs.copy_(ours)
     return m
 
 
@@ -389,7 +423,10 @@ def to_torch_attn_mask(
             f"mask must be 2-D (L, S) or 4-D (B, H, L, S); got {mask.ndim}-D shape "
             f"{tuple(mask.shape)}"
         )
-    named = (("batch", "batch_size", batch_size), ("head", "num_heads", num_heads))
+    named: tuple[tuple[str, str, int | None], ...] = (
+        ("batch", "batch_size", batch_size),
+        ("head", "num_heads", num_heads),
+    )
     named = (named if mask.ndim == 4 else ()) + (
         ("query", "q_len", q_len),
         ("key", "kv_len", kv_len),

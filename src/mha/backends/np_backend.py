@@ -36,6 +36,7 @@ from mha.core._groups import group_mask, head_slice
 from mha.core.kv_cache import KVCache
 from mha.core.mask_rules import causal_offset
 from mha.core.params import MHAParams
+from mha.core.rotary import Rotary, rotated
 
 FORMS = layer.FORMS
 """The forms this backend computes: all four, ``"tiled"`` included."""
@@ -214,11 +215,14 @@ def attention_heads(
     return out.reshape(B, H, L, v.shape[-1]), weights.reshape(B, H, L, S)  # G heads per group
 
 
-def attention_per_head(query, key, value, params, mask=None, *, cache=None, need_weights=True):
+def attention_per_head(
+    query, key, value, params, mask=None, *, cache=None, need_weights=True, rotary=None
+):
     """The per-head form: a loop over the heads, each projecting the inputs to width Dh.
 
     Args:
-        query, key, value, params, mask, need_weights: those of :func:`multi_head_attention`.
+        query, key, value, params, mask, need_weights, rotary: those of
+            :func:`multi_head_attention`.
         cache: unused (``None``): a cache holds every head's keys, and the loop makes one's.
 
     Shape:
@@ -234,6 +238,7 @@ def attention_per_head(query, key, value, params, mask=None, *, cache=None, need
         q = linear(query, p["w_q"], p["b_q"])  # (B, L, D) -> (B, L, Dh)
         k = linear(key, p["w_k"], p["b_k"])  # (B, S, D) -> (B, S, Dh)
         v = linear(value, p["w_v"], p["b_v"])  # (B, S, D) -> (B, S, Dh)
+        q, k = rotated(q, k, rotary)  # turned by their positions (rotary=None: unchanged)
         scores = q @ k.swapaxes(-1, -2) * scale  # (B, L, Dh) @ (B, Dh, S) -> (B, L, S)
         a = softmax_in_place(scores, head_slice(mask, h))  # (B, L, S): each row sums to 1
         heads.append(a @ v)  # (B, L, S) @ (B, S, Dh) -> (B, L, Dh)
@@ -244,11 +249,13 @@ def attention_per_head(query, key, value, params, mask=None, *, cache=None, need
     return out, (np.stack(weights, axis=1) if need_weights else None)  # (B, H, L, S)
 
 
-def attention_fused(query, key, value, params, mask=None, *, cache=None, need_weights=True):
+def attention_fused(
+    query, key, value, params, mask=None, *, cache=None, need_weights=True, rotary=None
+):
     """The fused form: one projection each for Q, K and V, split into heads, all heads at once.
 
     Args:
-        query, key, value, params, mask, cache, need_weights: those of
+        query, key, value, params, mask, cache, need_weights, rotary: those of
             :func:`multi_head_attention`; ``cache.extend`` appends the new keys and values.
 
     Shape:
@@ -261,6 +268,7 @@ def attention_fused(query, key, value, params, mask=None, *, cache=None, need_we
     q = split_heads(linear(query, params.w_q, params.b_q), H)  # (B, L, D) -> (B, H, L, Dh)
     k = split_heads(linear(key, params.w_k, params.b_k), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
     v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
+    q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # decoding: the cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
     out, weights = attention_heads(q, k, v, mask)  # (B, H, L, Dh), (B, H, L, S)
@@ -268,14 +276,17 @@ def attention_fused(query, key, value, params, mask=None, *, cache=None, need_we
     return out, (weights if need_weights else None)
 
 
-def attention_packed(query, key, value, params, mask=None, *, cache=None, need_weights=True):
+def attention_packed(
+    query, key, value, params, mask=None, *, cache=None, need_weights=True, rotary=None
+):
     """The packed form: self-attention projects Q, K and V in one product with ``W_qkv``.
 
     For cross-attention the query is projected alone and key and value (the same array)
     share one product; distinct key and value arrays take the fused form's three products.
 
     Args:
-        query, key, value, params, mask, cache, need_weights: those of :func:`attention_fused`.
+        query, key, value, params, mask, cache, need_weights, rotary: those of
+            :func:`attention_fused`.
 
     Shape:
         Returns ``(B, L, D)`` and ``(B, H, L, S)``.
@@ -285,7 +296,7 @@ def attention_packed(query, key, value, params, mask=None, *, cache=None, need_w
     """
     if key is not value:
         return attention_fused(
-            query, key, value, params, mask, cache=cache, need_weights=need_weights
+            query, key, value, params, mask, cache=cache, need_weights=need_weights, rotary=rotary
         )
     D, kv = params.d_model, params.kv_width
     if query is key:  # self-attention: one product, (B, L, D) -> (B, L, D + 2 H_kv Dh)
@@ -295,18 +306,21 @@ def attention_packed(query, key, value, params, mask=None, *, cache=None, need_w
         k, v = np.split(linear(key, *params.packed("kv")), 2, axis=-1)
     q = split_heads(q, params.num_heads)  # (B, L, D) -> (B, H, L, Dh)
     k, v = (split_heads(x, params.num_kv_heads) for x in (k, v))  # -> (B, H_kv, S, Dh)
+    q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # decoding: the cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
     out, weights = attention_heads(q, k, v, mask)  # (B, H, L, Dh), (B, H, L, S)
     return linear(merge_heads(out), params.w_o, params.b_o), (weights if need_weights else None)
 
 
-def attention_tiled(query, key, value, params, mask=None, *, cache=None, need_weights=False):
+def attention_tiled(
+    query, key, value, params, mask=None, *, cache=None, need_weights=False, rotary=None
+):
     """The tiled form: attention one tile at a time (:func:`mha.backends.tiled.attention_tiles`),
     never forming the ``(B, H, L, S)`` scores, so it has no weights to return.
 
     Args:
-        query, key, value, params, mask, cache: those of :func:`attention_fused`.
+        query, key, value, params, mask, cache, rotary: those of :func:`attention_fused`.
         need_weights: False (:func:`multi_head_attention` refuses True).
 
     Shape:
@@ -316,11 +330,12 @@ def attention_tiled(query, key, value, params, mask=None, *, cache=None, need_we
         ``(output, None)``.
     """
     H, H_kv = params.num_heads, params.num_kv_heads
+    q = split_heads(linear(query, params.w_q, params.b_q), H)  # (B, L, D) -> (B, H, L, Dh)
     k = split_heads(linear(key, params.w_k, params.b_k), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
     v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
+    q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # decoding: the cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
-    q = split_heads(linear(query, params.w_q, params.b_q), H)  # (B, L, D) -> (B, H, L, Dh)
     B, _, L, Dh = q.shape
     q = q.reshape(B, H_kv, H // H_kv, L, Dh)  # (B, H, L, Dh) -> (B, H_kv, G, L, Dh)
     out, _ = tiled.attention_tiles(q, k[:, :, None], v[:, :, None], group_mask(mask, H_kv))
@@ -360,11 +375,16 @@ def multi_head_attention(
     form: str = "fused",
     need_weights: bool = True,
     cache: KVCache | None = None,
+    rotary: Rotary | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    m = layer.check_mha(query, key, value, params, mask, form, need_weights, NUMPY, cache)
-    with layer.staged(cache, m, params.d_model) as kv:  # kv keeps new positions only on success
-        out, w = _FORMS[form](query, key, value, params, mask, cache=kv, need_weights=need_weights)
-        layer.check_mha_range(out, m, query, key, value, params, mask, cache, NUMPY)
+    m = layer.check_mha(
+        query, key, value, params, mask, form, need_weights, NUMPY, cache, rotary=rotary
+    )
+    with layer.staged(cache, m, params.d_model, rotary) as kv:  # new positions kept on success
+        out, w = _FORMS[form](
+            query, key, value, params, mask, cache=kv, need_weights=need_weights, rotary=rotary
+        )
+        layer.check_mha_range(out, m, query, key, value, params, mask, cache, NUMPY, rotary=rotary)
     return out, w
 
 
@@ -401,9 +421,10 @@ def attention_block(
     eps: float = 1e-5,
     form: str = "fused",
     norm_first: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
+    rotary: Rotary | None = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
     arguments.check_bool("norm_first", norm_first)
     h = layer_norm(x, ln_weight, ln_bias, eps) if norm_first else x
-    attn, weights = multi_head_attention(h, h, h, params, mask, form=form)
+    attn, weights = multi_head_attention(h, h, h, params, mask, form=form, rotary=rotary)
     out = x + attn if norm_first else layer_norm(x + attn, ln_weight, ln_bias, eps)
     return out, weights

@@ -515,8 +515,9 @@ def _softmax_tiles(scores, weights, mask, rows, col_blocks, io) -> None:
     total = np.where(row_sum == 0, 1, row_sum)[..., None]  # (..., Br, 1)
     for cols in col_blocks:  # second read: the weights
         tile = _load(scores, (..., rows, cols), io)
-        if mask is not None:
-            tile = np.where(keeps[cols.start], tile, -np.inf)
+        keep = keeps[cols.start]  # None without a mask
+        if keep is not None:
+            tile = np.where(keep, tile, -np.inf)
         _store(weights, (..., rows, cols), np.exp(tile - shift) / total, io)
 
 

@@ -42,6 +42,7 @@ from mha.core._groups import group_mask, head_slice
 from mha.core.kv_cache import KVCache
 from mha.core.mask_rules import causal_offset
 from mha.core.params import MHAParams
+from mha.core.rotary import Rotary, rotated
 
 # The forms this backend computes. The tiled form of mha.backends.np_backend is refused here: this
 # backend has no tiled computation of its own, and need_weights=False already runs
@@ -236,12 +237,15 @@ def _sdpa(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
 
-def attention_per_head(query, key, value, params, mask=None, *, cache=None, need_weights=True):
+def attention_per_head(
+    query, key, value, params, mask=None, *, cache=None, need_weights=True, rotary=None
+):
     """Multi-head attention as a loop over heads: head ``h`` projects the inputs with its own
     ``(D, Dh)`` blocks of the weights and attends (:func:`attend`) on its own.
 
     Args:
-        query, key, value, params, mask, need_weights: see :func:`multi_head_attention`.
+        query, key, value, params, mask, need_weights, rotary: see
+            :func:`multi_head_attention`.
         cache: ``None`` (a cache holds all heads' keys; the loop makes one head's at a time).
 
     Shape:
@@ -256,6 +260,7 @@ def attention_per_head(query, key, value, params, mask=None, *, cache=None, need
         q = linear(query, p["w_q"], p["b_q"])  # (B, L, D) -> (B, L, Dh)
         k = linear(key, p["w_k"], p["b_k"])  # (B, S, D) -> (B, S, Dh)
         v = linear(value, p["w_v"], p["b_v"])  # (B, S, D) -> (B, S, Dh)
+        q, k = rotated(q, k, rotary)  # turned by their positions (rotary=None: unchanged)
         out_h, a = attend(q, k, v, head_slice(mask, h))  # (B, L, Dh), (B, L, S)
         heads.append(out_h)
         if need_weights:
@@ -265,12 +270,14 @@ def attention_per_head(query, key, value, params, mask=None, *, cache=None, need
     return out, (torch.stack(weights, dim=1) if need_weights else None)  # (B, H, L, S)
 
 
-def attention_fused(query, key, value, params, mask=None, *, cache=None, need_weights=True):
+def attention_fused(
+    query, key, value, params, mask=None, *, cache=None, need_weights=True, rotary=None
+):
     """Multi-head attention with one ``(D, D)`` projection each for Q, K and V, split into
     heads that all attend at once (:func:`attention_heads`; without weights, the fast path).
 
     Args:
-        query, key, value, params, mask, cache, need_weights: see
+        query, key, value, params, mask, cache, need_weights, rotary: see
             :func:`multi_head_attention`; ``cache.extend`` appends the new keys and values.
 
     Shape:
@@ -283,19 +290,23 @@ def attention_fused(query, key, value, params, mask=None, *, cache=None, need_we
     q = split_heads(linear(query, params.w_q, params.b_q), H)  # (B, L, D) -> (B, H, L, Dh)
     k = split_heads(linear(key, params.w_k, params.b_k), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
     v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
+    q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # a decoding step: every cached key and value, then the new ones
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
     out, weights = attention_heads(q, k, v, mask, need_weights)  # (B, H, L, Dh), (B, H, L, S)
     return linear(merge_heads(out), params.w_o, params.b_o), weights  # -> (B, L, D)
 
 
-def attention_packed(query, key, value, params, mask=None, *, cache=None, need_weights=True):
+def attention_packed(
+    query, key, value, params, mask=None, *, cache=None, need_weights=True, rotary=None
+):
     """Multi-head attention whose projections share products: one with ``W_qkv`` when query,
     key and value are one tensor, one with the key/value columns when only key and value are.
 
     Args:
-        query, key, value, params, mask, cache, need_weights: see :func:`attention_fused`,
-            which computes this form when key and value are different tensors.
+        query, key, value, params, mask, cache, need_weights, rotary: see
+            :func:`attention_fused`, which computes this form when key and value are
+            different tensors.
 
     Shape:
         Returns ``(B, L, D)`` and ``(B, H, L, S)``.
@@ -305,7 +316,7 @@ def attention_packed(query, key, value, params, mask=None, *, cache=None, need_w
     """
     if key is not value:
         return attention_fused(
-            query, key, value, params, mask, cache=cache, need_weights=need_weights
+            query, key, value, params, mask, cache=cache, need_weights=need_weights, rotary=rotary
         )
     D, kv = params.d_model, params.kv_width
     if query is key:  # (B, L, D) @ (D, D + 2 H_kv Dh), split into Q, K and V
@@ -315,6 +326,7 @@ def attention_packed(query, key, value, params, mask=None, *, cache=None, need_w
         k, v = linear(key, *params.packed("kv")).split(kv, dim=-1)
     q = split_heads(q, params.num_heads)  # (B, L, D) -> (B, H, L, Dh)
     k, v = split_heads(k, params.num_kv_heads), split_heads(v, params.num_kv_heads)
+    q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # a decoding step: every cached key and value, then the new ones
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
     out, weights = attention_heads(q, k, v, mask, need_weights)  # (B, H, L, Dh), (B, H, L, S)
@@ -352,11 +364,18 @@ def multi_head_attention(
     form: str = "fused",
     need_weights: bool = True,
     cache: KVCache | None = None,
+    rotary: Rotary | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    m = layer.check_mha(query, key, value, params, mask, form, need_weights, TENSORS, cache, FORMS)
-    with layer.staged(cache, m, params.d_model) as kv:  # kv keeps new positions only on success
-        out, w = _FORMS[form](query, key, value, params, mask, cache=kv, need_weights=need_weights)
-        layer.check_mha_range(out, m, query, key, value, params, mask, cache, TENSORS)
+    m = layer.check_mha(
+        query, key, value, params, mask, form, need_weights, TENSORS, cache, FORMS, rotary=rotary
+    )
+    with layer.staged(cache, m, params.d_model, rotary) as kv:  # new positions kept on success
+        out, w = _FORMS[form](
+            query, key, value, params, mask, cache=kv, need_weights=need_weights, rotary=rotary
+        )
+        layer.check_mha_range(
+            out, m, query, key, value, params, mask, cache, TENSORS, rotary=rotary
+        )
     return out, w
 
 
@@ -382,9 +401,10 @@ def attention_block(
     eps: float = 1e-5,
     form: str = "fused",
     norm_first: bool = False,
-) -> tuple[Tensor, Tensor]:
+    rotary: Rotary | None = None,
+) -> tuple[Tensor, Tensor | None]:
     arguments.check_bool("norm_first", norm_first)
     h = layer_norm(x, ln_weight, ln_bias, eps) if norm_first else x
-    attn, weights = multi_head_attention(h, h, h, params, mask, form=form)
+    attn, weights = multi_head_attention(h, h, h, params, mask, form=form, rotary=rotary)
     out = x + attn if norm_first else layer_norm(x + attn, ln_weight, ln_bias, eps)
     return out, weights

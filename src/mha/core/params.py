@@ -88,7 +88,8 @@ class MHAParams:
     b_qkv: Array | None
     b_o: Array | None
     num_heads: int
-    num_kv_heads: int | None = None
+    # None (the default) is read off w_qkv's width in __post_init__: always an int after it.
+    num_kv_heads: int = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         named = {"w_qkv": self.w_qkv, "w_o": self.w_o, "b_qkv": self.b_qkv, "b_o": self.b_o}

@@ -24,7 +24,12 @@ once rotated never changes again: a key/value cache holds keys after their rotat
 The two are the same rotation of permuted coordinates: with the query and key weights'
 columns permuted alike, they give the same scores. :func:`rotate` works on NumPy arrays and
 on PyTorch tensors alike (the result has the input's library, dtype and device; autograd
-records it); the angles are computed in float64 and rounded once to the input's dtype.
+records it); the angles are computed in float64 and rounded once to the input's dtype. Its
+``inverse=True`` turns back, the transpose that carries a gradient through the rotation.
+
+**In the layer.** Every form of ``multi_head_attention`` in both backends takes ``rotary=``
+and calls :func:`rotated` between its projections and its scores: the queries and keys are
+turned from a key/value cache's length on (0 without one), the keys before they are cached.
 """
 
 from __future__ import annotations
@@ -180,11 +185,12 @@ def _check_width(d_head: Any) -> None:
         )
 
 
-def _check_input(x: Any, rotary: Any, offset: Any) -> None:
+def _check_input(x: Any, rotary: Any, offset: Any, inverse: Any) -> None:
     """Check ``rotate``'s arguments (the library, dtype and shape of ``x``; not its values)."""
     if not isinstance(rotary, Rotary):
         raise TypeError(f"rotary must be a Rotary; got {arguments.describe(rotary)}")
     arguments.check_at_least("offset", offset, 0)
+    arguments.check_bool("inverse", inverse)
     if isinstance(x, np.ndarray):
         numpy_arrays.check_array("x", x, check_finite=False)
     elif type(x).__module__.startswith("torch") and hasattr(x, "is_floating_point"):
@@ -211,7 +217,7 @@ def _like(x: Any, table: np.ndarray) -> Any:
     return torch.as_tensor(table, device=x.device).to(x.dtype)
 
 
-def rotate(x: Any, rotary: Rotary, *, offset: int = 0) -> Any:
+def rotate(x: Any, rotary: Rotary, *, offset: int = 0, inverse: bool = False) -> Any:
     """Rotate queries or keys by their positions: ``x * cos + x[..., partners] * sin``.
 
     Position ``p`` of ``x`` (along its second-to-last axis) is ``offset + p``: 0 for a whole
@@ -223,6 +229,8 @@ def rotate(x: Any, rotary: Rotary, *, offset: int = 0) -> Any:
             or a floating, dense PyTorch tensor (any device; autograd records the rotation).
         rotary: the base and pairing of the rotation.
         offset: the position of the first row, an int ``>= 0``.
+        inverse: turn each pair back by its angle instead (the sines negated): the
+            transposed rotation, which carries a gradient back through :func:`rotate`.
 
     Shape:
         x ``(..., n, Dh)``, e.g. ``(B, H, L, Dh)``; returns the same shape.
@@ -235,15 +243,45 @@ def rotate(x: Any, rotary: Rotary, *, offset: int = 0) -> Any:
         ValueError: if ``x`` has fewer than 2 dimensions or an odd or zero width, or
             ``offset`` is negative.
         TypeError: if ``x`` is not a float array or tensor, ``rotary`` is not a
-            :class:`Rotary`, or ``offset`` is not an int.
+            :class:`Rotary`, ``offset`` is not an int, or ``inverse`` is not a bool.
     """
-    _check_input(x, rotary, offset)
+    _check_input(x, rotary, offset, inverse)
     n, d_head = x.shape[-2], x.shape[-1]
     cos, sin = (_like(x, t) for t in rotary.tables(d_head, n, offset))  # 2 x (n, Dh)
     partner = rotary.partners(d_head)  # (Dh,)
     if not isinstance(x, np.ndarray):
         partner = _like(x, partner).long()
-    return x * cos + x[..., partner] * sin  # (..., n, Dh), pairs turned by their angles
+    return x * cos + x[..., partner] * (-sin if inverse else sin)  # (..., n, Dh), pairs turned
+
+
+def rotated(q: Any, k: Any, rotary: Rotary | None, cache: Any = None) -> tuple[Any, Any]:
+    """A layer's queries and keys rotated to their positions; ``rotary=None`` leaves them be.
+
+    What every form of multi-head attention does between its projections and its scores.
+    The new positions follow those a key/value cache already holds: query ``i`` and key
+    ``j`` of this call sit at ``cache.length + i`` and ``cache.length + j`` (from 0 without a
+    cache, for cross-attention too). Keys are rotated before they are cached, so a cached
+    key is never turned again. Only the positions matter, so a key/value head is rotated
+    once, whatever the number of query heads it serves.
+
+    Args:
+        q: query heads.
+        k: key heads.
+        rotary: the rotation, or ``None`` for no rotary positions (``q`` and ``k`` returned
+            as they are, the same objects).
+        cache: the cache the keys will join (anything with a ``length``), or ``None``.
+
+    Shape:
+        q ``(..., L, Dh)``, k ``(..., S, Dh)``, e.g. ``(B, H, L, Dh)`` and
+        ``(B, H_kv, S, Dh)``; returns the same shapes.
+
+    Returns:
+        ``(q, k)``, rotated by :func:`rotate` from position ``cache.length`` (or 0).
+    """
+    if rotary is None:
+        return q, k
+    offset = 0 if cache is None else cache.length  # new positions follow the cached ones
+    return rotate(q, rotary, offset=offset), rotate(k, rotary, offset=offset)
 
 
 def interleave_permutation(d_head: int) -> np.ndarray:

@@ -21,12 +21,12 @@ Layer ``l`` is pre-norm::
     X1 = X + MultiHead(RMSNorm(X))                     # rotary positions, GQA, causal
     X2 = X1 + (SiLU(N W_gate) * (N W_up)) W_down       # N = RMSNorm(X1)
 
-and the logits are ``RMSNorm(X_30) E^T``. The attention is this package's: the projections
-with the layer's ``MHAParams``, :func:`mha.backends.torch_backend.split_heads`, the rotation
-of :func:`mha.core.rotary.rotate` between projection and attention, a
-:class:`mha.core.kv_cache.KVCache` of rotated keys, and
-:func:`mha.backends.torch_backend.scaled_dot_product_attention` with each key/value head
-serving its group of three query heads.
+and the logits are ``RMSNorm(X_30) E^T``. The attention is this package's layer itself,
+:func:`mha.backends.torch_backend.multi_head_attention` with the layer's ``MHAParams`` (each
+key/value head serving its group of three query heads), the model's rotary positions
+(``rotary=``, which turns queries and keys between projection and attention), a bottom-right
+causal mask, and a :class:`mha.core.kv_cache.KVCache` per layer, which holds the keys after
+their rotation.
 
 **Rotary pairs.** llama.cpp's converter permutes the rows of each head's query and key
 projections (:func:`mha.core.rotary.interleave_permutation`), so in the GGUF file the
@@ -52,7 +52,7 @@ from mha.backends import torch_backend
 from mha.core._checks import arguments
 from mha.core.kv_cache import KVCache, atomic
 from mha.core.params import MHAParams
-from mha.core.rotary import Rotary, rotate
+from mha.core.rotary import Rotary
 from mha.models.attention_only import gated_params
 from mha.models.minilm import sha256_of
 
@@ -370,23 +370,24 @@ class SmolLM2:
         return q, torch_backend.split_heads(k, H_kv), torch_backend.split_heads(v, H_kv)
 
     def _attention(
-        self, x: torch.Tensor, layer: int, params: MHAParams, cache: KVCache | None, start: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Grouped-query causal self-attention with rotary positions, new tokens at ``start``."""
-        q, k, v = self.projections(x, layer, params)  # (B, H, L, Dh), 2 x (B, H_kv, L, Dh)
-        B, H, L, Dh = q.shape
-        H_kv = k.shape[1]
-        q = rotate(q, self.rotary, offset=start)  # positions start, ..., start + L - 1
-        k = rotate(k, self.rotary, offset=start)
-        staged = contextlib.nullcontext((k, v)) if cache is None else cache.appending(k, v)
-        with staged as (k, v):  # with a cache: the cached positions and these, (B, H_kv, S, Dh)
-            S = k.shape[2]
-            mask = None if L == 1 else torch_backend.causal_mask(L, S, align="bottom_right")
-            out, weights = torch_backend.scaled_dot_product_attention(
-                q.reshape(B, H_kv, H // H_kv, L, Dh), k[:, :, None], v[:, :, None], mask
-            )  # each key/value head serves its group: (B, H_kv, G, L, Dh), (B, H_kv, G, L, S)
-        out = torch_backend.merge_heads(out.reshape(B, H, L, Dh))  # (B, L, D)
-        return out @ params.w_o, weights.reshape(B, H, L, S)
+        self,
+        x: torch.Tensor,
+        layer: int,
+        params: MHAParams,
+        cache: KVCache | None,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Grouped-query causal self-attention with rotary positions: the package's layer.
+
+        The new tokens follow those the cache holds (their positions, and the mask's
+        bottom-right diagonal, start at its length); without a cache, at 0.
+        """
+        n = rms_norm(x, self.layers[layer].attn_norm, self.eps)  # (B, L, D)
+        L = n.shape[1]
+        S = L + (0 if cache is None else cache.length)  # the positions attended to
+        mask = None if L == 1 else torch_backend.causal_mask(L, S, align="bottom_right")
+        flags = {"need_weights": need_weights, "cache": cache, "rotary": self.rotary}
+        return torch_backend.multi_head_attention(n, n, n, params, mask, form="packed", **flags)
 
     def _run(
         self,
@@ -397,7 +398,7 @@ class SmolLM2:
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The residual stream before each layer and after the last, and the weights."""
         arguments.check_bool("need_weights", need_weights)
-        start = self._check(tokens, gates, caches)
+        self._check(tokens, gates, caches)
         x = self.embed[tokens]  # (B, L) -> (B, L, D)
         stream, weights = [x], []
         # With caches, every layer's append is undone when a later layer refuses its call.
@@ -405,7 +406,7 @@ class SmolLM2:
             for i, layer in enumerate(self.layers):
                 params = gated_params(layer.attn, None if gates is None else gates[i])
                 cache = None if caches is None else caches[i]
-                out, w = self._attention(x, i, params, cache, start)
+                out, w = self._attention(x, i, params, cache, need_weights)
                 x = x + out  # (B, L, D)
                 n = rms_norm(x, layer.ffn_norm, self.eps)
                 gate, up = (n @ layer.w_gate_up).chunk(2, dim=-1)  # 2 x (B, L, F)

@@ -26,12 +26,17 @@ are the sums over the group (multi-head attention is ``H_kv = H``, multi-query `
 
 Masked entries have zero weight and so zero gradient; a fully masked query row has zero
 output and passes no gradient to the queries, keys or values.
+
+Rotary positions (:mod:`mha.core.rotary`) turn each query and key by an orthogonal matrix
+``R_p``, so their gradient turns back by its transpose: ``dq = R_p^T d(R_p q)``, the inverse
+rotation (:func:`mha.core.rotary.rotate` with ``inverse=True``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -40,6 +45,9 @@ from mha.backends._tiles import causal_offset, tile_mask
 from mha.core import _groups
 from mha.core._checks import arguments, layer, numpy_arrays
 from mha.core.params import MHAParams
+from mha.core.rotary import Rotary, rotate, rotated
+
+Grads = TypeVar("Grads", bound=tuple[np.ndarray, ...])
 
 BACKWARD_FORMS = ("fused", "tiled")
 
@@ -157,7 +165,7 @@ def scaled_dot_product_attention(
     )
 
 
-def _checked(name: str, grads: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+def _checked(name: str, grads: Grads) -> Grads:
     """``grads``, each checked to be finite (an overflow of the dtype raises)."""
     for what, g in zip(("d_query", "d_key", "d_value"), grads, strict=False):
         numpy_arrays.check_result(f"{name} {what}", g)
@@ -365,17 +373,21 @@ def linear(
     return d_x, d_weight, d_bias
 
 
-def _linear_backward(x, weight, d_y, bias):
+def _linear_backward(
+    x: np.ndarray, weight: np.ndarray, d_y: np.ndarray, bias: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     x2, dy2 = x.reshape(-1, x.shape[-1]), d_y.reshape(-1, d_y.shape[-1])  # (N, D_in), (N, D_out)
     d_weight = x2.T @ dy2  # (D_in, N) @ (N, D_out)
     d_bias = dy2.sum(axis=0) if bias else None  # (D_out,)
     return d_y @ weight.T, d_weight, d_bias  # (..., D_out) @ (D_out, D_in)
 
 
-def _check_layer(query, key, value, params, mask) -> dict[str, float]:
+def _check_layer(query, key, value, params, mask, rotary=None) -> dict[str, float]:
     """The argument checks of :func:`mha.backends.np_backend.multi_head_attention`; the
     magnitudes."""
-    return layer.check_mha(query, key, value, params, mask, "fused", False, numpy_arrays.NUMPY)
+    return layer.check_mha(
+        query, key, value, params, mask, "fused", False, numpy_arrays.NUMPY, rotary=rotary
+    )
 
 
 @dataclass(frozen=True)
@@ -389,14 +401,16 @@ class MHASaved:
         params: its parameters.
         mask: its mask, or ``None``.
         form: ``"fused"`` (weights stored) or ``"tiled"`` (log-sum-exp stored).
-        q: per-head queries ``(B, H, L, Dh)``.
-        k: per-head keys ``(B, H_kv, S, Dh)`` (``H_kv = H`` for multi-head attention).
+        q: per-head queries ``(B, H, L, Dh)`` (turned by ``rotary`` when it is set).
+        k: per-head keys ``(B, H_kv, S, Dh)`` (``H_kv = H`` for multi-head attention;
+            turned by ``rotary`` when it is set).
         v: per-head values ``(B, H_kv, S, Dh)``.
         heads: per-head attention outputs ``(B, H, L, Dh)``.
         weights: the attention weights ``(B, H, L, S)`` (fused form), else ``None``.
         lse: the log-sum-exp ``(B, H, L)`` (tiled form), else ``None``.
         block_q: query rows per tile of the tiled form.
         block_kv: key/value rows per tile of the tiled form.
+        rotary: its rotary positions, or ``None``.
     """
 
     query: np.ndarray
@@ -413,6 +427,7 @@ class MHASaved:
     lse: np.ndarray | None
     block_q: int
     block_kv: int
+    rotary: Rotary | None = None
 
 
 @dataclass(frozen=True)
@@ -446,6 +461,7 @@ def multi_head_attention_forward(
     form: str = "fused",
     block_q: int = tiled.DEFAULT_BLOCK_Q,
     block_kv: int = tiled.DEFAULT_BLOCK_KV,
+    rotary: Rotary | None = None,
 ) -> tuple[np.ndarray, MHASaved]:
     """The forward of :func:`mha.backends.np_backend.multi_head_attention`, keeping what backward
     needs.
@@ -454,7 +470,8 @@ def multi_head_attention_forward(
     :func:`mha.backends.tiled.attention` and stores only the ``(B, H, L)`` log-sum-exp. Both store
     the per-head queries, keys, values and outputs, ``O(B L D)`` numbers. With grouped-query
     parameters the keys and values have ``H_kv`` heads, each shared by a group of ``G``
-    query heads (broadcast, not copied).
+    query heads (broadcast, not copied). With ``rotary`` the stored queries and keys are
+    the turned ones.
 
     Args:
         query: queries.
@@ -465,6 +482,7 @@ def multi_head_attention_forward(
         form: ``"fused"`` or ``"tiled"``.
         block_q: query rows per tile (tiled form).
         block_kv: key/value rows per tile (tiled form).
+        rotary: rotary positions, as in :func:`mha.backends.np_backend.multi_head_attention`.
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)``. Returns output ``(B, L, D)``.
@@ -479,7 +497,7 @@ def multi_head_attention_forward(
     """
     if form not in BACKWARD_FORMS:
         raise ValueError(f"form must be one of {BACKWARD_FORMS}; got form={form!r}")
-    magnitudes = _check_layer(query, key, value, params, mask)
+    magnitudes = _check_layer(query, key, value, params, mask, rotary)
     arguments.check_block_size("block_q", block_q)
     arguments.check_block_size("block_kv", block_kv)
     H, H_kv = params.num_heads, params.num_kv_heads
@@ -490,6 +508,7 @@ def multi_head_attention_forward(
     q = heads_of(query, params.w_q, params.b_q, H)  # (B, H, L, Dh)
     k = heads_of(key, params.w_k, params.b_k, H_kv)  # (B, H_kv, S, Dh)
     val = heads_of(value, params.w_v, params.b_v, H_kv)  # (B, H_kv, S, Dh)
+    q, k = rotated(q, k, rotary)  # turned by their positions (rotary=None: unchanged)
     qg = _groups.group_queries(q, H_kv)  # (B, H_kv, G, L, Dh)
     kg, vg = _groups.group_kv(k, H, H_kv), _groups.group_kv(val, H, H_kv)  # (B, H_kv, 1, S, Dh)
     maskg = _groups.group_mask(mask, H_kv) if H_kv < H else mask
@@ -512,11 +531,11 @@ def multi_head_attention_forward(
         mask,
         None,
         numpy_arrays.NUMPY,
+        rotary=rotary,
         name="multi_head_attention_forward output",
     )
-    saved = MHASaved(
-        query, key, value, params, mask, form, q, k, val, heads, weights, lse, block_q, block_kv
-    )
+    kept = (q, k, val, heads, weights, lse, block_q, block_kv)
+    saved = MHASaved(query, key, value, params, mask, form, *kept, rotary=rotary)
     return out, saved
 
 
@@ -534,8 +553,9 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
 
     In order: the output projection (:func:`linear`), the head merge
     (:func:`merge_heads`), attention (:func:`scaled_dot_product_attention` from the stored
-    weights, or :func:`tiled_attention` from the log-sum-exp), the head split
-    (:func:`split_heads`) and the three input projections (:func:`linear`).
+    weights, or :func:`tiled_attention` from the log-sum-exp), the rotary positions if any
+    (the inverse rotation), the head split (:func:`split_heads`) and the three input
+    projections (:func:`linear`).
 
     Args:
         saved: what :func:`multi_head_attention_forward` returned with the output.
@@ -583,6 +603,8 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
         _groups.ungroup(dk, H, H_kv),
         _groups.ungroup(dv, H, H_kv),
     )  # (B, H_kv, 1, S, Dh) -> (B, H_kv, S, Dh)
+    if saved.rotary is not None:  # R^T turns the gradients back: the inverse rotation
+        dq, dk = (rotate(g, saved.rotary, inverse=True) for g in (dq, dk))
     grads = [
         _linear_backward(x, w, split_heads(d), bias_in)  # (B, N, D) each
         for x, w, d in ((saved.query, p.w_q, dq), (saved.key, p.w_k, dk), (saved.value, p.w_v, dv))
@@ -654,7 +676,21 @@ def attention_gradient_magnitudes(
     d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, v_, a + tiny, d_o, tiny)
     n = max(L, S, query.shape[-1], value.shape[-1])
     shapes = (query.shape, key.shape, value.shape)
-    return tuple(_unbroadcast(g, s) for g, s in zip((d_q, d_k, d_v), shapes, strict=True)), c_max, n
+    d_q, d_k, d_v = (_unbroadcast(g, s) for g, s in zip((d_q, d_k, d_v), shapes, strict=True))
+    return (d_q, d_k, d_v), c_max, n
+
+
+def _turned_magnitudes(x: np.ndarray, rotary: Rotary | None, tiny: float) -> np.ndarray:
+    """A bound on ``|R x|`` and ``|R^T x|`` for magnitudes ``x >= 0``: ``x |cos| + x' |sin|``
+    (``x'`` each coordinate's partner), plus ``tiny``; ``x`` itself without rotary positions.
+
+    Shape:
+        x ``(..., n, Dh)``, positions from 0; returns the same shape.
+    """
+    if rotary is None:
+        return x
+    cos, sin = rotary.tables(x.shape[-1], x.shape[-2])  # 2 x (n, Dh)
+    return x * np.abs(cos) + x[..., rotary.partners(x.shape[-1])] * np.abs(sin) + tiny
 
 
 def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradients, float, int]:
@@ -664,8 +700,10 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
     ``dZ = A * (dA - rowsum(dA * A))`` by ``A * (dA + rowsum(dA * A))``, with the dtype's
     ``tiny`` added to every rounded intermediate: each result bounds the sum of the absolute
     values of everything added into its gradient, which
-    :func:`mha.numerics.tolerance.gradient_tolerance` scales into a bound. It forms the
-    ``(B, H, L, S)`` weights (recomputed for the tiled form).
+    :func:`mha.numerics.tolerance.gradient_tolerance` scales into a bound. Rotary positions
+    turn the magnitudes of the queries and keys, and of their gradients, by the absolute
+    values of the rotation's cosines and sines. It forms the ``(B, H, L, S)`` weights
+    (recomputed for the tiled form).
 
     Args:
         saved: what :func:`multi_head_attention_forward` returned.
@@ -703,11 +741,11 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
         _groups.group_kv(np_backend.split_heads(np_backend.linear(x, w, b) + tiny, H_kv), H, H_kv)
         for x, w, b in ((inputs[1], p.w_k, p.b_k), (inputs[2], p.w_v, p.b_v))
     )
+    q, k = (_turned_magnitudes(x, saved.rotary, tiny) for x in (q, k))
     d_out_abs = np.abs(d_out).astype(np.float64)
     concat = np_backend.merge_heads(_groups.ungroup(A @ val + tiny, H, H_kv))  # (B, L, D)
-    d_concat, d_w_o, d_b_o = (
-        g if g is None else g + tiny
-        for g in _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None)
+    d_concat, d_w_o, d_b_o = _lifted(
+        _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None), tiny
     )
     d_heads = _groups.group_queries(merge_heads(d_concat, H), H_kv)  # (B, H_kv, G, L, Dh)
     d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, val, A, d_heads, tiny)
@@ -716,8 +754,9 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
     d_k, d_v = (
         _groups.ungroup(_unbroadcast(g, k.shape), H, H_kv) for g in (d_k, d_v)
     )  # (B, H_kv, S, Dh)
+    d_q, d_k = (_turned_magnitudes(g, saved.rotary, tiny) for g in (d_q, d_k))
     grads = [
-        [g if g is None else g + tiny for g in _linear_backward(x, w, split_heads(d), bias)]
+        _lifted(_linear_backward(x, w, split_heads(d), bias), tiny)
         for x, w, d in zip(inputs, (p.w_q, p.w_k, p.w_v), (d_q, d_k, d_v), strict=True)
     ]
     B, L, D = saved.query.shape
@@ -731,4 +770,13 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
         H,
         H_kv,
     )
-    return MHAGradients(*(g[0] for g in grads), d_params), c_max, n
+    d_query, d_key, d_value = (g[0] for g in grads)
+    return MHAGradients(d_query, d_key, d_value, d_params), c_max, n
+
+
+def _lifted(
+    grads: tuple[np.ndarray, np.ndarray, np.ndarray | None], tiny: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(d_x, d_weight, d_bias)`` of :func:`_linear_backward`, each plus ``tiny``."""
+    d_x, d_weight, d_bias = grads
+    return d_x + tiny, d_weight + tiny, None if d_bias is None else d_bias + tiny

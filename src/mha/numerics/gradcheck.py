@@ -15,6 +15,7 @@ import torch
 
 from mha.backends import tiled, torch_backend
 from mha.core.params import MHAParams
+from mha.core.rotary import Rotary
 from mha.numerics import backward
 from mha.numerics.tolerance import gradient_tolerance
 
@@ -46,6 +47,11 @@ class GradientCheck:
         return self.used <= 1.0
 
 
+def _grad_of(leaf: torch.Tensor) -> np.ndarray:
+    """The gradient PyTorch accumulated on ``leaf``: zeros where nothing depends on it."""
+    return np.zeros(tuple(leaf.shape)) if leaf.grad is None else leaf.grad.numpy()
+
+
 def _check_against(ours: np.ndarray, theirs: np.ndarray, tol: np.ndarray) -> GradientCheck:
     diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
     tol = np.asarray(tol, dtype=np.float64)
@@ -65,6 +71,7 @@ def compare_with_autograd(
     form: str = "fused",
     block_q: int = tiled.DEFAULT_BLOCK_Q,
     block_kv: int = tiled.DEFAULT_BLOCK_KV,
+    rotary: Rotary | None = None,
 ) -> dict[str, GradientCheck]:
     """Every gradient of :func:`~mha.numerics.backward.multi_head_attention` against autograd.
 
@@ -86,6 +93,7 @@ def compare_with_autograd(
         form: ``"fused"`` (weights stored) or ``"tiled"`` (recomputed from the log-sum-exp).
         block_q: query rows per tile (tiled form).
         block_kv: key/value rows per tile (tiled form).
+        rotary: the layer's rotary positions, or ``None``.
 
     Shape:
         query ``(B, L, D)``, key and value ``(B, S, D)``, d_out ``(B, L, D)``.
@@ -100,8 +108,9 @@ def compare_with_autograd(
         :func:`mha.numerics.backward.multi_head_attention`.
     """
 
+    blocks = {"block_q": block_q, "block_kv": block_kv}
     out, saved = backward.multi_head_attention_forward(
-        query, key, value, params, mask, form=form, block_q=block_q, block_kv=block_kv
+        query, key, value, params, mask, form=form, **blocks, rotary=rotary
     )
     ours = backward.multi_head_attention(saved, d_out)
     tol = gradient_tolerance(saved, d_out)
@@ -109,14 +118,14 @@ def compare_with_autograd(
     leaves = {id(x): torch.from_numpy(x.copy()).requires_grad_() for x in (query, key, value)}
     y_t, _ = torch_backend.multi_head_attention(
         leaves[id(query)], leaves[id(key)], leaves[id(value)], p_t,
-        None if mask is None else torch.from_numpy(np.asarray(mask)),
+        None if mask is None else torch.from_numpy(np.asarray(mask)), rotary=rotary,
     )  # fmt: skip
     y_t.backward(torch.from_numpy(d_out))
     checks = {}
     if query is key is value:
         checks["d inputs"] = _check_against(
             ours.d_query + ours.d_key + ours.d_value,
-            leaves[id(query)].grad.numpy(),
+            _grad_of(leaves[id(query)]),
             tol.d_query + tol.d_key + tol.d_value,
         )
     else:
@@ -128,7 +137,7 @@ def compare_with_autograd(
         for name, x in (("query", query), ("key", key), ("value", value)):
             if id(x) in sums:
                 g, t = sums.pop(id(x))
-                checks[f"d {name}"] = _check_against(g, leaves[id(x)].grad.numpy(), t)
+                checks[f"d {name}"] = _check_against(g, _grad_of(leaves[id(x)]), t)
     for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
         g = getattr(ours.d_params, name)
         if g is not None:

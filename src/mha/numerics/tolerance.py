@@ -404,7 +404,7 @@ def assert_close(actual: Any, expected: Any, tolerance: Any, *, name: str = "act
 
 
 def attention_tolerance(
-    query: Any, key: Any, value: Any, params: Any, mask: Any = None
+    query: Any, key: Any, value: Any, params: Any, mask: Any = None, *, rotary: Any = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Entry-by-entry bounds on the difference between two routes to a multi-head layer.
 
@@ -413,6 +413,11 @@ def attention_tolerance(
     float64): with ``|.|`` taken entrywise and ``g_n`` for ``gamma_n``,
 
     - projections ``q = x W^Q + b``: ``dq = 2 g_D |x| |W^Q|`` (likewise ``dk``, ``dv``);
+    - with rotary positions, the turned ``q' = q cos + q_partner sin`` (likewise ``k'``):
+      ``dq' = dq |cos| + dq_partner |sin| + 2 t |q'|``, with ``|q'|`` taken as
+      ``|q| |cos| + |q_partner| |sin|`` and ``t = 3u + (P + 2) u_64`` (two products and a sum
+      with rounded cosines and sines, and the float64 angle ``p theta_i`` of a position up to
+      ``P`` rounded relatively);
     - scores ``s = q k^T / sqrt(Dh)``: ``ds = (dq |k|^T + |q| dk^T + 2 g_Dh |q| |k|^T) / sqrt(Dh)``;
     - weights ``w = softmax(s)``: ``dw = w (ds + max_row ds + 2 g_(S+2))``, since a softmax
       weight moves relatively by at most its own score change plus the largest in its row;
@@ -427,6 +432,9 @@ def attention_tolerance(
         params: the layer's :class:`mha.MHAParams` (multi-head or grouped-query), of the
             inputs' dtype.
         mask: boolean keep-mask broadcastable to ``(B, H, L, S)``, or ``None``.
+        rotary: the layer's rotary positions (:class:`mha.core.rotary.Rotary`), or ``None``;
+            queries and keys at positions from 0 (a cached route that continues from a
+            cache's length reaches the same positions).
 
     Shape:
         Returns ``(B, L, D)`` and ``(B, H, L, S)``.
@@ -442,7 +450,8 @@ def attention_tolerance(
             ``0``/``-inf`` mask is refused, as by every backend) or is a ``meta`` tensor.
         ValueError: the shape and value errors of
             :func:`mha.backends.np_backend.multi_head_attention` (shapes, empty sequences, a mask
-            that does not broadcast, NaN or infinite inputs), checked on the float64 copies.
+            that does not broadcast, NaN or infinite inputs, an odd ``d_head`` with
+            ``rotary``), checked on the float64 copies.
     """
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
@@ -460,7 +469,7 @@ def attention_tolerance(
     # Grouped-query attention computes each head as multi-head attention does with its key
     # and value head repeated: the same bound.
     p = repeat_kv_heads(params.to_numpy(f64))
-    _, w = np_backend.multi_head_attention(x_q, x_k, x_v, p, keep)  # (B, H, L, S)
+    _, w = np_backend.multi_head_attention(x_q, x_k, x_v, p, keep, rotary=rotary)  # (B, H, L, S)
     H, Dh, S = p.num_heads, p.d_head, x_k.shape[-2]
     g_d, g_h, g_s, g_w = (gamma(query, n) for n in (p.d_model, Dh, S, S + 2))
     root = np.sqrt(Dh)
@@ -474,6 +483,9 @@ def attention_tolerance(
         project(x, w, b)
         for x, w, b in ((x_q, p.w_q, p.b_q), (x_k, p.w_k, p.b_k), (x_v, p.w_v, p.b_v))
     )  # (B, H, L|S, Dh) each
+    if rotary is not None:  # turned queries and keys: their magnitudes and rounding
+        turn = unit_roundoff(query) * 3 + unit_roundoff(f64) * (max(q.shape[2], k.shape[2]) + 1)
+        (q, dq), (k, dk) = (_turned(x, dx, rotary, turn) for x, dx in ((q, dq), (k, dk)))
     kT, dkT = k.swapaxes(-1, -2), dk.swapaxes(-1, -2)
     ds = (dq @ kT + q @ dkT + 2 * g_h * (q @ kT)) / root  # (B, H, L, S)
     dw = w * (ds + ds.max(axis=-1, keepdims=True) + 2 * g_w)  # (B, H, L, S)
@@ -625,6 +637,21 @@ def latent_tolerance(
     return 2 * np.maximum(d_out_e, d_out_a), 2 * np.maximum(dw_e, dw_a)
 
 
+def _turned(
+    x: np.ndarray, dx: np.ndarray, rotary: Any, turn: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Magnitudes ``x >= 0`` turned by rotary positions from 0, and their error ``dx`` carried
+    through the turn with its own rounding ``turn`` (see :func:`attention_tolerance`).
+
+    Shape:
+        x and dx ``(..., n, Dh)``; returns two of the same shape.
+    """
+    cos, sin = (np.abs(t) for t in rotary.tables(x.shape[-1], x.shape[-2]))  # 2 x (n, Dh)
+    partner = rotary.partners(x.shape[-1])  # (Dh,)
+    turned = x * cos + x[..., partner] * sin
+    return turned, dx * cos + dx[..., partner] * sin + 2 * turn * turned
+
+
 def online_softmax_tolerance(dtype: Any, *, terms: int, merges: int) -> tuple[float, float]:
     """How far two blockings of the same softmax may differ: the sum ``l`` and each weight.
 
@@ -744,7 +771,8 @@ def attention_gradient_tolerance(
     """
     magnitudes, c_max, n = backward.attention_gradient_magnitudes(query, key, value, weights, d_out)
     factor = 2 * (8 + 4 * c_max + 4) * gamma(query.dtype, n)
-    return tuple(factor * m for m in magnitudes)
+    d_query, d_key, d_value = (factor * m for m in magnitudes)
+    return d_query, d_key, d_value
 
 
 def gradient_tolerance(saved: backward.MHASaved, d_out: np.ndarray) -> backward.MHAGradients:
@@ -759,7 +787,10 @@ def gradient_tolerance(saved: backward.MHASaved, d_out: np.ndarray) -> backward.
     to those magnitudes (``n`` the longest sum, :func:`gamma`), and the
     forward's weights ``A`` by a relative ``(4c + 4) gamma_n`` with ``c`` the largest score
     magnitude (as in :func:`tiled_attention_tolerance`). The tolerance is
-    twice ``(10 + 4c + 4) gamma_n`` times the magnitude.
+    twice ``(10 + 4c + 4) gamma_n`` times the magnitude. Rotary positions add 8 stages: the
+    turned queries and keys, and their gradients turned back, are each a sum of two products
+    with rounded cosines and sines, off by ``3u`` relative to their magnitudes, within
+    ``2 gamma_2 <= 2 gamma_n``.
 
     Underflow. The bound ``|fl(x) - x| <= u |x|`` holds in the normal range only; a result
     below the smallest normal number ``tiny`` is rounded to a multiple of the smallest
@@ -790,7 +821,8 @@ def gradient_tolerance(saved: backward.MHASaved, d_out: np.ndarray) -> backward.
         The errors of :func:`mha.numerics.backward.multi_head_attention`.
     """
     magnitudes, c_max, n = backward.gradient_magnitudes(saved, d_out)
-    factor = 2 * (10 + 4 * c_max + 4) * gamma(saved.query.dtype, n)
+    stages = 10 if saved.rotary is None else 18
+    factor = 2 * (stages + 4 * c_max + 4) * gamma(saved.query.dtype, n)
     p = magnitudes.d_params
     d_params = MHAParams(
         factor * p.w_qkv,

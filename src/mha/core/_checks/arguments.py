@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, SupportsFloat
 
 from mha.core.mask_rules import CAUSAL_ALIGNMENTS
 
@@ -114,7 +114,7 @@ def check_dense(name: str, x: Any) -> None:
         )
 
 
-def is_finite_real(value: Real) -> bool:
+def is_finite_real(value: SupportsFloat) -> bool:
     """``math.isfinite`` for any real number: an int too large for a float is not finite."""
     try:
         return math.isfinite(value)
@@ -127,7 +127,7 @@ def check_positive_number(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, Real):
         hint = f"; pass {name}.item()" if hasattr(value, "item") and hasattr(value, "shape") else ""
         raise TypeError(f"{name} must be a real number (int or float); got {describe(value)}{hint}")
-    if not (is_finite_real(value) and value > 0):
+    if not (is_finite_real(value) and float(value) > 0):
         raise ValueError(f"{name} must be positive and finite; got {name}={value!r}")
 
 
@@ -140,7 +140,7 @@ def check_magnitude(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
         hint = f"; pass {name}.item()" if hasattr(value, "item") and hasattr(value, "shape") else ""
         raise TypeError(f"{name} must be a real number (int or float); got {describe(value)}{hint}")
-    if not (is_finite_real(value) and value >= 0):
+    if not (is_finite_real(value) and float(value) >= 0):
         raise ValueError(f"{name} must be finite and at least 0; got {name}={value!r}")
     return float(value)
 
@@ -163,7 +163,7 @@ def check_device(name: str, device: Any) -> Any:
             f"{describe(device)}"
         )
     try:
-        parsed = torch.device(device)
+        parsed = torch.device(int(device) if isinstance(device, Integral) else device)
     except (RuntimeError, ValueError):
         raise ValueError(
             f"{name} must name a torch device such as 'cpu', 'cuda:0' or 'meta'; got "

@@ -56,7 +56,7 @@ class ArrayKind:
     """
 
     type_name: str
-    array_type: type
+    array_type: type[Any]
     floats: tuple[Any, ...]
     bool_dtype: Any
     max_abs: Callable[[Any], float]

@@ -13,13 +13,16 @@ import contextlib
 import math
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
 
 from mha.core._checks.arguments import (
     check_bool,
     check_nonempty,
     check_rank,
     check_same_dtype,
+    describe,
 )
 from mha.core._checks.arrays import ArrayKind, check_arrays
 from mha.core._checks.overflow import (
@@ -32,6 +35,7 @@ from mha.core._checks.overflow import (
 from mha.core.kv_cache import KVCache
 from mha.core.mask_rules import AmbiguousMaskWarning
 from mha.core.params import MHAParams
+from mha.core.rotary import Rotary
 
 # The forms of multi_head_attention. mha.backends.np_backend computes all four;
 # mha.backends.torch_backend computes the first three (its own FORMS) and refuses "tiled",
@@ -51,12 +55,15 @@ def check_mha(
     kind: ArrayKind,
     cache: Any = None,
     forms: tuple[str, ...] = FORMS,
+    *,
+    rotary: Any = None,
 ) -> dict[str, float]:
     """Check the arguments of a backend's ``multi_head_attention``.
 
     With a key/value ``cache``, the keys and values are the new positions only: the mask
     must cover the cached positions and the new ones, ``S = cache.length + key length``.
     ``forms`` are the forms the backend computes (all of ``FORMS`` unless it says less).
+    ``rotary`` is a :class:`mha.core.rotary.Rotary` or ``None`` (:func:`check_rotary`).
 
     Returns:
         The largest magnitude of each input and parameter array, by name (for
@@ -65,6 +72,7 @@ def check_mha(
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
     check_form(form, forms)
+    check_rotary(rotary, params)
     magnitudes = check_arrays((("query", query), ("key", key), ("value", value)), kind)
     B, L, S = check_mha_inputs(query, key, value, params.d_model)
     named = {"query": query, "key": key, "value": value}
@@ -84,6 +92,20 @@ def check_mha(
     kind.check_devices(named)
     check_form_weights(form, need_weights)
     return magnitudes
+
+
+def check_rotary(rotary: Any, params: MHAParams) -> None:
+    """Check that ``rotary`` is a :class:`mha.core.rotary.Rotary` or ``None``, and that the
+    heads it turns have an even width (it turns pairs of coordinates)."""
+    if rotary is None:
+        return
+    if not isinstance(rotary, Rotary):
+        raise TypeError(f"rotary must be a mha.core.rotary.Rotary or None; got {describe(rotary)}")
+    if params.d_head % 2:
+        raise ValueError(
+            "rotary positions turn pairs of coordinates, so d_head must be even; got "
+            f"d_head={params.d_head} (d_model={params.d_model}, num_heads={params.num_heads})"
+        )
 
 
 def check_form(form: str, forms: tuple[str, ...] = FORMS) -> None:
@@ -250,7 +272,9 @@ def check_cache(
 
 
 @contextlib.contextmanager
-def staged(cache: Any, magnitudes: dict[str, float], d_model: int) -> Iterator[Any]:
+def staged(
+    cache: Any, magnitudes: dict[str, float], d_model: int, rotary: Any = None
+) -> Iterator[Any]:
     """The cache a form extends during one checked call: it keeps what the form appends only
     when the block (the form and :func:`check_mha_range`) ends without an exception.
 
@@ -258,13 +282,15 @@ def staged(cache: Any, magnitudes: dict[str, float], d_model: int) -> Iterator[A
     the cached keys and values followed by ``key`` and ``value``, as
     :meth:`mha.core.kv_cache.KVCache.extend` does, but through
     :meth:`~mha.core.kv_cache.KVCache.appending`: the new positions, bounded by the inputs'
-    magnitudes (:func:`~mha.core._checks.overflow.key_value_bound`), are appended when the
-    block ends, and a refused call leaves the cache as it was.
+    magnitudes (:func:`~mha.core._checks.overflow.key_value_bound`, for keys turned by
+    ``rotary`` too), are appended when the block ends, and a refused call leaves the cache as
+    it was. Its ``length`` is the cache's length before the call, where the new positions
+    start.
     """
     if cache is None:
         yield None
         return
-    bound = key_value_bound(magnitudes, d_model)  # beyond float64's range: measured instead
+    bound = key_value_bound(magnitudes, d_model, rotary is not None)  # beyond float64: measured
     with contextlib.ExitStack() as blocks:
         yield _Staged(cache, bound if math.isfinite(bound) else None, blocks)
 
@@ -274,6 +300,11 @@ class _Staged:
 
     def __init__(self, cache: KVCache, max_abs: float | None, blocks: contextlib.ExitStack):
         self._cache, self._max_abs, self._blocks = cache, max_abs, blocks
+
+    @property
+    def length(self) -> int:
+        """The positions the cache held before this call: the first new one's position."""
+        return self._cache.length
 
     def extend(self, key: Any, value: Any) -> tuple[Any, Any]:
         """The cached keys and values, then ``key`` and ``value`` (appended if the call succeeds).
@@ -334,6 +365,7 @@ def check_mha_range(
     cache: Any,
     kind: ArrayKind,
     *,
+    rotary: Rotary | None = None,
     name: str = "multi_head_attention output",
 ) -> None:
     """Raise if the layer's output overflowed (no pass over any array while the bound holds).
@@ -341,7 +373,8 @@ def check_mha_range(
     Called inside :func:`staged`, before the cache appends this call's positions: it holds
     those cached before the call. A non-finite output is checked for NaN or infinity in the
     cache first. Beyond the bound, the layer is redone in float64 to name the stage that
-    overflowed, unless an array has no values to read (see ``ArrayKind.values``).
+    overflowed, unless an array has no values to read (see ``ArrayKind.values``); with
+    ``rotary``, its queries and keys are turned from the cache's length on.
     """
     if cache is not None:
         magnitudes = {**magnitudes, "cache": cache.max_abs}
@@ -356,20 +389,24 @@ def check_mha_range(
             float64_values(a, kind) is None for a in (*arrays, *([] if mask is None else [mask]))
         ):
             return None  # values not readable as they are (under torch.func's vmap, say)
-        q, k, v, *cached64 = (float64_values(a, kind) for a in arrays[: 3 + len(cached)])
+        # each readable, as just checked: float64 NumPy copies
+        q, k, v, *cached64 = (
+            cast(np.ndarray, float64_values(a, kind)) for a in arrays[: 3 + len(cached)]
+        )
         return mha_overflow(
             q,
             k,
             v,
             params.map(lambda a: float64_values(a, kind)),
             None if mask is None else kind.values(mask),
-            tuple(cached64) or None,
+            (cached64[0], cached64[1]) if cached64 else None,
             largest=kind.largest(out.dtype),
+            rotary=rotary,
         )
 
     check_range(
         name,
-        mha_bound(magnitudes, params.d_model, params.num_heads),
+        mha_bound(magnitudes, params.d_model, params.num_heads, rotary is not None),
         out,
         kind,
         locate,

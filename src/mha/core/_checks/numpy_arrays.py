@@ -126,15 +126,15 @@ def numpy_float_dtype(name: str, dtype: Any, allowed: tuple[Any, ...]) -> np.dty
     """``dtype`` as one of the ``allowed`` NumPy floating dtypes, or a ``TypeError``."""
     names = " or ".join(np.dtype(d).name for d in allowed)
     from_torch = type(dtype).__module__ == "torch"  # a torch.dtype where NumPy's is meant
-    try:
-        np_dtype = None if from_torch else np.dtype(dtype)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be {names}; got {arguments.describe(dtype)}") from None
     if from_torch:
         hint = f"convert afterwards with .to_torch({dtype})"
         raise TypeError(
             f"{name} must be a NumPy dtype ({names}); got {dtype}, a torch dtype ({hint})"
         )
+    try:
+        np_dtype = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be {names}; got {arguments.describe(dtype)}") from None
     if np_dtype not in tuple(np.dtype(d) for d in allowed):
         raise TypeError(f"{name} must be {names}; got dtype {np_dtype}")
     return np_dtype

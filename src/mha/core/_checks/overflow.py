@@ -41,6 +41,10 @@ def silence_numpy_warnings(fn: _F) -> _F:
     return quiet  # type: ignore[return-value]
 
 
+ROTATION_GROWTH = math.sqrt(2.0)
+"""How much rotary positions can grow an entry: a turned pair ``(a c - b s, b c + a s)`` has
+entries at most ``sqrt(a^2 + b^2) <= sqrt(2) max(|a|, |b|)`` (:mod:`mha.core.rotary`)."""
+
 RANGE_MARGIN = 4.0
 """How far below the dtype's largest value a bound must stay (for rounding, and for the
 bound's own arithmetic) for a computation to be taken as unable to overflow."""
@@ -55,18 +59,22 @@ def attention_bound(q_max: float, k_max: float, v_max: float, d_head: int) -> fl
     return max(math.sqrt(d_head) * q_max * k_max, v_max)
 
 
-def key_value_bound(magnitudes: dict[str, float], d_model: int) -> float:
+def key_value_bound(magnitudes: dict[str, float], d_model: int, rotated: bool = False) -> float:
     """A bound on every projected key and value, ``D max(|key|, |value|)max |W|max + |b|max``.
 
     ``magnitudes`` is as in :func:`mha_bound`. A layer hands it to
     :meth:`mha.core.kv_cache.KVCache.append`, so that the cache bounds what it holds without
-    measuring it.
+    measuring it. Keys turned by rotary positions (``rotated``) can be larger by
+    :data:`ROTATION_GROWTH`, and the bound is that much larger.
     """
     w, b = magnitudes["params.w_qkv"], magnitudes.get("params.b_qkv", 0.0)
-    return d_model * max(magnitudes["key"], magnitudes["value"]) * w + b
+    bound = d_model * max(magnitudes["key"], magnitudes["value"]) * w + b
+    return bound * ROTATION_GROWTH if rotated else bound
 
 
-def mha_bound(magnitudes: dict[str, float], d_model: int, num_heads: int) -> float:
+def mha_bound(
+    magnitudes: dict[str, float], d_model: int, num_heads: int, rotated: bool = False
+) -> float:
     """A bound on every intermediate of multi-head attention from input magnitudes.
 
     ``magnitudes`` maps ``query``, ``key``, ``value`` and ``params.<name>`` to the largest
@@ -75,10 +83,13 @@ def mha_bound(magnitudes: dict[str, float], d_model: int, num_heads: int) -> flo
     projection of the attended values, ``D |v|max |W_o|max + |b_o|max``. An optional
     ``cache`` entry (:attr:`mha.core.kv_cache.KVCache.max_abs`) bounds the keys and values
     attended from a key/value cache. Grouped-query attention shares key heads, which changes
-    none of these bounds.
+    none of these bounds; rotary positions (``rotated``) grow the queries and keys by at most
+    :data:`ROTATION_GROWTH`.
     """
     w, b = magnitudes["params.w_qkv"], magnitudes.get("params.b_qkv", 0.0)
     q, k, v = (d_model * magnitudes[name] * w + b for name in ("query", "key", "value"))
+    if rotated:
+        q, k = q * ROTATION_GROWTH, k * ROTATION_GROWTH
     cached = magnitudes.get("cache", 0.0)  # the keys and values already in a cache
     k, v = max(k, cached), max(v, cached)
     out = d_model * v * magnitudes["params.w_o"] + magnitudes.get("params.b_o", 0.0)
@@ -170,11 +181,11 @@ def check_attention_range(
     """
 
     def locate() -> str | None:
-        arrays = [float64_values(a, kind) for a in (query, key, value)]
+        q, k, v = (float64_values(a, kind) for a in (query, key, value))
         mask64 = None if mask is None else float64_values(mask, kind)
-        if any(a is None for a in arrays) or (mask64 is None) != (mask is None):
+        if q is None or k is None or v is None or (mask64 is None) != (mask is None):
             return None  # values not readable as they are (under torch.func's vmap, say)
-        return attention_overflow(*arrays, mask64, kind.largest(out.dtype))
+        return attention_overflow(q, k, v, mask64, kind.largest(out.dtype))
 
     m = magnitudes
     bound = attention_bound(m["query"], m["key"], m["value"], query.shape[-1])
@@ -270,7 +281,7 @@ def _max_abs(x: np.ndarray) -> float:
 @silence_numpy_warnings
 def attention_overflow(
     query: np.ndarray, key: np.ndarray, value: np.ndarray, mask: Any, largest: float
-) -> str:
+) -> str | None:
     """Which stage of scaled dot-product attention exceeds ``largest``, from float64 copies."""
     top, out = _attention64(query, key, value, mask)
     return overflow_stage(
@@ -280,6 +291,13 @@ def attention_overflow(
         ],
         largest,
     )
+
+
+def _turned(x: np.ndarray, rotary: Any, offset: int) -> np.ndarray:
+    """``x`` turned by rotary positions from ``offset`` on, in float64 (as
+    :func:`mha.core.rotary.rotate` turns it, with the tables unrounded)."""
+    cos, sin = rotary.tables(x.shape[-1], x.shape[-2], offset)  # 2 x (n, Dh)
+    return x * cos + x[..., rotary.partners(x.shape[-1])] * sin
 
 
 @silence_numpy_warnings
@@ -292,13 +310,15 @@ def mha_overflow(
     cached: tuple[np.ndarray, np.ndarray] | None = None,
     *,
     largest: float,
+    rotary: Any = None,
 ) -> str | None:
     """Which stage of multi-head attention exceeds ``largest``, from float64 copies.
 
     ``params`` are float64 NumPy :class:`mha.MHAParams`; ``cached`` the float64 keys and
     values ``(B, H_kv, S0, Dh)`` a key/value cache held before this call, which the new
     positions' keys and values follow. With ``H_kv < H`` each key/value head is repeated
-    for its group (only on this error path).
+    for its group (only on this error path). With a :class:`mha.core.rotary.Rotary`, the
+    queries and new keys are turned from position ``S0`` on, a stage of its own.
     """
     H, H_kv = params.num_heads, params.num_kv_heads
 
@@ -310,6 +330,12 @@ def mha_overflow(
     k = heads(key, params.w_k, params.b_k, H_kv)  # (B, H_kv, S, Dh)
     v = heads(value, params.w_v, params.b_v, H_kv)
     projected = max(_max_abs(q), _max_abs(k), _max_abs(v))
+    stages = [("the projections x W + b", lambda: projected)]
+    if rotary is not None:
+        start = 0 if cached is None else cached[0].shape[2]  # new positions follow the cached
+        q, k = _turned(q, rotary, start), _turned(k, rotary, start)
+        turned = max(_max_abs(q), _max_abs(k))
+        stages.append(("the queries and keys turned by rotary positions", lambda: turned))
     if cached is not None:
         k = np.concatenate([cached[0], k], axis=2)  # (B, H_kv, S0 + S, Dh)
         v = np.concatenate([cached[1], v], axis=2)
@@ -318,7 +344,7 @@ def mha_overflow(
     concat = attended.swapaxes(-2, -3).reshape(*query.shape)  # (B, H, L, Dh) -> (B, L, D)
     return overflow_stage(
         [
-            ("the projections x W + b", lambda: projected),
+            *stages,
             ("the scores Q K^T / sqrt(Dh)", lambda: top),
             ("the weighted sums of the values", lambda: _max_abs(attended)),
             (
