@@ -54,7 +54,8 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 ## The unit tests once, under this machine's kernels (make test also reruns them portably).
-unit: $(STAMP)
+## The site extension's tests among them use the Node tools (MathJax), hence `node`.
+unit: $(STAMP) node
 	$(BIN)/python -m pytest -m "not chapter and not site and not browser and not slow and not portability"
 
 ## Install Debian's Chromium for the browser tests (as root; prints how otherwise).

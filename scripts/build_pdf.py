@@ -28,6 +28,8 @@ import threading
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
 OUT = BUILD / "pdf"
@@ -92,6 +94,43 @@ TOC_JS = r"""
   nav.style.breakAfter = "page";
   main.prepend(nav);
   return chapters.length;
+}
+"""
+# The explorables are printed as they first appear (a still); their controls are not
+# printed (mha-site.css). After each, a sentence says that the site has it interactive and
+# links to it there: the page is the document the single page holds it in (Sphinx marks where
+# each starts), the place its id. A root marked data-mha-still="none" has nothing to show
+# before the reader acts: it is not printed, and the sentence says what runs on the site
+# (its data-mha-still-text). Returns how many sentences were added.
+EXPLORABLES = ".mha-explore, .mha-live-minilm, [data-mha-explorable]"
+STILLS_JS = r"""
+([site, selector]) => {
+  const marks = [...document.querySelectorAll('span[id^="document-"]')];
+  const pageOf = (root) => {
+    const before = marks.filter(
+      (mark) => mark.compareDocumentPosition(root) & Node.DOCUMENT_POSITION_FOLLOWING);
+    return before.length ? before[before.length - 1].id.slice("document-".length) : "";
+  };
+  const roots = [...document.querySelectorAll(selector)].filter(
+    (root) => !root.parentElement.closest(selector));
+  for (const root of roots) {
+    const page = pageOf(root);
+    const address = `${site}${page ? `${page}.html` : ""}${root.id ? `#${root.id}` : ""}`;
+    const link = document.createElement("a");
+    link.href = address;
+    link.textContent = address;
+    const note = document.createElement("p");
+    note.className = "mha-still-note";
+    if (root.dataset.mhaStill === "none") {
+      const what = root.dataset.mhaStillText || "an interactive figure";
+      note.append(`On the book's site, ${what} runs here: `, link, ".");
+    } else {
+      note.append("On the book's site this figure is interactive: ", link,
+                  ". Here it is printed as it first appears.");
+    }
+    root.after(note);
+  }
+  return roots.length;
 }
 """
 # Figures are drawn as on a desktop screen, FIGURE_WIDTH_PX wide (their layout for a wide
@@ -177,6 +216,15 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+def site_url() -> str:
+    """The book's site address, as the site's Open Graph tags give it (``repository.url``)."""
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    from mha_site.site_identity import pages_url
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf8"))
+    return pages_url(config["repository"]["url"])
+
+
 def print_pdf() -> dict:
     """Print ``_build/pdf/singlehtml/book/preface.html`` to ``_build/pdf/mha-book.pdf``."""
     from playwright.sync_api import sync_playwright
@@ -201,6 +249,7 @@ def print_pdf() -> dict:
             page.emulate_media(media="print")
             page.set_default_timeout(TIMEOUT_MS)
             page.goto(url, wait_until="networkidle")
+            page.evaluate(STILLS_JS, [site_url(), EXPLORABLES])
             page.evaluate(FIT_JS, FIGURE_WIDTH_PX)
             ready = page.evaluate(READY_JS)
             ready["chapters"] = page.evaluate(TOC_JS)

@@ -53,3 +53,13 @@ def toc_sections(page: str, root: Path = ROOT) -> list[str]:
     if entry is None:
         raise ValueError(f"_toc.yml has no entry {page!r}")
     return toc_entries({"root": page, "chapters": entry.get("sections", [])})[1:]
+
+
+def toc_part(caption: str, root: Path = ROOT) -> list[str]:
+    """The pages of the ``_toc.yml`` part captioned ``caption``, as ``book/<stem>`` paths, in
+    reading order (sections included)."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf8"))
+    for part in toc.get("parts", []):
+        if part.get("caption") == caption:
+            return toc_entries({"root": "", "chapters": part.get("chapters", [])})[1:]
+    raise ValueError(f"_toc.yml has no part captioned {caption!r}")

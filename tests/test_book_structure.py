@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from booktoc import toc_entries, toc_pages, toc_sections
+from booktoc import toc_entries, toc_pages, toc_part, toc_sections
 from package import public_modules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,6 +219,8 @@ def test_api_index_names_each_page_and_the_modules_it_holds() -> None:
 #   a pointer ("the subject of chapter X") and allowed; a link to a later page's section,
 #   equation or figure is allowed only in a sentence that says "later", the way a reader is
 #   told that it is a look ahead. Anything a chapter uses without linking to it is not seen.
+#   The pages of the "Reference" part (the notation, how to run the book, the API) come after
+#   the chapters and are looked up, not read in order: a link into them is never a look ahead.
 # - Results. The entry points in RESULT_SOURCES load what a chapter produced or introduced
 #   (training runs, which `mha.training`'s run store shares between chapters; a pretrained
 #   model). Each belongs to the page that introduces it; a code cell of an earlier page that
@@ -236,7 +238,8 @@ LATER = re.compile(r"\blater\b", re.I)
 RESULT_SOURCES = {
     # entry point: the page that introduces what it loads
     "train_runs": "book/trained-heads",  # training runs (and the run store)
-    "load_minilm": "book/rank-and-subspaces",  # the pretrained encoder, first described there
+    # the pretrained encoder: chapter 1 introduces it in a sentence and shows two of its heads
+    "load_minilm": "book/one-head-to-many",
     "load_smollm2": "book/decoder-heads",  # the pretrained decoder
 }
 RESULT_CALL = re.compile(r"\b(?P<name>" + "|".join(RESULT_SOURCES) + r")\(")
@@ -285,15 +288,18 @@ def link_targets(text: str, page: str, homes: dict) -> list[tuple[int, int, str 
     return found
 
 
-def forward_links(pages: dict[str, str]) -> list[str]:
+def forward_links(pages: dict[str, str], reference: frozenset[str] = frozenset()) -> list[str]:
     """The links of ``pages`` (page -> text, in reading order) to a later page's section,
-    equation or figure outside a sentence that says "later", one line each."""
+    equation or figure outside a sentence that says "later", one line each. A link to a
+    page of ``reference`` (looked up, not read in order) is never one."""
     order = {page: i for i, page in enumerate(pages)}
     homes = label_homes(pages)
     problems = []
     for page, text in pages.items():
         for start, end, linked, whole in link_targets(text, page, homes):
             if linked not in order or order[linked] <= order[page] or whole:
+                continue
+            if linked in reference:
                 continue
             if LATER.search(sentence_around(text, start, end)):
                 continue
@@ -364,6 +370,34 @@ def test_forward_links_allow_links_back_to_an_earlier_page() -> None:
     assert forward_links(SYNTHETIC) == []  # book/b links back to book/a's section
 
 
+def test_forward_links_allow_a_link_into_a_reference_page() -> None:
+    pages = with_a("Heads share keys ({ref}`sec-b-part`).")
+    assert len(forward_links(pages)) == 1
+    assert forward_links(pages, reference=frozenset({"book/b"})) == []
+
+
+LISTING = re.compile(r"^listing\((?P<function>[\w.]+)\)$", re.M)
+
+
+def test_chapter_one_shows_the_librarys_own_forms_never_a_copy() -> None:
+    """Chapter 1 shows the per-head and fused forms as the library's source, read with
+    ``inspect.getsource`` when the chapter runs; no form's definition is copied into it."""
+    text = (BOOK / "one-head-to-many.md").read_text(encoding="utf8")
+    shown = set(LISTING.findall(text))
+    assert {"np_backend.attention_per_head", "np_backend.attention_fused"} <= shown
+    assert "inspect.getsource(function)" in text
+    assert re.search(r"^\s*def attention_", text, re.M) is None
+
+
+def test_the_reference_part_comes_last_and_holds_the_notation() -> None:
+    """The book starts with attention: the pages looked up (the notation, how to run the book)
+    follow the chapters, and the first page after the preface is a chapter."""
+    pages, reference = chapters(), toc_part("Reference")
+    assert pages[-len(reference) :] == reference
+    assert {"book/notation", "book/how-to-run"} <= set(reference)
+    assert pages[1] == "book/one-head-to-many"
+
+
 def test_later_results_catch_a_call_before_the_introducing_page_only_in_code() -> None:
     sources = {"train_runs": "book/b"}
     call = "```{code-cell} ipython3\nruns = tr.train_runs(configs)\n```"
@@ -375,7 +409,7 @@ def test_later_results_catch_a_call_before_the_introducing_page_only_in_code() -
 
 
 def test_no_chapter_links_forward_to_a_later_chapters_section() -> None:
-    assert forward_links(book_pages()) == []
+    assert forward_links(book_pages(), frozenset(toc_part("Reference"))) == []
 
 
 def test_no_chapter_loads_what_a_later_chapter_introduces() -> None:

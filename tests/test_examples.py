@@ -10,6 +10,42 @@ from mha.models import examples
 from mha.numerics import tolerance
 
 
+def test_agreement_example_gives_the_verb_a_query_for_each_target_and_one_for_both() -> None:
+    ex = examples.agreement_example()
+    assert ex.tokens[ex.verb] == "are" and ex.x.shape == (9, 12)
+    assert ex.features[:3] == ["noun", "plural", "verb"]
+    keys, cabinet = ex.tokens.index("keys"), ex.tokens.index("cabinet")
+    assert cabinet == ex.verb - 1
+    # The scores are the dot products of a query with every token's features.
+    assert np.argmax(ex.x @ ex.queries["subject"]) == keys
+    assert np.argmax(ex.x @ ex.queries["neighbour"]) == cabinet
+    np.testing.assert_array_equal(  # exact: a sum of two arrays of 0 and 16
+        ex.queries["both"], ex.queries["subject"] + ex.queries["neighbour"]
+    )
+    q = np.stack([ex.queries[n] for n in ("subject", "neighbour", "both")])  # (3, D)
+    _, w = np_backend.scaled_dot_product_attention(q, ex.x, ex.x)  # (3, L)
+    assert w[0, keys] > 0.95 and w[1, cabinet] > 0.9  # one query, one target
+    assert 0.45 < w[2, keys] < 0.5 and 0.45 < w[2, cabinet] < 0.5  # both: split in two
+
+
+def test_agreement_example_sharpness_sets_how_much_the_best_key_gets() -> None:
+    ex_soft, ex_sharp = examples.agreement_example(2.0), examples.agreement_example(32.0)
+    weights = [
+        np_backend.scaled_dot_product_attention(e.queries["subject"][None], e.x, e.x)[1][0, 1]
+        for e in (ex_soft, ex_sharp)
+    ]
+    assert weights[0] < 0.5 < 0.99 < weights[1]
+
+
+@pytest.mark.parametrize(
+    ("sharpness", "error", "match"),
+    [(0.0, ValueError, "sharpness must be positive"), ("16", TypeError, "must be a real number")],
+)
+def test_agreement_example_refuses_a_sharpness_that_is_not_positive(sharpness, error, match):
+    with pytest.raises(error, match=match):
+        examples.agreement_example(sharpness)
+
+
 def test_worked_example_is_three_tokens_two_heads_of_width_two_with_integer_weights() -> None:
     x, p = examples.worked_example()
     assert x.shape == (1, 3, 4) and (p.d_model, p.num_heads, p.d_head) == (4, 2, 2)

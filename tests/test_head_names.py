@@ -62,6 +62,7 @@ def _trained() -> tuple[int, int]:
 
 # the model whose heads each chapter names: (layers, heads per layer)
 MODELS = {
+    "one-head-to-many": _minilm,  # a first look at all-MiniLM-L6-v2's heads
     "planted-heads": lambda: (1, 4),  # one layer of four planted heads
     "rank-and-subspaces": _minilm,  # all-MiniLM-L6-v2
     "pretrained-heads": _minilm,

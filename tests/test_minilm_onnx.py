@@ -3,7 +3,8 @@
 The exported float32 graph, run by ONNX Runtime on the CPU, must give the attention weights,
 value norms and value-weighted shares that this package computes, to ``LIVE_TOLERANCE``, on
 sentences that no chapter uses. ONNX Runtime's dynamic int8 quantisation is measured: it moves
-the weights far past that tolerance, which is why the site serves the float32 graph.
+the weights far past that tolerance. The graph the site serves stores its weights as float16
+(:mod:`mha.models.onnx_weights`): held to ``SERVED_TOLERANCE``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from mha.models.minilm import load_minilm
 
 LIVE_TOLERANCE = 1e-4
 """Largest absolute difference allowed between float32 ONNX Runtime and the package."""
+SERVED_TOLERANCE = 0.01
+"""Largest difference of any attention weight allowed between the served (float16-weight) graph
+and the package: the tolerance ``scripts/live_model_sizes.py`` chose the served graph by."""
 
 SENTENCES = [
     "Quantum foxes juggle marmalade beneath violet skies.",
@@ -84,11 +88,29 @@ def test_build_cached_exports_once_per_key(tmp_path: Path, exported: Path, monke
     first = minilm_onnx.build_cached(tmp_path / "out", tmp_path / "cache")
     second = minilm_onnx.build_cached(tmp_path / "out2", tmp_path / "cache")
     assert len(calls) == 1
-    assert first["float32"].read_bytes() == second["float32"].read_bytes()
+    assert first["model"].read_bytes() == second["model"].read_bytes()
+    assert first["model"].name == minilm_onnx.FLOAT32_NAME
     assert second["tokenizer"].read_bytes() == (first["tokenizer"]).read_bytes()
     monkeypatch.setattr(minilm_onnx, "OPSET", minilm_onnx.OPSET + 1)  # a new key
     minilm_onnx.build_cached(tmp_path / "out3", tmp_path / "cache")
     assert len(calls) == 2
+
+
+def test_build_cached_stores_float16_weights_once_and_refuses_other_kinds(
+    tmp_path: Path, model, exported: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(minilm_onnx, "export_attention_onnx", lambda path, model=None: None)
+    cached = tmp_path / "cache" / minilm_onnx.cache_key()[:16]
+    cached.mkdir(parents=True)
+    (cached / minilm_onnx.FLOAT32_NAME).write_bytes(exported.read_bytes())
+    f16 = minilm_onnx.build_cached(tmp_path / "out", tmp_path / "cache", weights="float16")
+    assert f16["model"].name == minilm_onnx.WEIGHTS_NAMES["float16"]
+    assert f16["model"].stat().st_size < 0.55 * exported.stat().st_size
+    ref = minilm_onnx.reference_views(model, SENTENCES[1])
+    weights, _ = minilm_onnx.run_onnx(f16["model"], ref["input_ids"])
+    assert np.abs(weights - ref["weights"]).max() < SERVED_TOLERANCE
+    with pytest.raises(ValueError, match=r"weights must be one of .*; got 'int4'"):
+        minilm_onnx.build_cached(tmp_path / "out", tmp_path / "cache", weights="int4")
 
 
 def test_export_refuses_a_float64_model(tmp_path: Path) -> None:

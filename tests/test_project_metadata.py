@@ -125,3 +125,15 @@ def test_python_set_by_the_reader_is_the_only_candidate(tmp_path):
     result = _find_python(tmp_path, PYTHON="mypython")
     assert result.returncode == 1  # not silently replaced by python3
     assert os.path.basename(result.stderr.split("tried: ")[1].split(";")[0]) == "mypython"
+
+
+def test_the_published_book_never_reuses_chapters_run_against_another_library():
+    """The execution cache is keyed by the chapters' code only; the workflow's cache key adds
+    the library, and no fallback key may restore a cache built from other sources."""
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "publish.yml").read_text())
+    steps = [s for job in workflow["jobs"].values() for s in job["steps"]]
+    caches = [s for s in steps if s.get("with", {}).get("path") == "_build/.jupyter_cache"]
+    assert len(caches) == 1, "one step restores the execution cache"
+    settings = caches[0]["with"]
+    assert "src/**" in settings["key"] and "book/**" in settings["key"]
+    assert "restore-keys" not in settings, "a fallback key restores chapters run on old code"

@@ -1,9 +1,10 @@
-"""A paragraph is read once: a cell whose output is prose has its input folded.
+"""Computed paragraphs: a cell whose output is prose has its input folded.
 
-The rule (CONTRIBUTING.md): a cell that displays prose or a table computed as Markdown
-does only that, and carries ``hide-input``; the code before it, which computes and
-asserts the numbers and shows the library's use, stays in view in its own cell.
-Checked in each chapter's source and again in its built page.
+The rule (CONTRIBUTING.md, "Sentences are written; cells compute their numbers"): a cell
+that displays prose or a table computed as Markdown is folded. With ``hide-input`` it does
+only that, and the code before it, which computes the numbers and shows the library's use,
+stays in view in its own cell; a folded Checks cell or solution (``hide-cell``) may end by
+displaying what it checked. Checked in each chapter's source and again in its built page.
 """
 
 from __future__ import annotations

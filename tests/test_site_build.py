@@ -32,12 +32,14 @@ from docutils import nodes as docutils_nodes
 from mha_site import (
     accessible_html,
     api_reference,
+    downloads,
     figure_facts,
     hidden_code,
     html_edit,
     icons,
     lighter_head,
     math_typeset,
+    opengraph_quiet,
     plain_code,
     plotly_figures,
     site_identity,
@@ -197,6 +199,24 @@ def test_narrow_layout_stacks_a_row_of_subplots_and_moves_their_titles() -> None
     assert [note["y"] for note in patch["annotations"]] == [d[1] for d in domains]
     assert patch["height"] > 3 * figure_facts.NARROW_CELL_PX
     assert figure_facts.figure_heights(figure) == (360, patch["height"])
+
+
+def test_narrow_layout_puts_a_legend_below_the_plot_whatever_its_wide_reference() -> None:
+    """``plotting.legend_below`` places the wide legend in the container's coordinates; the
+    narrow patch's negative ``y`` must then be read in the plot's, or the legend climbs over
+    the title (as it did at 390 px)."""
+    import numpy as np
+
+    from mha.display import plotting
+
+    fig = plotting.attention_heatmap(np.full((2, 2), 0.5), title="t")
+    fig.add_scatter(x=[0, 1], y=[0, 1], name="a")
+    fig.add_scatter(x=[0, 1], y=[1, 0], name="b")
+    figure = json.loads(plotting.legend_below(fig).to_json())
+    assert figure["layout"]["legend"]["yref"] == "container"
+    legend = figure_facts.narrow_layout(figure)["legend"]
+    assert (legend["xref"], legend["yref"], legend["yanchor"]) == ("paper", "paper", "top")
+    assert legend["y"] < 0  # below the plot area
 
 
 def test_cartesian_bundle_list_matches_the_vendored_bundle() -> None:
@@ -1504,6 +1524,7 @@ class RecordingApp:
         self.handlers: list[tuple[str, str, int]] = []
         self.nodes: dict[str, tuple[bool, dict]] = {}
         self.css: list[str] = []
+        self.js: list[tuple[str, dict]] = []
 
     def connect(self, event: str, handler, priority: int = 500) -> None:
         self.handlers.append((event, handler.__name__, priority))
@@ -1513,6 +1534,9 @@ class RecordingApp:
 
     def add_css_file(self, name: str, **attributes) -> None:
         self.css.append(name)
+
+    def add_js_file(self, name: str, **attributes) -> None:
+        self.js.append((name, attributes))
 
     def run_order(self, event: str) -> list[str]:
         """The handlers of ``event`` in the order Sphinx calls them (priority, then order)."""
@@ -1535,6 +1559,7 @@ def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> 
     assert app.run_order("html-page-context") == [
         "offer_notebook_download",
         "add_figure_scripts",
+        "add_explorable_scripts",
         "hidden_code_loaded_when_shown",
         "link_book_pdf",
         "add_math_script",
@@ -1542,7 +1567,10 @@ def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> 
     ]
     finished = app.run_order("build-finished")
     assert finished.index("icons_without_fonts") < finished.index("typeset_math")
-    assert finished[-1] == "bundle_stylesheets" and len(finished) == 5
+    assert finished[-1] == "bundle_stylesheets" and len(finished) == 7
+    assert "book_pdf_in_site" in finished
+    assert "write_live_model" in finished
+    assert app.run_order("env-get-outdated") == ["outdated_panels"]
     assert app.run_order("source-read") == ["expand_api_blocks"]
     assert app.run_order("autodoc-process-docstring") == ["keep_letters_as_text"]
     assert set(app.run_order("builder-inited")) == {
@@ -1550,13 +1578,16 @@ def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> 
         "copy_mathjax",
         "highlight_plain_tokens",
         "name_sidebar_toggles",
+        "prepare_live_model",
     }
     assert app.nodes["HideCodeCellNode"] == (
         True,
         {"html": (accessible_html.visit_code_toggle, accessible_html.depart_code_toggle)},
     )
     assert app.nodes["citation"] == (True, {"html": (accessible_html.visit_citation, None)})
-    assert "mha_figure" in app.nodes and app.css == ["mha-site.css"]
+    assert "mha_figure" in app.nodes and "mha_explorable" in app.nodes
+    assert app.css == ["mha-site.css"]
+    assert app.js == [("mha-links-land.js", {"loading_method": "defer"})]
 
 
 def test_every_static_file_of_the_book_rebuilds_the_pages_when_it_changes() -> None:
@@ -1567,3 +1598,57 @@ def test_every_static_file_of_the_book_rebuilds_the_pages_when_it_changes() -> N
     modules = {path.name for path in (BOOK / "_ext" / "mha_site").glob("*.py")}
     assert own and own <= files and modules <= files
     assert {"__init__.py", "figure_facts.py", "icons.json", "mha-explore.js"} <= files
+    # the explorables' elements are written by the package's display module
+    assert ROOT / "src" / "mha" / "display" / "explorables.py" in mha_site.extension_files()
+
+
+def test_opengraph_is_set_up_without_its_note_about_matplotlib(monkeypatch) -> None:
+    """sphinxext-opengraph prints a note about matplotlib when imported without it, though
+    the book's social cards are off; the book's extension list sets it up quietly, and the
+    note is a warning only if social cards are switched on."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]
+    extensions = config["extensions"]
+    assert extensions.index("mha_site.opengraph_quiet") < extensions.index("sphinxext.opengraph")
+    assert config["ogp_social_cards"] == {"enable": False}
+    setup_both = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from types import SimpleNamespace\n"
+        "from mha_site import opengraph_quiet\n"
+        "opengraph_quiet.setup(SimpleNamespace(connect=lambda *a: None))\n"
+        "import sphinxext.opengraph\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", setup_both, str(BOOK / "_ext")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "matplotlib" not in run.stdout + run.stderr
+    warned: list[str] = []
+    monkeypatch.setattr(opengraph_quiet, "logger", SimpleNamespace(warning=warned.append))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # no matplotlib
+    opengraph_quiet.social_cards_wanted(None, SimpleNamespace(ogp_social_cards={"enable": False}))
+    assert warned == []
+    opengraph_quiet.social_cards_wanted(None, SimpleNamespace(ogp_social_cards={}))
+    assert warned == [opengraph_quiet.NOTE]
+
+
+def test_a_site_built_without_the_pdf_links_to_a_page_saying_how_to_build_it(tmp_path) -> None:
+    """Every page links to ``mha-book.pdf``: a build without ``make pdf`` puts a one-page PDF
+    there that says ``make pdf`` builds the book's, and the last PDF ``make pdf`` wrote
+    replaces it once there is one."""
+    from pypdf import PdfReader
+
+    site = tmp_path / "_build" / "html"
+    site.mkdir(parents=True)
+    app = SimpleNamespace(outdir=str(site), builder=SimpleNamespace(name="html"))
+    downloads.book_pdf_in_site(app, None)
+    note = PdfReader(site / downloads.BOOK_PDF)
+    text = " ".join(note.pages[0].extract_text().split()).replace("\u2019", "'")
+    assert len(note.pages) == 1
+    assert "built without the book's PDF" in text and "make pdf" in text
+    printed = tmp_path / "_build" / downloads.PRINTED_PDF
+    printed.parent.mkdir()
+    printed.write_bytes(b"%PDF-1.4 the book")
+    downloads.book_pdf_in_site(app, None)
+    assert (site / downloads.BOOK_PDF).read_bytes() == b"%PDF-1.4 the book"

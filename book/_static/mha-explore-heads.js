@@ -144,17 +144,17 @@
     root.setAttribute("data-query-position", String(QUERY_POSITION));
     var S = state.keys.length;
 
-    var controls = el("div", { class: "mx-row" });
+    var controls = el("div", { class: "mx-row mx-stack", "data-mha-control": "" });
     // an option is text only: the subscripts of the notation are in the note beside it
     var scaleSel = select("Scale of the scores", [["sqrt", "1/\u221a2"], ["none", "none (1)"]], "sqrt");
     var scaleNote = notation(el("span", { class: "mx-note" }), "1/\u221aD_h with D_h = 2");
     var maskSel = select("Mask", [["none", "none"],
-      ["causal", "causal: x at position " + QUERY_POSITION],
-      ["padding", "padding: k" + String.fromCharCode(0x2080 + S) + " is padding"]], "none");
+      ["causal", "causal, x at " + QUERY_POSITION],
+      ["padding", "padding at k" + String.fromCharCode(0x2080 + S)]], "none");
     controls.appendChild(scaleSel.wrap);
-    controls.appendChild(scaleNote);
     controls.appendChild(maskSel.wrap);
     root.appendChild(controls);
+    root.appendChild(scaleNote);
 
     var panels = el("div", { class: "mx-panels" });
     root.appendChild(panels);
@@ -198,7 +198,8 @@
       side.appendChild(box);
       return box;
     });
-    var live = el("p", { class: "mx-note", "aria-live": "polite" });
+    // which key each head favours, for a screen reader (the bars show it)
+    var live = el("p", { class: "mx-note mx-sr", "aria-live": "polite" });
     side.appendChild(live);
 
     function makePoint(kind, index) {
@@ -219,6 +220,9 @@
         if (kind === "q") state.query = v; else state.keys[index] = v;
         update();
       }
+      // Chromium does not apply touch-action to an SVG <g>: the svg's pan-y would let a
+      // vertical drag scroll the page. A touch that starts on a point is the drag's alone.
+      g.addEventListener("touchstart", function (evt) { evt.preventDefault(); }, { passive: false });
       g.addEventListener("pointerdown", function (evt) {
         evt.preventDefault();
         try {
@@ -281,27 +285,26 @@
         box.appendChild(el("span", { "aria-hidden": "true", style: "display:inline-block;width:.8em;" +
           "height:.8em;margin-right:.3em;border-radius:.15em;background:" + colour }));
         box.appendChild(el("strong", {}, "Head " + (h + 1)));
-        notation(box, h === 0 ? ": x and the keys as they are"
-          : ": x turned by 90\u00b0, q_2 = x\u00a0W^Q_2 (the hollow diamond), the keys as they are");
-        var bars = svgEl("svg", { viewBox: "0 0 " + (S * 56) + " 74", role: "img",
+        notation(box, h === 0 ? ": x as it is" : ": x turned by 90\u00b0, q_2 = x\u00a0W^Q_2 (\u25c7)");
+        var bars = svgEl("svg", { viewBox: "0 0 " + (S * 56) + " 66", role: "img",
           "aria-label": "Head " + (h + 1) + " weights: " + w.map(function (x, j) {
             return "k" + (j + 1) + " " + (keep && !keep[0][j] ? "masked" : fmt(x, 2));
           }).join(", ") });
         w.forEach(function (x, j) {
-          var hgt = 46 * x;
-          bars.appendChild(svgEl("rect", { x: j * 56 + 8, y: 50 - hgt, width: 40, height: Math.max(hgt, 0.5), fill: colour }));
+          var hgt = 40 * x;
+          bars.appendChild(svgEl("rect", { x: j * 56 + 8, y: 42 - hgt, width: 40, height: Math.max(hgt, 0.5), fill: colour }));
           if (keep && !keep[0][j]) {
             // a masked key: no weight at all, not a small one
-            bars.appendChild(svgEl("text", { x: j * 56 + 28, y: 44, "font-size": 11, "text-anchor": "middle",
+            bars.appendChild(svgEl("text", { x: j * 56 + 28, y: 36, "font-size": 11, "text-anchor": "middle",
               fill: "currentColor", "font-style": "italic", "data-masked": "true" }, "masked"));
           }
-          bars.appendChild(notation(svgEl("text", { x: j * 56 + 28, y: 66, "font-size": 12, "text-anchor": "middle",
+          bars.appendChild(notation(svgEl("text", { x: j * 56 + 28, y: 60, "font-size": 13, "text-anchor": "middle",
             fill: "currentColor" }), "k_" + (j + 1) + (keep && !keep[0][j] ? "" : " " + fmt(x, 2)), true));
         });
         bars.style.maxWidth = "22rem";
+        box.appendChild(notation(el("span", { class: "mx-num" }),
+          "; output o_" + (h + 1) + " = (" + fmt(o[0], 2) + ", " + fmt(o[1], 2) + ")"));
         box.appendChild(bars);
-        box.appendChild(notation(el("div", { class: "mx-note mx-num" }),
-          "output o_" + (h + 1) + " = (" + fmt(o[0], 2) + ", " + fmt(o[1], 2) + ")"));
         var from = toSvg(state.query);
         w.forEach(function (x, j) {
           if (x < 0.005) return;

@@ -15,14 +15,18 @@
  * again only when the reader changes something: a drag (mouse, pen or touch), an arrow key on
  * a focused point, a button or a menu. Each keeps its state and its computed numbers in data
  * attributes (data-state on the figure, data-* on its parts), which the browser test reads
- * back and checks against `mha`.
+ * back and checks against `mha`. Printed (the book's PDF), a figure is a still of that first
+ * state: its rows of controls carry data-mha-control, which print leaves out.
+ *
+ * In JupyterLab the same element is a cell's output (mha.display.explorables), followed by
+ * these scripts inline: they run when the output is shown, and draw the figures then present.
  */
 (function () {
   "use strict";
 
   var SVG_NS = "http://www.w3.org/2000/svg";
   var STYLE = [
-    ".mha-explore{margin:1rem 0 1.5rem;padding:.75rem;border:1px solid var(--pst-color-border,#ccc);",
+    ".mha-explore{position:relative;margin:1rem 0 1.5rem;padding:.75rem;border:1px solid var(--pst-color-border,#ccc);",
     "border-radius:.4rem;max-width:100%;box-sizing:border-box;overflow-wrap:anywhere}",
     // a swipe on a figure's background scrolls the page (pan-y); only a draggable point takes
     // the touch for itself (touch-action:none on .mx-point)
@@ -40,18 +44,30 @@
     ".mha-explore table.mx-wrap td{white-space:normal}",
     ".mha-explore table{border-collapse:collapse;font-size:.9em;margin:.3rem 0;max-width:100%}",
     ".mha-explore td,.mha-explore th{padding:.1rem .45rem;text-align:right;border-bottom:1px solid var(--pst-color-border,#ddd)}",
-    ".mha-explore tr.mx-current{background:rgba(230,159,0,.22)}.mha-explore tr.mx-seen{background:rgba(86,180,233,.15)}",
+    ".mha-explore .mx-current{background:rgba(230,159,0,.22)}.mha-explore .mx-seen{background:rgba(86,180,233,.15)}",
+    // a table of numbers per key: inputs as narrow as their numbers, no spinner
+    ".mha-explore table.mx-keys input{width:2.9rem;padding:.15rem .2rem;text-align:right;-moz-appearance:textfield}",
+    ".mha-explore table.mx-keys input::-webkit-inner-spin-button{-webkit-appearance:none;margin:0}",
     ".mha-explore .mx-scroll{overflow-x:auto;max-width:100%}",
     ".mha-explore .mx-point{cursor:grab;outline:none;touch-action:none}",
     ".mha-explore .mx-point:focus-visible circle,.mha-explore .mx-point:focus-visible rect{stroke-width:4}",
     ".mha-explore .mx-note{font-size:.9em;margin:.3rem 0}",
     ".mha-explore .mx-num{font-variant-numeric:tabular-nums}",
+    // read by a screen reader, not shown (what the figure shows already)
+    ".mha-explore .mx-sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}",
     ".mha-explore .mx-m,.mha-explore sup,.mha-explore sub{white-space:nowrap}", // a symbol and its scripts
     ".mha-explore th{overflow-wrap:normal}", // a heading breaks between words only
     ".mha-explore td.mx-num{overflow-wrap:normal}", // a number wraps at its spaces, not between digits
     // touch targets at least 44 px tall on a phone (WCAG 2.5.5)
-    "@media (max-width:48rem){.mha-explore select,.mha-explore button,.mha-explore input{min-height:44px}",
-    ".mha-explore td,.mha-explore th{padding:.1rem .3rem}}", // and a table's columns closer
+    "@media (max-width:48rem){.mha-explore select,.mha-explore button,.mha-explore input{min-height:44px;font-size:.9em}",
+    ".mha-explore{padding:.5rem}.mha-explore .mx-row{gap:.4rem .6rem}",
+    // a row of menus (mx-stack): each label above its menu, so that two menus share a line
+    ".mha-explore .mx-stack label{flex-direction:column;align-items:flex-start;gap:0}",
+    ".mha-explore td,.mha-explore th{padding:.1rem .3rem}", // and a table's columns closer
+    ".mha-explore table.mx-keys{font-size:.72em}.mha-explore table.mx-keys td,.mha-explore table.mx-keys th{padding:.1rem .12rem}",
+    ".mha-explore table.mx-keys caption{font-size:1.2em}.mha-explore table.mx-keys input{width:2rem}}",
+    // Printed, a figure is a still of its first state, its controls left out
+    "@media print{.mha-explore [data-mha-control]{display:none!important}.mha-explore{break-inside:avoid}}",
   ].join("");
 
   function el(tag, attrs, text) {

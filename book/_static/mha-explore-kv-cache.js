@@ -18,6 +18,15 @@
   var MODEL = { name: "Llama 2 7B", num_layers: 32, num_heads: 32, d_head: 128, d_model: 4096,
     max_context: 4096, dtype: "float16" };
   var PROMPT = 8;
+  // The picture, in SVG units: the cache's bands, then the step's bar.
+  var CACHE_X = 50, CACHE_Y = 18, CACHE_W = 300, CACHE_H = 96, BAR_Y = 168, VIEW_H = 206;
+
+  // The axis of positions: 64, doubled until it holds n (the model's context at most).
+  function axisSpan(n) {
+    var span = 64;
+    while (span < n && span < MODEL.max_context) span *= 2;
+    return span;
+  }
 
   function bytesText(n) {
     var mib = n / 1048576;
@@ -25,19 +34,29 @@
       (mib >= 1024 ? (mib / 1024).toFixed(2) + " GiB" : mib >= 1 ? mib.toFixed(1) + " MiB" : (n / 1024).toFixed(1) + " KiB") + ")";
   }
 
+  // the same in a table cell: the bytes and their binary size each on one line
+  function bytesCell(n) {
+    var text = bytesText(n), cut = text.indexOf(" (");
+    var td = el("td", { class: "mx-num" });
+    td.appendChild(el("span", { style: "white-space:nowrap" }, text.slice(0, cut)));
+    td.appendChild(document.createTextNode(" "));
+    td.appendChild(el("span", { style: "white-space:nowrap" }, text.slice(cut + 1)));
+    return td;
+  }
+
   function kvCacheFigure(root) {
     var state = { tokens: PROMPT, num_kv_heads: MODEL.num_heads };
     root.setAttribute("data-model", JSON.stringify(MODEL));
-    var controls = el("div", { class: "mx-row" });
+    var controls = el("div", { class: "mx-row", "data-mha-control": "" });
     var one = button("Append a token");
-    var many = button("Append 256 tokens");
+    var many = button("Append 256", "Append 256 tokens");
     var reset = button("Start over", "Start over from the prompt of " + PROMPT + " tokens");
     var divisors = [];
     for (var d = 1; d <= MODEL.num_heads; d++) if (MODEL.num_heads % d === 0) divisors.push([String(d), String(d)]);
     var kvSel = select("Key/value heads H_{kv}", divisors, String(MODEL.num_heads));
     [one, many, reset, kvSel.wrap].forEach(function (c) { controls.appendChild(c); });
     root.appendChild(controls);
-    var svg = svgEl("svg", { viewBox: "0 0 360 214", role: "img", "aria-labelledby": root.id + "-title" });
+    var svg = svgEl("svg", { viewBox: "0 0 360 " + VIEW_H, role: "img", "aria-labelledby": root.id + "-title" });
     var title = svgEl("title", { id: root.id + "-title" });
     svg.style.maxWidth = "34rem";
     root.appendChild(svg);
@@ -46,11 +65,10 @@
         "margin-right:.3em;vertical-align:-.05em;border-radius:.15em;background:" + colour });
     }
     var legend = el("p", { class: "mx-note mx-legend" });
-    [["#0072B2", "the cache: a column per position held; in the bar, the cached keys and values the step reads. "],
-      ["#D55E00", "The newest position. "],
-      ["#999999", "Fixed: the bytes the step moves at any length: it reads the attention weights W^Q, W^K, W^V, " +
-        "W^O (W^K and W^V narrower when H_{kv} < H) and the new token's input, and writes its output and its new " +
-        "key and value."]].forEach(function (item) {
+    [["#0072B2", "cached keys and values (in the bar: what the step reads) "],
+      ["#D55E00", "the newest position "],
+      ["#999999", "fixed: the weights W^Q, W^K, W^V, W^O and the token's own vectors"]
+    ].forEach(function (item) {
       legend.appendChild(swatch(item[0]));
       notation(legend, item[1]);
     });
@@ -60,8 +78,49 @@
       MODEL.max_context, MODEL.dtype).bytes;
     var out = el("div", { class: "mx-scroll" });
     root.appendChild(out);
+    // the cache's size for a screen reader (the table shows it); a full cache is said aloud
     var live = el("p", { class: "mx-note", "aria-live": "polite" });
     root.appendChild(live);
+
+    // The cache of every layer: a band per layer (rows), its height the layer's H_kv heads of
+    // H, its length the positions held, on an axis of positions that doubles as the cache
+    // grows (64 at least, the model's context at most), so that every append shows.
+    function drawCache(H_kv) {
+      var n = state.tokens, span = axisSpan(n), L = MODEL.num_layers;
+      var per = CACHE_W / span, band = CACHE_H / L, h = band * H_kv / MODEL.num_heads;
+      var newest = Math.max(per, 1.2); // the newest position, at least a pixel wide on any axis
+      var g = svgEl("g", { "data-part": "cache", "data-axis-span": String(span), "data-axis-width": String(CACHE_W) });
+      for (var l = 0; l < L; l++) {
+        var y = CACHE_Y + l * band, layer = svgEl("g", { "data-layer": String(l + 1) });
+        layer.appendChild(svgEl("rect", { x: CACHE_X, y: y, width: n * per - newest, height: h, fill: "#0072B2",
+          "fill-opacity": 0.85 }));
+        layer.appendChild(svgEl("rect", { x: CACHE_X + n * per - newest, y: y, width: newest, height: h,
+          fill: "#D55E00", "data-newest": "true" }));
+        g.appendChild(layer);
+      }
+      svg.appendChild(g);
+      // the room of H heads per layer over the axis, for comparison
+      svg.appendChild(svgEl("rect", { x: CACHE_X, y: CACHE_Y, width: CACHE_W, height: CACHE_H, fill: "none",
+        stroke: "currentColor", "stroke-opacity": 0.3, "stroke-dasharray": "3 3" }));
+      [[1, CACHE_Y + 6], [L, CACHE_Y + CACHE_H]].forEach(function (at) {
+        svg.appendChild(svgEl("text", { x: CACHE_X - 4, y: at[1], "font-size": 10, "text-anchor": "end",
+          fill: "currentColor" }, "layer " + at[0]));
+      });
+      svg.appendChild(notation(svgEl("text", { x: 0, y: 11, "font-size": 12, fill: "currentColor", "data-label": "h-kv" }),
+        "the cache, all " + L + " layers, H_{kv} = " + H_kv + " of " + MODEL.num_heads + " heads each", true));
+      var axis = svgEl("g", { fill: "currentColor", stroke: "currentColor" }), y0 = CACHE_Y + CACHE_H;
+      for (var t = 0; t <= 4; t++) {
+        var tx = CACHE_X + t * CACHE_W / 4;
+        axis.appendChild(svgEl("line", { x1: tx, y1: y0, x2: tx, y2: y0 + 4, "stroke-opacity": 0.5 }));
+        axis.appendChild(svgEl("text", { x: tx, y: y0 + 15, "font-size": 10, stroke: "none",
+          "text-anchor": t === 0 ? "start" : t === 4 ? "end" : "middle" }, (t * span / 4).toLocaleString("en-US")));
+      }
+      axis.appendChild(svgEl("text", { x: CACHE_X + CACHE_W / 2, y: y0 + 27, "font-size": 11, stroke: "none",
+        "text-anchor": "middle" }, n.toLocaleString("en-US") + " positions held, on an axis of " +
+        span.toLocaleString("en-US")));
+      svg.appendChild(axis);
+      return span;
+    }
 
     function update() {
       var mx = window.mhaExplore;
@@ -79,61 +138,43 @@
 
       svg.textContent = "";
       svg.appendChild(title);
-      var cols = Math.min(state.tokens, 48);
-      title.textContent = "The cache of one layer: one column per position held (" +
-        (state.tokens > 48 ? "the last 48 of " + state.tokens : "all " + state.tokens) +
-        "), as tall as its " + H_kv + " key/value head" + (H_kv > 1 ? "s" : "") + " (32 at most), the newest in orange. " +
-        "The bar: the bytes the next step's attention sublayer reads and writes in one layer, " + (step.bytes / 1048576).toFixed(1) +
-        " MiB, on a fixed scale of 0 to " + Math.round(FULL / 1048576) + " MiB.";
-      // the cache: one column per position (the last 48 held), its height H_kv heads of 32
-      var cw = 300 / 48, ch = 80 / 32;
-      var cell = svgEl("g");
-      for (var c = 0; c < cols; c++) {
-        var newest = c === cols - 1;
-        cell.appendChild(svgEl("rect", { x: 40 + (48 - cols + c) * cw, y: 10 + (32 - H_kv) * ch, width: cw - 1,
-          height: H_kv * ch, fill: newest ? "#D55E00" : "#0072B2", "fill-opacity": 0.85, "data-newest": String(newest) }));
-      }
-      svg.appendChild(cell);
-      // the height of H = 32 heads, for comparison
-      svg.appendChild(svgEl("rect", { x: 40, y: 10, width: 300, height: 80, fill: "none", stroke: "currentColor",
-        "stroke-opacity": 0.3, "stroke-dasharray": "3 3" }));
-      svg.appendChild(notation(svgEl("text", { x: 0, y: 104, "font-size": 13, fill: "currentColor", "data-label": "h-kv" }),
-        "H_{kv} = " + H_kv, true));
-      svg.appendChild(svgEl("text", { x: 340, y: 104, "font-size": 13, "text-anchor": "end", fill: "currentColor" },
-        (state.tokens > 48 ? "the last 48 of " : "") + state.tokens.toLocaleString("en-US") + " positions"));
+      var span = drawCache(H_kv);
+      title.textContent = "The cache of all " + MODEL.num_layers + " layers: a band per layer, " + state.tokens +
+        " positions long on an axis of " + span + ", as tall as its " + H_kv + " key/value head" +
+        (H_kv > 1 ? "s" : "") + " (" + MODEL.num_heads + " at most), the newest position in orange. " +
+        "The bar: the bytes the next step's attention sublayer reads and writes in one layer, " +
+        (step.bytes / 1048576).toFixed(1) + " MiB, on a fixed scale of 0 to " + Math.round(FULL / 1048576) + " MiB.";
       // the step's bytes on the fixed scale, with a MiB axis
-      var scale = 340 / FULL, y0 = 130;
-      svg.appendChild(svgEl("text", { x: 0, y: y0 - 8, "font-size": 13, fill: "currentColor" },
-        "next step, one attention sublayer, reads and writes:"));
-      svg.appendChild(svgEl("rect", { x: 0, y: y0, width: fixed * scale, height: 20, fill: "#999999",
+      var scale = 340 / FULL, y0 = BAR_Y;
+      svg.appendChild(svgEl("text", { x: 0, y: y0 - 6, "font-size": 12, fill: "currentColor" },
+        "next step, one layer's attention: " + (step.bytes / 1048576).toFixed(1) + " MiB"));
+      svg.appendChild(svgEl("rect", { x: 0, y: y0, width: fixed * scale, height: 16, fill: "#999999",
         "data-bar": "fixed" }));
-      svg.appendChild(svgEl("rect", { x: fixed * scale, y: y0, width: Math.max(cacheRead * scale, 0.5), height: 20,
+      svg.appendChild(svgEl("rect", { x: fixed * scale, y: y0, width: Math.max(cacheRead * scale, 0.5), height: 16,
         fill: "#0072B2", "data-bar": "cache" }));
       var axis = svgEl("g", { fill: "currentColor", stroke: "currentColor" });
-      axis.appendChild(svgEl("line", { x1: 0, y1: y0 + 24, x2: 340, y2: y0 + 24, "stroke-opacity": 0.5 }));
+      axis.appendChild(svgEl("line", { x1: 0, y1: y0 + 19, x2: 340, y2: y0 + 19, "stroke-opacity": 0.5 }));
       for (var mib = 0; mib * 1048576 <= FULL; mib += 64) {
         var tx = Math.min(mib * 1048576 * scale, 339.5);
-        axis.appendChild(svgEl("line", { x1: tx, y1: y0 + 24, x2: tx, y2: y0 + 29, "stroke-opacity": 0.5 }));
-        axis.appendChild(svgEl("text", { x: tx, y: y0 + 43, "font-size": 12, stroke: "none",
+        axis.appendChild(svgEl("line", { x1: tx, y1: y0 + 19, x2: tx, y2: y0 + 23, "stroke-opacity": 0.5 }));
+        axis.appendChild(svgEl("text", { x: tx, y: y0 + 34, "font-size": 10, stroke: "none",
           "text-anchor": mib ? "middle" : "start" }, mib + (mib ? "" : " MiB")));
       }
       svg.appendChild(axis);
-      svg.appendChild(svgEl("text", { x: 0, y: y0 + 66, "font-size": 13, fill: "currentColor" },
-        (step.bytes / 1048576).toFixed(1) + " MiB: grey fixed, blue the cache"));
 
       var rows = [
-        ["tokens held, S \u2212 1", state.tokens.toLocaleString("en-US")],
-        ["cache, all " + MODEL.num_layers + " layers (`kv_cache_bytes`)", bytesText(cache)],
-        ["next step, one attention sublayer, reads and writes (`decode_step_cost`, S = " + S.toLocaleString("en-US") + ")",
-          bytesText(step.bytes)],
-        ["of which the cache", bytesText(cacheRead)],
-        ["next step's FLOPs, one attention sublayer", step.flops.toLocaleString("en-US")],
+        ["tokens held, S \u2212 1", el("td", { class: "mx-num" }, state.tokens.toLocaleString("en-US"))],
+        ["cache, all " + MODEL.num_layers + " layers (`kv_cache_bytes`)", bytesCell(cache)],
+        ["next step, one layer's attention (`decode_step_cost`, S = " + S.toLocaleString("en-US") + ")",
+          bytesCell(step.bytes)],
+        ["of which the cache", bytesCell(cacheRead)],
+        ["FLOPs of that step", el("td", { class: "mx-num" }, step.flops.toLocaleString("en-US"))],
       ];
       var t = el("table", { class: "mx-wrap" });
       rows.forEach(function (r) {
         var tr = el("tr");
         tr.appendChild(notation(el("th", { scope: "row", style: "text-align:left" }), r[0]));
-        tr.appendChild(el("td", { class: "mx-num" }, r[1]));
+        tr.appendChild(r[1]);
         t.appendChild(tr);
       });
       out.textContent = "";
@@ -141,8 +182,9 @@
       var full = state.tokens >= MODEL.max_context - 1;
       one.disabled = full;
       many.disabled = full;
-      live.textContent = (full ? MODEL.name + " was built for " + MODEL.max_context.toLocaleString("en-US") +
-        " positions: the cache is full. " : "") + "Cache: " + bytesText(cache) + ".";
+      live.textContent = full ? "The cache is full: " + MODEL.name + " has " +
+        MODEL.max_context.toLocaleString("en-US") + " positions." : "Cache: " + bytesText(cache) + ".";
+      live.className = full ? "mx-note" : "mx-note mx-sr";
     }
 
     function append(n) {

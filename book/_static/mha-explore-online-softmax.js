@@ -24,7 +24,7 @@
     };
     var S = state.scores.length;
 
-    var controls = el("div", { class: "mx-row" });
+    var controls = el("div", { class: "mx-row", "data-mha-control": "" });
     var prev = button("\u25c0 Previous block", "Previous block");
     var next = button("Next block \u25b6", "Next block");
     var random = button("Random scores");
@@ -41,37 +41,48 @@
 
     var panels = el("div", { class: "mx-panels" });
     root.appendChild(panels);
-    // one row per key: its score (an input), its value, the exact weight, the running one
-    var rowsBox = el("div", { class: "mx-scroll" });
+    // a column per key (so that the table is as short as a phone needs): its score (an
+    // input), its value, the exact weight, the running one; a column's cells are marked
+    // (mx-current, mx-seen) as the blocks are read
+    var rowsBox = el("div", { class: "mx-scroll", style: "flex-basis:100%" });
     var table = el("table", { class: "mx-keys" });
+    var zInputs = [], vCells = [], exactCells = [], runCells = [], cols = [];
     var head = el("tr");
-    ["j", "score z_j", "value v_j", "exact softmax(z)_j", "so far e^{z_j \u2212 m}/\u2113"].forEach(function (t) {
-      head.appendChild(notation(el("th", { scope: "col" }), t));
-    });
-    table.appendChild(head);
-    var zInputs = [], vCells = [], exactCells = [], runCells = [], trs = [];
+    head.appendChild(el("th", { scope: "col", style: "text-align:left" }, "j"));
     for (var j = 0; j < S; j++) {
-      var tr = el("tr");
-      tr.appendChild(el("th", { scope: "row" }, String(j + 1)));
-      var td = el("td");
-      var inp = el("input", { type: "number", step: "0.5", "aria-label": spoken("score z_" + (j + 1)),
-        "data-j": String(j) });
-      zInputs.push(inp);
-      td.appendChild(inp);
-      tr.appendChild(td);
-      [vCells, exactCells, runCells].forEach(function (cells) {
-        var c = el("td", { class: "mx-num" });
-        cells.push(c);
-        tr.appendChild(c);
-      });
-      trs.push(tr);
-      table.appendChild(tr);
+      var th = el("th", { scope: "col" }, String(j + 1));
+      cols.push([th]);
+      head.appendChild(th);
     }
+    table.appendChild(head);
+    var caption = el("caption", { style: "caption-side:bottom;text-align:left" });
+    notation(caption, "score z_j, value v_j; exact: softmax(z)_j; so far: e^{z_j \u2212 m}/\u2113 with m and " +
+      "\u2113 of the blocks read.");
+    table.appendChild(caption);
+    [["score", zInputs], ["value", vCells], ["exact", exactCells], ["so far", runCells]].forEach(function (row) {
+      var tr = el("tr");
+      tr.appendChild(el("th", { scope: "row", style: "text-align:left" }, row[0]));
+      for (var k = 0; k < S; k++) {
+        var td = el("td", { class: "mx-num" });
+        if (row[1] === zInputs) {
+          var inp = el("input", { type: "number", step: "0.5", "aria-label": spoken("score z_" + (k + 1)),
+            "data-j": String(k) });
+          zInputs.push(inp);
+          td.appendChild(inp);
+        } else {
+          row[1].push(td);
+        }
+        cols[k].push(td);
+        tr.appendChild(td);
+      }
+      table.appendChild(tr);
+    });
     rowsBox.appendChild(table);
     panels.appendChild(rowsBox);
     var stateBox = el("div", { class: "mx-scroll" });
     panels.appendChild(stateBox);
-    var live = el("p", { class: "mx-note", "aria-live": "polite" });
+    // the step's result for a screen reader (the tables show it)
+    var live = el("p", { class: "mx-note mx-sr", "aria-live": "polite" });
     root.appendChild(live);
 
     function blocks() {
@@ -107,7 +118,8 @@
         exactCells[j].textContent = fmt(exact[j]);
         runCells[j].textContent = running[j] === null ? "\u00b7" : fmt(running[j]);
         var b = Math.floor(j / state.block_size);
-        trs[j].className = b === state.step - 1 ? "mx-current" : b < state.step ? "mx-seen" : "";
+        var mark = b === state.step - 1 ? "mx-current" : b < state.step ? "mx-seen" : "";
+        cols[j].forEach(function (cell) { cell.classList.remove("mx-current", "mx-seen"); if (mark) cell.classList.add(mark); });
       }
 
       // bars: the exact weights (outlines) and e^(z_j - m) / l over the blocks read (filled)

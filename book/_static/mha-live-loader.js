@@ -1,7 +1,7 @@
 // The live model's files, loaded when the reader asks for them: ONNX Runtime Web, the
 // model's tokenizer.json and its ONNX graph, from _static/live-minilm/ beside this script.
 //
-// window.mhaLiveLoader.load() loads them once (over http(s) as files, from file:// as the
+// window.mhaLiveLoader.load(base) loads them once (over http(s) as files, from file:// as the
 // scripts the build writes beside them), sets the runtime up (one thread, its wasm from the
 // site) and resolves to {manifest, tokenizer (the parsed tokenizer.json), modelBytes,
 // session (an ort.InferenceSession)}. Nothing is loaded before load() is called. The build
@@ -10,8 +10,11 @@
 (function () {
   "use strict";
 
+  // The files' folder: live-minilm/ beside this script on the site (.../_static/live-minilm/),
+  // or the folder a page names (load(base): a notebook's output, whose scripts are inline).
   var self = document.currentScript;
-  var base = new URL("live-minilm/", self.src).href; // .../_static/live-minilm/
+  var siteBase = self && self.src ? new URL("live-minilm/", self.src).href : null;
+  var base = siteBase;
 
   // Over http(s): the files as they are (the wasm is fetched by the runtime itself).
   function loadOverHttp() {
@@ -114,7 +117,9 @@
   }
 
   // The files, then the runtime set up and the model's session created.
-  function load() {
+  function load(folder) {
+    base = folder ? new URL(folder, location.href).href : siteBase;
+    if (!base) return Promise.reject(new Error("no folder of the live model's files was given"));
     var fromFile = location.protocol === "file:";
     return (fromFile ? loadFromScripts() : loadOverHttp()).then(function (parts) {
       var ort = window.ort;

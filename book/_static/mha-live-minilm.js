@@ -9,16 +9,13 @@
 // chapter's "norm-weighted share" is mha.detectors.circuits.value_weighted_attention:
 // A[i, j] n_j / sum_k A[i, k] n_k (rows whose norms are all 0 stay 0).
 //
-// The chapter loads mha-live-tokenizer.js, mha-live-loader.js and this script, deferred.
+// The chapter loads mha-live-tokenizer.js, mha-live-loader.js, mha-live-maps.js (the drawing)
+// and this script, deferred.
 // window.mhaLiveMiniLM exposes the panel (and its last result) and valueWeighted to the tests.
 (function () {
   "use strict";
 
   var MAX_POSITIONS = 512;
-  var BLUES = [
-    [247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
-    [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107],
-  ]; // Plotly's "Blues", the scale of the book's attention figures (mha.display.plotting)
 
   // --------------------------------------------------------------- attention arithmetic
   // value_weighted_attention for one head: rows A[i, j] n_j / sum_k A[i, k] n_k.
@@ -37,35 +34,7 @@
     return out;
   }
 
-  // ------------------------------------------------------------------------- drawing
-  function colour(v) {
-    var x = Math.max(0, Math.min(1, v)) * (BLUES.length - 1);
-    var i = Math.min(BLUES.length - 2, Math.floor(x));
-    var f = x - i;
-    return BLUES[i].map(function (c, k) {
-      return Math.round(c + f * (BLUES[i + 1][k] - c));
-    });
-  }
-
-  function drawMap(canvas, values, offset, L, size) {
-    canvas.width = size;
-    canvas.height = size;
-    var ctx = canvas.getContext("2d");
-    var image = ctx.createImageData(L, L);
-    for (var p = 0; p < L * L; p++) {
-      var c = colour(values[offset + p]);
-      image.data[4 * p] = c[0];
-      image.data[4 * p + 1] = c[1];
-      image.data[4 * p + 2] = c[2];
-      image.data[4 * p + 3] = 255;
-    }
-    var tmp = document.createElement("canvas");
-    tmp.width = L;
-    tmp.height = L;
-    tmp.getContext("2d").putImageData(image, 0, 0);
-    ctx.imageSmoothingEnabled = false;
-    ctx.drawImage(tmp, 0, 0, size, size);
-  }
+  var maps = window.mhaLiveMaps;
 
   function mb(bytes) {
     return (bytes / 1e6).toFixed(1) + " MB";
@@ -81,6 +50,13 @@
     this.grid = root.querySelector(".mha-live-grid");
     this.view = root.querySelector("select.mha-live-view");
     this.detail = root.querySelector(".mha-live-detail");
+    // above the grid: which heads a phone's narrow grid hides; below it: the colour scale
+    this.hint = document.createElement("p");
+    this.hint.className = "mha-live-hint";
+    this.hint.hidden = true;
+    this.grid.before(this.hint);
+    this.scale = document.createElement("div");
+    this.grid.after(this.scale);
     this.ready = null;
     this.busy = false;
     this.pending = false;
@@ -112,7 +88,7 @@
     // (a promise first: a loader that is missing is an error the panel reports)
     this.ready = Promise.resolve()
       .then(function () {
-        return window.mhaLiveLoader.load();
+        return window.mhaLiveLoader.load(panel.root.dataset.liveBase);
       })
       .then(function (loaded) {
         panel.manifest = loaded.manifest;
@@ -223,6 +199,8 @@
     this.result = null;
     this.grid.replaceChildren();
     this.detail.replaceChildren();
+    this.scale.replaceChildren();
+    if (this.updateHint) this.updateHint();
   };
 
   LivePanel.prototype.shown = function () {
@@ -243,7 +221,7 @@
     var values = this.shown();
     var label = this.viewName();
     var panel = this;
-    var cells = [];
+    var cells = maps.gridLabels(r.layers, r.heads);
     for (var l = 0; l < r.layers; l++) {
       for (var h = 0; h < r.heads; h++) {
         var button = document.createElement("button");
@@ -251,9 +229,11 @@
         button.className = "mha-live-cell";
         button.dataset.layer = l;
         button.dataset.head = h;
+        button.style.gridRow = String(l + 2); // after the row of head labels
+        button.style.gridColumn = String(h + 2); // after the column of layer labels
         button.setAttribute("aria-label", "head " + (l + 1) + "." + (h + 1) + ", " + label);
         var canvas = document.createElement("canvas");
-        drawMap(canvas, values, (l * r.heads + h) * L * L, L, 64);
+        maps.drawMap(canvas, values, (l * r.heads + h) * L * L, L, 64);
         button.appendChild(canvas);
         button.addEventListener("click", function (e) {
           var b = e.currentTarget;
@@ -268,6 +248,9 @@
       }
     }
     this.grid.replaceChildren.apply(this.grid, cells);
+    this.scale.replaceChildren(maps.colourScale(label));
+    if (!this.updateHint) this.updateHint = maps.scrollHint(this.grid, this.hint, r.heads);
+    else this.updateHint();
     this.markSelected();
     this.drawDetail();
   };
@@ -304,28 +287,6 @@
     next.focus();
   };
 
-  // The axis labels of the large map: the book's "i token" (position from 0, [CLS] is 0),
-  // thinned to every step-th when the cells are too small for a line of text each.
-  function tickLabels(tokens, step, className) {
-    var box = document.createElement("div");
-    box.className = className;
-    box.setAttribute("aria-hidden", "true");
-    var longest = 1;
-    tokens.forEach(function (t, i) {
-      if (i % step) return;
-      var text = i + " " + t;
-      if (text.length > 12) text = text.slice(0, 11) + "…";
-      longest = Math.max(longest, text.length);
-      var span = document.createElement("span");
-      span.textContent = text;
-      span.style.setProperty("--at", ((i + 0.5) / tokens.length) * 100 + "%");
-      box.appendChild(span);
-    });
-    // The labels are placed absolutely, so that they never stretch the map's rows.
-    box.style.setProperty("--len", longest * 0.62 + 0.6 + "em");
-    return box;
-  }
-
   // One head, large, with its tokens on both axes. The numbers of one cell are in the caption:
   // the cell under the mouse (or a tap), or, with the map focused, the cell that the arrow
   // keys move (Home/End: first/last key, PageUp/PageDown: first/last query).
@@ -353,7 +314,7 @@
     );
     var cursor = null;
     function paint() {
-      drawMap(canvas, values, offset, L, size);
+      maps.drawMap(canvas, values, offset, L, size);
       if (cursor) {
         var ctx = canvas.getContext("2d");
         var c = size / L;
@@ -370,7 +331,9 @@
       "Rows: queries; columns: keys; each labelled with its position, from 0 at [CLS], and " +
       "its token. From white (0) to dark blue (1).";
     caption.textContent =
-      intro + " Move over a cell, tap it, or focus the map and use the arrow keys for its value.";
+      intro + (matchMedia("(hover: hover)").matches
+        ? " Point at a cell, or focus the map and use the arrow keys, for its value."
+        : " Tap a cell for its value.");
     function show(i, j) {
       cursor = [i, j];
       paint();
@@ -379,12 +342,14 @@
         r.tokens[j] + " (position " + j + "): " + label + " " +
         values[offset + i * L + j].toFixed(4);
     }
-    canvas.addEventListener("mousemove", function (e) {
+    function pointAt(e) {
       var rect = canvas.getBoundingClientRect();
       var j = Math.floor(((e.clientX - rect.left) / rect.width) * L);
       var i = Math.floor(((e.clientY - rect.top) / rect.height) * L);
       if (i >= 0 && i < L && j >= 0 && j < L) show(i, j);
-    });
+    }
+    canvas.addEventListener("pointermove", pointAt); // a mouse or pen over the map
+    canvas.addEventListener("pointerdown", pointAt); // a tap
     canvas.addEventListener("focus", function () {
       if (!cursor) show(0, 0);
     });
@@ -412,8 +377,8 @@
     corner.setAttribute("aria-hidden", "true");
     corner.append("keys →", document.createElement("br"), "queries ↓");
     map.appendChild(corner);
-    map.appendChild(tickLabels(r.tokens, step, "mha-live-keys"));
-    map.appendChild(tickLabels(r.tokens, step, "mha-live-queries"));
+    map.appendChild(maps.tickLabels(r.tokens, step, "mha-live-keys"));
+    map.appendChild(maps.tickLabels(r.tokens, step, "mha-live-queries"));
     map.appendChild(canvas);
     var tokens = document.createElement("p");
     tokens.className = "mha-live-tokens";
@@ -429,41 +394,12 @@
     this.detail.replaceChildren(figure, tokens);
   };
 
-  var CSS =
-    ".mha-live-minilm textarea{width:100%;box-sizing:border-box;font:inherit}" +
-    ".mha-live-controls{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin:.5rem 0}" +
-    ".mha-live-controls button,.mha-live-controls select{min-height:44px}" +
-    ".mha-live-grid{display:grid;grid-template-columns:repeat(12,minmax(0,1fr));gap:2px;" +
-    "max-width:780px}" +
-    ".mha-live-cell{padding:0;border:1px solid #8884;background:none;cursor:pointer;" +
-    "aspect-ratio:1}" +
-    ".mha-live-cell canvas{width:100%;height:100%;display:block;image-rendering:pixelated}" +
-    ".mha-live-cell[aria-pressed=true]{outline:3px solid #d95f02;outline-offset:1px;" +
-    "border-color:#d95f02}" +
-    // On a touch screen every head is a 44 px target, as wide as it is tall: the twelve heads
-    // of a layer stay in one row, which scrolls sideways inside the grid when the screen is
-    // narrower. The padding keeps the chosen head's outline inside the scrolling box.
-    "@media (pointer:coarse){.mha-live-grid{grid-template-columns:repeat(12,minmax(44px,1fr));" +
-    "overflow-x:auto;padding:4px}.mha-live-cell{aspect-ratio:1;min-width:44px;min-height:44px}}" +
-    ".mha-live-map{display:grid;grid-template-columns:max-content minmax(0,var(--size));" +
-    "font-size:11px;line-height:1;margin:0 0 .5rem}" +
-    ".mha-live-corner{align-self:end;justify-self:end;padding:0 4px 4px 0;color:#666}" +
-    ".mha-live-keys,.mha-live-queries{position:relative}" +
-    ".mha-live-keys{height:var(--len)}.mha-live-queries{width:var(--len)}" +
-    ".mha-live-keys span,.mha-live-queries span{position:absolute;white-space:nowrap}" +
-    ".mha-live-keys span{bottom:3px;left:var(--at);writing-mode:vertical-rl;" +
-    "transform:translateX(-50%) rotate(180deg)}" +
-    ".mha-live-queries span{right:4px;top:var(--at);transform:translateY(-50%)}" +
-    ".mha-live-detail canvas{width:100%;aspect-ratio:1;display:block;" +
-    "image-rendering:pixelated}" +
-    ".mha-live-detail canvas:focus-visible{outline:3px solid #d95f02;outline-offset:2px}" +
-    ".mha-live-tokens{overflow-wrap:anywhere}";
-
   function init() {
-    var style = document.createElement("style");
-    style.textContent = CSS;
-    document.head.appendChild(style);
+    if (!maps) return;
+    maps.addStyle();
     document.querySelectorAll(".mha-live-minilm").forEach(function (root) {
+      if (root.dataset.ready) return; // a notebook may run this script again
+      root.dataset.ready = "true";
       var panel = new LivePanel(root);
       window.mhaLiveMiniLM = {
         panel: panel,

@@ -196,6 +196,19 @@
     }
   }
 
+  // plotly.js sometimes scrolls the page while it draws a figure (Chromium, a figure near
+  // the top of the screen: the reader who followed a link to a heading saw it jump 420 px
+  // away). It does so within the call, before the reader can scroll: put the page back.
+  function keepingThePlace(drawing) {
+    var x = window.scrollX;
+    var y = window.scrollY;
+    var drawn = drawing();
+    if (window.scrollX !== x || window.scrollY !== y) {
+      window.scrollTo(x, y);
+    }
+    return drawn;
+  }
+
   function draw(div) {
     if (!div._drawing) {
       div._drawing = Promise.all([loadPlotly(), loadFigure(div.id)]).then(function (loaded) {
@@ -209,11 +222,11 @@
         };
         var view = layoutFor(div);
         div._mhaView = view;
-        return window.Plotly.newPlot(div, view.data, view.layout, div._mha.config).then(
-          function () {
-            labelDrawing(div);
-          },
-        );
+        return keepingThePlace(function () {
+          return window.Plotly.newPlot(div, view.data, view.layout, div._mha.config);
+        }).then(function () {
+          labelDrawing(div);
+        });
       });
     }
     return div._drawing;
@@ -232,7 +245,9 @@
     var view = layoutFor(div);
     view.width = div.clientWidth;
     div._mhaView = view;
-    window.Plotly.react(div, view.data, view.layout, div._mha.config).then(function () {
+    keepingThePlace(function () {
+      return window.Plotly.react(div, view.data, view.layout, div._mha.config);
+    }).then(function () {
       labelDrawing(div);
     });
   }

@@ -494,7 +494,9 @@ def test_built_site_serves_the_tested_module(built_site: Path) -> None:
     for figure, page in PAGES.items():
         text = (built_site / page).read_text(encoding="utf8")
         assert f'data-explore="{figure}"' in text, f"{page} has no {figure} explorable"
-        loaded = re.findall(r'<script src="\.\./_static/(mha-explore[\w-]*\.js)"', text)
+        loaded = re.findall(
+            r'<script defer="defer" src="\.\./_static/(mha-explore[\w-]*\.js)\?v=', text
+        )
         assert loaded == figure_scripts(figure), f"{page} loads {loaded}"
 
 
@@ -537,17 +539,17 @@ SUB = '<tspan baseline-shift="sub" font-size="75%">'
 NOTATION = {
     "heads": [
         ('.mx-head[data-head="2"]', "x&nbsp;W<sup>Q</sup><sub>2</sub>"),
-        (".mx-row .mx-note", "1/\u221aD<sub>h</sub>"),
+        (".mx-note", "1/\u221aD<sub>h</sub>"),
         ('[data-point="k1"] text', f"k{SUB}1</tspan>"),
         (".mx-head svg text", f"k{SUB}5</tspan>"),
     ],
     "online-softmax": [
-        ("table.mx-keys th", "e<sup>z<sub>j</sub> \u2212 m</sup>/\u2113"),
+        ("table.mx-keys caption", "e<sup>z<sub>j</sub> \u2212 m</sup>/\u2113"),
         ("svg text", f"z{SUB}8</tspan>"),
     ],
     "kv-cache": [
         (".mx-legend", "W<sup>K</sup>"),
-        (".mx-legend", "H<sub>kv</sub>"),
+        ("label", "H<sub>kv</sub>"),
         ('[data-label="h-kv"]', f"H{SUB}kv</tspan>"),
     ],
     "latent-cache": [

@@ -11,6 +11,8 @@ In the browser: open the lab, double-click ``book`` in the file browser, double-
 chapter, check it opened as a notebook (not a text editor), Run -> Run All Cells, wait until
 the kernel is idle and every code cell has an execution count, then check that no cell shows
 an error (except cells tagged ``raises-exception``) and that every Plotly figure is drawn.
+The chapter's explorable (a cell's output, ``mha.display.explorables``) must be drawn in its
+output, and a mouse drag of its query point must move the point and recompute the weights.
 
 A second test opens the executed notebook that the site offers for download (the built
 site's ``_sources/book/<chapter>.ipynb``) from a folder of its own, without running it, and
@@ -280,6 +282,37 @@ def _summary(state: dict | None) -> str:
     return "\n".join([head, *cells])
 
 
+EXPLORABLE = '.jp-OutputArea-output .mha-explore[data-explore="heads"]'
+
+
+def _drag_the_explorables_query(page) -> list[str]:
+    """Drag the heads explorable's query point x by the mouse, in the cell's output; the
+    problems found (the figure not drawn, the point not moved, the weights not recomputed)."""
+    root = page.locator(EXPLORABLE)
+    if root.count() != 1:
+        return [f"{root.count()} heads explorables in the outputs, not 1"]
+    root.and_(page.locator("[data-ready=true]")).wait_for(timeout=UI_TIMEOUT_MS)
+    hit = root.locator('[data-point="x"] .mx-hit')
+    hit.scroll_into_view_if_needed()
+    before_state = root.get_attribute("data-state")
+    box = hit.bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.down()
+    for i in range(1, 11):
+        page.mouse.move(x + 6 * i, y - 5 * i)
+    page.mouse.up()
+    page.wait_for_timeout(300)
+    after = hit.bounding_box()
+    moved = (after["x"] + after["width"] / 2 - x, after["y"] + after["height"] / 2 - y)
+    problems = []
+    if abs(moved[0] - 60) > 3 or abs(moved[1] + 50) > 3:
+        problems.append(f"the query point dragged by (60, -50) moved by {moved}")
+    if root.get_attribute("data-state") == before_state:
+        problems.append("the heads explorable's state did not change with the drag")
+    return problems
+
+
 def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
     lab: Lab, browser, artifacts_dir: Path
 ) -> None:
@@ -335,6 +368,7 @@ def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
             polling=500,
         )
         page.wait_for_timeout(1000)  # let the last outputs render
+        dragged = _drag_the_explorables_query(page)
     except PlaywrightTimeout as error:
         stuck = str(error).splitlines()[0]
     finally:
@@ -343,6 +377,8 @@ def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
         context.close()
 
     problems = [f"timed out: {stuck}"] if stuck else []
+    if not stuck:
+        problems += dragged
     code = [cell for cell in state["cells"] if not cell["empty"]] if state else []
     problems += [f"not executed: {c['source']!r}" for c in code if c["count"] is None]
     for cell in code:

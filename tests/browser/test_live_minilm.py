@@ -6,7 +6,10 @@ The chapter's live model tokenises in the browser with a WordPiece of its own
 head (``mha-live-minilm.js``). These tests hold the tokenizer, alone in a blank page, to the
 ``tokenizers`` package on many texts (the book's own lines and random unicode), then type
 sentences into the page and compare what it shows with
-:func:`mha.models.minilm_onnx.reference_views` to ``LIVE_TOLERANCE``: sentences no chapter
+:func:`mha.models.minilm_onnx.reference_views` to ``LIVE_TOLERANCE`` (the served graph stores
+its weights as float16: ``scripts/live_model_sizes.py`` chose it by this tolerance, which
+also asks that the most-attended key of at least ``SAME_TOP_KEY`` of the rows be the
+package's): sentences no chapter
 uses, unicode, the longest text the model takes and one token more, and many sentences in a
 row. Each gets a result or a clear message (an empty text is not run: the page asks for a
 sentence); none hangs. The chosen head is marked, the large map has its tokens on both axes,
@@ -34,9 +37,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.site]
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = "book/pretrained-heads.html"
-LIVE_TOLERANCE = 1e-4
-"""Largest absolute difference allowed between the page's float32 numbers and the package's."""
-RUN_TIMEOUT_MS = 180_000  # loading 100 MB and running 512 tokens on a busy 2-core machine
+LIVE_TOLERANCE = 0.01
+"""Largest absolute difference allowed between the page's numbers (float16 weights, float32
+arithmetic) and the package's (float32)."""
+SAME_TOP_KEY = 0.99
+"""Least share of rows (layer, head, query) whose most-attended key is the package's."""
+RUN_TIMEOUT_MS = 180_000  # loading 60 MB and running 512 tokens on a busy 2-core machine
 FINISHED = "['done', 'too-long', 'empty', 'error'].includes("
 FINISHED += "document.querySelector('.mha-live-minilm').dataset.state)"
 FINISHED += " && !window.mhaLiveMiniLM.panel.busy"
@@ -69,6 +75,8 @@ def live_page(browser, live_url: str):
     page.goto(live_url + PAGE, wait_until="load")
     page.wait_for_timeout(500)
     before = list(requests)
+    page.button_before_click = page.inner_text("button.mha-live-load")
+    page.status_before_click = page.inner_text(".mha-live-status")
     page.fill("#mha-live-text", SENTENCES[0])
     page.click("button.mha-live-load")
     page.wait_for_function(FINISHED, timeout=RUN_TIMEOUT_MS)
@@ -109,6 +117,8 @@ def _check_against_package(shown: dict, model, text: str) -> float:
         np.abs(weights - ref["weights"]).max(), np.abs(shares - ref["value_weighted"]).max()
     )
     assert worst < LIVE_TOLERANCE, (text, worst)
+    same = (weights.argmax(-1) == ref["weights"].argmax(-1)).mean()
+    assert same >= SAME_TOP_KEY, (text, same)
     return float(worst)
 
 
@@ -187,7 +197,19 @@ def test_wordpiece_in_the_browser_matches_the_tokenizers_package(browser, built_
 
 def test_nothing_of_the_live_model_loads_before_the_button(live_page) -> None:
     assert not [u for u in live_page.requests_before_click if "/live-minilm/" in u]
-    assert any("/live-minilm/minilm-attention-f32.onnx" in u for u in live_page.requests)
+    model = _shown(live_page)["manifest"]["model"]
+    assert model == minilm_onnx.WEIGHTS_NAMES["float16"]
+    assert any(f"/live-minilm/{model}" in u for u in live_page.requests)
+
+
+def test_the_button_says_the_download_before_it_is_pressed(live_page) -> None:
+    manifest = _shown(live_page)["manifest"]
+    total = manifest["model_bytes"] + manifest["runtime_bytes"]
+    assert live_page.button_before_click.endswith(f"({total / 1e6:.1f} MB)")
+    assert (
+        f"downloads {total / 1e6:.1f} MB: the model {manifest['model_bytes'] / 1e6:.1f} MB, "
+        f"its runtime {manifest['runtime_bytes'] / 1e6:.1f} MB." in live_page.status_before_click
+    )
 
 
 def test_the_live_model_loads_nothing_from_another_host(live_page, live_url: str) -> None:
@@ -201,7 +223,8 @@ def test_first_sentence_matches_the_package_and_the_page_says_size_and_time(
     shown = _shown(live_page)
     worst = _check_against_package(shown, model, SENTENCES[0])
     manifest = shown["manifest"]
-    assert shown["modelBytes"] == manifest["model_bytes"] > 50e6
+    assert manifest["weights"] == "float16"
+    assert shown["modelBytes"] == manifest["model_bytes"] > 40e6
     assert f"model {manifest['model_bytes'] / 1e6:.1f} MB" in shown["status"]
     assert f"runtime {manifest['runtime_bytes'] / 1e6:.1f} MB" in shown["status"]
     assert f"first attention map {shown['firstMap']:.1f} s" in shown["status"]
@@ -277,6 +300,11 @@ def test_on_a_phone_every_head_is_a_44_px_target_and_the_page_does_not_widen(
     try:
         page.goto(live_url + PAGE, wait_until="load")
         assert page.evaluate("matchMedia('(pointer: coarse)').matches")
+        # the button, which says the download, fits in the panel before it is pressed
+        button, panel = (
+            page.locator(s).bounding_box() for s in ("button.mha-live-load", ".mha-live-minilm")
+        )
+        assert button["x"] + button["width"] <= panel["x"] + panel["width"] + 0.5, (button, panel)
         page.fill("#mha-live-text", SENTENCES[0])
         page.click("button.mha-live-load")
         page.wait_for_function(FINISHED, timeout=RUN_TIMEOUT_MS)

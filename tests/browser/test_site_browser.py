@@ -101,8 +101,9 @@ async () => {
   await pause(300);
 }
 """
-# Open every closed dropdown (hidden code cells, exercise solutions) that holds a formula and
-# bring each into view, as a reader opening them would: its formulas are typeset when seen.
+# Open every closed dropdown (hidden code cells, exercise solutions, and admonitions with
+# `:class: dropdown`, which sphinx-togglebutton folds) that holds a formula, and bring each
+# into view, as a reader opening them would: its formulas are typeset when seen.
 OPEN_MATH_DROPDOWNS_JS = """
 async () => {
   const pause = (ms) => new Promise((done) => setTimeout(done, ms));
@@ -113,7 +114,14 @@ async () => {
     details.scrollIntoView();
     await pause(120);
   }
-  return closed.length;
+  const folded = [...document.querySelectorAll(".admonition.toggle-hidden")].filter(
+    (box) => box.querySelector(".math"));
+  for (const box of folded) {
+    box.querySelector(".toggle-button").click();
+    box.scrollIntoView();
+    await pause(120);
+  }
+  return closed.length + folded.length;
 }
 """
 # Bring each formula still untypeset into view, as a reader scrolling back to it would. A
@@ -834,7 +842,7 @@ FORMULA_BOXES_JS = """
 () => [...document.querySelectorAll(".math mjx-container > svg")].map((svg) => {
   const box = svg.getBoundingClientRect();
   return {drawn: !svg.hasAttribute("data-mha-svg") && !!svg.firstElementChild,
-          inToggle: !!svg.closest("details"),
+          inToggle: !!svg.closest("details, .admonition.toggle"),
           shown: svg.checkVisibility() && box.bottom > 0 && box.top < window.innerHeight,
           size: [Math.round(box.width * 10), Math.round(box.height * 10)]};
 })

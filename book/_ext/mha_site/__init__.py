@@ -9,19 +9,28 @@ Module map (what each module changes, and when):
 - :mod:`.plotly_figures`: Plotly figures as placeholders that ``_static/mha-plotly.js`` draws
   when near (a myst-nb mime renderer, a node, a data script per figure, the loader per page);
   :mod:`.figure_facts`: a figure's name, text alternative and narrow layout, from its JSON.
+- :mod:`.explorables`: the figures that recompute in the reader's browser, from a cell's
+  explorable output (``mha.display.explorables``): their elements and scripts;
+  :mod:`.live_model`: the live model's files (``_static/live-minilm``), built with the site
+  when ONNX Runtime Web is installed, their sizes on the live panel's button.
 - :mod:`.math_typeset`: formulas typeset at build time by MathJax in Node (or else in the
   browser by ``_static/mha-math.js``); :mod:`.math_when_near`: the drawings of formulas off
   a page's first screen moved to a script that ``_static/mha-math-svg.js`` draws from.
 - :mod:`.hidden_code`: the code of hidden cell inputs loaded when opened
   (``_static/mha-hidden-code.js``).
+- :mod:`.section_layout`: links land on their target though sections far from the screen
+  are not laid out (``_static/mha-links-land.js``).
 - :mod:`.plain_code`: highlighted code without spans for tokens drawn as plain text.
 - :mod:`.accessible_html`: valid, named code toggles, bibliography entries, sidebar toggles.
 - :mod:`.lighter_head`: head scripts deferred, sphinx-design's files only where used.
 - :mod:`.icons`: Font Awesome icons as inline SVG (``icons.json``), no icon fonts.
 - :mod:`.stylesheet_bundle`: one stylesheet per page.
 - :mod:`.api_reference`: ``{mha-api}`` blocks as autodoc sections.
-- :mod:`.downloads`: executed notebooks and the book's PDF in the download menu.
-- :mod:`.site_identity`: the site's address (Open Graph) and its icon at the root.
+- :mod:`.downloads`: executed notebooks and the book's PDF in the download menu (a page
+  saying ``make pdf`` builds it, in its place, in a site built without it).
+- :mod:`.site_identity`: the site's address (Open Graph) and its icon at the root;
+  :mod:`.opengraph_quiet` (its own extension, listed before ``sphinxext.opengraph`` in
+  ``_config.yml``): no note about matplotlib while social cards are off.
 - :mod:`.execution_times`: each chapter's execution time, for ``scripts/build_book.py``.
 - :mod:`.html_edit`: finds elements of written pages with ``html.parser`` and splices
   edits into them; :mod:`.files`: writes only what changed, lists the built pages.
@@ -43,12 +52,15 @@ from . import (
     api_reference,
     downloads,
     execution_times,
+    explorables,
     hidden_code,
     icons,
     lighter_head,
+    live_model,
     math_typeset,
     plain_code,
     plotly_figures,
+    section_layout,
     site_identity,
     stylesheet_bundle,
 )
@@ -60,14 +72,21 @@ OWN_STATIC = "mha-*"  # the book's own static files
 
 def extension_files(here: Path = HERE) -> list[Path]:
     """The files whose change rebuilds every page: this package's modules and data, the
-    book's own static files (``_static/mha-*``) and the formula typesetter.
+    book's own static files (``_static/mha-*``), the formula typesetter and the module that
+    writes the explorables' elements (``mha.display.explorables``).
 
     Sphinx copies static files only when some page is written, so each of them is part of
     the extension's version.
     """
     static = sorted((here.parents[1] / "_static").glob(OWN_STATIC))
     own = sorted(here.glob("*.py")) + [icons.ICONS_FILE]
-    return [*own, *(path for path in static if path.is_file()), math_typeset.MATH_RENDERER]
+    elements = here.parents[2] / "src" / "mha" / "display" / "explorables.py"
+    return [
+        *own,
+        *(path for path in static if path.is_file()),
+        math_typeset.MATH_RENDERER,
+        elements,
+    ]
 
 
 # The modules in the order their handlers of one event run: the download menu's notebook
@@ -80,9 +99,12 @@ MODULES = (
     downloads,
     api_reference,
     plotly_figures,
+    live_model,
+    explorables,
     icons,
     math_typeset,
     hidden_code,
+    section_layout,
     plain_code,
     accessible_html,
     stylesheet_bundle,

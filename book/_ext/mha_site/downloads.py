@@ -2,6 +2,9 @@
 
 The notebook is the one with outputs, also when they came from the execution cache; the PDF
 is ``mha-book.pdf`` at the site's root, written by ``scripts/build_pdf.py`` (``make pdf``).
+A site built without it (a plain ``jupyter-book build .``) gets the last PDF that ``make pdf``
+wrote, or else a one-page PDF in its place that says how to build the book's: the link
+never leads to a missing file.
 """
 
 from __future__ import annotations
@@ -18,6 +21,19 @@ from .files import copy_if_changed
 logger = logging.getLogger(__name__)
 
 BOOK_PDF = "mha-book.pdf"  # at the site's root, written by scripts/build_pdf.py (make pdf)
+PRINTED_PDF = Path("pdf") / BOOK_PDF  # where make pdf writes it, beside the site (_build/pdf)
+# The page that stands in for the book's PDF in a site built without it.
+PDF_NOTE = (
+    "Multi-Head Attention, Measured",
+    "",
+    "This copy of the book's site was built without the book's PDF.",
+    "To build it, run this in the book's repository:",
+    "",
+    "    make pdf",
+    "",
+    "It prints the whole book with Chromium (scripts/build_pdf.py) and puts",
+    "the PDF here, at mha-book.pdf in the site, in place of this page.",
+)
 
 
 def offer_notebook_download(
@@ -90,8 +106,53 @@ def link_book_pdf(
             )
 
 
+def note_pdf(lines: tuple[str, ...]) -> bytes:
+    """A one-page A4 PDF showing ``lines`` (ASCII) in Helvetica, top to bottom."""
+    text = "".join(
+        "(" + line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") Tj T* "
+        for line in lines
+    )
+    content = f"BT /F1 13 Tf 18 TL 64 760 Td {text}ET".encode("ascii")
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    table = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        table,
+    )
+    return bytes(out)
+
+
+def book_pdf_in_site(app: Sphinx, exception: Exception | None) -> None:
+    """Give the site the book's PDF that every page links to: the one ``make pdf`` wrote last
+    (``_build/pdf/mha-book.pdf``), or, when there is none and the site has none, a one-page
+    PDF that says the book's is built by ``make pdf`` (which then writes over it)."""
+    if exception is not None or app.builder.name != "html":
+        return
+    site = Path(app.outdir) / BOOK_PDF
+    printed = Path(app.outdir).parent / PRINTED_PDF
+    if printed.is_file():
+        copy_if_changed(printed, site)
+    elif not site.is_file():
+        site.write_bytes(note_pdf(PDF_NOTE))
+
+
 def setup(app: Sphinx) -> None:
     app.connect("doctree-read", write_cached_outputs)
     # Before the theme's header buttons (priority 501), after them for the PDF link.
     app.connect("html-page-context", offer_notebook_download, priority=500)
     app.connect("html-page-context", link_book_pdf, priority=502)
+    app.connect("build-finished", book_pdf_in_site)

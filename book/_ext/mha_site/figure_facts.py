@@ -324,12 +324,14 @@ def narrow_layout(figure: dict[str, Any]) -> dict[str, Any]:
     patch["margin"] = {"l": 60, "r": 20, "t": top, "b": bottom}
     if legend_rows:
         paper = height - top - bottom
-        patch["legend"] = {
+        patch["legend"] = {  # in the plot's coordinates, whatever the wide layout used
             "orientation": "v",
             "x": 0,
             "xanchor": "left",
+            "xref": "paper",
             "y": -round((NARROW_BOTTOM_PX - 10) / paper, 6),
             "yanchor": "top",
+            "yref": "paper",
         }
     return patch
 

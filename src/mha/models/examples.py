@@ -1,5 +1,7 @@
 """Small, fully specified examples that the book works through.
 
+- :func:`agreement_example`: one sentence whose tokens carry hand-made features, and the
+  queries with which its verb looks for its subject, its neighbour, or both at once.
 - :func:`worked_example`: a layer of three tokens, two heads of width two and integer
   weights, small enough to check every number by hand.
 - :func:`fit_two_targets`: one sentence on which every query is asked to attend to two
@@ -22,6 +24,67 @@ from mha.backends.module import MultiHeadAttention
 from mha.core._checks import arguments
 from mha.core._tools import one_thread
 from mha.core.params import MHAParams, init_params
+
+
+@dataclass(frozen=True)
+class AgreementExample:
+    """The sentence of :func:`agreement_example`.
+
+    Attributes:
+        tokens: the words, one token each.
+        features: the name of each feature (column of ``x``).
+        x: one row of features per token, ``(L, D)``: 1 where the token has the feature.
+        queries: what the verb looks for, ``(D,)`` each: ``"subject"`` (a plural noun),
+            ``"neighbour"`` (the token just before it) and ``"both"`` (their sum).
+        verb: the verb's position.
+    """
+
+    tokens: list[str]
+    features: list[str]
+    x: np.ndarray
+    queries: dict[str, np.ndarray]
+    verb: int
+
+
+def agreement_example(sharpness: float = 16.0) -> AgreementExample:
+    """*The keys to the cabinet are on the table*, with features made by hand.
+
+    Each token has the features ``noun``, ``plural`` and ``verb`` (1 or 0) and a one-hot
+    ``position j``. The verb *are* needs two tokens: its subject *keys*, a plural noun, to
+    agree with it, and its neighbour *cabinet*, at the position before it. Its queries say
+    what it looks for, as features: a plural noun, the position before its own, or both.
+    Used with the features as keys and values (``x``), each query scores every token.
+
+    Args:
+        sharpness: the length given to each part of a query; the larger, the more of the
+            weight goes to the keys that match best.
+
+    Returns:
+        The tokens, the feature names, the features and the verb's queries.
+
+    Shape:
+        x ``(L, D)`` with ``L = 9`` tokens and ``D = 3 + L`` features; each query ``(D,)``.
+
+    Raises:
+        TypeError: if ``sharpness`` is not a real number.
+        ValueError: if ``sharpness`` is not positive and finite.
+    """
+    arguments.check_positive_number("sharpness", sharpness)
+    tokens = ["The", "keys", "to", "the", "cabinet", "are", "on", "the", "table"]
+    L = len(tokens)
+    features = ["noun", "plural", "verb"] + [f"position {j}" for j in range(L)]
+    x = np.zeros((L, len(features)))  # (L, D)
+    x[[1, 4, 8], 0] = 1.0  # nouns: keys, cabinet, table
+    x[1, 1] = 1.0  # plural: keys
+    verb = 5  # are
+    x[verb, 2] = 1.0
+    x[:, 3:] = np.eye(L)  # token j is at position j
+    subject = np.zeros(len(features))  # (D,)
+    subject[[0, 1]] = sharpness  # a noun, plural
+    neighbour = np.zeros(len(features))  # (D,)
+    neighbour[3 + verb - 1] = sharpness  # at the position before the verb's
+    queries = {"subject": subject, "neighbour": neighbour, "both": subject + neighbour}
+    return AgreementExample(tokens, features, x, queries, verb)
 
 
 def worked_example() -> tuple[np.ndarray, MHAParams]:

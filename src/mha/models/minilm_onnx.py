@@ -11,9 +11,11 @@ attention, run on the published weights) into an ONNX graph with one input and t
 The feed-forward blocks of the last layer, and the pooling, are not needed for these and are
 left out. :func:`build_cached` writes the graph under a key of every input (the weights'
 hash, the package's source, the versions of torch, onnx and onnxruntime), so that builds of
-the book export once. :func:`quantize_weights` makes a smaller copy with int8 matrix weights
-(dynamic quantisation of ONNX Runtime); it moves the attention weights by tenths (see
-``tests/test_minilm_onnx.py``), so the site serves the float32 graph.
+the book export once, and stores the weights as float16 or int8 on request
+(:mod:`mha.models.onnx_weights`: the graph still computes in float32; the site serves the
+float16 graph, measured by ``scripts/live_model_sizes.py``). :func:`quantize_weights` makes a
+copy with ONNX Runtime's dynamic int8 quantisation, which also rounds the activations; it moves
+the attention weights by tenths (see ``tests/test_minilm_onnx.py``), so the site does not use it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch
 
 from mha.backends import torch_backend
 from mha.detectors import circuits
+from mha.models import onnx_weights
 from mha.models.minilm import MODEL_SHA256, MiniLM, load_minilm, model_dir
 
 OPSET = 18
@@ -161,16 +164,33 @@ def cache_key() -> str:
     return digest.hexdigest()
 
 
-def build_cached(out_dir: str | Path, cache_dir: str | Path) -> dict[str, Path]:
-    """The float32 graph and the tokenizer in ``out_dir``, exported at most once per key.
+WEIGHTS_NAMES = {
+    "float32": FLOAT32_NAME,
+    "float16": "minilm-attention-f16-weights.onnx",
+    "int8": "minilm-attention-int8-weights.onnx",
+}
+"""File name of the graph for each way of storing its weights (:mod:`mha.models.onnx_weights`)."""
+
+
+def build_cached(
+    out_dir: str | Path, cache_dir: str | Path, weights: str = "float32"
+) -> dict[str, Path]:
+    """A graph and the tokenizer in ``out_dir``, exported (and compressed) at most once per key.
 
     Args:
-        out_dir: where to copy ``minilm-attention-f32.onnx`` and ``tokenizer.json``.
+        out_dir: where to copy the graph and ``tokenizer.json``.
         cache_dir: where exports are kept, one folder per :func:`cache_key`.
+        weights: how the graph stores its weights: ``"float32"`` (as exported), or
+            ``"float16"`` or ``"int8"`` (:func:`mha.models.onnx_weights.compress_weights`).
 
     Returns:
-        ``{"float32": path, "tokenizer": path}`` in ``out_dir``.
+        ``{"model": path, "tokenizer": path}`` in ``out_dir``.
+
+    Raises:
+        ValueError: if ``weights`` is not a key of :data:`WEIGHTS_NAMES`.
     """
+    if weights not in WEIGHTS_NAMES:
+        raise ValueError(f"weights must be one of {sorted(WEIGHTS_NAMES)}; got {weights!r}")
     key = cache_key()
     cached = Path(cache_dir) / key[:16]
     f32 = cached / FLOAT32_NAME
@@ -181,10 +201,15 @@ def build_cached(out_dir: str | Path, cache_dir: str | Path) -> dict[str, Path]:
         (tmp / "key.json").write_text(json.dumps({"key": key}))
         shutil.rmtree(cached, ignore_errors=True)
         tmp.rename(cached)
+    graph = cached / WEIGHTS_NAMES[weights]
+    if not graph.is_file():
+        partial = graph.with_name(graph.name + ".tmp")
+        onnx_weights.compress_weights(f32, partial, weights)
+        partial.rename(graph)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"float32": out / FLOAT32_NAME, "tokenizer": out / "tokenizer.json"}
-    _copy_if_changed(f32, paths["float32"])
+    paths = {"model": out / graph.name, "tokenizer": out / "tokenizer.json"}
+    _copy_if_changed(graph, paths["model"])
     _copy_if_changed(model_dir() / "tokenizer.json", paths["tokenizer"])
     return paths
 
