@@ -66,9 +66,11 @@ browser:
 lab: $(STAMP)
 	$(BIN)/jupyter lab
 
-## Print the speed and memory ratios of the implementations against their targets.
+## Print the speed and memory ratios of the implementations against their targets
+## (bench_causal.py: the field's causal benchmark against SDPA's causal kernel).
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench_causal.py
 	$(BIN)/python scripts/bench_tiled.py
 	$(BIN)/python scripts/bench_decode.py
 	$(BIN)/python scripts/bench_latent.py

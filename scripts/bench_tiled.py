@@ -6,13 +6,18 @@ mha.cost.timings.time_tiled): memory from the resident-set high-water mark reset
 call, times as medians of interleaved rounds in one process, so ratios compare like with like. The
 BLAS of that process runs one thread by default (``--threads``), so that on a busy machine idle
 BLAS threads do not slow the many small products of the tiles more than the few large products
-of the naive path. Targets:
+of the naive path, and the times are that process's CPU time (``--clock``): on one thread it is
+the work done, which the other processes of a shared machine do not change as they change the
+wall-clock time. Targets:
 
 - Tiled forward at (B, L=S, D, H) = (1, 8192, 512, 8), float32: peak extra memory at most 1/16 of
   one (B, H, L, S) float32 score tensor (128 MiB), where the naive path needs more than 4 GiB
   (its forward holds one score tensor; a training step that stores the weights holds two).
 - At L = 2048 the tiled forward takes at most 2x the naive NumPy forward with the best block
-  size (the sweep over block sizes is printed).
+  size (the sweep over block sizes is printed), and its default blocks
+  (``tiled.DEFAULT_BLOCK_Q`` x ``tiled.DEFAULT_BLOCK_KV``) at most 1.1x the best of the sweep.
+- With ``causal=True`` (the tiles above the diagonal skipped) the tiled forward at the default
+  blocks takes at most 0.6x its own time without it, at L = 2048.
 - The backward pass in NumPy takes at most 3x its forward at (4, 512, 512, 8).
 """
 
@@ -61,11 +66,13 @@ def memory(args: argparse.Namespace) -> None:
 
 def speed(args: argparse.Namespace) -> None:
     L, D, H = args.time_len, args.d_model, args.num_heads
-    blocks = parse_blocks(args.blocks)
+    default = (tiled.DEFAULT_BLOCK_Q, tiled.DEFAULT_BLOCK_KV)
+    blocks = list(dict.fromkeys([*parse_blocks(args.blocks), default]))  # the default swept too
     times = timings.time_tiled(
-        1, L, D, H, blocks=blocks, repeat=args.repeats, min_time=args.min_time,
-        threads=args.threads, clock="wall",
+        1, L, D, H, blocks=blocks, causal=True, repeat=args.repeats, min_time=args.min_time,
+        threads=args.threads, clock=args.clock,
     )  # fmt: skip
+    causal = {b: times.pop(f"tiled {b[0]}x{b[1]}, causal") for b in blocks}
     naive = times.pop("naive")
     deferred, sdpa = times.pop("naive, deferred"), times.pop("sdpa")
     print(f"\nforward time at (B, L=S, Dh, H) = (1, {L}, {D // H}, {H}), float32, per-head tensors")
@@ -75,19 +82,35 @@ def speed(args: argparse.Namespace) -> None:
     print(
         f"  PyTorch scaled_dot_product_attention: {1e3 * sdpa:.1f} ms, {sdpa / naive:.2f} x naive"
     )
-    print(f"{'tiled Br x Bc':32s} {'ms':>9s} {'/ naive':>8s}")
-    for name, sec in times.items():
-        print(f"{name:32s} {1e3 * sec:9.1f} {sec / naive:8.2f}")
+    print(f"{'tiled Br x Bc':32s} {'ms':>9s} {'/ naive':>8s} {'causal ms':>10s} {'/ own':>6s}")
+    for b in blocks:
+        sec = times[f"tiled {b[0]}x{b[1]}"]
+        mark = "  (default)" if b == default else ""
+        print(
+            f"{f'tiled {b[0]}x{b[1]}':32s} {1e3 * sec:9.1f} {sec / naive:8.2f} "
+            f"{1e3 * causal[b]:10.1f} {causal[b] / sec:6.2f}{mark}"
+        )
     best = min(times, key=times.get)
     ratio = times[best] / naive
     print(f"best block size {best}: {ratio:.2f}x naive; <=2.00 {verdict(ratio <= 2)}")
+    own = times[f"tiled {default[0]}x{default[1]}"]
+    print(
+        f"default blocks {default[0]}x{default[1]}: {own / naive:.2f}x naive, "
+        f"{own / times[best]:.2f}x the best; <=1.10 {verdict(own <= 1.1 * times[best])}"
+    )
+    share = causal[default] / own
+    print(
+        f"causal=True at the default blocks: {share:.2f}x its time without; "
+        f"<=0.60 {verdict(share <= 0.6)}"
+    )
+    print("/ own: the time with causal=True over the same blocks' time without it")
 
 
 def backward(args: argparse.Namespace) -> None:
     B, L, D, H = args.backward_shape
     times = timings.time_tiled(
         B, L, D, H, blocks=[], backward=True, repeat=args.repeats, min_time=args.min_time,
-        threads=args.threads, clock="wall",
+        threads=args.threads, clock=args.clock,
     )  # fmt: skip
     forward = times["layer forward"]
     print(f"\nlayer forward and backward at (B, L=S, D, H) = ({B}, {L}, {D}, {H}), float32")
@@ -125,6 +148,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--min-time", type=float, default=0.1, help="seconds per timing")
     parser.add_argument("--threads", type=int, default=1, help="BLAS threads; 0: the default")
+    parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     parser.add_argument(
         "--skip-naive-memory",
         action="store_true",

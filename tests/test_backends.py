@@ -22,6 +22,7 @@ import torch
 from mha import MHAParams, init_params
 from mha.backends import np_backend, torch_backend
 from mha.core._checks import layer
+from mha.core.kv_cache import KVCache
 from mha.core.mask_rules import AmbiguousMaskWarning
 from mha.numerics import tolerance
 
@@ -446,6 +447,87 @@ def test_inputs_up_to_the_bound_are_computed_without_a_second_pass(backend, monk
     x = (rng().standard_normal((2, 3, 8)) * 1e6).astype(np.float32)
     out, _ = backend.mha(x, x, x, p)
     assert np.isfinite(out).all()
+
+
+# ---- the causal flag -----------------------------------------------------------------
+
+# (L, S, positions cached): cross-attention without a cache, then self-attention of L new
+# positions after an empty cache and after a cache of S - L positions.
+CAUSAL_STATES = {
+    "L = S": (5, 5, None),
+    "L < S": (3, 7, None),
+    "L > S": (7, 3, None),
+    "empty cache": (4, 4, 0),
+    "cache of 5": (3, 8, 5),
+}
+
+
+def causal_routes(backend: Backend, cached: int | None) -> list[tuple[str, bool]]:
+    """Every ``(form, need_weights)`` of the backend (a cache takes every form but per-head)."""
+    forms = [f for f in backend.mod.FORMS if cached is None or f != "per_head"]
+    return [(f, w) for f in forms for w in (True, False) if not (w and f == "tiled")]
+
+
+def causal_run(backend: Backend, x, kv, p, mask, cached, **kw):
+    """The layer from ``x`` to ``kv``; with a cache, it holds the first ``cached`` of them."""
+    if cached is None:
+        return backend.mha(x, kv, kv, p, mask, **kw)
+    dtype = x.dtype if backend.name == "numpy" else getattr(torch, x.dtype.name)
+    cache = KVCache(B, p.num_kv_heads, p.d_head, kv.shape[1], dtype=dtype)
+    if cached:
+        prefix = kv[:, :cached]  # its causal attention is not compared here
+        backend.mha(prefix, prefix, prefix, p, form="fused", need_weights=False, cache=cache)
+    out = backend.mha(x, x, x, p, mask, cache=cache, **kw)
+    assert cache.length == kv.shape[1]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("num_kv_heads", [H, 1])
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("state", list(CAUSAL_STATES))
+def test_the_causal_flag_equals_the_explicit_causal_mask(
+    backend, dtype, num_kv_heads: int, align: str, state: str
+) -> None:
+    L_, S_, cached = CAUSAL_STATES[state]
+    p = init_params(D, H, num_kv_heads=num_kv_heads, seed=6, dtype=dtype)
+    kv = rng(7).standard_normal((B, S_, D)).astype(dtype)  # the inputs of all S positions
+    x = kv[:, -L_:] if cached is not None else rng(8).standard_normal((B, L_, D)).astype(dtype)
+    keep = np_backend.causal_mask(L_, S_, align=align)  # (L, S)
+    for pad in (None, np_backend.key_padding_mask([S_, S_ - 2], S_)):
+        explicit = keep if pad is None else pad & keep  # (B, 1, L, S)
+        out_tol, w_tol = tolerance.attention_tolerance(x, kv, kv, p, explicit)
+        for form, need_weights in causal_routes(backend, cached):
+            kw = {"form": form, "need_weights": need_weights}
+            out, w = causal_run(backend, x, kv, p, pad, cached, causal=True, align=align, **kw)
+            ref, ref_w = causal_run(backend, x, kv, p, explicit, cached, **kw)
+            name = f"{form}, need_weights={need_weights}, mask={pad is not None}"
+            assert out.dtype == dtype and (w is None) == (not need_weights)
+            tolerance.assert_close(out, ref, out_tol, name=name)
+            if need_weights:
+                tolerance.assert_close(w, ref_w, w_tol, name=name)
+                assert (w[..., ~keep] == 0).all()  # exact: what the diagonal hides is zero
+
+
+@pytest.mark.parametrize(
+    ("causal", "align", "exc", "match"),
+    [
+        ("yes", "top_left", TypeError, "causal must be a bool; got str"),
+        (1, "top_left", TypeError, "causal must be a bool; got int"),
+        (True, "bottom", ValueError, "align must be one of"),
+        (False, "bottom_right", ValueError, "align='bottom_right' applies only with causal=True"),
+    ],
+)
+def test_a_bad_causal_flag_or_alignment_is_refused_and_the_cache_is_kept(
+    backend, causal, align, exc, match
+) -> None:
+    p = init_params(D, H, seed=6)
+    x = rng().standard_normal((B, 3, D))
+    dtype = np.float64 if backend.name == "numpy" else torch.float64
+    cache = KVCache(B, H, D // H, 8, dtype=dtype)
+    with pytest.raises(exc, match=match):
+        backend.mha(x, x, x, p, causal=causal, align=align, cache=cache)
+    assert cache.length == 0  # a refused call changes nothing
 
 
 # ---- LayerNorm and the residual block ------------------------------------------------

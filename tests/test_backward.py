@@ -13,6 +13,7 @@ import mha
 import mha.core.params
 import mha.numerics.tolerance
 from mha.backends import np_backend, tiled, torch_backend
+from mha.backends._tiles import tile_mask
 from mha.numerics import backward as G
 from mha.numerics import gradcheck, tolerance
 from mha.numerics.tolerance import assert_close, gamma, matmul_tolerance, unit_roundoff
@@ -198,6 +199,41 @@ def test_layer_gradients_equal_autograd(B, L, S, D, H, bias, self_attention, kin
             g, r = getattr(grads.d_params, name), t_params[name]
             assert np.abs(g - r).max() <= 1e-10 * np.abs(r).max()
         assert np.abs(grads.d_query - t_dq).max() <= 1e-10 * np.abs(t_dq).max()
+
+
+@pytest.mark.parametrize("form", G.BACKWARD_FORMS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize(("L", "S", "num_kv_heads"), [(9, 9, 4), (5, 11, 2), (11, 5, 4)])
+def test_the_causal_flag_gives_the_forward_and_gradients_of_the_causal_mask(
+    L, S, num_kv_heads, align, dtype, form, monkeypatch
+) -> None:
+    params = mha.init_params(8, 4, num_kv_heads=num_kv_heads, seed=L + S, dtype=dtype)
+    query, key, value, d_out = arrays((2, L, 8), (2, S, 8), (2, S, 8), (2, L, 8), dtype=dtype)
+    keep = np_backend.causal_mask(L, S, align=align)  # (L, S)
+    out, saved = G.multi_head_attention_forward(query, key, value, params, keep)
+    grads, tol = G.multi_head_attention(saved, d_out), tolerance.gradient_tolerance(saved, d_out)
+    computed = []  # whether the backward computes each tile, in the tiled form
+
+    def counted(*args, **kwargs):
+        kept = tile_mask(*args, **kwargs)
+        computed.append(kept is not False)
+        return kept
+
+    monkeypatch.setattr(G, "tile_mask", counted)
+    flags = {"causal": True, "align": align, "form": form, "block_q": 2, "block_kv": 3}
+    out_flag, saved_flag = G.multi_head_attention_forward(query, key, value, params, **flags)
+    grads_flag = G.multi_head_attention(saved_flag, d_out)
+    out_tol, _ = tolerance.attention_tolerance(query, key, value, params, keep)
+    assert_close(out_flag, out, out_tol, name="output")
+    for name in ("d_query", "d_key", "d_value"):
+        assert_close(getattr(grads_flag, name), getattr(grads, name), getattr(tol, name), name=name)
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        g, t = getattr(grads_flag.d_params, name), getattr(tol.d_params, name)
+        assert_close(g, getattr(grads.d_params, name), t, name=f"d_params.{name}")
+    if form == "tiled":  # every tile with a key its queries see, and no other
+        tiles = [keep[i : i + 2, j : j + 3] for j in range(0, S, 3) for i in range(0, L, 2)]
+        assert computed == [bool(t.any()) for t in tiles]
 
 
 def test_gradient_tolerance_catches_a_wrong_gradient() -> None:

@@ -388,6 +388,32 @@ def test_tiled_form_equals_the_fused_form_with_masks_and_cross_attention(dtype) 
     assert_close(got[0], np.broadcast_to(params.b_o, (7, 12)), tol)  # fully masked: the bias
 
 
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+def test_the_tiled_form_of_a_causal_layer_computes_only_the_tiles_its_queries_see(
+    monkeypatch, align: str
+) -> None:
+    Br, Bc = tiled.DEFAULT_BLOCK_Q, tiled.DEFAULT_BLOCK_KV
+    L, S = 2 * Br + 3, 3 * Bc + 5  # the two alignments skip different tiles
+    rng = np.random.default_rng(12)
+    params = mha.init_params(8, 2, seed=1)
+    x, mem = rng.standard_normal((1, L, 8)), rng.standard_normal((1, S, 8))
+    computed = []
+    update = tiled.RunningRows.update
+
+    def counted(self, s, keep, v) -> None:
+        computed.append(s.shape[-2:])
+        update(self, s, keep, v)
+
+    monkeypatch.setattr(tiled.RunningRows, "update", counted)
+    np_backend.multi_head_attention(
+        x, mem, mem, params, causal=True, align=align, form="tiled", need_weights=False
+    )
+    keep = np_backend.causal_mask(L, S, align=align)  # (L, S)
+    tiles = [keep[i : i + Br, j : j + Bc] for i in range(0, L, Br) for j in range(0, S, Bc)]
+    assert computed == [t.shape for t in tiles if t.any()]
+    assert len(computed) < len(tiles)
+
+
 def test_tiled_form_refuses_to_return_weights() -> None:
     params = mha.init_params(8, 2, seed=0)
     x = np.zeros((1, 3, 8))

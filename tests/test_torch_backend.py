@@ -16,7 +16,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.bias import causal_lower_right, causal_upper_left
+from torch.nn.attention.bias import (
+    CausalBias,
+    CausalVariant,
+    causal_lower_right,
+    causal_upper_left,
+)
 
 import mha
 from mha import init_params, to_torch_attn_mask, to_torch_mha
@@ -181,14 +186,15 @@ def test_gradients_through_a_fully_masked_row_are_finite(form: str, need_weights
 # ---- dtypes --------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(("form", "need_weights"), list(product(FORMS, [True, False])))
-def test_bfloat16_is_close_to_a_float64_reference(form: str, need_weights: bool) -> None:
+def test_bfloat16_is_close_to_a_float64_reference(form: str, need_weights: bool, causal) -> None:
     bf = torch.bfloat16
     p = init_params(32, 4, seed=1).to_torch(bf)
     x = randn(2, 9, 32, seed=1, dtype=bf)
     mask = torch_backend.causal_mask(9)
-    out, w = torch_backend.multi_head_attention(
-        x, x, x, p, mask, form=form, need_weights=need_weights
+    out, w = torch_backend.multi_head_attention(  # causal: the flag instead of the mask
+        x, x, x, p, None if causal else mask, causal=causal, form=form, need_weights=need_weights
     )
     assert out.dtype == bf and (w is None or w.dtype == bf)
     # The reference runs in float64 on the same bf16-rounded inputs and weights, so only
@@ -343,6 +349,109 @@ def test_weights_in_inference_mode_equal_the_weights_with_autograd(form: str) ->
     tolerance.assert_close(out, out_g.detach(), out_tol)
     tolerance.assert_close(w, w_g.detach(), w_tol)
     assert (w[0, 1, 0] == 0).all()
+
+
+# ---- the causal flag: SDPA's causal kernel -------------------------------------------
+
+
+class _SpySDPA:
+    """``torch.nn.functional`` as the backend sees it, recording each SDPA call's options."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def __getattr__(self, name: str):
+        return getattr(F, name)
+
+    def scaled_dot_product_attention(self, q, k, v, attn_mask=None, **kw):
+        self.calls.append({"attn_mask": attn_mask, "L": q.shape[-2], **kw})
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, **kw)
+
+
+@pytest.mark.parametrize(
+    ("L_", "S_", "align", "kernel"),
+    [
+        (5, 5, "top_left", "is_causal"),
+        (5, 5, "bottom_right", "is_causal"),  # L = S: the same diagonal
+        (3, 7, "top_left", "is_causal"),
+        (3, 7, "bottom_right", "lower_right"),
+        (7, 3, "bottom_right", "is_causal"),  # on the last 3 queries; the first 4 see nothing
+        (1, 7, "bottom_right", "no mask"),  # a decoding step sees every key
+    ],
+)
+@pytest.mark.parametrize("num_kv_heads", [H, 1])
+def test_the_causal_fast_path_runs_sdpa_causal_kernel_without_a_mask_tensor(
+    monkeypatch, L_: int, S_: int, align: str, kernel: str, num_kv_heads: int
+) -> None:
+    spy = _SpySDPA()
+    monkeypatch.setattr(torch_backend, "F", spy)
+    p = init_params(D, H, num_kv_heads=num_kv_heads, seed=2).to_torch()
+    x, kv = randn(B, L_, D, seed=3), randn(B, S_, D, seed=4)
+    for form in ("fused", "packed"):
+        spy.calls.clear()
+        out, _ = torch_backend.multi_head_attention(
+            x, kv, kv, p, causal=True, align=align, form=form, need_weights=False
+        )
+        (call,) = spy.calls
+        bias = call["attn_mask"]
+        if kernel == "is_causal":
+            assert call.get("is_causal") is True and bias is None
+            assert call["L"] == min(L_, S_)
+        elif kernel == "lower_right":
+            assert isinstance(bias, CausalBias) and bias.variant == CausalVariant.LOWER_RIGHT
+        else:
+            assert bias is None and not call.get("is_causal", False)
+        keep = torch_backend.causal_mask(L_, S_, align=align)
+        ref, _ = torch_backend.multi_head_attention(x, kv, kv, p, keep, form=form)
+        tolerance.assert_close(out, ref, tolerance.attention_tolerance(x, kv, kv, p, keep)[0])
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize(("L_", "S_"), [(5, 5), (3, 7), (7, 3)])
+def test_gradients_through_the_causal_kernel_equal_those_through_the_causal_mask(
+    align: str, L_: int, S_: int
+) -> None:
+    p = init_params(D, H, seed=2)
+    x, kv = randn(B, L_, D, seed=3), randn(B, S_, D, seed=4)
+    keep = np_backend.causal_mask(L_, S_, align=align)
+    out, saved = backward.multi_head_attention_forward(x.numpy(), kv.numpy(), kv.numpy(), p, keep)
+    tol = tolerance.gradient_tolerance(saved, np.ones_like(out))  # d(sum out) / d out = 1
+
+    def grads(**flags) -> list[torch.Tensor]:
+        leaves = [x.clone().requires_grad_(), kv.clone().requires_grad_()]
+        pt = p.to_torch().map(lambda a: a.requires_grad_())
+        q_in, kv_in = leaves
+        out, _ = torch_backend.multi_head_attention(
+            q_in, kv_in, kv_in, pt, form="packed", need_weights=False, **flags
+        )
+        out.sum().backward()
+        return [q_in.grad, kv_in.grad, pt.w_qkv.grad, pt.w_o.grad]
+
+    by_flag = grads(causal=True, align=align)
+    by_mask = grads(mask=torch.from_numpy(keep))
+    bounds = {"query": tol.d_query, "kv": tol.d_key + tol.d_value}
+    bounds |= {"w_qkv": tol.d_params.w_qkv, "w_o": tol.d_params.w_o}
+    for (name, t), a, b in zip(bounds.items(), by_flag, by_mask, strict=True):
+        tolerance.assert_close(a, b, t, name=name)
+
+
+def test_the_module_takes_the_causal_flag_forward_and_backward() -> None:
+    m = mha.MultiHeadAttention(D, H, dtype=f64, seed=3)
+    x = randn(B, L, D, seed=5)
+    out = m(x, causal=True)[0]
+    out.sum().backward()
+    by_flag = {name: t.grad.clone() for name, t in m.named_parameters()}
+    m.zero_grad()
+    ref = m(x, mask=torch_backend.causal_mask(L))[0]
+    ref.sum().backward()
+    keep = np_backend.causal_mask(L)
+    tolerance.assert_close(out, ref, tolerance.attention_tolerance(x, x, x, m.params(), keep)[0])
+    _, saved = backward.multi_head_attention_forward(
+        x.numpy(), x.numpy(), x.numpy(), m.params().to_numpy(), keep
+    )
+    tol = tolerance.gradient_tolerance(saved, np.ones((B, L, D))).d_params
+    for name, t in m.named_parameters():
+        tolerance.assert_close(by_flag[name], t.grad, getattr(tol, name), name=name)
 
 
 # ---- finiteness checks ---------------------------------------------------------------

@@ -88,6 +88,26 @@ Boolean mask letting each batch element attend only to its first ``lengths[b]`` 
         TypeError: if ``lengths`` are not integers{lengths_type} or ``kv_len`` is not an int.
     """
 
+WITH_CAUSAL = """\
+``mask`` and the causal mask aligned at ``causal`` together, as one boolean mask (no checks).
+
+    What a form that writes every score attends under when the layer is causal.
+
+    Args:
+        mask: boolean, True = may attend, or ``None``.
+        causal: ``None`` (``mask`` is returned as it is), or where the causal diagonal sits:
+            ``"top_left"`` or ``"bottom_right"`` (the ``align`` of :func:`causal_mask`).
+        q_len: query length L.
+        kv_len: key length S.{device_arg}
+
+    Shape:
+        mask broadcastable to ``(..., L, S)``. Returns ``(..., L, S)``, or ``(L, S)``
+        without ``mask``.
+
+    Returns:
+        ``mask & causal_mask(L, S, align=causal)``, a boolean {array}, or ``mask``.
+    """
+
 SOFTMAX = """\
 Masked softmax over the last axis ({softmax_note}).
 
@@ -203,6 +223,15 @@ MULTI_HEAD_ATTENTION = """\
             batch element. A ``(B, S)`` or ``(B, L, S)`` mask is *not* read per batch
             element; a 3-D mask whose leading size equals both B and H is refused, and a
             padding-like 2-D mask with B = L warns (:mod:`mha.core.mask_rules`).
+        causal: let query ``i`` attend only to the keys at or before its position, as the
+            mask of :func:`causal_mask` (with ``align``), on top of ``mask``. The layer
+            knows it is causal, instead of reading that from a mask array: {causal_note}
+            The result equals that of passing ``mask & causal_mask(L, S, align=align)``
+            instead, to rounding.
+        align: where the queries sit when ``causal``, as in :func:`causal_mask`:
+            ``"top_left"`` (query ``i`` at position ``i``; PyTorch's ``is_causal=True``) or
+            ``"bottom_right"`` (the queries are the last ``L`` of the ``S`` positions: what a
+            cache needs, where ``S`` counts the cached positions). Only with ``causal``.
         form: one of :data:`FORMS`.
         need_weights: {need_weights}
         cache: a :class:`mha.core.kv_cache.KVCache` of this layer's projected keys and values
@@ -236,13 +265,15 @@ MULTI_HEAD_ATTENTION = """\
 
     Raises:
         ValueError: on mismatched shapes, empty sequences, a mask that does not
-            broadcast, non-finite inputs, a ``form`` not in :data:`FORMS`{tiled_errors}, an
+            broadcast, non-finite inputs, an ``align`` other than ``"top_left"`` and
+            ``"bottom_right"`` or ``"bottom_right"`` without ``causal``, a ``form`` not in
+            :data:`FORMS`{tiled_errors}, an
             output that would overflow, a cache that does not fit the layer or the call,
             is full, holds NaN or infinity, or holds entries beyond its ``max_abs`` that
             overflow the output, or an odd ``d_head`` with ``rotary``.
-        TypeError: on non-float or mixed dtypes, a non-boolean mask, wrong ``params``, a
-            cache that is not a ``KVCache`` of {cache_arrays}, or a ``rotary`` that is not a
-            ``Rotary``.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask, a ``causal`` that is not
+            a bool, wrong ``params``, a cache that is not a ``KVCache`` of {cache_arrays}, or
+            a ``rotary`` that is not a ``Rotary``.
     """
 
 LAYER_NORM = """\
@@ -305,6 +336,7 @@ A residual block around self-attention, with layer normalisation after or before
 DOCS = {
     "causal_mask": CAUSAL_MASK,
     "key_padding_mask": KEY_PADDING_MASK,
+    "with_causal": WITH_CAUSAL,
     "softmax": SOFTMAX,
     "scaled_dot_product_attention": SDPA,
     "split_heads": SPLIT_HEADS,

@@ -32,13 +32,10 @@ def causal_offset(causal: bool, align: Any, q_len: int, kv_len: int) -> int:
     Raises:
         ValueError: if ``align`` is not ``"top_left"`` or ``"bottom_right"``, or is
             ``"bottom_right"`` while ``causal`` is False (it would be silently ignored).
+        TypeError: if ``causal`` is not a bool.
     """
-    arguments.check_align(align)
-    if not causal:
-        if align != "top_left":
-            raise ValueError(f"align={align!r} applies only with causal=True; got causal=False")
-        return 0
-    return mask_rules.causal_offset(q_len, kv_len, align)
+    arguments.check_causal_flag(causal, align)
+    return mask_rules.causal_offset(q_len, kv_len, align) if causal else 0
 
 
 def tile_mask(

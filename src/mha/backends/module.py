@@ -167,6 +167,8 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         *,
+        causal: bool = False,
+        align: str = "top_left",
         need_weights: bool = False,
         form: str = "packed",
         cache: KVCache | None = None,
@@ -192,6 +194,13 @@ class MultiHeadAttention(nn.Module):
                 right, as in :func:`mha.backends.torch_backend.multi_head_attention`: ``(L, S)`` for
                 all, ``(H, L, S)`` per head, ``(B, 1, 1, S)`` or ``(B, 1, L, S)`` per batch
                 element (a ``(B, S)`` or ``(B, L, S)`` mask is not read per batch element).
+            causal: let query ``i`` attend only to the keys at or before its position, without
+                a mask array: the layer runs ``scaled_dot_product_attention``'s causal kernel
+                (see :func:`mha.backends.torch_backend.multi_head_attention`). Equal to passing
+                ``causal_mask(L, S, align=align)`` as (or with) ``mask``.
+            align: where the queries sit when ``causal``: ``"top_left"`` (PyTorch's
+                ``is_causal=True``) or ``"bottom_right"`` (the last ``L`` of ``S`` positions,
+                as decoding with a ``cache`` needs).
             need_weights: whether to compute and return the attention weights.
             form: ``"per_head"``, ``"fused"`` or ``"packed"``
                 (:data:`mha.backends.torch_backend.FORMS`).
@@ -218,6 +227,8 @@ class MultiHeadAttention(nn.Module):
             value,
             self.params(),
             mask,
+            causal=causal,
+            align=align,
             form=form,
             need_weights=need_weights,
             cache=cache,

@@ -72,6 +72,16 @@ def key_padding_mask(lengths: np.ndarray | list[int], kv_len: int) -> np.ndarray
     return keep[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
 
 
+@_docs.shared("with_causal", _docs.NUMPY, device_arg="")
+def with_causal(
+    mask: np.ndarray | None, causal: str | None, q_len: int, kv_len: int
+) -> np.ndarray | None:
+    if causal is None:
+        return mask
+    keep = causal_mask(q_len, kv_len, align=causal)  # (L, S)
+    return keep if mask is None else mask & keep  # (..., L, S)
+
+
 @overflow.silence_numpy_warnings
 @_docs.shared(
     "softmax",
@@ -189,7 +199,11 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndar
 
 
 def attention_heads(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None = None,
+    causal: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``softmax(Q K^T / sqrt(Dh)) V`` for every head at once (no checks).
 
@@ -201,6 +215,8 @@ def attention_heads(
         k: the key heads.
         v: the value heads.
         mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``, or ``None``.
+        causal: ``None``, or the alignment of a causal mask applied with ``mask``
+            (:func:`with_causal`).
 
     Shape:
         q ``(B, H, L, Dh)``, k and v ``(B, H_kv, S, Dh)``. Returns ``(B, H, L, Dh)`` and
@@ -210,19 +226,22 @@ def attention_heads(
         ``(output, weights)``.
     """
     (B, H, L, Dh), (H_kv, S) = q.shape, k.shape[1:3]
+    mask = with_causal(mask, causal, L, S)  # (..., L, S)
     q = q.reshape(B, H_kv, H // H_kv, L, Dh)  # (B, H, L, Dh) -> (B, H_kv, G, L, Dh)
     out, weights = _attend(q, k[:, :, None], v[:, :, None], group_mask(mask, H_kv))
     return out.reshape(B, H, L, v.shape[-1]), weights.reshape(B, H, L, S)  # G heads per group
 
 
 def attention_per_head(
-    query, key, value, params, mask=None, *, cache=None, need_weights=True, rotary=None
+    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True, rotary=None
 ):
     """The per-head form: a loop over the heads, each projecting the inputs to width Dh.
 
     Args:
         query, key, value, params, mask, need_weights, rotary: those of
             :func:`multi_head_attention`.
+        causal: ``None``, or the alignment of a causal mask applied with ``mask``
+            (:func:`with_causal`).
         cache: unused (``None``): a cache holds every head's keys, and the loop makes one's.
 
     Shape:
@@ -233,6 +252,7 @@ def attention_per_head(
     """
     heads, weights = [], []
     scale = 1 / math.sqrt(params.d_head)
+    mask = with_causal(mask, causal, query.shape[1], key.shape[1])  # (..., L, S)
     for h in range(params.num_heads):
         p = params.head(h)  # head h's columns of W^Q, W^K and W^V, and of the biases
         q = linear(query, p["w_q"], p["b_q"])  # (B, L, D) -> (B, L, Dh)
@@ -250,13 +270,15 @@ def attention_per_head(
 
 
 def attention_fused(
-    query, key, value, params, mask=None, *, cache=None, need_weights=True, rotary=None
+    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True, rotary=None
 ):
     """The fused form: one projection each for Q, K and V, split into heads, all heads at once.
 
     Args:
         query, key, value, params, mask, cache, need_weights, rotary: those of
             :func:`multi_head_attention`; ``cache.extend`` appends the new keys and values.
+        causal: ``None``, or the alignment of a causal mask applied with ``mask``
+            (:func:`with_causal`).
 
     Shape:
         Returns ``(B, L, D)`` and ``(B, H, L, S)``.
@@ -271,13 +293,13 @@ def attention_fused(
     q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # decoding: the cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
-    out, weights = attention_heads(q, k, v, mask)  # (B, H, L, Dh), (B, H, L, S)
+    out, weights = attention_heads(q, k, v, mask, causal)  # (B, H, L, Dh), (B, H, L, S)
     out = linear(merge_heads(out), params.w_o, params.b_o)  # (B, H, L, Dh) -> (B, L, D)
     return out, (weights if need_weights else None)
 
 
 def attention_packed(
-    query, key, value, params, mask=None, *, cache=None, need_weights=True, rotary=None
+    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True, rotary=None
 ):
     """The packed form: self-attention projects Q, K and V in one product with ``W_qkv``.
 
@@ -285,7 +307,7 @@ def attention_packed(
     share one product; distinct key and value arrays take the fused form's three products.
 
     Args:
-        query, key, value, params, mask, cache, need_weights, rotary: those of
+        query, key, value, params, mask, causal, cache, need_weights, rotary: those of
             :func:`attention_fused`.
 
     Shape:
@@ -296,7 +318,15 @@ def attention_packed(
     """
     if key is not value:
         return attention_fused(
-            query, key, value, params, mask, cache=cache, need_weights=need_weights, rotary=rotary
+            query,
+            key,
+            value,
+            params,
+            mask,
+            causal=causal,
+            cache=cache,
+            need_weights=need_weights,
+            rotary=rotary,
         )
     D, kv = params.d_model, params.kv_width
     if query is key:  # self-attention: one product, (B, L, D) -> (B, L, D + 2 H_kv Dh)
@@ -309,18 +339,28 @@ def attention_packed(
     q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # decoding: the cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
-    out, weights = attention_heads(q, k, v, mask)  # (B, H, L, Dh), (B, H, L, S)
+    out, weights = attention_heads(q, k, v, mask, causal)  # (B, H, L, Dh), (B, H, L, S)
     return linear(merge_heads(out), params.w_o, params.b_o), (weights if need_weights else None)
 
 
 def attention_tiled(
-    query, key, value, params, mask=None, *, cache=None, need_weights=False, rotary=None
+    query,
+    key,
+    value,
+    params,
+    mask=None,
+    *,
+    causal=None,
+    cache=None,
+    need_weights=False,
+    rotary=None,
 ):
     """The tiled form: attention one tile at a time (:func:`mha.backends.tiled.attention_tiles`),
-    never forming the ``(B, H, L, S)`` scores, so it has no weights to return.
+    never forming the ``(B, H, L, S)`` scores, so it has no weights to return. With
+    ``causal`` the tiles wholly above the diagonal are skipped, and no mask array is formed.
 
     Args:
-        query, key, value, params, mask, cache, rotary: those of :func:`attention_fused`.
+        query, key, value, params, mask, causal, cache, rotary: those of :func:`attention_fused`.
         need_weights: False (:func:`multi_head_attention` refuses True).
 
     Shape:
@@ -336,9 +376,11 @@ def attention_tiled(
     q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # decoding: the cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
-    B, _, L, Dh = q.shape
+    (B, _, L, Dh), S = q.shape, k.shape[2]
+    offset = 0 if causal is None else causal_offset(L, S, causal)  # query 0 sits at key offset
     q = q.reshape(B, H_kv, H // H_kv, L, Dh)  # (B, H, L, Dh) -> (B, H_kv, G, L, Dh)
-    out, _ = tiled.attention_tiles(q, k[:, :, None], v[:, :, None], group_mask(mask, H_kv))
+    k, v, mask = k[:, :, None], v[:, :, None], group_mask(mask, H_kv)  # (B, H_kv, 1, S, Dh)
+    out, _ = tiled.attention_tiles(q, k, v, mask, causal=causal is not None, offset=offset)
     out = out.reshape(B, H, L, Dh)  # (B, H_kv, G, L, Dh) -> (B, H, L, Dh)
     return linear(merge_heads(out), params.w_o, params.b_o), None  # (B, H, L, Dh) -> (B, L, D)
 
@@ -364,6 +406,9 @@ _FORMS = {
     autograd_cache="",
     autograd_result="",
     tiled_errors=", weights requested from the tiled form",
+    causal_note="the tiled form skips every tile wholly above the diagonal and forms no mask "
+    "array; the other forms, which write every score anyway, attend under "
+    ":func:`with_causal`'s mask.",
 )
 def multi_head_attention(
     query: np.ndarray,  # (B, L, D)
@@ -372,6 +417,8 @@ def multi_head_attention(
     params: MHAParams,
     mask: np.ndarray | None = None,  # broadcastable to (B, H, L, S)
     *,
+    causal: bool = False,
+    align: str = "top_left",
     form: str = "fused",
     need_weights: bool = True,
     cache: KVCache | None = None,
@@ -380,11 +427,15 @@ def multi_head_attention(
     m = layer.check_mha(
         query, key, value, params, mask, form, need_weights, NUMPY, cache, rotary=rotary
     )
+    diagonal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
     with layer.staged(cache, m, params.d_model, rotary) as kv:  # new positions kept on success
         out, w = _FORMS[form](
-            query, key, value, params, mask, cache=kv, need_weights=need_weights, rotary=rotary
+            query, key, value, params, mask, causal=diagonal, cache=kv,
+            need_weights=need_weights, rotary=rotary,
+        )  # fmt: skip
+        layer.check_mha_range(
+            out, m, query, key, value, params, mask, cache, NUMPY, causal=diagonal, rotary=rotary
         )
-        layer.check_mha_range(out, m, query, key, value, params, mask, cache, NUMPY, rotary=rotary)
     return out, w
 
 

@@ -34,6 +34,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention.bias import causal_lower_right
 
 from mha.backends import _docs, cpu_shortcuts
 from mha.backends.torch_checks import TENSORS
@@ -89,6 +90,22 @@ def key_padding_mask(lengths: Tensor | list[int], kv_len: int) -> Tensor:
     arguments.check_lengths(lengths, kv_len, is_integer, values)
     keep = torch.arange(kv_len, device=lengths.device)[None, :] < lengths[:, None]  # (B, S)
     return keep[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
+
+
+@_docs.shared(
+    "with_causal", _docs.TORCH, device_arg="\n        device: where to create the causal mask."
+)
+def with_causal(
+    mask: Tensor | None,
+    causal: str | None,
+    q_len: int,
+    kv_len: int,
+    device: torch.device | None = None,
+) -> Tensor | None:
+    if causal is None:
+        return mask
+    keep = causal_mask(q_len, kv_len, device, align=causal)  # (L, S)
+    return keep if mask is None else mask & keep  # (..., L, S)
 
 
 @_docs.shared(
@@ -183,13 +200,19 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
 
 
 def attention_heads(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, need_weights: bool = True
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    need_weights: bool = True,
+    causal: str | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """``softmax(Q K^T / sqrt(Dh)) V`` for every head at once (no checks).
 
     With ``H_kv`` key/value heads, each serves a group of ``G = H / H_kv`` consecutive query
     heads: the keys broadcast over the group instead of being copied (``H_kv = H``: ``G = 1``).
-    Without weights, ``scaled_dot_product_attention`` computes it (``_sdpa``).
+    Without weights, ``scaled_dot_product_attention`` computes it (``_sdpa``), with its causal
+    kernel when the layer is causal and has no mask.
 
     Args:
         q: the query heads.
@@ -197,6 +220,8 @@ def attention_heads(
         v: the value heads.
         mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``, or ``None``.
         need_weights: return the weights (the explicit path, :func:`attend`) or ``None``.
+        causal: ``None``, or the alignment of a causal mask applied with ``mask``
+            (:func:`with_causal`).
 
     Shape:
         q ``(B, H, L, Dh)``, k and v ``(B, H_kv, S, Dh)``. Returns ``(B, H, L, Dh)`` and
@@ -206,16 +231,21 @@ def attention_heads(
         ``(output, weights)``; ``weights`` is ``None`` when ``need_weights`` is False.
     """
     if not need_weights:
-        return _sdpa(q, k, v, mask), None
+        return _sdpa(q, k, v, mask, causal), None
     (B, H, L, Dh), (H_kv, S) = q.shape, k.shape[1:3]
+    mask = with_causal(mask, causal, L, S, q.device)  # (..., L, S)
     q = q.reshape(B, H_kv, H // H_kv, L, Dh)  # (B, H, L, Dh) -> (B, H_kv, G, L, Dh)
     out, weights = attend(q, k[:, :, None], v[:, :, None], group_mask(mask, H_kv))
     return out.reshape(B, H, L, v.shape[-1]), weights.reshape(B, H, L, S)  # G heads per group
 
 
-def _sdpa(q, k, v, mask):
+def _sdpa(q, k, v, mask, causal=None):
     """``scaled_dot_product_attention`` (no weights); fully masked rows give zeros, as
     :func:`attend` gives them.
+
+    A causal layer without a mask runs SDPA's causal kernel (:func:`_sdpa_causal`). With a
+    mask too, the two make one boolean mask (:func:`with_causal`): SDPA takes a mask or
+    ``is_causal``, not both.
 
     With fewer key/value heads than query heads, SDPA's ``enable_gqa`` lets each key/value
     head serve its group of query heads. A decoding step (one query per head, ``L = 1``)
@@ -224,6 +254,9 @@ def _sdpa(q, k, v, mask):
     and value once per group rather than once per query head (2.2x faster at H = 16,
     H_kv = 1, S = 16,384).
     """
+    if causal is not None and mask is None:
+        return _sdpa_causal(q, k, v, causal)
+    mask = with_causal(mask, causal, q.shape[-2], k.shape[-2], q.device)  # (..., L, S)
     if mask is not None and mask.ndim < 2:
         mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))  # (S,) -> (1, S)
     B, H, L, Dh = q.shape
@@ -237,8 +270,26 @@ def _sdpa(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
 
+def _sdpa_causal(q, k, v, causal):
+    """``scaled_dot_product_attention`` with its causal kernel, aligned at ``causal`` (no mask).
+
+    ``is_causal=True`` is the top-left diagonal, and the bottom-right one too when L = S.
+    Bottom-right with L < S is ``causal_lower_right(L, S)``; with L > S the first L - S
+    queries see no key (zero output) and the last S are top-left against the S keys.
+    """
+    L, S, gqa = q.shape[-2], k.shape[-2], k.shape[-3] != q.shape[-3]
+    offset = causal_offset(L, S, causal)  # query i sees keys j <= i + offset
+    if offset < 0:  # bottom-right with L > S
+        out = _sdpa_causal(q[..., L - S :, :], k, v, "top_left")  # (B, H, S, Dv)
+        return F.pad(out, (0, 0, L - S, 0))  # (B, H, L, Dv): zero rows first
+    if offset >= S - 1:  # every query sees every key (one query at the last position)
+        return _sdpa(q, k, v, None)
+    bias = {"is_causal": True} if offset == 0 else {"attn_mask": causal_lower_right(L, S)}
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa, **bias)
+
+
 def attention_per_head(
-    query, key, value, params, mask=None, *, cache=None, need_weights=True, rotary=None
+    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True, rotary=None
 ):
     """Multi-head attention as a loop over heads: head ``h`` projects the inputs with its own
     ``(D, Dh)`` blocks of the weights and attends (:func:`attend`) on its own.
@@ -246,6 +297,8 @@ def attention_per_head(
     Args:
         query, key, value, params, mask, need_weights, rotary: see
             :func:`multi_head_attention`.
+        causal: ``None``, or the alignment of a causal mask applied with ``mask``
+            (:func:`with_causal`).
         cache: ``None`` (a cache holds all heads' keys; the loop makes one head's at a time).
 
     Shape:
@@ -255,6 +308,7 @@ def attention_per_head(
         The output and the weights (``None`` when ``need_weights`` is False).
     """
     heads, weights = [], []
+    mask = with_causal(mask, causal, query.shape[1], key.shape[1], query.device)  # (..., L, S)
     for h in range(params.num_heads):
         p = params.head(h)  # head h's columns of W^Q, W^K and W^V, and of the biases
         q = linear(query, p["w_q"], p["b_q"])  # (B, L, D) -> (B, L, Dh)
@@ -271,7 +325,7 @@ def attention_per_head(
 
 
 def attention_fused(
-    query, key, value, params, mask=None, *, cache=None, need_weights=True, rotary=None
+    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True, rotary=None
 ):
     """Multi-head attention with one ``(D, D)`` projection each for Q, K and V, split into
     heads that all attend at once (:func:`attention_heads`; without weights, the fast path).
@@ -279,6 +333,8 @@ def attention_fused(
     Args:
         query, key, value, params, mask, cache, need_weights, rotary: see
             :func:`multi_head_attention`; ``cache.extend`` appends the new keys and values.
+        causal: ``None``, or the alignment of a causal mask applied with ``mask``
+            (:func:`with_causal`); without weights or a mask, SDPA's causal kernel runs.
 
     Shape:
         Returns ``(B, L, D)`` and ``(B, H, L, S)``.
@@ -293,18 +349,18 @@ def attention_fused(
     q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # a decoding step: every cached key and value, then the new ones
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
-    out, weights = attention_heads(q, k, v, mask, need_weights)  # (B, H, L, Dh), (B, H, L, S)
+    out, weights = attention_heads(q, k, v, mask, need_weights, causal)  # (B, H, L, Dh), ...
     return linear(merge_heads(out), params.w_o, params.b_o), weights  # -> (B, L, D)
 
 
 def attention_packed(
-    query, key, value, params, mask=None, *, cache=None, need_weights=True, rotary=None
+    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True, rotary=None
 ):
     """Multi-head attention whose projections share products: one with ``W_qkv`` when query,
     key and value are one tensor, one with the key/value columns when only key and value are.
 
     Args:
-        query, key, value, params, mask, cache, need_weights, rotary: see
+        query, key, value, params, mask, causal, cache, need_weights, rotary: see
             :func:`attention_fused`, which computes this form when key and value are
             different tensors.
 
@@ -316,7 +372,15 @@ def attention_packed(
     """
     if key is not value:
         return attention_fused(
-            query, key, value, params, mask, cache=cache, need_weights=need_weights, rotary=rotary
+            query,
+            key,
+            value,
+            params,
+            mask,
+            causal=causal,
+            cache=cache,
+            need_weights=need_weights,
+            rotary=rotary,
         )
     D, kv = params.d_model, params.kv_width
     if query is key:  # (B, L, D) @ (D, D + 2 H_kv Dh), split into Q, K and V
@@ -329,7 +393,7 @@ def attention_packed(
     q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # a decoding step: every cached key and value, then the new ones
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
-    out, weights = attention_heads(q, k, v, mask, need_weights)  # (B, H, L, Dh), (B, H, L, S)
+    out, weights = attention_heads(q, k, v, mask, need_weights, causal)  # (B, H, L, Dh), ...
     return linear(merge_heads(out), params.w_o, params.b_o), weights  # -> (B, L, D)
 
 
@@ -353,6 +417,12 @@ _FORMS = {"per_head": attention_per_head, "fused": attention_fused, "packed": at
     "see :meth:`mha.core.kv_cache.KVCache.append`).",
     autograd_result=" (autograd records them when it records the inputs or parameters)",
     tiled_errors=' (``"tiled"`` included)',
+    causal_note="without weights and without a mask, ``scaled_dot_product_attention`` runs "
+    "its causal kernel, forward and backward: ``is_causal=True`` for the top-left diagonal "
+    "(and for bottom-right when L = S), ``torch.nn.attention.bias.causal_lower_right`` for "
+    "bottom-right when L < S (the CUDA kernels take it as it is; on the CPU PyTorch builds "
+    "its mask), and ``is_causal=True`` on the last S queries when L > S. With weights, or "
+    "with a mask as well, the layer attends under :func:`with_causal`'s mask.",
 )
 def multi_head_attention(
     query: Tensor,
@@ -361,6 +431,8 @@ def multi_head_attention(
     params: MHAParams,
     mask: Tensor | None = None,
     *,
+    causal: bool = False,
+    align: str = "top_left",
     form: str = "fused",
     need_weights: bool = True,
     cache: KVCache | None = None,
@@ -369,12 +441,14 @@ def multi_head_attention(
     m = layer.check_mha(
         query, key, value, params, mask, form, need_weights, TENSORS, cache, FORMS, rotary=rotary
     )
+    diagonal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
     with layer.staged(cache, m, params.d_model, rotary) as kv:  # new positions kept on success
         out, w = _FORMS[form](
-            query, key, value, params, mask, cache=kv, need_weights=need_weights, rotary=rotary
-        )
+            query, key, value, params, mask, causal=diagonal, cache=kv,
+            need_weights=need_weights, rotary=rotary,
+        )  # fmt: skip
         layer.check_mha_range(
-            out, m, query, key, value, params, mask, cache, TENSORS, rotary=rotary
+            out, m, query, key, value, params, mask, cache, TENSORS, causal=diagonal, rotary=rotary
         )
     return out, w
 

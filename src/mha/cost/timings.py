@@ -15,6 +15,7 @@ import math
 import statistics
 import sys
 from collections.abc import Callable, Sequence
+from itertools import product
 from typing import Any
 
 import numpy as np
@@ -317,9 +318,10 @@ def _tiled_time_child() -> None:
         runners["naive"] = lambda: np_backend.scaled_dot_product_attention(q, k, val)
         runners["naive, deferred"] = lambda: _deferred_attention(q, k, val)
         runners["sdpa"] = lambda: torch.nn.functional.scaled_dot_product_attention(q_t, k_t, v_t)
-    for block_q, block_kv in spec["blocks"]:
-        runners[f"tiled {block_q}x{block_kv}"] = lambda bq=block_q, bk=block_kv: tiled.attention(
-            q, k, val, block_q=bq, block_kv=bk
+    for (block_q, block_kv), causal in product(spec["blocks"], spec["causal"]):
+        name = f"tiled {block_q}x{block_kv}" + (", causal" if causal else "")
+        runners[name] = lambda bq=block_q, bk=block_kv, c=causal: tiled.attention(
+            q, k, val, causal=c, block_q=bq, block_kv=bk
         )
     if spec["backward"]:
         params = init_params(D, H, seed=spec["seed"], dtype=dtype)
@@ -353,6 +355,7 @@ def time_tiled(
     blocks: list[tuple[int, int]],
     backward: bool = False,
     attention: bool = True,
+    causal: bool = False,
     repeat: int = 5,
     min_time: float = 0.05,
     threads: int | None = 1,
@@ -368,7 +371,9 @@ def time_tiled(
     but scales the queries instead and divides the output by the row sums once, as the tiled
     form does; ``"sdpa"`` is PyTorch's ``scaled_dot_product_attention`` on the same float32
     or float64 arrays (a compiled loop over tiles); ``"tiled BrxBc"`` is
-    :func:`mha.backends.tiled.attention` with those blocks. With
+    :func:`mha.backends.tiled.attention` with those blocks, and with ``causal``
+    ``"tiled BrxBc, causal"`` the same with ``causal=True`` (the tiles above the diagonal
+    skipped). With
     ``backward``, also the layer on ``x`` of shape ``(B, L, D)``: ``"layer forward"``
     (:func:`mha.backends.np_backend.multi_head_attention`), ``"layer forward, fused, saving"`` and
     ``"layer forward, tiled, saving"`` (:func:`mha.numerics.backward.multi_head_attention_forward`),
@@ -388,6 +393,7 @@ def time_tiled(
         backward: also time the layer's forward and backward passes.
         attention: time ``"naive"``, ``"naive, deferred"`` and ``"sdpa"`` (False: only the
             tiled blocks and, with ``backward``, the layer).
+        causal: also time each block size with ``causal=True``.
         repeat: timings per implementation (the median is taken).
         min_time: seconds per timing.
         threads: BLAS and PyTorch threads in the child (``None``: the libraries' defaults).
@@ -401,10 +407,11 @@ def time_tiled(
     Raises:
         ValueError: on bad sizes, block sizes, clock or dtype.
         RuntimeError: if the child process fails.
-        TypeError: if ``backward`` or ``attention`` is not a bool.
+        TypeError: if ``backward``, ``attention`` or ``causal`` is not a bool.
     """
     arguments.check_bool("backward", backward)
     arguments.check_bool("attention", attention)
+    arguments.check_bool("causal", causal)
     for name, value in (("batch_size", batch_size), ("q_len", q_len), ("repeat", repeat)):
         arguments.check_positive(name, value)
     if threads is not None:
@@ -426,6 +433,7 @@ def time_tiled(
         "blocks": [list(b) for b in blocks],
         "backward": backward,
         "attention": attention,
+        "causal": [False, True] if causal else [False],
         "repeat": repeat,
         "min_time": min_time,
         "dtype": dtype,

@@ -42,7 +42,7 @@ import numpy as np
 
 from mha.backends import np_backend, tiled
 from mha.backends._tiles import causal_offset, tile_mask
-from mha.core import _groups
+from mha.core import _groups, mask_rules
 from mha.core._checks import arguments, layer, numpy_arrays
 from mha.core.params import MHAParams
 from mha.core.rotary import Rotary, rotate, rotated
@@ -50,6 +50,13 @@ from mha.core.rotary import Rotary, rotate, rotated
 Grads = TypeVar("Grads", bound=tuple[np.ndarray, ...])
 
 BACKWARD_FORMS = ("fused", "tiled")
+
+# The tiles of the tiled backward, and of the forward that saves for it: 128 x 128, smaller
+# than the forward's default (mha.backends.tiled.DEFAULT_BLOCK_Q). Per tile the backward
+# holds the recomputed weights P, dP and their products into dQ and dK, several tiles where
+# the forward holds one, and a training step keeps its memory below one score tensor from
+# short lengths on (with 4 heads of width 16 at L = S = 512: 256 x 256 tiles held more).
+BACKWARD_BLOCKS = (128, 128)
 
 
 def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -224,8 +231,8 @@ def tiled_attention(
     *,
     causal: bool = False,
     align: str = "top_left",
-    block_q: int = tiled.DEFAULT_BLOCK_Q,
-    block_kv: int = tiled.DEFAULT_BLOCK_KV,
+    block_q: int = BACKWARD_BLOCKS[0],
+    block_kv: int = BACKWARD_BLOCKS[1],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of :func:`mha.backends.tiled.attention` from its output and log-sum-exp, tile by
     tile.
@@ -274,7 +281,6 @@ def tiled_attention(
         raise ValueError("lse must be finite or -inf; got NaN or +inf values")
     if mask is not None:
         numpy_arrays.check_mask(mask, (*batch, L, S))
-    arguments.check_bool("causal", causal)
     offset = causal_offset(causal, align, L, S)
     arguments.check_block_size("block_q", block_q)
     arguments.check_block_size("block_kv", block_kv)
@@ -401,6 +407,8 @@ class MHASaved:
         params: its parameters.
         mask: its mask, or ``None``.
         form: ``"fused"`` (weights stored) or ``"tiled"`` (log-sum-exp stored).
+        causal: ``None``, or the alignment of its causal diagonal (``"top_left"`` or
+            ``"bottom_right"``).
         q: per-head queries ``(B, H, L, Dh)`` (turned by ``rotary`` when it is set).
         k: per-head keys ``(B, H_kv, S, Dh)`` (``H_kv = H`` for multi-head attention;
             turned by ``rotary`` when it is set).
@@ -419,6 +427,7 @@ class MHASaved:
     params: MHAParams
     mask: np.ndarray | None
     form: str
+    causal: str | None
     q: np.ndarray
     k: np.ndarray
     v: np.ndarray
@@ -458,9 +467,11 @@ def multi_head_attention_forward(
     params: MHAParams,
     mask: np.ndarray | None = None,
     *,
+    causal: bool = False,
+    align: str = "top_left",
     form: str = "fused",
-    block_q: int = tiled.DEFAULT_BLOCK_Q,
-    block_kv: int = tiled.DEFAULT_BLOCK_KV,
+    block_q: int = BACKWARD_BLOCKS[0],
+    block_kv: int = BACKWARD_BLOCKS[1],
     rotary: Rotary | None = None,
 ) -> tuple[np.ndarray, MHASaved]:
     """The forward of :func:`mha.backends.np_backend.multi_head_attention`, keeping what backward
@@ -470,8 +481,10 @@ def multi_head_attention_forward(
     :func:`mha.backends.tiled.attention` and stores only the ``(B, H, L)`` log-sum-exp. Both store
     the per-head queries, keys, values and outputs, ``O(B L D)`` numbers. With grouped-query
     parameters the keys and values have ``H_kv`` heads, each shared by a group of ``G``
-    query heads (broadcast, not copied). With ``rotary`` the stored queries and keys are
-    the turned ones.
+    query heads (broadcast, not copied). With ``causal``, the tiled form and its backward skip
+    every tile wholly above the diagonal; the fused form attends under
+    :func:`mha.backends.np_backend.with_causal`'s mask. With ``rotary`` the stored queries and
+    keys are the turned ones.
 
     Args:
         query: queries.
@@ -479,6 +492,8 @@ def multi_head_attention_forward(
         value: values.
         params: the layer's parameters, NumPy arrays of the inputs' dtype.
         mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``.
+        causal: as in :func:`mha.backends.np_backend.multi_head_attention`.
+        align: as there.
         form: ``"fused"`` or ``"tiled"``.
         block_q: query rows per tile (tiled form).
         block_kv: key/value rows per tile (tiled form).
@@ -498,6 +513,7 @@ def multi_head_attention_forward(
     if form not in BACKWARD_FORMS:
         raise ValueError(f"form must be one of {BACKWARD_FORMS}; got form={form!r}")
     magnitudes = _check_layer(query, key, value, params, mask, rotary)
+    diagonal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
     arguments.check_block_size("block_q", block_q)
     arguments.check_block_size("block_kv", block_kv)
     H, H_kv = params.num_heads, params.num_kv_heads
@@ -514,10 +530,13 @@ def multi_head_attention_forward(
     maskg = _groups.group_mask(mask, H_kv) if H_kv < H else mask
     weights = lse = None
     if form == "fused":  # (B, H_kv, G, L, Dh), (B, H_kv, G, L, S)
-        heads, weights = np_backend.scaled_dot_product_attention(qg, kg, vg, maskg)
+        keep = np_backend.with_causal(maskg, diagonal, q.shape[2], k.shape[2])  # (..., L, S)
+        heads, weights = np_backend.scaled_dot_product_attention(qg, kg, vg, keep)
         weights = _groups.ungroup(weights, H, H_kv)  # (B, H, L, S)
     else:  # (B, H_kv, G, L, Dh), (B, H_kv, G, L)
-        heads, lse = tiled.attention(qg, kg, vg, maskg, block_q=block_q, block_kv=block_kv)
+        heads, lse = tiled.attention(
+            qg, kg, vg, maskg, causal=causal, align=align, block_q=block_q, block_kv=block_kv
+        )
         lse = _groups.ungroup(lse, H, H_kv)  # (B, H, L)
     heads = _groups.ungroup(heads, H, H_kv)  # (B, H, L, Dh)
     out = np_backend.linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
@@ -531,11 +550,12 @@ def multi_head_attention_forward(
         mask,
         None,
         numpy_arrays.NUMPY,
+        causal=diagonal,
         rotary=rotary,
         name="multi_head_attention_forward output",
     )
     kept = (q, k, val, heads, weights, lse, block_q, block_kv)
-    saved = MHASaved(query, key, value, params, mask, form, *kept, rotary=rotary)
+    saved = MHASaved(query, key, value, params, mask, form, diagonal, *kept, rotary=rotary)
     return out, saved
 
 
@@ -595,8 +615,11 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
             _groups.group_queries(saved.heads, H_kv),
             _groups.group_queries(saved.lse, H_kv),
         )
+        L, S = saved.q.shape[2], saved.k.shape[2]
+        offset = 0 if saved.causal is None else mask_rules.causal_offset(L, S, saved.causal)
+        blocks, causal = (saved.block_q, saved.block_kv), saved.causal is not None
         dq, dk, dv = _tiled_backward(
-            qg, kg, vg, heads, lse, d_heads, maskg, False, saved.block_q, saved.block_kv
+            qg, kg, vg, heads, lse, d_heads, maskg, causal, *blocks, offset=offset
         )
     dq = _groups.ungroup(dq, H, H_kv)  # (B, H_kv, G, L, Dh) -> (B, H, L, Dh)
     dk, dv = (
@@ -731,6 +754,7 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
             _groups.group_kv(saved.v, H, H_kv),
         )  # (B, H_kv, 1, S, Dh)
         mask = _groups.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
+        mask = np_backend.with_causal(mask, saved.causal, saved.q.shape[2], saved.k.shape[2])
         weights = np_backend.scaled_dot_product_attention(q_g, k_g, v_g, mask)[1]
     A = weights.astype(np.float64) + tiny  # (B, H_kv, G, L, S)
     inputs = [np.abs(x).astype(np.float64) for x in (saved.query, saved.key, saved.value)]

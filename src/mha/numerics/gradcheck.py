@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mha.backends import tiled, torch_backend
+from mha.backends import torch_backend
 from mha.core.params import MHAParams
 from mha.core.rotary import Rotary
 from mha.numerics import backward
@@ -69,8 +69,8 @@ def compare_with_autograd(
     mask: np.ndarray | None = None,
     *,
     form: str = "fused",
-    block_q: int = tiled.DEFAULT_BLOCK_Q,
-    block_kv: int = tiled.DEFAULT_BLOCK_KV,
+    block_q: int = backward.BACKWARD_BLOCKS[0],
+    block_kv: int = backward.BACKWARD_BLOCKS[1],
     rotary: Rotary | None = None,
 ) -> dict[str, GradientCheck]:
     """Every gradient of :func:`~mha.numerics.backward.multi_head_attention` against autograd.
@@ -108,10 +108,10 @@ def compare_with_autograd(
         :func:`mha.numerics.backward.multi_head_attention`.
     """
 
-    blocks = {"block_q": block_q, "block_kv": block_kv}
     out, saved = backward.multi_head_attention_forward(
-        query, key, value, params, mask, form=form, **blocks, rotary=rotary
-    )
+        query, key, value, params, mask, form=form, block_q=block_q, block_kv=block_kv,
+        rotary=rotary,
+    )  # fmt: skip
     ours = backward.multi_head_attention(saved, d_out)
     tol = gradient_tolerance(saved, d_out)
     p_t = params.to_torch().map(lambda t: t.requires_grad_())

@@ -189,6 +189,14 @@ def check_causal(q_len: Any, kv_len: Any, align: Any) -> None:
     check_align(align)
 
 
+def check_causal_flag(causal: Any, align: Any) -> None:
+    """Check a ``causal`` flag (a bool) and its ``align``, which applies only with ``causal``."""
+    check_bool("causal", causal)
+    check_align(align)
+    if not causal and align != "top_left":
+        raise ValueError(f"align={align!r} applies only with causal=True; got causal=False")
+
+
 def check_lengths(lengths: Any, kv_len: int, is_integer: bool, values: Any) -> None:
     """Check the ``lengths`` of a key-padding mask: ``(B,)``, integers, each in ``[0, S]``.
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from mha.core._checks.arguments import (
     check_bool,
+    check_causal_flag,
     check_nonempty,
     check_rank,
     check_same_dtype,
@@ -33,7 +34,7 @@ from mha.core._checks.overflow import (
     mha_overflow,
 )
 from mha.core.kv_cache import KVCache
-from mha.core.mask_rules import AmbiguousMaskWarning
+from mha.core.mask_rules import AmbiguousMaskWarning, causal_offset
 from mha.core.params import MHAParams
 from mha.core.rotary import Rotary
 
@@ -92,6 +93,17 @@ def check_mha(
     kind.check_devices(named)
     check_form_weights(form, need_weights)
     return magnitudes
+
+
+def causal_alignment(causal: Any, align: Any) -> str | None:
+    """Check ``multi_head_attention``'s ``causal`` flag and ``align``; return what its forms take.
+
+    Returns:
+        ``None`` without ``causal``, else ``align``: where the causal mask's diagonal sits,
+        ``"top_left"`` or ``"bottom_right"`` (:data:`mha.core.mask_rules.CAUSAL_ALIGNMENTS`).
+    """
+    check_causal_flag(causal, align)
+    return align if causal else None
 
 
 def check_rotary(rotary: Any, params: MHAParams) -> None:
@@ -365,6 +377,7 @@ def check_mha_range(
     cache: Any,
     kind: ArrayKind,
     *,
+    causal: str | None = None,
     rotary: Rotary | None = None,
     name: str = "multi_head_attention output",
 ) -> None:
@@ -373,7 +386,8 @@ def check_mha_range(
     Called inside :func:`staged`, before the cache appends this call's positions: it holds
     those cached before the call. A non-finite output is checked for NaN or infinity in the
     cache first. Beyond the bound, the layer is redone in float64 to name the stage that
-    overflowed, unless an array has no values to read (see ``ArrayKind.values``); with
+    overflowed, unless an array has no values to read (see ``ArrayKind.values``); a causal
+    layer (``causal``, the alignment of its diagonal) is redone under its causal mask; with
     ``rotary``, its queries and keys are turned from the cache's length on.
     """
     if cache is not None:
@@ -393,12 +407,13 @@ def check_mha_range(
         q, k, v, *cached64 = (
             cast(np.ndarray, float64_values(a, kind)) for a in arrays[: 3 + len(cached)]
         )
+        L, S = query.shape[1], key.shape[1] + (0 if cache is None else cache.length)
         return mha_overflow(
             q,
             k,
             v,
             params.map(lambda a: float64_values(a, kind)),
-            None if mask is None else kind.values(mask),
+            _with_causal(None if mask is None else kind.values(mask), causal, L, S),
             (cached64[0], cached64[1]) if cached64 else None,
             largest=kind.largest(out.dtype),
             rotary=rotary,
@@ -411,3 +426,11 @@ def check_mha_range(
         kind,
         locate,
     )
+
+
+def _with_causal(mask: Any, causal: str | None, q_len: int, kv_len: int) -> Any:
+    """A NumPy ``mask`` and the causal mask aligned at ``causal`` together (``mask`` without)."""
+    if causal is None:
+        return mask
+    keep = np.tri(q_len, kv_len, causal_offset(q_len, kv_len, causal), dtype=bool)  # (L, S)
+    return keep if mask is None else mask & keep
