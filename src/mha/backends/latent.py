@@ -23,9 +23,10 @@ result's range, as :func:`mha.backends.np_backend.multi_head_attention` does.
 rotary queries and the shared rotary key, which is cached after its rotation: the content
 parts carry no position, so the absorbed route folds ``W^UK`` freely. With ``Dr = 0`` and a
 ``rotary``, the rotation turns each head's whole query and its rebuilt keys, as in a model
-converted from grouped-query attention; then the rotation of key ``j``'s position sits
-between ``W^UK_h`` and the latent, no fixed matrix can be folded into the query, and only
-the explicit route computes it (it rebuilds and rotates every cached key at every step).
+converted from grouped-query attention. Then a score is ``q^T R_(j-i) (W^UK_h)^T c_j`` (as
+columns): the rotation by the distance ``j - i`` sits between the query and ``W^UK_h``, no
+fixed matrix can be folded into the query, and only the explicit route computes it (it
+rebuilds and rotates every cached key at every step).
 """
 
 from __future__ import annotations

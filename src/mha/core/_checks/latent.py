@@ -63,8 +63,8 @@ def check_mla(
         if route == "absorbed":
             raise ValueError(
                 "route='absorbed' needs decoupled rotary keys (d_rope > 0) to take rotary "
-                "positions: rotated keys rebuilt from the latents put the rotation of each "
-                "key's position between W^UK and the latent, so W^UK cannot be folded into "
+                "positions: rotated keys rebuilt from the latents put a rotation by each "
+                "key's distance between the query and W^UK, so W^UK cannot be folded into "
                 "the query. Use route='explicit', or a layer with d_rope > 0"
             )
         if params.d_head % 2:
