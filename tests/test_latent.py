@@ -192,7 +192,8 @@ def naive_absorbed(x, params, rotary, mask):
     """Absorption tried on rotary positions turned on the rebuilt keys (``Dr = 0``): the
     rotated query is multiplied by ``(W^UK_h)^T`` and scored against unrotated latents, the
     only thing a latent cache holds. It leaves out the keys' rotations, which no fixed matrix
-    can carry: key ``j``'s ``R_j`` sits between ``W^UK_h`` and the latent."""
+    can carry: the rotation ``R_(j-i)`` by each key's distance sits between the query and
+    ``W^UK_h``."""
     q, _ = latent.latent_queries(x, params, None, 0)  # (B, H, N, Dh)
     c, _ = latent.latents(x, params, None, 0)  # (B, N, Dc)
     w_uk = params.w_uk.reshape(DC, H, -1).swapaxes(0, 1)  # (H, Dc, Dh)
