@@ -89,6 +89,21 @@ def test_grouped_query_flops_equal_flop_counter_mode(H, G):
     assert full.k_proj == (H // G) * model.k_proj
 
 
+@pytest.mark.parametrize("form", ["per_head", "fused", "packed"])
+@pytest.mark.parametrize(("H", "G"), [(4, 1), (6, 3)])
+def test_grouped_query_flops_of_every_form_equal_flop_counter_mode(H, G, form):
+    """The per-head loop projects each query head's key and value block for the head itself
+    (H projections of width Dh); the other forms project the H_kv key/value heads once."""
+    B, L, S, D = 2, 3, 5, 2 * H
+    params = mha.init_params(D, H, num_kv_heads=G, seed=0).to_torch()
+    query, kv = _inputs(B, L, S, D)
+    counted = measure.count_flops(
+        lambda: torch_backend.multi_head_attention(query, kv, kv, params, form=form)
+    )
+    model = arithmetic.attention_flops(B, L, S, D, H, num_kv_heads=G, form=form)
+    assert sum(counted.values()) == model.matmul
+
+
 @given(
     st.integers(1, 3),
     st.integers(1, 40),
@@ -182,8 +197,10 @@ def test_score_tensor_bytes_equal_the_bytes_of_a_real_score_tensor(dtype):
 
 
 def test_score_tensor_bytes_rejects_bad_arguments():
-    with pytest.raises(TypeError, match="dtype must be a NumPy or PyTorch dtype; got 'bogus'"):
+    with pytest.raises(TypeError, match="dtype must be a numeric NumPy or PyTorch dtype; got str"):
         arithmetic.score_tensor_bytes(1, 2, 2, 1, "bogus")
+    with pytest.raises(TypeError, match="dtype must be a numeric NumPy or PyTorch dtype; got None"):
+        arithmetic.score_tensor_bytes(1, 2, 2, 1, None)  # np.dtype(None) would be float64
     with pytest.raises(ValueError, match="num_heads must be positive; got num_heads=0"):
         arithmetic.score_tensor_bytes(1, 2, 2, 0)
 

@@ -4,6 +4,7 @@ and the measured memory and time of the tiled and backward passes."""
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 
 import numpy as np
@@ -213,5 +214,27 @@ def test_tiled_measurements_reject_bad_arguments() -> None:
         peak_memory.tiled_peak_memory(1, [8], 8, 2, paths=("flash",))
     with pytest.raises(ValueError, match="dtype must be 'float32' or 'float64'"):
         timings.time_tiled(1, 8, 8, 2, blocks=[], dtype="float16")
-    with pytest.raises(ValueError, match="block_q must be at least 1"):
+    with pytest.raises(
+        ValueError, match=r"blocks\[0\]\[0\] must be positive; got blocks\[0\]\[0\]=0"
+    ):
         timings.time_tiled(1, 8, 8, 2, blocks=[(0, 4)])
+
+
+def _key_rows_by_loop(L: int, S: int, Br: int, Bc: int, causal: bool) -> int:
+    """The key rows read, block by block, as the tiled forward visits them."""
+    rows = 0
+    for start in range(0, L, Br):
+        seen = min(start + Br, L, S) if causal else S
+        rows += min(S, math.ceil(seen / Bc) * Bc)
+    return rows
+
+
+def test_the_closed_form_io_count_equals_the_count_block_by_block():
+    """Every L, S up to 12 and block up to 5, with and without the causal mask; then sizes
+    far past any loop (a query block count of 10**15), where only the closed form answers."""
+    for L, S, Br, Bc in itertools.product(range(1, 13), range(1, 13), range(1, 6), range(1, 6)):
+        for causal in (False, True):
+            io = tiled_io.tiled_attention_io(L, S, 3, blocks=(Br, Bc), causal=causal)
+            assert io.reads == L * 3 + 2 * 3 * _key_rows_by_loop(L, S, Br, Bc, causal)
+    huge = tiled_io.tiled_attention_io(10**15, 7, 1, blocks=(1, 2), causal=True)
+    assert huge.reads == 10**15 + 2 * (2 + 2 + 4 + 4 + 6 + 6 + (10**15 - 6) * 7)

@@ -31,7 +31,7 @@ def test_latex_matrix_never_prints_minus_zero_for_a_tiny_negative() -> None:
     ("a", "digits", "error", "match"),
     [
         (np.ones((2, 2, 2)), 3, ValueError, r"a must have shape \(m, n\) or \(n,\); got 3-D"),
-        (np.array(["a"]), 3, TypeError, "a must be numeric; got dtype <U1"),
+        (np.array(["a"]), 3, TypeError, "a must be a real numeric array; got dtype <U1"),
         (np.ones(2), -1, ValueError, "digits must be at least 0; got digits=-1"),
         (np.ones(2), 1.5, TypeError, "digits must be an int; got float"),
     ],

@@ -124,7 +124,7 @@ def test_two_output_task_puts_the_previous_content_and_the_first_into_two_halves
     [
         ({"d_model": 9}, "d_model must be even; got d_model=9"),
         ({"q_len": 9}, r"q_len must be between 3 and d_model / 2 = 8; got q_len=9"),
-        ({"q_len": 0}, "q_len must be a positive int; got q_len=0"),
+        ({"q_len": 0}, "q_len must be positive; got q_len=0"),
     ],
 )
 def test_two_output_task_rejects_bad_sizes(kwargs, match) -> None:

@@ -105,7 +105,7 @@ def test_absorption_saves_more_the_longer_the_context() -> None:
         ({"d_rope": -2}, ValueError, "d_rope must be at least 0"),
         ({"kv_len": 0}, ValueError, "kv_len must be positive"),
         ({"d_query_latent": 0}, ValueError, "d_query_latent must be positive"),
-        ({"dtype": "half precision"}, TypeError, "dtype must be a NumPy or PyTorch dtype"),
+        ({"dtype": "half precision"}, TypeError, "dtype must be a numeric NumPy or PyTorch dtype"),
     ],
 )
 def test_step_cost_names_bad_arguments(kwargs, error, match) -> None:

@@ -88,5 +88,5 @@ def test_rank_cutoff_is_the_larger_of_atol_and_rtol_times_the_largest_singular_v
     assert _linalg.rank_cutoff(s, (7, 3), np.float64, 0.1, 0.0) == pytest.approx(0.4)
     assert _linalg.rank_cutoff(s, (7, 3), np.float64, 0.1, 1.0) == 1.0
     assert _linalg.rank_cutoff(np.array([]), (0, 3), np.float64, None, 0.0) == 0.0
-    with pytest.raises(ValueError, match="rtol and atol must be non-negative"):
+    with pytest.raises(ValueError, match="rtol must be at least 0; got rtol=-1.0"):
         _linalg.rank_cutoff(s, (7, 3), np.float64, -1.0, 0.0)

@@ -87,7 +87,7 @@ def test_attention_peak_memory_rejects_bad_arguments():
         peak_memory.attention_peak_memory(1, [8], 8, 2, paths=("flash",))
     with pytest.raises(ValueError, match="dtype must be 'float32' or 'float64'; got dtype='half'"):
         peak_memory.attention_peak_memory(1, [8], 8, 2, dtype="half")
-    with pytest.raises(ValueError, match=r"q_lens\[i\] must be positive"):
+    with pytest.raises(ValueError, match=r"q_lens\[1\] must be positive; got q_lens\[1\]=0"):
         peak_memory.attention_peak_memory(1, [8, 0], 8, 2)
 
 
@@ -189,8 +189,12 @@ def test_interleaved_times_calls_often_enough_to_fill_min_time():
 def test_interleaved_times_rejects_bad_arguments():
     with pytest.raises(ValueError, match="repeat must be positive; got repeat=0"):
         measure.interleaved_times({}, 0)
-    with pytest.raises(ValueError, match="warmup and min_time must be non-negative"):
+    with pytest.raises(ValueError, match="warmup must be at least 0; got warmup=-1"):
         measure.interleaved_times({}, 1, warmup=-1)
+    with pytest.raises(ValueError, match="min_time must be finite; got min_time=nan"):
+        measure.interleaved_times({}, 1, min_time=float("nan"))
+    with pytest.raises(TypeError, match=r"fns\['a'\] must be callable; got int 3"):
+        measure.interleaved_times({"a": 3}, 1)
     with pytest.raises(ValueError, match="clock must be one of"):
         measure.interleaved_times({}, 1, clock="gpu")
 
@@ -297,8 +301,8 @@ def test_cached_step_times_times_each_pair_of_key_value_heads_and_cache_length()
     [
         ({"kv_heads": [3]}, ValueError, "num_kv_heads must divide num_heads"),
         ({"kv_heads": []}, ValueError, "kv_heads must name at least one value"),
-        ({"kv_lens": [0]}, ValueError, "kv_lens must be positive; got kv_lens=0"),
-        ({"kv_lens": [8.0]}, TypeError, "kv_lens must be an int"),
+        ({"kv_lens": [0]}, ValueError, r"kv_lens\[0\] must be positive; got kv_lens\[0\]=0"),
+        ({"kv_lens": [8.0]}, TypeError, r"kv_lens\[0\] must be an int; got float 8.0"),
         ({"rounds": 0}, ValueError, "rounds must be positive"),
         ({"flush_bytes": -1}, ValueError, "flush_bytes must be at least 0"),
         ({"clock": "tsc"}, ValueError, "clock must be one of"),

@@ -99,8 +99,14 @@ def test_int8_weights_move_by_at_most_half_a_step_of_their_block(graph, tmp_path
 
 def test_compress_weights_refuses_unknown_kinds_and_sizes(graph, tmp_path: Path) -> None:
     source, _ = graph
-    with pytest.raises(ValueError, match=r"dtype must be one of \('float16', 'int8'\); got 'int4'"):
+    with pytest.raises(
+        ValueError, match=r"dtype must be one of \('float16', 'int8'\); got dtype='int4'"
+    ):
         onnx_weights.compress_weights(source, tmp_path / "x.onnx", "int4")
-    with pytest.raises(ValueError, match=r"block and min_size must be positive; got 0, 4096"):
+    with pytest.raises(ValueError, match=r"block must be positive; got block=0"):
         onnx_weights.compress_weights(source, tmp_path / "x.onnx", "int8", block=0)
+    with pytest.raises(ValueError, match=r"source must be an ONNX file"):
+        onnx_weights.compress_weights(tmp_path / "none.onnx", tmp_path / "x.onnx", "int8")
+    with pytest.raises(TypeError, match=r"target must be a path"):
+        onnx_weights.compress_weights(source, 3, "int8")
     assert not (tmp_path / "x.onnx").exists()

@@ -86,9 +86,9 @@ def test_numerical_rank_rejects_bad_input(a, err, match):
 
 
 def test_negative_tolerance_is_rejected():
-    with pytest.raises(ValueError, match="rtol and atol must be non-negative; got rtol=-1"):
+    with pytest.raises(ValueError, match="rtol must be at least 0; got rtol=-1"):
         rank.numerical_rank(np.eye(2), rtol=-1.0)
-    with pytest.raises(ValueError, match="atol=-0.5"):
+    with pytest.raises(ValueError, match="atol must be at least 0; got atol=-0.5"):
         rank.rank_tolerance(np.eye(2), atol=-0.5)
 
 

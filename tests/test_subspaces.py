@@ -62,7 +62,7 @@ def test_degrees_are_radians_times_180_over_pi():
     [
         (np.ones((4, 2)), np.eye(4)[:, :2], "a must have full column rank .* got numerical rank 1"),
         (np.eye(4)[:, :2], np.eye(5)[:, :2], "a and b must have the same number of rows"),
-        (np.eye(3), np.ones((3, 4)), r"a must have between 1 and D=3 columns"),
+        (np.eye(3), np.ones((3, 4)), r"b must have between 1 and D=3 columns"),
     ],
 )
 def test_principal_angles_reject_bad_input(a, b, match):

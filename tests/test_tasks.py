@@ -68,7 +68,7 @@ def test_same_seed_gives_the_same_batch_and_a_generator_moves_on():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        (dict(batch_size=0), ValueError, r"batch_size must be at least 1; got batch_size=0"),
+        (dict(batch_size=0), ValueError, r"batch_size must be positive; got"),
         (dict(seq_len=2.0), TypeError, r"seq_len must be an int; got float 2.0"),
         (dict(min_period=9), ValueError, r"min_period <= max_period <= seq_len // 2"),
         (dict(max_period=11), ValueError, r"max_period=11, seq_len=20"),
@@ -113,7 +113,7 @@ def test_digit_sums_same_seed_same_batch_and_every_token_appears():
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: digit_sums(0, 8, rng=0), ValueError, r"batch_size must be at least 1; got"),
+        (lambda: digit_sums(0, 8, rng=0), ValueError, r"batch_size must be positive; got"),
         (lambda: digit_sums(2, 1, rng=0), ValueError, r"seq_len must be at least 2; got"),
         (lambda: digit_sums(2, 8, 1, rng=0), ValueError, r"base must be at least 2; got base=1"),
         (lambda: digit_sums(2, 8.0, rng=0), TypeError, r"seq_len must be an int; got float"),

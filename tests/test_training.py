@@ -301,8 +301,11 @@ def test_first_step_above_finds_the_first_crossing():
 def test_model_errors():
     model = _model(torch.float32)
     tokens = _batch().tokens
-    with pytest.raises(TypeError, match=r"tokens must be an int64 torch.Tensor; got torch.int32"):
-        model(tokens.int())
+    with pytest.raises(TypeError, match=r"tokens must have an integer dtype; got dtype torch.fl"):
+        model(tokens.float())
+    with pytest.raises(TypeError, match=r"tokens must be a torch.Tensor of token ids; got"):
+        model(tokens.numpy())
+    assert torch.equal(model(tokens.int())[0], model(tokens)[0])  # exact: the same ids, as int64
     with pytest.raises(ValueError, match=r"1 <= L <= max_len=16; got \(8, 17\)"):
         model(torch.zeros(8, 17, dtype=torch.int64))
     with pytest.raises(ValueError, match=r"tokens must lie in \[0, vocab_size=24\); got values in"):
@@ -322,7 +325,9 @@ def test_model_errors():
 def test_loss_and_pruning_errors():
     model, b = _model(torch.float32), _batch()
     logits = model(b.tokens)[0]
-    with pytest.raises(ValueError, match=r"tokens must have shape \(B, L\) = \(8, 16\)"):
+    with pytest.raises(
+        ValueError, match=r"tokens must have the shape \(B, L\) = \(8, 16\) of logits"
+    ):
         attention_only.next_token_loss(logits, b.tokens[:, :5])
     with pytest.raises(ValueError, match=r"where must have shape \(B, L\) = \(8, 16\)"):
         attention_only.next_token_loss(logits, b.tokens, torch.ones(8, dtype=torch.bool))
@@ -351,16 +356,24 @@ def test_train_config_errors(kwargs, error, match):
         replace(SMALL, **kwargs)
 
 
-def test_train_runs_gives_each_config_its_own_run_in_order():
-    configs = [replace(SMALL, steps=20, eval_every=10, seed=s) for s in (0, 1, 2)]
-    parallel = runs.train_runs(configs, processes=2)
-    serial = [runs.train(c) for c in configs]
+def test_train_runs_gives_each_config_its_own_run_in_order_and_continues_given_models():
+    """One pool of workers for fresh runs and a continued one (each spawn imports torch):
+    every run, in order, is the run train gives in this process."""
+    start, _ = runs.train(replace(SMALL, steps=10))
+    configs = [replace(SMALL, steps=20, eval_every=10, seed=s) for s in (0, 1)]
+    configs.append(replace(SMALL, steps=5, eval_every=5, seed=0))
+    models = [None, None, ablation.with_kv_heads(start, 1)]
+    parallel = runs.train_runs(configs, processes=2, models=models)
+    serial = [runs.train(c, m) for c, m in zip(configs, models, strict=True)]
     assert len(parallel) == 3
     for (m_par, h_par), (m_ser, h_ser) in zip(parallel, serial, strict=True):
         # exact: the same run on one thread, in another process of the same machine
         assert np.array_equal(h_par.train_loss, h_ser.train_loss)
         assert torch.equal(m_par.unembed, m_ser.unembed)  # exact: the same run
     assert not np.array_equal(parallel[0][1].train_loss, parallel[1][1].train_loss)  # exact: ditto
+    assert [m.num_kv_heads for m, _ in parallel] == [4, 4, 1]
+    with pytest.raises(ValueError, match="models must give one model \\(or None\\) per config"):
+        runs.train_runs(configs, models=[None])
 
 
 @pytest.mark.parametrize(
@@ -628,19 +641,6 @@ def test_importance_cancellation_is_at_most_one_and_orders_every_head():
     assert np.array_equal(c["per_sequence"], per_seq)  # exact: the same call
 
 
-def test_train_runs_continues_given_models_in_parallel_as_train_does():
-    start, _ = runs.train(replace(SMALL, steps=10))
-    configs = [replace(SMALL, steps=5, eval_every=5, seed=s) for s in (0, 1)]
-    models = [ablation.with_kv_heads(start, 1), None]
-    parallel = runs.train_runs(configs, processes=2, models=models)
-    serial = runs.train(configs[0], models[0])
-    assert parallel[0][0].num_kv_heads == 1 and parallel[1][0].num_kv_heads == 4
-    # exact: the same run on one thread, in another process of the same machine
-    assert np.array_equal(parallel[0][1].train_loss, serial[1].train_loss)
-    with pytest.raises(ValueError, match="models must give one model \\(or None\\) per config"):
-        runs.train_runs(configs, models=[None])
-
-
 def test_random_key_value_heads_keep_queries_and_outputs_and_draw_new_keys():
     model = _model(torch.float32)
     rand = ablation.with_kv_heads(model, 2, init="random", seed=5)
@@ -782,7 +782,9 @@ def test_train_refuses_a_loss_that_is_not_finite():
     with torch.no_grad():
         model.unembed[0, 0] = math.inf
     with pytest.raises(
-        ValueError, match=r"the training loss must stay finite; got (nan|inf) at step 0"
+        ValueError,
+        match=r"the training loss must stay finite at step 0 \(lr=.*\): training diverged "
+        r"\(logits must not hold NaN or \+inf",
     ):
         runs.train(replace(SMALL, steps=2), model)
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mha.core._checks import arguments
 from mha.core._checks.numpy_arrays import as_numpy
 from mha.core._tools import one_thread
 
@@ -57,6 +58,26 @@ def default_rtol(shape: tuple[int, ...], dtype: Any = np.float64) -> float:
     return float(max(shape) * np.finfo(dtype).eps)
 
 
+def scale(a: np.ndarray) -> float:
+    """A power of two within a factor 2 of ``max |a|`` (1 for a zero or empty matrix).
+
+    Dividing by it is exact and brings the largest entry into ``[1, 2)``, so that the
+    singular values of ``a / scale(a)`` (at most ``2 sqrt(m n)``) neither overflow (entries
+    near float64's largest value) nor lose digits to underflow (subnormal entries) on their
+    way through the SVD. (The power at or above ``max |a|`` can be ``2**1024``, which
+    overflows.)
+    """
+    top = float(np.abs(a).max()) if a.size else 0.0
+    return 1.0 if top == 0 else float(np.ldexp(1.0, int(np.frexp(top)[1]) - 1))
+
+
+def check_tolerances(rtol: Any, atol: Any) -> tuple[float | None, float]:
+    """``rtol`` (``None`` or a finite number ``>= 0``) and ``atol`` (finite, ``>= 0``) as floats."""
+    if rtol is not None:
+        rtol = arguments.number("rtol", rtol, low=0.0)
+    return rtol, arguments.number("atol", atol, low=0.0)
+
+
 def rank_cutoff(
     s: np.ndarray, shape: tuple[int, ...], dtype: Any, rtol: float | None, atol: float
 ) -> float:
@@ -66,12 +87,12 @@ def rank_cutoff(
     :func:`default_rtol` of ``shape`` and ``dtype``.
 
     Raises:
-        ValueError: if ``rtol`` or ``atol`` is negative.
+        ValueError: if ``rtol`` or ``atol`` is negative or not finite.
+        TypeError: if ``rtol`` or ``atol`` is not a real number.
     """
+    rtol, atol = check_tolerances(rtol, atol)
     if rtol is None:
         rtol = default_rtol(shape, dtype)
-    if rtol < 0 or atol < 0:
-        raise ValueError(f"rtol and atol must be non-negative; got rtol={rtol}, atol={atol}")
     s_max = float(s[0]) if s.size else 0.0
     return max(float(atol), float(rtol) * s_max)
 

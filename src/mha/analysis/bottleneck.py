@@ -25,7 +25,8 @@ import numpy as np
 from mha.analysis import _linalg
 from mha.analysis.rank import numerical_rank
 from mha.core import _tools
-from mha.core._checks import arguments
+from mha.core._checks import arguments, numpy_arrays
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.params import MHAParams
 from mha.numerics.tolerance import DISTRIBUTION_ROW_SUM_ATOL, TARGET_ROW_SUM_ATOL
 
@@ -43,20 +44,34 @@ def centering_matrix(n: int) -> np.ndarray:
         ``C``, symmetric and idempotent, with ``C 1 = 0``.
 
     Raises:
-        ValueError: if ``n`` is not a positive int.
+        ValueError: if ``n`` is not positive or ``(n, n)`` would pass what an array can hold.
+        TypeError: if ``n`` is not an int (a Python or NumPy integer, not a bool).
     """
-    arguments.check_positive("n", n)
+    n = arguments.size("n", n)
+    arguments.check_elements("n", n * n, 8)
     return np.eye(n) - np.full((n, n), 1.0 / n)
 
 
-def _check_distributions(name: str, m: np.ndarray, atol: float, positive: bool = False) -> None:
+def _check_distributions(
+    name: str, m: np.ndarray, atol: float, positive: bool = False, tolerance: str = ""
+) -> None:
     """A ``ValueError`` unless every row of ``m`` is a distribution (``> 0`` with ``positive``)."""
     sums, low = m.sum(axis=1), m.min(initial=np.inf)
     if low < 0 or (positive and low == 0) or np.any(np.abs(sums - 1.0) > atol):
         raise ValueError(
             f"{name} rows must be distributions ({'>' if positive else '>='} 0, summing to 1 "
-            f"within {atol}); got least entry {low:.3g}, row sums {sums.min()!r} to {sums.max()!r}"
+            f"within {tolerance or atol}); got least entry {low:.3g}, row sums "
+            f"{float(sums.min())!r} to {float(sums.max())!r}"
         )
+
+
+def _target(name: str, target: Any, atol: float = TARGET_ROW_SUM_ATOL) -> np.ndarray:
+    """:func:`check_attention_target` of an argument called ``name``."""
+    p = _linalg.as_matrix(name, target)
+    if p.shape[0] != p.shape[1]:
+        raise ValueError(f"{name} must be square (N, N); got shape {p.shape}")
+    _check_distributions(name, p, atol, positive=True, tolerance=f"atol={atol!r}")
+    return p
 
 
 def check_attention_target(target: Any, atol: float = TARGET_ROW_SUM_ATOL) -> np.ndarray:
@@ -74,14 +89,17 @@ def check_attention_target(target: Any, atol: float = TARGET_ROW_SUM_ATOL) -> np
 
     Raises:
         ValueError: if it is not square, has an entry ``<= 0`` (its logarithm must be
-            finite), or a row does not sum to one.
-        TypeError: if it is not a floating array.
+            finite), or a row does not sum to one within ``atol``; or ``atol`` is negative
+            or not finite.
+        TypeError: if it is not a floating array, or ``atol`` not a real number.
     """
-    p = _linalg.as_matrix("target", target)
-    if p.shape[0] != p.shape[1]:
-        raise ValueError(f"target must be square (N, N); got shape {p.shape}")
-    _check_distributions("target", p, atol, positive=True)
-    return p
+    atol = arguments.number("atol", atol, low=0.0)
+    return _target("target", target, atol)
+
+
+def _centred_log(name: str, target: Any) -> np.ndarray:
+    logp = np.log(_target(name, target))
+    return logp - logp.mean(axis=1, keepdims=True)  # log(P) C
 
 
 def centred_log(target: Any) -> np.ndarray:
@@ -99,8 +117,7 @@ def centred_log(target: Any) -> np.ndarray:
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`.
     """
-    logp = np.log(check_attention_target(target))
-    return logp - logp.mean(axis=1, keepdims=True)  # log(P) C
+    return _centred_log("target", target)
 
 
 def required_head_width(target: Any, centre: bool = True) -> int:
@@ -144,7 +161,8 @@ def attention_from_projections(x: Any, w_q: Any, w_k: Any) -> np.ndarray:
         The attention weights, rows summing to one.
 
     Raises:
-        ValueError: if a matrix is not 2-D or not finite, or the shapes do not chain.
+        ValueError: if a matrix is not 2-D or not finite, the shapes do not chain,
+            ``Dh = 0``, or the scores overflow float64.
         TypeError: if a matrix is not floating.
     """
     x, w_q, w_k = (
@@ -157,7 +175,16 @@ def attention_from_projections(x: Any, w_q: Any, w_k: Any) -> np.ndarray:
             "w_q and w_k must both have shape (D, Dh) with D = x.shape[1] = "
             f"{x.shape[1]}; got w_q {w_q.shape}, w_k {w_k.shape}"
         )
-    z = (x @ w_q) @ (x @ w_k).T / np.sqrt(w_q.shape[1])  # (N, Dh) @ (Dh, N) -> (N, N)
+    if w_q.shape[1] == 0:
+        raise ValueError(f"w_q and w_k must have at least one column (Dh >= 1); got {w_q.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = (x @ w_q) @ (x @ w_k).T / np.sqrt(w_q.shape[1])  # (N, Dh) @ (Dh, N) -> (N, N)
+    if not np.isfinite(z).all():
+        top = max(float(np.abs(m).max(initial=0)) for m in (x, w_q, w_k))
+        raise ValueError(
+            "the scores x w_q w_k^T x^T / sqrt(Dh) must be finite; got an overflow of "
+            f"float64 (x, w_q and w_k up to {top:.3g})"
+        )
     z -= z.max(axis=1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=1, keepdims=True)
@@ -192,14 +219,15 @@ def bhojanapalli_projections(
 
     Raises:
         ValueError: if ``x`` does not have rank N, the target fails
-            :func:`check_attention_target` or has another size, or ``d_head`` is too small.
-        TypeError: if ``d_head`` is not an int, ``centre`` is not a bool, or an array is not
-            floating.
+            :func:`check_attention_target` or has another size, ``d_head`` is too small, or
+            the projections would pass what an array can hold.
+        TypeError: if ``d_head`` is not an int (a Python or NumPy integer, not a bool),
+            ``centre`` is not a bool, or an array is not floating.
     """
     arguments.check_bool("centre", centre)
     x = _linalg.as_matrix("x", x)
     p = check_attention_target(target)
-    arguments.check_int("d_head", d_head)
+    d_head = arguments.size("d_head", d_head, 0)
     N = x.shape[0]
     if p.shape[0] != N:
         raise ValueError(f"target must be ({N}, {N}) for x with N={N} rows; got {p.shape}")
@@ -213,6 +241,7 @@ def bhojanapalli_projections(
     if d_head < r:
         kind = "rank(log(P) C)" if centre else "rank(log P)"
         raise ValueError(f"d_head must be at least {kind} = {r} for this target; got {d_head}")
+    arguments.check_elements("d_head", x.shape[1] * d_head, 8)
     u, s, vt = _linalg.svd(m)
     U, V = u[:, :r] * s[:r], vt[:r].T  # M = U V^T, (N, r) each
     x_pinv = _linalg.pinv(x)  # (D, N), x @ x_pinv = I_N
@@ -240,7 +269,7 @@ def centred_logit_error(weights: Any, target: Any) -> float:
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`, for either matrix.
     """
-    w, p = centred_log(weights), centred_log(target)
+    w, p = _centred_log("weights", weights), centred_log(target)
     if w.shape != p.shape:
         raise ValueError(f"weights and target must have the same shape; got {w.shape}, {p.shape}")
     return float(np.linalg.norm(w - p))
@@ -264,8 +293,9 @@ def centred_logit_floor(target: Any, d_head: int) -> float:
 
     Raises:
         ValueError: if ``d_head`` is negative, or as :func:`check_attention_target`.
+        TypeError: if ``d_head`` is not an int (a Python or NumPy integer, not a bool).
     """
-    arguments.check_at_least("d_head", d_head, 0)
+    d_head = arguments.size("d_head", d_head, 0, None)
     s = _linalg.svdvals(centred_log(target))
     return float(np.sqrt(np.sum(s[d_head:] ** 2)))
 
@@ -288,11 +318,13 @@ def self_focus_target(n: int, alpha: float) -> np.ndarray:
         The positive row-stochastic pattern ``P``.
 
     Raises:
-        ValueError: if ``n`` is not a positive int or ``alpha`` is not finite.
+        ValueError: if ``n`` is not positive, ``(n, n)`` would pass what an array can hold,
+            or ``alpha`` is not finite.
+        TypeError: if ``n`` is not an int or ``alpha`` not a real number.
     """
-    centering_matrix(n)  # validates n
-    if not np.isfinite(alpha):
-        raise ValueError(f"alpha must be finite; got {alpha!r}")
+    n = arguments.size("n", n)
+    arguments.check_elements("n", n * n, 8)
+    alpha = arguments.number("alpha", alpha)
     e = np.exp(alpha * np.eye(n) - max(alpha, 0.0))  # shifted so that no entry overflows
     return e / e.sum(axis=1, keepdims=True)
 
@@ -329,8 +361,10 @@ def fit_attention(
 
     Raises:
         ValueError: if ``d_head`` or ``steps`` is not positive, ``lr`` is not positive and
-            finite, shapes disagree, or as :func:`check_attention_target`.
-        TypeError: if ``d_head`` or ``steps`` is not an int, or ``lr`` not a real number.
+            finite, ``seed`` is negative, shapes disagree, or as
+            :func:`check_attention_target`.
+        TypeError: if ``d_head``, ``steps`` or ``seed`` is not an int (a Python or NumPy
+            integer, not a bool), or ``lr`` not a real number.
     """
     x = _linalg.as_matrix("x", x)
     (w,) = _fit(x, [target], [d_head], steps, lr, seed)
@@ -368,8 +402,19 @@ def fit_attention_sweep(
 
     Raises:
         ValueError, TypeError: as :func:`fit_attention`.
+        ValueError: if ``targets`` or ``d_heads`` is empty.
+        TypeError: if ``d_heads`` is not a list of ints.
     """
     x = _linalg.as_matrix("x", x)
+    if hasattr(targets, "shape"):
+        targets = list(as_numpy("targets", targets))
+    targets = [
+        _target(f"targets[{k}]", t) for k, t in enumerate(arguments.items("targets", targets))
+    ]
+    d_heads = arguments.size_list("d_heads", d_heads, nonempty=False)
+    for name, values in (("targets", targets), ("d_heads", d_heads)):
+        if not values:
+            raise ValueError(f"{name} must hold at least one entry; got none")
     pairs = [(t, d) for t in targets for d in d_heads]
     weights = _fit(x, [t for t, _ in pairs], [d for _, d in pairs], steps, lr, seed)
     errors = [
@@ -385,13 +430,18 @@ def _fit(
     import torch
 
     N, D = x.shape
-    goals = np.stack([centred_log(t) for t in targets])  # (K, N, N)
-    if goals.shape[1] != N:
-        raise ValueError(f"target must be (N, N) with N = x.shape[0] = {N}; got {goals.shape[1:]}")
-    for name, value in [("steps", steps)] + [("d_head", d) for d in d_heads]:
-        arguments.check_positive(name, value)
+    steps = arguments.size("steps", steps)
+    d_heads = [arguments.size("d_head", d) for d in d_heads]
     arguments.check_positive_number("lr", lr)
+    lr = float(lr)
+    seed = arguments.seed("seed", seed)
+    goals = [centred_log(t) for t in targets]  # K x (N, N)
+    if any(g.shape[0] != N for g in goals):
+        shapes = sorted({g.shape for g in goals})
+        raise ValueError(f"target must be (N, N) with N = x.shape[0] = {N}; got {shapes}")
+    goals = np.stack(goals)  # (K, N, N)
     K, width = len(d_heads), max(d_heads)
+    arguments.check_elements("d_head", K * 2 * D * width, 8)
     rng = np.random.default_rng(seed)
     init = np.zeros((K, 2, D, width))
     for i, d in enumerate(d_heads):
@@ -414,6 +464,10 @@ def _fit(
             opt.step()
             schedule.step()
     out = w.detach().numpy()
+    if not np.isfinite(out).all():
+        raise ValueError(
+            f"lr={lr!r} made the fit diverge (its weights are no longer finite); take a smaller lr"
+        )
     return [(out[i, 0, :, :d].copy(), out[i, 1, :, :d].copy()) for i, d in enumerate(d_heads)]
 
 
@@ -439,15 +493,19 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
         The least total squared error, a non-negative ``float``.
 
     Raises:
-        ValueError: if ``targets`` is not 3-D with 1 to 8 patterns, or a size is not a
-            positive int, or a pattern fails :func:`check_attention_target`.
+        ValueError: if ``targets`` is not 3-D with 1 to 8 patterns, or a size is not
+            positive, or a pattern fails :func:`check_attention_target`.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool), or
+            ``targets`` is not a floating array.
     """
-    if np.ndim(targets) != 3 or not 1 <= len(targets) <= 8:
+    targets = numpy_arrays.float_array("targets", targets)
+    if targets.ndim != 3 or not 1 <= len(targets) <= 8:
         raise ValueError(
             f"targets must have shape (K, N, N) with 1 <= K <= 8; got {np.shape(targets)}"
         )
-    arguments.check_positive_sizes(num_heads=num_heads, d_head=d_head)
-    logs = np.stack([centred_log(t) for t in targets])  # (K, N, N)
+    num_heads = arguments.size("num_heads", num_heads, high=None)
+    d_head = arguments.size("d_head", d_head, high=None)
+    logs = np.stack([_centred_log(f"targets[{k}]", t) for k, t in enumerate(targets)])  # (K, N, N)
 
     def group_error(group: tuple[int, ...]) -> float:
         mean = logs[list(group)].mean(axis=0)
@@ -568,12 +626,13 @@ def offset_head(n: int, offset: int, gap: float) -> tuple[np.ndarray, np.ndarray
 
     Raises:
         ValueError: if ``n`` is not an int >= 2, or ``gap`` is not positive and finite.
-        TypeError: if ``offset`` is not an int.
+        TypeError: if ``n`` or ``offset`` is not an int (a Python or NumPy integer, not a
+            bool), or ``gap`` not a real number.
     """
-    arguments.check_at_least("n", n, 2)
-    arguments.check_int("offset", offset)
-    if not (np.isfinite(gap) and gap > 0):
-        raise ValueError(f"gap must be positive and finite; got {gap!r}")
+    n = arguments.size("n", n, 2)
+    offset = arguments.integer("offset", offset)
+    arguments.check_positive_number("gap", gap)
+    gap = float(gap)
     theta = np.pi / n
     angle = np.arange(n) * theta
     x = np.stack([np.cos(angle), np.sin(angle)], axis=1)  # (N, 2)
@@ -603,10 +662,10 @@ def truncated_centred_log(target: Any, d_head: int) -> np.ndarray:
         target ``(N, N)``. Returns ``(N, N)`` scores, rows summing to zero.
 
     Raises:
-        ValueError: if ``d_head`` is not a non-negative int, or as
-            :func:`check_attention_target`.
+        ValueError: if ``d_head`` is negative, or as :func:`check_attention_target`.
+        TypeError: if ``d_head`` is not an int (a Python or NumPy integer, not a bool).
     """
-    arguments.check_at_least("d_head", d_head, 0)
+    d_head = arguments.size("d_head", d_head, 0, None)
     u, s, vt = np.linalg.svd(centred_log(target))
     return (u[:, :d_head] * s[:d_head]) @ vt[:d_head]  # (N, Dh) @ (Dh, N)
 
@@ -678,12 +737,14 @@ def positional_patterns(n: int, mix: float = 0.0) -> np.ndarray:
         Returns ``(4, N, N)``.
 
     Raises:
-        ValueError: if ``n`` is not an int >= 2 or ``mix`` is outside ``[0, 1)``.
+        ValueError: if ``n`` is below 2, ``(4, n, n)`` would pass what an array can hold,
+            or ``mix`` is outside ``[0, 1)``.
+        TypeError: if ``n`` is not an int (a Python or NumPy integer, not a bool) or
+            ``mix`` not a real number.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ValueError(f"n must be an int >= 2; got n={n!r}")
-    if not 0.0 <= mix < 1.0:
-        raise ValueError(f"mix must be in [0, 1); got mix={mix!r}")
+    n = arguments.size("n", n, 2)
+    arguments.check_elements("n", 4 * n * n, 8)
+    mix = arguments.number("mix", mix, low=0.0, high=1.0, open_high=True)
     eye = np.eye(n)
     first_row, last_row = eye[0][:, None] * eye[0], eye[-1][:, None] * eye[-1]  # (N, N) each
     sharp = np.stack(
@@ -724,11 +785,16 @@ def positional_layer(
         Returns x ``(N, D)``.
 
     Raises:
-        ValueError: if a size breaks these rules or ``gap`` is not positive and finite.
-        TypeError: if a size is not an int.
+        ValueError: if a size breaks these rules, the layer would pass what an array can
+            hold, or ``gap`` is not positive and finite.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool) or
+            ``gap`` not a real number.
     """
-    for name, value, low in (("n", n, 2), ("d_model", d_model, 4), ("num_heads", num_heads, 4)):
-        arguments.check_at_least(name, value, low)
+    n = arguments.size("n", n, 2)
+    d_model = arguments.size("d_model", d_model, 4)
+    num_heads = arguments.size("num_heads", num_heads, 4)
+    arguments.check_positive_number("gap", gap)
+    arguments.check_elements("d_model", (n + 3 * d_model) * d_model, 8)
     if d_model % num_heads or d_model // num_heads < 2:
         raise ValueError(
             f"num_heads must divide d_model with d_model / num_heads >= 2; got d_model={d_model}, "
@@ -778,15 +844,18 @@ def sharp_target_bounds(targets: Any, num_heads: int, d_head: int) -> dict[str, 
         mean KL (nats); 0 where neither argument applies.
 
     Raises:
-        ValueError: if ``targets`` is not ``(K, N, N)`` with one-hot rows or a size is not positive.
-        TypeError: if a size is not an int.
+        ValueError: if ``targets`` is not ``(K, N, N)`` with one-hot rows or a size is not
+            positive.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool), or
+            ``targets`` is not a numeric array.
     """
-    t = np.asarray(targets, dtype=np.float64)
+    t = numpy_arrays.float_array("targets", targets)
     if t.ndim != 3 or t.shape[1] != t.shape[2]:
         raise ValueError(f"targets must have shape (K, N, N); got {t.shape}")
     if not (np.isin(t, (0.0, 1.0)).all() and (t.sum(axis=-1) == 1).all()):
         raise ValueError("targets must have one-hot rows (one key with weight 1 per query)")
-    arguments.check_positive_sizes(num_heads=num_heads, d_head=d_head)
+    num_heads = arguments.size("num_heads", num_heads, high=None)
+    d_head = arguments.size("d_head", d_head, high=None)
     K, N = t.shape[:2]
     tv, kl = 0.0, 0.0
     if num_heads < K and K > 1:

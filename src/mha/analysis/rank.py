@@ -28,7 +28,8 @@ import torch
 from mha.analysis import _linalg
 from mha.backends import np_backend
 from mha.core import _tools, packing
-from mha.core.params import MHAParams
+from mha.core._checks import arguments, numpy_arrays
+from mha.core.params import MHAParams, repeat_kv_heads
 from mha.detectors import circuits
 
 
@@ -42,8 +43,36 @@ def default_rtol(shape: tuple[int, int], dtype: Any = np.float64) -> float:
 
     Returns:
         ``max(m, n) * eps`` as a float.
+
+    Raises:
+        ValueError: if a size is negative.
+        TypeError: if ``shape`` is not a pair of ints (Python or NumPy, not bools) or
+            ``dtype`` is not a floating NumPy or torch dtype.
     """
-    return _linalg.default_rtol(shape, dtype)
+    sizes = arguments.items("shape", shape)
+    if len(sizes) != 2:
+        raise ValueError(f"shape must be a pair (m, n); got {shape!r}")
+    m, n = (arguments.size(f"shape[{i}]", v, 0, None) for i, v in enumerate(sizes))
+    return max(m, n) * _eps("dtype", dtype)
+
+
+def _eps(name: str, dtype: Any) -> float:
+    """Machine epsilon of a floating NumPy or torch dtype."""
+    if dtype is None:  # np.dtype(None) would be float64
+        raise TypeError(f"{name} must be a floating dtype; got None")
+    if type(dtype).__module__ == "torch":
+        if not getattr(dtype, "is_floating_point", False):
+            raise TypeError(f"{name} must be a floating dtype; got {dtype}")
+        return float(torch.finfo(dtype).eps)
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be a floating dtype; got {arguments.describe(dtype)}"
+        ) from None
+    if not np.issubdtype(np_dtype, np.floating):
+        raise TypeError(f"{name} must be a floating dtype; got dtype {np_dtype}")
+    return float(np.finfo(np_dtype).eps)
 
 
 def rank_tolerance(a: Any, rtol: float | None = None, atol: float = 0.0) -> float:
@@ -64,11 +93,19 @@ def rank_tolerance(a: Any, rtol: float | None = None, atol: float = 0.0) -> floa
         The tolerance, a non-negative ``float``.
 
     Raises:
-        ValueError: if ``a`` is not 2-D or not finite, or a tolerance is negative.
-        TypeError: if ``a`` is not a floating array or tensor.
+        ValueError: if ``a`` is not 2-D or not finite, a tolerance is negative or not
+            finite, or the tolerance exceeds float64's range.
+        TypeError: if ``a`` is not a floating array or tensor, or a tolerance is not a real
+            number.
     """
     a = _linalg.as_matrix("a", a)
-    return _linalg.rank_cutoff(singular_values(a), a.shape, a.dtype, rtol, atol)
+    rtol, atol = _linalg.check_tolerances(rtol, atol)
+    c = _linalg.scale(a)
+    s = _linalg.svdvals(a.astype(np.float64) / c)  # scaled, in float64: see numerical_rank
+    tol = _linalg.rank_cutoff(s, a.shape, a.dtype, rtol, atol / c) * c
+    if not np.isfinite(tol):
+        raise ValueError(f"the tolerance rtol * sigma_max of a exceeds float64's range; got {tol}")
+    return float(tol)
 
 
 def singular_values(a: Any) -> np.ndarray:
@@ -87,18 +124,31 @@ def singular_values(a: Any) -> np.ndarray:
         The singular values, a NumPy array (float32 for a float32 matrix).
 
     Raises:
-        ValueError: if ``a`` is not 2-D or not finite.
+        ValueError: if ``a`` is not 2-D or not finite, or its largest singular value
+            exceeds its dtype's range (entries near the largest float).
         TypeError: if ``a`` is not a floating array or tensor.
     """
     a = _linalg.as_matrix("a", a)
-    return _linalg.svdvals(a)
+    c = _linalg.scale(a)  # a power of two: exact, and no overflow inside the SVD
+    with np.errstate(over="ignore"):
+        s = _linalg.svdvals(a / c) * np.asarray(
+            c, dtype=np.float32 if a.dtype == np.float32 else np.float64
+        )
+    if not np.isfinite(s).all():
+        raise ValueError(
+            f"a's largest singular value exceeds the range of {s.dtype} (entries up to "
+            f"{float(np.abs(a).max()):.3g}); scale a down first"
+        )
+    return s
 
 
 def numerical_rank(a: Any, rtol: float | None = None, atol: float = 0.0) -> int:
     """The number of singular values of ``a`` strictly above the rank tolerance.
 
     With the defaults this equals ``numpy.linalg.matrix_rank(a)``. An empty matrix and
-    the zero matrix have rank 0.
+    the zero matrix have rank 0. The singular values are those of ``a``'s numbers, computed
+    in float64 whatever its dtype (the default ``rtol`` still comes from ``a``'s dtype), so
+    that a tolerance below float32's rounding counts what the numbers hold.
 
     Args:
         a: the matrix (a NumPy array or a torch tensor, which is copied to NumPy).
@@ -112,12 +162,19 @@ def numerical_rank(a: Any, rtol: float | None = None, atol: float = 0.0) -> int:
         The numerical rank, an ``int`` in ``[0, min(m, n)]``.
 
     Raises:
-        ValueError: if ``a`` is not 2-D or not finite, or a tolerance is negative.
-        TypeError: if ``a`` is not a floating array or tensor.
+        ValueError: if ``a`` is not 2-D or not finite, or a tolerance is negative or not
+            finite.
+        TypeError: if ``a`` is not a floating array or tensor, or a tolerance is not a real
+            number.
     """
     a = _linalg.as_matrix("a", a)
-    s = singular_values(a)  # descending
-    tol = _linalg.rank_cutoff(s, a.shape, a.dtype, rtol, atol)
+    rtol, atol = _linalg.check_tolerances(rtol, atol)
+    c = _linalg.scale(a)  # the rank of a / c, against atol / c: no overflow, no underflow
+    # In float64 whatever a's dtype (its entries convert exactly): a float32 SVD's own rounding
+    # (about eps32 sigma_max) would count as rank under a tolerance below it.
+    s = _linalg.svdvals(a.astype(np.float64) / c)  # descending
+    with np.errstate(over="ignore"):
+        tol = _linalg.rank_cutoff(s, a.shape, a.dtype, rtol, atol / c)
     return int(np.count_nonzero(s > tol))
 
 
@@ -130,7 +187,8 @@ def attention_parts(x: np.ndarray, params: MHAParams) -> dict[str, np.ndarray]:
 
     Args:
         x: one batch of sequences.
-        params: NumPy parameters of the dtype of ``x``.
+        params: NumPy parameters of the dtype of ``x``; with grouped-query parameters,
+            head ``i`` attends to the values of its group's key/value head.
 
     Shape:
         x ``(B, L, D)``. Returns ``weights (B, H, L, L)``, ``heads (B, H, L, Dh)``,
@@ -140,13 +198,24 @@ def attention_parts(x: np.ndarray, params: MHAParams) -> dict[str, np.ndarray]:
         ``{"weights", "heads", "concat", "output"}`` -> NumPy array.
 
     Raises:
-        ValueError, TypeError: as :func:`mha.backends.np_backend.multi_head_attention`.
+        ValueError: if ``x`` is not ``(B, L, D)`` with the layer's D or not finite, or as
+            :func:`mha.backends.np_backend.multi_head_attention`.
+        TypeError: if ``x`` is not a float32/float64 NumPy array of the dtype of
+            ``params``, or as :func:`mha.backends.np_backend.multi_head_attention`.
     """
-    output, weights = np_backend.multi_head_attention(x, x, x, params)  # checks the inputs
+    arguments.instance("params", params, MHAParams, "MHAParams")
+    arguments.instance("x", x, np.ndarray, "a numpy.ndarray")
+    a = numpy_arrays.float_array("x", x, ndim=3, layout="(B, L, D)")  # finite, named x
+    if x.dtype != params.dtype:
+        raise TypeError(f"x must have the dtype of params ({params.dtype}); got {x.dtype}")
+    if a.shape[-1] != params.d_model:
+        raise ValueError(f"x must have shape (B, L, D) with D={params.d_model}; got {x.shape}")
+    output, weights = np_backend.multi_head_attention(x, x, x, params)  # checks the rest
     H = params.num_heads
-    val = x @ params.w_v  # (B, L, D)
-    if params.b_v is not None:
-        val = val + params.b_v
+    per_head = repeat_kv_heads(params)  # each query head with its own value block
+    val = x @ per_head.w_v  # (B, L, D)
+    if per_head.b_v is not None:
+        val = val + per_head.b_v
     heads = weights @ np_backend.split_heads(val, H)  # (B, H, L, L) @ (B, H, L, Dh)
     concat = np_backend.merge_heads(heads)  # (B, H, L, Dh) -> (B, L, D)
     return {"weights": weights, "heads": heads, "concat": concat, "output": output}
@@ -184,11 +253,13 @@ def rank_bounds(x: np.ndarray, params: MHAParams) -> dict[str, Any]:
     - output: ``min(u, D, min(H * min(Dh, r), rank(W^O)) + gamma)``, ``gamma = 1`` if
       ``b_v^T W^O + b_o^T`` is non-zero.
 
-    Ranks are numerical ranks with the default tolerance.
+    Ranks are numerical ranks with the default tolerance. Grouped-query parameters are
+    bounded as the multi-head layer that computes the same
+    (:func:`mha.core.params.repeat_kv_heads`).
 
     Args:
         x: one sequence.
-        params: NumPy parameters.
+        params: NumPy or torch parameters (read in float64).
 
     Shape:
         x ``(N, D)``.
@@ -197,11 +268,11 @@ def rank_bounds(x: np.ndarray, params: MHAParams) -> dict[str, Any]:
         ``{"head": (H,) int array, "concat": int, "output": int}``.
 
     Raises:
-        ValueError: if ``x`` is not 2-D, not finite, or its width is not ``params.d_model``.
+        ValueError: if ``x`` is not 2-D, not finite, or its width is not ``params.d_model``,
+            or the parameters are not finite.
         TypeError: if ``x`` is not floating or ``params`` is not ``MHAParams``.
     """
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
+    params = _finite_params(params)
     x = _linalg.as_matrix("x", x)
     if x.shape[1] != params.d_model:
         raise ValueError(
@@ -223,6 +294,16 @@ def rank_bounds(x: np.ndarray, params: MHAParams) -> dict[str, Any]:
     }
 
 
+def _finite_params(params: Any) -> MHAParams:
+    """``params`` as finite float64 NumPy multi-head parameters (grouped-query ones repeated)."""
+    arguments.instance("params", params, MHAParams, "MHAParams")
+    p = repeat_kv_heads(params.to_numpy(np.float64))
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        if getattr(p, name) is not None and not np.isfinite(getattr(p, name)).all():
+            raise ValueError(f"params.{name} must be finite; got NaN or infinite values")
+    return p
+
+
 def circuit_singular_values(params: MHAParams) -> dict[str, np.ndarray]:
     """Singular values of every head's QK and OV circuit (Elhage et al., 2021).
 
@@ -234,7 +315,8 @@ def circuit_singular_values(params: MHAParams) -> dict[str, np.ndarray]:
     one CPU thread.
 
     Args:
-        params: the layer's parameters (NumPy or torch).
+        params: the layer's parameters (NumPy or torch); with grouped-query parameters,
+            head ``h``'s circuits use its group's key and value blocks.
 
     Shape:
         Returns ``{"QK": (H, D), "OV": (H, D)}``, each row in descending order.
@@ -243,11 +325,10 @@ def circuit_singular_values(params: MHAParams) -> dict[str, np.ndarray]:
         ``{"QK": ..., "OV": ...}``, float64 NumPy arrays.
 
     Raises:
+        ValueError: if the parameters are not finite.
         TypeError: if ``params`` is not ``MHAParams``.
     """
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    p = params.to_numpy(np.float64)
+    p = _finite_params(params)
     H = p.num_heads
 
     w_q, w_k, w_v = _linalg.to_torch(packing.split_head_blocks(p.w_qkv, H))  # (H, D, Dh) each
@@ -281,10 +362,22 @@ def query_bias_shares(model: Any, texts: list[str]) -> dict[str, Any]:
         from the model's weights of the softmax with and without the query-bias term.
 
     Raises:
-        ValueError: if ``texts`` is empty.
+        ValueError: if ``texts`` is empty, or as the model's ``run``.
+        TypeError: if ``texts`` is not a list of strings (a single string included) or
+            ``model`` lacks ``run``, ``num_layers``, ``num_heads`` or ``attention_params``.
     """
+    texts = arguments.items("texts", texts)
     if not texts:
         raise ValueError("texts must hold at least one text; got none")
+    for i, text in enumerate(texts):
+        arguments.text(f"texts[{i}]", text)
+    missing = [
+        n for n in ("run", "num_layers", "num_heads", "attention_params") if not hasattr(model, n)
+    ]
+    if missing:
+        raise TypeError(
+            f"model must be a MiniLM (with {', '.join(missing)}); got {arguments.describe(model)}"
+        )
 
     def centred(z: np.ndarray) -> np.ndarray:
         return z - z.mean(axis=-1, keepdims=True)  # Z C: what the softmax sees

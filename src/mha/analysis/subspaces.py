@@ -22,6 +22,7 @@ import torch
 from mha.analysis import _linalg
 from mha.core import _tools, packing
 from mha.core._checks import arguments
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.params import MHAParams
 
 
@@ -46,15 +47,22 @@ def orthonormal_basis(a: Any) -> np.ndarray:
             does not have full column rank.
         TypeError: if ``a`` is not a floating array or tensor.
     """
-    a = _linalg.as_matrix("a", a)
+    return _basis("a", a)
+
+
+def _basis(name: str, a: Any) -> np.ndarray:
+    """:func:`orthonormal_basis` of an argument called ``name``."""
+    a = _linalg.as_matrix(name, a)
     D, k = a.shape
     if k == 0 or k > D:
-        raise ValueError(f"a must have between 1 and D={D} columns (D, k); got shape {a.shape}")
-    u, s, _ = _linalg.svd(a)  # (D, k), (k,)
+        raise ValueError(
+            f"{name} must have between 1 and D={D} columns (D, k); got shape {a.shape}"
+        )
+    u, s, _ = _linalg.svd(a / _linalg.scale(a))  # (D, k), (k,): scaled, no overflow
     r = int(np.count_nonzero(s > _linalg.rank_cutoff(s, a.shape, a.dtype, None, 0.0)))
     if r < k:
         raise ValueError(
-            f"a must have full column rank to span a {k}-dimensional subspace; "
+            f"{name} must have full column rank to span a {k}-dimensional subspace; "
             f"got numerical rank {r}"
         )
     return u
@@ -91,7 +99,7 @@ def principal_cosines(a: Any, b: Any) -> np.ndarray:
 
 
 def _bases(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
-    qa, qb = orthonormal_basis(a), orthonormal_basis(b)
+    qa, qb = _basis("a", a), _basis("b", b)
     if qa.shape[0] != qb.shape[0]:
         raise ValueError(
             "a and b must have the same number of rows (the ambient dimension D); "
@@ -164,6 +172,9 @@ def frobenius_cosine(a: Any, b: Any) -> float:
     a, b = _linalg.as_matrix("a", a), _linalg.as_matrix("b", b)
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape; got {a.shape} and {b.shape}")
+    # The cosine does not change with the scale of either: each divided by a power of two
+    # near its largest entry, the sums of squares neither overflow nor underflow.
+    a, b = a.astype(np.float64) / _linalg.scale(a), b.astype(np.float64) / _linalg.scale(b)
     na, nb = np.sqrt(np.sum(a * a)), np.sqrt(np.sum(b * b))  # no BLAS call: no thread pool
     if na == 0 or nb == 0:
         raise ValueError("a and b must be non-zero; the cosine of a zero matrix is undefined")
@@ -174,7 +185,9 @@ def head_blocks(params: MHAParams, which: str = "w_q") -> np.ndarray:
     """Every head's ``(D, Dh)`` block of one projection, stacked.
 
     Args:
-        params: the layer's parameters (NumPy or torch; returned as NumPy).
+        params: the layer's parameters (NumPy or torch; returned as NumPy); with
+            grouped-query parameters, the ``"w_k"`` and ``"w_v"`` block of head ``h`` is
+            its group's key/value block.
         which: ``"w_q"``, ``"w_k"`` or ``"w_v"``, whose column spaces the heads read
             from, or ``"w_o"``, returned transposed so that its column space is the
             subspace head ``h`` writes to.
@@ -186,15 +199,16 @@ def head_blocks(params: MHAParams, which: str = "w_q") -> np.ndarray:
         The blocks, a NumPy array (a copy).
 
     Raises:
-        ValueError: if ``which`` is not one of the four names.
+        ValueError: if ``which`` is not one of the four names, or the parameters are not
+            finite.
         TypeError: if ``params`` is not ``MHAParams``.
     """
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    names = ("w_q", "w_k", "w_v", "w_o")
-    if which not in names:
-        raise ValueError(f"which must be one of {names}; got which={which!r}")
+    arguments.instance("params", params, MHAParams, "MHAParams")
+    arguments.choice("which", which, ("w_q", "w_k", "w_v", "w_o"))
     p = params.to_numpy()
+    for name in ("w_qkv", "w_o"):
+        if not np.isfinite(getattr(p, name)).all():
+            raise ValueError(f"params.{name} must be finite; got NaN or infinite values")
     blocks = [p.head(h)[which] for h in range(p.num_heads)]
     if which == "w_o":
         blocks = [blk.T for blk in blocks]  # (Dh, D) -> (D, Dh)
@@ -215,13 +229,23 @@ def pairwise_principal_cosines(blocks: np.ndarray) -> np.ndarray:
         ``cos[i, j]``, the principal cosines between blocks ``i`` and ``j``.
 
     Raises:
-        ValueError: if ``blocks`` is not 3-D, or a block fails :func:`orthonormal_basis`.
+        ValueError: if ``blocks`` is not 3-D with at least one block, holds NaN or
+            infinity, or a block fails :func:`orthonormal_basis`.
+        TypeError: if ``blocks`` is not a floating array or tensor.
     """
-    if np.ndim(blocks) != 3:
+    blocks = as_numpy("blocks", blocks)
+    if blocks.dtype.kind != "f":
+        raise TypeError(f"blocks must be a floating array; got dtype {blocks.dtype}")
+    if blocks.size and not np.isfinite(blocks).all():
+        raise ValueError("blocks must be finite; got NaN or infinite values")
+    if blocks.ndim != 3 or blocks.shape[0] == 0:
         raise ValueError(
-            f"blocks must have shape (H, D, Dh); got {np.ndim(blocks)}-D shape {np.shape(blocks)}"
+            f"blocks must have shape (H, D, Dh); got {blocks.ndim}-D shape {blocks.shape} "
+            "(at least one block)"
         )
-    bases = _linalg.to_torch(np.stack([orthonormal_basis(blk) for blk in blocks]))  # (H, D, k)
+    bases = _linalg.to_torch(
+        np.stack([_basis(f"blocks[{h}]", blk) for h, blk in enumerate(blocks)])
+    )  # (H, D, k)
     with _tools.one_thread():
         gram = torch.einsum("idk,jdl->ijkl", bases, bases)  # Q_i^T Q_j, (H, H, k, k)
         s = torch.linalg.svdvals(gram).numpy()  # (H, H, k)
@@ -249,13 +273,14 @@ def pairwise_frobenius_cosines(w_q_rows: np.ndarray, num_heads: int) -> np.ndarr
         ``table[i, j]``, the Frobenius cosine of heads ``i`` and ``j`` (1 on the diagonal).
 
     Raises:
-        ValueError: if the weight is not square or H does not divide D.
+        ValueError: if the weight is not square or not finite, or H does not divide D.
+        TypeError: if the weight is not a floating array or ``num_heads`` not an int.
     """
     w = _linalg.as_matrix("w_q_rows", w_q_rows)
     D = w.shape[0]
     if w.shape != (D, D):
         raise ValueError(f"w_q_rows must be square (D, D); got shape {w.shape}")
-    arguments.check_sizes(D, num_heads)
+    D, num_heads, _ = arguments.layer_sizes(D, num_heads)
     blocks = packing.split_head_rows(w, num_heads)  # (D, D) -> (H, Dh, D)
     table = np.empty((num_heads, num_heads))
     for i in range(num_heads):

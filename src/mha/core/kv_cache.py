@@ -354,10 +354,12 @@ class KVCache(_PairCache):
         :attr:`keys` and :attr:`values` ``(B, H_kv, S, Dh)``, ``S`` = :attr:`length`.
 
     Raises:
-        ValueError: if a size is not positive, or ``device`` names no device available here
-            or one other than the CPU for NumPy buffers.
-        TypeError: if a size is not an int, ``dtype`` is ``None`` or not one of the five
-            dtypes above, or ``device`` is not a device or a name.
+        ValueError: if a size is not positive, the buffers would pass what an array can
+            hold, or ``device`` names no device available here or one other than the CPU
+            for NumPy buffers.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool),
+            ``dtype`` is ``None`` or not one of the five dtypes above, or ``device`` is not
+            a device or a name.
 
     Every method checks its arguments before it changes anything, so a refused call leaves
     the cache as it was; so does a layer call with a cache that raises
@@ -374,10 +376,11 @@ class KVCache(_PairCache):
         dtype: Any = np.float64,
         device: Any = None,
     ) -> None:
-        arguments.check_positive_sizes(
+        sizes = arguments.sizes(
             batch_size=batch_size, num_kv_heads=num_kv_heads, d_head=d_head, capacity=capacity
         )
-        shape = (batch_size, num_kv_heads, capacity, d_head)
+        shape = (sizes["batch_size"], sizes["num_kv_heads"], sizes["capacity"], sizes["d_head"])
+        arguments.check_elements("capacity", 2 * math.prod(shape), 8)
         self._allocate((shape, shape), dtype, device)
 
     # The buffers' shape (B, H_kv, capacity, Dh), read back as the cache's sizes.
@@ -519,9 +522,10 @@ class LatentCache(_PairCache):
 
     Raises:
         ValueError: if ``batch_size``, ``d_latent`` or ``capacity`` is not positive,
-            ``d_rope`` is negative, or ``device`` is refused as by :class:`KVCache`.
-        TypeError: if a size is not an int, or ``dtype`` or ``device`` is refused as by
-            :class:`KVCache`.
+            ``d_rope`` is negative, the buffers would pass what an array can hold, or
+            ``device`` is refused as by :class:`KVCache`.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool), or
+            ``dtype`` or ``device`` is refused as by :class:`KVCache`.
     """
 
     _axis = 1
@@ -538,10 +542,12 @@ class LatentCache(_PairCache):
         dtype: Any = np.float64,
         device: Any = None,
     ) -> None:
-        arguments.check_positive_sizes(batch_size=batch_size, d_latent=d_latent, capacity=capacity)
-        arguments.check_at_least("d_rope", d_rope, 0)
-        shapes = ((batch_size, capacity, d_latent), (batch_size, capacity, d_rope))
-        self._allocate(shapes, dtype, device)
+        B, Dc, S = arguments.sizes(
+            batch_size=batch_size, d_latent=d_latent, capacity=capacity
+        ).values()
+        Dr = arguments.size("d_rope", d_rope, low=0)
+        arguments.check_elements("capacity", B * S * (Dc + Dr), 8)
+        self._allocate(((B, S, Dc), (B, S, Dr)), dtype, device)
 
     # The buffers' shapes (B, capacity, Dc) and (B, capacity, Dr), read back as sizes.
     batch_size = property(lambda self: int(self._k.shape[0]), doc="B.")
@@ -657,7 +663,8 @@ def atomic(caches: Sequence[KVCache | LatentCache]) -> Iterator[None]:
     Raises:
         TypeError: if ``caches`` is not a list or tuple of :class:`KVCache` or
             :class:`LatentCache`.
-        ValueError: if a cache is inside an open :meth:`KVCache.appending` block.
+        ValueError: if a cache is inside an open :meth:`KVCache.appending` block, or one
+            cache appears twice (``[cache] * n``: its undo would restore it twice).
     """
     if not isinstance(caches, list | tuple) or not all(isinstance(c, _PairCache) for c in caches):
         got = (
@@ -666,6 +673,7 @@ def atomic(caches: Sequence[KVCache | LatentCache]) -> Iterator[None]:
             else ", ".join(type(c).__name__ for c in caches)
         )
         raise TypeError(f"caches must be a list or tuple of KVCache or LatentCache; got {got}")
+    arguments.distinct_objects("caches", caches)
     for cache in caches:
         cache._check_closed("begin an atomic block of")
     states = [(c, c._k, c._v, c._length, c._max_abs, c._floor) for c in caches]

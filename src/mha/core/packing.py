@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from mha.core._checks.arguments import check_int, check_positive, check_sizes
+from mha.core._checks import arguments
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
 
@@ -44,10 +44,12 @@ def check_kv_heads(num_heads: int, num_kv_heads: int) -> None:
         num_kv_heads: H_kv, the key/value heads.
 
     Raises:
-        ValueError: if ``num_kv_heads`` is not positive or does not divide ``num_heads``.
-        TypeError: if ``num_kv_heads`` is not an int.
+        ValueError: if a size is not positive or ``num_kv_heads`` does not divide
+            ``num_heads``.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    check_positive("num_kv_heads", num_kv_heads)
+    num_heads = arguments.size("num_heads", num_heads)
+    num_kv_heads = arguments.size("num_kv_heads", num_kv_heads)
     if num_heads % num_kv_heads != 0:
         raise ValueError(
             f"num_kv_heads must divide num_heads; got num_heads={num_heads}, "
@@ -64,28 +66,25 @@ def kv_width(d_model: int, num_heads: int, num_kv_heads: int | None = None) -> i
         num_kv_heads: H_kv; must divide H (``None``: H, multi-head attention).
 
     Returns:
-        ``num_kv_heads * d_model // num_heads``.
+        ``num_kv_heads * d_model // num_heads``, a Python ``int``.
 
     Raises:
         ValueError: if the sizes are not positive, H does not divide D or H_kv does not
             divide H.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    check_sizes(d_model, num_heads)
-    if num_kv_heads is None:
-        return d_model
-    check_kv_heads(num_heads, num_kv_heads)
-    return num_kv_heads * (d_model // num_heads)
+    D, H, H_kv = arguments.layer_sizes(d_model, num_heads, num_kv_heads)
+    return H_kv * (D // H)
 
 
 def _check_packed(name: str, w: Any, transposed: bool = False) -> None:
     """Check that ``w`` is a ``(D, 3D)`` array (``(3D, D)`` when ``transposed``)."""
-    if not hasattr(w, "shape") or not hasattr(w, "ndim"):
-        raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor; got {type(w).__name__}")
+    _check_array(name, w)
     rows, cols = (3, 1) if transposed else (1, 3)
     if w.ndim != 2 or rows * w.shape[1] != cols * w.shape[0] or w.shape[0] == 0:
         rule = "(3D, D)" if transposed else "(D, 3D)"
-        raise ValueError(f"{name} must have shape {rule}; got {tuple(w.shape)}")
+        hint = "" if transposed else " (grouped-query weights: repeat_kv_heads makes them so)"
+        raise ValueError(f"{name} must have shape {rule}; got {tuple(w.shape)}{hint}")
 
 
 def _permute(x: Array, axes: tuple[int, ...]) -> Array:
@@ -94,9 +93,13 @@ def _permute(x: Array, axes: tuple[int, ...]) -> Array:
     return x.permute(*axes)
 
 
-def _check_matrix(name: str, w: Any) -> None:
-    if not hasattr(w, "shape") or not hasattr(w, "ndim"):
+def _check_array(name: str, w: Any) -> None:
+    if not hasattr(w, "shape") or not hasattr(w, "ndim") or not hasattr(w, "reshape"):
         raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor; got {type(w).__name__}")
+
+
+def _check_matrix(name: str, w: Any) -> None:
+    _check_array(name, w)
     if w.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix; got {w.ndim}-D shape {tuple(w.shape)}")
 
@@ -187,12 +190,11 @@ def split_head_blocks(w_qkv: Array, num_heads: int) -> Array:
 
     Raises:
         ValueError: if ``w_qkv`` is not ``(D, 3D)`` or H does not divide D.
-        TypeError: if ``num_heads`` is not an int.
+        TypeError: if ``w_qkv`` is not an array or tensor, or ``num_heads`` is not an int.
     """
     _check_packed("w_qkv", w_qkv)
-    D = w_qkv.shape[0]
-    check_sizes(D, num_heads)
-    blocks = w_qkv.reshape(D, 3, num_heads, D // num_heads)  # (D, 3D) -> (D, 3, H, Dh)
+    D, H, _ = arguments.layer_sizes(w_qkv.shape[0], num_heads)
+    blocks = w_qkv.reshape(D, 3, H, D // H)  # (D, 3D) -> (D, 3, H, Dh)
     return _permute(blocks, (1, 2, 0, 3))  # -> (3, H, D, Dh)
 
 
@@ -210,7 +212,9 @@ def merge_head_blocks(blocks: Array) -> Array:
 
     Raises:
         ValueError: if ``blocks`` is not ``(3, H, D, Dh)`` with ``H * Dh == D``.
+        TypeError: if ``blocks`` is not an array or tensor.
     """
+    _check_array("blocks", blocks)
     shape = tuple(blocks.shape)
     if len(shape) != 4 or shape[0] != 3 or shape[1] * shape[3] != shape[2] or shape[2] == 0:
         raise ValueError(f"blocks must have shape (3, H, D, Dh) with H * Dh == D; got {shape}")
@@ -231,18 +235,20 @@ def head_span(d_model: int, num_heads: int, h: int) -> slice:
         h: head index in ``[0, H)``.
 
     Returns:
-        ``slice(h * Dh, (h + 1) * Dh)``.
+        ``slice(h * Dh, (h + 1) * Dh)``, of Python ints.
 
     Raises:
-        ValueError: if ``h`` is out of range or the sizes are bad.
-        TypeError: if ``h`` or a size is not an int.
+        ValueError: if ``h`` is not in ``[0, H)``, a size is not positive or H does not
+            divide D.
+        TypeError: if ``h`` or a size is not an int (a Python or NumPy integer, not a bool).
     """
-    check_sizes(d_model, num_heads)
-    check_int("h", h)
-    if not 0 <= h < num_heads:
-        raise ValueError(f"h must be in [0, num_heads={num_heads}); got h={h}")
-    Dh = d_model // num_heads
-    return slice(h * Dh, (h + 1) * Dh)
+    D, H, _ = arguments.layer_sizes(d_model, num_heads)
+    if not arguments.integral(h):
+        raise TypeError(f"h must be an int; got {arguments.describe(h)}")
+    if not 0 <= h < H:
+        raise ValueError(f"h must be in [0, num_heads={H}); got h={h}")
+    Dh = D // H
+    return slice(int(h) * Dh, (int(h) + 1) * Dh)
 
 
 def projection_columns(d_model: int, projection: str, *, kv_cols: int | None = None) -> slice:
@@ -262,16 +268,12 @@ def projection_columns(d_model: int, projection: str, *, kv_cols: int | None = N
 
     Raises:
         ValueError: on an unknown projection or a non-positive width.
-        TypeError: if ``d_model`` or ``kv_cols`` is not an int.
+        TypeError: if ``d_model`` or ``kv_cols`` is not an int (a Python or NumPy integer,
+            not a bool).
     """
-    check_sizes(d_model, 1)
-    if kv_cols is None:
-        kv_cols = d_model
-    check_sizes(kv_cols, 1)
-    if projection not in PROJECTION_RUNS:
-        raise ValueError(
-            f"projection must be one of {PROJECTION_RUNS}; got projection={projection!r}"
-        )
+    d_model = arguments.size("d_model", d_model)
+    kv_cols = d_model if kv_cols is None else arguments.size("kv_cols", kv_cols)
+    arguments.choice("projection", projection, PROJECTION_RUNS)
     starts = {"q": 0, "k": d_model, "v": d_model + kv_cols, "kv": d_model}
     widths = {"q": d_model, "k": kv_cols, "v": kv_cols, "kv": 2 * kv_cols}
     return slice(starts[projection], starts[projection] + widths[projection])
@@ -295,14 +297,13 @@ def head_columns(
 
     Raises:
         ValueError: on an unknown projection, a head out of range, or bad sizes.
-        TypeError: if a size is not an int.
+        TypeError: if ``h`` or a size is not an int (a Python or NumPy integer, not a bool).
     """
-    if projection not in PROJECTIONS:
-        raise ValueError(f"projection must be one of {PROJECTIONS}; got projection={projection!r}")
-    kv_cols = kv_width(d_model, num_heads, num_kv_heads)
-    offset = projection_columns(d_model, projection, kv_cols=kv_cols).start
-    heads = num_heads if projection == "q" or num_kv_heads is None else num_kv_heads
-    span = head_span(heads * (d_model // num_heads), heads, h)
+    arguments.choice("projection", projection, PROJECTIONS)
+    D, H, H_kv = arguments.layer_sizes(d_model, num_heads, num_kv_heads)
+    offset = projection_columns(D, projection, kv_cols=H_kv * (D // H)).start
+    heads = H if projection == "q" else H_kv
+    span = head_span(heads * (D // H), heads, h)
     return slice(offset + span.start, offset + span.stop)
 
 
@@ -327,9 +328,9 @@ def split_head_rows(w: Array, num_heads: int) -> Array:
         TypeError: if ``w`` is not an array or tensor, or ``num_heads`` is not an int.
     """
     _check_matrix("w", w)
-    D, n = w.shape
-    check_sizes(D, num_heads)
-    return w.reshape(num_heads, D // num_heads, n)  # (D, n) -> (H, Dh, n)
+    n = w.shape[1]
+    D, H, _ = arguments.layer_sizes(w.shape[0], num_heads)
+    return w.reshape(H, D // H, n)  # (D, n) -> (H, Dh, n)
 
 
 def column_owner(
@@ -353,9 +354,11 @@ def column_owner(
         ValueError, TypeError: if the sizes are not positive ints with H dividing D and
             H_kv dividing H.
     """
-    kv_cols = kv_width(d_model, num_heads, num_kv_heads)
-    Dh = d_model // num_heads
-    cols = np.arange(d_model + 2 * kv_cols)
-    projection = np.where(cols < d_model, 0, np.where(cols < d_model + kv_cols, 1, 2))
-    within = np.where(cols < d_model, cols, (cols - d_model) % kv_cols)
+    D, H, H_kv = arguments.layer_sizes(d_model, num_heads, num_kv_heads)
+    Dh = D // H
+    kv_cols = H_kv * Dh
+    arguments.check_elements("d_model", D + 2 * kv_cols, 8)
+    cols = np.arange(D + 2 * kv_cols)
+    projection = np.where(cols < D, 0, np.where(cols < D + kv_cols, 1, 2))
+    within = np.where(cols < D, cols, (cols - D) % kv_cols)
     return projection, within // Dh

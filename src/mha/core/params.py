@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from mha.core import packing
-from mha.core._checks.arguments import check_bool, check_device, check_seed, check_sizes, describe
+from mha.core._checks import arguments
+from mha.core._checks.arguments import check_bool, check_device, check_seed, describe
 from mha.core._checks.numpy_arrays import as_numpy, numpy_float_dtype
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
@@ -33,6 +34,15 @@ def _kind(x: Any) -> str | None:
     if torch is not None and isinstance(x, torch.Tensor):
         return "torch"
     return None
+
+
+def _real_dtype(x: Array) -> bool:
+    """Whether an array or tensor holds real numbers (floating or integer, not bool)."""
+    if isinstance(x, np.ndarray):
+        return x.dtype != np.bool_ and (
+            np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
+        )
+    return x.dtype.is_floating_point or not (x.dtype.is_complex or str(x.dtype) == "torch.bool")
 
 
 def _torch_float_dtype(dtype: Any) -> Any:
@@ -79,8 +89,10 @@ class MHAParams:
     Raises:
         ValueError: if a shape does not match, H does not divide D, or H_kv does not
             divide H.
-        TypeError: if ``num_heads`` or ``num_kv_heads`` is not an int, or the arrays are
-            not all NumPy arrays or all PyTorch tensors.
+        TypeError: if ``num_heads`` or ``num_kv_heads`` is not an int (a Python or NumPy
+            integer, kept as a Python ``int``; not a bool), the arrays are not all NumPy
+            arrays or all PyTorch tensors, or one holds no real numbers (bool, complex,
+            object).
     """
 
     w_qkv: Array
@@ -102,6 +114,8 @@ class MHAParams:
                 raise TypeError(
                     f"{name} must be a numpy.ndarray or a torch.Tensor; got {type(x).__name__}"
                 )
+            if not _real_dtype(x):
+                raise TypeError(f"{name} must hold real numbers; got dtype {x.dtype}")
         if len(set(kinds.values())) > 1:
             got = ", ".join(f"{name}={kind}" for name, kind in kinds.items())
             raise TypeError(f"all parameters must come from one library; got {got}")
@@ -110,7 +124,10 @@ class MHAParams:
                 f"w_qkv must have shape (D, D + 2 H_kv Dh); got {tuple(self.w_qkv.shape)}"
             )
         D, cols = self.w_qkv.shape
-        check_sizes(D, self.num_heads)
+        object.__setattr__(self, "num_heads", arguments.layer_sizes(D, self.num_heads)[1])
+        if self.num_kv_heads is not None:
+            H_kv = arguments.size("num_kv_heads", self.num_kv_heads)
+            object.__setattr__(self, "num_kv_heads", H_kv)
         Dh = D // self.num_heads
         if self.num_kv_heads is None:  # read H_kv off the width of the key and value blocks
             if (cols - D) % (2 * Dh) != 0 or cols <= D:
@@ -176,8 +193,22 @@ class MHAParams:
             ValueError: if only some of the input biases are given, ``w_q`` differs from
                 ``w_o`` in shape, ``w_k`` and ``w_v`` differ or have another number of
                 rows, or as :class:`MHAParams`.
-            TypeError: as :class:`MHAParams`.
+            TypeError: if a weight or bias is not a NumPy array or a PyTorch tensor, or as
+                :class:`MHAParams`.
         """
+        named = {"w_q": w_q, "w_k": w_k, "w_v": w_v, "w_o": w_o, "b_q": b_q, "b_k": b_k}
+        kinds = {}
+        for name, x in {**named, "b_v": b_v, "b_o": b_o}.items():
+            if x is None and name.startswith("b_"):
+                continue
+            kinds[name] = _kind(x)
+            if kinds[name] is None:
+                raise TypeError(
+                    f"{name} must be a numpy.ndarray or a torch.Tensor; got {describe(x)}"
+                )
+        if len(set(kinds.values())) > 1:
+            got = ", ".join(f"{name}={kind}" for name, kind in kinds.items())
+            raise TypeError(f"all weights and biases must come from one library; got {got}")
         biases = (b_q, b_k, b_v)
         if any(b is None for b in biases) and not all(b is None for b in biases):
             got = ", ".join(
@@ -313,7 +344,12 @@ class MHAParams:
 
         Returns:
             New ``MHAParams`` of the results (checked as at construction).
+
+        Raises:
+            TypeError: if ``fn`` is not callable, or as :class:`MHAParams` for its results.
         """
+        if not callable(fn):
+            raise TypeError(f"fn must be callable; got {describe(fn)}")
         return replace(
             self,
             w_qkv=fn(self.w_qkv),
@@ -400,17 +436,21 @@ def init_params(
 
     Raises:
         ValueError: if a size is not positive, H does not divide D, H_kv does not divide
-            H, or ``seed`` is negative.
-        TypeError: if a size or ``seed`` is not an int, ``bias`` is not a bool, or ``dtype``
-            is not NumPy's float32/float64 (a torch dtype included).
+            H, ``seed`` is negative, or the weights would pass what an array can hold.
+        TypeError: if a size or ``seed`` is not an int (a Python or NumPy integer, not a
+            bool), ``bias`` is not a bool, or ``dtype`` is not NumPy's float32/float64 (a
+            torch dtype included).
     """
-    check_sizes(d_model, num_heads)
+    D, H, _ = arguments.layer_sizes(d_model, num_heads, num_kv_heads)
     check_bool("bias", bias)
     check_seed("seed", seed)
+    if dtype is None:  # np.dtype(None) would be float64
+        raise TypeError("dtype must be float32 or float64; got None")
     dtype = numpy_float_dtype("dtype", dtype, (np.float32, np.float64))
-    kv_cols = packing.kv_width(d_model, num_heads, num_kv_heads)
-    rng = np.random.default_rng(seed)
-    D = d_model
+    kv_cols = packing.kv_width(D, H, num_kv_heads)
+    arguments.check_elements("d_model", D * (D + 2 * kv_cols), 8)
+    rng = np.random.default_rng(int(seed))
+    num_heads = H
     w_qkv = rng.standard_normal((D, D + 2 * kv_cols)) / np.sqrt(D)
     w_o = rng.standard_normal((D, D)) / np.sqrt(D)
     b_qkv = 0.02 * rng.standard_normal(D + 2 * kv_cols) if bias else None
@@ -443,12 +483,15 @@ def mean_pool_kv_heads(params: MHAParams, num_kv_heads: int) -> MHAParams:
         heads.
 
     Raises:
-        ValueError: if ``num_kv_heads`` does not divide the layer's key/value heads.
-        TypeError: if ``params`` is not ``MHAParams`` or ``num_kv_heads`` is not an int.
+        ValueError: if ``num_kv_heads`` is not positive or does not divide the layer's
+            key/value heads.
+        TypeError: if ``params`` is not ``MHAParams`` or ``num_kv_heads`` is not an int (a
+            Python or NumPy integer, not a bool).
     """
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
     packing.check_kv_heads(params.num_kv_heads, num_kv_heads)
+    num_kv_heads = int(num_kv_heads)
     m, Dh = params.num_kv_heads // num_kv_heads, params.d_head
 
     def pool(x: Array) -> Array:  # (..., H_kv Dh) -> (..., H_kv' Dh)
@@ -526,25 +569,41 @@ def planted_heads(
         ``(params, x)``: NumPy float64 parameters without biases, and the one-hot input.
 
     Raises:
-        ValueError: if the heads have different lengths, a target is out of range, or
-            Dh < L.
+        ValueError: if there is no head or no query, the heads have different lengths, a
+            target is out of range, Dh < L, ``d_model`` is not positive, or ``logit`` is
+            not finite.
+        TypeError: if ``targets`` is not a list of lists of ints (Python or NumPy, not
+            bool), ``d_model`` is not an int, or ``logit`` is not a real number.
     """
-    H = len(targets)
+    heads = [
+        arguments.items(f"targets[{h}]", t)
+        for h, t in enumerate(arguments.items("targets", targets))
+    ]
+    d_model = arguments.size("d_model", d_model)
+    logit = arguments.number("logit", logit)
+    H = len(heads)
     if H == 0:
         raise ValueError("targets must hold one list of positions per head; got none")
-    L = len(targets[0])
-    if any(len(t) != L for t in targets):
+    L = len(heads[0])
+    if any(len(t) != L for t in heads):
         raise ValueError(
             "targets must give every head the same number of queries; got "
-            f"{[len(t) for t in targets]}"
+            f"{[len(t) for t in heads]}"
         )
+    if L == 0:
+        raise ValueError("targets must give each head at least one query; got none")
+    for h, t in enumerate(heads):
+        for i, v in enumerate(t):
+            if not arguments.integral(v):
+                raise TypeError(f"targets[{h}][{i}] must be an int; got {describe(v)}")
     if d_model % H != 0 or d_model // H < L:
         raise ValueError(
             f"d_model must be a multiple of num_heads={H} with d_head >= L={L}; "
             f"got d_model={d_model}"
         )
-    t = np.asarray(targets)
-    if not np.issubdtype(t.dtype, np.integer) or (t < 0).any() or (t >= L).any():
+    arguments.check_elements("d_model", d_model * d_model, 8)
+    t = np.array([[int(v) for v in row] for row in heads], dtype=np.int64)
+    if (t < 0).any() or (t >= L).any():
         raise ValueError(f"targets must be integer positions in [0, L={L}); got {t.tolist()}")
     Dh = d_model // H
     c = logit * np.sqrt(Dh)

@@ -20,7 +20,8 @@ by PyTorch, operators, memory, time), and the tests and the book check each mode
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,11 @@ class AttentionFlops:
         scale: one multiplication per score (``scores * 1/sqrt(Dh)``).
         softmax: per row of S scores, ``S - 1`` comparisons (max), ``S`` subtractions,
             ``S`` exponentials, ``S - 1`` additions (sum) and ``S`` divisions.
+
+    Raises:
+        ValueError: if a count is negative.
+        TypeError: if a count is not an int (a Python or NumPy integer, kept as a Python
+            ``int``; not a bool).
     """
 
     q_proj: int
@@ -59,6 +65,10 @@ class AttentionFlops:
     bias: int
     scale: int
     softmax: int
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(self, f.name, arguments.size(f.name, getattr(self, f.name), 0, None))
 
     @property
     def projections(self) -> int:
@@ -106,14 +116,13 @@ def matmul_flops(m: int, k: int, n: int) -> int:
         n: columns of the right factor.
 
     Returns:
-        ``2 * m * k * n``.
+        ``2 * m * k * n``, a Python ``int`` (exact at any size).
 
     Raises:
         ValueError: if a size is not positive.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    for name, value in (("m", m), ("k", k), ("n", n)):
-        arguments.check_positive(name, value)
+    m, k, n = arguments.counts(m=m, k=k, n=n).values()
     return 2 * m * k * n
 
 
@@ -126,14 +135,18 @@ def attention_flops(
     *,
     bias: bool = True,
     num_kv_heads: int | None = None,
+    form: str = "fused",
 ) -> AttentionFlops:
     """Exact FLOP count of one multi-head attention forward, per stage.
 
-    The count does not depend on the form (per-head loop, fused or packed): the same
-    multiply-adds are grouped into fewer, larger matrix products. With ``num_kv_heads``
-    below ``num_heads`` the keys and values are projected to ``num_kv_heads`` heads shared
-    by groups of query heads (grouped-query attention; ``num_kv_heads=1`` is multi-query
-    attention), which shrinks only ``k_proj``, ``v_proj`` and their biases.
+    For multi-head attention the count does not depend on the form (per-head loop, fused,
+    packed or tiled): the same multiply-adds are grouped into fewer, larger matrix products.
+    With ``num_kv_heads`` below ``num_heads`` the keys and values are projected to
+    ``num_kv_heads`` heads shared by groups of query heads (grouped-query attention;
+    ``num_kv_heads=1`` is multi-query attention), which shrinks ``k_proj``, ``v_proj`` and
+    their biases, in every form but the per-head loop: that one projects the key and value
+    block of each query head's group for the head itself, ``H`` projections of width ``Dh``,
+    as many as multi-head attention.
 
     Args:
         batch_size: B.
@@ -143,30 +156,27 @@ def attention_flops(
         num_heads: number of query heads H; must divide D.
         bias: whether the four projections add a bias.
         num_kv_heads: number of key/value heads; must divide H. Defaults to H.
+        form: ``"per_head"``, ``"fused"``, ``"packed"`` or ``"tiled"``, the form of
+            :func:`mha.backends.torch_backend.multi_head_attention` (or NumPy's) counted.
 
     Returns:
-        ``AttentionFlops``; with ``Dh = D / H`` and ``Dkv = num_kv_heads * Dh``:
-        q_proj ``2 B L D D``, k_proj = v_proj ``2 B S D Dkv``, scores = weighted_sum
-        ``2 B H L S Dh``, out_proj ``2 B L D D``.
+        ``AttentionFlops``, of Python ints (exact at any size); with ``Dh = D / H`` and
+        ``Dkv = num_kv_heads * Dh`` (``D`` in the per-head form): q_proj ``2 B L D D``,
+        k_proj = v_proj ``2 B S D Dkv``, scores = weighted_sum ``2 B H L S Dh``, out_proj
+        ``2 B L D D``.
 
     Raises:
-        ValueError: if a size is not positive, H does not divide D, or ``num_kv_heads``
-            does not divide H.
-        TypeError: if a size is not an int or ``bias`` is not a bool.
+        ValueError: if a size is not positive, H does not divide D, ``num_kv_heads``
+            does not divide H, or ``form`` is unknown.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool) or
+            ``bias`` is not a bool.
     """
-    for name, value in (("batch_size", batch_size), ("q_len", q_len), ("kv_len", kv_len)):
-        arguments.check_positive(name, value)
-    arguments.check_sizes(d_model, num_heads)
+    B, L, S = arguments.counts(batch_size=batch_size, q_len=q_len, kv_len=kv_len).values()
+    D, H, G = arguments.layer_sizes(d_model, num_heads, num_kv_heads, high=None)
     arguments.check_bool("bias", bias)
-    G = num_heads if num_kv_heads is None else num_kv_heads
-    arguments.check_positive("num_kv_heads", G)
-    if num_heads % G != 0:
-        raise ValueError(
-            f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={G}"
-        )
-    B, L, S, D, H = batch_size, q_len, kv_len, d_model, num_heads
+    layer.check_form(form)
     Dh = D // H
-    Dkv = G * Dh
+    Dkv = (H if form == "per_head" else G) * Dh  # the per-head loop projects per query head
     rows = B * H * L  # softmax rows
     return AttentionFlops(
         q_proj=matmul_flops(B * L, D, D),
@@ -202,9 +212,10 @@ def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> i
     Raises:
         ValueError: on an unknown form, on ``"tiled"`` (which forms no weights, and whose
             products depend on its block sizes), or a non-positive ``num_heads``.
-        TypeError: if ``num_heads`` is not an int or ``self_attention`` is not a bool.
+        TypeError: if ``num_heads`` is not an int (a Python or NumPy integer, not a bool)
+            or ``self_attention`` is not a bool.
     """
-    arguments.check_positive("num_heads", num_heads)
+    num_heads = arguments.size("num_heads", num_heads, high=None)
     layer.check_form(form)
     arguments.check_bool("self_attention", self_attention)
     if form == "tiled":
@@ -223,24 +234,31 @@ def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> i
 
 
 def itemsize(dtype: Any) -> int:
-    """Bytes of one element of ``dtype``, a NumPy or PyTorch dtype (``n_byte`` in the book).
+    """Bytes of one element of a numeric NumPy or PyTorch dtype (``n_byte`` in the book).
 
     Args:
-        dtype: a NumPy or PyTorch dtype, or anything ``numpy.dtype`` accepts.
+        dtype: a numeric NumPy or PyTorch dtype, or anything ``numpy.dtype`` accepts that is
+            numeric (not ``bool``).
 
     Returns:
-        The element's size in bytes.
+        The element's size in bytes, a Python ``int``.
 
     Raises:
-        TypeError: if ``dtype`` is not a dtype.
+        TypeError: if ``dtype`` is not a numeric dtype (``None`` and ``bool`` included).
     """
-    size = getattr(dtype, "itemsize", None)
-    if isinstance(size, int):
-        return size
+    if type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype":
+        if str(dtype) == "torch.bool":
+            raise TypeError(f"dtype must be a numeric dtype; got {dtype}")
+        return int(dtype.itemsize)
     try:
-        return np.dtype(dtype).itemsize
-    except TypeError as err:
-        raise TypeError(f"dtype must be a NumPy or PyTorch dtype; got {dtype!r}") from err
+        np_dtype = None if dtype is None else np.dtype(dtype)
+    except (TypeError, ValueError):
+        np_dtype = None
+    if np_dtype is None or np_dtype.kind not in "iufc":
+        raise TypeError(
+            f"dtype must be a numeric NumPy or PyTorch dtype; got {arguments.describe(dtype)}"
+        )
+    return int(np_dtype.itemsize)
 
 
 def score_tensor_bytes(
@@ -262,16 +280,17 @@ def score_tensor_bytes(
             default).
 
     Returns:
-        ``B * H * L * S * itemsize``, an ``int``.
+        ``B * H * L * S * itemsize``, a Python ``int`` (exact at any size).
 
     Raises:
         ValueError: if a size is not positive.
-        TypeError: if a size is not an int or ``dtype`` is not a dtype.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool) or
+            ``dtype`` is not a numeric dtype (``None`` included).
     """
-    arguments.check_positive_sizes(
+    B, L, S, H = arguments.counts(
         batch_size=batch_size, q_len=q_len, kv_len=kv_len, num_heads=num_heads
-    )
-    return batch_size * num_heads * q_len * kv_len * itemsize(dtype)
+    ).values()
+    return B * H * L * S * itemsize(dtype)
 
 
 # --- Inference: the key/value cache and one decoding step ----------------------------------
@@ -301,20 +320,21 @@ def kv_cache_bytes(
         batch_size: B, the sequences decoded together.
 
     Returns:
-        The size in bytes.
+        The size in bytes, a Python ``int`` (exact at any size).
 
     Raises:
         ValueError: if a size is not positive.
-        TypeError: if a size is not an int or ``dtype`` is not a dtype.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool) or
+            ``dtype`` is not a numeric dtype (``None`` included).
     """
-    arguments.check_positive_sizes(
+    n = arguments.counts(
         num_layers=num_layers,
         kv_len=kv_len,
         num_kv_heads=num_kv_heads,
         d_head=d_head,
         batch_size=batch_size,
     )
-    return 2 * num_layers * batch_size * kv_len * num_kv_heads * d_head * itemsize(dtype)
+    return 2 * math.prod(n.values()) * itemsize(dtype)
 
 
 @dataclass(frozen=True)
@@ -334,6 +354,12 @@ class PublishedConfig:
             holds more positions; ``None`` when every position attends to all before it.
         source: the citation key of the paper that describes the model.
         config_url: the released ``config.json`` the sizes come from.
+
+    Raises:
+        ValueError: if a size is not positive or ``num_kv_heads`` does not divide
+            ``num_heads``.
+        TypeError: if a size is not an int (a Python or NumPy integer, kept as a Python
+            ``int``; not a bool), or a name is not a string.
     """
 
     name: str
@@ -347,6 +373,21 @@ class PublishedConfig:
     window: int | None
     source: str
     config_url: str
+
+    def __post_init__(self) -> None:
+        for name in ("name", "source", "config_url"):
+            arguments.text(name, getattr(self, name))
+        for name in ("num_layers", "num_heads", "num_kv_heads", "d_head", "d_ff"):
+            object.__setattr__(self, name, arguments.size(name, getattr(self, name), high=None))
+        for name in ("vocab_size", "max_context"):
+            object.__setattr__(self, name, arguments.size(name, getattr(self, name), high=None))
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads must divide num_heads; got num_heads={self.num_heads}, "
+                f"num_kv_heads={self.num_kv_heads}"
+            )
+        if self.window is not None:
+            object.__setattr__(self, "window", arguments.size("window", self.window, high=None))
 
     @property
     def d_model(self) -> int:
@@ -436,9 +477,9 @@ class PublishedConfig:
 
         Raises:
             ValueError: if ``kv_len`` is not positive.
-            TypeError: if ``kv_len`` is not an int.
+            TypeError: if ``kv_len`` is not an int (a Python or NumPy integer, not a bool).
         """
-        arguments.check_positive("kv_len", kv_len)
+        kv_len = arguments.size("kv_len", kv_len, high=None)
         return kv_len if self.window is None else min(kv_len, self.window)
 
 
@@ -525,10 +566,18 @@ class DecodeStepCost:
         bytes: the least traffic between memory and the processor: every weight read
             once, the cached keys and values read once, the new ones written once, and the
             layer's input and output.
+
+    Raises:
+        ValueError: if ``flops`` is negative or ``bytes`` is not positive.
+        TypeError: if either is not an int (a Python or NumPy integer, not a bool).
     """
 
     flops: int
     bytes: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flops", arguments.size("flops", self.flops, 0, None))
+        object.__setattr__(self, "bytes", arguments.size("bytes", self.bytes, 1, None))
 
     @property
     def intensity(self) -> float:
@@ -545,12 +594,23 @@ class Accelerator:
         peak_flops: FLOPs per second at peak (dense matrix products).
         bandwidth: bytes per second between main memory and the processor.
         source: the citation key of the datasheet.
+
+    Raises:
+        ValueError: if a rate is not positive and finite.
+        TypeError: if a rate is not a real number or a name not a string.
     """
 
     name: str
     peak_flops: float
     bandwidth: float
     source: str
+
+    def __post_init__(self) -> None:
+        for name in ("name", "source"):
+            arguments.text(name, getattr(self, name))
+        for name in ("peak_flops", "bandwidth"):
+            value = arguments.number(name, getattr(self, name), low=0.0, open_low=True)
+            object.__setattr__(self, name, value)
 
     @property
     def ridge(self) -> float:
@@ -569,10 +629,18 @@ class RooflineTime:
     Attributes:
         compute: seconds to do the FLOPs at peak.
         memory: seconds to move the bytes at full bandwidth.
+
+    Raises:
+        ValueError: if a time is negative or not finite.
+        TypeError: if a time is not a real number.
     """
 
     compute: float
     memory: float
+
+    def __post_init__(self) -> None:
+        for name in ("compute", "memory"):
+            object.__setattr__(self, name, arguments.number(name, getattr(self, name), low=0.0))
 
     @property
     def seconds(self) -> float:
@@ -653,17 +721,13 @@ def decode_step_cost(
     Raises:
         ValueError: if a size is not positive, H does not divide D or H_kv does not
             divide H.
-        TypeError: if a size is not an int or ``cached`` is not a bool.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool),
+            ``cached`` is not a bool, or ``dtype`` is not a numeric dtype.
     """
-    arguments.check_sizes(d_model, num_heads)
-    arguments.check_positive_sizes(num_kv_heads=num_kv_heads, kv_len=kv_len, batch_size=batch_size)
-    if num_heads % num_kv_heads != 0:
-        raise ValueError(
-            f"num_kv_heads must divide num_heads; got num_heads={num_heads}, "
-            f"num_kv_heads={num_kv_heads}"
-        )
+    arguments.size("num_kv_heads", num_kv_heads, high=None)  # required: None is not H here
+    D, H, H_kv = arguments.layer_sizes(d_model, num_heads, num_kv_heads, high=None)
+    S, B = arguments.counts(kv_len=kv_len, batch_size=batch_size).values()
     arguments.check_bool("cached", cached)
-    D, H, H_kv, B, S = d_model, num_heads, num_kv_heads, batch_size, kv_len
     Dh = D // H
     item = itemsize(dtype)
     per_token = 4 * D * D + 4 * D * H_kv * Dh  # q, k, v and output projections

@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,12 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 from mha.core._checks import arguments
 
 # --- FLOPs and operators ------------------------------------------------------------------
+
+
+def _callable(name: str, fn: Any) -> Callable[..., Any]:
+    if not callable(fn):
+        raise TypeError(f"{name} must be callable; got {arguments.describe(fn)}")
+    return fn
 
 
 def _cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
@@ -67,7 +73,11 @@ def count_flops(fn: Callable[[], Any]) -> dict[str, int]:
     Returns:
         ``{"aten.addmm": ..., "aten.bmm": ..., ...}``; its values sum to the total. Operators
         ``FlopCounterMode`` has no formula for (softmax, additions) are absent.
+
+    Raises:
+        TypeError: if ``fn`` is not callable.
     """
+    _callable("fn", fn)
     with flop_counter() as counter:
         fn()
     return {str(op): int(n) for op, n in counter.get_flop_counts().get("Global", {}).items()}
@@ -100,7 +110,11 @@ def count_aten_ops(fn: Callable[[], Any]) -> collections.Counter[str]:
 
     Returns:
         A ``collections.Counter`` of operator names (``"aten.bmm"``, ...).
+
+    Raises:
+        TypeError: if ``fn`` is not callable.
     """
+    _callable("fn", fn)
     with torch.inference_mode(False), torch.no_grad(), _OpCounter() as counter:
         fn()
     return counter.counts
@@ -146,8 +160,9 @@ def peak_rss_increase(fn: Callable[[], Any], *, warmup: bool = True) -> int:
 
     Raises:
         RuntimeError: if ``/proc/self/clear_refs`` or glibc's ``mallopt`` is unavailable.
-        TypeError: if ``warmup`` is not a bool.
+        TypeError: if ``fn`` is not callable or ``warmup`` is not a bool.
     """
+    _callable("fn", fn)
     arguments.check_bool("warmup", warmup)
     clear_refs = _PROC_SELF / "clear_refs"
     if not clear_refs.exists():
@@ -242,7 +257,7 @@ def clock_named(name: str) -> Callable[[], float]:
     Raises:
         ValueError: if ``name`` is not a key of :data:`CLOCKS`.
     """
-    if name not in CLOCKS:
+    if not isinstance(name, str) or name not in CLOCKS:
         raise ValueError(f"clock must be one of {tuple(CLOCKS)}; got clock={name!r}")
     return CLOCKS[name]
 
@@ -256,7 +271,13 @@ def calibrate(fn: Callable[[], Any], min_time: float) -> int:
 
     Returns:
         At least 1.
+
+    Raises:
+        ValueError: if ``min_time`` is negative or not finite.
+        TypeError: if ``fn`` is not callable or ``min_time`` not a real number.
     """
+    _callable("fn", fn)
+    min_time = arguments.number("min_time", min_time, low=0.0)
     start = time.perf_counter()
     fn()
     first = time.perf_counter() - start
@@ -273,7 +294,14 @@ def mean_time(fn: Callable[[], Any], number: int, clock: Callable[[], float]) ->
 
     Returns:
         Seconds per call.
+
+    Raises:
+        ValueError: if ``number`` is not positive.
+        TypeError: if ``fn`` or ``clock`` is not callable, or ``number`` not an int.
     """
+    _callable("fn", fn)
+    _callable("clock", clock)
+    number = arguments.size("number", number, high=None)
     start = clock()
     for _ in range(number):
         fn()
@@ -305,18 +333,20 @@ def median_time(
         Seconds per call.
 
     Raises:
-        ValueError: if ``repeat``, ``number`` or ``min_time`` is not positive, or the
-            clock is unknown.
-        TypeError: if ``repeat`` or ``number`` is not an int.
+        ValueError: if ``repeat``, ``number`` or ``min_time`` is not positive (or
+            ``min_time`` not finite), or the clock is unknown.
+        TypeError: if ``fn`` is not callable, ``repeat`` or ``number`` not an int (a Python
+            or NumPy integer, not a bool), or ``min_time`` not a real number.
     """
-    arguments.check_positive("repeat", repeat)
+    _callable("fn", fn)
+    repeat = arguments.size("repeat", repeat, high=None)
     tick = clock_named(clock)
-    if not min_time > 0:
-        raise ValueError(f"min_time must be positive; got min_time={min_time}")
+    min_time = arguments.number("min_time", min_time, low=0.0, open_low=True)
+    if number is not None:
+        number = arguments.size("number", number, high=None)
     if number is None:
         number = calibrate(fn, min_time)
     else:
-        arguments.check_positive("number", number)
         fn()  # warm-up
     return statistics.median(mean_time(fn, number, tick) for _ in range(repeat))
 
@@ -347,16 +377,18 @@ def interleaved_times(
         ``{name: [seconds per call in round 1, round 2, ...]}``.
 
     Raises:
-        ValueError: if ``repeat`` is not positive, ``min_time`` or ``warmup`` is negative,
-            or the clock is unknown.
-        TypeError: if ``repeat`` or ``warmup`` is not an int.
+        ValueError: if ``repeat`` is not positive, ``min_time`` or ``warmup`` is negative
+            (or ``min_time`` not finite), or the clock is unknown.
+        TypeError: if ``fns`` is not a dict of callables, ``repeat`` or ``warmup`` not an
+            int (a Python or NumPy integer, not a bool), or ``min_time`` not a real number.
     """
-    arguments.check_positive("repeat", repeat)
-    arguments.check_int("warmup", warmup)
-    if warmup < 0 or not min_time >= 0:
-        raise ValueError(
-            f"warmup and min_time must be non-negative; got warmup={warmup}, min_time={min_time}"
-        )
+    if not isinstance(fns, Mapping):
+        raise TypeError(f"fns must be a dict of callables by name; got {arguments.describe(fns)}")
+    for name, fn in fns.items():
+        _callable(f"fns[{name!r}]", fn)
+    repeat = arguments.size("repeat", repeat, high=None)
+    warmup = arguments.size("warmup", warmup, 0, None)
+    min_time = arguments.number("min_time", min_time, low=0.0)
     tick = clock_named(clock)
     for _ in range(warmup):
         for fn in fns.values():
@@ -421,10 +453,23 @@ def run_child(module: str, entry: str, spec: dict[str, Any], threads: int | None
 
     Raises:
         RuntimeError: if the child fails, with the end of its stderr.
+        ValueError: if ``threads`` is not positive.
+        TypeError: if ``module`` or ``entry`` is not a string, ``spec`` is not a dict that
+            JSON can write, or ``threads`` is not an int.
     """
+    arguments.text("module", module)
+    arguments.text("entry", entry)
+    if not isinstance(spec, dict):
+        raise TypeError(f"spec must be a dict; got {arguments.describe(spec)}")
+    if threads is not None:
+        threads = arguments.size("threads", threads, high=None)
+    try:
+        text = json.dumps(spec)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"spec must hold only what JSON can write; got {error}") from None
     result = subprocess.run(
         [sys.executable, "-c", f"from {module} import {entry}; {entry}()"],
-        input=json.dumps(spec),
+        input=text,
         capture_output=True,
         text=True,
         env=_child_env(threads),

@@ -132,9 +132,13 @@ def attention_peak_memory(
         ``{path: [bytes for each L]}``.
 
     Raises:
-        ValueError: on an unknown path or dtype, or bad sizes.
+        ValueError: on an unknown path or dtype, a size or ``threads`` that is not
+            positive, or H not dividing D; all before the child starts.
+        TypeError: if a size or ``threads`` is not an int (a Python or NumPy integer, not
+            a bool), or ``q_lens`` or ``paths`` is not a list.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
+    threads = arguments.size("threads", threads)  # the child sets it: None is not a count
     spec = _memory_spec(batch_size, q_lens, d_model, num_heads, paths, dtype, threads, MEMORY_PATHS)
     return run_child(__name__, "_memory_child", spec, threads)
 
@@ -219,7 +223,10 @@ def tiled_peak_memory(
         ``{path: [bytes for each L]}``.
 
     Raises:
-        ValueError: on an unknown path or dtype, or bad sizes.
+        ValueError: on an unknown path or dtype, a size or ``threads`` that is not
+            positive, or H not dividing D; all before the child starts.
+        TypeError: if a size or ``threads`` is not an int (a Python or NumPy integer, not
+            a bool), or ``q_lens`` or ``paths`` is not a list.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
     spec = _memory_spec(
@@ -279,13 +286,17 @@ def kv_cache_peak_memory(
 
     Raises:
         ValueError: if a size is not positive or ``positions`` passes ``capacity``.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool), or
+            ``fills`` is not a list of pairs.
         RuntimeError: if the child process fails (e.g. not on Linux with glibc).
     """
-    arguments.check_positive_sizes(num_layers=num_layers, num_kv_heads=num_kv_heads, d_head=d_head)
+    num_layers, num_kv_heads, d_head = arguments.sizes(
+        num_layers=num_layers, num_kv_heads=num_kv_heads, d_head=d_head
+    ).values()
+    fills = arguments.pairs("fills", fills)
     for i, (capacity, positions) in enumerate(fills):
-        arguments.check_positive(f"fills[{i}] capacity", capacity)
-        arguments.check_positive(f"fills[{i}] positions", positions)
+        arguments.size(f"fills[{i}] capacity", capacity)
+        arguments.size(f"fills[{i}] positions", positions)
         if positions > capacity:
             raise ValueError(
                 f"fills[{i}] positions must not pass capacity; got capacity={capacity}, "
@@ -311,20 +322,20 @@ def _memory_spec(
     known: Sequence[str],
 ) -> dict[str, Any]:
     """The checked arguments of a memory measurement, as the child process reads them."""
-    arguments.check_positive("batch_size", batch_size)
-    for L in q_lens:
-        arguments.check_positive("q_lens[i]", L)
-    arguments.check_sizes(d_model, num_heads)
+    batch_size = arguments.size("batch_size", batch_size)
+    q_lens = arguments.size_list("q_lens", q_lens, nonempty=False)
+    d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)
     if threads is not None:
-        arguments.check_positive("threads", threads)
-    unknown = [p for p in paths if p not in known]
+        threads = arguments.size("threads", threads)
+    paths = arguments.items("paths", paths)
+    unknown = [p for p in paths if not isinstance(p, str) or p not in known]
     if unknown:
         raise ValueError(f"paths must be among {tuple(known)}; got {unknown}")
-    if dtype not in ("float32", "float64"):
+    if not isinstance(dtype, str) or dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
     return {
         "batch_size": batch_size,
-        "q_lens": list(q_lens),
+        "q_lens": q_lens,
         "d_model": d_model,
         "num_heads": num_heads,
         "paths": list(paths),

@@ -26,10 +26,19 @@ class AttentionIO:
     Attributes:
         reads: elements loaded from slow memory.
         writes: elements stored to slow memory.
+
+    Raises:
+        ValueError: if a count is negative.
+        TypeError: if a count is not an int (a Python or NumPy integer, kept as a Python
+            ``int``; not a bool).
     """
 
     reads: int
     writes: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reads", arguments.size("reads", self.reads, 0, None))
+        object.__setattr__(self, "writes", arguments.size("writes", self.writes, 0, None))
 
     @property
     def total(self) -> int:
@@ -53,10 +62,11 @@ def tiled_fast_memory(block_q: int, block_kv: int, d_head: int) -> int:
 
     Raises:
         ValueError: if a size is not positive.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    for name, value in (("block_q", block_q), ("block_kv", block_kv), ("d_head", d_head)):
-        arguments.check_positive(name, value)
+    block_q, block_kv, d_head = arguments.counts(
+        block_q=block_q, block_kv=block_kv, d_head=d_head
+    ).values()
     return 2 * block_q * d_head + 2 * block_kv * d_head + block_q * block_kv + 2 * block_q
 
 
@@ -85,10 +95,9 @@ def tiled_block_sizes(d_head: int, fast_memory: int) -> tuple[int, int]:
     Raises:
         ValueError: if a size is not positive, or M is too small for one row of each block
             (``M < tiled_fast_memory(1, 1, Dh)``).
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    arguments.check_positive("d_head", d_head)
-    arguments.check_positive("fast_memory", fast_memory)
+    d_head, fast_memory = arguments.counts(d_head=d_head, fast_memory=fast_memory).values()
     block_kv = max(1, min(d_head, fast_memory // (4 * d_head)))
     block_q = (fast_memory - 2 * block_kv * d_head) // (2 * d_head + block_kv + 2)
     if block_q < 1:
@@ -113,9 +122,9 @@ def _io_blocks(
     if not isinstance(blocks, tuple | list) or len(blocks) != 2:
         raise TypeError(f"blocks must be a pair (Br, Bc); got {arguments.describe(blocks)}")
     block_q, block_kv = blocks
-    arguments.check_positive("blocks[0]", block_q)
-    arguments.check_positive("blocks[1]", block_kv)
-    return block_q, block_kv
+    return arguments.size("blocks[0]", block_q, high=None), arguments.size(
+        "blocks[1]", block_kv, high=None
+    )
 
 
 def tiled_attention_io(
@@ -161,16 +170,50 @@ def tiled_attention_io(
         TypeError: if a size is not an int, ``blocks`` is not a pair, or ``causal`` is not
             a bool.
     """
-    for name, value in (("q_len", q_len), ("kv_len", kv_len), ("d_head", d_head)):
-        arguments.check_positive(name, value)
+    q_len, kv_len, d_head = arguments.counts(q_len=q_len, kv_len=kv_len, d_head=d_head).values()
     arguments.check_bool("causal", causal)
     block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
-    key_rows = 0
-    for start in range(0, q_len, block_q):
-        stop = min(start + block_q, q_len)
-        seen = min(stop, kv_len) if causal else kv_len  # key blocks starting before `seen`
-        key_rows += min(kv_len, math.ceil(seen / block_kv) * block_kv)
+    key_rows = _key_rows_read(q_len, kv_len, block_q, block_kv, causal)
     return AttentionIO(reads=q_len * d_head + 2 * d_head * key_rows, writes=q_len * d_head + q_len)
+
+
+def _key_rows_read(L: int, S: int, Br: int, Bc: int, causal: bool) -> int:
+    """Key rows the ``ceil(L / Br)`` query blocks read, in closed form (any size, exact).
+
+    Block ``i`` ends at ``stop_i = min((i + 1) Br, L)`` and reads the key blocks that start
+    before ``seen_i = min(stop_i, S)`` (all S keys without a mask): ``min(S, Bc
+    ceil(seen_i / Bc))`` rows. The full blocks that stop before the last key block,
+    ``(i + 1) Br <= T = Bc (ceil(S / Bc) - 1)``, read ``Bc ceil((i + 1) Br / Bc)`` rows, a
+    sum of floors (:func:`_floor_sum`); the other full blocks read all S; then the last one.
+    """
+    blocks = -(-L // Br)
+    if not causal:
+        return blocks * S
+    T = Bc * (-(-S // Bc) - 1)
+    k = min(blocks - 1, T // Br)  # full blocks that stop before the last key block
+    early = Bc * _floor_sum(k, Bc, Br, Br + Bc - 1)  # Bc sum_{j=1..k} ceil(j Br / Bc)
+    seen = min(L, S)
+    return early + (blocks - 1 - k) * S + min(S, Bc * -(-seen // Bc))
+
+
+def _floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """``sum_{i=0}^{n-1} floor((a i + b) / m)`` for ``n >= 0``, ``m >= 1``, ``a, b >= 0``.
+
+    Exact in ``O(log(m + a))`` steps: the lattice points under a line, counted by swapping
+    the roles of the axes (Euclid's algorithm), as competitive-programming libraries do.
+    """
+    total = 0
+    while True:
+        if a >= m:
+            total += n * (n - 1) // 2 * (a // m)
+            a %= m
+        if b >= m:
+            total += n * (b // m)
+            b %= m
+        y_max = a * n + b
+        if y_max < m:
+            return total
+        n, b, m, a = y_max // m, y_max % m, a, m
 
 
 def naive_attention_io(
@@ -216,10 +259,10 @@ def naive_attention_io(
     Raises:
         ValueError: if a size is not positive, not exactly one of ``fast_memory`` and
             ``blocks`` is given, or ``softmax_rows`` is given with ``fast_memory``.
-        TypeError: if a size is not an int, or ``blocks`` is not a pair.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool), or
+            ``blocks`` is not a pair.
     """
-    for name, value in (("q_len", q_len), ("kv_len", kv_len), ("d_head", d_head)):
-        arguments.check_positive(name, value)
+    q_len, kv_len, d_head = arguments.counts(q_len=q_len, kv_len=kv_len, d_head=d_head).values()
     block_q, block_kv = _io_blocks(d_head, fast_memory, blocks)
     if softmax_rows is not None:
         if fast_memory is not None:
@@ -227,7 +270,7 @@ def naive_attention_io(
                 f"softmax_rows goes with blocks, not fast_memory (it follows from M); got "
                 f"fast_memory={fast_memory}, softmax_rows={softmax_rows}"
             )
-        arguments.check_positive("softmax_rows", softmax_rows)
+        softmax_rows = arguments.size("softmax_rows", softmax_rows, high=None)
     L, S, Dh = q_len, kv_len, d_head
     if fast_memory is not None:
         softmax_rows = naive_softmax_rows(S, fast_memory)
@@ -252,10 +295,9 @@ def naive_softmax_rows(kv_len: int, fast_memory: int) -> int | None:
 
     Raises:
         ValueError: if a size is not positive.
-        TypeError: if a size is not an int.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    arguments.check_positive("kv_len", kv_len)
-    arguments.check_positive("fast_memory", fast_memory)
+    kv_len, fast_memory = arguments.counts(kv_len=kv_len, fast_memory=fast_memory).values()
     rows = fast_memory // (kv_len + 2)
     return rows if rows >= 1 else None
 
@@ -273,13 +315,19 @@ def flash_io_bound(q_len: int, kv_len: int, d_head: int, fast_memory: int) -> fl
         fast_memory: M, in elements.
 
     Returns:
-        ``L S Dh^2 / M``.
+        ``L S Dh^2 / M``, a float (the quotient of exact integers, rounded once).
 
     Raises:
-        ValueError: if a size is not positive.
-        TypeError: if a size is not an int.
+        ValueError: if a size is not positive, or the bound exceeds a float's range.
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
     """
-    arguments.check_positive_sizes(
+    L, S, Dh, M = arguments.counts(
         q_len=q_len, kv_len=kv_len, d_head=d_head, fast_memory=fast_memory
-    )
-    return q_len * kv_len * d_head**2 / fast_memory
+    ).values()
+    try:
+        return L * S * Dh**2 / M
+    except OverflowError:
+        raise ValueError(
+            f"L S Dh^2 / M must fit a float; got q_len={L}, kv_len={S}, d_head={Dh}, "
+            f"fast_memory={M}"
+        ) from None

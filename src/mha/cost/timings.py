@@ -23,7 +23,7 @@ import torch
 
 from mha.backends import latent, np_backend, tiled, torch_backend
 from mha.backends.module import to_torch_mha
-from mha.core._checks import arguments
+from mha.core._checks import arguments, numpy_arrays
 from mha.core._tools import one_thread
 from mha.core.kv_cache import KVCache, LatentCache
 from mha.core.latent_params import MLAParams
@@ -66,10 +66,17 @@ def form_runners(params: MHAParams, x: torch.Tensor) -> dict[str, Callable[[], t
         ``{form: callable}`` for every name in :data:`FORMS_TIMED`, in that order.
 
     Raises:
-        TypeError: if ``params`` are not PyTorch ``MHAParams``.
+        TypeError: if ``params`` are not PyTorch ``MHAParams`` or ``x`` is not a tensor, or
+            as :func:`mha.backends.torch_backend.multi_head_attention`.
+        ValueError: as :func:`mha.backends.torch_backend.multi_head_attention`.
     """
     if not isinstance(params, MHAParams) or not isinstance(params.w_qkv, torch.Tensor):
         raise TypeError(f"params must be MHAParams of torch tensors; got {type(params).__name__}")
+    arguments.torch_tensor("x", x)  # a floating tensor, finite
+    if x.ndim != 3 or x.shape[1] < 1:
+        raise ValueError(f"x must have shape (B, L, D) with L >= 1; got {tuple(x.shape)}")
+    with torch.no_grad():  # every check of the five forms, on the first query
+        torch_backend.multi_head_attention(x[:, :1], x, x, params, need_weights=False)
     module = to_torch_mha(params).eval()
 
     def run(form: str, need_weights: bool) -> Callable[[], torch.Tensor]:
@@ -84,6 +91,18 @@ def form_runners(params: MHAParams, x: torch.Tensor) -> dict[str, Callable[[], t
         "nn.MultiheadAttention": lambda: module(x, x, x, need_weights=False)[0],
         "sdpa": run("packed", False),
     }
+
+
+def _check_timing(repeat: Any, min_time: Any, clock: Any, seed: Any) -> tuple[int, float, int]:
+    """``repeat``, ``min_time`` and ``seed`` checked (and the clock's name), before any work."""
+    repeat = arguments.size("repeat", repeat, high=None)
+    min_time = arguments.number("min_time", min_time, low=0.0, open_low=True)
+    clock_named(clock)
+    return repeat, min_time, arguments.seed("seed", seed)
+
+
+def _check_threads(threads: Any) -> int | None:
+    return None if threads is None else arguments.size("threads", threads, high=None)
 
 
 def time_forms(
@@ -119,17 +138,19 @@ def time_forms(
         ``{form: seconds}`` for every name in :data:`FORMS_TIMED`.
 
     Raises:
-        ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or an unknown clock.
+        ValueError: if a size, ``repeat``, ``min_time`` or ``threads`` is not positive (or
+            ``min_time`` not finite), H does not divide D, ``seed`` is not in
+            ``[0, 2**64)``, or the clock is unknown; all before any work.
+        TypeError: if a size, ``repeat``, ``threads`` or ``seed`` is not an int (a Python or
+            NumPy integer, not a bool), or ``min_time`` not a real number.
     """
-    arguments.check_positive("batch_size", batch_size)
-    arguments.check_positive("q_len", q_len)
-    params = init_params(d_model, num_heads, seed=seed).to_torch(torch.float32)
+    B, L = arguments.sizes(batch_size=batch_size, q_len=q_len).values()
+    D, H, _ = arguments.layer_sizes(d_model, num_heads)
+    repeat, min_time, seed = _check_timing(repeat, min_time, clock, seed)
+    threads = _check_threads(threads)
+    params = init_params(D, H, seed=seed).to_torch(torch.float32)
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch_size, q_len, d_model, generator=gen)
-    arguments.check_positive("repeat", repeat)
-    clock_named(clock)  # an unknown clock fails before any work
-    if not min_time > 0:
-        raise ValueError(f"min_time must be positive; got min_time={min_time}")
+    x = torch.randn(B, L, D, generator=gen)
     runners = form_runners(params, x)
     old_threads = torch.get_num_threads()
     try:
@@ -176,17 +197,17 @@ def time_form_rounds(
         :data:`FORMS_TIMED`.
 
     Raises:
-        ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or an
-            unknown clock.
+        ValueError: if a size, ``repeat`` or ``min_time`` is not positive (or ``min_time``
+            not finite), H does not divide D, ``seed`` is not in ``[0, 2**64)``, or the
+            clock is unknown; all before any work.
+        TypeError: if a size, ``repeat`` or ``seed`` is not an int (a Python or NumPy
+            integer, not a bool), or ``min_time`` not a real number.
     """
-    arguments.check_positive("batch_size", batch_size)
-    arguments.check_positive("q_len", q_len)
-    arguments.check_positive("repeat", repeat)
-    clock_named(clock)
-    if not min_time > 0:
-        raise ValueError(f"min_time must be positive; got min_time={min_time}")
-    params = init_params(d_model, num_heads, seed=seed).to_torch(torch.float32)
-    x = torch.randn(batch_size, q_len, d_model, generator=torch.Generator().manual_seed(seed))
+    B, L = arguments.sizes(batch_size=batch_size, q_len=q_len).values()
+    D, H, _ = arguments.layer_sizes(d_model, num_heads)
+    repeat, min_time, seed = _check_timing(repeat, min_time, clock, seed)
+    params = init_params(D, H, seed=seed).to_torch(torch.float32)
+    x = torch.randn(B, L, D, generator=torch.Generator().manual_seed(seed))
     runners = form_runners(params, x)
     with one_thread(), torch.inference_mode():
         return interleaved_times(runners, repeat, min_time=min_time, warmup=0, clock=clock)
@@ -210,11 +231,11 @@ def trivial_op_time(*, calls: int = 2000, repeat: int = 5, clock: str = "cpu") -
         Seconds per operator call.
 
     Raises:
-        ValueError, TypeError: if ``calls`` or ``repeat`` is not a positive int, or the clock
-            is unknown.
+        ValueError: if ``calls`` or ``repeat`` is not positive, or the clock is unknown.
+        TypeError: if ``calls`` or ``repeat`` is not an int (a Python or NumPy integer, not
+            a bool).
     """
-    arguments.check_positive("calls", calls)
-    arguments.check_positive("repeat", repeat)
+    calls, repeat = arguments.counts(calls=calls, repeat=repeat).values()
     tick = clock_named(clock)
     a, b = torch.ones(1), torch.ones(1)
 
@@ -260,13 +281,15 @@ def projection_times(
         ``{"narrow": seconds, "wide": seconds}`` per set of three projections.
 
     Raises:
-        ValueError, TypeError: on bad sizes, a non-positive ``repeat`` or ``min_time``, or
-            an unknown clock.
+        ValueError: if a size, ``repeat`` or ``min_time`` is not positive (or ``min_time``
+            not finite), H does not divide D, ``seed`` is not in ``[0, 2**64)``, or the
+            clock is unknown; all before any work.
+        TypeError: if a size, ``repeat`` or ``seed`` is not an int (a Python or NumPy
+            integer, not a bool), or ``min_time`` not a real number.
     """
-    arguments.check_positive("q_len", q_len)
-    arguments.check_sizes(d_model, num_heads)
-    if not min_time > 0:
-        raise ValueError(f"min_time must be positive; got {min_time}")
+    q_len = arguments.size("q_len", q_len)
+    d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)
+    repeat, min_time, seed = _check_timing(repeat, min_time, clock, seed)
     d_head = d_model // num_heads
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(q_len, d_model, generator=g)  # (L, D)
@@ -405,32 +428,33 @@ def time_tiled(
         ``{name: seconds per call}``.
 
     Raises:
-        ValueError: on bad sizes, block sizes, clock or dtype.
+        ValueError: if a size, block size, ``repeat``, ``min_time`` or ``threads`` is not
+            positive (or ``min_time`` not finite), H does not divide D, ``seed`` is not in
+            ``[0, 2**64)``, or the clock or dtype is unknown; all before the child starts.
         RuntimeError: if the child process fails.
-        TypeError: if ``backward``, ``attention`` or ``causal`` is not a bool.
+        TypeError: if ``backward``, ``attention`` or ``causal`` is not a bool, ``blocks`` not
+            a list of pairs of ints, a size or ``seed`` not an int (a Python or NumPy integer, not a
+            bool), or ``min_time`` not a real number.
     """
     arguments.check_bool("backward", backward)
     arguments.check_bool("attention", attention)
     arguments.check_bool("causal", causal)
-    for name, value in (("batch_size", batch_size), ("q_len", q_len), ("repeat", repeat)):
-        arguments.check_positive(name, value)
-    if threads is not None:
-        arguments.check_positive("threads", threads)
-    arguments.check_sizes(d_model, num_heads)
-    for block_q, block_kv in blocks:
-        arguments.check_block_size("block_q", block_q)
-        arguments.check_block_size("block_kv", block_kv)
-    clock_named(clock)
-    if dtype not in ("float32", "float64"):
+    batch_size, q_len = arguments.sizes(batch_size=batch_size, q_len=q_len).values()
+    d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)
+    repeat, min_time, seed = _check_timing(repeat, min_time, clock, seed)
+    threads = _check_threads(threads)
+    pairs = arguments.pairs("blocks", blocks)
+    for i, (block_q, block_kv) in enumerate(pairs):
+        arguments.size(f"blocks[{i}][0]", block_q)
+        arguments.size(f"blocks[{i}][1]", block_kv)
+    if not isinstance(dtype, str) or dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64'; got dtype={dtype!r}")
-    if not min_time > 0:
-        raise ValueError(f"min_time must be positive; got min_time={min_time}")
     spec = {
         "batch_size": batch_size,
         "q_len": q_len,
         "d_model": d_model,
         "num_heads": num_heads,
-        "blocks": [list(b) for b in blocks],
+        "blocks": [list(b) for b in pairs],
         "backward": backward,
         "attention": attention,
         "causal": [False, True] if causal else [False],
@@ -465,14 +489,17 @@ def fit_growth(lengths: Sequence[int], seconds: Sequence[float], degree: int) ->
 
     Raises:
         ValueError: if the lengths and times differ in number, are too few for the degree,
-            or a time is not positive and finite.
-        TypeError: if ``degree`` is not an int.
+            a length or a time is not positive and finite, or ``degree`` is not positive.
+        TypeError: if ``degree`` is not an int (a Python or NumPy integer, not a bool), or
+            the lengths or times are not numbers.
     """
     from scipy.optimize import nnls
 
-    arguments.check_positive("degree", degree)
-    s = np.asarray(lengths, dtype=np.float64)
-    t = np.asarray(seconds, dtype=np.float64)
+    degree = arguments.size("degree", degree)
+    s = numpy_arrays.float_array("lengths", lengths)
+    t = numpy_arrays.float_array("seconds", seconds, finite=False)
+    if not (s > 0).all():
+        raise ValueError(f"lengths must be positive; got {s.tolist()}")
     if s.shape != t.shape or s.ndim != 1:
         raise ValueError(
             f"lengths and seconds must be two sequences of one length; got {s.shape} and {t.shape}"
@@ -528,17 +555,26 @@ def decode_times(
 
     Raises:
         ValueError: if a length or count is not positive, ``S + steps`` passes the
-            model's ``max_len``, or ``statistic`` is unknown.
-        TypeError: if a length or count is not an int.
+            model's ``max_len``, ``statistic`` is unknown, or ``seed`` is not in
+            ``[0, 2**64)``; all before any work.
+        TypeError: if a length, count or ``seed`` is not an int (a Python or NumPy integer,
+            not a bool), ``context_lens`` is not a list, or ``model`` lacks ``new_caches``,
+            ``vocab_size`` or ``max_len``.
     """
-    for name, value in (("steps", steps), ("repeat", repeat)):
-        arguments.check_positive(name, value)
+    missing = [n for n in ("new_caches", "vocab_size", "max_len") if not hasattr(model, n)]
+    if missing:
+        raise TypeError(
+            f"model must be an AttentionOnlyTransformer (with {', '.join(missing)}); got "
+            f"{arguments.describe(model)}"
+        )
+    steps, repeat = arguments.counts(steps=steps, repeat=repeat).values()
+    seed = arguments.seed("seed", seed)
     reducers = {"median": statistics.median, "min": min}
-    if statistic not in reducers:
+    if not isinstance(statistic, str) or statistic not in reducers:
         raise ValueError(f"statistic must be 'median' or 'min'; got statistic={statistic!r}")
     reduce = reducers[statistic]
+    context_lens = arguments.size_list("context_lens", context_lens, nonempty=False)
     for i, S in enumerate(context_lens):
-        arguments.check_positive(f"context_lens[{i}]", S)
         if S + steps > model.max_len:
             raise ValueError(
                 f"context_lens[{i}] + steps must stay within max_len={model.max_len}; "
@@ -621,19 +657,24 @@ def cached_step_times(
 
     Raises:
         ValueError: if a list is empty, a size is not positive, an H_kv does not divide H,
-            or ``flush_bytes`` is negative.
-        TypeError: if a size is not an int.
+            ``flush_bytes`` is negative, ``seed`` is not in ``[0, 2**64)``, or the clock is
+            unknown; all before any work.
+        TypeError: if a size or ``seed`` is not an int (a Python or NumPy integer, not a
+            bool), or a list of sizes is not a list.
     """
-    arguments.check_sizes(d_model, num_heads)
+    d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)
     for name, values in (("kv_heads", kv_heads), ("kv_lens", kv_lens)):
-        if not values:
+        if not arguments.items(name, values):
             raise ValueError(f"{name} must name at least one value; got {name}={values!r}")
-        for value in values:
-            arguments.check_positive(name, value)
-    arguments.check_positive("rounds", rounds)
+    kv_heads = arguments.size_list("kv_heads", kv_heads)
+    kv_lens = arguments.size_list("kv_lens", kv_lens)
+    for h_kv in kv_heads:
+        arguments.layer_sizes(d_model, num_heads, h_kv)
+    rounds = arguments.size("rounds", rounds)
     if flush_bytes is None:
         flush_bytes = default_flush_bytes()
-    arguments.check_at_least("flush_bytes", flush_bytes, 0)
+    flush_bytes = arguments.size("flush_bytes", flush_bytes, 0)
+    seed = arguments.seed("seed", seed)
     tick = clock_named(clock)
     gen = torch.Generator().manual_seed(seed)
     Dh = d_model // num_heads

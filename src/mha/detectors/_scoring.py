@@ -6,8 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from mha.core._checks import arguments, numpy_arrays
 from mha.core._checks.numpy_arrays import as_numpy
-from mha.core.params import MHAParams
+from mha.core.params import MHAParams, repeat_kv_heads
 from mha.numerics.tolerance import ATTENTION_ROW_SUM_ATOL
 
 
@@ -45,17 +46,24 @@ def check_weights(weights: Any, name: str = "weights") -> np.ndarray:
 
 
 def float_array(name: str, x: Any) -> np.ndarray:
-    """``x`` as a float64 NumPy array; a non-numeric array is refused naming ``name``."""
-    a = as_numpy(name, x)
-    if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
-        raise TypeError(f"{name} must be a numeric array; got dtype {a.dtype}")
-    return a.astype(np.float64)
+    """``x`` as a finite float64 NumPy array; a non-numeric array, NaN or infinity is
+    refused naming ``name``."""
+    return numpy_arrays.float_array(name, x)
 
 
 def params64(params: Any) -> MHAParams:
-    if not isinstance(params, MHAParams):
-        raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    return params.to_numpy(np.float64)
+    """``params`` as finite float64 NumPy parameters of multi-head attention.
+
+    Grouped-query parameters come back with each key/value head repeated for the query
+    heads of its group (:func:`mha.core.params.repeat_kv_heads`), so that head ``h`` has
+    its own blocks: what it computes is what the grouped layer's head ``h`` computes.
+    """
+    arguments.instance("params", params, MHAParams, "MHAParams")
+    p = repeat_kv_heads(params.to_numpy(np.float64))
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        if getattr(p, name) is not None:
+            numpy_arrays.float_array(f"params.{name}", getattr(p, name))
+    return p
 
 
 def score(x: np.ndarray) -> np.ndarray:

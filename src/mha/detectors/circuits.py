@@ -37,7 +37,9 @@ def value_norms(x: Any, params: MHAParams) -> np.ndarray:
 
     Args:
         x: the keys' and values' input, NumPy array or torch tensor.
-        params: the layer's parameters (either backend; computed in float64).
+        params: the layer's parameters (either backend; computed in float64); with
+            grouped-query parameters, query head ``h`` reads the values of its group's
+            key/value head through its own rows of ``W^O``.
 
     Returns:
         The norm of what each head writes per unit weight on each key.
@@ -46,7 +48,9 @@ def value_norms(x: Any, params: MHAParams) -> np.ndarray:
         x ``(B, S, D)``. Returns ``(B, H, S)`` float64.
 
     Raises:
-        ValueError: if ``x`` is not ``(B, S, D)`` with D = params.d_model.
+        ValueError: if ``x`` is not ``(B, S, D)`` with D = params.d_model, or ``x`` or the
+            parameters hold NaN or infinity.
+        TypeError: if ``x`` is not numeric or ``params`` is not ``MHAParams``.
     """
     x, p = _layer_input(x, params, "(B, S, D)")
     H, D, Dh = p.num_heads, p.d_model, p.d_head
@@ -75,8 +79,9 @@ def value_weighted_attention(weights: Any, norms: Any) -> np.ndarray:
         weights ``(B, H, L, S)``; norms ``(B, H, S)``. Returns ``(B, H, L, S)``.
 
     Raises:
-        ValueError: if the shapes do not match, a norm is negative, or the rows of
-            ``weights`` are not distributions.
+        ValueError: if the shapes do not match, a norm is negative, NaN or infinite, or the
+            rows of ``weights`` are not distributions.
+        TypeError: if ``weights`` is not floating or ``norms`` not numeric.
     """
     w = check_weights(weights)
     n = float_array("norms", norms)
@@ -107,7 +112,8 @@ def score_terms(x: Any, params: MHAParams) -> dict[str, np.ndarray]:
 
     Args:
         x: one input for queries and keys (self-attention), NumPy array or torch tensor.
-        params: the layer's parameters (computed in float64).
+        params: the layer's parameters (computed in float64); with grouped-query
+            parameters, query head ``h`` meets the keys of its group's key/value head.
 
     Returns:
         ``{"bilinear", "query_bias", "key_bias", "constant"}``, each term of the
@@ -117,7 +123,9 @@ def score_terms(x: Any, params: MHAParams) -> dict[str, np.ndarray]:
         x ``(B, L, D)``. Each term ``(B, H, L, L)``.
 
     Raises:
-        ValueError: if ``x`` is not ``(B, L, D)`` with D = params.d_model.
+        ValueError: if ``x`` is not ``(B, L, D)`` with D = params.d_model, or ``x`` or the
+            parameters hold NaN or infinity.
+        TypeError: if ``x`` is not numeric or ``params`` is not ``MHAParams``.
     """
     x, p = _layer_input(x, params, "(B, L, D)")
     H, D, Dh = p.num_heads, p.d_model, p.d_head
@@ -163,7 +171,9 @@ def copying_score(w_e: Any, w_v: Any, w_o: Any, w_u: Any) -> np.ndarray:
         Returns ``(...)``.
 
     Raises:
-        ValueError: if the shapes do not chain, or every eigenvalue is 0.
+        ValueError: if the shapes do not chain, a matrix holds NaN or infinity, or every
+            eigenvalue is 0.
+        TypeError: if a matrix is not numeric.
     """
     e, v, o, u = (
         float_array(name, t) for name, t in (("w_e", w_e), ("w_v", w_v), ("w_o", w_o), ("w_u", w_u))

@@ -272,6 +272,8 @@ def broadness_score(weights: Any, mask: Any = None) -> np.ndarray:
 
 
 def _check_arcs(arcs: Any, L: int, S: int) -> np.ndarray:
+    if isinstance(arcs, str | bytes):
+        raise TypeError(f"arcs must be (query_index, key_index) pairs of ints; got {arcs!r}")
     a = as_numpy(
         "arcs", list(arcs) if isinstance(arcs, Iterable) and not hasattr(arcs, "shape") else arcs
     )
@@ -344,8 +346,13 @@ def word_arcs_to_token_arcs(
         ``(query_token, key_token)`` pairs, sorted.
 
     Raises:
-        ValueError: if a word index of an arc is not the index of any token's word.
+        ValueError: if a word index of an arc is not the index of any token's word, or a
+            word index is negative.
+        TypeError: if ``word_arcs`` is not a list of pairs of ints or ``word_ids`` not a
+            list of ints and ``None`` (Python or NumPy integers, not bools).
     """
+    word_arcs = arguments.pairs("word_arcs", word_arcs)
+    word_ids = arguments.optional_ids("word_ids", word_ids)
     pieces: dict[int, list[int]] = {}
     for t, word in enumerate(word_ids):
         if word is not None:
@@ -548,11 +555,15 @@ def offset_attention(q_len: int, offset: int) -> np.ndarray:
         Returns ``(L, L)`` float64 one-hot rows.
 
     Raises:
-        ValueError: if ``q_len`` is not a positive int.
-        TypeError: if ``offset`` is not an int.
+        ValueError: if ``q_len`` is not positive or the weights would pass what an array
+            can hold.
+        TypeError: if ``q_len`` or ``offset`` is not an int (a Python or NumPy integer, not
+            a bool).
     """
-    arguments.check_positive("q_len", q_len)
-    arguments.check_int("offset", offset)
+    q_len = arguments.size("q_len", q_len)
+    offset = arguments.integer("offset", offset)
+    offset = max(-q_len, min(q_len, offset))  # any farther offset leaves every query alone
+    arguments.check_elements("q_len", q_len * q_len, 8)
     i = np.arange(q_len)
     target = np.where((i + offset >= 0) & (i + offset < q_len), i + offset, i)
     w = np.zeros((q_len, q_len))
@@ -581,10 +592,12 @@ def word_attention(weights: Any, word_ids: Sequence[int | None]) -> np.ndarray:
     Raises:
         ValueError: if ``word_ids`` does not have L entries or its words are not
             ``0..W-1``, or the rows of ``weights`` are not distributions.
-        TypeError: if ``weights`` is not floating.
+        TypeError: if ``weights`` is not floating, or ``word_ids`` not a list of ints and
+            ``None`` (Python or NumPy integers, not bools).
     """
     w = check_weights(weights)
     _check_square(w, "weights", "word_attention")
+    word_ids = arguments.optional_ids("word_ids", word_ids)
     L = w.shape[-1]
     if len(word_ids) != L:
         raise ValueError(f"word_ids must give one entry per token (L={L}); got {len(word_ids)}")
@@ -624,14 +637,17 @@ def head_accuracy(
     Raises:
         ValueError: if ``heads`` has the wrong length, no word has a head, a head is not
             a word index other than the word itself, ``direction`` is unknown, or the
-            weights are not a non-negative square array.
+            weights are not a non-negative, finite square array.
+        TypeError: if ``word_weights`` is not numeric, or ``heads`` not a list of ints and
+            ``None`` (Python or NumPy integers, not bools).
     """
     a = float_array("word_weights", word_weights)
+    heads = arguments.optional_ids("heads", heads)
     if a.ndim < 2 or a.shape[-1] != a.shape[-2] or (a < 0).any():
         raise ValueError(
             f"word_weights must be a non-negative (..., W, W) array; got shape {a.shape}"
         )
-    if direction not in ("dependent", "head"):
+    if not isinstance(direction, str) or direction not in ("dependent", "head"):
         raise ValueError(f"direction must be 'dependent' or 'head'; got {direction!r}")
     W = a.shape[-1]
     if len(heads) != W:
@@ -663,8 +679,12 @@ def offset_accuracy(heads: Sequence[int | None], offset: int) -> float:
         The fraction of words with a head at ``i + offset``.
 
     Raises:
-        ValueError: if no word has a head.
+        ValueError: if no word has a head, or a head is negative.
+        TypeError: if ``offset`` is not an int, or ``heads`` not a list of ints and
+            ``None`` (Python or NumPy integers, not bools).
     """
+    heads = arguments.optional_ids("heads", heads)
+    offset = arguments.integer("offset", offset)
     scored = [(i, h) for i, h in enumerate(heads) if h is not None]
     if not scored:
         raise ValueError("heads must give at least one word a head; got none")

@@ -17,9 +17,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mha.backends.tiled import TileStep
 from mha.core import packing
-from mha.core._checks import arguments
-from mha.core._checks.numpy_arrays import as_numpy
+from mha.core._checks import arguments, numpy_arrays
+from mha.core.params import MHAParams
 from mha.display.plotting import HEAD_COLOURS, SEQUENTIAL
 from mha.display.shapes import resolve_layout
 
@@ -54,9 +55,10 @@ def layer_edges(num_heads: int) -> list[DiagramEdge]:
         Every arrow, with the layout of the tensor it carries.
 
     Raises:
-        ValueError: if ``num_heads`` is not a positive int.
+        ValueError: if ``num_heads`` is not positive (or not below 2**63).
+        TypeError: if ``num_heads`` is not an int (a Python or NumPy integer, not a bool).
     """
-    arguments.check_positive("num_heads", num_heads)
+    num_heads = arguments.size("num_heads", num_heads)
     edges = []
     for h in range(1, num_heads + 1):
         edges += [
@@ -150,9 +152,19 @@ def layer_diagram(
 
     Raises:
         ValueError: if ``num_heads`` is not an int from 1 to ``len(HEAD_COLOURS)``, or
-            ``sizes`` lacks a symbol.
+            ``sizes`` lacks a symbol or holds a size that is not positive.
+        TypeError: if ``num_heads`` is not an int, ``title`` not a string, or ``sizes`` not
+            a dict of ints.
     """
+    num_heads = arguments.size("num_heads", num_heads)
+    if num_heads > len(HEAD_COLOURS):
+        raise ValueError(
+            f"num_heads must be at most {len(HEAD_COLOURS)} to draw; got num_heads={num_heads}"
+        )
     edges = layer_edges(num_heads)
+    arguments.text("title", title)
+    if sizes is not None:
+        resolve_layout("()", sizes)  # checks every size
     if num_heads > len(HEAD_COLOURS):
         raise ValueError(
             f"num_heads must be at most {len(HEAD_COLOURS)} to draw; got num_heads={num_heads}"
@@ -257,15 +269,19 @@ def weight_ownership(
         A Plotly figure with the two matrices side by side.
 
     Raises:
-        ValueError: if the layer has fewer key/value heads than query heads.
+        ValueError: if the layer has fewer key/value heads than query heads (draw
+            :func:`mha.core.params.repeat_kv_heads` of it), or its weights are not finite.
+        TypeError: if ``params`` is not ``MHAParams`` or ``title`` not a string.
     """
+    arguments.instance("params", params, MHAParams, "MHAParams")
+    arguments.text("title", title)
 
     D, H = params.d_model, params.num_heads
     if params.num_kv_heads != H:
         raise ValueError(
             f"params must have num_kv_heads = num_heads; got {params.num_kv_heads} and {H}"
         )
-    w = as_numpy("params.w_qkv", params.w_qkv)
+    w = numpy_arrays.float_array("params.w_qkv", params.w_qkv)
     proj, head = packing.column_owner(D, H)  # (3D,), (3D,)
     owner = proj * H + head  # one code per (projection, head) block
     names = [f"{'QKV'[p]}, head {h + 1} (code: head({h}))" for p in range(3) for h in range(H)]
@@ -361,15 +377,29 @@ def tile_steps(
         A Plotly figure with a slider over the steps and no fixed width.
 
     Raises:
-        ValueError: if there are no steps, a step is not of one head (2-D accumulator), or a
-            block lies outside ``(L, S)``.
-        TypeError: if ``causal`` is not a bool.
+        ValueError: if there are no steps, a step is not of one head (2-D accumulator), a
+            block lies outside ``(L, S)``, or a size is not positive.
+        TypeError: if ``causal`` is not a bool, a step is not a
+            :class:`mha.backends.tiled.TileStep`, a size not an int, or ``title`` not a string.
     """
     arguments.check_bool("causal", causal)
+    arguments.text("title", title)
+    q_len, kv_len, acc_columns = arguments.sizes(
+        q_len=q_len, kv_len=kv_len, acc_columns=acc_columns
+    ).values()
+    arguments.check_elements("q_len", q_len * kv_len, 8)
+    steps = arguments.items("steps", steps)
     if not steps:
         raise ValueError("steps must hold at least one tile step; got none")
     for k, st in enumerate(steps):
-        if np.ndim(st.acc) != 2 or st.q_block[1] > q_len or st.kv_block[1] > kv_len:
+        arguments.instance(f"steps[{k}]", st, TileStep, "a TileStep")
+        blocks_ok = all(0 <= b[0] < b[1] for b in (st.q_block, st.kv_block))
+        if (
+            not blocks_ok
+            or np.ndim(st.acc) != 2
+            or st.q_block[1] > q_len
+            or st.kv_block[1] > kv_len
+        ):
             raise ValueError(
                 f"steps[{k}] must be a tile of one head inside (L, S) = ({q_len}, {kv_len}); "
                 f"got blocks {st.q_block}, {st.kv_block} and accumulator shape {np.shape(st.acc)}"

@@ -22,6 +22,9 @@ import html
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from mha.core._checks import arguments
 
 MIME = "application/vnd.mha.explorable+json"
 """The mime type of an explorable in a cell's output: ``{"name": ..., "id": ...}``."""
@@ -34,7 +37,12 @@ LIVE_DIR = ROOT / "_build" / "html" / "_static" / "live-minilm"
 
 @dataclass(frozen=True)
 class Figure:
-    """An explorable: its scripts in load order and the text shown where scripts do not run."""
+    """An explorable: its scripts in load order and the text shown where scripts do not run.
+
+    Attributes:
+        scripts: the files of ``book/_static`` it needs, in the order they load.
+        fallback: one sentence saying what the figure shows, for a reader without scripts.
+    """
 
     scripts: tuple[str, ...]
     fallback: str
@@ -89,13 +97,50 @@ class LiveFiles:
     runtime_bytes: int
 
     @classmethod
-    def from_manifest(cls, manifest: dict, base: str | None = None) -> LiveFiles:
-        """The sizes of a ``manifest.json`` that ``scripts/build_live_model.py`` wrote."""
-        return cls(base, int(manifest["model_bytes"]), int(manifest["runtime_bytes"]))
+    def from_manifest(cls, manifest: Any, base: str | None = None) -> LiveFiles:
+        """The sizes of a ``manifest.json`` that ``scripts/build_live_model.py`` wrote.
+
+        Args:
+            manifest: the manifest read as a dict, with the integer sizes ``"model_bytes"``
+                and ``"runtime_bytes"``.
+            base: the URL of the files' folder, or ``None`` (see :class:`LiveFiles`).
+
+        Returns:
+            The files' sizes and folder.
+
+        Raises:
+            TypeError: if ``manifest`` is not a dict, a size is not an int, or ``base`` is
+                neither a str nor ``None``.
+            ValueError: if a size is missing or negative.
+        """
+        if not isinstance(manifest, dict):
+            raise TypeError(f"manifest must be a dict; got {arguments.describe(manifest)}")
+        found = {}
+        for key in ("model_bytes", "runtime_bytes"):
+            if key not in manifest:
+                raise ValueError(
+                    f"manifest must have the size {key!r}; got keys {sorted(manifest)}"
+                )
+            found[key] = arguments.size(f"manifest[{key!r}]", manifest[key], low=0, high=None)
+        if base is not None:
+            arguments.text("base", base)
+        return cls(base, found["model_bytes"], found["runtime_bytes"])
 
 
 def megabytes(n: int) -> str:
-    """A size as the live panel writes it: ``"23.4 MB"`` (decimal megabytes)."""
+    """A size as the live panel writes it: ``"23.4 MB"`` (decimal megabytes).
+
+    Args:
+        n: a number of bytes.
+
+    Returns:
+        The size in megabytes, to one decimal.
+
+    Raises:
+        TypeError: if ``n`` is not an int.
+        ValueError: if ``n`` is negative.
+    """
+    n = arguments.size("n", n, low=0, high=None)
     return f"{n / 1e6:.1f} MB"
 
 
@@ -171,7 +216,11 @@ class Explorable:
 
         Returns:
             HTML text.
+
+        Raises:
+            TypeError: if ``scripts`` is not a bool.
         """
+        arguments.check_bool("scripts", scripts)
         figure = FIGURES[self.name]
         if self.name == "live-minilm":
             element = _live_panel(self.live, f' id="{self.element_id}"')
@@ -208,9 +257,11 @@ def explorable(name: str, *, element_id: str | None = None) -> Explorable:
 
     Raises:
         ValueError: if ``name`` is not an explorable of the book.
+        TypeError: if ``element_id`` is neither a str nor ``None``.
     """
-    if name not in FIGURES:
-        raise ValueError(f"name must be one of {sorted(FIGURES)}; got {name!r}")
+    arguments.choice("name", name, sorted(FIGURES))
+    if element_id is not None:
+        arguments.text("element_id", element_id)
     live = served_live_files() if name == "live-minilm" else None
     return Explorable(name, element_id or f"explore-{name}", live)
 
@@ -233,8 +284,14 @@ def served_live_files(folder: Path = LIVE_DIR) -> LiveFiles | None:
 
     Args:
         folder: the folder of ``manifest.json`` and the files it names.
+
+    Returns:
+        Their sizes and URL, or ``None``.
+
+    Raises:
+        TypeError: if ``folder`` is not a path.
     """
-    manifest = folder / "manifest.json"
+    manifest = arguments.path("folder", folder) / "manifest.json"
     if not manifest.is_file():
         return None
     base = _files_url(folder)

@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mha.core._checks import arguments
-from mha.core._checks.numpy_arrays import as_numpy
+from mha.core._checks import arguments, numpy_arrays
 
 
 def _number(value: float, digits: int) -> str:
@@ -39,16 +38,16 @@ def latex_matrix(a: Any, digits: int = 3) -> str:
         LaTeX text, ``\\begin{bmatrix} ... \\end{bmatrix}``, to place inside math.
 
     Raises:
-        ValueError: if ``a`` is not 1-D or 2-D, or ``digits`` is negative.
-        TypeError: if ``a`` is not numeric or ``digits`` is not an int.
+        ValueError: if ``a`` is not 1-D or 2-D or holds NaN or infinity, or ``digits`` is
+            not in ``[0, 30]``.
+        TypeError: if ``a`` is not real numbers or ``digits`` is not an int (a Python or
+            NumPy integer, not a bool).
     """
-    m = as_numpy("a", a)
-    if not (np.issubdtype(m.dtype, np.number) or m.dtype == np.bool_):
-        raise TypeError(f"a must be numeric; got dtype {m.dtype}")
+    m = numpy_arrays.float_array("a", a)
     if m.ndim not in (1, 2):
         raise ValueError(f"a must have shape (m, n) or (n,); got {m.ndim}-D shape {m.shape}")
-    arguments.check_at_least("digits", digits, 0)
-    rows = np.atleast_2d(m).astype(np.float64)
+    digits = arguments.size("digits", digits, 0, 31)
+    rows = np.atleast_2d(m)
     body = r" \\ ".join(" & ".join(_number(x, digits) for x in row) for row in rows)
     return rf"\begin{{bmatrix}} {body} \end{{bmatrix}}"
 
@@ -98,20 +97,34 @@ def markdown_table(
         Markdown text (``|`` in a cell is escaped).
 
     Raises:
-        ValueError: if a row or ``formats`` does not have one entry per column.
+        ValueError: if there is no column, a row or ``formats`` does not have one entry per
+            column, or a format does not apply to its value.
+        TypeError: if ``columns``, ``rows`` or a row is not a list or tuple (a string,
+            whose characters would be read as cells, included), or a format is not a
+            string or ``None``.
     """
+    columns = arguments.items("columns", columns, nonempty=True)
     n = len(columns)
-    formats = [None] * n if formats is None else list(formats)
+    formats = [None] * n if formats is None else arguments.items("formats", formats)
     if len(formats) != n:
         raise ValueError(f"formats must give one entry per column ({n}); got {len(formats)}")
+    for j, f in enumerate(formats):
+        if f is not None:
+            arguments.text(f"formats[{j}]", f)
     lines = ["| " + " | ".join(_cell(c, None) for c in columns) + " |", "|" + "---|" * n]
-    for k, row in enumerate(rows):
-        row = list(row)
+    for k, row in enumerate(arguments.items("rows", rows)):
+        row = arguments.items(f"rows[{k}]", row)
         if len(row) != n:
             raise ValueError(f"rows[{k}] must have one value per column ({n}); got {len(row)}")
-        lines.append(
-            "| " + " | ".join(_cell(v, f) for v, f in zip(row, formats, strict=True)) + " |"
-        )
+        cells = []
+        for j, (v, f) in enumerate(zip(row, formats, strict=True)):
+            try:
+                cells.append(_cell(v, f))
+            except (ValueError, TypeError, IndexError, KeyError) as error:
+                raise ValueError(
+                    f"formats[{j}] must format rows[{k}][{j}]; {f!r} on {v!r} raised {error!r}"
+                ) from None
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -129,7 +142,7 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Any:
         An ``IPython.display.Markdown`` object; as the last value of a cell it is displayed.
 
     Raises:
-        ValueError: if a row does not have one value per column.
+        ValueError, TypeError: as :func:`markdown_table`.
     """
     from IPython.display import Markdown  # here: only a notebook needs IPython
 
@@ -153,7 +166,17 @@ def error_message(
 
     Raises:
         RuntimeError: if ``fn`` returns without raising, naming what it returned.
+        TypeError: if ``fn`` is not callable or ``expected`` is not an exception class or a
+            tuple of them.
     """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable; got {arguments.describe(fn)}")
+    classes = expected if isinstance(expected, tuple) else (expected,)
+    if not classes or not all(
+        isinstance(c, type) and issubclass(c, BaseException) for c in classes
+    ):
+        got = arguments.describe(expected)
+        raise TypeError(f"expected must be an exception class or a tuple of them; got {got}")
     try:
         result = fn()
     except expected as err:

@@ -22,8 +22,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mha.core._checks import arguments
-from mha.core._checks.numpy_arrays import as_numpy, boolean_mask
+from mha.core._checks import arguments, numpy_arrays
+from mha.core._checks.numpy_arrays import boolean_mask
 
 WEIGHTS = "Blues"
 SEQUENTIAL = "Viridis"
@@ -32,11 +32,32 @@ COLORSCALES = (WEIGHTS, SEQUENTIAL, DIVERGING, "Cividis", "Greys")
 
 
 def _matrix_stack(name: str, weights: Any, ndim: int) -> np.ndarray:
-    w = as_numpy(name, weights)
-    if w.ndim != ndim or not np.issubdtype(w.dtype, np.number):
-        layout = "(L, S)" if ndim == 2 else "(n, L, S)"
+    """A finite real array of ``ndim`` dimensions as float64 (NaN would show as a blank cell)."""
+    layout = "(L, S)" if ndim == 2 else "(n, L, S)"
+    w = numpy_arrays.float_array(name, weights)
+    if w.ndim != ndim:
         raise ValueError(f"{name} must be a numeric array of shape {layout}; got shape {w.shape}")
-    return w.astype(np.float64)
+    return w
+
+
+def _check_options(title: Any, zmin: Any, zmax: Any, height: Any, **texts: Any) -> None:
+    """The options every heatmap takes: strings, a colour range and a height."""
+    for name, value in {"title": title, **texts}.items():
+        arguments.text(name, value)
+    lo = None if zmin is None else arguments.number("zmin", zmin)
+    hi = None if zmax is None else arguments.number("zmax", zmax)
+    if lo is not None and hi is not None and not lo < hi:
+        raise ValueError(f"zmin must be below zmax; got zmin={zmin!r}, zmax={zmax!r}")
+    if height is not None:
+        arguments.size("height", height)
+
+
+def _texts(name: str, values: Any) -> list[str]:
+    """A list of strings (not one string, whose characters would be read as the list)."""
+    out = arguments.items(name, values)
+    for i, v in enumerate(out):
+        arguments.text(f"{name}[{i}]", v)
+    return out
 
 
 def token_labels(tokens: Sequence[Any]) -> list[str]:
@@ -47,14 +68,18 @@ def token_labels(tokens: Sequence[Any]) -> list[str]:
 
     Returns:
         One label per position.
+
+    Raises:
+        TypeError: if ``tokens`` is not a list or tuple (a string, whose characters would be
+            read as tokens, included).
     """
-    return [f"{i} {t}" for i, t in enumerate(tokens)]
+    return [f"{i} {t}" for i, t in enumerate(arguments.items("tokens", tokens))]
 
 
 def _labels(name: str, labels: Sequence[str] | None, n: int) -> list[str]:
     if labels is None:
         return [str(i) for i in range(n)]
-    labels = [str(x) for x in labels]
+    labels = [str(x) for x in arguments.items(name, labels)]
     if len(labels) != n:
         raise ValueError(f"{name} must have one label per position ({n}); got {len(labels)}")
     if len(set(labels)) != n:
@@ -63,7 +88,7 @@ def _labels(name: str, labels: Sequence[str] | None, n: int) -> list[str]:
 
 
 def _check_colorscale(colorscale: str) -> None:
-    if colorscale not in COLORSCALES:
+    if not isinstance(colorscale, str) or colorscale not in COLORSCALES:
         raise ValueError(
             f"colorscale must be one of the book's colour-blind-safe scales {COLORSCALES}; "
             f"got {colorscale!r}"
@@ -132,7 +157,11 @@ def legend_below(fig: go.Figure) -> go.Figure:
 
     Returns:
         The same figure, changed in place.
+
+    Raises:
+        TypeError: if ``fig`` is not a Plotly figure.
     """
+    arguments.instance("fig", fig, go.Figure, "a plotly Figure")
     fig.update_layout(
         legend=dict(
             orientation="h", x=0.0, xanchor="left", yref="container", y=0.0, yanchor="bottom"
@@ -180,12 +209,18 @@ def attention_heatmap(
         A Plotly figure.
 
     Raises:
-        ValueError: if ``weights`` is not 2-D, a label list has the wrong length or
-            repeats, the colour scale is not one of the book's, or ``mask`` does not
-            broadcast to ``weights``.
-        TypeError: if ``mask`` is not boolean.
+        ValueError: if ``weights`` is not 2-D or not finite, a label list has the wrong
+            length or repeats, the colour scale is not one of the book's, ``zmin`` is not
+            below ``zmax`` (or either is not finite), ``height`` is not positive, or
+            ``mask`` does not broadcast to ``weights``.
+        TypeError: if ``weights`` is not numeric, ``mask`` is not boolean, a title is not a
+            string, or a label list is not a list.
     """
     w = _matrix_stack("weights", weights, 2)
+    _check_options(
+        title, zmin, zmax, height, value_name=value_name, xaxis_title=xaxis_title,
+        yaxis_title=yaxis_title,
+    )  # fmt: skip
     _check_colorscale(colorscale)
     y, x = _labels("queries", queries, w.shape[0]), _labels("keys", keys, w.shape[1])
     shown, grey = _masked_layer("mask", mask, w)
@@ -247,17 +282,27 @@ def attention_grid(
         A Plotly figure.
 
     Raises:
-        ValueError: if ``weights`` is not 3-D, ``titles`` does not give one title per map,
-            ``cols`` is not a positive int, a label list is wrong, the colour scale is
-            not one of the book's, or ``mask`` does not broadcast to ``weights``.
-        TypeError: if ``mask`` is not boolean.
+        ValueError: if ``weights`` is not 3-D with at least one map or not finite,
+            ``titles`` does not give one title per map, ``cols`` is not positive, a label
+            list is wrong, the colour scale is not one of the book's, the colour range or
+            height is wrong (as :func:`attention_heatmap`), or ``mask`` does not broadcast
+            to ``weights``.
+        TypeError: if ``weights`` is not numeric, ``mask`` is not boolean, ``cols`` is not
+            an int, or a title is not a string.
     """
     w = _matrix_stack("weights", weights, 3)
     _check_colorscale(colorscale)
+    _check_options(
+        title, zmin, zmax, height, value_name=value_name, xaxis_title=xaxis_title,
+        yaxis_title=yaxis_title,
+    )  # fmt: skip
+    titles = _texts("titles", titles)
     n = w.shape[0]
+    if n == 0:
+        raise ValueError(f"weights must hold at least one map; got shape {w.shape}")
     if len(titles) != n:
         raise ValueError(f"titles must give one title per map ({n}); got {len(titles)}")
-    arguments.check_positive("cols", cols)
+    cols = arguments.size("cols", cols)
     cols = min(cols, n)
     rows = -(-n // cols)
     y, x = _labels("queries", queries, w.shape[1]), _labels("keys", keys, w.shape[2])
@@ -323,11 +368,19 @@ def head_slider(
 
     Raises:
         ValueError: as :func:`attention_grid`, or if ``head_names`` has the wrong length.
+        TypeError: as :func:`attention_grid`.
     """
     w = _matrix_stack("weights", weights, 3)
     _check_colorscale(colorscale)
+    _check_options(title, None, None, None, value_name=value_name)
     H = w.shape[0]
-    names = [str(h) for h in range(H)] if head_names is None else [str(n) for n in head_names]
+    if H == 0:
+        raise ValueError(f"weights must hold at least one map; got shape {w.shape}")
+    names = (
+        [str(h) for h in range(H)]
+        if head_names is None
+        else [str(n) for n in arguments.items("head_names", head_names)]
+    )
     if len(names) != H:
         raise ValueError(f"head_names must name every head ({H}); got {len(names)}")
     y, x = _labels("queries", queries, w.shape[1]), _labels("keys", keys, w.shape[2])
@@ -413,26 +466,38 @@ def attention_panels(
         A Plotly figure with the maps in one row.
 
     Raises:
-        ValueError: if a map is not 2-D, a per-map list does not have one entry per map,
-            a label list is wrong, the colour scale is not one of the book's, or a mask
-            does not broadcast to its map.
-        TypeError: if a mask is not boolean.
+        ValueError: if there is no map, a map is not 2-D or not finite, a per-map list does
+            not have one entry per map, a label list is wrong, the colour scale is not one
+            of the book's, the colour range or height is wrong (as
+            :func:`attention_heatmap`), or a mask does not broadcast to its map.
+        TypeError: if a map is not numeric, a mask is not boolean, a per-map list is not a
+            list, or a title is not a string.
     """
-    maps = [_matrix_stack(f"weights[{k}]", w, 2) for k, w in enumerate(weights)]
+    maps = [
+        _matrix_stack(f"weights[{k}]", w, 2)
+        for k, w in enumerate(arguments.items("weights", weights))
+    ]
+    if not maps:
+        raise ValueError("weights must hold at least one map; got none")
     _check_colorscale(colorscale)
+    _check_options(title, zmin, zmax, height, value_name=value_name)
     n = len(maps)
     per_map = {
-        "titles": titles,
-        "queries": [None] * n if queries is None else queries,
-        "keys": [None] * n if keys is None else keys,
-        "xaxis_titles": ["key"] * n if xaxis_titles is None else xaxis_titles,
-        "yaxis_titles": ["query"] * n if yaxis_titles is None else yaxis_titles,
-        "masks": [None] * n if masks is None else masks,
+        "titles": _texts("titles", titles),
+        "queries": [None] * n if queries is None else arguments.items("queries", queries),
+        "keys": [None] * n if keys is None else arguments.items("keys", keys),
+        "xaxis_titles": ["key"] * n
+        if xaxis_titles is None
+        else _texts("xaxis_titles", xaxis_titles),
+        "yaxis_titles": ["query"] * n
+        if yaxis_titles is None
+        else _texts("yaxis_titles", yaxis_titles),
+        "masks": [None] * n if masks is None else arguments.items("masks", masks),
     }
     for name, values in per_map.items():
         if len(values) != n:
             raise ValueError(f"{name} must give one entry per map ({n}); got {len(values)}")
-    fig = make_subplots(rows=1, cols=n, subplot_titles=list(titles), horizontal_spacing=0.1)
+    fig = make_subplots(rows=1, cols=n, subplot_titles=per_map["titles"], horizontal_spacing=0.1)
     for k, w in enumerate(maps):
         y = _labels(f"queries[{k}]", per_map["queries"][k], w.shape[0])
         x = _labels(f"keys[{k}]", per_map["keys"][k], w.shape[1])
@@ -471,6 +536,20 @@ def _log_axis(title: str, values: Sequence[float] | None) -> dict[str, Any]:
     return axis
 
 
+def _line_values(name: str, values: Any, log: bool, gaps: bool = False) -> list[float]:
+    """A 1-D list of numbers: finite, or NaN for a missing point where ``gaps`` (positive on a
+    log axis)."""
+    raw = arguments.items(name, values) if not hasattr(values, "shape") else values
+    a = numpy_arrays.float_array(name, raw, ndim=1, layout="(n,)", finite=False)
+    shown = a[~np.isnan(a)] if gaps else a
+    if not np.isfinite(shown).all():
+        what = "infinity" if gaps else "NaN or infinity"
+        raise ValueError(f"{name} must be finite; got {what}")
+    if log and not (shown > 0).all():
+        raise ValueError(f"{name} must be positive on a log axis; got {a.tolist()}")
+    return a.tolist()
+
+
 def lines(
     x: Sequence[float],
     series: dict[str, Sequence[float]],
@@ -494,7 +573,8 @@ def lines(
 
     Args:
         x: the x values, shared by every series.
-        series: ``{name: y values}``, in legend order.
+        series: ``{name: y values}``, in legend order; NaN is a point not measured (a gap
+            in the curve).
         title: the figure's title (keep it short: it must fit a phone).
         xaxis_title: the x axis title.
         yaxis_title: the y axis title.
@@ -512,31 +592,45 @@ def lines(
         A Plotly figure with no fixed width.
 
     Raises:
-        ValueError: if there is no series, a series does not have one value per x, or a
-            name in ``dashed`` is not a series.
-        TypeError: if ``log_x``, ``log_y`` or ``markers`` is not a bool.
+        ValueError: if there is no series, a series does not have one value per x, an x
+            value or tick is NaN or infinite, a y value infinite, a value not positive on a
+            log axis, a name in ``dashed`` is not a series, or ``height`` is not positive.
+        TypeError: if ``log_x``, ``log_y`` or ``markers`` is not a bool, ``series`` is not a
+            dict, the values are not numbers, or a title is not a string.
     """
     arguments.check_bool("log_x", log_x)
     arguments.check_bool("log_y", log_y)
     arguments.check_bool("markers", markers)
-    n = len(x)
+    _check_options(title, None, None, None, xaxis_title=xaxis_title, yaxis_title=yaxis_title)
+    height = arguments.size("height", height)
+    xs = _line_values("x", x, log_x)
+    n = len(xs)
+    if not isinstance(series, Mapping):
+        raise TypeError(
+            f"series must be a dict of name -> values; got {arguments.describe(series)}"
+        )
     if not series:
         raise ValueError("series must hold at least one curve; got none")
+    ys = {}
     for name, y in series.items():
-        if len(y) != n:
+        ys[name] = _line_values(f"series[{name!r}]", y, log_y, gaps=True)
+        if len(ys[name]) != n:
             raise ValueError(f"series {name!r} must have one value per x ({n}); got {len(y)}")
+    if x_ticks is not None:
+        x_ticks = _line_values("x_ticks", x_ticks, log_x)
+    dashed = arguments.items("dashed", dashed)
     unknown = [d for d in dashed if d not in series]
     if unknown:
         raise ValueError(f"dashed must name series; got {unknown}, series {list(series)}")
     fig = go.Figure()
     colours = iter(OKABE_ITO)
-    for name, y in series.items():
+    for name in series:
         style = (
             dict(mode="lines", line=dict(dash="dash", color="black"))
             if name in dashed
             else dict(mode="lines+markers" if markers else "lines", line=dict(color=next(colours)))
         )
-        fig.add_trace(go.Scatter(x=list(x), y=[float(v) for v in y], name=name, **style))
+        fig.add_trace(go.Scatter(x=xs, y=ys[name], name=name, **style))
     xaxis = (
         _log_axis(xaxis_title, x_ticks)
         if log_x
@@ -586,10 +680,28 @@ def form_timings(
         A Plotly figure, milliseconds on the y axes.
 
     Raises:
-        ValueError: if ``times`` is empty or its cells time different forms.
+        ValueError: if ``times`` is empty, its cells time different forms, a key is not a
+            pair of positive ints, or a time is not positive and finite (log axes).
+        TypeError: if ``times`` or a cell is not a dict, a time not a number, or ``title``
+            not a string.
     """
+    arguments.text("title", title)
+    if not isinstance(times, Mapping):
+        raise TypeError(
+            f"times must be a dict {{(H, N): {{form: seconds}}}}; got {arguments.describe(times)}"
+        )
     if not times:
         raise ValueError("times must hold at least one (H, N) cell; got none")
+    arguments.pairs("times", list(times))  # every key a pair of ints
+    for key, cell in times.items():
+        for j, v in enumerate(key):
+            arguments.size(f"times key {key}[{j}]", v)
+        if not isinstance(cell, Mapping):
+            raise TypeError(
+                f"times[{key}] must be a dict {{form: seconds}}; got {arguments.describe(cell)}"
+            )
+        for form, seconds in cell.items():
+            arguments.number(f"times[{key}][{form!r}]", seconds, low=0.0, open_low=True)
     forms = list(next(iter(times.values())))
     if any(list(cell) != forms for cell in times.values()):
         raise ValueError(f"every cell of times must time the same forms {forms}")
@@ -649,15 +761,32 @@ def head_pair_panels(
         A Plotly figure.
 
     Raises:
-        ValueError: if a panel is not square, the panels differ in size, a per-panel list
-            does not have one entry per panel, or a colour scale is not one of the book's.
+        ValueError: if there is no panel, a panel is not square or not finite, the panels
+            differ in size, a per-panel list does not have one entry per panel, a colour
+            scale is not one of the book's, or a range is not ``zmin < zmax``, finite.
+        TypeError: if a panel is not numeric, a per-panel list is not a list, a range not
+            a pair of numbers, or a title not a string.
     """
-    maps = [_matrix_stack(f"panels[{k}]", p, 2) for k, p in enumerate(panels)]
+    maps = [
+        _matrix_stack(f"panels[{k}]", p, 2) for k, p in enumerate(arguments.items("panels", panels))
+    ]
+    if not maps:
+        raise ValueError("panels must hold at least one matrix; got none")
+    arguments.text("title", title)
+    titles = _texts("titles", titles)
+    zranges = arguments.items("zranges", zranges)
+    colorscales = arguments.items("colorscales", colorscales)
+    for k, pair in enumerate(zranges):
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError(
+                f"zranges[{k}] must be a pair (zmin, zmax); got {arguments.describe(pair)}"
+            )
+        _check_options(titles[k] if k < len(titles) else "", pair[0], pair[1], None)
     n = len(maps)
     H = maps[0].shape[0] if maps else 0
     if any(m.shape != (H, H) for m in maps):
         raise ValueError(f"panels must be square and of one size; got {[m.shape for m in maps]}")
-    value_names = list(titles) if value_names is None else list(value_names)
+    value_names = list(titles) if value_names is None else _texts("value_names", value_names)
     for name, values in (
         ("titles", titles), ("zranges", zranges), ("colorscales", colorscales),
         ("value_names", value_names),
@@ -666,7 +795,11 @@ def head_pair_panels(
             raise ValueError(f"{name} must give one entry per panel ({n}); got {len(values)}")
     for scale in colorscales:
         _check_colorscale(scale)
-    labels = [str(h) for h in range(1, H + 1)] if heads is None else [str(h) for h in heads]
+    labels = (
+        [str(h) for h in range(1, H + 1)]
+        if heads is None
+        else [str(h) for h in arguments.items("heads", heads)]
+    )
     if len(labels) != H:
         raise ValueError(f"heads must label every head ({H}); got {len(labels)}")
     spacing = 0.14

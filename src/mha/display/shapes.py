@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mha.core._checks import arguments
 from mha.core._checks.arguments import check_int, check_sizes
 from mha.core.packing import check_kv_heads
 from mha.display import formatting
@@ -104,10 +105,15 @@ def resolve_layout(layout: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
         The shape as a tuple of ints.
 
     Raises:
-        ValueError: if the layout is not parenthesised, a dimension is malformed, or a
-            symbol is not in ``sizes``.
+        ValueError: if the layout is not parenthesised, a dimension is malformed, a symbol
+            is not in ``sizes``, or a size is negative.
+        TypeError: if ``layout`` is not a string, ``sizes`` not a dict, or a size not an int
+            (a Python or NumPy integer, not a bool).
     """
-    text = layout.strip()
+    text = arguments.text("layout", layout).strip()
+    if not isinstance(sizes, Mapping):
+        raise TypeError(f"sizes must be a dict of symbol -> size; got {arguments.describe(sizes)}")
+    sizes = {k: arguments.size(f"sizes[{k!r}]", v, 0, None) for k, v in sizes.items()}
     if not (text.startswith("(") and text.endswith(")")):
         raise ValueError(f"layout must be parenthesised like '(B, L, D)'; got {layout!r}")
     inner = text[1:-1].strip()
@@ -153,11 +159,21 @@ def shape_rows(entries: Mapping[str, tuple[str, Any]], sizes: Mapping[str, int])
         One :class:`ShapeRow` per entry, in order.
 
     Raises:
-        TypeError: if an array has no ``shape``.
+        TypeError: if ``entries`` is not a dict of ``(layout, array)`` pairs or an array has
+            no ``shape``, or as :func:`resolve_layout`.
         ValueError: as :func:`resolve_layout`.
     """
+    if not isinstance(entries, Mapping):
+        raise TypeError(
+            f"entries must be a dict {{name: (layout, array)}}; got {arguments.describe(entries)}"
+        )
     rows = []
-    for name, (layout, array) in entries.items():
+    for name, entry in entries.items():
+        if not isinstance(entry, tuple | list) or len(entry) != 2:
+            raise TypeError(
+                f"entry {name!r} must be a (layout, array) pair; got {arguments.describe(entry)}"
+            )
+        layout, array = entry
         if not hasattr(array, "shape"):
             raise TypeError(
                 f"entry {name!r} must hold an array with .shape; got {type(array).__name__}"
@@ -177,7 +193,13 @@ def shape_table(rows: list[ShapeRow]) -> str:
 
     Returns:
         The table as Markdown text (display it with ``IPython.display.Markdown``).
+
+    Raises:
+        TypeError: if ``rows`` is not a list of :class:`ShapeRow`.
     """
+    rows = arguments.items("rows", rows)
+    for i, r in enumerate(rows):
+        arguments.instance(f"rows[{i}]", r, ShapeRow, "a ShapeRow")
     equal = {True: "yes", False: "**no**"}
     return formatting.markdown_table(
         ["tensor", "layout", "expected", "actual", "equal"],

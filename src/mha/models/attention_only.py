@@ -31,12 +31,39 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha.backends import torch_backend
+from mha.backends import torch_backend, torch_checks
 from mha.backends.module import MultiHeadAttention
 from mha.core import packing
 from mha.core._checks import arguments
 from mha.core.kv_cache import KVCache, atomic
 from mha.core.params import MHAParams, repeat_kv_heads
+
+
+def _torch_params(params: MHAParams) -> MHAParams:
+    """``params`` after checking they are ``MHAParams`` of torch tensors."""
+    arguments.instance("params", params, MHAParams, "MHAParams")
+    if not isinstance(params.w_qkv, torch.Tensor):
+        raise TypeError(
+            f"params must hold torch tensors; got {type(params.w_qkv).__name__} (convert with "
+            "params.to_torch())"
+        )
+    return params
+
+
+def _check_layer_input(x: torch.Tensor, params: MHAParams) -> None:
+    """Check a layer's input ``x`` ``(B, L, D)`` and its torch parameters (finite, one dtype)."""
+    _torch_params(params)
+    for name in ("w_qkv", "w_o", "b_qkv", "b_o"):
+        if getattr(params, name) is not None:
+            arguments.torch_tensor(f"params.{name}", getattr(params, name))
+    arguments.torch_tensor("x", x)
+    if x.ndim != 3 or x.shape[-1] != params.d_model or x.shape[1] < 1:
+        raise ValueError(
+            f"x must have shape (B, L, D) with L >= 1 and D = {params.d_model}; got "
+            f"{tuple(x.shape)}"
+        )
+    if x.dtype != params.w_qkv.dtype:
+        raise TypeError(f"x must have the dtype of params ({params.w_qkv.dtype}); got {x.dtype}")
 
 
 def gated_params(params: MHAParams, gate: torch.Tensor | None) -> MHAParams:
@@ -56,10 +83,14 @@ def gated_params(params: MHAParams, gate: torch.Tensor | None) -> MHAParams:
         New ``MHAParams`` sharing every tensor but ``w_o`` (or ``params`` itself).
 
     Raises:
-        ValueError: if ``gate`` does not have shape ``(H,)``.
+        ValueError: if ``gate`` does not have shape ``(H,)`` or is not finite.
+        TypeError: if ``params`` is not ``MHAParams`` of torch tensors, or ``gate`` is not a
+            floating torch tensor.
     """
+    _torch_params(params)
     if gate is None:
         return params
+    arguments.torch_tensor("gate", gate)
     H = params.num_heads
     if tuple(gate.shape) != (H,):
         raise ValueError(f"gate must have shape (H,) = ({H},); got {tuple(gate.shape)}")
@@ -86,8 +117,12 @@ def head_contributions(
         ``contributions[:, h]``, head ``h``'s share of the output.
 
     Raises:
-        ValueError, TypeError: as :func:`mha.backends.torch_backend.scaled_dot_product_attention`.
+        ValueError: if ``x`` is not ``(B, L, D)`` with the layer's D, or as
+            :func:`mha.backends.torch_backend.multi_head_attention` (values, the mask).
+        TypeError: if ``x`` is not a torch tensor or ``params`` not ``MHAParams`` of torch
+            tensors, or as :func:`mha.backends.torch_backend.multi_head_attention`.
     """
+    _check_layer_input(x, params)
     params = repeat_kv_heads(params)  # grouped-query heads: each head with its key/value head
     H = params.num_heads
     q, k, v = (x @ w for w in (params.w_q, params.w_k, params.w_v))  # 3 x (B, L, D)
@@ -123,8 +158,11 @@ class AttentionOnlyTransformer(nn.Module):
         ``(B, H, L, L)``.
 
     Raises:
-        ValueError: if a size is not positive or H does not divide D.
-        TypeError: if a size is not an int.
+        ValueError: if a size is not positive, H does not divide D, H_kv does not divide H,
+            ``seed`` is not in ``[0, 2**64)``, or the embeddings would pass what an array can
+            hold.
+        TypeError: if a size or ``seed`` is not an int (a Python or NumPy integer, not a
+            bool), or ``dtype`` is not float64, float32 or bfloat16 (a torch dtype).
     """
 
     def __init__(
@@ -140,9 +178,15 @@ class AttentionOnlyTransformer(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        arguments.check_positive_sizes(
-            vocab_size=vocab_size, max_len=max_len, num_layers=num_layers
-        )
+        sizes = arguments.sizes(vocab_size=vocab_size, max_len=max_len, num_layers=num_layers)
+        vocab_size, max_len, num_layers = sizes.values()
+        d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads, num_kv_heads)
+        num_kv_heads = None if num_kv_heads is None else int(num_kv_heads)
+        seed = arguments.seed("seed", seed)
+        if dtype not in torch_checks.FLOATS:
+            names = ", ".join(str(d) for d in torch_checks.FLOATS)
+            raise TypeError(f"dtype must be one of {names}; got {arguments.describe(dtype)}")
+        arguments.check_elements("vocab_size", (2 * vocab_size + max_len) * d_model, 8)
         gen = torch.Generator().manual_seed(seed)
         scale = 1.0 / math.sqrt(d_model)
 
@@ -203,19 +247,24 @@ class AttentionOnlyTransformer(nn.Module):
 
         Raises:
             ValueError: if a size is not positive.
-            TypeError: if a size is not an int.
+            TypeError: if a size is not an int (a Python or NumPy integer, not a bool).
         """
-        capacity = self.max_len if capacity is None else capacity
+        batch_size = arguments.size("batch_size", batch_size)
+        capacity = self.max_len if capacity is None else arguments.size("capacity", capacity)
         layer = self.layers[0]
         return [
             KVCache(batch_size, layer.num_kv_heads, layer.d_head, capacity, dtype=self.embed.dtype)
             for _ in self.layers
         ]
 
-    def _check(self, tokens: torch.Tensor, gates: torch.Tensor | None) -> None:
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.int64:
-            got = tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-            raise TypeError(f"tokens must be an int64 torch.Tensor; got {got}")
+    def _check(self, tokens: torch.Tensor, gates: torch.Tensor | None) -> torch.Tensor:
+        """Check ``tokens`` and ``gates``; return the tokens as int64."""
+        if not isinstance(tokens, torch.Tensor):
+            raise TypeError(
+                f"tokens must be a torch.Tensor of token ids; got {arguments.describe(tokens)}"
+            )
+        arguments.torch_tensor("tokens", tokens, integer=True)
+        tokens = tokens.long()
         if tokens.ndim != 2 or not 1 <= tokens.shape[1] <= self.pos.shape[0]:
             raise ValueError(
                 f"tokens must have shape (B, L) with 1 <= L <= max_len={self.pos.shape[0]}; "
@@ -227,10 +276,13 @@ class AttentionOnlyTransformer(nn.Module):
                 f"got values in [{int(tokens.min())}, {int(tokens.max())}]"
             )
         shape = (self.num_layers, self.num_heads)
-        if gates is not None and tuple(gates.shape) != shape:
-            raise ValueError(
-                f"gates must have shape (num_layers, H) = {shape}; got {tuple(gates.shape)}"
-            )
+        if gates is not None:
+            arguments.torch_tensor("gates", gates)
+            if tuple(gates.shape) != shape:
+                raise ValueError(
+                    f"gates must have shape (num_layers, H) = {shape}; got {tuple(gates.shape)}"
+                )
+        return tokens
 
     def residual_stream(
         self, tokens: torch.Tensor, gates: torch.Tensor | None = None
@@ -253,7 +305,8 @@ class AttentionOnlyTransformer(nn.Module):
         return self._run(tokens, gates, need_weights=False)[1]
 
     def _run(self, tokens, gates, need_weights, caches=None):
-        self._check(tokens, gates)
+        tokens = self._check(tokens, gates)
+        arguments.check_bool("need_weights", need_weights)
         L = tokens.shape[1]
         start = 0 if caches is None else self._check_caches(caches, tokens)
         x = self.embed[tokens] + self.pos[start : start + L]  # (B, L) -> (B, L, D)
@@ -283,6 +336,13 @@ class AttentionOnlyTransformer(nn.Module):
             raise TypeError(
                 f"caches must be a list of num_layers={self.num_layers} KVCache (see new_caches)"
             )
+        arguments.distinct_objects("caches", caches)
+        batches = {c.batch_size for c in caches}
+        if batches != {tokens.shape[0]}:
+            raise ValueError(
+                f"caches must hold the batch of tokens (B={tokens.shape[0]}); got caches of "
+                f"batch {sorted(batches)}"
+            )
         lengths = {c.length for c in caches}
         if len(lengths) != 1:
             raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")
@@ -311,24 +371,28 @@ class AttentionOnlyTransformer(nn.Module):
         every cache keeps its length, contents and ``max_abs``, the earlier layers' too.
 
         Args:
-            tokens: token ids.
-            gates: head gates; ``None`` is the ungated model (equal to all ones).
+            tokens: token ids (any integer dtype; read as int64).
+            gates: head gates, a floating tensor; ``None`` is the ungated model (equal to
+                all ones).
             need_weights: also return the weights of every layer.
             caches: one key/value cache per layer (a list or tuple), or ``None``.
 
         Shape:
-            tokens ``(B, L)`` int64 with ``L <= max_len``; gates ``(num_layers, H)``. Returns logits
+            tokens ``(B, L)`` with ``L <= max_len``; gates ``(num_layers, H)``. Returns logits
             ``(B, L, V)`` and, if asked, ``num_layers`` weights ``(B, H, L, L)``.
 
         Returns:
             ``(logits, weights)``; ``weights`` is ``None`` unless ``need_weights``.
 
         Raises:
-            ValueError: if ``tokens`` has the wrong shape or ids, ``gates`` the wrong shape, the
-                caches hold different numbers of positions or would pass ``max_len``; and the
-                errors of :func:`mha.backends.torch_backend.multi_head_attention` (a cache
-                that does not fit a layer, is full, or holds NaN, an overflow).
-            TypeError: if ``tokens`` is not an int64 tensor or ``caches`` is not one
+            ValueError: if ``tokens`` has the wrong shape or ids outside ``[0, V)``,
+                ``gates`` the wrong shape or NaN or infinity, the caches hold different
+                numbers of positions, would pass ``max_len`` or hold one cache twice
+                (``[cache] * num_layers``); and the errors of
+                :func:`mha.backends.torch_backend.multi_head_attention` (a cache that does
+                not fit a layer, is full, or holds NaN, an overflow).
+            TypeError: if ``tokens`` is not an integer tensor, ``gates`` not a floating
+                tensor, ``need_weights`` not a bool, or ``caches`` not one
                 :class:`~mha.core.kv_cache.KVCache` per layer; and the errors of
                 :func:`mha.backends.torch_backend.multi_head_attention`.
         """
@@ -345,7 +409,14 @@ def layer_seed(seed: int, layer: int) -> int:
 
     Returns:
         A seed drawn from ``numpy.random.SeedSequence([seed, layer])``.
+
+    Raises:
+        ValueError: if ``seed`` or ``layer`` is negative.
+        TypeError: if ``seed`` or ``layer`` is not an int (a Python or NumPy integer, not a
+            bool).
     """
+    seed = arguments.size("seed", seed, 0, None)
+    layer = arguments.size("layer", layer, 0, None)
     return int(np.random.SeedSequence([seed, layer]).generate_state(1)[0])
 
 
@@ -355,10 +426,11 @@ def next_token_loss(
     """Mean cross-entropy of predicting ``tokens[:, i + 1]`` from position ``i``.
 
     Args:
-        logits: the model's output.
-        tokens: the input token ids.
-        where: which query positions ``i`` count (the last position never does, having no
-            next token); ``None`` counts all.
+        logits: the model's output, a floating tensor.
+        tokens: the input token ids, an integer tensor with ids in ``[0, V)``.
+        where: a boolean tensor, True at the query positions ``i`` that count (the last
+            position never does, having no next token); ``None`` counts all. A 0/1
+            integer tensor is refused: indexing with it would pick positions 0 and 1.
 
     Shape:
         logits ``(B, L, V)``, tokens and where ``(B, L)``. Returns a scalar.
@@ -367,19 +439,53 @@ def next_token_loss(
         The mean loss, a scalar tensor (differentiable).
 
     Raises:
-        ValueError: if the shapes do not match, or ``where`` selects no position.
+        ValueError: if the shapes do not match, an id is outside ``[0, V)``, no position
+            counts (``L = 1``, ``B = 0``, or ``where`` selects none before the last),
+            ``logits`` holds NaN or ``+inf``, or a counted target's logit is ``-inf``.
+        TypeError: if ``logits`` is not a floating tensor, ``tokens`` not an integer tensor,
+            or ``where`` not a boolean tensor.
     """
+    for name, x in (("logits", logits), ("tokens", tokens)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor; got {arguments.describe(x)}")
+    if not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point:
+        got = logits.dtype if isinstance(logits, torch.Tensor) else arguments.describe(logits)
+        raise TypeError(f"logits must be a floating torch.Tensor; got {got}")
+    if logits.numel() and bool((torch.isnan(logits) | (logits == math.inf)).any()):
+        raise ValueError("logits must not hold NaN or +inf (-inf, a probability of 0, may)")
+    arguments.torch_tensor("tokens", tokens, integer=True)
+    if logits.ndim != 3:
+        raise ValueError(f"logits must have shape (B, L, V); got {tuple(logits.shape)}")
     B, L, V = logits.shape
     if tuple(tokens.shape) != (B, L):
-        raise ValueError(f"tokens must have shape (B, L) = ({B}, {L}); got {tuple(tokens.shape)}")
-    losses = F.cross_entropy(
-        logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="none"
-    ).view(B, L - 1)  # (B, L - 1)
-    if where is None:
-        return losses.mean()
-    if tuple(where.shape) != (B, L):
-        raise ValueError(f"where must have shape (B, L) = ({B}, {L}); got {tuple(where.shape)}")
-    keep = where[:, :-1]
+        raise ValueError(
+            f"tokens must have the shape (B, L) = ({B}, {L}) of logits (B, L, V); got "
+            f"{tuple(tokens.shape)}"
+        )
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= V):
+        raise ValueError(
+            f"tokens must lie in [0, V={V}); got values in [{int(tokens.min())}, "
+            f"{int(tokens.max())}]"
+        )
+    keep = torch.ones(B, max(L - 1, 0), dtype=torch.bool)  # (B, L - 1)
+    if where is not None:
+        if not isinstance(where, torch.Tensor) or where.dtype != torch.bool:
+            got = where.dtype if isinstance(where, torch.Tensor) else arguments.describe(where)
+            raise TypeError(f"where must be a boolean torch.Tensor (True = counts); got {got}")
+        if tuple(where.shape) != (B, L):
+            raise ValueError(f"where must have shape (B, L) = ({B}, {L}); got {tuple(where.shape)}")
+        keep = where[:, :-1]
     if not keep.any():
-        raise ValueError("where must select at least one query position before the last")
-    return losses[keep].mean()
+        raise ValueError(
+            "where must select at least one query position before the last; got none (of "
+            f"B={B} sequences of L={L} positions)"
+            if where is not None
+            else f"logits must hold a position with a next token (B >= 1, L >= 2); got B={B}, L={L}"
+        )
+    losses = F.cross_entropy(
+        logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1).long(), reduction="none"
+    ).view(B, L - 1)  # (B, L - 1)
+    loss = losses[keep.to(losses.device)].mean()
+    if bool(torch.isinf(loss.detach())):
+        raise ValueError("logits must give every counted target a finite logit; got -inf for one")
+    return loss

@@ -22,6 +22,7 @@ import torch
 from mha.backends import np_backend
 from mha.backends.module import MultiHeadAttention
 from mha.core._checks import arguments
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core._tools import one_thread
 from mha.core.params import MHAParams, init_params
 
@@ -139,7 +140,19 @@ def two_target_shares(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Shape:
         weights ``(H, L, L)``. Returns two arrays ``(L - 2,)``.
+
+    Raises:
+        ValueError: if ``weights`` is not ``(H, L, L)`` with ``H >= 1`` or holds NaN or
+            infinity.
+        TypeError: if ``weights`` is not a floating array.
     """
+    weights = as_numpy("weights", weights)
+    if not np.issubdtype(weights.dtype, np.floating):
+        raise TypeError(f"weights must be a floating array; got dtype {weights.dtype}")
+    if weights.ndim != 3 or weights.shape[0] < 1 or weights.shape[1] != weights.shape[2]:
+        raise ValueError(f"weights must have shape (H, L, L) with H >= 1; got {weights.shape}")
+    if not np.isfinite(weights).all():
+        raise ValueError("weights must be finite; got NaN or infinite values")
     queries = np.arange(2, weights.shape[-1])
     return weights[0, queries, queries - 1], weights[-1, queries, 0]
 
@@ -166,7 +179,17 @@ def fit_two_targets(
 
     Returns:
         The fitted layer's weights and parameter count.
+
+    Raises:
+        ValueError: if a size is not positive, H does not divide D, ``q_len < 3``, or
+            ``seed`` is not in ``[0, 2**64)``.
+        TypeError: if a size or ``seed`` is not an int (a Python or NumPy integer, not a
+            bool).
     """
+    d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)
+    q_len = arguments.size("q_len", q_len, 3)
+    steps = arguments.size("steps", steps)
+    seed = arguments.seed("seed", seed)
     x = np.random.default_rng([seed, 1]).standard_normal((1, q_len, d_model))
     x = torch.from_numpy(x)  # (B, L, D)
     with one_thread():
@@ -218,12 +241,17 @@ def two_output_task(
         x ``(n, L, D)``, target ``(n, L - 2, D)``, p and q ``(D/2, D/2)``.
 
     Raises:
-        ValueError: if a size is not a positive int, ``d_model`` is odd, or ``q_len`` is
-            outside ``3 .. D/2``.
+        ValueError: if a size is not positive, ``d_model`` is odd, ``q_len`` is outside
+            ``3 .. D/2``, ``seed`` is negative, or the sentences would pass what an array
+            can hold.
+        TypeError: if a size or ``seed`` is not an int (a Python or NumPy integer, not a
+            bool).
     """
-    for name, value in (("num_sentences", num_sentences), ("q_len", q_len), ("d_model", d_model)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {name}={value!r}")
+    num_sentences, q_len, d_model = arguments.sizes(
+        num_sentences=num_sentences, q_len=q_len, d_model=d_model
+    ).values()
+    seed = arguments.seed("seed", seed)
+    arguments.check_elements("num_sentences", num_sentences * q_len * d_model, 8)
     if d_model % 2:
         raise ValueError(f"d_model must be even; got d_model={d_model}")
     half = d_model // 2
@@ -299,9 +327,15 @@ def fit_two_outputs(
         The held-out and fitted shares left unexplained, the floor, weights and size.
 
     Raises:
-        ValueError: as :func:`two_output_task`, or if ``held_out`` equals ``num_sentences``
-            (the two sets would be the same sentences).
+        ValueError: as :func:`two_output_task`, or if ``held_out`` or ``steps`` is not
+            positive, H does not divide D, or ``held_out`` equals ``num_sentences`` (the two
+            sets would be the same sentences).
+        TypeError: if a size or ``seed`` is not an int (a Python or NumPy integer, not a
+            bool).
     """
+    d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)
+    held_out, steps = arguments.sizes(held_out=held_out, steps=steps).values()
+    num_sentences = arguments.size("num_sentences", num_sentences)
     if held_out == num_sentences:
         raise ValueError(
             "held_out must differ from num_sentences, which seeds the fitted sentences; "
@@ -345,7 +379,8 @@ def residual_stack(
     """Run ``x`` through ``num_blocks`` residual attention blocks with random layers.
 
     Block ``k`` is :func:`mha.backends.np_backend.attention_block` with the layer
-    ``init_params(D, num_heads, seed=100 * seed + k)``, post-norm or pre-norm, without
+    ``init_params(D, num_heads, seed=100 * seed + k)`` (in the dtype of ``x``), post-norm or
+    pre-norm, without
     the layer norm's scale and shift (and without a final layer norm).
 
     Args:
@@ -363,13 +398,27 @@ def residual_stack(
         the stream after each block.
 
     Raises:
-        TypeError: if ``norm_first`` is not a bool.
+        ValueError: if ``num_blocks`` is negative, ``seed`` is negative, or as
+            :func:`mha.backends.np_backend.attention_block` (``x`` not ``(B, L, D)`` or not
+            finite, H not dividing D).
+        TypeError: if ``norm_first`` is not a bool, ``num_blocks``, ``num_heads`` or
+            ``seed`` not an int (a Python or NumPy integer, not a bool), or ``x`` not a
+            float32/float64 NumPy array.
     """
     arguments.check_bool("norm_first", norm_first)
+    num_blocks = arguments.size("num_blocks", num_blocks, 0)
+    seed = arguments.seed("seed", seed)
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"x must be a numpy.ndarray; got {arguments.describe(x)}")
+    if x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"x must be float32 or float64; got dtype {x.dtype}")
+    if x.ndim != 3:
+        raise ValueError(f"x must have shape (B, L, D); got {x.ndim}-D shape {x.shape}")
+    arguments.layer_sizes(x.shape[-1], num_heads)
 
     streams = [x]
     for k in range(num_blocks):
-        params = init_params(x.shape[-1], num_heads, seed=100 * seed + k)
+        params = init_params(x.shape[-1], num_heads, seed=100 * seed + k, dtype=x.dtype)
         out, _ = np_backend.attention_block(streams[-1], params, norm_first=norm_first)
         streams.append(out)
     return streams

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.backends import torch_backend
+from mha.backends import torch_backend, torch_checks
 from mha.core import packing
 from mha.core._checks import arguments
 from mha.core.params import MHAParams, mean_pool_kv_heads
@@ -56,7 +56,12 @@ def model_dir(package: str = PACKAGE) -> Path:
         ModuleNotFoundError: if the package is not installed (the message says how to
             install it).
         FileNotFoundError: if the package has no ``model`` directory.
+        ValueError: if ``package`` is not an import name.
+        TypeError: if ``package`` is not a string.
     """
+    arguments.text("package", package)
+    if not all(part.isidentifier() for part in package.split(".")):
+        raise ValueError(f"package must be an import name such as {PACKAGE!r}; got {package!r}")
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError(
@@ -81,7 +86,13 @@ def sha256_of(path: str | Path) -> str:
 
     Returns:
         The 64 hexadecimal digits.
+
+    Raises:
+        TypeError: if ``path`` is not a ``str`` or ``os.PathLike`` (an int would name an
+            open file descriptor).
+        OSError: if the file cannot be read.
     """
+    path = arguments.path("path", path)
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -113,9 +124,18 @@ def bert_attention_params(state: dict[str, np.ndarray], layer: int, num_heads: i
         ``MHAParams`` of float32 torch tensors in this package's layout.
 
     Raises:
-        KeyError: if the state dict has no such layer.
+        ValueError: if the state dict has no such layer, or ``layer`` is negative or
+            ``num_heads`` not positive.
+        TypeError: if ``state`` is not a dict, or ``layer`` or ``num_heads`` not an int (a
+            Python or NumPy integer, not a bool).
     """
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict of arrays; got {arguments.describe(state)}")
+    layer = arguments.size("layer", layer, 0)
+    num_heads = arguments.size("num_heads", num_heads)
     pre = f"encoder.layer.{layer}.attention."
+    if f"{pre}self.query.weight" not in state:
+        raise ValueError(f"layer must be a layer of the state dict; got layer={layer} (no {pre}*)")
     t = {
         n: _linear_t(state[f"{pre}self.{n}.weight"]) for n in ("query", "key", "value")
     }  # each (D, D)
@@ -171,7 +191,14 @@ class BertLayer:
 
         Returns:
             A new ``BertLayer``.
+
+        Raises:
+            TypeError: if ``dtype`` is not a floating torch dtype.
         """
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(
+                f"dtype must be a floating torch.dtype; got {arguments.describe(dtype)}"
+            )
         fields = {k: v.to(dtype) for k, v in self.__dict__.items() if k != "attn"}
         return BertLayer(attn=self.attn.map(lambda x: x.to(dtype)), **fields)
 
@@ -188,6 +215,37 @@ class MiniLMOutput:
 
     hidden_states: list[torch.Tensor]
     attentions: list[torch.Tensor]
+
+
+def _check_ids(name: str, ids: torch.Tensor, vocab: int) -> None:
+    """Refuse an id outside ``[0, vocab)`` (a negative id would read from the end).
+
+    Not while a graph is traced (:func:`mha.models.minilm_onnx.export_attention_onnx`): the
+    check reads values, which a graph cannot; the runtime indexes out of range itself.
+    """
+    if torch.compiler.is_compiling():
+        return
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        raise ValueError(
+            f"{name} must lie in [0, {vocab}); got values in [{int(ids.min())}, {int(ids.max())}]"
+        )
+
+
+def _keep_mask(mask: torch.Tensor) -> torch.Tensor:
+    """A padding mask ``(B, L)`` (bool, or integer 0/1) as bool, keeping a token per row."""
+    if torch.compiler.is_compiling():  # a traced graph cannot read values
+        return mask.bool()
+    if mask.dtype != torch.bool:
+        arguments.torch_tensor("attention_mask", mask, integer=True)
+        if mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError("attention_mask must hold 0 and 1 (or False and True) only")
+        mask = mask.bool()
+    if mask.shape[1] and not bool(mask.any(dim=1).all()):
+        raise ValueError(
+            "attention_mask must keep at least one token of every sequence; got a row of "
+            "padding only"
+        )
+    return mask
 
 
 class MiniLM:
@@ -280,7 +338,11 @@ class MiniLM:
 
         Returns:
             One entry per token, [CLS] and [SEP] included.
+
+        Raises:
+            TypeError: if ``text`` is not a string.
         """
+        arguments.text("text", text)
         return list(self.tokenizer.encode(text).word_ids)
 
     def forward(
@@ -292,10 +354,11 @@ class MiniLM:
         """Run the encoder: embeddings, then every layer's attention and feed-forward blocks.
 
         Args:
-            input_ids: token ids.
-            attention_mask: True for real tokens, False for padding (keys that no query
-                may attend to); ``None`` means no padding.
-            token_type_ids: segment ids (0 or 1); ``None`` means all 0.
+            input_ids: token ids, an integer tensor with ids in ``[0, vocab_size)``.
+            attention_mask: True (or 1) for real tokens, False (or 0) for padding (keys that
+                no query may attend to), a boolean or 0/1 integer tensor keeping at least
+                one token of each sequence; ``None`` means no padding.
+            token_type_ids: segment ids, 0 or 1 (an integer tensor); ``None`` means all 0.
 
         Shape:
             input_ids, attention_mask, token_type_ids ``(B, L)``. Returns
@@ -306,9 +369,12 @@ class MiniLM:
             A :class:`MiniLMOutput`.
 
         Raises:
-            ValueError: if ``input_ids`` is not ``(B, L)``, L exceeds the model's positions,
-                or the mask shape differs from ``input_ids``.
+            ValueError: if ``input_ids`` is not ``(B, L)`` with ``1 <= L <= max_positions``,
+                an id or segment id is outside its vocabulary (``-1`` included), or the
+                mask is not ``(B, L)`` of 0/1 keeping a token in every sequence.
+            TypeError: if an argument is not a torch tensor, or has a floating dtype.
         """
+        arguments.torch_tensor("input_ids", input_ids, integer=True)
         if input_ids.ndim != 2:
             raise ValueError(
                 f"input_ids must have shape (B, L); got {input_ids.ndim}-D shape "
@@ -316,22 +382,33 @@ class MiniLM:
             )
         B, L = input_ids.shape
         positions = self.max_positions
-        if input_ids.shape[1] > positions:
+        if not 1 <= L <= positions:
             raise ValueError(
-                f"input_ids has L={L} tokens; the model has {positions} positions: "
-                "shorten the input or split it"
+                f"input_ids has L={L} tokens; the model has {positions} positions (and "
+                "needs at least one token): shorten the input or split it"
             )
+        _check_ids("input_ids", input_ids, self.embeddings["word"].shape[0])
         for name, x in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-            if x is not None and tuple(x.shape) != (B, L):
+            if x is None:
+                continue
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor; got {arguments.describe(x)}")
+            if tuple(x.shape) != (B, L):
                 raise ValueError(
                     f"{name} must have the shape of input_ids {(B, L)}; got {tuple(x.shape)}"
                 )
+        if token_type_ids is not None:
+            arguments.torch_tensor("token_type_ids", token_type_ids, integer=True)
+            _check_ids("token_type_ids", token_type_ids, self.embeddings["token_type"].shape[0])
+        if attention_mask is not None:
+            attention_mask = _keep_mask(attention_mask)
+        input_ids = input_ids.long()
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         e = self.embeddings
         x = e["word"][input_ids] + e["position"][:L] + e["token_type"][token_type_ids]  # (B, L, D)
         x = torch_backend.layer_norm(x, e["ln_weight"], e["ln_bias"], self.eps)  # (B, L, D)
-        mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+        mask = None if attention_mask is None else attention_mask[:, None, None, :]
         hidden, attentions = [x], []  # mask: (B, L) -> (B, 1, 1, S)
         for layer in self.layers:
             x, weights = torch_backend.attention_block(
@@ -358,6 +435,9 @@ class MiniLM:
 
         Returns:
             The output (padded to the longest text) and each text's tokens.
+
+        Raises:
+            ValueError, TypeError: as :meth:`tokenize`.
         """
         ids, keep, tokens = self.tokenize(texts)
         with torch.no_grad():
@@ -401,6 +481,9 @@ class MiniLM:
 
         Returns:
             One unit vector per text.
+
+        Raises:
+            ValueError, TypeError: as :meth:`tokenize`.
         """
         ids, keep, _ = self.tokenize(texts)
         with torch.no_grad():
@@ -422,7 +505,9 @@ class MiniLM:
             A new :class:`MiniLM`.
 
         Raises:
-            ValueError: if ``num_kv_heads`` does not divide H.
+            ValueError: if ``num_kv_heads`` is not positive or does not divide H.
+            TypeError: if ``num_kv_heads`` is not an int (a Python or NumPy integer, not a
+                bool).
         """
         layers = [
             replace(layer, attn=mean_pool_kv_heads(layer.attn, num_kv_heads))
@@ -441,6 +526,7 @@ class MiniLM:
 
         Raises:
             ValueError: if ``layer`` is not in ``[0, num_layers)``.
+            TypeError: if ``layer`` is not an int (a Python or NumPy integer, not a bool).
         """
         arguments.check_int("layer", layer)
         if not 0 <= layer < self.num_layers:
@@ -469,11 +555,20 @@ def load_minilm(
     Raises:
         ModuleNotFoundError: if the weights package is not installed.
         ValueError: if the weights file does not have the expected SHA-256.
-        TypeError: if ``dtype`` is not a floating torch dtype or ``check_hash`` is not a bool.
+        TypeError: if ``dtype`` is not one of the torch dtypes the attention computes in
+            (float32, float64, bfloat16), ``weights_path`` is not ``None`` or a path,
+            ``package`` is not a string, or ``check_hash`` is not a bool.
     """
     arguments.check_bool("check_hash", check_hash)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype; got {dtype!r}")
+    if dtype not in torch_checks.FLOATS:
+        names = ", ".join(str(d) for d in torch_checks.FLOATS)
+        raise TypeError(
+            f"dtype must be a floating torch.dtype the attention computes in ({names}); got "
+            f"{arguments.describe(dtype)}"
+        )
+    if weights_path is not None:
+        weights_path = arguments.path("weights_path", weights_path)
+    arguments.text("package", package)
     from safetensors.numpy import load_file
     from tokenizers import Tokenizer
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mha.core._checks import arguments, numpy_arrays
 from mha.detectors import patterns
 from mha.models.minilm import MiniLM
 
@@ -51,9 +52,17 @@ def sentence_scores(
         weights ``(..., L, L)`` with L = len(tokens). Each value ``(...)``.
 
     Raises:
-        ValueError: if the lengths disagree, or as the detectors.
+        ValueError: if the lengths disagree, no word has a head, or as the detectors (rows
+            that are not distributions, NaN, word indices out of range).
+        TypeError: if ``tokens`` is not a list of strings, ``word_ids`` or ``word_heads``
+            not a list of ints and ``None``, or ``weights`` not a floating array.
     """
-    w = np.asarray(weights)
+    w = patterns.check_weights(weights)
+    tokens = arguments.items("tokens", tokens)
+    for i, token in enumerate(tokens):
+        arguments.text(f"tokens[{i}]", token)
+    word_ids = arguments.optional_ids("word_ids", word_ids)
+    word_heads = arguments.optional_ids("word_heads", word_heads)
     L = w.shape[-1]
     if len(tokens) != L or len(word_ids) != L:
         raise ValueError(
@@ -61,6 +70,8 @@ def sentence_scores(
             f"{len(tokens)} and {len(word_ids)}"
         )
     arcs = [(d, h) for d, h in enumerate(word_heads) if h is not None]
+    if not arcs:
+        raise ValueError("word_heads must give at least one word a head; got none")
     s = patterns.all_scores(w, arcs=patterns.word_arcs_to_token_arcs(arcs, word_ids))
     s["dep_to_head"] = s.pop("arc")
     s["head_to_dep"] = patterns.arc_score(
@@ -107,7 +118,15 @@ def offset_baselines(
 
     Raises:
         ValueError: if no word has a head, or as the detectors.
+        TypeError: if ``word_ids`` or ``word_heads`` is not a list of ints and ``None``, or
+            ``offsets`` not a list of ints (Python or NumPy integers, not bools).
     """
+    word_ids = arguments.optional_ids("word_ids", word_ids)
+    word_heads = arguments.optional_ids("word_heads", word_heads)
+    offsets = [
+        arguments.integer(f"offsets[{i}]", k)
+        for i, k in enumerate(arguments.items("offsets", offsets))
+    ]
     L = len(word_ids)
     arcs = [(d, h) for d, h in enumerate(word_heads) if h is not None]
     if not arcs:
@@ -152,17 +171,20 @@ def held_out_comparison(head_scores: Any, offset_scores: Any, pick: Any) -> dict
         ``"offset_score"``: their mean scores on the held-out sentences.
 
     Raises:
-        ValueError: if the shapes disagree, or ``pick`` chooses no sentence or all.
+        ValueError: if the shapes disagree, a score is NaN or infinite, or ``pick``
+            chooses no sentence or all.
+        TypeError: if the scores are not numeric or ``pick`` is not boolean.
     """
-    s, b = np.asarray(head_scores, dtype=np.float64), np.asarray(offset_scores, np.float64)
-    chosen = np.asarray(pick)
-    N = s.shape[0]
+    s = numpy_arrays.float_array("head_scores", head_scores)
+    b = numpy_arrays.float_array("offset_scores", offset_scores)
+    chosen = numpy_arrays.bool_array("pick", pick)
+    N = s.shape[0] if s.ndim else 0
     if s.ndim < 2 or b.ndim != 2 or b.shape[0] != N or chosen.shape != (N,):
         raise ValueError(
             f"head_scores (N, ...), offset_scores (N, K) and pick (N,) must share N; got "
             f"{s.shape}, {b.shape} and {chosen.shape}"
         )
-    if chosen.dtype != np.bool_ or not 0 < chosen.sum() < N:
+    if not 0 < chosen.sum() < N:
         raise ValueError(
             f"pick must be boolean and choose some sentences but not all; got {chosen.tolist()}"
         )
@@ -194,9 +216,10 @@ def pair_attention_weights(model: MiniLM, first: str, second: str) -> tuple[list
         The tokens and a float64 array of every layer's weights.
 
     Raises:
-        TypeError: if a text is not a string.
+        TypeError: if a text is not a string or ``model`` not a :class:`MiniLM`.
         ValueError: if the pair is longer than the model's positions.
     """
+    arguments.instance("model", model, MiniLM, "a MiniLM")
     if not isinstance(first, str) or not isinstance(second, str):
         raise TypeError(
             f"first and second must be str; got {type(first).__name__} and {type(second).__name__}"
@@ -240,11 +263,14 @@ def repeated_random_ids(
         The token ids.
 
     Raises:
-        ValueError: if a size is not a positive int or the input would not fit the model.
+        ValueError: if a size is not positive, the input would not fit the model, or
+            ``seed`` is negative.
+        TypeError: if a size or ``seed`` is not an int (a Python or NumPy integer, not a
+            bool), or ``model`` is not a :class:`MiniLM`.
     """
-    for name, value in (("num_sequences", num_sequences), ("length", length)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {name}={value!r}")
+    arguments.instance("model", model, MiniLM, "a MiniLM")
+    num_sequences, length = arguments.sizes(num_sequences=num_sequences, length=length).values()
+    seed = arguments.seed("seed", seed)
     if 2 * length + 2 > model.max_positions:
         raise ValueError(
             f"length must satisfy 2 * length + 2 <= {model.max_positions}; got length={length}"
@@ -285,7 +311,7 @@ def repeated_token_scores(
         ``"induction"``, ``"duplicate"``, ``"uniform_induction"``, ``"uniform_duplicate"``.
 
     Raises:
-        ValueError: as :func:`repeated_random_ids`.
+        ValueError, TypeError: as :func:`repeated_random_ids`.
     """
     ids = repeated_random_ids(model, num_sequences, length, seed)
     with torch.no_grad():

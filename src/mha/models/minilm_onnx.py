@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from mha.backends import torch_backend
+from mha.core._checks import arguments, numpy_arrays
 from mha.detectors import circuits
 from mha.models import onnx_weights
 from mha.models.minilm import MODEL_SHA256, MiniLM, load_minilm, model_dir
@@ -49,10 +50,14 @@ class AttentionGraph(torch.nn.Module):
 
     Args:
         model: a float32 :class:`MiniLM` from :func:`load_minilm`.
+
+    Raises:
+        TypeError: if ``model`` is not a :class:`MiniLM`.
     """
 
     def __init__(self, model: MiniLM) -> None:
         super().__init__()
+        arguments.instance("model", model, MiniLM, "a MiniLM")
         self.model = model
 
     def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,6 +71,9 @@ class AttentionGraph(torch.nn.Module):
 
         Returns:
             ``(weights, value_norms)``.
+
+        Raises:
+            ValueError, TypeError: as :meth:`mha.models.minilm.MiniLM.forward`.
         """
         out = self.model.forward(input_ids)
         weights = torch.cat(out.attentions)  # num_layers x (1, H, L, L) -> (num_layers, H, L, L)
@@ -95,8 +103,11 @@ def export_attention_onnx(path: str | Path, model: MiniLM | None = None) -> Path
         ``path``.
 
     Raises:
-        TypeError: if ``model`` is not float32.
+        TypeError: if ``path`` is not a path, or ``model`` not a float32 :class:`MiniLM`.
     """
+    path = arguments.path("path", path)
+    if model is not None:
+        arguments.instance("model", model, MiniLM, "a MiniLM")
     model = load_minilm() if model is None else model
     if model.dtype != torch.float32:
         raise TypeError(f"model must be float32; got {model.dtype}")
@@ -127,10 +138,14 @@ def quantize_weights(source: str | Path, target: str | Path) -> Path:
 
     Returns:
         ``target``.
+
+    Raises:
+        TypeError: if ``source`` or ``target`` is not a path.
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    target = Path(target)
+    source = arguments.path("source", source)
+    target = arguments.path("target", target)
     quantize_dynamic(
         str(source),
         str(target),
@@ -188,8 +203,11 @@ def build_cached(
 
     Raises:
         ValueError: if ``weights`` is not a key of :data:`WEIGHTS_NAMES`.
+        TypeError: if ``out_dir`` or ``cache_dir`` is not a path.
     """
-    if weights not in WEIGHTS_NAMES:
+    out_dir = arguments.path("out_dir", out_dir)
+    cache_dir = arguments.path("cache_dir", cache_dir)
+    if not isinstance(weights, str) or weights not in WEIGHTS_NAMES:
         raise ValueError(f"weights must be one of {sorted(WEIGHTS_NAMES)}; got {weights!r}")
     key = cache_key()
     cached = Path(cache_dir) / key[:16]
@@ -241,7 +259,10 @@ def reference_views(model: MiniLM, text: str) -> dict[str, object]:
 
     Raises:
         ValueError: if the text is longer than the model's positions.
+        TypeError: if ``model`` is not a :class:`MiniLM` or ``text`` not a string.
     """
+    arguments.instance("model", model, MiniLM, "a MiniLM")
+    arguments.text("text", text)
     ids, _, tokens = model.tokenize(text)
     out, _ = model.run(text)
     weights = torch.cat(out.attentions).double().numpy()  # (num_layers, H, L, L)
@@ -274,10 +295,20 @@ def run_onnx(path: str | Path, input_ids: np.ndarray) -> tuple[np.ndarray, np.nd
 
     Returns:
         ``(weights, value_norms)`` as float32 arrays.
+
+    Raises:
+        ValueError: if ``input_ids`` is not ``(1, L)`` with ``2 <= L <= 512``, or an id is
+            negative.
+        TypeError: if ``path`` is not a path or ``input_ids`` not an integer array.
     """
     import onnxruntime
 
+    path = arguments.path("path", path)
+    ids = numpy_arrays.int_array("input_ids", input_ids, ndim=2, layout="(1, L)")
+    if ids.shape[0] != 1 or not 2 <= ids.shape[1] <= 512 or (ids < 0).any():
+        raise ValueError(
+            f"input_ids must be (1, L) with 2 <= L <= 512 non-negative ids; got {ids.shape}"
+        )
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    ids = np.asarray(input_ids, dtype=np.int64)
     weights, norms = session.run(["weights", "value_norms"], {"input_ids": ids})
     return weights, norms

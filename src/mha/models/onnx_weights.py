@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mha.core._checks import arguments
+
 DTYPES = ("float16", "int8")
 """The stored types :func:`compress_weights` offers."""
 
@@ -66,13 +68,18 @@ def compress_weights(
         ``target``.
 
     Raises:
-        ValueError: if ``dtype`` is not one of :data:`DTYPES`, or ``block`` or ``min_size``
-            is not positive.
+        ValueError: if ``dtype`` is not one of :data:`DTYPES`, ``block`` or ``min_size`` is
+            not positive, or ``source`` is not a file.
+        TypeError: if ``source`` or ``target`` is not a path, or ``block`` or ``min_size``
+            is not an int.
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}; got {dtype!r}")
-    if block < 1 or min_size < 1:
-        raise ValueError(f"block and min_size must be positive; got {block}, {min_size}")
+    source = arguments.path("source", source)
+    target = arguments.path("target", target)
+    arguments.choice("dtype", dtype, DTYPES)
+    min_size = arguments.size("min_size", min_size, high=None)
+    block = arguments.size("block", block, high=None)
+    if not source.is_file():
+        raise ValueError(f"source must be an ONNX file; got source={str(source)!r}, no such file")
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 

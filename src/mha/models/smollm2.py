@@ -50,6 +50,7 @@ import torch.nn.functional as F
 
 from mha.backends import torch_backend
 from mha.core._checks import arguments
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.kv_cache import KVCache, atomic
 from mha.core.params import MHAParams
 from mha.core.rotary import Rotary
@@ -81,7 +82,12 @@ def gguf_path(package: str = PACKAGE) -> Path:
     Raises:
         ModuleNotFoundError: if the package is not installed (the message says how).
         FileNotFoundError: if the package holds no such file.
+        TypeError: if ``package`` is not a string.
+        ValueError: if ``package`` is not an import name (empty, or a relative name).
     """
+    arguments.text("package", package)
+    if not package or package.startswith("."):
+        raise ValueError(f"package must be an absolute import name; got package={package!r}")
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError(
@@ -111,7 +117,21 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
     Returns:
         The normalised tensor.
+
+    Raises:
+        ValueError: if ``x`` or ``weight`` holds NaN or infinity, ``weight`` is not ``(D,)``
+            for ``x``'s last axis, or ``eps`` is negative or not finite.
+        TypeError: if ``x`` or ``weight`` is not a floating torch tensor, or ``eps`` not a
+            real number.
     """
+    arguments.torch_tensor("x", x)
+    arguments.torch_tensor("weight", weight)
+    if x.ndim < 1 or tuple(weight.shape) != (x.shape[-1],):
+        raise ValueError(
+            f"weight must have shape (D,) for x of shape (..., D); got weight "
+            f"{tuple(weight.shape)} and x {tuple(x.shape)}"
+        )
+    eps = arguments.number("eps", eps, low=0.0)
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
@@ -244,8 +264,12 @@ class SmolLM2:
 
         Returns:
             One string per id.
+
+        Raises:
+            ValueError: if an id is outside ``[0, V)`` or ``ids`` is not 1-D.
+            TypeError: if ``ids`` is not a sequence or tensor of ints.
         """
-        return [self.tokenizer.decode([int(i)], skip_special_tokens=False) for i in ids]
+        return [self.tokenizer.decode([i], skip_special_tokens=False) for i in self._ids(ids)]
 
     def decode(self, ids: Any) -> str:
         """The text of a sequence of token ids (control tokens kept).
@@ -255,8 +279,27 @@ class SmolLM2:
 
         Returns:
             The text.
+
+        Raises:
+            ValueError: if an id is outside ``[0, V)`` or ``ids`` is not 1-D.
+            TypeError: if ``ids`` is not a sequence or tensor of ints.
         """
-        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+        return self.tokenizer.decode(self._ids(ids), skip_special_tokens=False)
+
+    def _ids(self, ids: Any) -> list[int]:
+        """``ids`` as a list of Python ints in ``[0, V)``; floats and bools refused."""
+        a = as_numpy("ids", list(ids) if isinstance(ids, range) else ids)
+        if a.shape == (0,):  # no id: NumPy reads [] as float64
+            return []
+        if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+            raise TypeError(f"ids must be integer token ids; got dtype {a.dtype}")
+        if a.ndim != 1:
+            raise ValueError(f"ids must be 1-D (one sequence); got {a.ndim}-D shape {a.shape}")
+        if a.size and (a.min() < 0 or a.max() >= self.vocab_size):
+            raise ValueError(
+                f"ids must be in [0, {self.vocab_size}); got ids from {a.min()} to {a.max()}"
+            )
+        return [int(i) for i in a]
 
     def chat_prompt(self, message: str) -> str:
         """``message`` as the user's turn of the model's chat template, ready for its answer.
@@ -266,7 +309,11 @@ class SmolLM2:
 
         Returns:
             The template's default system turn, the user's turn and the assistant's header.
+
+        Raises:
+            TypeError: if ``message`` is not a string.
         """
+        arguments.text("message", message)
         system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
         return (
             f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{message}<|im_end|>\n"
@@ -308,6 +355,8 @@ class SmolLM2:
                 f"{int(tokens.min())} to {int(tokens.max())}"
             )
         shape = (self.num_layers, self.num_heads)
+        if gates is not None:
+            arguments.torch_tensor("gates", gates)  # floating and finite
         if gates is not None and (
             not isinstance(gates, torch.Tensor) or tuple(gates.shape) != shape
         ):
@@ -326,6 +375,13 @@ class SmolLM2:
                     f"caches must be a list of num_layers={self.num_layers} KVCache "
                     "(see new_caches)"
                 )
+            want = (tokens.shape[0], self.num_kv_heads, self.d_head)
+            for i, c in enumerate(caches):
+                if (c.batch_size, c.num_kv_heads, c.d_head) != want:
+                    raise ValueError(
+                        f"caches[{i}] must hold (B, H_kv, Dh) = {want} for these tokens; got "
+                        f"{(c.batch_size, c.num_kv_heads, c.d_head)}"
+                    )
             lengths = {c.length for c in caches}
             if len(lengths) != 1:
                 raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")
@@ -356,18 +412,38 @@ class SmolLM2:
             ``(queries, keys, values)``.
 
         Raises:
-            ValueError: if ``layer`` is not in ``[0, num_layers)``.
-            TypeError: if ``layer`` is not an int.
+            ValueError: if ``layer`` is not in ``[0, num_layers)``, ``x`` is not
+                ``(B, L, D)`` or holds NaN or infinity, or ``params`` has other sizes than
+                the model's (D, H, H_kv).
+            TypeError: if ``layer`` is not an int, ``x`` is not a floating torch tensor or
+                ``params`` is not ``MHAParams``.
         """
         arguments.check_int("layer", layer)
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be in [0, {self.num_layers}); got layer={layer}")
+        self._check_stream("x", x)
         p = self.layers[layer].attn if params is None else params
+        if params is not None:
+            arguments.instance("params", params, MHAParams, "MHAParams")
+            sizes = (params.d_model, params.num_heads, int(params.num_kv_heads))
+            if sizes != (self.d_model, self.num_heads, self.num_kv_heads):
+                raise ValueError(
+                    f"params must have the model's (D, H, H_kv) = ({self.d_model}, "
+                    f"{self.num_heads}, {self.num_kv_heads}); got {sizes}"
+                )
         n = rms_norm(x, self.layers[layer].attn_norm, self.eps)
         H_kv, Dh = self.num_kv_heads, self.d_head
         q, k, v = (n @ p.w_qkv).split([p.d_model, H_kv * Dh, H_kv * Dh], dim=-1)  # (B, L, .)
         q = torch_backend.split_heads(q, p.num_heads)  # (B, L, D) -> (B, H, L, Dh)
         return q, torch_backend.split_heads(k, H_kv), torch_backend.split_heads(v, H_kv)
+
+    def _check_stream(self, name: str, x: Any) -> None:
+        """Refuse a residual stream that is not a finite floating ``(B, L, D)`` tensor."""
+        arguments.torch_tensor(name, x)
+        if x.ndim != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"{name} must have shape (B, L, D) with D={self.d_model}; got {tuple(x.shape)}"
+            )
 
     def _attention(
         self,
@@ -476,7 +552,16 @@ class SmolLM2:
 
         Returns:
             The next-token logits.
+
+        Raises:
+            ValueError: if ``hidden``'s last axis is not D or it holds NaN or infinity.
+            TypeError: if ``hidden`` is not a floating torch tensor.
         """
+        arguments.torch_tensor("hidden", hidden)
+        if hidden.ndim < 1 or hidden.shape[-1] != self.d_model:
+            raise ValueError(
+                f"hidden must have shape (..., D) with D={self.d_model}; got {tuple(hidden.shape)}"
+            )
         return hidden @ self.embed.T  # (..., D) @ (D, V) -> (..., V)
 
     def forward(
@@ -510,11 +595,13 @@ class SmolLM2:
 
         Raises:
             ValueError: if ``tokens`` is not ``(B, L)`` of ids below V, ``gates`` is not
-                ``(num_layers, H)``, the caches hold different numbers of positions, or the
-                positions would pass :attr:`max_len`; and the errors of the key/value cache
-                (full, or not of the batch's size).
-            TypeError: if ``tokens`` is not an int64 tensor, ``need_weights`` is not a bool,
-                or ``caches`` is not one ``KVCache`` per layer (or of another dtype).
+                ``(num_layers, H)`` or holds NaN or infinity, a cache is not of the batch's
+                size (or H_kv, Dh), one cache appears twice, the caches hold different
+                numbers of positions, or the positions would pass :attr:`max_len`; and the
+                errors of the key/value cache (full).
+            TypeError: if ``tokens`` is not an int64 tensor, ``gates`` not a floating
+                tensor, ``need_weights`` not a bool, or ``caches`` not one ``KVCache`` per
+                layer (or of another dtype).
         """
         hidden, weights = self.hidden_states(
             tokens, gates, need_weights=need_weights, caches=caches
@@ -544,12 +631,20 @@ class SmolLM2:
 
         Raises:
             ValueError, TypeError: as :meth:`forward`, and if ``max_new_tokens`` is not a
-                positive int or ``use_cache`` not a bool.
+                positive int, ``tokens`` holds no prompt, the prompt and ``max_new_tokens``
+                would pass :attr:`max_len` positions, or ``use_cache`` is not a bool.
         """
-        arguments.check_positive("max_new_tokens", max_new_tokens)
+        max_new_tokens = arguments.size("max_new_tokens", max_new_tokens)
         arguments.check_bool("use_cache", use_cache)
         self._check(tokens, None, None)
         B, L = tokens.shape
+        if B == 0:
+            raise ValueError("tokens must hold at least one prompt; got B=0")
+        if L + max_new_tokens > self.max_len:
+            raise ValueError(
+                f"max_new_tokens must keep the positions within max_len={self.max_len}; got "
+                f"max_new_tokens={max_new_tokens} after a prompt of {L}"
+            )
         caches = self.new_caches(B, L + max_new_tokens) if use_cache else None
         done = torch.zeros(B, dtype=torch.bool)
         out, step = tokens, tokens
@@ -613,15 +708,15 @@ def load_smollm2(
     Raises:
         ModuleNotFoundError: if the weights package is not installed.
         ValueError: if the file does not have the expected SHA-256.
-        TypeError: if ``dtype`` is not ``torch.float32`` or ``torch.float64``, or
-            ``check_hash`` is not a bool.
+        TypeError: if ``dtype`` is not ``torch.float32`` or ``torch.float64``, ``path`` is
+            not ``None`` or a path, or ``check_hash`` is not a bool.
     """
     arguments.check_bool("check_hash", check_hash)
-    if dtype not in (torch.float32, torch.float64):
+    if not isinstance(dtype, torch.dtype) or dtype not in (torch.float32, torch.float64):
         raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}")
     import gguf
 
-    path = gguf_path() if path is None else Path(path)
+    path = gguf_path() if path is None else arguments.path("path", path)
     if check_hash:
         digest = sha256_of(path)
         if digest != GGUF_SHA256:

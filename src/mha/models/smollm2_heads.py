@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mha.core._checks import arguments
+from mha.core._checks import arguments, numpy_arrays
 from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.rotary import Rotary, rotate
 from mha.detectors import patterns
@@ -44,10 +44,19 @@ def word_ids(model: SmolLM2) -> np.ndarray:
 
     Returns:
         The ids, int64 (about 30,000 of the 49,152).
+
+    Raises:
+        TypeError: if ``model`` is not a :class:`~mha.models.smollm2.SmolLM2`.
     """
+    _check_model(model)
     vocab = model.tokenizer.get_vocab()  # token -> id; "Ġ" is the byte-level space
     chosen = (i for t, i in vocab.items() if t[:1] == "Ġ" and t[1:].isascii() and t[1:].isalpha())
-    return np.array(sorted(i for i in chosen if len(model.tokenizer.id_to_token(i)) > 3))
+    ids = sorted(i for i in chosen if len(model.tokenizer.id_to_token(i)) > 3)
+    return np.array(ids, dtype=np.int64)
+
+
+def _check_model(model: Any) -> None:
+    arguments.instance("model", model, SmolLM2, "a SmolLM2 (load_smollm2)")
 
 
 def repeated_words(model: SmolLM2, num_sequences: int, length: int, seed: int = 0) -> torch.Tensor:
@@ -71,17 +80,26 @@ def repeated_words(model: SmolLM2, num_sequences: int, length: int, seed: int = 
         The token ids.
 
     Raises:
-        ValueError: if a size is not positive or the sequence would pass the model's
-            positions.
-        TypeError: if a size or the seed is not an int.
+        ValueError: if a size is not positive, the sequence would pass the model's
+            positions, ``length`` is more than the words there are, or the seed is
+            negative.
+        TypeError: if ``model`` is not a ``SmolLM2``, or a size or the seed is not an int
+            (a Python or NumPy integer, not a bool).
     """
-    arguments.check_positive_sizes(num_sequences=num_sequences, length=length)
-    arguments.check_seed("seed", seed)
+    _check_model(model)
+    num_sequences = arguments.size("num_sequences", num_sequences)
+    length = arguments.size("length", length)
+    seed = arguments.seed("seed", seed)
     if 1 + 2 * length > model.max_len:
         raise ValueError(
             f"length must satisfy 1 + 2 * length <= {model.max_len}; got length={length}"
         )
     words = word_ids(model)
+    if length > len(words):
+        raise ValueError(
+            f"length must be at most the {len(words)} whole-word tokens (drawn without "
+            f"replacement); got length={length}"
+        )
     rng = np.random.default_rng(seed)
     segments = np.stack([rng.choice(words, length, replace=False) for _ in range(num_sequences)])
     start = np.full((num_sequences, 1), START_ID)
@@ -104,23 +122,24 @@ def attention_weights(model: SmolLM2, tokens: torch.Tensor) -> np.ndarray:
 
     Raises:
         ValueError, TypeError: as :meth:`mha.models.smollm2.SmolLM2.forward`.
+        TypeError: if ``model`` is not a ``SmolLM2``.
     """
+    _check_model(model)
     with torch.no_grad():
         _, weights = model.hidden_states(tokens, need_weights=True)
     return torch.stack(weights, dim=1).double().numpy()  # (B, num_layers, H, L, L)
 
 
-def _check_repeated(tokens: Any) -> None:
-    if (
-        not isinstance(tokens, torch.Tensor)
-        or tokens.ndim != 2
-        or tokens.shape[1] < 5
-        or (tokens.shape[1] % 2 == 0)
-    ):
+def _check_repeated(model: Any, tokens: Any) -> None:
+    _check_model(model)
+    arguments.torch_tensor("tokens", tokens, integer=True)
+    if tokens.ndim != 2 or tokens.shape[1] < 5 or (tokens.shape[1] % 2 == 0):
         got = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
         raise ValueError(
             f"tokens must be repeated_words sequences (B, 1 + 2T) with T >= 2; got {got}"
         )
+    if tokens.shape[0] == 0:
+        raise ValueError("tokens must hold at least one sequence (no loss over none); got B=0")
 
 
 def copy_losses(
@@ -150,12 +169,16 @@ def copy_losses(
         ``{part: loss}`` for each part asked for.
 
     Raises:
-        ValueError: if ``tokens`` does not have an odd length of at least 5, ``parts`` is
-            empty or names another part, or as :meth:`mha.models.smollm2.SmolLM2.forward`.
+        ValueError: if ``tokens`` does not have an odd length of at least 5 or has no
+            sequence, ``parts`` is empty or names another part, or as
+            :meth:`mha.models.smollm2.SmolLM2.forward`.
+        TypeError: if ``model`` is not a ``SmolLM2``, ``tokens`` not an integer tensor, or
+            ``parts`` not a tuple or list.
     """
-    if not parts or not set(parts) <= {"first", "second"}:
+    names = arguments.items("parts", parts)
+    if not names or not all(isinstance(n, str) and n in ("first", "second") for n in names):
         raise ValueError(f"parts must name 'first' and/or 'second'; got parts={parts!r}")
-    _check_repeated(tokens)
+    _check_repeated(model, tokens)
     T = (tokens.shape[1] - 1) // 2
     with torch.no_grad():
         hidden, _ = model.hidden_states(tokens, gates)  # (B, 1 + 2T, D)
@@ -171,7 +194,7 @@ def copy_losses(
 
 
 def removal_effect(
-    model: SmolLM2, tokens: torch.Tensor, gates: torch.Tensor
+    model: SmolLM2, tokens: torch.Tensor, gates: torch.Tensor | None
 ) -> tuple[float, np.ndarray]:
     """The loss on the second copy, and every head's induction score, with some heads off.
 
@@ -181,7 +204,7 @@ def removal_effect(
     Args:
         model: the model.
         tokens: :func:`repeated_words` sequences.
-        gates: head gates ``(num_layers, H)`` (0 removes a head).
+        gates: head gates ``(num_layers, H)`` (0 removes a head), or ``None`` (none removed).
 
     Shape:
         tokens ``(B, 1 + 2T)``; returns a float and ``(num_layers, H)``.
@@ -193,7 +216,7 @@ def removal_effect(
     Raises:
         ValueError, TypeError: as :func:`copy_losses`.
     """
-    _check_repeated(tokens)
+    _check_repeated(model, tokens)
     T = (tokens.shape[1] - 1) // 2
     with torch.no_grad():
         hidden, weights = model.hidden_states(tokens, gates, need_weights=True)
@@ -221,16 +244,22 @@ def head_distances(weights: Any) -> np.ndarray:
         The distances, float64, symmetric with zeros on the diagonal.
 
     Raises:
-        ValueError: if ``weights`` is not 5-D.
+        ValueError: if ``weights`` is not 5-D, has no sequence or no query (no row to
+            average), or holds NaN or infinity.
         TypeError: if ``weights`` is not a floating array.
     """
     w = as_numpy("weights", weights)
     if not np.issubdtype(w.dtype, np.floating):
         raise TypeError(f"weights must be a floating array; got dtype {w.dtype}")
-    w = w.astype(np.float64, copy=False)
+    w = numpy_arrays.float_array("weights", w)  # float64, finite
     if w.ndim != 5:
         raise ValueError(
             f"weights must have shape (B, num_layers, H, L, S); got {w.ndim}-D shape {w.shape}"
+        )
+    if w.shape[0] == 0 or w.shape[3] == 0:
+        raise ValueError(
+            f"weights must hold at least one sequence and one query (B, L >= 1); got shape "
+            f"{w.shape}"
         )
     H = w.shape[2]
     out = np.zeros((w.shape[1], H, H))
@@ -242,17 +271,17 @@ def head_distances(weights: Any) -> np.ndarray:
 
 
 def _check_groups(distances: Any, num_kv_heads: Any) -> tuple[np.ndarray, int]:
-    d = np.asarray(distances, dtype=np.float64)
+    d = numpy_arrays.float_array("distances", distances)  # float64, finite
     if d.ndim != 3 or d.shape[1] != d.shape[2]:
         raise ValueError(f"distances must have shape (num_layers, H, H); got {d.shape}")
-    arguments.check_positive("num_kv_heads", num_kv_heads)
+    num_kv_heads = arguments.size("num_kv_heads", num_kv_heads)
     H = d.shape[1]
     if H % num_kv_heads or num_kv_heads in (1, H):
         raise ValueError(
             f"num_kv_heads must divide H = {H} into groups of at least two, and at least two "
             f"groups; got num_kv_heads={num_kv_heads}"
         )
-    return d, H // num_kv_heads
+    return d, num_kv_heads
 
 
 def group_contrast(distances: Any, num_kv_heads: int) -> tuple[np.ndarray, np.ndarray]:
@@ -273,12 +302,14 @@ def group_contrast(distances: Any, num_kv_heads: int) -> tuple[np.ndarray, np.nd
         heads in different groups.
 
     Raises:
-        ValueError: if ``distances`` is not ``(num_layers, H, H)``, or ``num_kv_heads``
-            does not make at least two groups of at least two heads.
-        TypeError: if ``num_kv_heads`` is not an int.
+        ValueError: if ``distances`` is not ``(num_layers, H, H)`` or holds NaN or
+            infinity, or ``num_kv_heads`` does not make at least two groups of at least two
+            heads.
+        TypeError: if ``num_kv_heads`` is not an int (a Python or NumPy integer, not a
+            bool) or ``distances`` is not a real array.
     """
-    d, G = _check_groups(distances, num_kv_heads)
-    return _contrast(d, np.arange(d.shape[1]) // G)
+    d, H_kv = _check_groups(distances, num_kv_heads)
+    return _contrast(d, np.arange(d.shape[1]) // (d.shape[1] // H_kv))
 
 
 def _contrast(d: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -313,11 +344,11 @@ def shuffled_group_contrast(
         ValueError, TypeError: as :func:`group_contrast`, and if ``draws`` is not a
             positive int or ``seed`` not an int ``>= 0``.
     """
-    d, G = _check_groups(distances, num_kv_heads)
-    arguments.check_positive("draws", draws)
-    arguments.check_seed("seed", seed)
-    rng = np.random.default_rng(seed)
+    d, num_kv_heads = _check_groups(distances, num_kv_heads)
+    draws = arguments.size("draws", draws)
+    rng = np.random.default_rng(arguments.seed("seed", seed))
     counts = np.empty(draws, dtype=np.int64)
+    G = d.shape[1] // num_kv_heads
     real = np.arange(d.shape[1]) // G
     for k in range(draws):
         group = real
@@ -350,18 +381,26 @@ def positional_scores(queries: Any, keys: Any, rotary: Rotary, max_distance: int
         The scores at ``d = 0, 1, ..., max_distance``, float64.
 
     Raises:
-        ValueError: if ``queries`` or ``keys`` is not 2-D with one even width, or
-            ``max_distance`` is negative.
-        TypeError: if ``max_distance`` is not an int or ``rotary`` not a ``Rotary``.
+        ValueError: if ``queries`` or ``keys`` is not 2-D with one even width and at least
+            one row, holds NaN or infinity, or ``max_distance`` is negative (or asks for
+            more rows than an array can hold).
+        TypeError: if ``max_distance`` is not an int, ``rotary`` not a ``Rotary``, or
+            ``queries`` or ``keys`` not a real array.
     """
-    q = as_numpy("queries", queries).astype(np.float64)
-    k = as_numpy("keys", keys).astype(np.float64)
-    if q.ndim != 2 or k.ndim != 2 or q.shape[1] != k.shape[1]:
+    q = numpy_arrays.float_array("queries", queries)  # float64, finite
+    k = numpy_arrays.float_array("keys", keys)
+    if q.ndim != 2 or k.ndim != 2 or q.shape[1] != k.shape[1] or q.shape[1] % 2:
         raise ValueError(
-            f"queries and keys must be (n, Dh) and (m, Dh) of one width; got {q.shape} and "
-            f"{k.shape}"
+            f"queries and keys must be (n, Dh) and (m, Dh) of one width, Dh even; got {q.shape} "
+            f"and {k.shape}"
         )
-    arguments.check_at_least("max_distance", max_distance, 0)
+    if not (q.shape[0] and k.shape[0]):
+        raise ValueError(
+            f"queries and keys must hold at least one row each; got {q.shape} and {k.shape}"
+        )
+    arguments.instance("rotary", rotary, Rotary, "a Rotary")
+    max_distance = arguments.size("max_distance", max_distance, 0)
+    arguments.check_elements("max_distance", (max_distance + 1) * q.shape[1], 8)
     d_head = q.shape[1]
     query = rotate(q.mean(axis=0)[None], rotary, offset=max_distance)  # (1, Dh) at position d
     key = rotate(np.tile(k.mean(axis=0), (max_distance + 1, 1)), rotary)  # (d + 1, Dh) at 0..d

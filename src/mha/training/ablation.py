@@ -24,7 +24,7 @@ from torch import nn
 from mha.backends import torch_backend
 from mha.backends.module import MultiHeadAttention
 from mha.core import packing
-from mha.core._checks import arguments
+from mha.core._checks import arguments, numpy_arrays
 from mha.core._tools import one_thread
 from mha.core.params import MHAParams, init_params, mean_pool_kv_heads, repeat_kv_heads
 from mha.detectors import circuits
@@ -36,6 +36,24 @@ from mha.models.attention_only import (
 )
 from mha.training.runs import segment_losses, split_losses
 from mha.training.tasks import RepeatedSegments
+
+
+def _check_part(part: str) -> None:
+    if not isinstance(part, str) or part not in ("all", "first", "repeat"):
+        raise ValueError(f"part must be 'all', 'first' or 'repeat'; got part={part!r}")
+
+
+def _check_model(model: AttentionOnlyTransformer) -> AttentionOnlyTransformer:
+    return arguments.instance(
+        "model", model, AttentionOnlyTransformer, "an AttentionOnlyTransformer"
+    )
+
+
+def _check_batches(name: str, batches: Sequence[RepeatedSegments]) -> list[RepeatedSegments]:
+    out = arguments.items(name, batches)
+    for i, batch in enumerate(out):
+        arguments.instance(f"{name}[{i}]", batch, RepeatedSegments, "a RepeatedSegments batch")
+    return out
 
 
 def head_gates(
@@ -55,10 +73,14 @@ def head_gates(
         The gates, a float32 tensor.
 
     Raises:
-        ValueError: if a pair in ``off`` is outside the model.
+        ValueError: if a size is not positive or a pair in ``off`` is outside the model.
+        TypeError: if a size or an index is not an int (a Python or NumPy integer, not a
+            bool), or ``off`` is not a list of pairs.
     """
+    num_layers, num_heads = arguments.sizes(num_layers=num_layers, num_heads=num_heads).values()
+    pairs = arguments.pairs("off", off)
     gates = torch.ones(num_layers, num_heads)
-    for layer, head in off:
+    for layer, head in pairs:
         if not (0 <= layer < num_layers and 0 <= head < num_heads):
             raise ValueError(
                 f"off must hold (layer, head) with layer < {num_layers} and head < "
@@ -86,10 +108,12 @@ def ablation_loss(
         The mean next-token loss over ``part``, a ``float``.
 
     Raises:
-        ValueError: if ``part`` is unknown or a pair is outside the model.
+        ValueError: if ``part`` is unknown or a pair is outside the model, or as
+            :func:`mha.training.runs.segment_losses`.
+        TypeError: if ``model`` or ``batch`` is of another kind, or as :func:`head_gates`.
     """
-    if part not in ("all", "first", "repeat"):
-        raise ValueError(f"part must be 'all', 'first' or 'repeat'; got part={part!r}")
+    _check_part(part)
+    _check_model(model)
     gates = head_gates(model.num_layers, model.num_heads, off)
     return segment_losses(model, batch, gates)[part]
 
@@ -131,9 +155,12 @@ def head_importance(
         ``I[layer, h]``, a float NumPy array.
 
     Raises:
-        ValueError: if ``batches`` is empty.
-        TypeError: if ``normalize`` or ``per_sequence`` is not a bool.
+        ValueError: if ``batches`` is empty, or as the model's forward.
+        TypeError: if ``model`` or a batch is of another kind, ``batches`` is not a list,
+            or ``normalize`` or ``per_sequence`` is not a bool.
     """
+    _check_model(model)
+    batches = _check_batches("batches", batches)
     arguments.check_bool("normalize", normalize)
     arguments.check_bool("per_sequence", per_sequence)
     if len(batches) == 0:
@@ -146,7 +173,9 @@ def head_importance(
             total += grad.abs().double().sum(dim=0)
             count += grad.shape[0]
         else:
-            gates = torch.ones(model.num_layers, model.num_heads, requires_grad=True)
+            gates = torch.ones(
+                model.num_layers, model.num_heads, dtype=model.embed.dtype, requires_grad=True
+            )  # in the model's dtype: a float32 gradient of a float64 model loses digits
             logits, _ = model(batch.tokens, gates)
             (grad,) = torch.autograd.grad(next_token_loss(logits, batch.tokens), gates)
             total += grad.abs().double()  # (layers, H)
@@ -166,7 +195,7 @@ def _per_sequence_gate_gradients(
     Sequence ``b``'s loss depends only on its own gates, so the gradient of the summed
     per-sequence losses with respect to per-sequence gates is each sequence's own gradient.
     """
-    model._check(tokens, None)
+    tokens = model._check(tokens, None)
     B, L = tokens.shape
     gates = torch.ones(B, model.num_layers, model.num_heads, dtype=model.embed.dtype)
     gates.requires_grad_(True)
@@ -209,8 +238,10 @@ def prune_curve(
         The losses, a float NumPy array.
 
     Raises:
-        ValueError: as :func:`ablation_loss`.
+        ValueError, TypeError: as :func:`ablation_loss`.
     """
+    order = arguments.pairs("order", order)
+    head_gates(_check_model(model).num_layers, model.num_heads, order)  # checks every pair
     return np.array([ablation_loss(model, batch, order[:k], part) for k in range(len(order) + 1)])
 
 
@@ -227,9 +258,10 @@ def importance_order(importance: np.ndarray) -> list[tuple[int, int]]:
         The ``(layer, head)`` pairs in ascending order of importance.
 
     Raises:
-        ValueError: if ``importance`` is not 2-D.
+        ValueError: if ``importance`` is not 2-D or not finite.
+        TypeError: if ``importance`` is not a numeric array.
     """
-    imp = np.asarray(importance)
+    imp = numpy_arrays.float_array("importance", importance)
     if imp.ndim != 2:
         raise ValueError(
             f"importance must have shape (num_layers, H); got {imp.ndim}-D shape {imp.shape}"
@@ -255,8 +287,10 @@ def greedy_prune_order(
         Every ``(layer, head)``, in the order removed.
 
     Raises:
-        ValueError: as :func:`ablation_loss`.
+        ValueError, TypeError: as :func:`ablation_loss`.
     """
+    _check_part(part)
+    _check_model(model)
     remaining = [(i, h) for i in range(model.num_layers) for h in range(model.num_heads)]
     order: list[tuple[int, int]] = []
     while remaining:
@@ -282,7 +316,13 @@ def copying_scores(model: AttentionOnlyTransformer) -> np.ndarray:
 
     Shape:
         Returns ``(num_layers, H)``.
+
+    Raises:
+        ValueError: if a head's OV circuit is zero, or the weights are not finite.
+        TypeError: if ``model`` is not an
+            :class:`mha.models.attention_only.AttentionOnlyTransformer`.
     """
+    _check_model(model)
     w_e = model.embed.detach().double().numpy()  # (V, D)
     w_u = model.unembed.detach().double().numpy()  # (D, V)
     out = []
@@ -317,17 +357,17 @@ def with_kv_heads(
         alone), in the original's dtype, device and training mode.
 
     Raises:
-        ValueError: if ``num_kv_heads`` does not divide the model's key/value heads,
-            ``init`` is unknown, or ``seed`` is negative.
+        ValueError: if ``num_kv_heads`` is not positive or does not divide the model's
+            key/value heads, ``init`` is unknown, or ``seed`` is not in ``[0, 2**64)``.
         TypeError: if ``model`` is not an
             :class:`mha.models.attention_only.AttentionOnlyTransformer`, or
             ``num_kv_heads`` or ``seed`` is not an int.
     """
-    if not isinstance(model, AttentionOnlyTransformer):
-        raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
-    if init not in ("mean", "random"):
+    _check_model(model)
+    if not isinstance(init, str) or init not in ("mean", "random"):
         raise ValueError(f"init must be 'mean' or 'random'; got init={init!r}")
-    arguments.check_seed("seed", seed)
+    seed = arguments.seed("seed", seed)
+    num_kv_heads = arguments.size("num_kv_heads", num_kv_heads)
     converted = []
     for i, layer in enumerate(model.layers):
         p = mean_pool_kv_heads(layer.params().map(torch.Tensor.detach), num_kv_heads)
@@ -417,17 +457,19 @@ def path_ablation(
     Raises:
         ValueError: if a path or the replacement is unknown, a pair is outside the model,
             or ``tokens`` is not valid for the model.
-        TypeError: as :meth:`AttentionOnlyTransformer.forward`.
+        TypeError: if ``model`` is of another kind, ``paths`` is not a list of names or
+            ``off`` not a list of pairs, or as :meth:`AttentionOnlyTransformer.forward`.
     """
-    paths = tuple(paths)
-    unknown = [p for p in paths if p not in PATHS]
+    _check_model(model)
+    paths = tuple(arguments.items("paths", paths))
+    unknown = [p for p in paths if not isinstance(p, str) or p not in PATHS]
     if unknown:
         raise ValueError(f"paths must be drawn from {PATHS}; got {unknown}")
-    if replacement not in ("zero", "mean"):
+    if not isinstance(replacement, str) or replacement not in ("zero", "mean"):
         raise ValueError(f"replacement must be 'zero' or 'mean'; got replacement={replacement!r}")
-    off = sorted(set(off))
+    off = sorted(set(arguments.pairs("off", off)))
     head_gates(model.num_layers, model.num_heads, off)  # checks every pair
-    model._check(tokens, None)
+    tokens = model._check(tokens, None)
     L = tokens.shape[1]
     mask = torch_backend.causal_mask(L)  # (L, L)
     means = {}
@@ -472,8 +514,11 @@ def path_ablation_losses(
         ``{"first": ..., "repeat": ..., "all": ...}`` as :func:`mha.training.runs.segment_losses`.
 
     Raises:
-        ValueError, TypeError: as :func:`path_ablation`.
+        ValueError, TypeError: as :func:`path_ablation` and
+            :func:`mha.training.runs.split_losses`.
+        TypeError: if ``batch`` is not a :class:`~mha.training.tasks.RepeatedSegments`.
     """
+    arguments.instance("batch", batch, RepeatedSegments, "a RepeatedSegments batch")
     logits, _ = path_ablation(model, batch.tokens, off, paths, replacement=replacement)
     return split_losses(logits, batch)
 
@@ -495,8 +540,10 @@ def single_ablation_losses(
         ``losses[layer, h]``: :func:`ablation_loss` with ``(layer, h)`` removed.
 
     Raises:
-        ValueError: as :func:`ablation_loss`.
+        ValueError, TypeError: as :func:`ablation_loss`.
     """
+    _check_part(part)
+    _check_model(model)
     return np.array(
         [
             [ablation_loss(model, batch, [(i, h)], part) for h in range(model.num_heads)]
@@ -524,7 +571,7 @@ def importance_cancellation(
         order of the per-batch scores normalised per layer (:func:`importance_order`).
 
     Raises:
-        ValueError: if ``batches`` is empty.
+        ValueError, TypeError: as :func:`head_importance`.
     """
     per_sequence = head_importance(model, batches, normalize=False)
     per_batch = head_importance(model, batches, normalize=False, per_sequence=False)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import math
 import multiprocessing
 import os
 import pickle
@@ -46,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from mha.backends import torch_checks
-from mha.core._checks import arguments
+from mha.core._checks import arguments, numpy_arrays
 from mha.core._tools import one_thread
 from mha.detectors import patterns
 from mha.models.attention_only import AttentionOnlyTransformer, next_token_loss
@@ -73,10 +72,22 @@ def segment_losses(
         ``i >= start + period`` (``batch.repeated``: the token at ``i`` occurred before, and
         induction determines the next one), ``first`` the positions before them (the prefix
         and the first copy of the segment, whose next token the past does not determine).
+
+    Raises:
+        ValueError: as :meth:`mha.models.attention_only.AttentionOnlyTransformer.forward`
+            and :func:`mha.models.attention_only.next_token_loss` (a batch with no
+            repeated or no first position, NaN in the model).
+        TypeError: if ``model`` or ``batch`` is of another kind, or as the model's forward.
     """
+    _check_model_and_batch(model, batch)
     with torch.no_grad():
         logits, _ = model(batch.tokens, gates)
     return split_losses(logits, batch)
+
+
+def _check_model_and_batch(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> None:
+    arguments.instance("model", model, AttentionOnlyTransformer, "an AttentionOnlyTransformer")
+    arguments.instance("batch", batch, RepeatedSegments, "a RepeatedSegments batch")
 
 
 def split_losses(logits: torch.Tensor, batch: RepeatedSegments) -> dict[str, float]:
@@ -91,7 +102,12 @@ def split_losses(logits: torch.Tensor, batch: RepeatedSegments) -> dict[str, flo
 
     Returns:
         ``{"first": ..., "repeat": ..., "all": ...}``, as :func:`segment_losses` gives them.
+
+    Raises:
+        ValueError, TypeError: as :func:`mha.models.attention_only.next_token_loss`.
+        TypeError: if ``batch`` is not a :class:`~mha.training.tasks.RepeatedSegments`.
     """
+    arguments.instance("batch", batch, RepeatedSegments, "a RepeatedSegments batch")
     rep = batch.repeated  # (B, L)
     return {
         "first": float(next_token_loss(logits, batch.tokens, ~rep)),
@@ -127,7 +143,13 @@ class TrainConfig:
         eval_size: sequences in the evaluation batch.
 
     Raises:
-        ValueError: if a count is not a positive int or ``lr`` is not positive.
+        ValueError: if a size or count is not positive, the periods do not satisfy
+            ``min_period <= max_period <= seq_len // 2``, ``vocab_size < seq_len -
+            min_period``, H does not divide D, ``prefix_prob`` is outside ``[0, 1]``,
+            ``lr`` is not positive and finite, ``weight_decay`` is negative or not finite,
+            or ``seed`` is not in ``[0, 2**64)``.
+        TypeError: if a size, count or ``seed`` is not an int (a Python or NumPy integer,
+            kept as a Python ``int``; not a bool), or a rate is not a real number.
     """
 
     vocab_size: int = 64
@@ -147,11 +169,31 @@ class TrainConfig:
     eval_size: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("steps", "eval_every", "eval_size", "batch_size"):
-            value = getattr(self, name)
-            arguments.check_positive(name, value)
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive; got lr={self.lr}")
+        counts = ("vocab_size", "seq_len", "min_period", "max_period", "d_model", "num_heads")
+        counts += ("num_layers", "batch_size", "steps", "eval_every", "eval_size")
+        for name in counts:
+            object.__setattr__(self, name, arguments.size(name, getattr(self, name)))
+        arguments.layer_sizes(self.d_model, self.num_heads)
+        if not self.min_period <= self.max_period <= self.seq_len // 2:
+            raise ValueError(
+                "periods must satisfy min_period <= max_period <= seq_len // 2; got "
+                f"min_period={self.min_period}, max_period={self.max_period}, "
+                f"seq_len={self.seq_len}"
+            )
+        if self.vocab_size < self.seq_len - self.min_period:
+            raise ValueError(
+                "vocab_size must be at least seq_len - min_period (distinct tokens); got "
+                f"vocab_size={self.vocab_size}, seq_len={self.seq_len}, "
+                f"min_period={self.min_period}"
+            )
+        rates = {
+            "prefix_prob": arguments.number("prefix_prob", self.prefix_prob, low=0.0, high=1.0),
+            "lr": arguments.number("lr", self.lr, low=0.0, open_low=True),
+            "weight_decay": arguments.number("weight_decay", self.weight_decay, low=0.0),
+        }
+        for name, value in rates.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "seed", arguments.seed("seed", self.seed))
 
     def model(self) -> AttentionOnlyTransformer:
         """The model at initialisation.
@@ -178,6 +220,10 @@ class TrainConfig:
 
         Returns:
             A :class:`mha.training.tasks.RepeatedSegments` batch.
+
+        Raises:
+            ValueError, TypeError: as :func:`mha.training.tasks.repeated_segments` (a
+                ``batch_size`` or seed that is not a positive or non-negative int).
         """
         return tasks.repeated_segments(
             batch_size,
@@ -243,7 +289,12 @@ def head_scores(model: AttentionOnlyTransformer, batch: RepeatedSegments) -> dic
         ``{"previous_token": (num_layers, H), "induction": (num_layers, H)}``: the
         :func:`mha.detectors.patterns.previous_token_score` averaged over the batch, and
         :func:`mha.detectors.patterns.induction_score`.
+
+    Raises:
+        ValueError: if the batch has no repeated token, or as the model's forward.
+        TypeError: if ``model`` or ``batch`` is of another kind.
     """
+    _check_model_and_batch(model, batch)
     with torch.no_grad():
         _, weights = model(batch.tokens, need_weights=True)
     return _scores(weights, batch)
@@ -282,10 +333,12 @@ def train(
         The trained model and its :class:`TrainHistory`.
 
     Raises:
-        TypeError: if ``model`` is not an
+        TypeError: if ``config`` is not a :class:`TrainConfig` or ``model`` is not an
             :class:`mha.models.attention_only.AttentionOnlyTransformer`.
-        ValueError: if a training step's loss is NaN or infinite (training diverged).
+        ValueError: if a training step's loss, or a measurement, meets NaN or infinity
+            (training diverged).
     """
+    arguments.instance("config", config, TrainConfig, "a TrainConfig")
     start = time.process_time()
     if model is None:
         model = config.model()
@@ -308,24 +361,30 @@ def train(
         log["prev"].append(scores["previous_token"])
         log["ind"].append(scores["induction"])
 
-    train_loss = np.empty(config.steps)
-    for step in range(config.steps):
+    def step_once(step: int) -> float:
         if step % config.eval_every == 0:
             measure(step)
         tokens = config.batch(data, config.batch_size).tokens
         with torch_checks.value_checks(False):  # the loss is checked instead, below
             logits, _ = model(tokens)
-            loss = next_token_loss(logits, tokens)
+        loss = next_token_loss(logits, tokens)  # refuses a loss that is not finite
         opt.zero_grad()
         loss.backward()
-        train_loss[step] = loss.item()
-        if not math.isfinite(train_loss[step]):
-            raise ValueError(
-                f"the training loss must stay finite; got {train_loss[step]} at step {step} "
-                f"(lr={config.lr}): training diverged"
-            )
         opt.step()
-    measure(config.steps)
+        return loss.item()
+
+    train_loss = np.empty(config.steps)
+    for step in range(config.steps + 1):
+        try:  # NaN or infinity in the model: its loss (or a measurement) refuses it
+            if step == config.steps:
+                measure(step)
+            else:
+                train_loss[step] = step_once(step)
+        except ValueError as error:
+            raise ValueError(
+                f"the training loss must stay finite at step {step} (lr={config.lr}): "
+                f"training diverged ({error})"
+            ) from None
     history = TrainHistory(
         step=np.array(log["step"]),
         train_loss=train_loss,
@@ -460,26 +519,39 @@ def train_runs(
 
     Raises:
         ValueError: if ``configs`` is empty, ``models`` has another length, or
-            ``processes`` is not a positive int.
-        TypeError: if a config is neither a :class:`TrainConfig` nor a :class:`DigitSumConfig`.
+            ``processes`` is not positive. A refused call trains and stores nothing.
+        TypeError: if ``configs`` or ``models`` is not a list or tuple, a config is neither
+            a :class:`TrainConfig` nor a :class:`DigitSumConfig`, a model is neither
+            ``None`` nor an :class:`~mha.models.attention_only.AttentionOnlyTransformer`,
+            ``processes`` is not an int, or ``store`` is not a path.
     """
-    configs = list(configs)
+    configs = arguments.items("configs", configs)
     if not configs:
         raise ValueError("configs must hold at least one TrainConfig; got none")
     for i, config in enumerate(configs):
-        if not isinstance(config, TrainConfig | DigitSumConfig):
-            raise TypeError(
-                f"configs[{i}] must be a TrainConfig or a DigitSumConfig; got "
-                f"{type(config).__name__}"
-            )
-    models = [None] * len(configs) if models is None else list(models)
+        arguments.instance(
+            f"configs[{i}]",
+            config,
+            (TrainConfig, DigitSumConfig),
+            "a TrainConfig or a DigitSumConfig",
+        )
+    models = [None] * len(configs) if models is None else arguments.items("models", models)
     if len(models) != len(configs):
         raise ValueError(
             f"models must give one model (or None) per config; got {len(models)} for "
             f"{len(configs)} configs"
         )
+    for i, model in enumerate(models):
+        if model is not None:
+            arguments.instance(
+                f"models[{i}]", model, AttentionOnlyTransformer, "an AttentionOnlyTransformer"
+            )
     if processes is not None:
-        arguments.check_positive("processes", processes)
+        processes = arguments.size("processes", processes)
+    if store is not None and not isinstance(store, str | os.PathLike):
+        raise TypeError(
+            f"store must be a path (str or os.PathLike); got {arguments.describe(store)}"
+        )
     if store is None and os.environ.get(STORE_VARIABLE):
         store = os.environ[STORE_VARIABLE]
     folder = None if store is None else Path(store)
@@ -538,9 +610,14 @@ def first_step_above(steps: np.ndarray, values: np.ndarray, level: float) -> int
         The first ``steps[e]`` with ``values[e] > level``, an ``int``.
 
     Raises:
-        ValueError: if the shapes differ or no value exceeds ``level``.
+        ValueError: if the shapes differ, ``values`` or ``level`` is not finite, or no
+            value exceeds ``level``.
+        TypeError: if ``steps`` is not an integer array, ``values`` not numeric, or
+            ``level`` not a real number.
     """
-    steps, values = np.asarray(steps), np.asarray(values)
+    steps = numpy_arrays.int_array("steps", steps, ndim=1, layout="(E,)")
+    values = numpy_arrays.float_array("values", values)
+    level = arguments.number("level", level)
     if steps.ndim != 1 or steps.shape != values.shape:
         raise ValueError(
             f"steps and values must have the same shape (E,); got {steps.shape} and {values.shape}"
@@ -579,10 +656,13 @@ def phase_timing(history: TrainHistory, level: float = 0.5) -> dict[str, float]:
         The steps (``int``) and losses (``float``) named above.
 
     Raises:
-        ValueError: if the model has fewer than two layers, or a curve never crosses
-            its level (the role did not appear).
+        ValueError: if the model has fewer than two layers, ``level`` is not finite, or a
+            curve never crosses its level (the role did not appear).
+        TypeError: if ``history`` is not a :class:`TrainHistory` or ``level`` not a real
+            number.
     """
-    h = history
+    h = arguments.instance("history", history, TrainHistory, "a TrainHistory")
+    level = arguments.number("level", level)
     if h.previous_token.ndim != 3 or h.previous_token.shape[1] < 2:
         raise ValueError(
             f"history must come from a model with at least two layers; got scores of shape "
@@ -635,8 +715,12 @@ class DigitSumConfig:
         eval_size: sequences in the evaluation batch.
 
     Raises:
-        ValueError: if a count is not a positive int, ``base`` or ``seq_len`` is below 2, or
-            ``lr`` is not positive.
+        ValueError: if a size or count is not positive, ``base`` or ``seq_len`` is below 2
+            (or ``base`` above 3,037,000,499, whose ``base ** 2`` ids pass int64), H does not
+            divide D, ``lr`` is not positive and finite, ``weight_decay`` is negative or not
+            finite, or ``seed`` is not in ``[0, 2**64)``.
+        TypeError: if a size, count or ``seed`` is not an int (a Python or NumPy integer,
+            kept as a Python ``int``; not a bool), or a rate is not a real number.
     """
 
     base: int = 8
@@ -653,12 +737,19 @@ class DigitSumConfig:
     eval_size: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("steps", "eval_every", "eval_size", "batch_size"):
-            arguments.check_positive(name, getattr(self, name))
-        for name in ("base", "seq_len"):
-            arguments.check_at_least(name, getattr(self, name), 2)
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive; got lr={self.lr}")
+        object.__setattr__(self, "base", arguments.size("base", self.base, 2, tasks.BASE_LIMIT + 1))
+        object.__setattr__(self, "seq_len", arguments.size("seq_len", self.seq_len, 2))
+        counts = ("d_model", "num_heads", "num_layers", "batch_size", "steps", "eval_every")
+        for name in (*counts, "eval_size"):
+            object.__setattr__(self, name, arguments.size(name, getattr(self, name)))
+        arguments.layer_sizes(self.d_model, self.num_heads)
+        rates = {
+            "lr": arguments.number("lr", self.lr, low=0.0, open_low=True),
+            "weight_decay": arguments.number("weight_decay", self.weight_decay, low=0.0),
+        }
+        for name, value in rates.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "seed", arguments.seed("seed", self.seed))
 
     @property
     def vocab_size(self) -> int:
@@ -690,6 +781,10 @@ class DigitSumConfig:
 
         Returns:
             A :class:`mha.training.tasks.DigitSums` batch.
+
+        Raises:
+            ValueError, TypeError: as :func:`mha.training.tasks.digit_sums` (a
+                ``batch_size`` or seed that is not a positive or non-negative int).
         """
         return tasks.digit_sums(batch_size, self.seq_len, self.base, rng=rng)
 
@@ -744,14 +839,27 @@ def answer_loss(logits: torch.Tensor, batch: tasks.DigitSums) -> torch.Tensor:
         The mean loss, a scalar tensor (differentiable).
 
     Raises:
-        ValueError: if ``logits`` does not have shape ``(B, L, V)`` for the batch's ``(B, L)``.
+        ValueError: if ``logits`` does not have shape ``(B, L, V)`` for the batch's ``(B, L)``,
+            has fewer than ``2 * base - 1`` outputs (an answer would have none), holds NaN
+            or infinity, or the batch is empty.
+        TypeError: if ``logits`` is not a floating torch tensor or ``batch`` not a
+            :class:`~mha.training.tasks.DigitSums`.
     """
+    arguments.instance("batch", batch, tasks.DigitSums, "a DigitSums batch")
+    arguments.torch_tensor("logits", logits)  # floating and finite
     B, L = batch.tokens.shape
     if logits.ndim != 3 or tuple(logits.shape[:2]) != (B, L):
         raise ValueError(
             f"logits must have shape (B, L, V) = ({B}, {L}, V); got {tuple(logits.shape)}"
         )
     V = logits.shape[-1]
+    if 2 * batch.base - 1 > V:
+        raise ValueError(
+            f"logits must have V >= 2 * base - 1 = {2 * batch.base - 1} outputs (the answers "
+            f"run from 0 to 2 * (base - 1)); got V={V}"
+        )
+    if B == 0:
+        raise ValueError("batch must hold at least one sequence; got B=0 (no answer to score)")
     return F.cross_entropy(logits[:, 1:].reshape(-1, V), batch.answers[:, 1:].reshape(-1))
 
 
@@ -774,7 +882,14 @@ def digit_sum_scores(
         the model's most likely output), and ``{"previous_token", "first_token"}`` per head
         (:func:`mha.detectors.patterns.previous_token_score` and
         :func:`mha.detectors.patterns.first_token_score`, averaged over the batch).
+
+    Raises:
+        ValueError, TypeError: as the model's forward (``gates`` included) and
+            :func:`answer_loss`.
+        TypeError: if ``model`` or ``batch`` is of another kind.
     """
+    arguments.instance("model", model, AttentionOnlyTransformer, "an AttentionOnlyTransformer")
+    arguments.instance("batch", batch, tasks.DigitSums, "a DigitSums batch")
     with torch.no_grad():
         logits, weights = model(batch.tokens, gates, need_weights=True)
     return _digit_sum_measures(logits, weights, batch)
@@ -817,14 +932,12 @@ def train_digit_sums(
             :class:`mha.models.attention_only.AttentionOnlyTransformer`.
         ValueError: if a training step's loss is NaN or infinite (training diverged).
     """
-    if not isinstance(config, DigitSumConfig):
-        raise TypeError(f"config must be a DigitSumConfig; got {type(config).__name__}")
+    arguments.instance("config", config, DigitSumConfig, "a DigitSumConfig")
     start = time.process_time()
     if model is None:
         model = config.model()
-    elif not isinstance(model, AttentionOnlyTransformer):
-        raise TypeError(f"model must be an AttentionOnlyTransformer; got {type(model).__name__}")
     else:
+        arguments.instance("model", model, AttentionOnlyTransformer, "an AttentionOnlyTransformer")
         model = copy.deepcopy(model)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     data = np.random.default_rng([config.seed, 1])
@@ -839,24 +952,30 @@ def train_digit_sums(
                           ("prev", "previous_token"), ("first", "first_token")):  # fmt: skip
             log[key].append(step if name is None else m[name])
 
-    train_loss = np.empty(config.steps)
-    for step in range(config.steps):
+    def step_once(step: int) -> float:
         if step % config.eval_every == 0:
             measure(step)
         batch = config.batch(data, config.batch_size)
-        with torch_checks.value_checks(False):  # the loss is checked instead, below
+        with torch_checks.value_checks(False):  # the loss's logits are checked instead
             logits, _ = model(batch.tokens)
-            loss = answer_loss(logits, batch)
+        loss = answer_loss(logits, batch)  # refuses logits that are not finite
         opt.zero_grad()
         loss.backward()
-        train_loss[step] = loss.item()
-        if not math.isfinite(train_loss[step]):
-            raise ValueError(
-                f"the training loss must stay finite; got {train_loss[step]} at step {step} "
-                f"(lr={config.lr}): training diverged"
-            )
         opt.step()
-    measure(config.steps)
+        return loss.item()
+
+    train_loss = np.empty(config.steps)
+    for step in range(config.steps + 1):
+        try:  # NaN or infinity in the model: its loss (or a measurement) refuses it
+            if step == config.steps:
+                measure(step)
+            else:
+                train_loss[step] = step_once(step)
+        except ValueError as error:
+            raise ValueError(
+                f"the training loss must stay finite at step {step} (lr={config.lr}): "
+                f"training diverged ({error})"
+            ) from None
     history = DigitSumHistory(
         step=np.array(log["step"]),
         train_loss=train_loss,

@@ -49,11 +49,32 @@ class RepeatedSegments:
 
     Shape:
         tokens ``(B, L)`` int64, period and start ``(B,)`` int64.
+
+    Raises:
+        ValueError: if the shapes do not match, a period is not positive or a start is
+            negative.
+        TypeError: if a field is not an integer torch tensor.
     """
 
     tokens: torch.Tensor
     period: torch.Tensor
     start: torch.Tensor
+
+    def __post_init__(self) -> None:
+        for name in ("tokens", "period", "start"):
+            arguments.torch_tensor(name, getattr(self, name), integer=True)
+        B = self.tokens.shape[0] if self.tokens.ndim == 2 else None
+        if B is None or self.period.shape != (B,) or self.start.shape != (B,):
+            raise ValueError(
+                "tokens, period and start must have shapes (B, L), (B,) and (B,); got "
+                f"{tuple(self.tokens.shape)}, {tuple(self.period.shape)} and "
+                f"{tuple(self.start.shape)}"
+            )
+        if B and (int(self.period.min()) < 1 or int(self.start.min()) < 0):
+            raise ValueError(
+                f"period must be positive and start non-negative; got periods from "
+                f"{int(self.period.min())} and starts from {int(self.start.min())}"
+            )
 
     @property
     def repeated(self) -> torch.Tensor:
@@ -65,10 +86,6 @@ class RepeatedSegments:
         """
         L = self.tokens.shape[1]
         return torch.arange(L)[None, :] >= (self.start + self.period)[:, None]  # (B, L)
-
-
-def _check_int(name: str, value: Any, low: int) -> None:
-    arguments.check_at_least(name, value, low)
 
 
 def repeated_segments(
@@ -96,7 +113,8 @@ def repeated_segments(
         min_period: shortest segment.
         max_period: longest segment, at most ``seq_len // 2``.
         prefix_prob: probability that a sequence has a prefix (of random length).
-        rng: a NumPy generator, or a seed for one (the same seed gives the same batch).
+        rng: a NumPy generator, or a seed for one, an int ``>= 0`` (the same seed gives
+            the same batch).
 
     Shape:
         Returns tokens ``(B, L)``, period and start ``(B,)``.
@@ -107,19 +125,21 @@ def repeated_segments(
     Raises:
         ValueError: if a size is not positive, the periods do not satisfy
             ``min_period <= max_period <= seq_len // 2``, there are too few token ids for
-            distinct tokens (``vocab_size < seq_len - min_period``), or ``prefix_prob`` is
-            outside ``[0, 1]``.
-        TypeError: if a size is not an int or ``prefix_prob`` is not a real number.
+            distinct tokens (``vocab_size < seq_len - min_period``), ``prefix_prob`` is
+            outside ``[0, 1]``, a seed is negative, or the batch would pass what an array
+            can hold.
+        TypeError: if a size or a seed is not an int (a Python or NumPy integer, not a
+            bool), ``rng`` is neither a generator nor a seed, or ``prefix_prob`` is not a
+            real number.
     """
-    sizes = {
-        "batch_size": batch_size,
-        "seq_len": seq_len,
-        "vocab_size": vocab_size,
-        "min_period": min_period,
-        "max_period": max_period,
-    }
-    for name, value in sizes.items():
-        _check_int(name, value, 1)
+    sizes = arguments.sizes(
+        batch_size=batch_size,
+        seq_len=seq_len,
+        vocab_size=vocab_size,
+        min_period=min_period,
+        max_period=max_period,
+    )
+    batch_size, seq_len, vocab_size, min_period, max_period = sizes.values()
     if not min_period <= max_period <= seq_len // 2:
         raise ValueError(
             "periods must satisfy min_period <= max_period <= seq_len // 2; got "
@@ -134,7 +154,8 @@ def repeated_segments(
         raise TypeError(f"prefix_prob must be a real number; got {arguments.describe(prefix_prob)}")
     if not 0.0 <= prefix_prob <= 1.0:
         raise ValueError(f"prefix_prob must lie in [0, 1]; got prefix_prob={prefix_prob}")
-    gen = np.random.default_rng(rng)
+    arguments.check_elements("batch_size", batch_size * vocab_size, 8)
+    gen = _generator("rng", rng)
     period = gen.integers(min_period, max_period + 1, size=batch_size)  # (B,)
     perm = np.argsort(gen.random((batch_size, vocab_size)), axis=1)  # (B, V) permutations
     longest = seq_len - 2 * period + 1  # prefix lengths 0 .. L - 2T
@@ -147,6 +168,30 @@ def repeated_segments(
     return RepeatedSegments(
         torch.as_tensor(tokens, dtype=torch.int64), torch.as_tensor(period), torch.as_tensor(start)
     )
+
+
+def _generator(name: str, rng: Any) -> np.random.Generator:
+    """A NumPy generator from ``rng``: a generator (used as it is) or a seed for one.
+
+    Args:
+        name: the argument's name, for messages.
+        rng: a ``numpy.random.Generator``, or a seed, an int ``>= 0`` (Python or NumPy).
+
+    Returns:
+        The generator.
+
+    Raises:
+        ValueError: if the seed is negative.
+        TypeError: if ``rng`` is neither a generator nor an int (a bool or float included).
+    """
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if not arguments.integral(rng):
+        raise TypeError(
+            f"{name} must be a numpy.random.Generator or a seed (an int >= 0); got "
+            f"{arguments.describe(rng)}"
+        )
+    return np.random.default_rng(arguments.size(name, rng, 0, None))
 
 
 def seen_guess_loss(batch: RepeatedSegments) -> float:
@@ -166,7 +211,9 @@ def seen_guess_loss(batch: RepeatedSegments) -> float:
 
     Raises:
         ValueError: if no position before the last is repeated.
+        TypeError: if ``batch`` is not a :class:`RepeatedSegments`.
     """
+    arguments.instance("batch", batch, RepeatedSegments, "a RepeatedSegments batch")
     rep = batch.repeated[:, :-1]  # (B, L - 1): the query positions with a next token
     if not rep.any():
         raise ValueError("batch must have a repeated position before the last; got none")
@@ -193,11 +240,40 @@ class DigitSums:
 
     Shape:
         tokens and answers ``(B, L)`` int64.
+
+    Raises:
+        ValueError: if ``base < 2``, ``tokens`` is not ``(B, L)`` with ``L >= 2`` or
+            ``answers`` has another shape.
+        TypeError: if ``tokens`` or ``answers`` is not an integer torch tensor, or ``base``
+            not an int (a Python or NumPy integer, not a bool).
     """
 
     tokens: torch.Tensor
     answers: torch.Tensor
     base: int
+
+    def __post_init__(self) -> None:
+        for name in ("tokens", "answers"):
+            arguments.torch_tensor(name, getattr(self, name), integer=True)
+        object.__setattr__(self, "base", _base(self.base))
+        if self.tokens.ndim != 2 or self.tokens.shape[1] < 2:
+            raise ValueError(
+                f"tokens must have shape (B, L) with L >= 2; got {tuple(self.tokens.shape)}"
+            )
+        if self.answers.shape != self.tokens.shape:
+            raise ValueError(
+                f"answers must have the shape of tokens, {tuple(self.tokens.shape)}; got "
+                f"{tuple(self.answers.shape)}"
+            )
+
+
+BASE_LIMIT = 3_037_000_499
+"""The largest base whose ``base ** 2`` token ids fit in int64 (``base ** 2 < 2**63``)."""
+
+
+def _base(base: Any) -> int:
+    """``base`` as a Python int in ``[2, BASE_LIMIT]`` (its square must fit in int64)."""
+    return arguments.size("base", base, 2, BASE_LIMIT + 1)
 
 
 def digit_sum_answers(tokens: torch.Tensor, base: int) -> torch.Tensor:
@@ -215,11 +291,13 @@ def digit_sum_answers(tokens: torch.Tensor, base: int) -> torch.Tensor:
         -1 at position 0.
 
     Raises:
-        TypeError: if ``tokens`` is not an int64 tensor or ``base`` not an int.
-        ValueError: if ``base < 2``, ``tokens`` is not ``(B, L)`` with ``L >= 2``, or a token
-            lies outside ``[0, base ** 2)``.
+        TypeError: if ``tokens`` is not an int64 tensor or ``base`` not an int (a Python or
+            NumPy integer, not a bool).
+        ValueError: if ``base`` is not in ``[2, 3037000499]`` (``base ** 2`` ids must fit
+            in int64), ``tokens`` is not ``(B, L)`` with ``L >= 2``, or a token lies outside
+            ``[0, base ** 2)``.
     """
-    _check_int("base", base, 2)
+    base = _base(base)
     if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.int64:
         raise TypeError(f"tokens must be an int64 torch.Tensor; got {arguments.describe(tokens)}")
     if tokens.ndim != 2 or tokens.shape[1] < 2:
@@ -252,12 +330,16 @@ def digit_sums(
         A :class:`DigitSums` batch of torch int64 tensors.
 
     Raises:
-        ValueError: if ``batch_size < 1``, ``seq_len < 2`` or ``base < 2``.
-        TypeError: if a size is not an int.
+        ValueError: if ``batch_size < 1``, ``seq_len < 2``, ``base`` is not in
+            ``[2, 3037000499]``, a seed is negative, or the batch would pass what an array
+            can hold.
+        TypeError: if a size or a seed is not an int (a Python or NumPy integer, not a
+            bool), or ``rng`` is neither a generator nor a seed.
     """
-    _check_int("batch_size", batch_size, 1)
-    _check_int("seq_len", seq_len, 2)
-    _check_int("base", base, 2)
-    gen = np.random.default_rng(rng)
+    batch_size = arguments.size("batch_size", batch_size)
+    seq_len = arguments.size("seq_len", seq_len, 2)
+    base = _base(base)
+    arguments.check_elements("batch_size", batch_size * seq_len, 8)
+    gen = _generator("rng", rng)
     tokens = torch.as_tensor(gen.integers(0, base**2, size=(batch_size, seq_len)))  # (B, L)
     return DigitSums(tokens, digit_sum_answers(tokens, base), base)

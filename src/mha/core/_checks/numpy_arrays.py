@@ -180,3 +180,51 @@ def check_shape(name: str, x: np.ndarray, shape: tuple[int, ...], layout: str) -
     """Check that ``x`` has exactly ``shape`` (``layout`` names its axes)."""
     if tuple(x.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {layout} = {tuple(shape)}; got {x.shape}")
+
+
+def float_array(
+    name: str,
+    value: Any,
+    *,
+    ndim: int | None = None,
+    min_ndim: int = 0,
+    layout: str = "",
+    finite: bool = True,
+) -> np.ndarray:
+    """``value`` (an array, a tensor or nested numbers) as a float64 NumPy array.
+
+    Floating, integer and boolean arrays are read (their values are exact in float64,
+    integers up to 2**53); with ``finite`` NaN and infinity are refused; ``ndim`` or
+    ``min_ndim`` checks the rank, ``layout`` names the axes in the message.
+    """
+    a = as_numpy(name, value)
+    if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_) or np.iscomplexobj(a):
+        raise TypeError(f"{name} must be a real numeric array; got dtype {a.dtype}")
+    if (ndim is not None and a.ndim != ndim) or a.ndim < min_ndim:
+        want = layout or (f"{ndim}-D" if ndim is not None else f"at least {min_ndim}-D")
+        raise ValueError(f"{name} must have shape {want}; got {a.ndim}-D shape {a.shape}")
+    with np.errstate(over="ignore"):
+        a = a.astype(np.float64)
+    if finite and a.size and not math.isfinite(float(np.abs(a).max())):
+        raise ValueError(f"{name} must be finite; got NaN or infinite values")
+    return a
+
+
+def int_array(name: str, value: Any, *, ndim: int, layout: str) -> np.ndarray:
+    """``value`` as an int64 NumPy array of rank ``ndim``; floats and booleans are refused."""
+    a = as_numpy(name, value)
+    if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name} must be an integer array; got dtype {a.dtype}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must have shape {layout}; got {a.ndim}-D shape {a.shape}")
+    if a.dtype == np.uint64 and a.size and a.max() >= arguments.INDEX_LIMIT:
+        raise ValueError(f"{name} must hold values below 2**63; got {int(a.max())}")
+    return a.astype(np.int64)
+
+
+def bool_array(name: str, value: Any) -> np.ndarray:
+    """``value`` as a boolean NumPy array; any other dtype is refused."""
+    a = as_numpy(name, value)
+    if a.dtype != np.bool_:
+        raise TypeError(f"{name} must be boolean; got dtype {a.dtype}")
+    return a
