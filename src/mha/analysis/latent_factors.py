@@ -35,6 +35,11 @@ from mha.core.latent_params import MLAParams
 from mha.core.params import MHAParams
 
 
+def _check_finite(params: MHAParams, w: np.ndarray) -> None:
+    if not np.isfinite(w).all():
+        raise ValueError("params.w_qkv must be finite; got NaN or infinite values")
+
+
 def _check_layer(params: Any) -> None:
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
@@ -80,15 +85,20 @@ def energy_kept(params: MHAParams) -> np.ndarray:
 
     Raises:
         TypeError: if ``params`` is not :class:`MHAParams`.
+        ValueError: if ``[W^K | W^V]`` holds NaN or infinity.
     """
-    s = _linalg.svdvals(key_value_weights(params))  # descending
+    w = key_value_weights(params)
+    _check_finite(params, w)
+    s = _linalg.svdvals(w)  # descending
     return np.concatenate([[0.0], np.cumsum(s**2) / np.sum(s**2)])
 
 
 def _svd(params: MHAParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The SVD of ``[W^K | W^V]``, float64: ``u (D, k)``, ``s (k,)``, ``vt (k, 2 H_kv Dh)``."""
     _check_layer(params)
-    return _linalg.svd(key_value_weights(params))
+    w = key_value_weights(params)
+    _check_finite(params, w)
+    return _linalg.svd(w)
 
 
 def _factors(
@@ -129,10 +139,11 @@ def low_rank_gqa(params: MHAParams, d_latent: int) -> MHAParams:
         most ``Dc`` together.
 
     Raises:
-        ValueError: if the layer has biases or ``d_latent`` is not in
-            ``[1, min(D, 2 H_kv Dh)]``.
+        ValueError: if the layer has biases or NaN or infinite weights, or ``d_latent`` is
+            not in ``[1, min(D, 2 H_kv Dh)]``.
         TypeError: if ``params`` is not :class:`MHAParams` or ``d_latent`` is not an int.
     """
+    d_latent = arguments.size("d_latent", d_latent)
     return low_rank_series(params, [d_latent])[d_latent]
 
 
@@ -147,8 +158,10 @@ def low_rank_series(params: MHAParams, widths: Sequence[int]) -> dict[int, MHAPa
         ``{Dc: MHAParams}``.
 
     Raises:
-        ValueError, TypeError: as :func:`low_rank_gqa`.
+        ValueError, TypeError: as :func:`low_rank_gqa`, and if ``widths`` is not a list or
+            tuple of positive ints (``widths[i]`` named).
     """
+    widths = arguments.size_list("widths", widths, nonempty=False)
     svd = _svd(params)
     out = {}
     for d_latent in widths:
@@ -183,8 +196,8 @@ def latent_from_gqa(params: MHAParams, d_latent: int) -> MLAParams:
         :class:`MLAParams` of the input's library and dtype.
 
     Raises:
-        ValueError: if the layer has biases or ``d_latent`` is not in
-            ``[1, min(D, 2 H_kv Dh)]``.
+        ValueError: if the layer has biases or NaN or infinite weights, or ``d_latent`` is
+            not in ``[1, min(D, 2 H_kv Dh)]``.
         TypeError: if ``params`` is not :class:`MHAParams` or ``d_latent`` is not an int.
     """
     down, up = _factors(_svd(params), d_latent)

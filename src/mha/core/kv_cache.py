@@ -286,7 +286,7 @@ class _PairCache:
         recording = torch.is_grad_enabled() and (first.requires_grad or second.requires_grad)
         return bool(self._k.requires_grad or recording)
 
-    def reset(self) -> None:
+    def _reset(self) -> None:
         """Forget every cached position (the buffers are kept for reuse; buffers that a
         recorded step saved for its backward pass are replaced, and left to that step).
 
@@ -308,7 +308,7 @@ class _PairCache:
         self._length = 0
         self._max_abs = 0.0
 
-    def truncate(self, length: int) -> None:
+    def _truncate(self, length: int) -> None:
         """Keep only the first ``length`` positions, e.g. to drop rejected draft tokens.
 
         :attr:`max_abs` stays a bound on what is left (it is not lowered).
@@ -399,6 +399,33 @@ class KVCache(_PairCache):
         """The cached values ``(B, H_kv, S, Dh)``: a view of the buffer, not a copy (while
         autograd records, see :meth:`append`, each append makes a new buffer)."""
         return self._v[self._positions(self._v)]
+
+    def reset(self) -> None:
+        """Forget every cached position (the buffers are kept for reuse; buffers that a
+        recorded step saved for its backward pass are replaced, and left to that step).
+
+        Raises:
+            ValueError: inside an open :meth:`appending` block of this cache, or inside an
+                :func:`atomic` block while the cache held positions when the block began
+                (it would have to restore them).
+        """
+        self._reset()
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first ``length`` positions, e.g. to drop rejected draft tokens.
+
+        :attr:`max_abs` stays a bound on what is left (it is not lowered).
+
+        Args:
+            length: positions to keep, at most :attr:`length`.
+
+        Raises:
+            ValueError: if ``length`` is negative or more than the cache holds, inside an open
+                :meth:`appending` block of this cache, or inside an :func:`atomic` block below
+                the length the cache had when it began.
+            TypeError: if ``length`` is not an int (``None`` and bools included).
+        """
+        self._truncate(length)
 
     def append(self, key: Any, value: Any, *, max_abs: float | None = None) -> None:
         """Write the projected keys and values of ``n`` new positions after the cached ones.
@@ -563,6 +590,33 @@ class LatentCache(_PairCache):
     def rotary_keys(self) -> Any:
         """The cached rotary keys ``(B, S, Dr)``, already rotated: a view, not a copy."""
         return self._v[self._positions(self._v)]
+
+    def reset(self) -> None:
+        """Forget every cached position (the buffers are kept for reuse; buffers that a
+        recorded step saved for its backward pass are replaced, and left to that step).
+
+        Raises:
+            ValueError: inside an open :meth:`appending` block of this cache, or inside an
+                :func:`atomic` block while the cache held positions when the block began
+                (it would have to restore them).
+        """
+        self._reset()
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first ``length`` positions, e.g. to drop rejected draft tokens.
+
+        :attr:`max_abs` stays a bound on what is left (it is not lowered).
+
+        Args:
+            length: positions to keep, at most :attr:`length`.
+
+        Raises:
+            ValueError: if ``length`` is negative or more than the cache holds, inside an open
+                :meth:`appending` block of this cache, or inside an :func:`atomic` block below
+                the length the cache had when it began.
+            TypeError: if ``length`` is not an int (``None`` and bools included).
+        """
+        self._truncate(length)
 
     def append(self, latent: Any, rotary_key: Any, *, max_abs: float | None = None) -> None:
         """Write the latents and rotary keys of ``n`` new positions after the cached ones.

@@ -49,10 +49,10 @@ def latent_cache_bytes(
         ValueError: if a size is not positive (``d_rope``: negative).
         TypeError: if a size is not an int or ``dtype`` is not a dtype.
     """
-    arguments.check_positive_sizes(
+    num_layers, kv_len, d_latent, batch_size = arguments.counts(
         num_layers=num_layers, kv_len=kv_len, d_latent=d_latent, batch_size=batch_size
-    )
-    arguments.check_at_least("d_rope", d_rope, 0)
+    ).values()
+    d_rope = arguments.size("d_rope", d_rope, 0, None)
     return num_layers * batch_size * kv_len * (d_latent + d_rope) * itemsize(dtype)
 
 
@@ -109,21 +109,19 @@ def latent_decode_step_cost(
             or a latent is wider than the heads it feeds.
         TypeError: if a size is not an int or ``dtype`` is not a dtype.
     """
-    arguments.check_positive_sizes(
+    D, H, Dh, Dc, S, B = arguments.counts(
         d_model=d_model,
         num_heads=num_heads,
         d_head=d_head,
         d_latent=d_latent,
         kv_len=kv_len,
         batch_size=batch_size,
-    )
-    arguments.check_at_least("d_rope", d_rope, 0)
+    ).values()
+    Dr = arguments.size("d_rope", d_rope, 0, None)
     if d_query_latent is not None:
-        arguments.check_positive("d_query_latent", d_query_latent)
-    check_latent_widths(num_heads, d_head, d_latent, d_rope, d_query_latent)
-    if route not in ROUTES:
-        raise ValueError(f"route must be one of {ROUTES}; got route={route!r}")
-    D, H, Dh, Dc, Dr, S, B = d_model, num_heads, d_head, d_latent, d_rope, kv_len, batch_size
+        d_query_latent = arguments.size("d_query_latent", d_query_latent, high=None)
+    check_latent_widths(H, Dh, Dc, Dr, d_query_latent)
+    arguments.choice("route", route, ROUTES)
     if d_query_latent is None:
         query_weights = D * H * (Dh + Dr)
     else:
@@ -155,6 +153,12 @@ class LatentConfig:
         d_query_latent: Dc', the query latent's width.
         source: the citation key of the paper that gives the sizes.
         config_url: the released ``config.json`` with the same sizes.
+
+    Raises:
+        TypeError: if a size is not an int (a Python or NumPy integer, not a bool) or a
+            name is not a str.
+        ValueError: if a size is not positive (``d_rope``: negative), or a latent is wider
+            than the heads it feeds.
     """
 
     name: str
@@ -167,6 +171,17 @@ class LatentConfig:
     d_query_latent: int
     source: str
     config_url: str
+
+    def __post_init__(self) -> None:
+        for name in ("name", "source", "config_url"):
+            arguments.text(name, getattr(self, name))
+        for name in ("num_layers", "d_model", "num_heads", "d_head", "d_latent",
+                     "d_query_latent"):  # fmt: skip
+            object.__setattr__(self, name, arguments.size(name, getattr(self, name), high=None))
+        object.__setattr__(self, "d_rope", arguments.size("d_rope", self.d_rope, 0, None))
+        check_latent_widths(
+            self.num_heads, self.d_head, self.d_latent, self.d_rope, self.d_query_latent
+        )
 
     def elements_per_token(self) -> int:
         """Elements one layer caches per token: ``Dc + Dr``.

@@ -733,16 +733,18 @@ def latent_step_times(
         ``{"explicit": seconds, "absorbed": seconds}``.
 
     Raises:
-        ValueError: if ``kv_len`` or ``rounds`` is not positive, or the clock is unknown.
-        TypeError: if ``params`` is not :class:`MLAParams` of PyTorch tensors, or a size is
-            not an int.
+        ValueError: if ``kv_len`` or ``rounds`` is not positive, ``seed`` is negative or not
+            below ``2**64``, or the clock is unknown.
+        TypeError: if ``params`` is not :class:`MLAParams` of PyTorch tensors, ``rotary`` is
+            not a :class:`Rotary` or ``None``, or a size or ``seed`` is not an int.
     """
     if not isinstance(params, MLAParams) or not isinstance(params.w_dkv, torch.Tensor):
         raise TypeError(f"params must be MLAParams of torch tensors; got {type(params).__name__}")
     arguments.check_positive("kv_len", kv_len)
     arguments.check_positive("rounds", rounds)
+    arguments.instance("rotary", rotary, Rotary | type(None), "a Rotary or None")
     tick = clock_named(clock)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(arguments.seed("seed", seed))
     dtype = params.dtype
     x = torch.randn(1, 1, params.d_model, generator=gen, dtype=dtype)  # (B, 1, D): one token
     cache = LatentCache(1, params.d_latent, params.d_rope, kv_len + 1, dtype=dtype)

@@ -39,6 +39,18 @@ def _check_model(model: Any) -> None:
         raise TypeError(f"model must be a SmolLM2 (load_smollm2); got {type(model).__name__}")
 
 
+def _latent_layers(model: SmolLM2, layers: Any) -> list[MLAParams]:
+    """``layers`` as a list, after checking it holds one latent layer per model layer."""
+    layers = arguments.items("layers", layers)
+    if len(layers) != model.num_layers:
+        raise ValueError(
+            f"layers must hold one entry per layer ({model.num_layers}); got {len(layers)}"
+        )
+    if not all(isinstance(p, MLAParams) for p in layers):
+        raise TypeError("layers must be MLAParams, one per layer (see latent_layers)")
+    return layers
+
+
 def _with_attention(model: SmolLM2, attention: list[Any]) -> SmolLM2:
     """The model with each layer's attention parameters replaced (every other tensor shared)."""
     layers = [
@@ -125,10 +137,13 @@ def new_latent_caches(
         ``num_layers`` caches of the model's dtype, ``Dc`` wide, no rotary keys.
 
     Raises:
-        ValueError: if a size is not positive.
-        TypeError: if a size is not an int or ``model`` is not a SmolLM2.
+        ValueError: if a size is not positive, or ``layers`` does not hold one entry per
+            layer of the model.
+        TypeError: if a size is not an int, ``model`` is not a SmolLM2, or ``layers`` is
+            not a list or tuple of :class:`MLAParams`.
     """
     _check_model(model)
+    layers = _latent_layers(model, layers)
     return [
         LatentCache(batch_size, p.d_latent, p.d_rope, capacity, dtype=model.dtype) for p in layers
     ]
@@ -161,26 +176,30 @@ def latent_logits(
         The logits.
 
     Raises:
-        ValueError: if ``tokens`` is not ``(B, L)`` with ``L >= 1``, the numbers of layers or
-            caches differ from the model's, the caches hold different lengths, or a layer
+        ValueError: if ``tokens`` is not ``(B, L)`` with ``B, L >= 1``, the numbers of layers
+            or caches differ from the model's, the caches hold different lengths, or a layer
             refuses its call (a cache that does not fit).
-        TypeError: if ``model`` is not a SmolLM2, ``tokens`` is not an int64 tensor, or a
-            layer is not :class:`MLAParams`.
+        TypeError: if ``model`` is not a SmolLM2, ``tokens`` is not an int64 tensor,
+            ``layers`` or ``caches`` is not a list or tuple, a layer is not
+            :class:`MLAParams`, or a cache is not a :class:`LatentCache`.
     """
     _check_model(model)
     if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.int64:
         raise TypeError(f"tokens must be an int64 torch.Tensor; got {arguments.describe(tokens)}")
-    if tokens.ndim != 2 or tokens.shape[1] < 1:
-        raise ValueError(f"tokens must have shape (B, L) with L >= 1; got {tuple(tokens.shape)}")
-    for name, items in (("layers", layers), ("caches", caches)):
-        if items is not None and len(items) != model.num_layers:
-            raise ValueError(
-                f"{name} must hold one entry per layer ({model.num_layers}); got {len(items)}"
-            )
-    if not all(isinstance(p, MLAParams) for p in layers):
-        raise TypeError("layers must be MLAParams, one per layer (see latent_layers)")
+    if tokens.ndim != 2 or tokens.shape[0] < 1 or tokens.shape[1] < 1:
+        raise ValueError(
+            f"tokens must have shape (B, L) with B >= 1 and L >= 1; got {tuple(tokens.shape)}"
+        )
+    layers = _latent_layers(model, layers)
     start = 0
     if caches is not None:
+        caches = arguments.items("caches", caches)
+        if len(caches) != model.num_layers:
+            raise ValueError(
+                f"caches must hold one entry per layer ({model.num_layers}); got {len(caches)}"
+            )
+        if not all(isinstance(c, LatentCache) for c in caches):
+            raise TypeError("caches must be LatentCache, one per layer (see new_latent_caches)")
         lengths = {c.length for c in caches}
         if len(lengths) != 1:
             raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")
@@ -222,13 +241,17 @@ def next_token_loss(model: SmolLM2, tokens: torch.Tensor) -> float:
         The loss.
 
     Raises:
-        ValueError: if a sequence has fewer than two tokens, or as
+        ValueError: if there is no sequence or one has fewer than two tokens, or as
             :meth:`mha.models.smollm2.SmolLM2.forward`.
         TypeError: if ``model`` is not a SmolLM2, or as its ``forward``.
     """
     _check_model(model)
-    if isinstance(tokens, torch.Tensor) and (tokens.ndim != 2 or tokens.shape[1] < 2):
-        raise ValueError(f"tokens must have shape (B, L) with L >= 2; got {tuple(tokens.shape)}")
+    if isinstance(tokens, torch.Tensor) and (
+        tokens.ndim != 2 or tokens.shape[0] < 1 or tokens.shape[1] < 2
+    ):
+        raise ValueError(
+            f"tokens must have shape (B, L) with B >= 1 and L >= 2; got {tuple(tokens.shape)}"
+        )
     with torch.no_grad():
         logits, _ = model.forward(tokens)  # (B, L, V)
         predicted = logits[:, :-1].reshape(-1, logits.shape[-1])  # (B (L - 1), V)
