@@ -119,7 +119,27 @@ def test_the_conversion_keeps_what_the_rank_chapters_tools_say(small) -> None:
         (
             lambda m: smollm2_latent.next_token_loss(m, m.encode(TEXT)[:, :1]),
             ValueError,
-            r"tokens must have shape \(B, L\) with L >= 2",
+            r"tokens must have shape \(B, L\) with B >= 1 and L >= 2",
+        ),
+        (
+            lambda m: smollm2_latent.next_token_loss(m, m.encode(TEXT)[:0]),
+            ValueError,
+            r"tokens must have shape \(B, L\) with B >= 1 and L >= 2; got \(0, ",
+        ),
+        (
+            lambda m: smollm2_latent.latent_logits(m, "ab", m.encode(TEXT)),
+            TypeError,
+            "layers must be a list or tuple",
+        ),
+        (
+            lambda m: smollm2_latent.new_latent_caches(m, [], 1, 4),
+            ValueError,
+            r"layers must hold one entry per layer \(4\); got 0",
+        ),
+        (
+            lambda m: latent_factors.low_rank_series(m.layers[0].attn, "ab"),
+            TypeError,
+            "widths must be a list or tuple",
         ),
     ],
 )
