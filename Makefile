@@ -52,6 +52,7 @@ test: $(STAMP) node browser lint
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 ## The unit tests once, under this machine's kernels (make test also reruns them portably).
 ## The site extension's tests among them use the Node tools (MathJax), hence `node`.

@@ -3282,7 +3282,7 @@ case(
     "models.smollm2_heads.group_contrast",
     smollm2_heads.group_contrast,
     lambda r: {"distances": _distances(r), "num_kv_heads": 2},
-    lambda a, out: _close(out, _contrast_ref(a["distances"], [0, 0, 1, 1])),
+    lambda a, out: _close(out, _contrast_ref(np.asarray(a["distances"], F64), [0, 0, 1, 1])),
     any_args=True,
 )
 

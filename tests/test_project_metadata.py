@@ -137,3 +137,14 @@ def test_the_published_book_never_reuses_chapters_run_against_another_library():
     settings = caches[0]["with"]
     assert "src/**" in settings["key"] and "book/**" in settings["key"]
     assert "restore-keys" not in settings, "a fallback key restores chapters run on old code"
+
+
+def test_make_lint_runs_the_type_checker_on_the_package():
+    """``make lint`` (part of ``make test``) runs mypy, configured to check ``src/mha``."""
+    makefile = (ROOT / "Makefile").read_text()
+    lint = makefile.split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    assert "$(BIN)/mypy" in lint
+    assert _pyproject()["tool"]["mypy"]["files"] == ["src/mha"]
+    assert any(
+        d.startswith("mypy") for d in _pyproject()["project"]["optional-dependencies"]["test"]
+    )

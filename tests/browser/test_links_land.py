@@ -13,7 +13,8 @@ pages and not on others (the same chapter landed right or 7,000 px short as its 
 so with it on a test would pass by chance. The long chapters are also followed with it on, as
 Chromium and Firefox readers have it. Links are followed two ways:
 
-- from another page: each heading's address (``page.html#id``) opened in a fresh page;
+- from another page: the first, a middle and the last heading's address (``page.html#id``),
+  each opened in a fresh page;
 - on the page: each link of the page's own contents and of its text to a target of the same
   page, clicked in the order of their targets on a freshly opened page, and the link to the
   last target clicked first on another fresh page (nothing laid out above it yet).
@@ -199,14 +200,20 @@ def _where_later(tab, target: str) -> list[str]:
 def follow_from_another_page(
     browser, built_site: Path, site: str, page: str, width: int, anchoring: bool = False
 ) -> list[str]:
-    """Open each heading's address in a fresh page; the problems with where each lands."""
+    """Open headings' addresses in a fresh page each; the problems with where each lands.
+
+    The first, a middle and the last heading: the last has the most unlaid sections above
+    it, the likeliest to land short. (Every heading is also reached by the in-page test,
+    which clicks each link of the page's contents.)
+    """
     ids = section_ids((built_site / f"{page}.html").read_text(encoding="utf8"))
     if page != "book/bibliography":
         assert ids, f"{page}: no section ids"
+    sample = sorted({0, len(ids) // 2, len(ids) - 1}) if ids else []
     context, tab, errors = _tab(browser, width, anchoring)
     problems = []
     try:
-        for target in ids:
+        for target in (ids[i] for i in sample):
             tab.goto("about:blank")
             tab.goto(f"{site}{page}.html#{target}", timeout=LOAD_TIMEOUT_MS)
             problems += [f"#{target}: {p}" for p in _where_after_settling(tab, target)]
@@ -249,10 +256,10 @@ def _report(problems: list[str], header: str) -> str:
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_a_link_from_another_page_lands_on_every_heading(
+def test_a_link_from_another_page_lands_on_its_heading(
     browser, built_site: Path, site: str, toc_page: str, width: int
 ) -> None:
-    """Every heading's address, opened in a fresh page, shows that heading at the top."""
+    """A heading's address (first, middle, last), opened in a fresh page, shows it at the top."""
     problems = follow_from_another_page(browser, built_site, site, toc_page, width)
     assert problems == [], _report(problems, f"{toc_page} at {width} px, from another page")
 

@@ -435,11 +435,11 @@ def _fit(
     arguments.check_positive_number("lr", lr)
     lr = float(lr)
     seed = arguments.seed("seed", seed)
-    goals = [centred_log(t) for t in targets]  # K x (N, N)
-    if any(g.shape[0] != N for g in goals):
-        shapes = sorted({g.shape for g in goals})
+    logs = [centred_log(t) for t in targets]  # K x (N, N)
+    if any(g.shape[0] != N for g in logs):
+        shapes = sorted({g.shape for g in logs})
         raise ValueError(f"target must be (N, N) with N = x.shape[0] = {N}; got {shapes}")
-    goals = np.stack(goals)  # (K, N, N)
+    goals = np.stack(logs)  # (K, N, N)
     K, width = len(d_heads), max(d_heads)
     arguments.check_elements("d_head", K * 2 * D * width, 8)
     rng = np.random.default_rng(seed)

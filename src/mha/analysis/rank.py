@@ -389,7 +389,8 @@ def query_bias_shares(model: Any, texts: list[str]) -> dict[str, Any]:
         for layer in range(model.num_layers):
             x = out.hidden_states[layer].double().numpy()  # (1, L, D): the layer's input
             terms = circuits.score_terms(x, model.attention_params(layer))  # (1, H, L, L)
-            norm = np.linalg.norm(centred(sum(terms.values())), axis=(-2, -1))  # (1, H)
+            total = sum(terms.values(), np.zeros_like(terms["query_bias"]))  # (1, H, L, L)
+            norm = np.linalg.norm(centred(total), axis=(-2, -1))  # (1, H)
             share[layer] = (np.linalg.norm(centred(terms["query_bias"]), axis=(-2, -1)) / norm)[0]
             weights = out.attentions[layer][0].double().numpy()  # (H, L, L): the model's own
             fitted = np_backend.softmax(terms["bilinear"] + terms["query_bias"])[0]

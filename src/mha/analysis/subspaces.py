@@ -209,7 +209,7 @@ def head_blocks(params: MHAParams, which: str = "w_q") -> np.ndarray:
     for name in ("w_qkv", "w_o"):
         if not np.isfinite(getattr(p, name)).all():
             raise ValueError(f"params.{name} must be finite; got NaN or infinite values")
-    blocks = [p.head(h)[which] for h in range(p.num_heads)]
+    blocks = [np.asarray(p.head(h)[which]) for h in range(p.num_heads)]  # H x (D, Dh)
     if which == "w_o":
         blocks = [blk.T for blk in blocks]  # (Dh, D) -> (D, Dh)
     return np.stack(blocks)  # (H, D, Dh)

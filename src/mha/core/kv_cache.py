@@ -366,6 +366,9 @@ class KVCache(_PairCache):
     (:meth:`appending`).
     """
 
+    _k: Any  # (B, H_kv, capacity, Dh): a NumPy array or a torch tensor
+    _v: Any
+
     def __init__(
         self,
         batch_size: int,

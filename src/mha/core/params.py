@@ -455,7 +455,8 @@ def init_params(
     w_o = rng.standard_normal((D, D)) / np.sqrt(D)
     b_qkv = 0.02 * rng.standard_normal(D + 2 * kv_cols) if bias else None
     b_o = 0.02 * rng.standard_normal(D) if bias else None
-    params = MHAParams(w_qkv, w_o, b_qkv, b_o, num_heads, num_kv_heads)
+    H_kv = num_heads if num_kv_heads is None else num_kv_heads
+    params = MHAParams(w_qkv, w_o, b_qkv, b_o, num_heads, H_kv)
     return params.to_numpy(dtype)
 
 
@@ -602,15 +603,17 @@ def planted_heads(
             f"got d_model={d_model}"
         )
     arguments.check_elements("d_model", d_model * d_model, 8)
-    t = np.array([[int(v) for v in row] for row in heads], dtype=np.int64)
-    if (t < 0).any() or (t >= L).any():
-        raise ValueError(f"targets must be integer positions in [0, L={L}); got {t.tolist()}")
+    positions = np.array([[int(v) for v in row] for row in heads], dtype=np.int64)  # (H, L)
+    if (positions < 0).any() or (positions >= L).any():
+        raise ValueError(
+            f"targets must be integer positions in [0, L={L}); got {positions.tolist()}"
+        )
     Dh = d_model // H
     c = logit * np.sqrt(Dh)
     w_q, w_k, w_v = (np.zeros((d_model, d_model)) for _ in range(3))
     pos = np.arange(L)
     for h in range(H):
-        w_q[pos, h * Dh + t[h]] = c  # e_i -> c e_{t(i)} in head h's columns
+        w_q[pos, h * Dh + positions[h]] = c  # e_i -> c e_{t(i)} in head h's columns
         w_k[pos, h * Dh + pos] = 1.0  # e_j -> e_j
         w_v[pos, h * Dh + pos] = 1.0
     x = np.zeros((1, L, d_model))

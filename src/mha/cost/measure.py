@@ -221,7 +221,7 @@ def last_level_cache_bytes() -> int | None:
     Returns:
         Bytes of the highest-level cache CPU 0 reports, or ``None`` if it reports none.
     """
-    sizes = {}
+    sizes: dict[int, int] = {}  # level -> bytes
     for index in sorted(_CPU_CACHES.glob("index*")):
         try:
             level = int((index / "level").read_text())

@@ -8,6 +8,7 @@ the NumPy tiled form against the one that writes the scores, and
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -254,7 +255,7 @@ def _kv_cache_memory_child() -> None:
     spec = json.loads(sys.stdin.read())
     sizes = (spec["num_layers"], spec["num_kv_heads"], spec["d_head"])
     out = [
-        peak_rss_increase(lambda c=capacity, n=positions: _kv_cache_fill(*sizes, c, n))
+        peak_rss_increase(functools.partial(_kv_cache_fill, *sizes, capacity, positions))
         for capacity, positions in spec["fills"]
     ]
     print(json.dumps(out))

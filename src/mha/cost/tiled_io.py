@@ -117,7 +117,7 @@ def _io_blocks(
             f"give exactly one of fast_memory and blocks; got fast_memory={fast_memory}, "
             f"blocks={blocks}"
         )
-    if blocks is None:
+    if fast_memory is not None:  # and so blocks is None
         return tiled_block_sizes(d_head, fast_memory)
     if not isinstance(blocks, tuple | list) or len(blocks) != 2:
         raise TypeError(f"blocks must be a pair (Br, Bc); got {arguments.describe(blocks)}")

@@ -10,6 +10,7 @@ cache, :func:`latent_step_times` a latent layer's decoding step by its two route
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -343,8 +344,8 @@ def _tiled_time_child() -> None:
         runners["sdpa"] = lambda: torch.nn.functional.scaled_dot_product_attention(q_t, k_t, v_t)
     for (block_q, block_kv), causal in product(spec["blocks"], spec["causal"]):
         name = f"tiled {block_q}x{block_kv}" + (", causal" if causal else "")
-        runners[name] = lambda bq=block_q, bk=block_kv, c=causal: tiled.attention(
-            q, k, val, causal=c, block_q=bq, block_kv=bk
+        runners[name] = functools.partial(
+            tiled.attention, q, k, val, causal=causal, block_q=block_q, block_kv=block_kv
         )
     if spec["backward"]:
         params = init_params(D, H, seed=spec["seed"], dtype=dtype)
@@ -354,11 +355,11 @@ def _tiled_time_child() -> None:
                  for f in ("fused", "tiled")}  # fmt: skip
         runners["layer forward"] = lambda: np_backend.multi_head_attention(x, x, x, params)
         for f in ("fused", "tiled"):
-            runners[f"layer forward, {f}, saving"] = lambda f=f: (
-                backward.multi_head_attention_forward(x, x, x, params, form=f)
+            runners[f"layer forward, {f}, saving"] = functools.partial(
+                backward.multi_head_attention_forward, x, x, x, params, form=f
             )
-            runners[f"layer backward, {f}"] = lambda f=f: backward.multi_head_attention(
-                saved[f], d_out
+            runners[f"layer backward, {f}"] = functools.partial(
+                backward.multi_head_attention, saved[f], d_out
             )
     tick = clock_named(spec["clock"])
     numbers = {name: calibrate(fn, spec["min_time"]) for name, fn in runners.items()}
@@ -569,7 +570,10 @@ def decode_times(
         )
     steps, repeat = arguments.counts(steps=steps, repeat=repeat).values()
     seed = arguments.seed("seed", seed)
-    reducers = {"median": statistics.median, "min": min}
+    reducers: dict[str, Callable[[list[float]], float]] = {
+        "median": statistics.median,
+        "min": min,
+    }
     if not isinstance(statistic, str) or statistic not in reducers:
         raise ValueError(f"statistic must be 'median' or 'min'; got statistic={statistic!r}")
     reduce = reducers[statistic]

@@ -357,7 +357,7 @@ def word_arcs_to_token_arcs(
     for t, word in enumerate(word_ids):
         if word is not None:
             pieces.setdefault(int(word), []).append(t)
-    arcs = set()
+    arcs: set[tuple[int, int]] = set()
     for dep, head in word_arcs:
         for name, word in (("dependent", dep), ("head", head)):
             if word not in pieces:
@@ -652,17 +652,18 @@ def head_accuracy(
     W = a.shape[-1]
     if len(heads) != W:
         raise ValueError(f"heads must give one entry per word (W={W}); got {len(heads)}")
-    scored = [i for i, h in enumerate(heads) if h is not None]
+    given = {i: int(h) for i, h in enumerate(heads) if h is not None}  # word -> its head
+    scored = list(given)
     if not scored:
         raise ValueError("heads must give at least one word a head; got none")
-    bad = [(i, heads[i]) for i in scored if not 0 <= int(heads[i]) < W or int(heads[i]) == i]
+    bad = [(i, h) for i, h in given.items() if not 0 <= h < W or h == i]
     if bad:
         raise ValueError(f"heads must be indices of other words in [0, {W}); got {bad[0]}")
     if direction == "head":
         a = np.swapaxes(a, -1, -2)
     a = np.where(np.eye(W, dtype=bool), -np.inf, a)  # a word never predicts itself
     predicted = a.argmax(axis=-1)  # (..., W)
-    gold = np.array([int(heads[i]) for i in scored])
+    gold = np.array(list(given.values()))
     return (predicted[..., scored] == gold).mean(axis=-1)  # (...)
 
 

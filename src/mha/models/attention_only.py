@@ -25,6 +25,7 @@ import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import cast
 
 import numpy as np
 import torch
@@ -218,12 +219,17 @@ class AttentionOnlyTransformer(nn.Module):
     @property
     def num_heads(self) -> int:
         """Heads per layer H."""
-        return self.layers[0].num_heads
+        return self._first_layer.num_heads
 
     @property
     def num_kv_heads(self) -> int:
         """Key/value heads per layer H_kv."""
-        return self.layers[0].num_kv_heads
+        return self._first_layer.num_kv_heads
+
+    @property
+    def _first_layer(self) -> MultiHeadAttention:
+        """The first attention layer (every layer has its sizes)."""
+        return cast(MultiHeadAttention, self.layers[0])
 
     @property
     def vocab_size(self) -> int:
@@ -251,7 +257,7 @@ class AttentionOnlyTransformer(nn.Module):
         """
         batch_size = arguments.size("batch_size", batch_size)
         capacity = self.max_len if capacity is None else arguments.size("capacity", capacity)
-        layer = self.layers[0]
+        layer = self._first_layer
         return [
             KVCache(batch_size, layer.num_kv_heads, layer.d_head, capacity, dtype=self.embed.dtype)
             for _ in self.layers

@@ -190,8 +190,8 @@ def fit_two_targets(
     q_len = arguments.size("q_len", q_len, 3)
     steps = arguments.size("steps", steps)
     seed = arguments.seed("seed", seed)
-    x = np.random.default_rng([seed, 1]).standard_normal((1, q_len, d_model))
-    x = torch.from_numpy(x)  # (B, L, D)
+    rng = np.random.default_rng([seed, 1])
+    x = torch.from_numpy(rng.standard_normal((1, q_len, d_model)))  # (B, L, D)
     with one_thread():
         layer = MultiHeadAttention(d_model, num_heads, seed=seed, dtype=torch.float64)
         optimizer = torch.optim.Adam(layer.parameters(), lr=0.1)
@@ -341,9 +341,9 @@ def fit_two_outputs(
             "held_out must differ from num_sentences, which seeds the fitted sentences; "
             f"got {held_out} and {num_sentences}"
         )
-    x, target, p, q = two_output_task(seed, num_sentences, q_len=q_len, d_model=d_model)
+    x_np, target_np, p, q = two_output_task(seed, num_sentences, q_len=q_len, d_model=d_model)
     x_new, target_new, _, _ = two_output_task(seed, held_out, q_len=q_len, d_model=d_model)
-    x, target = torch.from_numpy(x), torch.from_numpy(target)
+    x, target = torch.from_numpy(x_np), torch.from_numpy(target_np)
 
     def unexplained(out: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return ((out[:, 2:] - t) ** 2).sum() / (t**2).sum()  # queries 2 .. L-1

@@ -23,7 +23,7 @@ import importlib.util
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -424,7 +424,7 @@ class MiniLM:
                 x + ffn, layer.ln2_weight, layer.ln2_bias, self.eps
             )  # (B, L, D)
             hidden.append(x)
-            attentions.append(weights)
+            attentions.append(cast(torch.Tensor, weights))  # the fused form returns them
         return MiniLMOutput(hidden_states=hidden, attentions=attentions)
 
     def run(self, texts: str | list[str]) -> tuple[MiniLMOutput, list[list[str]]]:

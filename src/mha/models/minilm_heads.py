@@ -123,10 +123,10 @@ def offset_baselines(
     """
     word_ids = arguments.optional_ids("word_ids", word_ids)
     word_heads = arguments.optional_ids("word_heads", word_heads)
-    offsets = [
+    offsets = tuple(
         arguments.integer(f"offsets[{i}]", k)
         for i, k in enumerate(arguments.items("offsets", offsets))
-    ]
+    )
     L = len(word_ids)
     arcs = [(d, h) for d, h in enumerate(word_heads) if h is not None]
     if not arcs:

@@ -33,6 +33,7 @@ def _int8_blocks(w: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, tup
     """``w`` as int8 and scales: ``q * scale`` (broadcast over the block's shape) is ``w`` to
     half a step. Returns ``(q, scale, blocked_shape)``; ``q`` has ``blocked_shape``."""
     rows, cols = w.shape
+    shape: tuple[int, ...]
     if rows % block == 0:
         shape = (rows // block, block, cols)  # (R / block, block, C): a block of rows per column
         grouped = w.reshape(shape)

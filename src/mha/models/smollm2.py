@@ -42,7 +42,7 @@ import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -360,9 +360,9 @@ class SmolLM2:
         if gates is not None and (
             not isinstance(gates, torch.Tensor) or tuple(gates.shape) != shape
         ):
-            got = tuple(gates.shape) if isinstance(gates, torch.Tensor) else type(gates).__name__
+            found = tuple(gates.shape) if isinstance(gates, torch.Tensor) else type(gates).__name__
             raise ValueError(
-                f"gates must be a tensor of shape (num_layers, H) = {shape}; got {got}"
+                f"gates must be a tensor of shape (num_layers, H) = {shape}; got {found}"
             )
         start = 0
         if caches is not None:
@@ -462,8 +462,10 @@ class SmolLM2:
         L = n.shape[1]
         S = L + (0 if cache is None else cache.length)  # the positions attended to
         mask = None if L == 1 else torch_backend.causal_mask(L, S, align="bottom_right")
-        flags = {"need_weights": need_weights, "cache": cache, "rotary": self.rotary}
-        return torch_backend.multi_head_attention(n, n, n, params, mask, form="packed", **flags)
+        return torch_backend.multi_head_attention(
+            n, n, n, params, mask, form="packed", need_weights=need_weights, cache=cache,
+            rotary=self.rotary,
+        )  # fmt: skip
 
     def _run(
         self,
@@ -489,7 +491,7 @@ class SmolLM2:
                 x = x + (F.silu(gate) * up) @ layer.w_down  # (B, L, D)
                 stream.append(x)
                 if need_weights:
-                    weights.append(w)
+                    weights.append(cast(torch.Tensor, w))  # returned, with need_weights
         return stream, weights
 
     def residual_stream(self, tokens: torch.Tensor) -> list[torch.Tensor]:

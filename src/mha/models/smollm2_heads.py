@@ -16,7 +16,7 @@ query against its mean key, rotated apart by each distance.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -127,6 +127,7 @@ def attention_weights(model: SmolLM2, tokens: torch.Tensor) -> np.ndarray:
     _check_model(model)
     with torch.no_grad():
         _, weights = model.hidden_states(tokens, need_weights=True)
+    weights = cast(list[torch.Tensor], weights)  # a list, with need_weights
     return torch.stack(weights, dim=1).double().numpy()  # (B, num_layers, H, L, L)
 
 
@@ -223,6 +224,7 @@ def removal_effect(
         logits = model.unembed(hidden[:, 1 + T : 2 * T])  # (B, T - 1, V)
         targets = tokens[:, 2 + T :]  # (B, T - 1)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    weights = cast(list[torch.Tensor], weights)  # a list, with need_weights
     w = torch.stack(weights, dim=1).double().numpy()  # (B, num_layers, H, L, L)
     return float(loss), patterns.induction_score(w, tokens)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import cast
 
 import numpy as np
 import torch
@@ -47,6 +48,11 @@ def _check_model(model: AttentionOnlyTransformer) -> AttentionOnlyTransformer:
     return arguments.instance(
         "model", model, AttentionOnlyTransformer, "an AttentionOnlyTransformer"
     )
+
+
+def _layers(model: AttentionOnlyTransformer) -> list[MultiHeadAttention]:
+    """The model's attention layers, in order."""
+    return [cast(MultiHeadAttention, layer) for layer in model.layers]
 
 
 def _check_batches(name: str, batches: Sequence[RepeatedSegments]) -> list[RepeatedSegments]:
@@ -201,7 +207,7 @@ def _per_sequence_gate_gradients(
     gates.requires_grad_(True)
     x = model.embed[tokens] + model.pos[:L]  # (B, L) -> (B, L, D)
     mask = torch_backend.causal_mask(L)  # (L, L)
-    for i, layer in enumerate(model.layers):
+    for i, layer in enumerate(_layers(model)):
         params = layer.params()
         parts = head_contributions(x, params, mask)  # (B, H, L, D)
         x = x + (gates[:, i, :, None, None] * parts).sum(dim=1)  # (B, H, L, D) -> (B, L, D)
@@ -326,11 +332,11 @@ def copying_scores(model: AttentionOnlyTransformer) -> np.ndarray:
     w_e = model.embed.detach().double().numpy()  # (V, D)
     w_u = model.unembed.detach().double().numpy()  # (D, V)
     out = []
-    for layer in model.layers:
+    for layer in _layers(model):
         p = layer.params().to_numpy(np.float64)
         blocks = [p.head(h) for h in range(p.num_heads)]
-        w_v = np.stack([b["w_v"] for b in blocks])  # (H, D, Dh)
-        w_o = np.stack([b["w_o"] for b in blocks])  # (H, Dh, D)
+        w_v = np.stack([np.asarray(b["w_v"]) for b in blocks])  # (H, D, Dh)
+        w_o = np.stack([np.asarray(b["w_o"]) for b in blocks])  # (H, Dh, D)
         out.append(circuits.copying_score(w_e, w_v, w_o, w_u))
     return np.stack(out)  # (num_layers, H)
 
@@ -369,7 +375,7 @@ def with_kv_heads(
     seed = arguments.seed("seed", seed)
     num_kv_heads = arguments.size("num_kv_heads", num_kv_heads)
     converted = []
-    for i, layer in enumerate(model.layers):
+    for i, layer in enumerate(_layers(model)):
         p = mean_pool_kv_heads(layer.params().map(torch.Tensor.detach), num_kv_heads)
         if init == "random":
             fresh = init_params(
@@ -383,7 +389,7 @@ def with_kv_heads(
             w_qkv = p.w_qkv.clone()
             w_qkv[:, kv] = fresh.w_qkv[:, kv]
             b_qkv = None if p.b_qkv is None else p.b_qkv.clone()
-            if b_qkv is not None:
+            if b_qkv is not None and fresh.b_qkv is not None:
                 b_qkv[kv] = fresh.b_qkv[kv]
             p = replace(p, w_qkv=w_qkv, b_qkv=b_qkv)
         converted.append(p)
@@ -475,7 +481,7 @@ def path_ablation(
     means = {}
     if replacement == "mean":
         x = model.embed[tokens] + model.pos[:L]  # (B, L) -> (B, L, D)
-        for i, layer in enumerate(model.layers):
+        for i, layer in enumerate(_layers(model)):
             params = layer.params()
             terms, _ = _head_terms(x, x, x, params, mask)  # (B, H, L, D)
             means.update({(i, h): terms[:, h].mean(dim=0) for j, h in off if j == i})  # (L, D)
@@ -483,7 +489,7 @@ def path_ablation(
     x = model.embed[tokens] + model.pos[:L]  # (B, L) -> (B, L, D)
     removed = torch.zeros_like(x)  # the removed terms minus their replacements, (B, L, D)
     weights = []
-    for i, layer in enumerate(model.layers):
+    for i, layer in enumerate(_layers(model)):
         params = layer.params()
         xq, xk, xv = (x - removed if p in paths else x for p in ("query", "key", "value"))
         terms, w = _head_terms(xq, xk, xv, params, mask)  # (B, H, L, D), (B, H, L, L)

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any, cast
 from zipfile import BadZipFile
 
 import numpy as np
@@ -169,8 +170,10 @@ class TrainConfig:
     eval_size: int = 64
 
     def __post_init__(self) -> None:
-        counts = ("vocab_size", "seq_len", "min_period", "max_period", "d_model", "num_heads")
-        counts += ("num_layers", "batch_size", "steps", "eval_every", "eval_size")
+        counts: tuple[str, ...] = (
+            "vocab_size", "seq_len", "min_period", "max_period", "d_model", "num_heads",
+            "num_layers", "batch_size", "steps", "eval_every", "eval_size",
+        )  # fmt: skip
         for name in counts:
             object.__setattr__(self, name, arguments.size(name, getattr(self, name)))
         arguments.layer_sizes(self.d_model, self.num_heads)
@@ -480,7 +483,10 @@ def _store_run(
     torch.save(model.state_dict(), partial)
     os.replace(partial, weights)
     with open(partial, "wb") as out:
-        np.savez(out, **{f.name: np.asarray(getattr(history, f.name)) for f in fields(history)})
+        arrays_of: dict[str, Any] = {  # Any: np.savez's keywords include allow_pickle
+            f.name: np.asarray(getattr(history, f.name)) for f in fields(history)
+        }
+        np.savez(out, **arrays_of)
     os.replace(partial, arrays)
 
 
@@ -557,14 +563,18 @@ def train_runs(
     folder = None if store is None else Path(store)
     pairs = zip(configs, models, strict=True)
     keys = [run_key(c) if folder and m is None else None for c, m in pairs]  # stored if fresh
-    runs = [_load_run(folder, k, c) if k else None for k, c in zip(keys, configs, strict=True)]
+    runs = [
+        _load_run(folder, k, c) if folder and k else None
+        for k, c in zip(keys, configs, strict=True)
+    ]
     todo = [i for i, run in enumerate(runs) if run is None]
     trained = _train_all([configs[i] for i in todo], [models[i] for i in todo], processes)
     for i, run in zip(todo, trained, strict=True):
         runs[i] = run
-        if keys[i]:
-            _store_run(folder, keys[i], run)
-    return runs
+        key = keys[i]
+        if folder and key:
+            _store_run(folder, key, run)
+    return cast(list[tuple[AttentionOnlyTransformer, TrainHistory | DigitSumHistory]], runs)
 
 
 def _train_all(
