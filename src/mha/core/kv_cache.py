@@ -79,6 +79,8 @@ class _PairCache:
     _axis = 2
     _names = ("key", "value")
     _layouts = ("(B, H_kv, n, Dh)", "(B, H_kv, n, Dh)")
+    _k: Any  # the first buffer (keys, or latents): a NumPy array or a torch tensor
+    _v: Any  # the second (values, or rotary keys)
 
     def _allocate(self, shapes: tuple[tuple[int, ...], ...], dtype: Any, device: Any) -> None:
         """Allocate the two buffers (``dtype``'s library, on ``device``); the cache is empty."""
@@ -119,10 +121,11 @@ class _PairCache:
 
     def _sizes(self) -> tuple[tuple[int | None, ...], tuple[int | None, ...]]:
         """Each buffer's shape with ``None`` for the positions: what a block must match."""
-        return tuple(
+        first, second = (
             tuple(None if i == self._axis else int(n) for i, n in enumerate(b.shape))
             for b in (self._k, self._v)
         )
+        return first, second
 
     @property
     def capacity(self) -> int:
@@ -365,9 +368,6 @@ class KVCache(_PairCache):
     the cache as it was; so does a layer call with a cache that raises
     (:meth:`appending`).
     """
-
-    _k: Any  # (B, H_kv, capacity, Dh): a NumPy array or a torch tensor
-    _v: Any
 
     def __init__(
         self,

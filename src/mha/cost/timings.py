@@ -746,7 +746,7 @@ def latent_step_times(
         raise TypeError(f"params must be MLAParams of torch tensors; got {type(params).__name__}")
     arguments.check_positive("kv_len", kv_len)
     arguments.check_positive("rounds", rounds)
-    arguments.instance("rotary", rotary, Rotary | type(None), "a Rotary or None")
+    arguments.instance("rotary", rotary, (Rotary, type(None)), "a Rotary or None")
     tick = clock_named(clock)
     gen = torch.Generator().manual_seed(arguments.seed("seed", seed))
     dtype = params.dtype

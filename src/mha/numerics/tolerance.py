@@ -586,7 +586,7 @@ def latent_tolerance(
     c, d_c = product(x64, None, p.w_dkv, D)  # (B, N, Dc)
     zero = np.zeros((*c.shape[:2], 0))
     q_r, d_qr, k_r, d_kr = zero[:, None], zero[:, None], zero, zero
-    if Dr:
+    if Dr and p.w_qr is not None and p.w_kr is not None:  # Dr > 0: both are present
         q_r, d_qr = product(x_q, d_xq, p.w_qr, p.d_query_latent or D)
         q_r, d_qr = heads(q_r), heads(d_qr)  # (B, H, N, Dr)
         k_r, d_kr = product(x64, None, p.w_kr, D)  # (B, N, Dr)

@@ -245,9 +245,16 @@ def check_mla_range(
         if any(v is None for v in (*values, *held)) or (mask is not None and keep is None):
             return None  # values not readable as they are (under torch.func's vmap, say)
         p64 = params.to_numpy(np.float64)
-        return mla_overflow(
-            values[0], p64, keep, tuple(held) or None, rotary, kind.largest(out.dtype)
-        )
+        x64 = values[0]
+        pair = None
+        if held:
+            first, second = held
+            if first is None or second is None:
+                return None  # checked above; said again for the type checker
+            pair = (first, second)
+        if x64 is None:
+            return None
+        return mla_overflow(x64, p64, keep, pair, rotary, kind.largest(out.dtype))
 
     check_range(
         "multi_head_latent_attention output", mla_bound(magnitudes, params), out, kind, locate
