@@ -74,6 +74,7 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench_causal.py
 	$(BIN)/python scripts/bench_tiled.py
 	$(BIN)/python scripts/bench_decode.py
+	$(BIN)/python scripts/bench_latent.py
 	$(BIN)/python scripts/bench_checks.py
 
 clean:

@@ -25,12 +25,13 @@ from api_search import Case, assert_same
 
 import mha
 from mha import MHAParams, init_params
-from mha.analysis import bottleneck, rank, subspaces
+from mha.analysis import bottleneck, latent_factors, rank, subspaces
 from mha.backends import np_backend, tiled, torch_backend
 from mha.core import kv_cache, packing
 from mha.core import params as params_mod
 from mha.core.params import repeat_kv_heads
-from mha.cost import arithmetic, measure, peak_memory, tiled_io, timings
+from mha.core.rotary import Rotary
+from mha.cost import arithmetic, latent_arithmetic, measure, peak_memory, tiled_io, timings
 from mha.detectors import circuits, patterns
 from mha.display import diagrams, explorables, formatting, plotting, shapes
 from mha.models import (
@@ -42,6 +43,7 @@ from mha.models import (
     onnx_weights,
     smollm2,
     smollm2_heads,
+    smollm2_latent,
 )
 from mha.numerics.tolerance import rounding_tolerance
 from mha.training import ablation, runs, tasks
@@ -3391,4 +3393,406 @@ case(
         "block": 32,
     },
     run=False,  # writes a file: only refusals are tried
+)
+
+# ---- latent attention: the SVD conversion, the latent cache, its arithmetic ---------------------
+
+
+def _gqa_layer(r: np.random.Generator) -> MHAParams:
+    """A grouped-query layer without biases: D = 8, H = 4, H_kv = 2 ([W^K | W^V] is 8 x 8)."""
+    return init_params(8, 4, num_kv_heads=2, bias=False, seed=int(r.integers(100)))
+
+
+def _kv_svals(params: MHAParams) -> np.ndarray:
+    w = np.asarray(_np(params.w_qkv), dtype=F64)[:, params.d_model :]
+    return scipy.linalg.svdvals(w)
+
+
+def _check_low_rank(params: MHAParams, d_latent: int, out: MHAParams) -> None:
+    """Eckart-Young: the new [W^K | W^V] has rank <= Dc, and misses by the singular values
+    left out (Frobenius); the queries and the output projection are untouched."""
+    s = _kv_svals(params)
+    new = np.asarray(_np(out.w_qkv), dtype=F64)
+    old = np.asarray(_np(params.w_qkv), dtype=F64)
+    D = params.d_model
+    assert_same(new[:, :D], old[:, :D])
+    left_out = float(np.sqrt(np.sum(s[d_latent:] ** 2)))
+    assert_same(float(np.linalg.norm(new[:, D:] - old[:, D:])), left_out, _tol(old, terms=64))
+    assert_same(out.num_kv_heads, params.num_kv_heads)
+
+
+def _check_series(params: MHAParams, widths: list[int], out: dict) -> None:
+    assert_same(sorted(out), sorted(set(widths)))
+    for w in widths:
+        _check_low_rank(params, w, out[w])
+
+
+case(
+    "analysis.latent_factors.key_value_weights",
+    latent_factors.key_value_weights,
+    lambda r: {"params": _gqa_layer(r)},
+    lambda a, out: assert_same(out, np.asarray(_np(a["params"].w_qkv))[:, a["params"].d_model :]),
+    nan_params="either",
+    moves=True,
+)
+case(
+    "analysis.latent_factors.energy_kept",
+    latent_factors.energy_kept,
+    lambda r: {"params": _gqa_layer(r)},
+    lambda a, out: _close(
+        out,
+        np.concatenate([[0.0], np.cumsum(_kv_svals(a["params"]) ** 2)])
+        / np.sum(_kv_svals(a["params"]) ** 2),
+        terms=64,
+    ),
+)
+case(
+    "analysis.latent_factors.low_rank_gqa",
+    latent_factors.low_rank_gqa,
+    lambda r: {"params": _gqa_layer(r), "d_latent": int(r.integers(1, 9))},
+    lambda a, out: _check_low_rank(a["params"], a["d_latent"], out),
+    any_args=True,
+)
+case(
+    "analysis.latent_factors.low_rank_series",
+    latent_factors.low_rank_series,
+    lambda r: {"params": _gqa_layer(r), "widths": [int(w) for w in r.integers(1, 9, 2)]},
+    lambda a, out: _check_series(a["params"], a["widths"], out),
+)
+
+
+def _check_latent_from_gqa(a, out):
+    """The latent layer's rebuilt keys and values are the low-rank layer's, head by head."""
+    p, d = a["params"], a["d_latent"]
+    low = latent_factors.low_rank_gqa(p, d)
+    w = np.asarray(_np(low.w_qkv), dtype=F64)
+    H, H_kv, Dh, D = p.num_heads, p.num_kv_heads, p.d_head, p.d_model
+    k = w[:, D : D + H_kv * Dh].reshape(D, H_kv, Dh).repeat(H // H_kv, axis=1).reshape(D, -1)
+    v = w[:, D + H_kv * Dh :].reshape(D, H_kv, Dh).repeat(H // H_kv, axis=1).reshape(D, -1)
+    down = np.asarray(_np(out.w_dkv), dtype=F64)
+    _close(down @ np.asarray(_np(out.w_uk), dtype=F64), k, w, terms=64)
+    _close(down @ np.asarray(_np(out.w_uv), dtype=F64), v, w, terms=64)
+    assert_same((out.d_latent, out.d_rope, out.num_heads), (d, 0, H))
+
+
+case(
+    "analysis.latent_factors.latent_from_gqa",
+    latent_factors.latent_from_gqa,
+    lambda r: {"params": _gqa_layer(r), "d_latent": int(r.integers(1, 9))},
+    _check_latent_from_gqa,
+    any_args=True,
+)
+
+
+def _latent_cache(r: np.random.Generator, filled: int = 2) -> kv_cache.LatentCache:
+    cache = kv_cache.LatentCache(2, 3, 2, 6)
+    if filled:
+        cache.append(r.standard_normal((2, filled, 3)), r.standard_normal((2, filled, 2)))
+    return cache
+
+
+def _latent_cache_state(a):
+    c = a["self"]
+    return c.length, c.max_abs, np.array(c.latents), np.array(c.rotary_keys)
+
+
+def _check_latent_append(a, out):
+    c = a["self"]
+    assert c.length == 4
+    assert_same(c.latents[:, 2:], a["latent"])
+    assert_same(c.rotary_keys[:, 2:], a["rotary_key"])
+
+
+def _check_latent_extend(a, out):
+    _check_latent_append(a, None)
+    assert_same((out[0][:, 2:], out[1][:, 2:]), (a["latent"], a["rotary_key"]))
+
+
+def _latent_new(r):
+    return {"latent": r.standard_normal((2, 2, 3)), "rotary_key": r.standard_normal((2, 2, 2))}
+
+
+case(
+    "core.kv_cache.LatentCache",
+    kv_cache.LatentCache,
+    lambda r: {
+        "batch_size": 2,
+        "d_latent": 3,
+        "d_rope": int(r.integers(0, 3)),
+        "capacity": 5,
+        "dtype": F64,
+        "device": None,
+    },
+    lambda a, out: assert_same(
+        (out.capacity, out.length, out.latents.shape, out.rotary_keys.shape),
+        (a["capacity"], 0, (a["batch_size"], 0, a["d_latent"]), (a["batch_size"], 0, a["d_rope"])),
+    ),
+    any_args=True,
+)
+case(
+    "core.kv_cache.LatentCache.append",
+    kv_cache.LatentCache.append,
+    lambda r: {"self": _latent_cache(r), **_latent_new(r), "max_abs": 10.0},
+    _check_latent_append,
+    state=_latent_cache_state,
+    allow={
+        f"{a}:{x}": "max_abs vouches for them"
+        for a in ("latent", "rotary_key")
+        for x in ("nan", "inf")
+    },  # fmt: skip
+)
+case(
+    "core.kv_cache.LatentCache.extend",
+    kv_cache.LatentCache.extend,
+    lambda r: {"self": _latent_cache(r), **_latent_new(r), "max_abs": 10.0},
+    lambda a, out: _check_latent_extend(a, out),
+    state=_latent_cache_state,
+    allow={
+        f"{a}:{x}": "max_abs vouches for them"
+        for a in ("latent", "rotary_key")
+        for x in ("nan", "inf")
+    },  # fmt: skip
+)
+case(
+    "core.kv_cache.LatentCache.appending",
+    kv_cache.LatentCache.appending,
+    lambda r: {"self": _latent_cache(r), **_latent_new(r), "max_abs": None},
+    lambda a, out: assert_same((out[0][:, 2:], out[1][:, 2:]), (a["latent"], a["rotary_key"])),
+    state=_latent_cache_state,
+)
+case(
+    "core.kv_cache.LatentCache.reset",
+    kv_cache.LatentCache.reset,
+    lambda r: {"self": _latent_cache(r)},
+    lambda a, out: assert_same((a["self"].length, a["self"].max_abs), (0, 0.0)),
+)
+case(
+    "core.kv_cache.LatentCache.truncate",
+    kv_cache.LatentCache.truncate,
+    lambda r: {"self": _latent_cache(r), "length": 1},
+    lambda a, out: assert_same(a["self"].length, a["length"]),
+    state=_latent_cache_state,
+    any_args=True,
+)
+case(
+    "cost.arithmetic.itemsize",
+    arithmetic.itemsize,
+    lambda r: {"dtype": [np.float16, np.float32, torch.bfloat16, torch.float64][r.integers(4)]},
+    lambda a, out: assert_same(
+        out,
+        torch.empty(0, dtype=a["dtype"]).element_size()
+        if isinstance(a["dtype"], torch.dtype)
+        else np.dtype(a["dtype"]).itemsize,
+    ),  # fmt: skip
+)
+case(
+    "cost.latent_arithmetic.latent_cache_bytes",
+    latent_arithmetic.latent_cache_bytes,
+    lambda r: {
+        "num_layers": 2,
+        "kv_len": 7,
+        "d_latent": 5,
+        "d_rope": int(r.integers(0, 4)),
+        "dtype": np.float16,
+        "batch_size": 3,
+    },
+    lambda a, out: assert_same(
+        out,
+        2
+        * np.prod([a[k] for k in ("num_layers", "kv_len", "batch_size")], dtype=object)
+        * (a["d_latent"] + a["d_rope"]),
+    ),
+    any_args=True,
+)
+
+
+def _latent_step_ref(a):
+    """The step's FLOPs, counted by PyTorch's FLOP counter on a real float64 layer."""
+    from mha.backends import latent
+    from mha.core.latent_params import init_mla_params
+
+    D, H, Dc, Dr, S = a["d_model"], a["num_heads"], a["d_latent"], a["d_rope"], a["kv_len"]
+    p = init_mla_params(D, H, Dc, Dr, d_query_latent=a["d_query_latent"], seed=0).to_torch()
+    cache = kv_cache.LatentCache(a["batch_size"], Dc, Dr, S, dtype=torch.float64)
+    cache.append(torch.zeros(a["batch_size"], S - 1, Dc, dtype=torch.float64),
+                 torch.zeros(a["batch_size"], S - 1, Dr, dtype=torch.float64))  # fmt: skip
+    x = torch.ones(a["batch_size"], 1, D, dtype=torch.float64)
+    counted = measure.count_flops(lambda: latent.multi_head_latent_attention(
+        x, p, route=a["route"], need_weights=False, cache=cache))  # fmt: skip
+    return sum(counted.values())
+
+
+case(
+    "cost.latent_arithmetic.latent_decode_step_cost",
+    latent_arithmetic.latent_decode_step_cost,
+    lambda r: {
+        "d_model": 16,
+        "num_heads": 4,
+        "d_head": 4,
+        "d_latent": 6,
+        "d_rope": 2 * int(r.integers(0, 2)),
+        "kv_len": 5,
+        "route": ["explicit", "absorbed"][r.integers(2)],
+        "d_query_latent": [None, 8][r.integers(2)],
+        "dtype": np.float32,
+        "batch_size": 2,
+    },
+    lambda a, out: assert_same(out.flops, _latent_step_ref(a)),
+)
+case(
+    "cost.latent_arithmetic.LatentConfig",
+    latent_arithmetic.LatentConfig,
+    lambda r: {
+        "name": "x",
+        "num_layers": 2,
+        "d_model": 32,
+        "num_heads": 4,
+        "d_head": 8,
+        "d_latent": 16,
+        "d_rope": 4,
+        "d_query_latent": 24,
+        "source": "s",
+        "config_url": "u",
+    },
+    lambda a, out: assert_same(out.elements_per_token(), a["d_latent"] + a["d_rope"]),
+    any_args=True,
+)
+case(
+    "cost.latent_arithmetic.LatentConfig.elements_per_token",
+    latent_arithmetic.LatentConfig.elements_per_token,
+    lambda r: {"self": latent_arithmetic.DEEPSEEK_V2},
+    lambda a, out: assert_same(out, 576),
+)
+case(
+    "cost.latent_arithmetic.LatentConfig.equal_kv_heads",
+    latent_arithmetic.LatentConfig.equal_kv_heads,
+    lambda r: {"self": latent_arithmetic.DEEPSEEK_V2},
+    lambda a, out: assert_same(out, 2.25),
+)
+case(
+    "cost.latent_arithmetic.LatentConfig.cache_bytes",
+    latent_arithmetic.LatentConfig.cache_bytes,
+    lambda r: {
+        "self": latent_arithmetic.DEEPSEEK_V2,
+        "kv_len": int(r.integers(1, 9000)),
+        "dtype": np.float16,
+        "batch_size": 2,
+    },
+    lambda a, out: assert_same(out, 60 * 576 * 2 * a["kv_len"] * a["batch_size"]),
+    any_args=True,
+)
+case(
+    "cost.timings.latent_step_times",
+    timings.latent_step_times,
+    lambda r: {
+        "params": _tiny_mla(),
+        "kv_len": 3,
+        "rounds": 1,
+        "rotary": Rotary(10_000.0),
+        "clock": "cpu",
+        "seed": 0,
+    },
+    run=False,
+)
+
+
+@functools.cache
+def _tiny_mla():
+    from mha.core.latent_params import init_mla_params
+
+    return init_mla_params(8, 2, 4, 2, seed=0).to_torch()
+
+
+# ---- SmolLM2 through a latent: the tiny model of the same build ---------------------------------
+
+
+def _latent_caches_state(a):
+    caches = a.get("caches")
+    if not isinstance(caches, list | tuple):
+        return None
+    return [(c.length, c.max_abs) for c in caches if isinstance(c, kv_cache.LatentCache)]
+
+
+def _check_latent_logits(a, out):
+    """The latent layers compute what the low-rank model computes with keys and values."""
+    model = a["model"]
+    d = a["layers"][0].d_latent
+    want, _ = smollm2_latent.converted(model, [d])[d].forward(a["tokens"])
+    assert_same(out, want, _smol_tol(model))
+
+
+def _check_converted(model, widths, out):
+    assert_same(sorted(out), sorted(set(widths)))
+    for w in widths:
+        for layer, new in zip(model.layers, out[w].layers, strict=True):
+            _check_low_rank(layer.attn, w, new.attn)
+
+
+def _latent_logits_args(r):
+    model = tiny_smollm2()
+    layers = smollm2_latent.latent_layers(model, int(r.integers(1, 9)))
+    caches = smollm2_latent.new_latent_caches(model, layers, 2, 8)
+    return {"model": model, "layers": layers, "tokens": _smol_tokens(r), "caches": caches}
+
+
+case(
+    "models.smollm2_latent.converted",
+    smollm2_latent.converted,
+    lambda r: {"model": tiny_smollm2(), "widths": [int(w) for w in r.integers(1, 9, 2)]},
+    lambda a, out: _check_converted(a["model"], a["widths"], out),
+    any_args=True,
+)
+case(
+    "models.smollm2_latent.pooled",
+    smollm2_latent.pooled,
+    lambda r: {"model": tiny_smollm2(), "num_kv_heads": int(r.choice([1, 2]))},
+    lambda a, out: assert_same(
+        [layer.attn.num_kv_heads for layer in out.layers], [a["num_kv_heads"]] * 2
+    ),
+    any_args=True,
+)
+case(
+    "models.smollm2_latent.latent_layers",
+    smollm2_latent.latent_layers,
+    lambda r: {"model": tiny_smollm2(), "d_latent": int(r.integers(1, 9))},
+    lambda a, out: assert_same(
+        [(p.d_latent, p.d_rope, p.num_heads) for p in out], [(a["d_latent"], 0, 4)] * 2
+    ),
+    any_args=True,
+)
+case(
+    "models.smollm2_latent.new_latent_caches",
+    smollm2_latent.new_latent_caches,
+    lambda r: {
+        "model": tiny_smollm2(),
+        "layers": smollm2_latent.latent_layers(tiny_smollm2(), 4),
+        "batch_size": 2,
+        "capacity": 5,
+    },
+    lambda a, out: assert_same(
+        [(c.batch_size, c.d_latent, c.d_rope, c.capacity, c.length) for c in out],
+        [(a["batch_size"], 4, 0, a["capacity"], 0)] * 2,
+    ),
+    any_args=True,
+)
+case(
+    "models.smollm2_latent.latent_logits",
+    smollm2_latent.latent_logits,
+    _latent_logits_args,
+    _check_latent_logits,
+    state=_latent_caches_state,
+)
+
+
+def _loss_ref(model, tokens):
+    logits, _ = model.forward(tokens)
+    logp = torch.log_softmax(logits[:, :-1].double(), -1)
+    return float(-logp.gather(-1, tokens[:, 1:, None]).mean())
+
+
+case(
+    "models.smollm2_latent.next_token_loss",
+    smollm2_latent.next_token_loss,
+    lambda r: {"model": tiny_smollm2(), "tokens": _smol_tokens(r)},
+    lambda a, out: assert_same(out, _loss_ref(a["model"], a["tokens"]), _smol_tol(a["model"])),
 )

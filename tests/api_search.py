@@ -379,14 +379,20 @@ def names_the_argument(error: BaseException, arg: str, case: Case) -> bool:
 
 def _leaves(x: Any) -> Any:
     """``x`` as nested lists, dicts and NumPy arrays, for comparing results of any kind."""
-    from mha.core.kv_cache import KVCache
+    from mha.core.kv_cache import KVCache, LatentCache
     from mha.models.minilm import MiniLM
+    from mha.models.smollm2 import SmolLM2
 
     if isinstance(x, MiniLM):
         return _leaves([x.config, x.embeddings, x.layers])
     if isinstance(x, KVCache):
         return _leaves([x.batch_size, x.num_kv_heads, x.d_head, x.capacity, str(x.dtype),
                         x.length, x.max_abs, x.keys, x.values])  # fmt: skip
+    if isinstance(x, SmolLM2):
+        return _leaves([x.embed, x.layers, x.final_norm])
+    if isinstance(x, LatentCache):
+        return _leaves([x.batch_size, x.d_latent, x.d_rope, x.capacity, str(x.dtype),
+                        x.length, x.max_abs, x.latents, x.rotary_keys])  # fmt: skip
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().double().numpy() if x.dtype.is_floating_point else x.numpy()
     if isinstance(x, go.Figure):

@@ -698,7 +698,7 @@ def test_atomic_refuses_what_an_undo_could_not_restore() -> None:
     caches = [make("numpy"), make("numpy")]
     caches[0].append(block("numpy", 2), block("numpy", 2, 1))
     for bad, got in ((caches[0], "KVCache"), ([None], "NoneType")):
-        match = f"caches must be a list or tuple of KVCache; got {got}"
+        match = f"caches must be a list or tuple of KVCache or LatentCache; got {got}"
         with pytest.raises(TypeError, match=match), atomic(bad):
             pass
     with atomic(caches):

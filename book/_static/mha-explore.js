@@ -9,6 +9,7 @@
  *                                 mha.backends.tiled (tiled_attention is tiled.attention)
  *   kv_cache_bytes, decode_step_cost
  *                                 mha.cost.arithmetic
+ *   latent_cache_bytes            mha.cost.latent_arithmetic
  *
  * Arrays are nested JavaScript arrays of numbers (float64), shaped as NumPy's: a row of
  * scores (S), a matrix (L, S), any leading dimensions before. Masks are nested arrays of
@@ -396,6 +397,20 @@
       2 * num_layers * batch_size * kv_len * num_kv_heads * d_head * itemsize(dtype));
   }
 
+  /** Bytes of a latent cache: layers * B * S * (Dc + Dr) times the item size
+   * (mha.cost.latent_arithmetic.latent_cache_bytes). Each layer caches, per position, its
+   * latent (Dc) and the rotary key every head shares (Dr, 0 for none). dtype: "float16"
+   * (default), "bfloat16", ...; options: {batch_size}. An integer, exact.
+   */
+  function latent_cache_bytes(num_layers, kv_len, d_latent, d_rope, dtype, options) {
+    var batch_size = options && options.batch_size !== undefined ? options.batch_size : 1;
+    checkSizes({ num_layers: num_layers, kv_len: kv_len, d_latent: d_latent, batch_size: batch_size });
+    if (!Number.isInteger(d_rope)) throw new Error("d_rope must be an int; got " + d_rope);
+    if (d_rope < 0) throw new Error("d_rope must be at least 0; got d_rope=" + d_rope);
+    return exactInteger("latent_cache_bytes",
+      num_layers * batch_size * kv_len * (d_latent + d_rope) * itemsize(dtype));
+  }
+
   /** What one attention layer costs to produce the next token
    * (mha.cost.arithmetic.decode_step_cost): {flops, bytes}, exact integers.
    *
@@ -440,6 +455,7 @@
     online_softmax: online_softmax,
     tiled_attention: tiled_attention,
     kv_cache_bytes: kv_cache_bytes,
+    latent_cache_bytes: latent_cache_bytes,
     decode_step_cost: decode_step_cost,
   };
 })(window);

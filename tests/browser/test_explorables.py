@@ -24,9 +24,10 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+import torch
 
 from mha.backends import np_backend, tiled
-from mha.cost import arithmetic
+from mha.cost import arithmetic, latent_arithmetic
 from mha.numerics import tolerance
 from mha.numerics.tolerance import assert_close
 
@@ -281,12 +282,46 @@ def check_cost(js: Js) -> None:
                             assert (got["flops"], got["bytes"]) == (step.flops, step.bytes), what
 
 
+def check_latent_cost(js: Js) -> None:
+    v2 = latent_arithmetic.DEEPSEEK_V2
+    for num_layers, d_latent, d_rope in (
+        (v2.num_layers, v2.d_latent, v2.d_rope),
+        (30, 128, 0),
+        (1, 1, 0),
+        (60, 4096, 128),
+        (7, 384, 32),
+    ):
+        for kv_len in (1, 2, 17, 4096, 131072):
+            for dtype in ("bfloat16", "float16", "float32"):
+                for batch_size in (1, 3):
+                    expected = latent_arithmetic.latent_cache_bytes(
+                        num_layers,
+                        kv_len,
+                        d_latent,
+                        d_rope,
+                        getattr(torch, dtype),  # bfloat16: a PyTorch dtype, not NumPy's
+                        batch_size=batch_size,
+                    )
+                    got = js(
+                        "latent_cache_bytes",
+                        num_layers,
+                        kv_len,
+                        d_latent,
+                        d_rope,
+                        dtype,
+                        {"batch_size": batch_size},
+                    )
+                    what = f"latent_cache_bytes L={num_layers} Dc={d_latent} Dr={d_rope} S={kv_len}"
+                    assert got == expected, what
+
+
 CHECKS = {
     "softmax": check_softmax,
     "scaled_dot_product_attention": check_attention,
     "online_softmax": check_online_softmax,
     "tiled_attention": check_tiled_trace,
     "cost": check_cost,
+    "latent_cost": check_latent_cost,
 }
 
 # The trace check's helper: tiled_attention's output, lse and trace (an array passed in
@@ -314,6 +349,11 @@ def test_module_refuses_what_mha_refuses(js: Js) -> None:
             arithmetic.decode_step_cost(*args)
         with pytest.raises(Exception, match=re.escape(message)):
             js("decode_step_cost", *args)
+    message = "d_rope must be at least 0; got d_rope=-1"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        latent_arithmetic.latent_cache_bytes(60, 1, 512, -1)
+    with pytest.raises(Exception, match=re.escape(message)):
+        js("latent_cache_bytes", 60, 1, 512, -1)
 
 
 # --------------------------------------------------------------------------- mutations
@@ -344,6 +384,11 @@ MUTATIONS = {
         "num_layers * batch_size * kv_len * num_kv_heads * d_head * itemsize(dtype)",
         "cost",
     ),
+    "latent cache without its rotary key": (
+        "num_layers * batch_size * kv_len * (d_latent + d_rope) * itemsize(dtype)",
+        "num_layers * batch_size * kv_len * d_latent * itemsize(dtype)",
+        "latent_cost",
+    ),
 }
 
 
@@ -367,6 +412,7 @@ PAGES = {
     "heads": "book/one-head-to-many.html",
     "online-softmax": "book/attention-without-the-score-matrix.html",
     "kv-cache": "book/inference.html",
+    "latent-cache": "book/latent-attention.html",
 }
 PHONE = {"width": 390, "height": 844}
 
@@ -505,6 +551,11 @@ NOTATION = {
         (".mx-legend", "W<sup>K</sup>"),
         ("label", "H<sub>kv</sub>"),
         ('[data-label="h-kv"]', f"H{SUB}kv</tspan>"),
+    ],
+    "latent-cache": [
+        ("label", "D<sub>c</sub>"),
+        (".mx-note", "D<sub>r</sub>"),
+        ('[data-label="mla"]', f"D{SUB}c</tspan>"),
     ],
 }
 
@@ -879,6 +930,69 @@ def test_kv_cache_explorable_appends_and_shares_heads(browser, built_site: Path)
         one.focus()
         page.keyboard.press("Space")
         assert _check_cache(page)["tokens"] == first["tokens"] + 1, "the keyboard does not append"
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+def _check_latent(page) -> dict:
+    root = '.mha-explore[data-explore="latent-cache"]'
+    state = _state(page, "latent-cache")
+    model = _attr(page, root, "data-model")
+    layers, heads, d_head = model["num_layers"], model["num_heads"], model["d_head"]
+    dtype = getattr(torch, model["dtype"])  # "bfloat16": a PyTorch dtype, not NumPy's
+    latent = latent_arithmetic.latent_cache_bytes(
+        layers, 1, state["d_latent"], state["d_rope"], dtype
+    )
+    expected = {
+        "data-latent-bytes": latent,
+        "data-kv-bytes": arithmetic.kv_cache_bytes(layers, 1, state["num_kv_heads"], d_head, dtype),
+        "data-mha-bytes": arithmetic.kv_cache_bytes(layers, 1, heads, d_head, dtype),
+        "data-mqa-bytes": arithmetic.kv_cache_bytes(layers, 1, 1, d_head, dtype),
+    }
+    shown = page.locator(root).text_content()
+    for name, value in expected.items():
+        assert int(page.locator(root).get_attribute(name)) == value, name
+        assert f"{value:,} bytes" in shown, f"{name}: {value:,} bytes not shown"
+    heads_equal = (state["d_latent"] + state["d_rope"]) / (2 * d_head)
+    assert f"as much as {heads_equal:,.3f}".rstrip("0").rstrip(".") in shown, "H_kv equivalent"
+    return state
+
+
+def test_latent_cache_explorable_follows_its_widths(browser, built_site: Path) -> None:
+    page, errors, _ = _open(
+        browser, built_site.as_uri() + "/" + PAGES["latent-cache"], viewport=PHONE
+    )
+    try:
+        model = _attr(page, '.mha-explore[data-explore="latent-cache"]', "data-model")
+        v2 = latent_arithmetic.DEEPSEEK_V2
+        assert (model["num_layers"], model["num_heads"], model["d_head"]) == (
+            v2.num_layers,
+            v2.num_heads,
+            v2.d_head,
+        )
+        assert (model["d_latent"], model["d_rope"]) == (v2.d_latent, v2.d_rope)
+        first = _check_latent(page)
+        assert (first["d_latent"], first["d_rope"]) == (v2.d_latent, v2.d_rope)
+        root = page.locator('.mha-explore[data-explore="latent-cache"]')
+        assert "as much as 2.25 key/value heads" in root.text_content(), "the paper's 2.25"
+        dc = page.get_by_label("Latent width D c", exact=True)
+        dr = page.get_by_label("Rotary key width D r", exact=True)
+        kv = page.get_by_label("Key/value heads H kv", exact=True)
+        for control in (dc, dr, kv):
+            assert control.bounding_box()["height"] >= 44, "a touch target under 44 px on a phone"
+        for width in ("64", "4096", "256"):
+            dc.select_option(width)
+            assert _check_latent(page)["d_latent"] == int(width)
+        for width in ("0", "128"):
+            dr.select_option(width)
+            assert _check_latent(page)["d_rope"] == int(width)
+        for h_kv in ("1", "2", "128"):
+            kv.select_option(h_kv)
+            assert _check_latent(page)["num_kv_heads"] == int(h_kv)
+        dr.focus()
+        page.keyboard.press("ArrowUp")
+        assert _check_latent(page)["d_rope"] == 64, "the keyboard does not choose"
         assert not errors, f"console errors: {errors}"
     finally:
         page.context.close()

@@ -233,8 +233,19 @@ def matmul_calls(num_heads: int, form: str, *, self_attention: bool = True) -> i
 # --- Memory ------------------------------------------------------------------------------
 
 
-def _itemsize(dtype: Any) -> int:
-    """The bytes of one element of a numeric NumPy or PyTorch dtype (not bool)."""
+def itemsize(dtype: Any) -> int:
+    """Bytes of one element of a numeric NumPy or PyTorch dtype (``n_byte`` in the book).
+
+    Args:
+        dtype: a numeric NumPy or PyTorch dtype, or anything ``numpy.dtype`` accepts that is
+            numeric (not ``bool``).
+
+    Returns:
+        The element's size in bytes, a Python ``int``.
+
+    Raises:
+        TypeError: if ``dtype`` is not a numeric dtype (``None`` and ``bool`` included).
+    """
     if type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype":
         if str(dtype) == "torch.bool":
             raise TypeError(f"dtype must be a numeric dtype; got {dtype}")
@@ -279,7 +290,7 @@ def score_tensor_bytes(
     B, L, S, H = arguments.counts(
         batch_size=batch_size, q_len=q_len, kv_len=kv_len, num_heads=num_heads
     ).values()
-    return B * H * L * S * _itemsize(dtype)
+    return B * H * L * S * itemsize(dtype)
 
 
 # --- Inference: the key/value cache and one decoding step ----------------------------------
@@ -323,7 +334,7 @@ def kv_cache_bytes(
         d_head=d_head,
         batch_size=batch_size,
     )
-    return 2 * math.prod(n.values()) * _itemsize(dtype)
+    return 2 * math.prod(n.values()) * itemsize(dtype)
 
 
 @dataclass(frozen=True)
@@ -411,7 +422,7 @@ class PublishedConfig:
         Raises:
             TypeError: if ``dtype`` is not a dtype.
         """
-        return self.num_params() * _itemsize(dtype)
+        return self.num_params() * itemsize(dtype)
 
     def cache_bytes(self, kv_len: int, dtype: Any = np.float16, *, batch_size: int = 1) -> int:
         """Bytes of the key/value cache after ``kv_len`` tokens, at :meth:`cache_positions`.
@@ -718,7 +729,7 @@ def decode_step_cost(
     S, B = arguments.counts(kv_len=kv_len, batch_size=batch_size).values()
     arguments.check_bool("cached", cached)
     Dh = D // H
-    item = _itemsize(dtype)
+    item = itemsize(dtype)
     per_token = 4 * D * D + 4 * D * H_kv * Dh  # q, k, v and output projections
     weights = 2 * D * D + 2 * D * H_kv * Dh
     if cached:

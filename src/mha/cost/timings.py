@@ -4,7 +4,8 @@ Built on the timers of :mod:`mha.cost.measure`: :func:`time_forms` and
 :func:`time_form_rounds` time the forms of one layer, :func:`projection_times` the
 projections, :func:`time_tiled` the tiled form in a child process with its BLAS threads set,
 :func:`decode_times` and :func:`cached_step_times` decoding with and without a key/value
-cache, and :func:`fit_growth` fits how a time grows with length.
+cache, :func:`latent_step_times` a latent layer's decoding step by its two routes, and
+:func:`fit_growth` fits how a time grows with length.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha.backends import np_backend, tiled, torch_backend
+from mha.backends import latent, np_backend, tiled, torch_backend
 from mha.backends.module import to_torch_mha
 from mha.core._checks import arguments, numpy_arrays
 from mha.core._tools import one_thread
-from mha.core.kv_cache import KVCache
+from mha.core.kv_cache import KVCache, LatentCache
+from mha.core.latent_params import MLAParams
 from mha.core.params import MHAParams, init_params
+from mha.core.rotary import Rotary
 from mha.cost.measure import (
     calibrate,
     clock_named,
@@ -700,3 +703,66 @@ def cached_step_times(
                 if round_:  # round 0 is the warm-up
                     times[pair].append(tick() - start)
     return {pair: min(t) for pair, t in times.items()}
+
+
+def latent_step_times(
+    params: MLAParams,
+    kv_len: int,
+    *,
+    rounds: int = 7,
+    rotary: Rotary | None = None,
+    clock: str = "cpu",
+    seed: int = 0,
+) -> dict[str, float]:
+    """Seconds of one cached decoding step of a latent layer, by each route.
+
+    A :class:`mha.core.kv_cache.LatentCache` holding ``kv_len`` random latents and rotary
+    keys is made (not timed). In each of ``rounds`` rounds, the two routes take turns: each
+    runs one new token through :func:`mha.backends.latent.multi_head_latent_attention` with
+    the cache (in the parameters' dtype, on one thread, no weights returned), and the cache
+    is cut back to ``kv_len`` positions after it, so every step attends to ``kv_len + 1``.
+    The fastest of each route's steps is reported; one untimed round comes first. Taking
+    turns spreads a slow spell of the machine over both routes, so their ratio is
+    meaningful on a shared machine.
+
+    Args:
+        params: the layer, PyTorch tensors.
+        kv_len: S - 1, the positions cached before each step.
+        rounds: timed steps per route.
+        rotary: the layer's rotary positions, or ``None``.
+        clock: ``"cpu"`` or ``"wall"``.
+        seed: seed of the cached values and the new token.
+
+    Returns:
+        ``{"explicit": seconds, "absorbed": seconds}``.
+
+    Raises:
+        ValueError: if ``kv_len`` or ``rounds`` is not positive, ``seed`` is negative or not
+            below ``2**64``, or the clock is unknown.
+        TypeError: if ``params`` is not :class:`MLAParams` of PyTorch tensors, ``rotary`` is
+            not a :class:`Rotary` or ``None``, or a size or ``seed`` is not an int.
+    """
+    if not isinstance(params, MLAParams) or not isinstance(params.w_dkv, torch.Tensor):
+        raise TypeError(f"params must be MLAParams of torch tensors; got {type(params).__name__}")
+    arguments.check_positive("kv_len", kv_len)
+    arguments.check_positive("rounds", rounds)
+    arguments.instance("rotary", rotary, (Rotary, type(None)), "a Rotary or None")
+    tick = clock_named(clock)
+    gen = torch.Generator().manual_seed(arguments.seed("seed", seed))
+    dtype = params.dtype
+    x = torch.randn(1, 1, params.d_model, generator=gen, dtype=dtype)  # (B, 1, D): one token
+    cache = LatentCache(1, params.d_latent, params.d_rope, kv_len + 1, dtype=dtype)
+    filler = torch.randn(1, kv_len, params.cached_width(), generator=gen, dtype=dtype)
+    cache.append(filler[..., : params.d_latent], filler[..., params.d_latent :])
+    times: dict[str, list[float]] = {route: [] for route in latent.ROUTES}
+    with one_thread(), torch.no_grad():
+        for round_ in range(rounds + 1):
+            for route in latent.ROUTES:
+                start = tick()
+                latent.multi_head_latent_attention(
+                    x, params, route=route, cache=cache, rotary=rotary, need_weights=False
+                )
+                if round_:  # round 0 is the warm-up
+                    times[route].append(tick() - start)
+                cache.truncate(kv_len)
+    return {route: min(t) for route, t in times.items()}

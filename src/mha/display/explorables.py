@@ -67,6 +67,12 @@ FIGURES = {
         "An interactive figure: the key/value cache of Llama 2 7B and the bytes one decoding "
         "step reads, as tokens are appended.",
     ),
+    "latent-cache": Figure(
+        _kit("latent-cache"),
+        "An interactive figure: the cache per token of multi-head, grouped-query, multi-query "
+        "and latent attention at DeepSeek-V2's sizes, for a latent width and rotary key width "
+        "you choose.",
+    ),
     "live-minilm": Figure(
         ("mha-live-tokenizer.js", "mha-live-loader.js", "mha-live-maps.js", "mha-live-minilm.js"),
         "A live model: MiniLM's attention on a sentence you type, computed in your browser.",
@@ -243,7 +249,7 @@ def explorable(name: str, *, element_id: str | None = None) -> Explorable:
 
     Args:
         name: one of :data:`FIGURES` (``"heads"``, ``"online-softmax"``, ``"kv-cache"``,
-            ``"live-minilm"``).
+            ``"latent-cache"``, ``"live-minilm"``).
         element_id: the ``id`` of its element (default ``"explore-<name>"``).
 
     Returns:

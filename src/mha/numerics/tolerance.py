@@ -31,7 +31,8 @@ Every bound the package asserts with is here, each under one name: the rounding 
 product or chain (:func:`gamma`, :func:`rounding_tolerance`, :func:`matmul_tolerance`), the
 softmax at a logit scale (:func:`softmax_tolerance`), a whole layer against the float64
 reference (:func:`attention_tolerance`, which runs :mod:`mha.backends.np_backend`, so this
-module sits above the backends), two blockings of an online softmax
+module sits above the backends), two routes to a latent attention layer
+(:func:`latent_tolerance`), two blockings of an online softmax
 (:func:`online_softmax_tolerance`) and two routes to tiled attention's output and
 log-sum-exp (:func:`tiled_attention_tolerance`), and how far rows of weights handed to the
 detectors and the bottleneck's distances may sum from 1 (:data:`ATTENTION_ROW_SUM_ATOL`,
@@ -55,11 +56,13 @@ from typing import Any
 
 import numpy as np
 
-from mha.backends import np_backend
+from mha.backends import latent, np_backend
 from mha.core._checks import arguments, arrays, numpy_arrays
 from mha.core._checks.arguments import check_positive
 from mha.core._checks.numpy_arrays import as_numpy, broadcast
+from mha.core.latent_params import MLAParams
 from mha.core.params import MHAParams, repeat_kv_heads
+from mha.core.rotary import rotate
 from mha.numerics import backward
 
 ATTENTION_ROW_SUM_ATOL = 1e-4
@@ -491,6 +494,147 @@ def attention_tolerance(
     w_o = np.abs(p.w_o)
     d_out = np_backend.merge_heads(do) @ w_o + 2 * g_d * (np_backend.merge_heads(o) @ w_o)
     return d_out, dw
+
+
+def latent_tolerance(
+    x: Any, params: Any, mask: Any = None, *, rotary: Any = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Entry-by-entry bounds on the difference between two routes to a latent attention layer.
+
+    Any two of :mod:`mha.backends.latent`'s computations of one layer (the explicit and the
+    absorbed route, NumPy and PyTorch, a cached decoding and the full forward) agree within
+    these bounds. Each route's error is carried through its own stages, to first order in
+    ``u`` and from the magnitudes of the layer's intermediate values (computed once in
+    float64), as :func:`attention_tolerance` does for multi-head attention; two routes differ
+    by at most twice the larger of the two bounds, entry by entry. With ``|.|`` entrywise and
+    ``g_n`` for ``gamma_n``, a product ``A B`` of ``n``-term sums adds ``dA |B| + |A| dB +
+    g_n |A| |B|``, and:
+
+    - both routes: the query latent ``x W^DQ``, the queries ``x' W^UQ``, the latents
+      ``c = x W^DKV``; a rotation ``y -> y cos + y[partner] sin`` adds ``g_3`` (two products
+      and a sum with rounded tables) and ``(2 + N) u`` (angles rounded at positions up to
+      ``N``) of ``|y| + |y[partner]|``, and carries ``dy + dy[partner]``;
+    - explicit: keys ``c W^UK_h`` and values ``c W^UV_h`` rebuilt, scores over ``Dh + Dr``
+      terms, the weighted sum of the values, ``2u`` for the scale;
+    - absorbed: the queries ``q_h (W^UK_h)^T``, scores over ``Dc + Dr`` terms (``4u`` for its
+      two scale factors), the weighted sum of the latents, then ``W^UV_h``;
+    - weights ``dw = w (ds + max_row ds + g_(N+2))`` from each route's score bound ``ds``;
+      the output ``Concat(heads) W^O`` adds ``g_(H Dh)``.
+
+    With ``Dr = 0`` and ``rotary``, the rotation turns the whole query and rebuilt key, which
+    only the explicit route computes: its bound alone is doubled.
+
+    Args:
+        x: the input ``(B, N, D)``, NumPy array or torch tensor, in the dtype of the
+            arithmetic being compared (the whole sequence, for a cached decoding).
+        params: the layer's :class:`mha.core.latent_params.MLAParams`, of ``x``'s dtype.
+        mask: boolean keep-mask broadcastable to ``(B, H, N, N)``, or ``None``.
+        rotary: the layer's rotary positions, or ``None``.
+
+    Shape:
+        Returns ``(B, N, D)`` and ``(B, H, N, N)``.
+
+    Returns:
+        ``(output_tolerance, weights_tolerance)``: float64 arrays of absolute bounds.
+
+    Raises:
+        TypeError: if ``params`` is not ``MLAParams``, ``x`` is not a floating array or
+            tensor, or ``params`` have another dtype.
+        ValueError: the shape and value errors of
+            :func:`mha.backends.latent.multi_head_latent_attention`, checked on float64 copies.
+    """
+    if not isinstance(params, MLAParams):
+        raise TypeError(f"params must be MLAParams; got {type(params).__name__}")
+    _check_float_inputs({"x": x})
+    dtype, p_dtype = (str(d).removeprefix("torch.") for d in (x.dtype, params.dtype))
+    if p_dtype != dtype:
+        raise TypeError(
+            f"params must have the input's dtype {dtype}, as the layer requires; got params of "
+            f"dtype {p_dtype} (convert with params.to_numpy(...) or params.to_torch(...))"
+        )
+    x64, p = _as_float64("x", x), params.to_numpy(np.float64)
+    keep = None if mask is None else as_numpy("mask", mask)
+    _, w = latent.multi_head_latent_attention(x64, p, keep, route="explicit", rotary=rotary)
+    H, Dh, Dc, Dr, D = p.num_heads, p.d_head, p.d_latent, p.d_rope, p.d_model
+    N, u = x64.shape[1], unit_roundoff(x)
+    naive = rotary is not None and not Dr  # rotary positions on the rebuilt keys
+
+    def g(n: int) -> float:
+        return gamma(x, n)
+
+    def product(a: np.ndarray, da: Any, b: np.ndarray, terms: int) -> tuple[np.ndarray, Any]:
+        """``a @ b`` (``b`` exact weights) and its bound: ``da |b| + g_n |a| |b|``."""
+        ab, a_b = a @ b, np.abs(a) @ np.abs(b)
+        return ab, (0.0 if da is None else da @ np.abs(b)) + g(terms) * a_b
+
+    def turned(y: np.ndarray, dy: Any, offset_free: bool = True) -> tuple[np.ndarray, Any]:
+        """A rotated ``y`` and its bound (the chain of the rotation's roundings added)."""
+        pair = rotary.partners(y.shape[-1])
+        ay = np.abs(y) + np.abs(y[..., pair])
+        return rotate(y, rotary), dy + dy[..., pair] + (g(3) + (2 + N) * u) * ay
+
+    def heads(y: np.ndarray) -> np.ndarray:  # (B, N, H W) -> (B, H, N, W)
+        return np_backend.split_heads(y, H)
+
+    def per_head(m: np.ndarray) -> np.ndarray:  # (Dc, H W) -> (H, Dc, W)
+        return m.reshape(m.shape[0], H, -1).swapaxes(0, 1)
+
+    # Both routes: the query latent, the queries, the latents, the rotary parts.
+    x_q, d_xq = (x64, None) if p.w_dq is None else product(x64, None, p.w_dq, D)
+    q, d_q = product(x_q, d_xq, p.w_uq, p.d_query_latent or D)
+    q, d_q = heads(q), heads(d_q)  # (B, H, N, Dh)
+    c, d_c = product(x64, None, p.w_dkv, D)  # (B, N, Dc)
+    zero = np.zeros((*c.shape[:2], 0))
+    q_r, d_qr, k_r, d_kr = zero[:, None], zero[:, None], zero, zero
+    if Dr and p.w_qr is not None and p.w_kr is not None:  # Dr > 0: both are present
+        q_r, d_qr = product(x_q, d_xq, p.w_qr, p.d_query_latent or D)
+        q_r, d_qr = heads(q_r), heads(d_qr)  # (B, H, N, Dr)
+        k_r, d_kr = product(x64, None, p.w_kr, D)  # (B, N, Dr)
+        if rotary is not None:
+            (q_r, d_qr), (k_r, d_kr) = turned(q_r, d_qr), turned(k_r, d_kr)
+    k_r, d_kr = k_r[:, None], d_kr[:, None]  # (B, 1, N, Dr): shared by the heads
+
+    def scores(a, da, b, db, terms, scale_roundings):  # (B, H, N, N) bound of a . b
+        at, bt = np.abs(a), np.abs(b).swapaxes(-1, -2)
+        return (
+            da @ bt
+            + at @ np.abs(db).swapaxes(-1, -2)
+            + (g(terms) + scale_roundings * u) * (at @ bt)
+        )
+
+    def weights_bound(ds: np.ndarray) -> np.ndarray:
+        ds = ds / math.sqrt(Dh + Dr)
+        return w * (ds + ds.max(axis=-1, keepdims=True) + g(N + 2))
+
+    def output_bound(o: np.ndarray, d_o: np.ndarray) -> np.ndarray:
+        w_o = np.abs(p.w_o)
+        merged = np_backend.merge_heads(np.abs(o))
+        return np_backend.merge_heads(d_o) @ w_o + g(H * Dh) * (merged @ w_o)
+
+    # The explicit route: keys and values rebuilt, then attention as multi-head attention.
+    k, d_k = (heads(t) for t in product(c, d_c, p.w_uk, Dc))  # (B, H, N, Dh)
+    v, d_v = (heads(t) for t in product(c, d_c, p.w_uv, Dc))
+    q_e, dq_e = (q, d_q) if not naive else turned(q, d_q)
+    k_e, dk_e = (k, d_k) if not naive else turned(k, d_k)
+    ds = scores(q_e, dq_e, k_e, dk_e, Dh + Dr, 2) + scores(q_r, d_qr, k_r, d_kr, Dh + Dr, 2)
+    dw_e = weights_bound(ds)
+    o, d_o = w @ v, dw_e @ np.abs(v) + w @ d_v + g(N) * (w @ np.abs(v))
+    d_out_e = output_bound(o, d_o)
+    if naive:
+        return 2 * d_out_e, 2 * dw_e
+    # The absorbed route: W^UK folded into the queries, W^UV after the weighted sum.
+    w_uk = per_head(p.w_uk)  # (H, Dc, Dh)
+    q_c = q @ w_uk.swapaxes(-1, -2)  # (B, H, N, Dc)
+    dq_c = d_q @ np.abs(w_uk).swapaxes(-1, -2) + g(Dh) * (np.abs(q) @ np.abs(w_uk).swapaxes(-1, -2))
+    c_h, dc_h = c[:, None], d_c[:, None]  # (B, 1, N, Dc)
+    ds = scores(q_c, dq_c, c_h, dc_h, Dc + Dr, 4) + scores(q_r, d_qr, k_r, d_kr, Dc + Dr, 4)
+    dw_a = weights_bound(ds)
+    o_c = w @ c_h  # (B, H, N, Dc)
+    do_c = dw_a @ np.abs(c_h) + w @ dc_h + g(N) * (w @ np.abs(c_h))
+    w_uv = per_head(p.w_uv)  # (H, Dc, Dh)
+    o, d_o = o_c @ w_uv, do_c @ np.abs(w_uv) + g(Dc) * (np.abs(o_c) @ np.abs(w_uv))
+    d_out_a = output_bound(o, d_o)
+    return 2 * np.maximum(d_out_e, d_out_a), 2 * np.maximum(dw_e, dw_a)
 
 
 def _turned(

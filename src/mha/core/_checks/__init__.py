@@ -23,6 +23,8 @@ in the order they build on each other:
 - :mod:`~mha.core._checks.layer`: a call of ``multi_head_attention``: its arguments (a
   key/value cache's included), its result's range, and the staging that makes a call with a
   cache atomic.
+- :mod:`~mha.core._checks.latent`: the same for a call of ``multi_head_latent_attention``
+  (its latent cache, its two routes, rotary positions on decoupled or rebuilt keys).
 
 PyTorch's ``ArrayKind`` (how a tensor's values are read, under ``torch.func`` too) sits beside
 the PyTorch backend, in :mod:`mha.backends.torch_checks`, with the public switch that turns
