@@ -215,8 +215,11 @@ def listing(function: Callable[..., Any]) -> Any:
         )
     lines = textwrap.dedent(inspect.getsource(plain)).splitlines()
     lines = lines[next(i for i, line in enumerate(lines) if line.startswith(("def ", "async "))) :]
-    body = ast.parse("\n".join(lines)).body[0].body
-    first = body[0]
+    definition = ast.parse("\n".join(lines)).body[0]
+    body: list[ast.stmt] = []
+    if isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        body = definition.body
+    first = body[0] if body else None
     if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and len(body) > 1:
         del lines[first.lineno - 1 : first.end_lineno]  # the docstring
     fence = "`" * 3
