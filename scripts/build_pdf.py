@@ -255,8 +255,10 @@ def prepare(page: Any, url: str, site: str, bound_ms: int = DRAW_BOUND_MS) -> di
     """Open the single page at ``url`` in ``page`` (Playwright) and make it ready to print.
 
     The page is loaded first: parsed, its deferred scripts run (the figure loader among them),
-    its ``load`` event fired, then the network quiet. (Waiting for the network alone returned
-    while a loaded machine was still parsing the page: no figure was drawn.) Then the
+    its ``load`` event fired. (Waiting for the network to go quiet returned while a loaded
+    machine was still parsing the page: no figure was drawn. It is not waited for after the
+    load either: on the book's page Playwright's "networkidle" never came, with nothing in
+    flight; what the print needs is loaded by ``READY_JS``, which waits for it.) Then the
     explorables get their sentences (``STILLS_JS``), the figures their printed width, every
     figure is drawn and every formula typeset (``READY_JS``, bounded by ``bound_ms``), and
     the printed contents are added.
@@ -266,7 +268,6 @@ def prepare(page: Any, url: str, site: str, bound_ms: int = DRAW_BOUND_MS) -> di
         of it lists what would spoil the PDF.
     """
     page.goto(url, wait_until="load")
-    page.wait_for_load_state("networkidle")
     page.evaluate(STILLS_JS, [site, EXPLORABLES])
     page.evaluate(FIT_JS, FIGURE_WIDTH_PX)
     ready = page.evaluate(READY_JS, bound_ms)
@@ -313,7 +314,7 @@ def print_pdf() -> dict:
             page = context.new_page()
             page.emulate_media(media="print")
             page.set_default_timeout(TIMEOUT_MS)
-            ready = prepare(page, url, site_url())
+            ready = prepare(page, url, site_url(), bound_ms=DRAW_BOUND_MS)
             page.pdf(
                 path=str(PDF),
                 format=PAPER,
