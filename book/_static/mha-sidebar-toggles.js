@@ -7,6 +7,8 @@
 // navigation from it on a wide screen), so a tap on the visible button did nothing: on a
 // phone neither the navigation nor the contents could be opened. A click on any later
 // button of a kind is handed to the first, which does what the theme meant at every width.
+// A link followed from an open sidebar (a phone's contents) closes it: the reader sees the
+// place the link leads to, not the sidebar still over it.
 (function () {
   "use strict";
 
@@ -27,9 +29,21 @@
     }
   }
 
+  function closeOnLink(dialog) {
+    if (dialog) {
+      dialog.addEventListener("click", function (event) {
+        if (dialog.open && event.target.closest && event.target.closest("a[href]")) {
+          dialog.close();
+        }
+      });
+    }
+  }
+
   function start() {
     handOn("primary-toggle");
     handOn("secondary-toggle");
+    closeOnLink(document.getElementById("pst-primary-sidebar-modal"));
+    closeOnLink(document.getElementById("pst-secondary-sidebar-modal"));
   }
 
   if (document.readyState === "loading") {

@@ -3,7 +3,7 @@
 The theme puts a hidden button of each kind (navigation, contents) in its top bar before the
 one the reader sees in the article's header, and its scripts wire only the first: on a phone a
 tap on either visible button did nothing. ``mha-sidebar-toggles.js`` hands those taps to the
-wired button. The page here has the theme's buttons, sidebars and dialogs as the built pages
+wired button, and closes the sidebar when a link in it is followed. The page here has the theme's buttons, sidebars and dialogs as the built pages
 have them, and runs the installed themes' own scripts (pydata-sphinx-theme, sphinx-book-theme).
 """
 
@@ -73,6 +73,9 @@ def test_on_a_phone_each_visible_sidebar_button_opens_its_sidebar(browser, butto
         side = "primary" if button == "navigation" else "secondary"
         assert page.evaluate(OPEN_DIALOG_JS) == f"pst-{side}-sidebar-modal"
         assert page.locator(f"#pst-{side}-sidebar-modal a").is_visible()
+        page.tap(f"#pst-{side}-sidebar-modal a")  # a link followed closes the sidebar
+        page.wait_for_timeout(200)
+        assert page.evaluate(OPEN_DIALOG_JS) is None
     finally:
         context.close()
 
