@@ -392,16 +392,9 @@ def _check_layer(query, key, value, params, mask, rotary=None) -> dict[str, floa
     """The argument checks of :func:`mha.backends.np_backend.multi_head_attention`; the
     magnitudes."""
     return layer.check_mha(
-        query,
-        key,
-        value,
-        params,
-        mask,
-        form="fused",
-        need_weights=False,
-        kind=numpy_arrays.NUMPY,
-        rotary=rotary,
-    )
+        query, key, value, params, mask, form="fused", need_weights=False,
+        kind=numpy_arrays.NUMPY, rotary=rotary,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -549,19 +542,9 @@ def multi_head_attention_forward(
     heads = _groups.ungroup(heads, H, H_kv)  # (B, H, L, Dh)
     out = np_backend.linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
     layer.check_mha_range(
-        out,
-        magnitudes,
-        query,
-        key,
-        value,
-        params,
-        mask,
-        cache=None,
-        kind=numpy_arrays.NUMPY,
-        causal=diagonal,
-        rotary=rotary,
-        name="multi_head_attention_forward output",
-    )
+        out, magnitudes, query, key, value, params, mask, cache=None, kind=numpy_arrays.NUMPY,
+        causal=diagonal, rotary=rotary, name="multi_head_attention_forward output",
+    )  # fmt: skip
     kept = (q, k, val, heads, weights, lse, block_q, block_kv)
     saved = MHASaved(query, key, value, params, mask, form, diagonal, *kept, rotary=rotary)
     return out, saved
