@@ -277,18 +277,8 @@ class AttentionOnlyTransformer(nn.Module):
                 f"tokens must have shape (B, L) with 1 <= L <= max_len={self.pos.shape[0]}; "
                 f"got {tuple(tokens.shape)}"
             )
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
-            raise ValueError(
-                f"tokens must lie in [0, vocab_size={self.vocab_size}); "
-                f"got values in [{int(tokens.min())}, {int(tokens.max())}]"
-            )
-        shape = (self.num_layers, self.num_heads)
-        if gates is not None:
-            arguments.torch_tensor("gates", gates)
-            if tuple(gates.shape) != shape:
-                raise ValueError(
-                    f"gates must have shape (num_layers, H) = {shape}; got {tuple(gates.shape)}"
-                )
+        layer_checks.check_token_ids(tokens, self.vocab_size)
+        layer_checks.check_gates(gates, self.num_layers, self.num_heads)
         return tokens
 
     def residual_stream(

@@ -337,21 +337,8 @@ class SmolLM2:
             raise ValueError(
                 f"tokens must have shape (B, L) with L >= 1; got {tuple(tokens.shape)}"
             )
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
-            raise ValueError(
-                f"tokens must be ids in [0, {self.vocab_size}); got ids from "
-                f"{int(tokens.min())} to {int(tokens.max())}"
-            )
-        shape = (self.num_layers, self.num_heads)
-        if gates is not None:
-            arguments.torch_tensor("gates", gates)  # floating and finite
-        if gates is not None and (
-            not isinstance(gates, torch.Tensor) or tuple(gates.shape) != shape
-        ):
-            found = tuple(gates.shape) if isinstance(gates, torch.Tensor) else type(gates).__name__
-            raise ValueError(
-                f"gates must be a tensor of shape (num_layers, H) = {shape}; got {found}"
-            )
+        layer_checks.check_token_ids(tokens, self.vocab_size)
+        layer_checks.check_gates(gates, self.num_layers, self.num_heads)
         if caches is not None:
             layer_checks.check_model_caches(caches, self.num_layers)
             want = (tokens.shape[0], self.num_kv_heads, self.d_head)

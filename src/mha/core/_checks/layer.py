@@ -25,6 +25,7 @@ from mha.core._checks.arguments import (
     check_same_dtype,
     describe,
     distinct_objects,
+    torch_tensor,
 )
 from mha.core._checks.arrays import ArrayKind, check_arrays
 from mha.core._checks.overflow import (
@@ -320,15 +321,39 @@ def check_model_caches(caches: Any, num_layers: int) -> None:
     distinct_objects("caches", caches)
 
 
+def check_token_ids(tokens: Any, vocab_size: int) -> None:
+    """Check that a model's token ids (an integer tensor) lie in ``[0, vocab_size)``."""
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(
+            f"tokens must lie in [0, vocab_size={vocab_size}); "
+            f"got values in [{int(tokens.min())}, {int(tokens.max())}]"
+        )
+
+
+def check_gates(gates: Any, num_layers: int, num_heads: int) -> None:
+    """Check a model's head gates: ``None``, or a finite floating tensor ``(num_layers, H)``."""
+    if gates is None:
+        return
+    torch_tensor("gates", gates)  # floating and finite
+    shape = (num_layers, num_heads)
+    if tuple(gates.shape) != shape:
+        raise ValueError(
+            f"gates must be a tensor of shape (num_layers, H) = {shape}; got {tuple(gates.shape)}"
+        )
+
+
+def common_length(caches: Any) -> int:
+    """The one length that a model's caches (one per layer) all hold."""
+    lengths = {c.length for c in caches}
+    if len(lengths) != 1:
+        raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")
+    return lengths.pop()
+
+
 def model_start(caches: Any, new: int, max_len: int) -> int:
     """The position of a model's first new token: the one length its checked ``caches`` hold
     (0 without caches), checked so that ``new`` more positions stay below ``max_len``."""
-    start = 0
-    if caches is not None:
-        lengths = {c.length for c in caches}
-        if len(lengths) != 1:
-            raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")
-        start = lengths.pop()
+    start = 0 if caches is None else common_length(caches)
     if start + new > max_len:
         raise ValueError(
             f"positions must stay below max_len={max_len}; got {start} cached and {new} new"
