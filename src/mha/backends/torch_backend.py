@@ -123,7 +123,7 @@ def softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
 
 def _softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     """The masked softmax of :func:`softmax` (no checks), out of place."""
-    work = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
+    work = scores.float() if scores.dtype == torch.bfloat16 else scores  # the low FLOATS dtype
     if mask is None:
         return torch.softmax(work, dim=-1).to(scores.dtype)
     allowed = mask.any(dim=-1, keepdim=True)  # (..., L, 1): False in a fully masked row
