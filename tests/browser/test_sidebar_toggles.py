@@ -3,8 +3,9 @@
 The theme puts a hidden button of each kind (navigation, contents) in its top bar before the
 one the reader sees in the article's header, and its scripts wire only the first: on a phone a
 tap on either visible button did nothing. ``mha-sidebar-toggles.js`` hands those taps to the
-wired button, and closes the sidebar when a link in it is followed. The page here has the theme's buttons, sidebars and dialogs as the built pages
-have them, and runs the installed themes' own scripts (pydata-sphinx-theme, sphinx-book-theme).
+wired button, and closes the sidebar when a link in it is followed. The page here has the
+theme's buttons, sidebars and dialogs as the built pages have them, and runs the installed
+themes' own scripts (pydata-sphinx-theme, sphinx-book-theme).
 """
 
 from __future__ import annotations
