@@ -1595,7 +1595,10 @@ def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> 
     assert app.nodes["citation"] == (True, {"html": (accessible_html.visit_citation, None)})
     assert "mha_figure" in app.nodes and "mha_explorable" in app.nodes
     assert app.css == ["mha-site.css"]
-    assert app.js == [("mha-links-land.js", {"loading_method": "defer"})]
+    assert app.js == [
+        ("mha-links-land.js", {"loading_method": "defer"}),
+        ("mha-sidebar-toggles.js", {"loading_method": "defer"}),
+    ]
 
 
 def test_every_static_file_of_the_book_rebuilds_the_pages_when_it_changes() -> None:
