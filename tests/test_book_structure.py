@@ -177,6 +177,17 @@ def test_every_citation_is_in_references_bib(path: Path) -> None:
     assert missing == set(), f"cited but not in book/references.bib: {sorted(missing)}"
 
 
+@pytest.mark.parametrize("path", chapter_files(), ids=lambda path: path.stem)
+def test_every_footnote_reference_has_its_definition(path: Path) -> None:
+    """A ``[^name]`` without a ``[^name]:`` line is printed as it stands, with no warning."""
+    text = path.read_text(encoding="utf8")
+    defined = set(re.findall(r"^\[\^([^\]]+)\]:", text, flags=re.MULTILINE))
+    referenced = set(re.findall(r"\[\^([^\]]+)\](?!:)", text))
+    undefined, unused = sorted(referenced - defined), sorted(defined - referenced)
+    assert undefined == [], f"footnotes never defined: {undefined}"
+    assert unused == [], f"footnotes never referenced: {unused}"
+
+
 def api_page_modules() -> dict[str, list[str]]:
     """Page -> the modules its ``{mha-api}`` blocks list, for every page of ``_toc.yml``
     that has one."""

@@ -194,6 +194,14 @@ def test_description_gives_kinds_sizes_and_ranges() -> None:
     assert "scatter 'loss': 3 points, query from 3 to 2 (range 1 to 3)" in text
 
 
+def test_description_gives_a_horizontal_bars_labels_and_lengths() -> None:
+    import plotly.graph_objects as go
+
+    bars = go.Bar(x=[67.5, 7.5], y=["multi-head", "multi-query"], orientation="h")
+    text = figure_facts.describe(json.loads(go.Figure(bars).to_json()))
+    assert text == "Bar figure: bar: multi-head 67.5, multi-query 7.5."
+
+
 def test_narrow_layout_stacks_a_row_of_subplots_and_moves_their_titles() -> None:
     from plotly.subplots import make_subplots
 
@@ -1597,7 +1605,10 @@ def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> 
     assert app.nodes["citation"] == (True, {"html": (accessible_html.visit_citation, None)})
     assert "mha_figure" in app.nodes and "mha_explorable" in app.nodes
     assert app.css == ["mha-site.css"]
-    assert app.js == [("mha-links-land.js", {"loading_method": "defer"})]
+    assert app.js == [
+        ("mha-links-land.js", {"loading_method": "defer"}),
+        ("mha-sidebar-toggles.js", {"loading_method": "defer"}),
+    ]
 
 
 def test_every_static_file_of_the_book_rebuilds_the_pages_when_it_changes() -> None:

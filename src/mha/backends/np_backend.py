@@ -440,8 +440,8 @@ def multi_head_attention(
     rotary: Rotary | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     m = layer.check_mha(
-        query, key, value, params, mask, form, need_weights, NUMPY, cache,
-        rotary=rotary,
+        query, key, value, params, mask, form=form,
+        need_weights=need_weights, kind=NUMPY, cache=cache, rotary=rotary,
     )  # fmt: skip
     # None, or where the causal diagonal sits
     diagonal = layer.causal_alignment(causal, align)
@@ -452,8 +452,8 @@ def multi_head_attention(
             need_weights=need_weights, rotary=rotary,
         )  # fmt: skip
         layer.check_mha_range(
-            out, m, query, key, value, params, mask, cache, NUMPY,
-            causal=diagonal, rotary=rotary,
+            out, m, query, key, value, params, mask, cache=cache,
+            kind=NUMPY, causal=diagonal, rotary=rotary,
         )  # fmt: skip
     return out, w
 

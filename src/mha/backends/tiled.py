@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mha.backends._tiles import causal_offset, safe_max, tile_mask
+from mha.backends._tiles import safe_max, tile_causal_offset, tile_mask
 from mha.core._checks import arguments, arrays, numpy_arrays, overflow
 from mha.core._checks.numpy_arrays import NUMPY
 
@@ -359,7 +359,7 @@ def attention(
             a ``causal`` that is not a bool, or an ``io_counter``/``trace`` of another kind.
     """
     _, L, S, magnitudes = _check_attention(query, key, value, mask, block_q, block_kv, io_counter)
-    offset = causal_offset(causal, align, L, S)
+    offset = tile_causal_offset(L, S, align, causal=causal)
     if trace is not None and not isinstance(trace, list):
         raise TypeError(f"trace must be a list or None; got {type(trace).__name__}")
     blocks, io = (block_q, block_kv), io_counter

@@ -85,9 +85,9 @@ class _PairCache:
     def _allocate(self, shapes: tuple[tuple[int, ...], ...], dtype: Any, device: Any) -> None:
         """Allocate the two buffers (``dtype``'s library, on ``device``); the cache is empty."""
         if dtype is None:
+            names = ", ".join(f"torch.{name}" for name in TORCH_FLOATS)
             raise TypeError(
-                "dtype must be np.float32, np.float64 or a torch dtype (torch.float64, "
-                "torch.float32, torch.bfloat16); got None"
+                f"dtype must be np.float32, np.float64 or a torch dtype ({names}); got None"
             )
         if _is_torch_dtype(dtype):
             import torch

@@ -41,7 +41,7 @@ from typing import TypeVar
 import numpy as np
 
 from mha.backends import np_backend, tiled
-from mha.backends._tiles import causal_offset, tile_mask
+from mha.backends._tiles import tile_causal_offset, tile_mask
 from mha.core import _groups, mask_rules
 from mha.core._checks import arguments, layer, numpy_arrays
 from mha.core.params import MHAParams
@@ -294,7 +294,7 @@ def tiled_attention(
         raise ValueError("lse must be finite or -inf; got NaN or +inf values")
     if mask is not None:
         numpy_arrays.check_mask(mask, (*batch, L, S))
-    offset = causal_offset(causal, align, L, S)
+    offset = tile_causal_offset(L, S, align, causal=causal)
     arguments.check_block_size("block_q", block_q)
     arguments.check_block_size("block_kv", block_kv)
     grads = _tiled_backward(
@@ -405,8 +405,9 @@ def _check_layer(query, key, value, params, mask, rotary=None) -> dict[str, floa
     """The argument checks of :func:`mha.backends.np_backend.multi_head_attention`; the
     magnitudes."""
     return layer.check_mha(
-        query, key, value, params, mask, "fused", False, numpy_arrays.NUMPY, rotary=rotary
-    )
+        query, key, value, params, mask, form="fused", need_weights=False,
+        kind=numpy_arrays.NUMPY, rotary=rotary,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -554,19 +555,9 @@ def multi_head_attention_forward(
     heads = _groups.ungroup(heads, H, H_kv)  # (B, H, L, Dh)
     out = np_backend.linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
     layer.check_mha_range(
-        out,
-        magnitudes,
-        query,
-        key,
-        value,
-        params,
-        mask,
-        None,
-        numpy_arrays.NUMPY,
-        causal=diagonal,
-        rotary=rotary,
-        name="multi_head_attention_forward output",
-    )
+        out, magnitudes, query, key, value, params, mask, cache=None, kind=numpy_arrays.NUMPY,
+        causal=diagonal, rotary=rotary, name="multi_head_attention_forward output",
+    )  # fmt: skip
     kept = (q, k, val, heads, weights, lse, block_q, block_kv)
     saved = MHASaved(query, key, value, params, mask, form, diagonal, *kept, rotary=rotary)
     return out, saved
