@@ -1834,6 +1834,14 @@ case(
     lambda a, out: assert_same(out.data, "| a | b |\n|---|---|\n| 1 | 2 |"),
 )
 case(
+    "display.formatting.listing",
+    formatting.listing,
+    lambda r: {"function": formatting.head_name},
+    lambda a, out: assert_same(
+        out.data.splitlines()[1], "def head_name(layer: int, head: int) -> str:"
+    ),
+)
+case(
     "display.formatting.error_message",
     formatting.error_message,
     lambda r: {"fn": lambda: mha.init_params(3, 2), "expected": ValueError},

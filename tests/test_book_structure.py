@@ -5,6 +5,7 @@ Fast checks on the source files (no build): they fail before a slow build would.
 
 from __future__ import annotations
 
+import inspect
 import re
 import subprocess
 from pathlib import Path
@@ -387,17 +388,32 @@ def test_forward_links_allow_a_link_into_a_reference_page() -> None:
     assert forward_links(pages, reference=frozenset({"book/b"})) == []
 
 
-LISTING = re.compile(r"^listing\((?P<function>[\w.]+)\)$", re.M)
+LISTING = re.compile(r"^formatting\.listing\((?P<function>[\w.]+)\)$", re.M)
+# The library's own code that each chapter shows (issue 32): the forms in chapter 1, the
+# tiled loop, the cache's step and the tiled backward where they are taught.
+LISTED = {
+    "one-head-to-many": {"np_backend.attention_per_head", "np_backend.attention_fused"},
+    "attention-without-the-score-matrix": {"tiled.attention_tiles", "tiled.RunningRows.update"},
+    "inference": {"KVCache._appending", "KVCache._stage"},
+    "backward-pass": {"backward._tiled_backward"},
+}
 
 
-def test_chapter_one_shows_the_librarys_own_forms_never_a_copy() -> None:
-    """Chapter 1 shows the per-head and fused forms as the library's source, read with
-    ``inspect.getsource`` when the chapter runs; no form's definition is copied into it."""
-    text = (BOOK / "one-head-to-many.md").read_text(encoding="utf8")
+@pytest.mark.parametrize("stem", sorted(LISTED))
+def test_chapters_show_the_librarys_own_code_never_a_copy(stem: str) -> None:
+    """The chapters show the forms, the tiled loop, the cache's step and the tiled backward as
+    the library's source, read with ``inspect.getsource`` (``mha.display.formatting.listing``)
+    when the chapter runs; no chapter defines a function of a listed one's name."""
+    from mha.display import formatting
+
+    text = (BOOK / f"{stem}.md").read_text(encoding="utf8")
     shown = set(LISTING.findall(text))
-    assert {"np_backend.attention_per_head", "np_backend.attention_fused"} <= shown
-    assert "inspect.getsource(function)" in text
-    assert re.search(r"^\s*def attention_", text, re.M) is None
+    assert LISTED[stem] <= shown
+    assert "inspect.getsource(" in inspect.getsource(formatting.listing)
+    for function in shown:
+        name = function.rsplit(".", 1)[-1]
+        assert re.search(rf"^\s*def {name}\(", text, re.M) is None, function
+    assert re.search(r"^\s*def (attention_|attend_one_query)", text, re.M) is None
 
 
 def test_the_reference_part_comes_last_and_holds_the_notation() -> None:

@@ -156,6 +156,16 @@ def test_figure_html_keeps_a_chosen_template() -> None:
     assert 'data-theme-template="fixed"' in plotly_figures.figure_html(figure, "fig-2")
 
 
+def test_figure_html_keeps_a_figure_its_minimum_width() -> None:
+    figure = {"data": [], "layout": {"title": {"text": "t"}, "meta": {"mha_min_width": 640}}}
+    html = plotly_figures.figure_html(figure, "fig-5")
+    assert html.startswith(
+        '<figure class="mha-plotly-figure mha-plotly-wide" style="--mha-min-width: 640px">'
+    )
+    plain = plotly_figures.figure_html({"data": [], "layout": {"title": {"text": "t"}}}, "fig-6")
+    assert plain.startswith('<figure class="mha-plotly-figure">')
+
+
 def test_figure_html_requires_a_title() -> None:
     with pytest.raises(plotly_figures.FigureError, match="fig-4 has no title"):
         plotly_figures.figure_html({"data": [{"type": "scatter", "y": [1]}], "layout": {}}, "fig-4")

@@ -417,11 +417,14 @@ class SmolLM2:
         """
         n = rms_norm(x, self.layers[layer].attn_norm, self.eps)  # (B, L, D)
         L = n.shape[1]
-        S = L + (0 if cache is None else cache.length)  # the positions attended to
-        mask = None if L == 1 else torch_backend.causal_mask(L, S, align="bottom_right")
+        # the positions attended to
+        S = L + (0 if cache is None else cache.length)
+        mask = None  # one new token may attend to every position
+        if L != 1:
+            mask = torch_backend.causal_mask(L, S, align="bottom_right")
         return torch_backend.multi_head_attention(
-            n, n, n, params, mask, form="packed", need_weights=need_weights, cache=cache,
-            rotary=self.rotary,
+            n, n, n, params, mask, form="packed",
+            need_weights=need_weights, cache=cache, rotary=self.rotary,
         )  # fmt: skip
 
     def _run(
