@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -39,7 +40,11 @@ PRINTED_PAGE = "mha-book.html"  # the same at the top (its links are relative to
 PDF = OUT / "mha-book.pdf"
 SITE_COPY = BUILD / "html" / "mha-book.pdf"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-TIMEOUT_MS = 180_000
+# Generous bounds for a loaded machine (the PDF was once printed with no figure drawn: it
+# waited for the network to go quiet, not for the page to finish loading). A bound is a
+# failure when it is reached, never a reason to print what is there.
+TIMEOUT_MS = 600_000  # to load the single page (parsed, its deferred scripts run)
+DRAW_BOUND_MS = 600_000  # to draw every figure once asked to
 PAPER = "A4"
 PAPER_WIDTH_MM = 210
 MARGIN_MM = {"top": 16, "bottom": 16, "left": 14, "right": 14}
@@ -146,14 +151,33 @@ FIT_JS = """
   }
 }
 """
+# Every figure drawn, every formula typeset. The figures are drawn by mha-plotly.js (its
+# window.mhaDrawAllFigures); on a loaded machine that can take minutes, so the wait is
+# bounded only by `bound_ms`: a figure still undrawn by then, a figure that failed, or a page
+# whose figure loader never started is reported (the build then fails), never waited on for
+# ever nor passed over.
 READY_JS = """
-async () => {
-  if (window.mhaDrawAllFigures) await window.mhaDrawAllFigures();
+async (bound_ms) => {
+  const figures = [...document.querySelectorAll("div.mha-plotly")];
+  const isDrawn = (gd) => !!gd.querySelector(".main-svg");
+  let problem = "";
+  if (figures.length && !window.mhaDrawAllFigures) {
+    problem = "the figure loader (mha-plotly.js) did not start";
+  } else if (figures.length) {
+    let timer;
+    const late = new Promise((resolve) => {
+      timer = setTimeout(resolve, bound_ms, `not drawn within ${bound_ms / 1000} s`);
+    });
+    problem = await Promise.race([
+      window.mhaDrawAllFigures().then(() => "", (error) => `a figure failed: ${error}`),
+      late,
+    ]);
+    clearTimeout(timer);
+  }
   if (window.MathJax && MathJax.startup) {
     await MathJax.startup.promise;
     if (MathJax.typesetPromise) await MathJax.typesetPromise();
   }
-  const figures = [...document.querySelectorAll("div.mha-plotly")];
   const page = document.documentElement.clientWidth;
   // A figure that is wider than its column, or than the page, would be cut on paper.
   const wide = figures.filter((gd) => {
@@ -165,7 +189,9 @@ async () => {
   }).map((gd) => gd.id);
   return {
     figures: figures.length,
-    drawn: figures.filter((gd) => gd.querySelector(".main-svg")).length,
+    drawn: figures.filter(isDrawn).length,
+    undrawn: figures.filter((gd) => !isDrawn(gd)).map((gd) => gd.id),
+    problem,
     wide,
     math: document.querySelectorAll(".math").length,
     typeset: document.querySelectorAll(".math mjx-container, mjx-container").length,
@@ -225,6 +251,46 @@ def site_url() -> str:
     return pages_url(config["repository"]["url"])
 
 
+def prepare(page: Any, url: str, site: str, bound_ms: int = DRAW_BOUND_MS) -> dict:
+    """Open the single page at ``url`` in ``page`` (Playwright) and make it ready to print.
+
+    The page is loaded first: parsed, its deferred scripts run (the figure loader among them),
+    its ``load`` event fired. (Waiting for the network to go quiet returned while a loaded
+    machine was still parsing the page: no figure was drawn. It is not waited for after the
+    load either: on the book's page Playwright's "networkidle" never came, with nothing in
+    flight; what the print needs is loaded by ``READY_JS``, which waits for it.) Then the
+    explorables get their sentences (``STILLS_JS``), the figures their printed width, every
+    figure is drawn and every formula typeset (``READY_JS``, bounded by ``bound_ms``), and
+    the printed contents are added.
+
+    Returns:
+        ``READY_JS``'s report, with ``chapters`` (the contents' entries) added; ``problems``
+        of it lists what would spoil the PDF.
+    """
+    page.goto(url, wait_until="load")
+    page.evaluate(STILLS_JS, [site, EXPLORABLES])
+    page.evaluate(FIT_JS, FIGURE_WIDTH_PX)
+    ready = page.evaluate(READY_JS, bound_ms)
+    ready["chapters"] = page.evaluate(TOC_JS)
+    return ready
+
+
+def problems(ready: dict) -> list[str]:
+    """What in ``prepare``'s report would spoil the PDF: undrawn figures, figures too wide."""
+    found = []
+    if ready["drawn"] != ready["figures"]:
+        why = f" ({ready['problem']})" if ready["problem"] else ""
+        found.append(
+            f"only {ready['drawn']} of {ready['figures']} figures were drawn{why}; "
+            f"not drawn: {', '.join(ready['undrawn'])}"
+        )
+    elif ready["problem"]:
+        found.append(ready["problem"])
+    if ready["wide"]:
+        found.append(f"figures wider than the printed column: {ready['wide']}")
+    return found
+
+
 def print_pdf() -> dict:
     """Print ``_build/pdf/singlehtml/book/preface.html`` to ``_build/pdf/mha-book.pdf``."""
     from playwright.sync_api import sync_playwright
@@ -248,11 +314,7 @@ def print_pdf() -> dict:
             page = context.new_page()
             page.emulate_media(media="print")
             page.set_default_timeout(TIMEOUT_MS)
-            page.goto(url, wait_until="networkidle")
-            page.evaluate(STILLS_JS, [site_url(), EXPLORABLES])
-            page.evaluate(FIT_JS, FIGURE_WIDTH_PX)
-            ready = page.evaluate(READY_JS)
-            ready["chapters"] = page.evaluate(TOC_JS)
+            ready = prepare(page, url, site_url(), bound_ms=DRAW_BOUND_MS)
             page.pdf(
                 path=str(PDF),
                 format=PAPER,
@@ -279,11 +341,10 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     build_single_page()
     ready = print_pdf()
-    if ready["drawn"] != ready["figures"]:
-        print(f"only {ready['drawn']} of {ready['figures']} figures were drawn", file=sys.stderr)
-        return 1
-    if ready["wide"]:
-        print(f"figures wider than the printed column: {ready['wide']}", file=sys.stderr)
+    found = problems(ready)
+    for problem in found:
+        print(problem, file=sys.stderr)
+    if found:
         return 1
     if SITE_COPY.parent.is_dir():
         shutil.copy2(PDF, SITE_COPY)

@@ -64,7 +64,7 @@ RECORDS = {
     "mha.models.smollm2.DecoderLayer": "a layer of load_smollm2",
     "mha.models.smollm2.SmolLM2": "the model load_smollm2 builds",
     "mha.training.runs.TrainHistory": "the history train records",
-    "mha.training.runs.DigitSumHistory": "the history train_digit_sums records",
+    "mha.training.digit_sums.DigitSumHistory": "the history train_digit_sums records",
 }
 """Classes that hold what a function of the package computed: their constructors check
 nothing and compute nothing (their methods, where they have some, are in CASES)."""
@@ -1834,6 +1834,14 @@ case(
     lambda a, out: assert_same(out.data, "| a | b |\n|---|---|\n| 1 | 2 |"),
 )
 case(
+    "display.formatting.listing",
+    formatting.listing,
+    lambda r: {"function": formatting.head_name},
+    lambda a, out: assert_same(
+        out.data.splitlines()[1], "def head_name(layer: int, head: int) -> str:"
+    ),
+)
+case(
     "display.formatting.error_message",
     formatting.error_message,
     lambda r: {"fn": lambda: mha.init_params(3, 2), "expected": ValueError},
@@ -2820,7 +2828,7 @@ case(
     kinds={"rng": "int"},
 )
 case(
-    "training.runs.DigitSumConfig",
+    "training.digit_sums.DigitSumConfig",
     runs.DigitSumConfig,
     lambda r: {
         "base": 3,
@@ -2840,13 +2848,13 @@ case(
     any_args=True,
 )
 case(
-    "training.runs.DigitSumConfig.model",
+    "training.digit_sums.DigitSumConfig.model",
     runs.DigitSumConfig.model,
     lambda r: {"self": tiny_digit_config()},
     lambda a, out: assert_same((out.vocab_size, out.max_len, out.num_layers), (9, 6, 1)),
 )
 case(
-    "training.runs.DigitSumConfig.batch",
+    "training.digit_sums.DigitSumConfig.batch",
     runs.DigitSumConfig.batch,
     lambda r: {"self": tiny_digit_config(), "rng": int(r.integers(9)), "batch_size": 3},
     lambda a, out: assert_same(
@@ -2856,7 +2864,7 @@ case(
     kinds={"rng": "int"},
 )
 case(
-    "training.runs.DigitSumConfig.eval_batch",
+    "training.digit_sums.DigitSumConfig.eval_batch",
     runs.DigitSumConfig.eval_batch,
     lambda r: {"self": tiny_digit_config()},
     lambda a, out: assert_same(
@@ -2864,7 +2872,7 @@ case(
     ),
 )
 case(
-    "training.runs.answer_loss",
+    "training.digit_sums.answer_loss",
     runs.answer_loss,
     lambda r: {
         "logits": torch.from_numpy(r.standard_normal((4, 6, 9))),
@@ -2874,7 +2882,7 @@ case(
     any_args=True,
 )
 case(
-    "training.runs.digit_sum_scores",
+    "training.digit_sums.digit_sum_scores",
     runs.digit_sum_scores,
     lambda r: {
         "model": tiny_digit_model(),
@@ -2888,7 +2896,7 @@ case(
     any_args=True,
 )
 case(
-    "training.runs.train_digit_sums",
+    "training.digit_sums.train_digit_sums",
     runs.train_digit_sums,
     lambda r: {"config": tiny_digit_config(), "model": None},
     lambda a, out: assert_same((out[1].train_loss.shape, out[1].step.tolist()), ((2,), [0, 1, 2])),

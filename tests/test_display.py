@@ -90,6 +90,22 @@ def test_error_message_shows_the_class_and_message_of_the_expected_error() -> No
         formatting.error_message(lambda: {}["k"], ValueError)
 
 
+def test_listing_shows_the_source_from_def_on_dedented_without_docstring() -> None:
+    from mha.backends import np_backend, tiled
+
+    shown = formatting.listing(np_backend.attention_per_head).data
+    assert shown.startswith("```python\ndef attention_per_head(") and shown.endswith("\n```")
+    assert '"""' not in shown and "for h in range(params.num_heads):" in shown
+    method = formatting.listing(tiled.RunningRows.update).data.splitlines()
+    assert method[1].startswith("def update(") and method[-2] == "    self.row_max = new_max"
+    assert '"""' not in "\n".join(method)
+    # a decorated function: its own body, not the decorator's wrapper
+    wrapped = formatting.listing(np_backend.multi_head_attention).data
+    assert wrapped.startswith("```python\ndef multi_head_attention(") and "_FORMS[form]" in wrapped
+    with pytest.raises(TypeError, match="function must be a Python function or method; got"):
+        formatting.listing(np.exp)
+
+
 def test_table_displays_the_markdown_table_of_its_rows() -> None:
     shown = formatting.table(["head", "score"], [("1.2", 0.5)])
     assert type(shown).__name__ == "Markdown"

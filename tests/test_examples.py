@@ -28,6 +28,20 @@ def test_agreement_example_gives_the_verb_a_query_for_each_target_and_one_for_bo
     assert 0.45 < w[2, keys] < 0.5 and 0.45 < w[2, cabinet] < 0.5  # both: split in two
 
 
+def test_agreement_example_values_hand_over_the_number_and_differ_from_the_keys() -> None:
+    ex = examples.agreement_example()
+    assert ex.value_features == ["plural", "singular"] and ex.values.shape == (9, 2)
+    nouns = np.flatnonzero(ex.x[:, ex.features.index("noun")])  # keys, cabinet, table
+    np.testing.assert_array_equal(ex.values.sum(axis=1), ex.x[:, 0])  # exact: one 1 per noun
+    np.testing.assert_array_equal(  # exact: 0 and 1
+        ex.values[nouns, 0], ex.x[nouns, ex.features.index("plural")]
+    )
+    q = np.stack([ex.queries[n] for n in ("subject", "both")])  # (2, D)
+    out, _ = np_backend.scaled_dot_product_attention(q, ex.x, ex.values)  # (2, 2)
+    assert out[0, 0] > 0.95 and out[0, 1] < 0.05  # the subject hands over "plural"
+    assert 0.45 < out[1, 0] < 0.5 and 0.45 < out[1, 1] < 0.55  # both: half of each number
+
+
 def test_agreement_example_sharpness_sets_how_much_the_best_key_gets() -> None:
     ex_soft, ex_sharp = examples.agreement_example(2.0), examples.agreement_example(32.0)
     weights = [

@@ -42,6 +42,26 @@ def test_module_with_a_seed_equals_init_params_with_that_seed(seed, dtype) -> No
     assert MultiHeadAttention(D, H, seed=seed + 1, dtype=dtype).w_o.ne(module.w_o).any()
 
 
+def test_module_without_a_seed_draws_from_torch_and_follows_manual_seed() -> None:
+    torch.manual_seed(1)
+    a, b = MultiHeadAttention(D, H), MultiHeadAttention(D, H)
+    torch.manual_seed(1)
+    again = MultiHeadAttention(D, H)
+    assert a.w_qkv.ne(b.w_qkv).any()  # layers built one after another differ
+    for name, t in tensors(a.params()).items():
+        # exact: the same seed drawn from the same generator state
+        assert torch.equal(getattr(again, name), t), name
+
+
+def test_a_refused_module_leaves_torch_generator_alone() -> None:
+    state = torch.get_rng_state()
+    with pytest.raises(TypeError, match="rotary must be"):
+        MultiHeadAttention(D, H, rotary="halves")
+    assert torch.equal(torch.get_rng_state(), state)  # exact: the generator's bytes
+    MultiHeadAttention.from_params(init_params(D, H, seed=0))
+    assert torch.equal(torch.get_rng_state(), state)  # exact: the generator's bytes
+
+
 def test_module_without_bias_has_no_bias_parameters() -> None:
     module = MultiHeadAttention(D, H, bias=False)
     assert module.b_qkv is None and module.b_o is None

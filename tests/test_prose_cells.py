@@ -43,8 +43,9 @@ def test_shows_prose_sees_markdown_helpers_and_display_but_not_errors_or_figures
 
 
 def test_the_library_helpers_that_return_markdown_count_as_displaying_it() -> None:
-    # ``table`` returns Markdown; ``markdown_table`` and ``error_message`` return text
-    assert library_helpers() == {"table"}
+    # ``table`` and ``listing`` (a code block of the library's source, shown with its input
+    # folded) return Markdown; ``markdown_table`` and ``error_message`` return text
+    assert library_helpers() == {"listing", "table"}
     helpers = markdown_helpers(["def seed_table(r):\n    return table(['seed'], r)"])
     assert {"Markdown", "table", "seed_table"} <= helpers
     assert shows_prose("table(['a'], [[1]])", helpers)

@@ -156,6 +156,16 @@ def test_figure_html_keeps_a_chosen_template() -> None:
     assert 'data-theme-template="fixed"' in plotly_figures.figure_html(figure, "fig-2")
 
 
+def test_figure_html_keeps_a_figure_its_minimum_width() -> None:
+    figure = {"data": [], "layout": {"title": {"text": "t"}, "meta": {"mha_min_width": 640}}}
+    html = plotly_figures.figure_html(figure, "fig-5")
+    assert html.startswith(
+        '<figure class="mha-plotly-figure mha-plotly-wide" style="--mha-min-width: 640px">'
+    )
+    plain = plotly_figures.figure_html({"data": [], "layout": {"title": {"text": "t"}}}, "fig-6")
+    assert plain.startswith('<figure class="mha-plotly-figure">')
+
+
 def test_figure_html_requires_a_title() -> None:
     with pytest.raises(plotly_figures.FigureError, match="fig-4 has no title"):
         plotly_figures.figure_html({"data": [{"type": "scatter", "y": [1]}], "layout": {}}, "fig-4")
@@ -182,6 +192,14 @@ def test_description_gives_kinds_sizes_and_ranges() -> None:
     text = figure_facts.describe(figure)
     assert "heatmap: 2x3 grid (query by key), values 0 to 5" in text
     assert "scatter 'loss': 3 points, query from 3 to 2 (range 1 to 3)" in text
+
+
+def test_description_gives_a_horizontal_bars_labels_and_lengths() -> None:
+    import plotly.graph_objects as go
+
+    bars = go.Bar(x=[67.5, 7.5], y=["multi-head", "multi-query"], orientation="h")
+    text = figure_facts.describe(json.loads(go.Figure(bars).to_json()))
+    assert text == "Bar figure: bar: multi-head 67.5, multi-query 7.5."
 
 
 def test_narrow_layout_stacks_a_row_of_subplots_and_moves_their_titles() -> None:
@@ -1587,7 +1605,10 @@ def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> 
     assert app.nodes["citation"] == (True, {"html": (accessible_html.visit_citation, None)})
     assert "mha_figure" in app.nodes and "mha_explorable" in app.nodes
     assert app.css == ["mha-site.css"]
-    assert app.js == [("mha-links-land.js", {"loading_method": "defer"})]
+    assert app.js == [
+        ("mha-links-land.js", {"loading_method": "defer"}),
+        ("mha-sidebar-toggles.js", {"loading_method": "defer"}),
+    ]
 
 
 def test_every_static_file_of_the_book_rebuilds_the_pages_when_it_changes() -> None:

@@ -260,7 +260,7 @@ def test_a_file_with_another_hash_is_refused(tmp_path):
         (
             lambda m: m.forward(torch.tensor([[1, 49152]])),
             ValueError,
-            r"tokens must be ids in \[0, 49152\); got ids from 1 to 49152",
+            r"tokens must lie in \[0, vocab_size=49152\); got values in \[1, 49152\]",
         ),
         (
             lambda m: m.forward(torch.tensor([[1]]), torch.ones(30, 8)),

@@ -247,7 +247,7 @@ def test_skipped_tiles_are_exactly_those_wholly_above_the_aligned_diagonal(
     align, L, S, block_q, block_kv
 ) -> None:
     mask = np_backend.causal_mask(L, S, align=align)  # (L, S)
-    offset = _tiles.causal_offset(True, align, L, S)
+    offset = _tiles.tile_causal_offset(L, S, align, causal=True)
     q, k, v = qkv((L, 4), (S, 4), seed=14)
     trace: list[tiled.TileStep] = []
     tiled.attention(q, k, v, causal=True, align=align, block_q=block_q, block_kv=block_kv,

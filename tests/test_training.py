@@ -310,7 +310,9 @@ def test_model_errors():
         model(torch.zeros(8, 17, dtype=torch.int64))
     with pytest.raises(ValueError, match=r"tokens must lie in \[0, vocab_size=24\); got values in"):
         model(tokens + 24)
-    with pytest.raises(ValueError, match=r"gates must have shape \(num_layers, H\) = \(2, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"gates must be a tensor of shape \(num_layers, H\) = \(2, 4\)"
+    ):
         model(tokens, torch.ones(4))
     with pytest.raises(ValueError, match=r"gate must have shape \(H,\) = \(4,\); got \(3,\)"):
         attention_only.gated_params(model.layers[0].params(), torch.ones(3))

@@ -104,7 +104,7 @@ def _fits_one_screen(page, figure: str, when: str) -> None:
 
 def _interact(page, figure: str) -> None:
     """Put the figure in a state that shows more than its first: notes, later blocks, a full
-    cache."""
+    cache, the widest latent."""
     root = f'.mha-explore[data-explore="{figure}"]'
     if figure == "heads":
         page.get_by_label("Mask", exact=True).select_option("causal")
@@ -113,11 +113,17 @@ def _interact(page, figure: str) -> None:
         nxt = page.get_by_role("button", name="Next block")
         while not nxt.is_disabled():
             nxt.click()
-    else:
+    elif figure == "kv-cache":
         page.get_by_label("Key/value heads H kv", exact=True).select_option("8")
         many = page.get_by_role("button", name="Append 256 tokens")
         while not many.is_disabled():
             many.click()
+    elif figure == "latent-cache":  # the widest latent and rotary key: the longest labels
+        page.get_by_label("Latent width D c", exact=True).select_option("4096")
+        page.get_by_label("Rotary key width D r", exact=True).select_option("128")
+        page.get_by_label("Key/value heads H kv", exact=True).select_option("2")
+    else:
+        raise ValueError(f"no interaction written for the explorable {figure!r}")
     page.locator(root).wait_for()
 
 

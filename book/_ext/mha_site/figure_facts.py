@@ -156,9 +156,10 @@ def _describe_trace(trace: dict[str, Any], layout: dict[str, Any]) -> str:
         span = f", values {_number(min(numbers))} to {_number(max(numbers))}" if numbers else ""
         axes = f" ({y_title or 'rows'} by {x_title or 'columns'})"
         return f"{label}: {size} grid{axes}{span}"
-    ys = _finite(values(trace.get("y")))
-    if kind == "bar" and ys:
-        xs = values(trace.get("x")) or list(range(len(ys)))
+    lengths, labels = ("x", "y") if trace.get("orientation") == "h" else ("y", "x")
+    ys = _finite(values(trace.get(lengths if kind == "bar" else "y")))
+    if kind == "bar" and ys:  # a horizontal bar's lengths lie on x, its labels on y
+        xs = values(trace.get(labels)) or list(range(len(ys)))
         shown = ", ".join(f"{plain(x)} {_number(y)}" for x, y in zip(xs[:6], ys[:6], strict=False))
         more = f", and {len(ys) - 6} more" if len(ys) > 6 else ""
         return f"{label}: {shown}{more}"

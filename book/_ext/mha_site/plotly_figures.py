@@ -110,8 +110,16 @@ def figure_html(figure: dict[str, Any], fig_id: str) -> str:
     subtitles = json.dumps(figure_facts.subplot_titles(figure), separators=(",", ":"))
     description = figure_facts.describe(figure)
     mode = "auto" if auto else "fixed"
+    # A figure whose labels need its full width (layout.meta.mha_min_width, CSS pixels)
+    # keeps it on a phone and scrolls sideways in its box.
+    meta = (figure.get("layout") or {}).get("meta")
+    min_width = meta.get("mha_min_width") if isinstance(meta, dict) else None
+    classes, figure_style = f"{FIGURE_CLASS}-figure", ""
+    if isinstance(min_width, (int, float)) and min_width > 0:
+        classes += f" {FIGURE_CLASS}-wide"
+        figure_style = f' style="--mha-min-width: {int(min_width)}px"'
     return (
-        f'<figure class="{FIGURE_CLASS}-figure">\n'
+        f'<figure class="{classes}"{figure_style}>\n'
         f'<div class="{FIGURE_CLASS}" id="{fig_id}" role="img" '
         f'aria-label="{html.escape(title)}" aria-describedby="{fig_id}-text" '
         f'data-theme-template="{mode}" '

@@ -22,8 +22,11 @@ def safe_max(row_max: np.ndarray) -> np.ndarray:
     return np.where(np.isneginf(row_max), row_max.dtype.type(0), row_max)
 
 
-def causal_offset(causal: bool, align: Any, q_len: int, kv_len: int) -> int:
+def tile_causal_offset(q_len: int, kv_len: int, align: Any, *, causal: bool) -> int:
     """Where query 0 sits among the keys of a causal mask: query ``i`` at ``i + offset``.
+
+    :func:`mha.core.mask_rules.causal_offset`'s arguments in its order, with the flag and its
+    checks added (``causal`` keyword-only, so that no int can take its place).
 
     ``"top_left"`` gives 0 (both sequences start together); ``"bottom_right"`` gives
     ``S - L`` (both end together; negative when ``L > S``), as
@@ -45,7 +48,7 @@ def tile_mask(
 
     ``mask`` is ``None`` or already broadcast to ``(..., L, S)``. The causal part is computed
     from the positions: key ``j`` may be seen by query ``i`` when ``j <= i + offset``
-    (:func:`causal_offset`; 0 for the top-left diagonal). A tile is skipped whole when its
+    (:func:`tile_causal_offset`; 0 for the top-left diagonal). A tile is skipped whole when its
     first key lies beyond the aligned position of its last query,
     ``cols.start > rows.stop - 1 + offset``.
 

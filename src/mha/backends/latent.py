@@ -160,7 +160,9 @@ def latent_attention_explicit(x, params, mask=None, *, cache=None, rotary=None, 
     return lib.merge_heads(out) @ params.w_o, weights  # (B, H, L, Dh) -> (B, L, D)
 
 
-def latent_attention_absorbed(x, params, mask=None, *, cache=None, rotary=None, need_weights=True):
+def latent_attention_absorbed(
+    x, params, mask=None, *, cache=None, rotary=None, need_weights=True
+):  # fmt: skip
     """The absorbed route: ``W^UK`` folded into the queries, ``W^UV`` applied after attending.
 
     Each head's query ``q_h`` becomes ``q_h (W^UK_h)^T``, of width ``Dc``, and is scored
@@ -187,18 +189,28 @@ def latent_attention_absorbed(x, params, mask=None, *, cache=None, rotary=None, 
         params.d_rope,
     )
     offset = 0 if cache is None else cache.length
-    q, q_r = latent_queries(x, params, rotary, offset)  # (B, H, L, Dh), (B, H, L, Dr)
+    # (B, H, L, Dh), (B, H, L, Dr)
+    q, q_r = latent_queries(x, params, rotary, offset)
     c, k_r = latents(x, params, rotary, offset)  # (B, L, Dc), (B, L, Dr)
-    if cache is not None:  # decoding: the cached positions first, then these
+    if cache is not None:  # decoding: cached positions first, then these
         c, k_r = cache.extend(c, k_r)  # (B, S, Dc), (B, S, Dr)
-    w_uk = params.w_uk.reshape(Dc, H, Dh).swapaxes(0, 1)  # (Dc, H Dh) -> (H, Dc, Dh)
-    q_c = q @ w_uk.swapaxes(-1, -2)  # (B, H, L, Dh) @ (H, Dh, Dc) -> (B, H, L, Dc)
-    queries = _cat([q_c, q_r]) * math.sqrt((Dc + Dr) / (Dh + Dr))  # (B, H, L, Dc + Dr)
-    rows = _cat([c, k_r])[:, None]  # (B, S, Dc + Dr) -> (B, 1, S, Dc + Dr): shared by all heads
-    o_c, weights = _attend(lib, queries, rows, c[:, None], mask, need_weights)  # (B, H, L, Dc)
-    w_uv = params.w_uv.reshape(Dc, H, Dh).swapaxes(0, 1)  # (Dc, H Dh) -> (H, Dc, Dh)
-    out = o_c @ w_uv  # (B, H, L, Dc) @ (H, Dc, Dh) -> (B, H, L, Dh): each head's output
-    return lib.merge_heads(out) @ params.w_o, weights  # (B, H, L, Dh) -> (B, L, D)
+    # (Dc, H Dh) -> (H, Dc, Dh)
+    w_uk = params.w_uk.reshape(Dc, H, Dh).swapaxes(0, 1)
+    # (B, H, L, Dh) @ (H, Dh, Dc) -> (B, H, L, Dc)
+    q_c = q @ w_uk.swapaxes(-1, -2)
+    # (B, H, L, Dc + Dr)
+    queries = _cat([q_c, q_r]) * math.sqrt((Dc + Dr) / (Dh + Dr))
+    # (B, S, Dc + Dr) -> (B, 1, S, Dc + Dr): shared by all heads
+    rows = _cat([c, k_r])[:, None]
+    shared = c[:, None]  # (B, 1, S, Dc): the values are the latents
+    # (B, H, L, Dc)
+    o_c, weights = _attend(lib, queries, rows, shared, mask, need_weights)
+    # (Dc, H Dh) -> (H, Dc, Dh)
+    w_uv = params.w_uv.reshape(Dc, H, Dh).swapaxes(0, 1)
+    # (B, H, L, Dc) @ (H, Dc, Dh) -> (B, H, L, Dh): each head's output
+    out = o_c @ w_uv
+    # (B, H, L, Dh) -> (B, L, D)
+    return lib.merge_heads(out) @ params.w_o, weights
 
 
 _ROUTES = {"explicit": latent_attention_explicit, "absorbed": latent_attention_absorbed}

@@ -30,7 +30,10 @@ class MultiHeadAttention(nn.Module):
         num_kv_heads: key/value heads H_kv, dividing H (``None``: H, multi-head
             attention; 1: multi-query attention).
         seed: seed of the initial parameters (see :func:`mha.core.params.init_params`); the
-            NumPy backend gets the same model from ``init_params(..., seed=seed)``.
+            NumPy backend gets the same model from ``init_params(..., seed=seed)``. ``None``
+            (the default) draws the seed from torch's default generator, as ``torch.nn``
+            layers draw their weights: ``torch.manual_seed`` makes the module reproducible,
+            and modules built one after another differ.
         dtype: parameter dtype (float64, float32 or bfloat16).
         device: parameter device (a ``torch.device`` or a name such as ``"cpu"``; ``"meta"``
             gives a module for shape inference).
@@ -61,7 +64,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         *,
         num_kv_heads: int | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
         rotary: Rotary | None = None,
@@ -71,9 +74,20 @@ class MultiHeadAttention(nn.Module):
         if dtype not in torch_checks.FLOATS:
             names = ", ".join(str(d) for d in torch_checks.FLOATS)
             raise TypeError(f"dtype must be a floating dtype ({names}); got dtype {dtype}")
-        params = init_params(d_model, num_heads, num_kv_heads=num_kv_heads, bias=bias, seed=seed)
-        layer.check_rotary(rotary, params)
-        params = params.to_torch(dtype, device)
+        state = None
+        if seed is None:  # torch's default generator draws it, so torch.manual_seed governs it
+            state = torch.get_rng_state()
+            seed = int(torch.randint(2**63 - 1, ()))
+        try:
+            params = init_params(
+                d_model, num_heads, num_kv_heads=num_kv_heads, bias=bias, seed=seed
+            )
+            layer.check_rotary(rotary, params)
+            params = params.to_torch(dtype, device)
+        except BaseException:
+            if state is not None:  # a refused call leaves the generator as it was
+                torch.set_rng_state(state)
+            raise
         self.num_heads = num_heads
         self.num_kv_heads = params.num_kv_heads
         self.rotary = rotary
@@ -137,6 +151,7 @@ class MultiHeadAttention(nn.Module):
             params.num_heads,
             bias=t.b_qkv is not None,
             num_kv_heads=params.num_kv_heads,
+            seed=0,  # overwritten below: the global generator is left alone
             dtype=t.dtype,
             device=t.w_qkv.device,
             rotary=rotary,

@@ -233,8 +233,9 @@ def attention_heads(
 
 
 def attention_per_head(
-    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True, rotary=None
-):
+    query, key, value, params, mask=None, *,
+    causal=None, cache=None, need_weights=True, rotary=None,
+):  # fmt: skip
     """The per-head form: a loop over the heads, each projecting the inputs to width Dh.
 
     Args:
@@ -252,26 +253,34 @@ def attention_per_head(
     """
     heads, weights = [], []
     scale = 1 / math.sqrt(params.d_head)
-    mask = with_causal(mask, causal, query.shape[1], key.shape[1])  # (..., L, S)
+    # the mask, with the causal one if asked for: (..., L, S)
+    mask = with_causal(mask, causal, query.shape[1], key.shape[1])
     for h in range(params.num_heads):
-        p = params.head(h)  # head h's columns of W^Q, W^K and W^V, and of the biases
+        # head h's columns of W^Q, W^K and W^V, and of the biases
+        p = params.head(h)
         q = linear(query, p["w_q"], p["b_q"])  # (B, L, D) -> (B, L, Dh)
         k = linear(key, p["w_k"], p["b_k"])  # (B, S, D) -> (B, S, Dh)
         v = linear(value, p["w_v"], p["b_v"])  # (B, S, D) -> (B, S, Dh)
-        q, k = rotated(q, k, rotary)  # turned by their positions (rotary=None: unchanged)
-        scores = q @ k.swapaxes(-1, -2) * scale  # (B, L, Dh) @ (B, Dh, S) -> (B, L, S)
-        a = softmax_in_place(scores, head_slice(mask, h))  # (B, L, S): each row sums to 1
+        # turned by their positions (rotary=None: unchanged)
+        q, k = rotated(q, k, rotary)
+        # (B, L, Dh) @ (B, Dh, S) -> (B, L, S)
+        scores = q @ k.swapaxes(-1, -2) * scale
+        # (B, L, S): each row sums to 1
+        a = softmax_in_place(scores, head_slice(mask, h))
         heads.append(a @ v)  # (B, L, S) @ (B, S, Dh) -> (B, L, Dh)
         if need_weights:
             weights.append(a)
-        del a  # before the next head's scores exist: one (B, L, S) array at a time
-    out = linear(np.concatenate(heads, axis=-1), params.w_o, params.b_o)  # -> (B, L, D)
-    return out, (np.stack(weights, axis=1) if need_weights else None)  # (B, H, L, S)
+        del a  # one (B, L, S) array at a time
+    # H x (B, L, Dh) -> (B, L, H*Dh) -> (B, L, D)
+    out = linear(np.concatenate(heads, axis=-1), params.w_o, params.b_o)
+    # the weights: H x (B, L, S) -> (B, H, L, S)
+    return out, (np.stack(weights, axis=1) if need_weights else None)
 
 
 def attention_fused(
-    query, key, value, params, mask=None, *, causal=None, cache=None, need_weights=True, rotary=None
-):
+    query, key, value, params, mask=None, *,
+    causal=None, cache=None, need_weights=True, rotary=None,
+):  # fmt: skip
     """The fused form: one projection each for Q, K and V, split into heads, all heads at once.
 
     Args:
@@ -287,14 +296,20 @@ def attention_fused(
         ``(output, weights)``; no weights (``None``) without ``need_weights``.
     """
     H, H_kv = params.num_heads, params.num_kv_heads
-    q = split_heads(linear(query, params.w_q, params.b_q), H)  # (B, L, D) -> (B, H, L, Dh)
-    k = split_heads(linear(key, params.w_k, params.b_k), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
-    v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
-    q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
-    if cache is not None:  # decoding: the cached positions first, then these
-        k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
-    out, weights = attention_heads(q, k, v, mask, causal)  # (B, H, L, Dh), (B, H, L, S)
-    out = linear(merge_heads(out), params.w_o, params.b_o)  # (B, H, L, Dh) -> (B, L, D)
+    # (B, L, D) -> (B, H, L, Dh)
+    q = split_heads(linear(query, params.w_q, params.b_q), H)
+    # (B, S, D) -> (B, H_kv, S, Dh), for the keys and for the values
+    k = split_heads(linear(key, params.w_k, params.b_k), H_kv)
+    v = split_heads(linear(value, params.w_v, params.b_v), H_kv)
+    # turned by their positions, after the cached ones
+    q, k = rotated(q, k, rotary, cache)
+    if cache is not None:  # decoding: cached positions first, then these
+        # (B, H_kv, S, Dh), S counting the cached positions
+        k, v = cache.extend(k, v)
+    # (B, H, L, Dh) and (B, H, L, S)
+    out, weights = attention_heads(q, k, v, mask, causal)
+    # (B, H, L, Dh) -> (B, L, D)
+    out = linear(merge_heads(out), params.w_o, params.b_o)
     return out, (weights if need_weights else None)
 
 
@@ -337,7 +352,7 @@ def attention_packed(
     q = split_heads(q, params.num_heads)  # (B, L, D) -> (B, H, L, Dh)
     k, v = (split_heads(x, params.num_kv_heads) for x in (k, v))  # -> (B, H_kv, S, Dh)
     q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
-    if cache is not None:  # decoding: the cached positions first, then these
+    if cache is not None:  # decoding: cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
     out, weights = attention_heads(q, k, v, mask, causal)  # (B, H, L, Dh), (B, H, L, S)
     return linear(merge_heads(out), params.w_o, params.b_o), (weights if need_weights else None)
@@ -374,7 +389,7 @@ def attention_tiled(
     k = split_heads(linear(key, params.w_k, params.b_k), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
     v = split_heads(linear(value, params.w_v, params.b_v), H_kv)  # (B, S, D) -> (B, H_kv, S, Dh)
     q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
-    if cache is not None:  # decoding: the cached positions first, then these
+    if cache is not None:  # decoding: cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
     (B, _, L, Dh), S = q.shape, k.shape[2]
     offset = 0 if causal is None else causal_offset(L, S, causal)  # query 0 sits at key offset
@@ -425,17 +440,21 @@ def multi_head_attention(
     rotary: Rotary | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     m = layer.check_mha(
-        query, key, value, params, mask, form, need_weights, NUMPY, cache, rotary=rotary
-    )
-    diagonal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
-    with layer.staged(cache, m, params.d_model, rotary) as kv:  # new positions kept on success
+        query, key, value, params, mask, form=form,
+        need_weights=need_weights, kind=NUMPY, cache=cache, rotary=rotary,
+    )  # fmt: skip
+    # None, or where the causal diagonal sits
+    diagonal = layer.causal_alignment(causal, align)
+    # new positions kept in the cache on success
+    with layer.staged(cache, m, params.d_model, rotary) as kv:
         out, w = _FORMS[form](
             query, key, value, params, mask, causal=diagonal, cache=kv,
             need_weights=need_weights, rotary=rotary,
         )  # fmt: skip
         layer.check_mha_range(
-            out, m, query, key, value, params, mask, cache, NUMPY, causal=diagonal, rotary=rotary
-        )
+            out, m, query, key, value, params, mask, cache=cache,
+            kind=NUMPY, causal=diagonal, rotary=rotary,
+        )  # fmt: skip
     return out, w
 
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mha.backends._tiles import causal_offset, safe_max, tile_mask
+from mha.backends._tiles import safe_max, tile_causal_offset, tile_mask
 from mha.core._checks import arguments, arrays, numpy_arrays, overflow
 from mha.core._checks.numpy_arrays import NUMPY
 
@@ -359,7 +359,7 @@ def attention(
             a ``causal`` that is not a bool, or an ``io_counter``/``trace`` of another kind.
     """
     _, L, S, magnitudes = _check_attention(query, key, value, mask, block_q, block_kv, io_counter)
-    offset = causal_offset(causal, align, L, S)
+    offset = tile_causal_offset(L, S, align, causal=causal)
     if trace is not None and not isinstance(trace, list):
         raise TypeError(f"trace must be a list or None; got {type(trace).__name__}")
     blocks, io = (block_q, block_kv), io_counter
@@ -373,8 +373,9 @@ def attention(
 
 
 def attention_tiles(
-    q, k, v, mask=None, *, causal=False, offset=0, blocks=BLOCKS, io=None, trace=None
-):
+    q, k, v, mask=None, *,
+    causal=False, offset=0, blocks=BLOCKS, io=None, trace=None,
+):  # fmt: skip
     """The tile loop of :func:`attention`, pure math (no checks): the FlashAttention forward.
 
     Args:
@@ -400,13 +401,16 @@ def attention_tiles(
     lse = np.empty((*batch, L), dtype=q.dtype)  # (..., L)
     for i0 in range(0, L, block_q):
         rows = slice(i0, min(i0 + block_q, L))
-        q_i = _load(q, _rows(rows), io) * scale  # (..., Br, Dh), scaled once a block
-        running = RunningRows((*batch, rows.stop - rows.start), v.shape[-1], q.dtype)
+        # (..., Br, Dh), scaled once a block
+        q_i = _load(q, _rows(rows), io) * scale
+        br = rows.stop - rows.start
+        running = RunningRows((*batch, br), v.shape[-1], q.dtype)
         for j0 in range(0, S, block_kv):
             cols = slice(j0, min(j0 + block_kv, S))
             keep = tile_mask(mask, causal, rows, cols, offset=offset)
             if keep is not False:  # only then are K^(j) and V^(j) loaded
-                s = q_i @ _load(k, _rows(cols), io).swapaxes(-1, -2)  # (..., Br, Bc)
+                # (..., Br, Dh) @ (..., Dh, Bc) -> (..., Br, Bc)
+                s = q_i @ _load(k, _rows(cols), io).swapaxes(-1, -2)
                 running.update(s, keep, _load(v, _rows(cols), io))
             if trace is not None:
                 trace.append(running.step(rows, cols, keep is not False))
@@ -433,7 +437,9 @@ class RunningRows:
         self.acc = np.zeros((*rows, width), dtype=dtype)  # (..., Br, Dv)
         self.rescale = np.ones((*rows, 1), dtype=dtype)  # the last tile's factor
 
-    def update(self, s: np.ndarray, keep: np.ndarray | None, v: np.ndarray) -> None:
+    def update(
+        self, s: np.ndarray, keep: np.ndarray | None, v: np.ndarray
+    ) -> None:  # fmt: skip
         """Take in one tile of scores ``s`` (overwritten) and its values.
 
         Args:
@@ -446,11 +452,13 @@ class RunningRows:
         """
         if keep is not None:
             np.copyto(s, -np.inf, where=~keep)
-        new_max = np.maximum(self.row_max, s.max(axis=-1, keepdims=True))  # (..., Br, 1)
-        shift = safe_max(new_max)  # 0 for a row that has attended nothing yet
+        # (..., Br, 1)
+        new_max = np.maximum(self.row_max, s.max(axis=-1, keepdims=True))
+        shift = safe_max(new_max)  # 0 for a row that has seen nothing yet
         s -= shift
         np.exp(s, out=s)  # the tile's unnormalised weights
-        self.rescale = np.exp(self.row_max - shift)  # (..., Br, 1); 0 where nothing was seen
+        # (..., Br, 1); 0 where nothing was seen
+        self.rescale = np.exp(self.row_max - shift)
         self.row_sum *= self.rescale
         self.row_sum += s.sum(axis=-1, keepdims=True)
         self.acc *= self.rescale

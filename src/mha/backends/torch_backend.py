@@ -123,7 +123,7 @@ def softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
 
 def _softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     """The masked softmax of :func:`softmax` (no checks), out of place."""
-    work = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
+    work = scores.float() if scores.dtype == torch.bfloat16 else scores  # the low FLOATS dtype
     if mask is None:
         return torch.softmax(work, dim=-1).to(scores.dtype)
     allowed = mask.any(dim=-1, keepdim=True)  # (..., L, 1): False in a fully masked row
@@ -439,8 +439,9 @@ def multi_head_attention(
     rotary: Rotary | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     m = layer.check_mha(
-        query, key, value, params, mask, form, need_weights, TENSORS, cache, FORMS, rotary=rotary
-    )
+        query, key, value, params, mask, form=form, need_weights=need_weights, kind=TENSORS,
+        cache=cache, forms=FORMS, rotary=rotary,
+    )  # fmt: skip
     diagonal = layer.causal_alignment(causal, align)  # None, or where the causal diagonal sits
     with layer.staged(cache, m, params.d_model, rotary) as kv:  # new positions kept on success
         out, w = _FORMS[form](
@@ -448,8 +449,9 @@ def multi_head_attention(
             need_weights=need_weights, rotary=rotary,
         )  # fmt: skip
         layer.check_mha_range(
-            out, m, query, key, value, params, mask, cache, TENSORS, causal=diagonal, rotary=rotary
-        )
+            out, m, query, key, value, params, mask, cache=cache, kind=TENSORS, causal=diagonal,
+            rotary=rotary,
+        )  # fmt: skip
     return out, w
 
 

@@ -40,9 +40,10 @@ from mha.core._checks.arguments import check_dense, extremes_max_abs
 from mha.core._checks.arrays import ArrayKind
 from mha.core._checks.numpy_arrays import as_numpy
 from mha.core._tools import switched
+from mha.core.kv_cache import TORCH_FLOATS
 
-FLOATS = (torch.float64, torch.float32, torch.bfloat16)
-"""The dtypes the PyTorch backend computes in."""
+FLOATS = tuple(getattr(torch, name) for name in TORCH_FLOATS)
+"""The dtypes the PyTorch backend computes in (``kv_cache.TORCH_FLOATS``, the one list)."""
 
 _VALUE_CHECKS = contextvars.ContextVar("mha_torch_value_checks", default=True)
 _NUMPY_FLOATS = (torch.float32, torch.float64)

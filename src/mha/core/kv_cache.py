@@ -85,9 +85,9 @@ class _PairCache:
     def _allocate(self, shapes: tuple[tuple[int, ...], ...], dtype: Any, device: Any) -> None:
         """Allocate the two buffers (``dtype``'s library, on ``device``); the cache is empty."""
         if dtype is None:
+            names = ", ".join(f"torch.{name}" for name in TORCH_FLOATS)
             raise TypeError(
-                "dtype must be np.float32, np.float64 or a torch dtype (torch.float64, "
-                "torch.float32, torch.bfloat16); got None"
+                f"dtype must be np.float32, np.float64 or a torch dtype ({names}); got None"
             )
         if _is_torch_dtype(dtype):
             import torch
@@ -166,10 +166,13 @@ class _PairCache:
         """Write ``n`` new positions of both buffers after the cached ones (checked first)."""
         self._commit(*self._stage(first, second, max_abs), first, second)
 
-    def _extend(self, first: Any, second: Any, max_abs: float | None) -> tuple[Any, Any]:
+    def _extend(
+        self, first: Any, second: Any, max_abs: float | None
+    ) -> tuple[Any, Any]:  # fmt: skip
         """Append ``n`` new positions, then return every cached position of both buffers."""
         self._append(first, second, max_abs)
-        return self._k[self._positions(self._k)], self._v[self._positions(self._v)]
+        k, v = self._k, self._v  # the buffers, new positions included
+        return k[self._positions(k)], v[self._positions(v)]
 
     @contextmanager
     def _appending(
@@ -193,7 +196,9 @@ class _PairCache:
                 "the block's commit would overwrite it (end the block first)"
             )
 
-    def _stage(self, first: Any, second: Any, max_abs: Any) -> tuple[Any, Any, int, float | None]:
+    def _stage(
+        self, first: Any, second: Any, max_abs: Any
+    ) -> tuple[Any, Any, int, float | None]:  # fmt: skip
         """Check everything, then write the new positions into free slots past the length
         (of a copy of the buffers while autograd records); the cache itself is unchanged.
 

@@ -217,7 +217,9 @@ def _like(x: Any, table: np.ndarray) -> Any:
     return torch.as_tensor(table, device=x.device).to(x.dtype)
 
 
-def rotate(x: Any, rotary: Rotary, *, offset: int = 0, inverse: bool = False) -> Any:
+def rotate(
+    x: Any, rotary: Rotary, *, offset: int = 0, inverse: bool = False
+) -> Any:  # fmt: skip
     """Rotate queries or keys by their positions: ``x * cos + x[..., partners] * sin``.
 
     Position ``p`` of ``x`` (along its second-to-last axis) is ``offset + p``: 0 for a whole
@@ -247,11 +249,13 @@ def rotate(x: Any, rotary: Rotary, *, offset: int = 0, inverse: bool = False) ->
     """
     _check_input(x, rotary, offset, inverse)
     n, d_head = x.shape[-2], x.shape[-1]
-    cos, sin = (_like(x, t) for t in rotary.tables(d_head, n, offset))  # 2 x (n, Dh)
+    # 2 x (n, Dh)
+    cos, sin = (_like(x, t) for t in rotary.tables(d_head, n, offset))
     partner = rotary.partners(d_head)  # (Dh,)
     if not isinstance(x, np.ndarray):
         partner = _like(x, partner).long()
-    return x * cos + x[..., partner] * (-sin if inverse else sin)  # (..., n, Dh), pairs turned
+    # (..., n, Dh), pairs turned
+    return x * cos + x[..., partner] * (-sin if inverse else sin)
 
 
 def rotated(q: Any, k: Any, rotary: Rotary | None, cache: Any = None) -> tuple[Any, Any]:

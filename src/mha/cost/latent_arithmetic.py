@@ -3,8 +3,8 @@
 The counts of :mod:`mha.cost.arithmetic` for a latent layer (:mod:`mha.backends.latent`):
 :func:`latent_cache_bytes` is the size of its cache, ``(Dc + Dr)`` elements per position and
 layer, against ``2 H_kv Dh`` for a key/value cache (:func:`mha.cost.arithmetic.kv_cache_bytes`);
-:func:`latent_decode_step_cost` the FLOPs and least bytes of one decoding step by either
-route; :class:`LatentConfig` holds a published model's sizes (:data:`DEEPSEEK_V2`).
+:func:`latent_decode_step_cost` the FLOPs and the bytes of one unfused decoding step by
+either route; :class:`LatentConfig` holds a published model's sizes (:data:`DEEPSEEK_V2`).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def latent_decode_step_cost(
     dtype: Any = np.float16,
     batch_size: int = 1,
 ) -> DecodeStepCost:
-    """FLOPs and least bytes of one latent layer producing the next token from its cache.
+    """FLOPs and bytes of one latent layer, unfused, producing the next token from its cache.
 
     The new token of each sequence attends to ``S = kv_len`` positions, ``S - 1`` of them
     cached. Both routes project the new token: its query (``2 D Dq + 2 Dq H (Dh + Dr)``
@@ -87,7 +87,9 @@ def latent_decode_step_cost(
     Bytes, as in :func:`mha.cost.arithmetic.decode_step_cost`: every weight read once
     whatever ``B``, the ``B (S - 1) (Dc + Dr)`` cached elements read and ``B (Dc + Dr)``
     written, the layer's input and output; for the explicit route the rebuilt keys and
-    values written and read (``4 B S H Dh``).
+    values written and read (``4 B S H Dh``). These are the bytes of an unfused step: a
+    fused explicit kernel that rebuilds keys and values on chip would move about the
+    absorbed route's bytes, while doing the same FLOPs.
 
     Args:
         d_model: D.

@@ -79,18 +79,40 @@ def _memory_runner(path: str, params: MHAParams, x: torch.Tensor) -> Callable[[]
 
 def _memory_child() -> None:
     """Entry point of the child process of :func:`attention_peak_memory` (JSON on stdin)."""
-    spec = json.loads(sys.stdin.read())
-    torch.set_num_threads(spec["threads"])
+    spec = _child_spec()
     dtype = getattr(torch, spec["dtype"])
     D, H, B = spec["d_model"], spec["num_heads"], spec["batch_size"]
     params = init_params(D, H, seed=0).to_torch(dtype)
     gen = torch.Generator().manual_seed(0)
-    out: dict[str, list[int]] = {path: [] for path in spec["paths"]}
+
+    def draw(L: int) -> torch.Tensor:
+        return torch.randn(B, L, D, generator=gen, dtype=dtype)  # (B, L, D)
+
     with torch.inference_mode():
-        for L in spec["q_lens"]:
-            x = torch.randn(B, L, D, generator=gen, dtype=dtype)
-            for path in spec["paths"]:
-                out[path].append(peak_rss_increase(_memory_runner(path, params, x)))
+        _print_peaks(spec, params, draw, _memory_runner)
+
+
+def _child_spec() -> dict[str, Any]:
+    """A child process's spec, read as JSON from stdin; sets torch's threads when it names them."""
+    spec = json.loads(sys.stdin.read())
+    if spec["threads"] is not None:
+        torch.set_num_threads(spec["threads"])
+    return spec
+
+
+def _print_peaks(
+    spec: dict[str, Any],
+    params: Any,
+    draw: Callable[[int], Any],
+    runner: Callable[[str, Any, Any], Callable[[], Any]],
+) -> None:
+    """Print, as JSON, each path's peak RSS increase at each query length of ``spec``: the
+    input ``(B, L, D)`` from ``draw(L)``, the call from ``runner(path, params, x)``."""
+    out: dict[str, list[int]] = {path: [] for path in spec["paths"]}
+    for L in spec["q_lens"]:
+        x = draw(L)  # (B, L, D)
+        for path in spec["paths"]:
+            out[path].append(peak_rss_increase(runner(path, params, x)))
     print(json.dumps(out))
 
 
@@ -176,18 +198,15 @@ def _tiled_memory_runner(path: str, params: MHAParams, x: np.ndarray) -> Callabl
 
 def _tiled_memory_child() -> None:
     """Entry point of the child process of :func:`tiled_peak_memory` (JSON on stdin)."""
-    spec = json.loads(sys.stdin.read())
-    if spec["threads"] is not None:
-        torch.set_num_threads(spec["threads"])
+    spec = _child_spec()
     D, H, B = spec["d_model"], spec["num_heads"], spec["batch_size"]
     params = init_params(D, H, seed=0, dtype=spec["dtype"])
     rng = np.random.default_rng(0)
-    out: dict[str, list[int]] = {path: [] for path in spec["paths"]}
-    for L in spec["q_lens"]:
-        x = rng.standard_normal((B, L, D)).astype(spec["dtype"])
-        for path in spec["paths"]:
-            out[path].append(peak_rss_increase(_tiled_memory_runner(path, params, x)))
-    print(json.dumps(out))
+
+    def draw(L: int) -> np.ndarray:
+        return rng.standard_normal((B, L, D)).astype(spec["dtype"])  # (B, L, D)
+
+    _print_peaks(spec, params, draw, _tiled_memory_runner)
 
 
 def tiled_peak_memory(

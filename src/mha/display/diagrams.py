@@ -148,7 +148,9 @@ def layer_diagram(
         sizes: symbol sizes (:func:`mha.display.shapes.shape_sizes`) to print each arrow's shape.
 
     Returns:
-        A Plotly figure (shapes and annotations, and one hover point per step).
+        A Plotly figure (shapes and annotations, and one hover point per step). Its
+        ``layout.meta`` asks the book's site to keep it 640 px wide on a phone, scrolled
+        sideways, so that the shapes on the arrows stay readable.
 
     Raises:
         ValueError: if ``num_heads`` is not an int from 1 to ``len(HEAD_COLOURS)``, or
@@ -246,6 +248,7 @@ def layer_diagram(
         autosize=True,
         legend=dict(orientation="h", y=-0.02),
         margin=dict(l=10, r=10, t=60, b=30),
+        meta=dict(mha_min_width=640),  # on the book's site: kept at 640 px on a phone, scrolled
     )
     return fig
 

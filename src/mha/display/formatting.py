@@ -2,11 +2,15 @@
 
 Chapters show numbers as a reader reads them, never as a Python repr: a small matrix as
 a LaTeX ``bmatrix`` inside math, a list of results as a Markdown table (:func:`table` displays
-one), a head by the book's name for it (``head_name``).
+one), a head by the book's name for it (``head_name``), and the library's own code as a code
+block (:func:`listing`).
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -183,3 +187,40 @@ def error_message(
         message = f"{type(err).__name__}: {err}"
         return "```text\n" + message.replace("```", "'''") + "\n```"
     raise RuntimeError(f"expected {expected} to be raised; the call returned {result!r}")
+
+
+def listing(function: Callable[..., Any]) -> Any:
+    """The library's own source of a function or method, without its docstring, to show.
+
+    The chapters show the code they teach this way: read from the package when the book is
+    built, so a chapter never holds a copy that could drift from the library. Decorators
+    are left out; a decorated function shows its own body.
+
+    Args:
+        function: a function or method written in Python.
+
+    Returns:
+        An ``IPython.display.Markdown`` Python code block, from the ``def`` line on,
+        dedented; as the last value of a cell it is displayed.
+
+    Raises:
+        TypeError: if ``function`` is not a Python function or method.
+    """
+    from IPython.display import Markdown  # here: only a notebook needs IPython
+
+    plain = inspect.unwrap(getattr(function, "__func__", function))
+    if not inspect.isfunction(plain):
+        raise TypeError(
+            f"function must be a Python function or method; got {arguments.describe(function)}"
+        )
+    lines = textwrap.dedent(inspect.getsource(plain)).splitlines()
+    lines = lines[next(i for i, line in enumerate(lines) if line.startswith(("def ", "async "))) :]
+    definition = ast.parse("\n".join(lines)).body[0]
+    body: list[ast.stmt] = []
+    if isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        body = definition.body
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and len(body) > 1:
+        del lines[first.lineno - 1 : first.end_lineno]  # the docstring
+    fence = "`" * 3
+    return Markdown(f"{fence}python\n" + "\n".join(lines) + f"\n{fence}")

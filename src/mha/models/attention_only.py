@@ -36,6 +36,7 @@ from mha.backends import torch_backend, torch_checks
 from mha.backends.module import MultiHeadAttention
 from mha.core import packing
 from mha.core._checks import arguments
+from mha.core._checks import layer as layer_checks
 from mha.core.kv_cache import KVCache, atomic
 from mha.core.params import MHAParams, repeat_kv_heads
 
@@ -276,18 +277,8 @@ class AttentionOnlyTransformer(nn.Module):
                 f"tokens must have shape (B, L) with 1 <= L <= max_len={self.pos.shape[0]}; "
                 f"got {tuple(tokens.shape)}"
             )
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
-            raise ValueError(
-                f"tokens must lie in [0, vocab_size={self.vocab_size}); "
-                f"got values in [{int(tokens.min())}, {int(tokens.max())}]"
-            )
-        shape = (self.num_layers, self.num_heads)
-        if gates is not None:
-            arguments.torch_tensor("gates", gates)
-            if tuple(gates.shape) != shape:
-                raise ValueError(
-                    f"gates must have shape (num_layers, H) = {shape}; got {tuple(gates.shape)}"
-                )
+        layer_checks.check_token_ids(tokens, self.vocab_size)
+        layer_checks.check_gates(gates, self.num_layers, self.num_heads)
         return tokens
 
     def residual_stream(
@@ -334,31 +325,14 @@ class AttentionOnlyTransformer(nn.Module):
 
     def _check_caches(self, caches: Sequence[KVCache], tokens: torch.Tensor) -> int:
         """Check one cache per layer, all of one length; return that length."""
-        if (
-            not isinstance(caches, list | tuple)
-            or len(caches) != self.num_layers
-            or not all(isinstance(c, KVCache) for c in caches)
-        ):
-            raise TypeError(
-                f"caches must be a list of num_layers={self.num_layers} KVCache (see new_caches)"
-            )
-        arguments.distinct_objects("caches", caches)
+        layer_checks.check_model_caches(caches, self.num_layers)
         batches = {c.batch_size for c in caches}
         if batches != {tokens.shape[0]}:
             raise ValueError(
                 f"caches must hold the batch of tokens (B={tokens.shape[0]}); got caches of "
                 f"batch {sorted(batches)}"
             )
-        lengths = {c.length for c in caches}
-        if len(lengths) != 1:
-            raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")
-        start = lengths.pop()
-        if start + tokens.shape[1] > self.max_len:
-            raise ValueError(
-                f"positions must stay below max_len={self.max_len}; got {start} cached and "
-                f"{tokens.shape[1]} new"
-            )
-        return start
+        return layer_checks.model_start(caches, tokens.shape[1], self.max_len)
 
     def forward(
         self,

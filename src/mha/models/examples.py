@@ -35,6 +35,10 @@ class AgreementExample:
         tokens: the words, one token each.
         features: the name of each feature (column of ``x``).
         x: one row of features per token, ``(L, D)``: 1 where the token has the feature.
+            These are the keys: what a token offers, and where it sits.
+        value_features: the name of each column of ``values``.
+        values: what each token hands over, ``(L, 2)``: its grammatical number, 1 under
+            ``plural`` or ``singular`` for a noun, 0 and 0 for any other word.
         queries: what the verb looks for, ``(D,)`` each: ``"subject"`` (a plural noun),
             ``"neighbour"`` (the token just before it) and ``"both"`` (their sum).
         verb: the verb's position.
@@ -43,6 +47,8 @@ class AgreementExample:
     tokens: list[str]
     features: list[str]
     x: np.ndarray
+    value_features: list[str]
+    values: np.ndarray
     queries: dict[str, np.ndarray]
     verb: int
 
@@ -54,17 +60,19 @@ def agreement_example(sharpness: float = 16.0) -> AgreementExample:
     ``position j``. The verb *are* needs two tokens: its subject *keys*, a plural noun, to
     agree with it, and its neighbour *cabinet*, at the position before it. Its queries say
     what it looks for, as features: a plural noun, the position before its own, or both.
-    Used with the features as keys and values (``x``), each query scores every token.
+    The features ``x`` are the keys, so each query scores every token. The values differ
+    from the keys: a token hands over only its number, plural or singular (``values``).
 
     Args:
         sharpness: the length given to each part of a query; the larger, the more of the
             weight goes to the keys that match best.
 
     Returns:
-        The tokens, the feature names, the features and the verb's queries.
+        The tokens, the feature names, the features (keys), the values, the verb's queries.
 
     Shape:
-        x ``(L, D)`` with ``L = 9`` tokens and ``D = 3 + L`` features; each query ``(D,)``.
+        x ``(L, D)`` with ``L = 9`` tokens and ``D = 3 + L`` features; values ``(L, 2)``;
+        each query ``(D,)``.
 
     Raises:
         TypeError: if ``sharpness`` is not a real number.
@@ -80,12 +88,15 @@ def agreement_example(sharpness: float = 16.0) -> AgreementExample:
     verb = 5  # are
     x[verb, 2] = 1.0
     x[:, 3:] = np.eye(L)  # token j is at position j
+    values = np.zeros((L, 2))  # (L, 2): plural, singular
+    values[1, 0] = 1.0  # keys
+    values[[4, 8], 1] = 1.0  # cabinet, table
     subject = np.zeros(len(features))  # (D,)
     subject[[0, 1]] = sharpness  # a noun, plural
     neighbour = np.zeros(len(features))  # (D,)
     neighbour[3 + verb - 1] = sharpness  # at the position before the verb's
     queries = {"subject": subject, "neighbour": neighbour, "both": subject + neighbour}
-    return AgreementExample(tokens, features, x, queries, verb)
+    return AgreementExample(tokens, features, x, ["plural", "singular"], values, queries, verb)
 
 
 def worked_example() -> tuple[np.ndarray, MHAParams]:

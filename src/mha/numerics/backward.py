@@ -41,7 +41,7 @@ from typing import TypeVar
 import numpy as np
 
 from mha.backends import np_backend, tiled
-from mha.backends._tiles import causal_offset, tile_mask
+from mha.backends._tiles import tile_causal_offset, tile_mask
 from mha.core import _groups, mask_rules
 from mha.core._checks import arguments, layer, numpy_arrays
 from mha.core.params import MHAParams
@@ -179,40 +179,53 @@ def _checked(name: str, grads: Grads) -> Grads:
     return grads
 
 
-def _tiled_backward(q, k, v_, out, lse, d_out, mask, causal, block_q, block_kv, offset=0):
+def _tiled_backward(
+    q, k, v_, out, lse, d_out, mask, causal, block_q, block_kv, offset=0
+):  # fmt: skip
     batch, L, S = out.shape[:-2], q.shape[-2], k.shape[-2]
     scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
         mask = np.broadcast_to(mask, (*batch, L, S))  # a view: no copy
     maskable = mask is not None or causal
-    delta = np.einsum("...ld,...ld->...l", d_out, out)[..., None]  # rowsum(dO * O) (..., L, 1)
-    # exp(s - lse) with lse = +inf is 0: fully masked rows recompute zero weights.
+    # rowsum(dO * O): (..., L, 1)
+    delta = np.einsum("...ld,...ld->...l", d_out, out)[..., None]
+    # exp(s - lse) with lse = +inf is 0: fully masked rows get zero weights
     lse = np.where(np.isneginf(lse), np.inf, lse)[..., None]  # (..., L, 1)
-    d_query = np.zeros((*batch, L, q.shape[-1]), dtype=q.dtype)  # (..., L, Dh)
-    d_key = np.zeros((*batch, S, k.shape[-1]), dtype=q.dtype)  # (..., S, Dh)
-    d_value = np.zeros((*batch, S, v_.shape[-1]), dtype=q.dtype)  # (..., S, Dv)
+    # dQ, dK, dV: (..., L, Dh), (..., S, Dh), (..., S, Dv)
+    d_query = np.zeros((*batch, L, q.shape[-1]), dtype=q.dtype)
+    d_key = np.zeros((*batch, S, k.shape[-1]), dtype=q.dtype)
+    d_value = np.zeros((*batch, S, v_.shape[-1]), dtype=q.dtype)
     for j0 in range(0, S, block_kv):
         cols = slice(j0, min(j0 + block_kv, S))
-        k_j, v_j = k[..., cols, :], v_[..., cols, :]  # (..., Bc, Dh), (..., Bc, Dv)
-        dk_j, dv_j = d_key[..., cols, :], d_value[..., cols, :]  # views, accumulated in place
+        k_j, v_j = k[..., cols, :], v_[..., cols, :]  # (..., Bc, Dh|Dv)
+        # views of dK and dV, accumulated in place
+        dk_j, dv_j = d_key[..., cols, :], d_value[..., cols, :]
         for i0 in range(0, L, block_q):
             rows = slice(i0, min(i0 + block_q, L))
-            keep = tile_mask(mask, causal, rows, cols, offset=offset) if maskable else None
+            keep = None
+            if maskable:
+                keep = tile_mask(mask, causal, rows, cols, offset=offset)
             if keep is False:
                 continue
-            q_i, do_i = q[..., rows, :], d_out[..., rows, :]  # (..., Br, Dh), (..., Br, Dv)
-            s = np.matmul(q_i * scale, k_j.swapaxes(-1, -2))  # (..., Br, Bc)
+            # (..., Br, Dh), (..., Br, Dv)
+            q_i, do_i = q[..., rows, :], d_out[..., rows, :]
+            # (..., Br, Dh) @ (..., Dh, Bc) -> (..., Br, Bc)
+            s = np.matmul(q_i * scale, k_j.swapaxes(-1, -2))
             if keep is not None:
                 np.copyto(s, -np.inf, where=~keep)
             s -= lse[..., rows, :]
             p = np.exp(s, out=s)  # the weights of this tile, recomputed
-            dv_j += np.matmul(p.swapaxes(-1, -2), do_i)  # (..., Bc, Br) @ (..., Br, Dv)
-            dp = np.matmul(do_i, v_j.swapaxes(-1, -2))  # (..., Br, Dv) @ (..., Dv, Bc)
+            # dV: (..., Bc, Br) @ (..., Br, Dv)
+            dv_j += np.matmul(p.swapaxes(-1, -2), do_i)
+            # dA: (..., Br, Dv) @ (..., Dv, Bc)
+            dp = np.matmul(do_i, v_j.swapaxes(-1, -2))
             dp -= delta[..., rows, :]
             dp *= p
             dp *= scale  # dZ / sqrt(Dh)
-            d_query[..., rows, :] += np.matmul(dp, k_j)  # (..., Br, Bc) @ (..., Bc, Dh)
-            dk_j += np.matmul(dp.swapaxes(-1, -2), q_i)  # (..., Bc, Br) @ (..., Br, Dh)
+            # dQ: (..., Br, Bc) @ (..., Bc, Dh)
+            d_query[..., rows, :] += np.matmul(dp, k_j)
+            # dK: (..., Bc, Br) @ (..., Br, Dh)
+            dk_j += np.matmul(dp.swapaxes(-1, -2), q_i)
     return (
         _unbroadcast(d_query, q.shape),
         _unbroadcast(d_key, k.shape),
@@ -281,7 +294,7 @@ def tiled_attention(
         raise ValueError("lse must be finite or -inf; got NaN or +inf values")
     if mask is not None:
         numpy_arrays.check_mask(mask, (*batch, L, S))
-    offset = causal_offset(causal, align, L, S)
+    offset = tile_causal_offset(L, S, align, causal=causal)
     arguments.check_block_size("block_q", block_q)
     arguments.check_block_size("block_kv", block_kv)
     grads = _tiled_backward(
@@ -392,8 +405,9 @@ def _check_layer(query, key, value, params, mask, rotary=None) -> dict[str, floa
     """The argument checks of :func:`mha.backends.np_backend.multi_head_attention`; the
     magnitudes."""
     return layer.check_mha(
-        query, key, value, params, mask, "fused", False, numpy_arrays.NUMPY, rotary=rotary
-    )
+        query, key, value, params, mask, form="fused", need_weights=False,
+        kind=numpy_arrays.NUMPY, rotary=rotary,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -541,19 +555,9 @@ def multi_head_attention_forward(
     heads = _groups.ungroup(heads, H, H_kv)  # (B, H, L, Dh)
     out = np_backend.linear(np_backend.merge_heads(heads), params.w_o, params.b_o)  # (B, L, D)
     layer.check_mha_range(
-        out,
-        magnitudes,
-        query,
-        key,
-        value,
-        params,
-        mask,
-        None,
-        numpy_arrays.NUMPY,
-        causal=diagonal,
-        rotary=rotary,
-        name="multi_head_attention_forward output",
-    )
+        out, magnitudes, query, key, value, params, mask, cache=None, kind=numpy_arrays.NUMPY,
+        causal=diagonal, rotary=rotary, name="multi_head_attention_forward output",
+    )  # fmt: skip
     kept = (q, k, val, heads, weights, lse, block_q, block_kv)
     saved = MHASaved(query, key, value, params, mask, form, diagonal, *kept, rotary=rotary)
     return out, saved

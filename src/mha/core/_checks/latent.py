@@ -18,7 +18,7 @@ import numpy as np
 
 from mha.core._checks.arguments import check_bool, check_nonempty, check_rank, check_same_dtype
 from mha.core._checks.arrays import ArrayKind
-from mha.core._checks.layer import check_mha_mask
+from mha.core._checks.layer import check_cache_fits, check_mha_mask
 from mha.core._checks.overflow import check_range, float64_values, overflow_stage
 from mha.core.kv_cache import LatentCache
 from mha.core.latent_params import MLAParams
@@ -106,28 +106,10 @@ def check_latent_cache(
         raise TypeError(
             f"cache must be a mha.core.kv_cache.LatentCache; got {type(cache).__name__}"
         )
-    if not isinstance(cache.latents, kind.array_type):
-        raise TypeError(
-            f"cache must hold {kind.type_name} buffers like the input; got "
-            f"{type(cache.latents).__name__}"
-        )
-    if cache.dtype != dtype:
-        raise TypeError(
-            f"cache must have the input's dtype {dtype}; got a cache of dtype {cache.dtype}"
-        )
     want = (batch_size, params.d_latent, params.d_rope)
     got = (cache.batch_size, cache.d_latent, cache.d_rope)
-    if want != got:
-        raise ValueError(
-            "cache must have the input's batch size and the layer's d_latent and d_rope: "
-            f"want (B, Dc, Dr) = {want}; got {got}"
-        )
-    if cache.length + new > cache.capacity:
-        raise ValueError(
-            f"the cache holds at most capacity={cache.capacity} positions; it holds "
-            f"{cache.length} and got {new} more"
-        )
-    return cache.length + new
+    sizes = ("d_latent and d_rope", "(B, Dc, Dr)")
+    return check_cache_fits(cache, cache.latents, "input", dtype, kind, sizes, want, got, new)
 
 
 def _widths(params: MLAParams) -> dict[str, int]:

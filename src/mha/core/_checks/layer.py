@@ -24,6 +24,8 @@ from mha.core._checks.arguments import (
     check_rank,
     check_same_dtype,
     describe,
+    distinct_objects,
+    torch_tensor,
 )
 from mha.core._checks.arrays import ArrayKind, check_arrays
 from mha.core._checks.overflow import (
@@ -51,12 +53,12 @@ def check_mha(
     value: Any,
     params: Any,
     mask: Any,
+    *,
     form: str,
     need_weights: Any,
     kind: ArrayKind,
     cache: Any = None,
     forms: tuple[str, ...] = FORMS,
-    *,
     rotary: Any = None,
 ) -> dict[str, float]:
     """Check the arguments of a backend's ``multi_head_attention``.
@@ -259,21 +261,44 @@ def check_cache(
         names = [repr(f) for f in forms if f != "per_head"]
         others = f"{', '.join(names[:-1])} or {names[-1]}"
         raise ValueError(f"form='per_head' does not take a cache; use form={others}")
-    if not isinstance(cache.keys, kind.array_type):
+    want = (batch_size, params.num_kv_heads, params.d_head)
+    got = (cache.batch_size, cache.num_kv_heads, cache.d_head)
+    sizes = ("num_kv_heads and d_head", "(B, H_kv, Dh)")
+    return check_cache_fits(cache, cache.keys, "inputs", dtype, kind, sizes, want, got, new)
+
+
+def check_cache_fits(
+    cache: Any,
+    buffer: Any,
+    source: str,
+    dtype: Any,
+    kind: ArrayKind,
+    sizes: tuple[str, str],
+    want: tuple[int, ...],
+    got: tuple[int, ...],
+    new: int,
+) -> int:
+    """The checks every cache kind shares; return S, the positions after appending ``new``.
+
+    ``buffer`` (one of the cache's buffers) must be of the input's array kind and the cache
+    of its dtype, ``got`` (the cache's sizes) must be ``want``, and ``new`` positions must fit.
+    ``source`` names the input in messages (``"inputs"``) and ``sizes`` the layer's sizes
+    and their symbols (``("num_kv_heads and d_head", "(B, H_kv, Dh)")``).
+    """
+    owner = source + ("'" if source.endswith("s") else "'s")  # inputs' or input's
+    if not isinstance(buffer, kind.array_type):
         raise TypeError(
-            f"cache must hold {kind.type_name} buffers like the inputs; got "
-            f"{type(cache.keys).__name__}"
+            f"cache must hold {kind.type_name} buffers like the {source}; got "
+            f"{type(buffer).__name__}"
         )
     if cache.dtype != dtype:
         raise TypeError(
-            f"cache must have the inputs' dtype {dtype}; got a cache of dtype {cache.dtype}"
+            f"cache must have the {owner} dtype {dtype}; got a cache of dtype {cache.dtype}"
         )
-    want = (batch_size, params.num_kv_heads, params.d_head)
-    got = (cache.batch_size, cache.num_kv_heads, cache.d_head)
     if want != got:
         raise ValueError(
-            "cache must have the inputs' batch size and the layer's num_kv_heads and d_head: "
-            f"want (B, H_kv, Dh) = {want}; got {got}"
+            f"cache must have the {owner} batch size and the layer's {sizes[0]}: "
+            f"want {sizes[1]} = {want}; got {got}"
         )
     if cache.length + new > cache.capacity:
         raise ValueError(
@@ -281,6 +306,59 @@ def check_cache(
             f"{cache.length} and got {new} more"
         )
     return cache.length + new
+
+
+def check_model_caches(caches: Any, num_layers: int) -> None:
+    """Check a model's caches: a list or tuple of one distinct :class:`KVCache` per layer."""
+    if (
+        not isinstance(caches, list | tuple)
+        or len(caches) != num_layers
+        or not all(isinstance(c, KVCache) for c in caches)
+    ):
+        raise TypeError(
+            f"caches must be a list of num_layers={num_layers} KVCache (see new_caches)"
+        )
+    distinct_objects("caches", caches)
+
+
+def check_token_ids(tokens: Any, vocab_size: int) -> None:
+    """Check that a model's token ids (an integer tensor) lie in ``[0, vocab_size)``."""
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(
+            f"tokens must lie in [0, vocab_size={vocab_size}); "
+            f"got values in [{int(tokens.min())}, {int(tokens.max())}]"
+        )
+
+
+def check_gates(gates: Any, num_layers: int, num_heads: int) -> None:
+    """Check a model's head gates: ``None``, or a finite floating tensor ``(num_layers, H)``."""
+    if gates is None:
+        return
+    torch_tensor("gates", gates)  # floating and finite
+    shape = (num_layers, num_heads)
+    if tuple(gates.shape) != shape:
+        raise ValueError(
+            f"gates must be a tensor of shape (num_layers, H) = {shape}; got {tuple(gates.shape)}"
+        )
+
+
+def common_length(caches: Any) -> int:
+    """The one length that a model's caches (one per layer) all hold."""
+    lengths = {c.length for c in caches}
+    if len(lengths) != 1:
+        raise ValueError(f"caches must all hold the same positions; got {sorted(lengths)}")
+    return lengths.pop()
+
+
+def model_start(caches: Any, new: int, max_len: int) -> int:
+    """The position of a model's first new token: the one length its checked ``caches`` hold
+    (0 without caches), checked so that ``new`` more positions stay below ``max_len``."""
+    start = 0 if caches is None else common_length(caches)
+    if start + new > max_len:
+        raise ValueError(
+            f"positions must stay below max_len={max_len}; got {start} cached and {new} new"
+        )
+    return start
 
 
 @contextlib.contextmanager
@@ -374,9 +452,9 @@ def check_mha_range(
     value: Any,
     params: MHAParams,
     mask: Any,
+    *,
     cache: Any,
     kind: ArrayKind,
-    *,
     causal: str | None = None,
     rotary: Rotary | None = None,
     name: str = "multi_head_attention output",

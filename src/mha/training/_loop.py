@@ -1,0 +1,94 @@
+"""The training loop that every task's training function shares.
+
+:func:`fit` trains an :class:`~mha.models.attention_only.AttentionOnlyTransformer` with AdamW
+on a config's batches and records measurements of the held-out batch as it goes;
+:func:`starting_model` picks the model a run starts from. The tasks differ only in their
+config, their loss and what they measure (:mod:`mha.training.runs`,
+:mod:`mha.training.digit_sums`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from mha.backends import torch_checks
+from mha.core._checks import arguments
+from mha.models.attention_only import AttentionOnlyTransformer
+
+
+def starting_model(config: Any, model: AttentionOnlyTransformer | None) -> AttentionOnlyTransformer:
+    """A copy of ``model`` to train, or ``config.model()`` when ``model`` is ``None``.
+
+    Raises:
+        TypeError: if ``model`` is not ``None`` or an AttentionOnlyTransformer.
+    """
+    if model is None:
+        return config.model()
+    arguments.instance("model", model, AttentionOnlyTransformer, "an AttentionOnlyTransformer")
+    return copy.deepcopy(model)
+
+
+def fit(
+    model: AttentionOnlyTransformer,
+    config: Any,
+    loss: Callable[[torch.Tensor, Any], torch.Tensor],
+    measures: Callable[[torch.Tensor, list[torch.Tensor], Any], dict[str, Any]],
+) -> tuple[np.ndarray, dict[str, list]]:
+    """Train ``model`` in place for ``config.steps`` AdamW steps, measuring as it learns.
+
+    A fresh batch per step comes from ``config.batch`` with a generator seeded
+    ``(config.seed, 1)``. At step 0, every ``config.eval_every`` steps and after the last step,
+    the model's logits and weights on ``config.eval_batch()`` go to ``measures``, with the
+    backend's value checks on. The steps run with them off: their inputs are the model's own
+    embeddings and weights, and ``loss`` refuses logits or a loss that is not finite instead.
+
+    Args:
+        model: the model, trained in place.
+        config: a training config: ``steps``, ``eval_every``, ``batch_size``, ``lr``,
+            ``weight_decay``, ``seed``, ``batch(rng, size)`` and ``eval_batch()``.
+        loss: the differentiable loss of a batch's logits, ``loss(logits, batch)``.
+        measures: named measurements of the held-out batch,
+            ``measures(logits, weights, batch)``.
+
+    Returns:
+        The loss of every step ``(steps,)``, and the log: ``"step"`` and each measurement's
+        name, mapped to their values at each evaluation.
+
+    Raises:
+        ValueError: if a step's loss, or a measurement, meets NaN or infinity (training
+            diverged).
+    """
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    data = np.random.default_rng([config.seed, 1])
+    held_out = config.eval_batch()
+    log: dict[str, list] = {"step": []}
+    train_loss = np.empty(config.steps)
+    for step in range(config.steps + 1):
+        try:  # NaN or infinity in the model: its loss (or a measurement) refuses it
+            if step % config.eval_every == 0 or step == config.steps:
+                with torch.no_grad():
+                    logits, weights = model(held_out.tokens, need_weights=True)
+                log["step"].append(step)
+                for name, value in measures(logits, weights, held_out).items():
+                    log.setdefault(name, []).append(value)
+            if step == config.steps:
+                break
+            batch = config.batch(data, config.batch_size)
+            with torch_checks.value_checks(False):  # the loss is checked instead
+                logits, _ = model(batch.tokens)
+            step_loss = loss(logits, batch)
+            opt.zero_grad()
+            step_loss.backward()
+            opt.step()
+            train_loss[step] = step_loss.item()
+        except ValueError as error:
+            raise ValueError(
+                f"the training loss must stay finite at step {step} (lr={config.lr}): "
+                f"training diverged ({error})"
+            ) from None
+    return train_loss, log
