@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import exactness
+import fresh_clone
 import pytest
 import torch
 
@@ -63,6 +64,17 @@ def built_pdf(built_site: Path) -> Path:
 
 
 exactness.install()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the fresh clone's ``make test`` now when its test is selected (``fresh_clone``):
+    creating the clone's environment then overlaps the other tests."""
+    if any(item.nodeid == fresh_clone.TEST_ID for item in session.items):
+        fresh_clone.start_early()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    fresh_clone.stop_early()  # a run that no test waited for (the session stopped first)
 
 
 @pytest.fixture(autouse=True)

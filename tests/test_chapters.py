@@ -11,12 +11,17 @@ Two things differ from the book build, on purpose:
   rounding fails one of the two;
 - exact comparisons of floating-point arrays are audited (``exactness.py``): each must say
   which exact operation makes it hold.
+
+The selected chapters are executed two at a time, in the order their tests run: each kernel
+runs on one thread, so two of them keep two cores busy. Each test waits for its chapter.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import jupytext
@@ -30,6 +35,7 @@ from portability import portable_env
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 TIMEOUT = 600  # seconds per cell: generous; the whole book must build in minutes
+CHAPTERS_AT_ONCE = 2  # each kernel runs on one thread; the machine has at least two cores
 
 pytestmark = pytest.mark.chapter
 
@@ -120,9 +126,42 @@ def test_execute_passes_the_environment_to_the_kernel(tmp_path: Path) -> None:
     assert executed.cells[0].outputs[0]["text"].strip() == "1"
 
 
-@pytest.mark.parametrize("stem", toc_chapters())
-def test_chapter_executes_top_to_bottom(stem: str) -> None:
-    """Under the portable kernels (the site build runs the machine's), audited."""
+def run_chapter(stem: str) -> list[str]:
+    """Execute chapter ``stem`` under the portable kernels, audited; its audit's violations."""
     notebook = audited(jupytext.read(BOOK / f"{stem}.md"))
-    violations = audit_violations(execute(notebook, BOOK, portable_env()))
+    # It may start before a test's fixtures take a developer's train store away (conftest.py).
+    env = {key: value for key, value in portable_env().items() if key != "MHA_TRAIN_STORE"}
+    return audit_violations(execute(notebook, BOOK, env))
+
+
+def selected_stems(items: list[pytest.Item]) -> list[str]:
+    """The chapters of the selected tests of this module, in the order the tests run."""
+    stems = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if item.path == Path(__file__) and callspec and "stem" in callspec.params:
+            stems.append(callspec.params["stem"])
+    return list(dict.fromkeys(stems))
+
+
+@pytest.fixture(scope="module")
+def chapter_runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future]]:
+    """The selected chapters, executed two at a time in the order their tests run: each in
+    its own kernel on one thread (``portable_env``), so two of them share two cores."""
+    with ThreadPoolExecutor(max_workers=CHAPTERS_AT_ONCE) as pool:
+        runs = {
+            stem: pool.submit(run_chapter, stem) for stem in selected_stems(request.session.items)
+        }
+        try:
+            yield runs
+        finally:
+            for run in runs.values():
+                run.cancel()  # those not started yet, when the session stops early
+
+
+@pytest.mark.parametrize("stem", toc_chapters())
+def test_chapter_executes_top_to_bottom(chapter_runs: dict[str, Future], stem: str) -> None:
+    """Under the portable kernels (the site build runs the machine's), audited."""
+    run = chapter_runs.get(stem)
+    violations = run.result() if run else run_chapter(stem)
     assert not violations, "\n".join(violations)

@@ -4,10 +4,13 @@ This test clones the current HEAD of this repository (committed work only) into 
 directory and runs ``make test`` there, as a new reader or CI would: it creates the
 environment with the pinned dependencies, installs the Node tools and Chromium, lints, and
 runs pytest. ``make test`` runs there with ``PYTEST_ADDOPTS`` naming a few test files
-(``CLONE_TESTS``): this test starts it to show that the command works in a clone, while every
-test, this one aside, is run by this session on the same commit; and it never starts this
-test again (no recursion). It asserts that the command exits 0 and that the clone's own
-``.venv/bin/python -c "import mha"`` imports the clone's package.
+(``fresh_clone.CLONE_TESTS``): this test starts it to show that the command works in a clone,
+while every test, this one aside, is run by this session on the same commit; and it never
+starts this test again (no recursion). It asserts that the command exits 0 and that the
+clone's own ``.venv/bin/python -c "import mha"`` imports the clone's package.
+
+The clone's run starts when the tests are collected (``conftest.py``, ``fresh_clone.py``), so
+that creating its environment overlaps the other tests; this test waits for it.
 
 The README's other command, ``make book``, is what this session's site tests build the site
 with (the ``built_site`` fixture in ``conftest.py``); run from a fresh clone, as CI runs
@@ -20,84 +23,57 @@ It is slow (it creates the clone's virtual environment): it is marked ``slow`` a
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
+import fresh_clone
 import pytest
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 TEST_TIMEOUT_S = 60 * 60
 TAIL_LINES = 80
-# What `make test` runs in the clone: lint (a prerequisite of `make test`), then pytest on the
-# parity tests against PyTorch's attention with the clone's installed `mha`. That shows that
-# the command, its environment and its test run work there; the rest of the suite runs in this
-# session on the same commit, so running it again in the clone would show nothing new.
-CLONE_TESTS = ["tests/test_parity.py", "tests/test_init.py"]
-CLONE_PYTEST_ADDOPTS = " ".join(CLONE_TESTS)
 
 
 def tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def run(command: list[str], cwd: Path, env: dict[str, str], timeout: int, log: Path) -> None:
-    """Run ``command`` in ``cwd``; on a non-zero exit or a timeout, fail with the output's tail."""
-    with log.open("w") as out:
-        try:
-            result = subprocess.run(
-                command,
-                cwd=cwd,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                timeout=timeout,
-            )
-        except subprocess.TimeoutExpired:
-            pytest.fail(
-                f"`{' '.join(command)}` did not finish in {timeout} s in {cwd}; last output:\n"
-                f"{tail(log.read_text(errors='replace'))}",
-                pytrace=False,
-            )
-    if result.returncode != 0:
+def finished(run: fresh_clone.CloneRun, timeout: int) -> None:
+    """Wait for ``run``; on a non-zero exit or a timeout, fail with its output's tail."""
+    what = f"`make test` in {run.clone}"
+    try:
+        returncode = run.process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        fresh_clone.stop(run)
         pytest.fail(
-            f"`{' '.join(command)}` exited with {result.returncode} in {cwd}; last output "
-            f"(full log: {log}):\n{tail(log.read_text(errors='replace'))}",
+            f"{what} did not finish in {timeout} s; last output:\n"
+            f"{tail(run.log.read_text(errors='replace'))}",
+            pytrace=False,
+        )
+    if returncode != 0:
+        pytest.fail(
+            f"{what} exited with {returncode}; last output (full log: {run.log}):\n"
+            f"{tail(run.log.read_text(errors='replace'))}",
             pytrace=False,
         )
 
 
 def test_make_test_works_in_a_fresh_clone(tmp_path: Path) -> None:
-    clone = tmp_path / "clone"
-    subprocess.run(
-        ["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"VIRTUAL_ENV", "PYTHONPATH", "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS"}
-    }
-    env["PYTEST_ADDOPTS"] = CLONE_PYTEST_ADDOPTS
-
-    run(["make", "test"], clone, env, TEST_TIMEOUT_S, tmp_path / "make-test.log")
+    run = fresh_clone.take_early() or fresh_clone.start(tmp_path)
+    finished(run, TEST_TIMEOUT_S)
 
     imported = subprocess.run(
-        [str(clone / ".venv" / "bin" / "python"), "-c", "import mha; print(mha.__file__)"],
+        [str(run.clone / ".venv" / "bin" / "python"), "-c", "import mha; print(mha.__file__)"],
         cwd=tmp_path,
-        env=env,
+        env=run.env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert imported.returncode == 0, f"`import mha` failed in the clone:\n{imported.stderr}"
-    assert Path(imported.stdout.strip()).is_relative_to(clone), (
+    assert Path(imported.stdout.strip()).is_relative_to(run.clone), (
         f"the clone's Python imported mha from {imported.stdout.strip()}, not from the clone"
     )
-    shutil.rmtree(clone, ignore_errors=True)  # the clone's .venv is large; keep it only on failure
+    shutil.rmtree(run.clone, ignore_errors=True)  # its .venv is large; kept only on failure

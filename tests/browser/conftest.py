@@ -57,19 +57,30 @@ def playwright_driver() -> Iterator[object]:
         manager.stop()
 
 
+def launch_chromium(driver) -> object:
+    """The system Chromium, headless, started by the Playwright ``driver`` (one per thread)."""
+    return driver.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+
+
 @pytest.fixture(scope="session")
 def browser(playwright_driver) -> Iterator[object]:
     """One headless Chromium for the whole session; fails (never skips) when it is missing."""
     if not (CHROMIUM.exists() and os.access(CHROMIUM, os.X_OK)):
         found = shutil.which("chromium")
         pytest.fail(f"{INSTALL_HINT} (on PATH: {found})", pytrace=False)
-    chromium = playwright_driver.chromium.launch(
-        executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-    )
+    chromium = launch_chromium(playwright_driver)
     try:
         yield chromium
     finally:
         chromium.close()
+
+
+@pytest.fixture(scope="session")
+def chromium_launcher(browser):
+    """``launch_chromium``, for a thread that drives its own Chromium (Playwright's objects
+    belong to the thread that made them); asked for after ``browser``, so a missing Chromium
+    fails first there."""
+    return launch_chromium
 
 
 @pytest.fixture(scope="session")

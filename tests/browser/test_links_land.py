@@ -18,6 +18,11 @@ Chromium and Firefox readers have it. Links are followed two ways:
 - on the page: each link of the page's own contents and of its text to a target of the same
   page, clicked in the order of their targets on a freshly opened page, and the link to the
   last target clicked first on another fresh page (nothing laid out above it yet).
+
+On the page, the clicks run in the page itself, one script for all of a page's links (click,
+wait until the scroll has ended and a moment more, read where the target is, next link), and a
+page is followed at both widths at once, in two tabs: most of a click is waiting for frames,
+so the two tabs share the machine's cores rather than queue for one.
 """
 
 from __future__ import annotations
@@ -116,6 +121,28 @@ CLICK_LINK_JS = """
   link.click();
 }
 """
+# Each link of ``ids`` clicked in turn, in the page: the scroll ended and ``settle`` ms more,
+# where its target is. Started without waiting (a promise kept on the window), so that other
+# tabs follow their links meanwhile; ``LANDINGS_JS`` waits for it.
+FOLLOW_LINKS_JS = f"""
+([ids, settle]) => {{
+  const click = {CLICK_LINK_JS};
+  const where = {WHERE_JS};
+  const scrollStill = {SCROLL_STILL_JS};
+  const pause = () => new Promise((done) => setTimeout(done, settle));
+  window.mhaTestLandings = (async () => {{
+    const landings = [];
+    for (const id of ids) {{
+      click(id);
+      await scrollStill();
+      await pause();
+      landings.push(where(id));
+    }}
+    return landings;
+  }})();
+}}
+"""
+LANDINGS_JS = "() => window.mhaTestLandings"
 
 
 class _Sections(HTMLParser):
@@ -225,30 +252,57 @@ def follow_from_another_page(
 
 
 def follow_on_the_page(
-    browser, site: str, page: str, width: int, anchoring: bool = False
-) -> list[str]:
+    browser, site: str, page: str, widths: list[int], anchoring: bool = False
+) -> dict[int, list[str]]:
     """Click each in-page link of a fresh page in the order of their targets, then the last
-    one first on another fresh page; the problems with where each target lands."""
+    one first on another fresh page; the problems with where each target lands, by width.
+
+    Each width has its own tab; their clicks run at the same time (``FOLLOW_LINKS_JS``)."""
     url = f"{site}{page}.html"
-    context, tab, errors = _tab(browser, width, anchoring)
-    problems = []
+    contexts, tabs = [], []
+    problems: dict[int, list[str]] = {}
     try:
-        tab.goto(url, timeout=LOAD_TIMEOUT_MS)
-        targets = tab.evaluate(IN_PAGE_LINKS_JS)
-        if page not in ("book/bibliography", "book/api"):
-            assert targets, f"{page}: no link to a target on the page"
-        for target in targets:
-            tab.evaluate(CLICK_LINK_JS, target)
-            problems += [f"#{target}: {p}" for p in _where_after_settling(tab, target)]
-        if targets:  # the farthest target first, on a fresh page
-            tab.goto("about:blank")
+        for width in widths:
+            context, tab, errors = _tab(browser, width, anchoring)
+            contexts.append(context)
             tab.goto(url, timeout=LOAD_TIMEOUT_MS)
-            tab.evaluate(CLICK_LINK_JS, targets[-1])
-            for check in (_where_after_settling, _where_later):
-                problems += [f"#{targets[-1]} first: {p}" for p in check(tab, targets[-1])]
+            targets = tab.evaluate(IN_PAGE_LINKS_JS)
+            if page not in ("book/bibliography", "book/api"):
+                assert targets, f"{page}: no link to a target on the page"
+            tab.evaluate(FOLLOW_LINKS_JS, [targets, SETTLE_MS])
+            tabs.append((width, tab, errors, targets))
+        for width, tab, errors, targets in tabs:
+            landings = tab.evaluate(LANDINGS_JS)
+            found = [
+                f"#{target}: {problem}"
+                for target, where in zip(targets, landings, strict=True)
+                if (problem := landed(where))
+            ]
+            if targets:  # the farthest target first, on a fresh page
+                tab.goto("about:blank")
+                tab.goto(url, timeout=LOAD_TIMEOUT_MS)
+                tab.evaluate(CLICK_LINK_JS, targets[-1])
+                for check in (_where_after_settling, _where_later):
+                    found += [f"#{targets[-1]} first: {p}" for p in check(tab, targets[-1])]
+            problems[width] = found + [f"page error: {e}" for e in errors]
     finally:
-        context.close()
-    return problems + [f"page error: {e}" for e in errors]
+        for context in contexts:
+            context.close()
+    return problems
+
+
+@pytest.fixture(scope="module")
+def on_the_page(browser, site: str):
+    """``on_the_page(page, width, anchoring)``: ``follow_on_the_page`` at every width of
+    ``WIDTHS`` at once, the first time a page is asked for; the problems at ``width``."""
+    cache: dict[tuple[str, bool], dict[int, list[str]]] = {}
+
+    def get(page: str, width: int, anchoring: bool = False) -> list[str]:
+        if (page, anchoring) not in cache:
+            cache[page, anchoring] = follow_on_the_page(browser, site, page, WIDTHS, anchoring)
+        return cache[page, anchoring][width]
+
+    return get
 
 
 def _report(problems: list[str], header: str) -> str:
@@ -265,20 +319,18 @@ def test_a_link_from_another_page_lands_on_its_heading(
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_a_link_on_the_page_lands_on_its_target(
-    browser, site: str, toc_page: str, width: int
-) -> None:
+def test_a_link_on_the_page_lands_on_its_target(on_the_page, toc_page: str, width: int) -> None:
     """Each in-page link (contents and text), clicked on the page, shows its target."""
-    problems = follow_on_the_page(browser, site, toc_page, width)
+    problems = on_the_page(toc_page, width)
     assert problems == [], _report(problems, f"{toc_page} at {width} px, on the page")
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("page", LONG_CHAPTERS)
 def test_links_land_with_the_browsers_scroll_anchoring_on(
-    browser, built_site: Path, site: str, page: str, width: int
+    browser, on_the_page, built_site: Path, site: str, page: str, width: int
 ) -> None:
     """The long chapters' links, followed with Chromium's scroll anchoring on."""
     problems = follow_from_another_page(browser, built_site, site, page, width, anchoring=True)
-    problems += follow_on_the_page(browser, site, page, width, anchoring=True)
+    problems += on_the_page(page, width, anchoring=True)
     assert problems == [], _report(problems, f"{page} at {width} px, scroll anchoring on")

@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -521,24 +522,116 @@ def load_page(
     return visit
 
 
+VisitKey = tuple[str, str, int]  # page, theme, width
+
+
+def planned_visits(items: list[pytest.Item], site: Path) -> list[VisitKey]:
+    """The visits the selected tests of this module will ask for, in the order they run
+    (read from their parameters as the tests read them; a wrong guess costs a visit, not a
+    result: a visit not planned is made when asked for)."""
+    planned: dict[VisitKey, None] = {}
+    for item in items:
+        params = getattr(item, "callspec", None)
+        params = params.params if params else {}
+        if item.path != Path(__file__) or "visit" not in item.fixturenames:
+            continue
+        if "toc_page" not in params:
+            continue
+        page, width = params["toc_page"], params.get("width", WIDE)
+        if width != WIDE and not expected_figures(site, page):
+            width = WIDE
+        planned[page, params.get("theme", "light"), width] = None
+    return list(planned)
+
+
+class Visits:
+    """Visits made two at a time: this thread and a helper thread (with its own Playwright
+    and Chromium, as Playwright's objects belong to the thread that made them) each take the
+    next planned visit nobody has started. A visit is mostly one renderer's work, and the
+    machine has at least two cores."""
+
+    def __init__(self, browser, launch, site_url: str, artifacts: Path, planned: list) -> None:
+        self.browser, self.launch = browser, launch
+        self.site_url, self.artifacts = site_url, artifacts
+        self.planned = planned
+        self.started: set[VisitKey] = set()
+        self.done: dict[VisitKey, Visit | Exception] = {}
+        self.changed = threading.Condition()
+        self.stopping = False
+        self.helper = threading.Thread(target=self._help, name="second visit", daemon=True)
+        self.helper.start()
+
+    def _load(self, browser, key: VisitKey) -> None:
+        page, theme, width = key
+        try:
+            record: Visit | Exception = load_page(
+                browser, self.site_url, page, theme, self.artifacts, width
+            )
+        except Exception as error:  # one failed load fails every test of that visit, fast
+            record = error
+        with self.changed:
+            self.done[key] = record
+            self.changed.notify_all()
+
+    def _claim_next(self) -> VisitKey | None:
+        with self.changed:
+            for key in self.planned:
+                if key not in self.started and not self.stopping:
+                    self.started.add(key)
+                    return key
+        return None
+
+    def _help(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as driver:
+            browser = self.launch(driver)
+            try:
+                while (key := self._claim_next()) is not None:
+                    self._load(browser, key)
+            finally:
+                browser.close()
+
+    def get(self, key: VisitKey) -> Visit | Exception:
+        """The record of ``key``, made here or by the helper; while the helper makes it,
+        this thread makes the next planned visit."""
+        while True:
+            with self.changed:
+                if key in self.done:
+                    return self.done[key]
+                mine = key not in self.started
+                if mine:
+                    self.started.add(key)
+            if mine:
+                self._load(self.browser, key)
+            elif (other := self._claim_next()) is not None:
+                self._load(self.browser, other)
+            else:
+                with self.changed:
+                    self.changed.wait_for(lambda: key in self.done)
+
+    def close(self) -> None:
+        with self.changed:
+            self.stopping = True
+        self.helper.join()
+
+
 @pytest.fixture(scope="session")
-def visit(browser, site_url, artifacts_dir):
-    """``visit(page, theme)``: load a page once per theme per session and return its record."""
-    cache: dict[tuple[str, str, int], Visit | Exception] = {}
+def visit(browser, chromium_launcher, site_url, built_site, artifacts_dir, request):
+    """``visit(page, theme)``: load a page once per theme per session and return its record.
+
+    The visits the selected tests will ask for are made two at a time (``Visits``)."""
+    planned = planned_visits(request.session.items, built_site)
+    visits = Visits(browser, chromium_launcher, site_url, artifacts_dir, planned)
 
     def get(page: str, theme: str, width: int = WIDE) -> Visit:
-        key = (page, theme, width)
-        if key not in cache:
-            try:
-                cache[key] = load_page(browser, site_url, page, theme, artifacts_dir, width)
-            except Exception as error:  # one failed load fails every test of that visit, fast
-                cache[key] = error
-        record = cache[key]
+        record = visits.get((page, theme, width))
         if isinstance(record, Exception):
             pytest.fail(f"loading {page} ({theme}, {width} px) failed: {record!r}", pytrace=False)
         return record
 
-    return get
+    yield get
+    visits.close()
 
 
 def fail_if(problems: list[str], header: str, limit: int = 25) -> None:
