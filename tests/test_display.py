@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -96,6 +98,9 @@ def test_listing_shows_the_source_from_def_on_dedented_without_docstring() -> No
     shown = formatting.listing(np_backend.attention_per_head).data
     assert shown.startswith("```python\ndef attention_per_head(") and shown.endswith("\n```")
     assert '"""' not in shown and "for h in range(params.num_heads):" in shown
+    # the source wraps its signature under "# fmt: skip"; the reader sees no formatter note
+    assert "# fmt:" in inspect.getsource(np_backend.attention_per_head)
+    assert "# fmt:" not in shown and "\n):\n" in shown
     method = formatting.listing(tiled.RunningRows.update).data.splitlines()
     assert method[1].startswith("def update(") and method[-2] == "    self.row_max = new_max"
     assert '"""' not in "\n".join(method)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -189,12 +190,16 @@ def error_message(
     raise RuntimeError(f"expected {expected} to be raised; the call returned {result!r}")
 
 
+_FORMATTER_NOTE = re.compile(r"\s*# fmt: (?:skip|off|on)\s*$")  # the end of a line
+
+
 def listing(function: Callable[..., Any]) -> Any:
     """The library's own source of a function or method, without its docstring, to show.
 
     The chapters show the code they teach this way: read from the package when the book is
     built, so a chapter never holds a copy that could drift from the library. Decorators
-    are left out; a decorated function shows its own body.
+    are left out; a decorated function shows its own body. So are the code formatter's
+    ``# fmt:`` notes, which say nothing to a reader.
 
     Args:
         function: a function or method written in Python.
@@ -222,5 +227,7 @@ def listing(function: Callable[..., Any]) -> Any:
     first = body[0] if body else None
     if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and len(body) > 1:
         del lines[first.lineno - 1 : first.end_lineno]  # the docstring
+    bare = [(line, _FORMATTER_NOTE.sub("", line)) for line in lines]
+    lines = [shown for line, shown in bare if shown.strip() or not line.strip()]
     fence = "`" * 3
     return Markdown(f"{fence}python\n" + "\n".join(lines) + f"\n{fence}")
