@@ -483,7 +483,7 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
 
     Args:
         targets: K positive row-stochastic patterns on the same N tokens.
-        num_heads: H.
+        num_heads: the number of heads, H.
         d_head: Dh.
 
     Shape:
@@ -833,7 +833,7 @@ def sharp_target_bounds(targets: Any, num_heads: int, d_head: int) -> dict[str, 
 
     Args:
         targets: K one-hot patterns on the same N tokens.
-        num_heads: H.
+        num_heads: the number of heads, H.
         d_head: Dh.
 
     Shape:

@@ -264,7 +264,7 @@ def pairwise_frobenius_cosines(w_q_rows: np.ndarray, num_heads: int) -> np.ndarr
 
     Args:
         w_q_rows: the ``Linear`` weight, output features as rows.
-        num_heads: H.
+        num_heads: the number of heads, H.
 
     Shape:
         w_q_rows ``(D, D)``. Returns ``(H, H)``.

@@ -346,7 +346,7 @@ class KVCache(_PairCache):
     """Projected keys and values of the positions seen so far, for one attention layer.
 
     Args:
-        batch_size: B.
+        batch_size: the batch size, B.
         num_kv_heads: H_kv, the key/value heads (H for multi-head attention, 1 for
             multi-query attention).
         d_head: Dh.
@@ -543,7 +543,7 @@ class LatentCache(_PairCache):
     (:meth:`appending`), and :func:`atomic` undoes the appends of a block of layers.
 
     Args:
-        batch_size: B.
+        batch_size: the batch size, B.
         d_latent: Dc, the latent's width.
         d_rope: Dr, the rotary key's width; 0 for a layer without decoupled rotary keys
             (the buffer then holds no element).

@@ -67,7 +67,7 @@ class MLAParams:
         w_uv: ``W^UV``, the value up-projection, laid out as ``w_uk``.
         w_uq: ``W^UQ``, the query projection (from the query latent when there is one).
         w_o: ``W^O``, the output projection.
-        num_heads: H.
+        num_heads: the number of heads, H.
         w_kr: ``W^KR``, the rotary key's projection, or ``None`` for ``Dr = 0``.
         w_qr: ``W^QR``, every head's rotary query projection side by side, or ``None``
             (given with ``w_kr`` or not at all).
@@ -278,7 +278,7 @@ def check_latent_widths(
     """Check that no latent is wider than the heads it feeds.
 
     Args:
-        num_heads: H.
+        num_heads: the number of heads, H.
         d_head: Dh.
         d_latent: Dc, at most ``2 H Dh`` (the keys and values it rebuilds).
         d_rope: Dr.
@@ -320,8 +320,8 @@ def init_mla_params(
     product keeps the scale of its input. Use ``.to_torch()`` for PyTorch.
 
     Args:
-        d_model: D.
-        num_heads: H.
+        d_model: the model width, D.
+        num_heads: the number of heads, H.
         d_latent: Dc, the cached latent's width; at most ``2 H Dh``.
         d_rope: Dr, the rotary key's width: even, 0 for no decoupled rotary keys.
         d_head: Dh (``None``: ``D // H``, which H must then divide).

@@ -149,7 +149,7 @@ def attention_flops(
     as many as multi-head attention.
 
     Args:
-        batch_size: B.
+        batch_size: the batch size, B.
         q_len: query length L.
         kv_len: key/value length S (``S = L`` for self-attention).
         d_model: model width D.
@@ -272,7 +272,7 @@ def score_tensor_bytes(
     queries and keys and never stores it.
 
     Args:
-        batch_size: B.
+        batch_size: the batch size, B.
         q_len: query length L.
         kv_len: key/value length S.
         num_heads: number of heads H.
@@ -430,7 +430,7 @@ class PublishedConfig:
         Args:
             kv_len: tokens seen.
             dtype: the cache's dtype.
-            batch_size: B.
+            batch_size: the batch size, B.
 
         Returns:
             :func:`kv_cache_bytes` at ``cache_positions(kv_len)`` positions.
@@ -705,13 +705,13 @@ def decode_step_cost(
     speed up memory-bound decoding.
 
     Args:
-        d_model: D.
+        d_model: the model width, D.
         num_heads: H; must divide D.
         num_kv_heads: H_kv; must divide H.
         kv_len: S, the key/value length: the positions the new token attends to, itself
             included (``S - 1`` of them cached before the step).
         dtype: the dtype of weights and cache.
-        batch_size: B.
+        batch_size: the batch size, B.
         cached: whether the keys and values of the ``S - 1`` earlier positions come from a
             cache.
 

@@ -40,7 +40,7 @@ def latent_cache_bytes(
         d_latent: Dc.
         d_rope: Dr (0 for none).
         dtype: the cache's dtype (NumPy or PyTorch).
-        batch_size: B.
+        batch_size: the batch size, B.
 
     Returns:
         The size in bytes.
@@ -92,8 +92,8 @@ def latent_decode_step_cost(
     absorbed route's bytes, while doing the same FLOPs.
 
     Args:
-        d_model: D.
-        num_heads: H.
+        d_model: the model width, D.
+        num_heads: the number of heads, H.
         d_head: Dh.
         d_latent: Dc.
         d_rope: Dr (even; 0 for none).
@@ -101,7 +101,7 @@ def latent_decode_step_cost(
         route: ``"explicit"`` or ``"absorbed"``.
         d_query_latent: Dc', or ``None`` for queries projected from the input.
         dtype: the dtype of weights, cache and intermediates.
-        batch_size: B.
+        batch_size: the batch size, B.
 
     Returns:
         A :class:`mha.cost.arithmetic.DecodeStepCost`.
@@ -147,8 +147,8 @@ class LatentConfig:
     Attributes:
         name: the model.
         num_layers: attention layers.
-        d_model: D.
-        num_heads: H.
+        d_model: the model width, D.
+        num_heads: the number of heads, H.
         d_head: Dh, the width of each head's rebuilt key, value and query.
         d_latent: Dc, the cached latent's width.
         d_rope: Dr, the width of the shared rotary key (and of each head's rotary query).
@@ -199,7 +199,7 @@ class LatentConfig:
         Args:
             kv_len: tokens seen.
             dtype: the cache's dtype.
-            batch_size: B.
+            batch_size: the batch size, B.
 
         Returns:
             :func:`latent_cache_bytes` at the model's sizes.

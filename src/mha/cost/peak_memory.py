@@ -143,7 +143,7 @@ def attention_peak_memory(
     allocator is left alone.
 
     Args:
-        batch_size: B.
+        batch_size: the batch size, B.
         q_lens: the lengths L = S to measure.
         d_model: model width D.
         num_heads: number of heads H.
@@ -231,7 +231,7 @@ def tiled_peak_memory(
     :func:`mha.cost.measure.peak_rss_increase` in a child Python process.
 
     Args:
-        batch_size: B.
+        batch_size: the batch size, B.
         q_lens: the lengths L = S to measure.
         d_model: model width D.
         num_heads: number of heads H.

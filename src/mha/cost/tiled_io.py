@@ -153,8 +153,8 @@ def tiled_attention_io(
     ``2 Dh^2`` of the key and value blocks take much of the fast memory).
 
     Args:
-        q_len: L.
-        kv_len: S.
+        q_len: the query length, L.
+        kv_len: the key/value length, S.
         d_head: Dh.
         fast_memory: M, in elements; the blocks come from :func:`tiled_block_sizes`.
         blocks: ``(Br, Bc)`` instead of ``fast_memory``.
@@ -244,8 +244,8 @@ def naive_attention_io(
     the products themselves dominate both counts.
 
     Args:
-        q_len: L.
-        kv_len: S.
+        q_len: the query length, L.
+        kv_len: the key/value length, S.
         d_head: Dh.
         fast_memory: M, in elements; the blocks come from :func:`tiled_block_sizes` and the
             softmax rows from M.
@@ -285,7 +285,7 @@ def naive_softmax_rows(kv_len: int, fast_memory: int) -> int | None:
     """Rows of scores the standard algorithm's softmax pass holds at once: ``M // (S + 2)``.
 
     Args:
-        kv_len: S.
+        kv_len: the key/value length, S.
         fast_memory: M, in elements.
 
     Returns:
@@ -309,8 +309,8 @@ def flash_io_bound(q_len: int, kv_len: int, d_head: int, fast_memory: int) -> fl
     ``Dh = d``, ``d <= M <= N d``.
 
     Args:
-        q_len: L.
-        kv_len: S.
+        q_len: the query length, L.
+        kv_len: the key/value length, S.
         d_head: Dh.
         fast_memory: M, in elements.
 

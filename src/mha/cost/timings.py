@@ -124,7 +124,7 @@ def time_forms(
     forms interleaved so that a slow spell of the machine hits all of them.
 
     Args:
-        batch_size: B.
+        batch_size: the batch size, B.
         q_len: L = S.
         d_model: model width D.
         num_heads: number of heads H.
@@ -184,7 +184,7 @@ def time_form_rounds(
     measured.
 
     Args:
-        batch_size: B.
+        batch_size: the batch size, B.
         q_len: L = S.
         d_model: model width D.
         num_heads: number of heads H.
@@ -267,7 +267,7 @@ def projection_times(
     same FLOPs, so the difference is what ``3H - 3`` more calls and narrower products cost.
 
     Args:
-        q_len: L.
+        q_len: the query length, L.
         d_model: model width D.
         num_heads: number of heads H.
         repeat: timings per variant (the median is taken).
@@ -409,7 +409,7 @@ def time_tiled(
     large products of the naive path.
 
     Args:
-        batch_size: B.
+        batch_size: the batch size, B.
         q_len: L = S.
         d_model: model width D.
         num_heads: number of heads H.
@@ -646,8 +646,8 @@ def cached_step_times(
     it.
 
     Args:
-        d_model: D.
-        num_heads: H.
+        d_model: the model width, D.
+        num_heads: the number of heads, H.
         kv_heads: the values of H_kv to time, each dividing H.
         kv_lens: the values of S, the positions cached before the first step.
         rounds: timed steps per pair (each step appends its token to the cache).

@@ -370,8 +370,8 @@ def tile_steps(
     Args:
         steps: the ``trace`` of :func:`mha.backends.tiled.attention` on 2-D query, key and value
             (:class:`mha.backends.tiled.TileStep` items, in order).
-        q_len: L.
-        kv_len: S.
+        q_len: the query length, L.
+        kv_len: the key/value length, S.
         title: the figure's title (short; ``<br>`` starts a second line).
         causal: whether the run was causal (entries with ``j > i`` shown as masked).
         acc_columns: how many components of the accumulator to show.

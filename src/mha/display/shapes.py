@@ -47,10 +47,10 @@ def shape_sizes(
     """The value of every symbol of :data:`SYMBOLS` for one configuration.
 
     Args:
-        batch_size: B.
-        q_len: L.
-        kv_len: S.
-        d_model: D.
+        batch_size: the batch size, B.
+        q_len: the query length, L.
+        kv_len: the key/value length, S.
+        d_model: the model width, D.
         num_heads: H; must divide D.
         num_kv_heads: H_kv; must divide H (``None``: H).
 

@@ -185,7 +185,7 @@ def fit_two_targets(
         num_heads: H (must divide ``d_model``).
         seed: seeds the sentence and the initial layer.
         q_len: L, the sentence length (at least 3).
-        d_model: D.
+        d_model: the model width, D.
         steps: optimiser steps.
 
     Returns:
@@ -330,8 +330,8 @@ def fit_two_outputs(
         seed: seeds the task, the sentences and the initial layer.
         num_sentences: sentences fitted to.
         held_out: new sentences measured on.
-        q_len: L.
-        d_model: D.
+        q_len: the query length, L.
+        d_model: the model width, D.
         steps: optimiser steps.
 
     Returns:

@@ -252,7 +252,7 @@ def repeated_random_ids(
 
     Args:
         model: the model (for its vocabulary).
-        num_sequences: B.
+        num_sequences: the batch size, B.
         length: the segment's length in tokens.
         seed: seed of the draws.
 
@@ -300,7 +300,7 @@ def repeated_token_scores(
 
     Args:
         model: the model.
-        num_sequences: B.
+        num_sequences: the batch size, B.
         length: the segment's length in tokens.
         seed: seed of the draws.
 

@@ -312,7 +312,7 @@ class SmolLM2:
         """One empty key/value cache per layer, for :meth:`forward`'s ``caches``.
 
         Args:
-            batch_size: B.
+            batch_size: the batch size, B.
             capacity: positions each cache can hold (default: :attr:`max_len`).
 
         Returns:

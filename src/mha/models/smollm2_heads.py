@@ -69,7 +69,7 @@ def repeated_words(model: SmolLM2, num_sequences: int, length: int, seed: int = 
 
     Args:
         model: the model (for its vocabulary).
-        num_sequences: B.
+        num_sequences: the batch size, B.
         length: T, the words of each copy.
         seed: seed of the draws.
 

@@ -136,7 +136,7 @@ def new_latent_caches(
     Args:
         model: the model the layers came from.
         layers: its latent layers (:func:`latent_layers`).
-        batch_size: B.
+        batch_size: the batch size, B.
         capacity: positions each cache can hold.
 
     Returns:

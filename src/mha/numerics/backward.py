@@ -329,7 +329,7 @@ def merge_heads(d_x: np.ndarray, num_heads: int) -> np.ndarray:
 
     Args:
         d_x: the gradient with respect to the merged tensor.
-        num_heads: H.
+        num_heads: the number of heads, H.
 
     Shape:
         ``(B, L, D)`` -> ``(B, H, L, Dh)``.
