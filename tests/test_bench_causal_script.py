@@ -24,7 +24,8 @@ def test_bench_causal_prints_the_table_memory_and_the_sweep():
     out = result.stdout
     n = r"\d+\.\d+"
     assert re.search(rf"mha's outputs within {n}e[-+]\d+ of the reference's$", out, re.M), out
-    rows = re.findall(rf"^(\S.*?)\s+({n})\s+({n})\s+({n})(  <=1\.00 (ok|MISS))?$", out, re.M)
+    # peak MiB: at these tiny sizes the kernel's lagging page count can read a little below 0
+    rows = re.findall(rf"^(\S.*?)\s+({n})\s+({n})\s+(-?{n})(  <=1\.00 (ok|MISS))?$", out, re.M)
     names = [row[0] for row in rows]
     assert names == [
         "1 ch03 wrapper, one module per head",
