@@ -40,15 +40,6 @@ from mha.numerics import tolerance
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Small matrices: one thread avoids contention on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def model():
     return load_minilm()

@@ -28,15 +28,6 @@ ATTENTION_ATOL = 1e-5  # the reference comparison the model is held to
 LOGITS_ATOL = 1e-4
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Small matrices: one thread avoids contention on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def model():
     return load_smollm2()

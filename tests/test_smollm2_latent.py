@@ -15,15 +15,6 @@ from mha.numerics import tolerance
 TEXT = "The river rose slowly through the night. By morning the old bridge was under water."
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Small matrices: one thread avoids contention on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def model():
     return load_smollm2()
