@@ -210,7 +210,9 @@ def test_api_pages_document_every_public_module_of_mha_once() -> None:
     assert set(listed) == set(public_modules())
 
 
-API_INDEX_ROW = re.compile(r"^\| \{ref\}`sec-(?P<stem>[a-z-]+)` \| (?P<modules>.*) \|$", re.M)
+API_INDEX_ROW = re.compile(
+    r"^\| \{ref\}`[^`<]*<sec-(?P<stem>[a-z-]+)>` \| (?P<modules>.*) \|$", re.M
+)
 
 
 def test_api_index_names_each_page_and_the_modules_it_holds() -> None:
@@ -386,6 +388,77 @@ def test_forward_links_allow_a_link_into_a_reference_page() -> None:
     pages = with_a("Heads share keys ({ref}`sec-b-part`).")
     assert len(forward_links(pages)) == 1
     assert forward_links(pages, reference=frozenset({"book/b"})) == []
+
+
+# ---- JupyterLab: every cross-reference reads as words --------------------------------------
+#
+# JupyterLab renders a chapter's Markdown with jupyterlab-myst, one notebook at a time. A role
+# without text of its own ({ref}`sec-x`, {eq}`eq-x`) is drawn as the target's title or number
+# only when the label is in the same notebook; a label of another page shows as its raw key
+# ("sec-notation"). With text of its own ({ref}`Notation <sec-notation>`) the reader sees
+# the text there, and the site's link resolves as before ({eq} shows the equation's number on
+# the site whatever the text). A Markdown link with no text to another page is drawn as its
+# target. (Checked by opening a notebook in JupyterLab 4.6 with jupyterlab-myst 2.7.)
+EMPTY_LINK = re.compile(r"\[\]\((?P<target>[^)\s]+)\)")
+
+
+def raw_keys_in_jupyterlab(pages: dict[str, str]) -> list[str]:
+    """The references of ``pages`` that JupyterLab shows as a raw key, one line each: a
+    ``{ref}``/``{numref}``/``{eq}``/``{doc}`` role without text of its own, or a Markdown link
+    without text, to a label (or page) that is not on the same page."""
+    homes = label_homes(pages)
+    problems = []
+    for page, text in pages.items():
+        found = [
+            (match, match["target"].strip())
+            for match in XREF_ROLE.finditer(text)
+            if "<" not in match.group(0)
+        ]
+        found += [
+            (match, match["target"].partition("#")[2] or match["target"])
+            for match in EMPTY_LINK.finditer(text)
+        ]
+        for match, target in found:
+            if homes.get(target, (None,))[0] != page:
+                line = text.count("\n", 0, match.start()) + 1
+                problems.append(f"{page}:{line} shows as a raw key in JupyterLab: {match[0]}")
+    return problems
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Defined in {ref}`sec-b-part`.",
+        "The bound {eq}`eq-b` holds.",
+        "See {numref}`sec-b-part`.",
+        "The subject of {doc}`b`.",
+        "See [](b.md#sec-b-part).",
+    ],
+)
+def test_raw_keys_in_jupyterlab_catch_a_bare_reference_to_another_page(text: str) -> None:
+    problems = raw_keys_in_jupyterlab(with_a(text))
+    mine = [p for p in problems if p.startswith("book/a:")]
+    assert len(mine) == 1 and mine[0].startswith("book/a:9 shows as a raw key"), problems
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Its own part, {ref}`sec-a-part`.",
+        "As {ref}`the part <sec-b-part>` shows.",
+        "The bound {eq}`the bound of B <eq-b>` holds.",
+        "See [the part](b.md#sec-b-part).",
+    ],
+)
+def test_raw_keys_in_jupyterlab_allow_own_labels_and_references_with_text(text: str) -> None:
+    problems = raw_keys_in_jupyterlab(with_a(text))
+    assert [p for p in problems if p.startswith("book/a:")] == []
+
+
+def test_every_reference_reads_as_words_in_jupyterlab() -> None:
+    """Every chapter's reference to another page has text of its own (issue 33: JupyterLab
+    showed "sec-notation")."""
+    assert raw_keys_in_jupyterlab(book_pages()) == []
 
 
 LISTING = re.compile(r"^formatting\.listing\((?P<function>[\w.]+)\)$", re.M)
