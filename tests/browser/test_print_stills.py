@@ -30,6 +30,7 @@ PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>{css}</style><
 </div>
 <div class="mha-live-minilm" id="live" data-mha-still="none"
      data-mha-still-text="a small model that attends to your sentence"><button>Load</button></div>
+<div class="mha-screen-only docutils"><p>Drag the slider.</p></div>
 </section></article></main></body></html>
 """
 SHOWN_JS = """
@@ -52,6 +53,14 @@ def printed(browser):
 
 def test_on_screen_the_controls_are_shown(printed) -> None:
     assert printed.evaluate(SHOWN_JS, CONTROLS) == [True] * 5
+    assert printed.evaluate(SHOWN_JS, ".mha-screen-only") == [True]
+
+
+def test_the_pdf_leaves_out_a_chapters_instructions_for_the_screen(printed) -> None:
+    """A chapter's sentence that says how to use a figure ({div} mha-screen-only) is shown
+    on the site and not printed."""
+    printed.emulate_media(media="print")
+    assert printed.evaluate(SHOWN_JS, ".mha-screen-only") == [False]
 
 
 def test_the_pdf_prints_each_explorable_as_a_still_with_its_address(printed) -> None:
@@ -84,3 +93,28 @@ def test_the_pdf_prints_each_explorable_as_a_still_with_its_address(printed) -> 
 
 def test_the_pdf_links_to_the_sites_address_from_the_repository() -> None:
     assert build_pdf.site_url() == "https://mha-book.github.io/mha-book/"
+
+
+TALL_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>{css}</style></head><body>
+<div class="cell"><div class="cell_input"><pre>{short}</pre></div></div>
+<div class="cell"><div class="cell_input"><pre>{tall}</pre></div></div>
+</body></html>
+"""
+
+
+def test_the_pdf_lets_a_cell_taller_than_a_page_break(browser) -> None:
+    """A short code cell is kept whole on a page; one taller than a page may break (kept
+    whole, Chromium left the page before it blank)."""
+    css = (ROOT / "book" / "_static" / "mha-site.css").read_text(encoding="utf8")
+    lines = [f"line {i}" for i in range(90)]  # about 1.5 pages of code
+    context = browser.new_context(viewport={"width": build_pdf.PRINT_WIDTH_PX, "height": 900})
+    tab = context.new_page()
+    tab.set_content(TALL_PAGE.format(css=css, short="\n".join(lines[:5]), tall="\n".join(lines)))
+    tab.emulate_media(media="print")
+    breaks = """() => [...document.querySelectorAll("div.cell_input")].map(
+      (cell) => getComputedStyle(cell).breakInside)"""
+    assert tab.evaluate(breaks) == ["avoid", "avoid"]
+    let_break = tab.evaluate(build_pdf.TALL_JS, [build_pdf.KEPT_WHOLE, build_pdf.PRINT_HEIGHT_PX])
+    assert let_break == 1
+    assert tab.evaluate(breaks) == ["avoid", "auto"]
+    context.close()
