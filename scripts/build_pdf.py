@@ -47,10 +47,13 @@ TIMEOUT_MS = 600_000  # to load the single page (parsed, its deferred scripts ru
 DRAW_BOUND_MS = 600_000  # to draw every figure once asked to
 PAPER = "A4"
 PAPER_WIDTH_MM = 210
+PAPER_HEIGHT_MM = 297
 MARGIN_MM = {"top": 16, "bottom": 16, "left": 14, "right": 14}
 # The printable width in CSS pixels (96 per inch): the page is laid out, and its figures are
 # drawn, at this width, so that what is printed is what was drawn.
 PRINT_WIDTH_PX = int((PAPER_WIDTH_MM - MARGIN_MM["left"] - MARGIN_MM["right"]) / 25.4 * 96)
+# The printable height: what one page holds.
+PRINT_HEIGHT_PX = (PAPER_HEIGHT_MM - MARGIN_MM["top"] - MARGIN_MM["bottom"]) / 25.4 * 96
 FIGURE_WIDTH_PX = 760
 
 # A printed table of contents: one entry per chapter (the first heading of each document
@@ -136,6 +139,21 @@ STILLS_JS = r"""
     root.after(note);
   }
   return roots.length;
+}
+"""
+# mha-site.css keeps a code cell (and a figure) whole on one page: one that does not fit at
+# the foot of a page moves to the next. One about as tall as a page or taller cannot be kept
+# whole; asked to, Chromium moved the decoder-heads chapter's 1.3-page cell of sixteen texts
+# past the page after the text before it and left that page blank but for its number. Such a
+# block may break like text. Returns how many blocks were let break.
+KEPT_WHOLE = "div.cell div.cell_input, figure.mha-plotly-figure"
+TALL_JS = """
+([selector, page]) => {
+  const tall = [...document.querySelectorAll(selector)].filter(
+    (block) => getComputedStyle(block).breakInside.startsWith("avoid") &&
+               block.getBoundingClientRect().height > 0.9 * page);
+  for (const block of tall) block.style.breakInside = "auto";
+  return tall.length;
 }
 """
 # Figures are drawn as on a desktop screen, FIGURE_WIDTH_PX wide (their layout for a wide
@@ -260,18 +278,20 @@ def prepare(page: Any, url: str, site: str, bound_ms: int = DRAW_BOUND_MS) -> di
     load either: on the book's page Playwright's "networkidle" never came, with nothing in
     flight; what the print needs is loaded by ``READY_JS``, which waits for it.) Then the
     explorables get their sentences (``STILLS_JS``), the figures their printed width, every
-    figure is drawn and every formula typeset (``READY_JS``, bounded by ``bound_ms``), and
-    the printed contents are added.
+    figure is drawn and every formula typeset (``READY_JS``, bounded by ``bound_ms``), the
+    printed contents are added, and a block too tall to be kept on one page may break
+    (``TALL_JS``).
 
     Returns:
-        ``READY_JS``'s report, with ``chapters`` (the contents' entries) added; ``problems``
-        of it lists what would spoil the PDF.
+        ``READY_JS``'s report, with ``chapters`` (the contents' entries) and ``tall`` (the
+        blocks let break) added; ``problems`` of it lists what would spoil the PDF.
     """
     page.goto(url, wait_until="load")
     page.evaluate(STILLS_JS, [site, EXPLORABLES])
     page.evaluate(FIT_JS, FIGURE_WIDTH_PX)
     ready = page.evaluate(READY_JS, bound_ms)
     ready["chapters"] = page.evaluate(TOC_JS)
+    ready["tall"] = page.evaluate(TALL_JS, [KEPT_WHOLE, PRINT_HEIGHT_PX])
     return ready
 
 
