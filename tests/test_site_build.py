@@ -1060,6 +1060,88 @@ def test_pdf_has_every_chapter_its_figures_and_no_raw_tex(built_site: Path, buil
     assert toggles == [], "hidden code cells are printed"
 
 
+# A sentence that tells the reader to use an interactive figure means nothing on paper
+# (issue 33: the PDF printed "Drag x or a key and watch both heads' weights change"). The
+# chapters put such sentences in a {div} mha-screen-only block, which the print stylesheet
+# leaves out. Extracted PDF text has its line breaks anywhere, so the text is one line first.
+INSTRUCTION = re.compile(
+    r"(?:^|(?<=[.!?;:)])\s+|\(\s*)(?:you\s+(?:can\s+)?)?"
+    r"(?:drag|tap|click|press|hover|type\s+(?:your|a|an|the|in)\b|point\s+at|step\s+through"
+    r"|focus)\b[^.!?]*[.!?]"
+    r"|\b(?:you\s+(?:can\s+)?(?:drag|tap|click|press|hover)|hovering)\b[^.!?]*[.!?]"
+    r"|[^.!?]*\bwith\s+the\s+(?:slider|menu|buttons?|arrow\s+keys|mouse)\b[^.!?]*[.!?]",
+    re.I,
+)
+PAGE_NUMBER = re.compile(r"\s*\d+\s*/\s*\d+\s*")  # the footer build_pdf.py prints
+
+
+def instructions(text: str) -> list[str]:
+    """The sentences of ``text`` that tell the reader to use an interactive figure."""
+    return [m.group(0).strip() for m in INSTRUCTION.finditer(" ".join(text.split()))]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The weights. Drag $x$ or a key and watch both heads'\nweights change.",
+        "Each step reads a block. Step through the blocks with the buttons.",
+        "(Hover over a box for what it holds.)",
+        "Type your own scores, draw random ones.",
+        "Each cell is a head; choose the detector with the menu. The colour is the excess.",
+        "It is large. Hovering shows the mean score.",
+        "Or you can drag the point.",
+        "Nothing is downloaded until you press the button.",
+    ],
+)
+def test_instructions_finds_a_sentence_telling_how_to_use_a_figure(text: str) -> None:
+    assert len(instructions(text)) == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Each press of the model's keys. University Press, Baltimore, 2013. Ofir Press, Peter.",
+        "Type: The cached keys (B, H_kv, S, Dh) property values: Any.",
+        'fig.update_yaxes(type="log", exponentformat="power")',
+        "A double-click on a chapter opens it as a notebook. The slider has one position.",
+        "Choose the best head on one half and report its accuracy on the other.",
+    ],
+)
+def test_instructions_leave_text_that_reads_on_paper(text: str) -> None:
+    assert instructions(text) == []
+
+
+@functools.cache
+def pdf_pages(path: Path) -> tuple[str, ...]:
+    """The text of each page of a PDF (extracting 500 pages takes about a minute)."""
+    from pypdf import PdfReader
+
+    return tuple(page.extract_text() for page in PdfReader(path).pages)
+
+
+@pytest.mark.site
+def test_pdf_prints_no_instruction_to_use_a_figure(built_pdf: Path) -> None:
+    """The PDF prints no sentence telling the reader to drag, tap, press or hover: its
+    explorables are stills with a sentence pointing to the site (``build_pdf.STILLS_JS``)."""
+    assert instructions("\n".join(pdf_pages(built_pdf))) == []
+
+
+@pytest.mark.site
+def test_pdf_has_no_blank_page(built_pdf: Path) -> None:
+    """No page holds only its number (issue 33: a page was left blank before a code cell
+    taller than a page). A page whose only text is its number but that has an image is not
+    blank."""
+    from pypdf import PdfReader
+
+    reader = PdfReader(built_pdf)
+    blank = [
+        number
+        for number, text in enumerate(pdf_pages(built_pdf), start=1)
+        if PAGE_NUMBER.fullmatch(text) and not reader.pages[number - 1].images
+    ]
+    assert blank == [], f"pages blank but for their number: {blank}"
+
+
 def nu_errors(files: list[Path]) -> list[dict]:
     result = subprocess.run(
         ["java", "-jar", str(VNU_JAR), "--errors-only", "--format", "json", *map(str, files)],
