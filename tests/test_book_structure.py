@@ -395,7 +395,8 @@ def test_forward_links_allow_a_link_into_a_reference_page() -> None:
 # JupyterLab renders a chapter's Markdown with jupyterlab-myst, one notebook at a time. A role
 # without text of its own ({ref}`sec-x`, {eq}`eq-x`) is drawn as the target's title or number
 # only when the label is in the same notebook; a label of another page shows as its raw key
-# ("sec-notation"). With text of its own ({ref}`Notation <sec-notation>`) the reader sees
+# ("sec-notation"). So does the label on the page's own title: the title is taken out as
+# the notebook's title, and its label with it. With text of its own ({ref}`Notation <sec-notation>`) the reader sees
 # the text there, and the site's link resolves as before ({eq} shows the equation's number on
 # the site whatever the text). A Markdown link with no text to another page is drawn as its
 # target. (Checked by opening a notebook in JupyterLab 4.6 with jupyterlab-myst 2.7.)
@@ -405,7 +406,7 @@ EMPTY_LINK = re.compile(r"\[\]\((?P<target>[^)\s]+)\)")
 def raw_keys_in_jupyterlab(pages: dict[str, str]) -> list[str]:
     """The references of ``pages`` that JupyterLab shows as a raw key, one line each: a
     ``{ref}``/``{numref}``/``{eq}``/``{doc}`` role without text of its own, or a Markdown link
-    without text, to a label (or page) that is not on the same page."""
+    without text, to a label (or page) that is not on the same page, or to the page's title."""
     homes = label_homes(pages)
     problems = []
     for page, text in pages.items():
@@ -419,7 +420,7 @@ def raw_keys_in_jupyterlab(pages: dict[str, str]) -> list[str]:
             for match in EMPTY_LINK.finditer(text)
         ]
         for match, target in found:
-            if homes.get(target, (None,))[0] != page:
+            if homes.get(target, (None, True)) != (page, False):
                 line = text.count("\n", 0, match.start()) + 1
                 problems.append(f"{page}:{line} shows as a raw key in JupyterLab: {match[0]}")
     return problems
@@ -433,6 +434,7 @@ def raw_keys_in_jupyterlab(pages: dict[str, str]) -> list[str]:
         "See {numref}`sec-b-part`.",
         "The subject of {doc}`b`.",
         "See [](b.md#sec-b-part).",
+        "This page, {ref}`sec-a`.",
     ],
 )
 def test_raw_keys_in_jupyterlab_catch_a_bare_reference_to_another_page(text: str) -> None:
