@@ -463,6 +463,49 @@ def test_every_reference_reads_as_words_in_jupyterlab() -> None:
     assert raw_keys_in_jupyterlab(book_pages()) == []
 
 
+# JupyterLab ignores myst-nb's hide-cell tag: an exercise's solution sat open under its
+# question. The cell's standard metadata folds its code and output there (the reader unfolds
+# them with a click); the site folds it with the tag as before.
+FOLDED = {"source_hidden": True, "outputs_hidden": True}
+
+
+def unfolded_solutions(path: Path) -> list[str]:
+    """The solution cells of a chapter (hide-cell, prompt "Solution ...") that JupyterLab
+    opens unfolded, read as JupyterLab reads the chapter (jupytext)."""
+    import jupytext
+
+    notebook = jupytext.read(path)
+    return [
+        cell.metadata["mystnb"]["code_prompt_show"]
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        and "hide-cell" in cell.metadata.get("tags", [])
+        and str(cell.metadata.get("mystnb", {}).get("code_prompt_show", "")).startswith("Solution")
+        and cell.metadata.get("jupyter") != FOLDED
+    ]
+
+
+def test_unfolded_solutions_finds_a_solution_without_the_folding_metadata(tmp_path) -> None:
+    header = (ROOT / "book" / "notation.md").read_text(encoding="utf8").split("\n---\n")[0]
+    cell = "```{{code-cell}} ipython3\n---\ntags: [hide-cell]\n{extra}mystnb:\n"
+    cell += '  code_prompt_show: "Solution {n}"\n---\nx = {n}\n```\n'
+    chapter = tmp_path / "x.md"
+    chapter.write_text(
+        header
+        + "\n---\n\n# X\n\n"
+        + cell.format(extra="", n=1)
+        + "\n"
+        + cell.format(extra="jupyter: {source_hidden: true, outputs_hidden: true}\n", n=2),
+        encoding="utf8",
+    )
+    assert unfolded_solutions(chapter) == ["Solution 1"]
+
+
+@pytest.mark.parametrize("path", chapter_files(), ids=lambda path: path.stem)
+def test_solutions_are_folded_in_jupyterlab(path: Path) -> None:
+    assert unfolded_solutions(path) == []
+
+
 LISTING = re.compile(r"^formatting\.listing\((?P<function>[\w.]+)\)$", re.M)
 # The library's own code that each chapter shows (issue 32): the forms in chapter 1, the
 # tiled loop, the cache's step and the tiled backward where they are taught.
