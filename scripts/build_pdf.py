@@ -141,17 +141,18 @@ STILLS_JS = r"""
   return roots.length;
 }
 """
-# mha-site.css keeps a code cell (and a figure) whole on one page: one that does not fit at
-# the foot of a page moves to the next. One about as tall as a page or taller cannot be kept
-# whole; asked to, Chromium moved the decoder-heads chapter's 1.3-page cell of sixteen texts
-# past the page after the text before it and left that page blank but for its number. Such a
-# block may break like text. Returns how many blocks were let break.
-KEPT_WHOLE = "div.cell div.cell_input, figure.mha-plotly-figure"
+# mha-site.css keeps a code cell and a figure whole on one page, and the theme a code block,
+# an admonition and a table: one that does not fit at the foot of a page moves to the next.
+# One about as tall as a page or taller cannot be kept whole. Asked to, Chromium moved the
+# decoder-heads chapter's 1.3-page cell of sixteen texts past the page after the text before
+# it, and printed that page blank but for its number; a code block kept whole inside a cell
+# let break left an empty box at the foot of the page. Every such block may break like text.
+# Returns how many blocks were let break.
 TALL_JS = """
-([selector, page]) => {
-  const tall = [...document.querySelectorAll(selector)].filter(
-    (block) => getComputedStyle(block).breakInside.startsWith("avoid") &&
-               block.getBoundingClientRect().height > 0.9 * page);
+(page) => {
+  const tall = [...document.body.querySelectorAll("*")].filter(
+    (block) => block.getBoundingClientRect().height > 0.9 * page &&
+               getComputedStyle(block).breakInside.startsWith("avoid"));
   for (const block of tall) block.style.breakInside = "auto";
   return tall.length;
 }
@@ -291,7 +292,7 @@ def prepare(page: Any, url: str, site: str, bound_ms: int = DRAW_BOUND_MS) -> di
     page.evaluate(FIT_JS, FIGURE_WIDTH_PX)
     ready = page.evaluate(READY_JS, bound_ms)
     ready["chapters"] = page.evaluate(TOC_JS)
-    ready["tall"] = page.evaluate(TALL_JS, [KEPT_WHOLE, PRINT_HEIGHT_PX])
+    ready["tall"] = page.evaluate(TALL_JS, PRINT_HEIGHT_PX)
     return ready
 
 
@@ -371,7 +372,8 @@ def main() -> int:
     size = PDF.stat().st_size / 1e6
     print(
         f"{PDF.relative_to(ROOT)}: {size:.1f} MB, {ready['chapters']} chapters, "
-        f"{ready['figures']} figures, {ready['math']} formulas, in {time.time() - start:.0f} s"
+        f"{ready['figures']} figures, {ready['math']} formulas, {ready['tall']} blocks taller "
+        f"than a page let break, in {time.time() - start:.0f} s"
         + (f"; copied to {SITE_COPY.relative_to(ROOT)}" if SITE_COPY.exists() else "")
     )
     return 0

@@ -95,26 +95,30 @@ def test_the_pdf_links_to_the_sites_address_from_the_repository() -> None:
     assert build_pdf.site_url() == "https://mha-book.github.io/mha-book/"
 
 
-TALL_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>{css}</style></head><body>
-<div class="cell"><div class="cell_input"><pre>{short}</pre></div></div>
-<div class="cell"><div class="cell_input"><pre>{tall}</pre></div></div>
+# A code cell as the theme draws it: the cell's input (mha-site.css) and the code block in it
+# (the theme's div.highlight) are each kept whole.
+TALL_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>{css}
+div.highlight {{ break-inside: avoid; }}</style></head><body>
+<div class="cell"><div class="cell_input"><div class="highlight"><pre>{short}</pre>
+</div></div></div>
+<div class="cell"><div class="cell_input"><div class="highlight"><pre>{tall}</pre>
+</div></div></div>
 </body></html>
 """
 
 
 def test_the_pdf_lets_a_cell_taller_than_a_page_break(browser) -> None:
-    """A short code cell is kept whole on a page; one taller than a page may break (kept
-    whole, Chromium left the page before it blank)."""
+    """A short code cell is kept whole on a page; one taller than a page, and its code block,
+    may break (kept whole, Chromium left the page before it blank)."""
     css = (ROOT / "book" / "_static" / "mha-site.css").read_text(encoding="utf8")
     lines = [f"line {i}" for i in range(90)]  # about 1.5 pages of code
     context = browser.new_context(viewport={"width": build_pdf.PRINT_WIDTH_PX, "height": 900})
     tab = context.new_page()
     tab.set_content(TALL_PAGE.format(css=css, short="\n".join(lines[:5]), tall="\n".join(lines)))
     tab.emulate_media(media="print")
-    breaks = """() => [...document.querySelectorAll("div.cell_input")].map(
-      (cell) => getComputedStyle(cell).breakInside)"""
-    assert tab.evaluate(breaks) == ["avoid", "avoid"]
-    let_break = tab.evaluate(build_pdf.TALL_JS, [build_pdf.KEPT_WHOLE, build_pdf.PRINT_HEIGHT_PX])
-    assert let_break == 1
-    assert tab.evaluate(breaks) == ["avoid", "auto"]
+    breaks = """() => [...document.querySelectorAll("div.cell_input, div.highlight")].map(
+      (block) => getComputedStyle(block).breakInside)"""
+    assert tab.evaluate(breaks) == ["avoid"] * 4
+    assert tab.evaluate(build_pdf.TALL_JS, build_pdf.PRINT_HEIGHT_PX) == 2
+    assert tab.evaluate(breaks) == ["avoid", "avoid", "auto", "auto"]
     context.close()
