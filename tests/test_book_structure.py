@@ -396,10 +396,11 @@ def test_forward_links_allow_a_link_into_a_reference_page() -> None:
 # without text of its own ({ref}`sec-x`, {eq}`eq-x`) is drawn as the target's title or number
 # only when the label is in the same notebook; a label of another page shows as its raw key
 # ("sec-notation"). So does the label on the page's own title: the title is taken out as
-# the notebook's title, and its label with it. With text of its own ({ref}`Notation <sec-notation>`) the reader sees
-# the text there, and the site's link resolves as before ({eq} shows the equation's number on
-# the site whatever the text). A Markdown link with no text to another page is drawn as its
-# target. (Checked by opening a notebook in JupyterLab 4.6 with jupyterlab-myst 2.7.)
+# the notebook's title, and its label with it. With text of its own
+# ({ref}`Notation <sec-notation>`) the reader sees the text there, and the site's link
+# resolves as before ({eq} shows the equation's number on the site whatever the text). A
+# Markdown link with no text to another page is drawn as its target. (Checked by opening
+# notebooks in JupyterLab 4.6 with jupyterlab-myst 2.7.)
 EMPTY_LINK = re.compile(r"\[\]\((?P<target>[^)\s]+)\)")
 
 
