@@ -10,7 +10,8 @@ directory, so running the chapter writes nothing in the repository; the test che
 In the browser: open the lab, double-click ``book`` in the file browser, double-click the
 chapter, check it opened as a notebook (not a text editor), Run -> Run All Cells, wait until
 the kernel is idle and every code cell has an execution count, then check that no cell shows
-an error (except cells tagged ``raises-exception``) and that every Plotly figure is drawn.
+an error (except cells tagged ``raises-exception``), that every Plotly figure is drawn, and
+that every exercise's solution is still folded (a folded cell shows no input prompt).
 The chapter's explorable (a cell's output, ``mha.display.explorables``) must be drawn in its
 output, and a mouse drag of its query point must move the point and recompute the weights.
 
@@ -91,6 +92,10 @@ NOTEBOOK_STATE_JS = """
                   gd.querySelector(".main-svg .trace, .main-svg .hm image, .imagelayer image"),
         ).length,
         prompt: (cell.node.querySelector(".jp-InputPrompt") || {}).textContent || "",
+        // folded in JupyterLab (jupyter.source_hidden): no input prompt is shown
+        folded: [cell.inputHidden, cell.outputHidden],
+        solution: String((cell.model.getMetadata("mystnb") || {}).code_prompt_show || "")
+          .startsWith("Solution"),
       };
     });
   return {
@@ -359,7 +364,8 @@ def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
               const s = ({NOTEBOOK_STATE_JS})();
               if (!s || s.kernel !== "idle") return false;
               const code = s.cells.filter((c) => !c.empty);
-              const done = code.every((c) => c.count !== null && /\\[\\d+\\]/.test(c.prompt));
+              const done = code.every((c) => c.count !== null &&
+                                              (c.folded[0] || /\\[\\d+\\]/.test(c.prompt)));
               const stopped = code.some((c) => c.errors.length && !c.raises) &&
                               !code.some((c) => c.prompt.includes("*"));
               return done || stopped;
@@ -381,6 +387,12 @@ def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
         problems += dragged
     code = [cell for cell in state["cells"] if not cell["empty"]] if state else []
     problems += [f"not executed: {c['source']!r}" for c in code if c["count"] is None]
+    # An exercise's solution stays folded (input and output) after the run, as on the site.
+    problems += [
+        f"solution not folded: {c['source']!r}"
+        for c in code
+        if c["solution"] and c["folded"] != [True, True]
+    ]
     for cell in code:
         if cell["raises"]:
             continue
