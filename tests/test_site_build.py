@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import mha_site
+import pdf_text
 import pytest
 import yaml
 from booktoc import toc_pages, toc_sections
@@ -377,11 +378,13 @@ def test_a_failed_incremental_build_is_retried_once_without_the_saved_environmen
 
     live: list[bool] = []  # the live model's files are added after a build that succeeded
     monkeypatch.setattr(build_book, "live_model", lambda env: live.append(True) or 0)
+    ahead: list[int] = []  # the chapters are executed ahead once, before the first build
+    monkeypatch.setattr(build_book, "execute_chapters", lambda env: ahead.append(len(calls)))
     monkeypatch.setattr(build_book.subprocess, "call", call)
     doctrees.mkdir()
     assert build_book.main([]) == 0
     assert calls == [True, False]  # retried once, with the environment removed
-    assert live == [True]
+    assert live == [True] and ahead == [0]
     calls.clear()
     shutil.rmtree(doctrees)
     monkeypatch.setattr(build_book.subprocess, "call", lambda command, cwd, env: 2)
@@ -1023,17 +1026,11 @@ def test_pdf_has_every_chapter_its_figures_and_no_raw_tex(built_site: Path, buil
     delimiter is left as text (outside code listings that show it), and hidden code cells
     are not printed. (``make pdf`` itself fails if a figure is not drawn or is wider than
     its printed column.)"""
-    from pypdf import PdfReader
-
-    reader = PdfReader(built_pdf)
-
-    def titles(items: list) -> list[str]:
-        return [t for i in items for t in (titles(i) if isinstance(i, list) else [i.title])]
-
-    outline = {squash(title) for title in titles(reader.outline)}
-    text = "\n".join(page.extract_text() for page in reader.pages)
+    pages = pdf_text.page_texts(built_pdf)
+    outline = {squash(title) for title in pdf_text.outline_titles(built_pdf)}
+    text = "\n".join(pages)
     printed = squash(text)
-    contents = reader.pages[0].extract_text()
+    contents = pages[0]
     assert contents.startswith("Contents"), contents[:200]
     commands, listings = set(), ""
     for page in toc_pages():
@@ -1111,19 +1108,23 @@ def test_instructions_leave_text_that_reads_on_paper(text: str) -> None:
     assert instructions(text) == []
 
 
-@functools.cache
-def pdf_pages(path: Path) -> tuple[str, ...]:
-    """The text of each page of a PDF (extracting 500 pages takes about a minute)."""
-    from pypdf import PdfReader
+def pdf_images(path: Path, index: int) -> int:
+    """How many images page ``index`` (from 0) of the PDF at ``path`` draws."""
+    import pypdfium2 as pdfium
+    import pypdfium2.raw as pdfium_c
 
-    return tuple(page.extract_text() for page in PdfReader(path).pages)
+    pdf = pdfium.PdfDocument(path)
+    try:
+        return len(list(pdf[index].get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE])))
+    finally:
+        pdf.close()
 
 
 @pytest.mark.site
 def test_pdf_prints_no_instruction_to_use_a_figure(built_pdf: Path) -> None:
     """The PDF prints no sentence telling the reader to drag, tap, press or hover: its
     explorables are stills with a sentence pointing to the site (``build_pdf.STILLS_JS``)."""
-    assert instructions("\n".join(pdf_pages(built_pdf))) == []
+    assert instructions("\n".join(pdf_text.page_texts(built_pdf))) == []
 
 
 @pytest.mark.site
@@ -1131,13 +1132,10 @@ def test_pdf_has_no_blank_page(built_pdf: Path) -> None:
     """No page holds only its number (issue 33: a page was left blank before a code cell
     taller than a page). A page whose only text is its number but that has an image is not
     blank."""
-    from pypdf import PdfReader
-
-    reader = PdfReader(built_pdf)
     blank = [
-        number
-        for number, text in enumerate(pdf_pages(built_pdf), start=1)
-        if PAGE_NUMBER.fullmatch(text) and not reader.pages[number - 1].images
+        index + 1
+        for index, text in enumerate(pdf_text.page_texts(built_pdf))
+        if PAGE_NUMBER.fullmatch(text) and not pdf_images(built_pdf, index)
     ]
     assert blank == [], f"pages blank but for their number: {blank}"
 
@@ -1740,15 +1738,13 @@ def test_a_site_built_without_the_pdf_links_to_a_page_saying_how_to_build_it(tmp
     """Every page links to ``mha-book.pdf``: a build without ``make pdf`` puts a one-page PDF
     there that says ``make pdf`` builds the book's, and the last PDF ``make pdf`` wrote
     replaces it once there is one."""
-    from pypdf import PdfReader
-
     site = tmp_path / "_build" / "html"
     site.mkdir(parents=True)
     app = SimpleNamespace(outdir=str(site), builder=SimpleNamespace(name="html"))
     downloads.book_pdf_in_site(app, None)
-    note = PdfReader(site / downloads.BOOK_PDF)
-    text = " ".join(note.pages[0].extract_text().split()).replace("\u2019", "'")
-    assert len(note.pages) == 1
+    note = pdf_text.page_texts(site / downloads.BOOK_PDF)
+    text = " ".join(note[0].split()).replace("\u2019", "'")
+    assert len(note) == 1
     assert "built without the book's PDF" in text and "make pdf" in text
     printed = tmp_path / "_build" / downloads.PRINTED_PDF
     printed.parent.mkdir()
