@@ -11,7 +11,8 @@ In the browser: open the lab, double-click ``book`` in the file browser, double-
 chapter, check it opened as a notebook (not a text editor), Run -> Run All Cells, wait until
 the kernel is idle and every code cell has an execution count, then check that no cell shows
 an error (except cells tagged ``raises-exception``), that every Plotly figure is drawn, and
-that every exercise's solution is still folded (a folded cell shows no input prompt).
+that every exercise's solution opened folded and its code is still folded (a folded cell
+shows no input prompt; running it shows its output).
 The chapter's explorable (a cell's output, ``mha.display.explorables``) must be drawn in its
 output, and a mouse drag of its query point must move the point and recompute the weights.
 
@@ -328,7 +329,7 @@ def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
     context, page, foreign, page_errors = _offline_tab(browser, lab)
     shot = artifacts_dir / "jupyterlab" / f"{Path(CHAPTER).stem}.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
-    state = None
+    state = opened = None
     stuck = ""
     try:
         _open_lab(page, lab)
@@ -352,6 +353,7 @@ def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
             timeout=UI_TIMEOUT_MS,
         )
         state = page.evaluate(NOTEBOOK_STATE_JS)
+        opened = state
         assert state["notebook_panel"], _summary(state)
         assert state["title"] == Path(CHAPTER).name, _summary(state)
         assert page.locator("#jp-main-dock-panel .jp-FileEditor:visible").count() == 0
@@ -387,12 +389,21 @@ def test_chapter_opens_as_a_notebook_and_runs_clean_in_jupyterlab(
         problems += dragged
     code = [cell for cell in state["cells"] if not cell["empty"]] if state else []
     problems += [f"not executed: {c['source']!r}" for c in code if c["count"] is None]
-    # An exercise's solution stays folded (input and output) after the run, as on the site.
+    # An exercise's solution opens folded (input and output), as on the site. Running a cell
+    # shows its output again (JupyterLab's own rule); its code stays folded.
+    solutions = [c for c in (opened or {"cells": []})["cells"] if c["solution"]]
     problems += [
-        f"solution not folded: {c['source']!r}"
-        for c in code
-        if c["solution"] and c["folded"] != [True, True]
+        f"solution opened unfolded (input, output hidden: {c['folded']}): {c['source']!r}"
+        for c in solutions
+        if c["folded"] != [True, True]
     ]
+    problems += [
+        f"solution's code unfolded by the run: {c['source']!r}"
+        for c in code
+        if c["solution"] and not c["folded"][0]
+    ]
+    if opened and not solutions:
+        problems.append(f"{CHAPTER} opened with no solution cell")
     for cell in code:
         if cell["raises"]:
             continue
