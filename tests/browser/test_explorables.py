@@ -2,7 +2,7 @@
 
 ``book/_static/mha-explore.js`` mirrors ``mha``'s functions by name (softmax, scaled
 dot-product attention, the online softmax and the tiled forward, the cache's size and a
-decoding step's bytes). Each check below draws inputs in Python, evaluates the JavaScript
+decoding step's bytes, the forward of the trained attention-only model). Each check below draws inputs in Python, evaluates the JavaScript
 function in a headless Chromium page and compares with ``mha``: to the rounding bounds of
 ``mha.numerics.tolerance`` for float64, exactly where the arithmetic is exact (integer byte
 counts, maxima, masked zeros). A mutated copy of the module (a wrong scale, no max
@@ -28,6 +28,8 @@ import torch
 
 from mha.backends import np_backend, tiled
 from mha.cost import arithmetic, latent_arithmetic
+from mha.display import live_decoder
+from mha.training import runs, tasks
 from mha.numerics import tolerance
 from mha.numerics.tolerance import assert_close
 
@@ -315,6 +317,70 @@ def check_latent_cost(js: Js) -> None:
                     assert got == expected, what
 
 
+def forward_bounds(model, tokens: torch.Tensor) -> tuple[float, float]:
+    """Bounds on how far two float64 routes to the model's weights and next-token
+    probabilities may differ: every stage (projections, scores, weighted sums, the output
+    projection in each layer, the unembedding, the softmax) is a sum of at most ``D`` products
+    no larger in magnitude than ``c``, the largest ``sum |a_k b_k|`` of the forward, computed
+    here; a softmax moves a weight by at most twice the largest change of its row's inputs.
+    Returns ``(weights_tolerance, probabilities_tolerance)``."""
+    D, H = model.embed.shape[1], model.num_heads
+    with torch.no_grad():
+        stream = [x[0].numpy() for x in model.residual_stream(tokens)]  # (L, D) each
+    c = float((np.abs(stream[-1]) @ np.abs(model.unembed.detach().numpy())).max())
+    for x, layer in zip(stream, model.layers, strict=False):
+        p = layer.params()
+        w_qkv, b_qkv = p.w_qkv.detach().numpy(), p.b_qkv.detach().numpy()
+        qkv = x @ w_qkv + b_qkv  # (L, 3D)
+        c = max(c, float((np.abs(x) @ np.abs(w_qkv)).max() + np.abs(b_qkv).max()))
+        q, k, v = (np.abs(np_backend.split_heads(qkv[None, :, i * D : (i + 1) * D], H)[0])
+                   for i in range(3))  # (H, L, Dh) each
+        c = max(c, float((q @ k.swapaxes(-1, -2)).max() / math.sqrt(D // H)))
+        c = max(c, float(np.abs(v).max() * len(x)))
+        c = max(c, float(np.abs(v).max() * np.abs(p.w_o.detach().numpy()).sum(axis=0).max()))
+    stages = 4 * model.num_layers + 2
+    bound = 2 * tolerance.rounding_tolerance(np.float64, terms=D, scale=c, stages=stages)
+    return bound, bound
+
+
+def _decoder_sequences() -> list[list[int]]:
+    """Token sequences that no chapter uses: random ids of three lengths and three repeated
+    segments, from seeds of this test only."""
+    rng = np.random.default_rng(20_261_205)
+    found = [rng.integers(0, 64, size=n).tolist() for n in (1, 9, 32)]
+    batch = tasks.repeated_segments(3, 32, 64, min_period=8, max_period=16, rng=9_001)
+    return found + batch.tokens.tolist()
+
+
+def decoder_check_data() -> dict:
+    """The figure's data for a model at initialisation (seed 11) with its parameters tripled,
+    so that its heads attend sharply; the heads named are any two."""
+    model = runs.TrainConfig(seed=11).model()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)
+    scores = {"previous_token": np.zeros((2, 4)), "induction": np.zeros((2, 4))}
+    return live_decoder.decoder_data(model, scores, previous_token_head=1, induction_head=3)
+
+
+def check_attention_only(js: Js, data: dict | None = None) -> None:
+    data = decoder_check_data() if data is None else data
+    model = live_decoder.decoder_model(data)
+    for tokens in _decoder_sequences():
+        t = torch.tensor([tokens])
+        with torch.no_grad():
+            logits, weights = model(t, need_weights=True)
+        probs = torch.softmax(logits[0], dim=-1).numpy()  # (L, V)
+        got = js("__forward", data, tokens)
+        w_tol, p_tol = forward_bounds(model, t)
+        where = f"L={len(tokens)}"
+        for layer in range(model.num_layers):
+            expected = weights[layer][0].numpy()  # (H, L, L)
+            assert_close(np.array(got["weights"][layer]), expected, w_tol, name=f"weights {where}")
+        got_p = np.array(js("softmax", got["logits"]))
+        assert_close(got_p, probs, p_tol, name=f"next-token probabilities ({where})")
+
+
 CHECKS = {
     "softmax": check_softmax,
     "scaled_dot_product_attention": check_attention,
@@ -322,11 +388,17 @@ CHECKS = {
     "tiled_attention": check_tiled_trace,
     "cost": check_cost,
     "latent_cost": check_latent_cost,
+    "attention_only": check_attention_only,
 }
 
-# The trace check's helper: tiled_attention's output, lse and trace (an array passed in
-# ``options.trace`` is filled in the page, so it is returned from there).
+# The checks' helpers: tiled_attention's output, lse and trace (an array passed in
+# ``options.trace`` is filled in the page, so it is returned from there); the model of the
+# figure's data run on tokens.
 TRACE_HELPER = """
+window.mhaExplore.__forward = function (data, tokens) {
+  var x = window.mhaExplore;
+  return x.attention_only_forward(x.attention_only_model(data), tokens);
+};
 window.mhaExplore.__traced = function (q, k, v, m, options) {
   var trace = [];
   var r = window.mhaExplore.tiled_attention(q, k, v, m, Object.assign({}, options, {trace: trace}));
@@ -383,6 +455,16 @@ MUTATIONS = {
         "2 * num_layers * batch_size * kv_len * num_kv_heads * d_head * itemsize(dtype)",
         "num_layers * batch_size * kv_len * num_kv_heads * d_head * itemsize(dtype)",
         "cost",
+    ),
+    "attention-only forward without the causal mask": (
+        "for (j = 0; j < L; j++) mask[i].push(j <= i);",
+        "for (j = 0; j < L; j++) mask[i].push(true);",
+        "attention_only",
+    ),
+    "attention-only forward without the residual": (
+        "return row.map(function (v, d) { return v + out[pos][d]; });",
+        "return row.map(function (v, d) { return out[pos][d]; });",
+        "attention_only",
     ),
     "latent cache without its rotary key": (
         "num_layers * batch_size * kv_len * (d_latent + d_rope) * itemsize(dtype)",
