@@ -2,8 +2,9 @@
 
 ``book/_static/mha-explore.js`` mirrors ``mha``'s functions by name (softmax, scaled
 dot-product attention, the online softmax and the tiled forward, the cache's size and a
-decoding step's bytes, the forward of the trained attention-only model). Each check below draws inputs in Python, evaluates the JavaScript
-function in a headless Chromium page and compares with ``mha``: to the rounding bounds of
+decoding step's bytes, the trained attention-only model's forward). Each check below draws
+inputs in Python, evaluates the JavaScript function in a headless Chromium page and compares
+with ``mha``: to the rounding bounds of
 ``mha.numerics.tolerance`` for float64, exactly where the arithmetic is exact (integer byte
 counts, maxima, masked zeros). A mutated copy of the module (a wrong scale, no max
 subtraction, a missing rescale, a missing factor of 2) must fail those same checks.
@@ -29,9 +30,9 @@ import torch
 from mha.backends import np_backend, tiled
 from mha.cost import arithmetic, latent_arithmetic
 from mha.display import live_decoder
-from mha.training import runs, tasks
 from mha.numerics import tolerance
 from mha.numerics.tolerance import assert_close
+from mha.training import runs, tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "book" / "_static" / "mha-explore.js"
@@ -333,8 +334,10 @@ def forward_bounds(model, tokens: torch.Tensor) -> tuple[float, float]:
         w_qkv, b_qkv = p.w_qkv.detach().numpy(), p.b_qkv.detach().numpy()
         qkv = x @ w_qkv + b_qkv  # (L, 3D)
         c = max(c, float((np.abs(x) @ np.abs(w_qkv)).max() + np.abs(b_qkv).max()))
-        q, k, v = (np.abs(np_backend.split_heads(qkv[None, :, i * D : (i + 1) * D], H)[0])
-                   for i in range(3))  # (H, L, Dh) each
+        q, k, v = (
+            np.abs(np_backend.split_heads(qkv[None, :, i * D : (i + 1) * D], H)[0])
+            for i in range(3)
+        )  # (H, L, Dh) each
         c = max(c, float((q @ k.swapaxes(-1, -2)).max() / math.sqrt(D // H)))
         c = max(c, float(np.abs(v).max() * len(x)))
         c = max(c, float(np.abs(v).max() * np.abs(p.w_o.detach().numpy()).sum(axis=0).max()))

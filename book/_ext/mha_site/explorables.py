@@ -7,8 +7,9 @@ scripts inline). A myst-nb mime renderer turns the name into an ``mha_explorable
 the HTML builders write as the figure's element (the same HTML the notebook shows, without
 the scripts); each page with one loads the figure's scripts from ``_static``, deferred, in
 order. A figure's data (a trained model, say) comes with its name and is written inside its
-element, as in the notebook. The live model's panel gets the sizes of the files it downloads (:mod:`.live_model`),
-which its button says before it is pressed, or says that they are not in this build.
+element, as in the notebook. The live model's panel gets the sizes of the files it downloads
+(:mod:`.live_model`), which its button says before it is pressed, or says that they are not
+in this build.
 """
 
 from __future__ import annotations

@@ -289,7 +289,8 @@ def explorable(name: str, *, element_id: str | None = None, data: Any = None) ->
         raise TypeError(f"data must be a dict or None; got {arguments.describe(data)}")
     if FIGURES[name].needs_data != (data is not None):
         need = "needs data" if FIGURES[name].needs_data else "takes no data"
-        raise ValueError(f"the figure {name!r} {need}; got data={'None' if data is None else '{...}'}")
+        got = "None" if data is None else "a dict"
+        raise ValueError(f"the figure {name!r} {need}; got data={got}")
     live = served_live_files() if name == "live-minilm" else None
     return Explorable(name, element_id or f"explore-{name}", live, data)
 
