@@ -193,9 +193,8 @@
 
       var order = probs.map(function (p, t) { return [t, p]; });
       order.sort(function (a, b) { return b[1] - a[1]; });
-      var table = el("table");
-      table.appendChild(el("caption", { style: "text-align:left" },
-        "The model's next token after position " + (i + 1) + ", most likely first"));
+      var table = el("table", { "aria-label": "The model's next token after position " + (i + 1) +
+        ", most likely first" });
       var head = el("tr");
       ["token", "probability", ""].forEach(function (h) { head.appendChild(el("th", { scope: "col" }, h)); });
       table.appendChild(head);
@@ -213,6 +212,8 @@
         table.appendChild(tr);
       });
       out.textContent = "";
+      out.appendChild(el("p", { class: "mx-note" }, "The model's next token after position " + (i + 1) +
+        ", most likely first:"));
       out.appendChild(table);
     }
 

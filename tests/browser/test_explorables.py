@@ -498,7 +498,9 @@ PAGES = {
     "online-softmax": "book/attention-without-the-score-matrix.html",
     "kv-cache": "book/inference.html",
     "latent-cache": "book/latent-attention.html",
+    "induction-heads": "book/trained-heads.html",
 }
+NO_SVG = {"induction-heads"}  # a strip of token buttons and a table, named as a group
 PHONE = {"width": 390, "height": 844}
 
 
@@ -595,7 +597,10 @@ def test_explorable_is_drawn_without_errors(
     try:
         root = page.locator(f'.mha-explore[data-explore="{figure}"]')
         assert root.get_attribute("data-ready") == "true"
-        assert root.locator("svg title").count() >= 1, "the figure's SVG has no title"
+        if figure in NO_SVG:
+            assert root.locator("[role=group][aria-label]").count() >= 1, "no named group"
+        else:
+            assert root.locator("svg title").count() >= 1, "the figure's SVG has no title"
         assert not errors, f"console errors: {errors}"
         assert not failed, f"failed requests: {failed}"
         overflow = page.evaluate(
@@ -642,6 +647,7 @@ NOTATION = {
         (".mx-note", "D<sub>r</sub>"),
         ('[data-label="mla"]', f"D{SUB}c</tspan>"),
     ],
+    "induction-heads": [],  # no symbol with a script: heads are named "1.2", tokens by letter
 }
 
 
@@ -1078,6 +1084,165 @@ def test_latent_cache_explorable_follows_its_widths(browser, built_site: Path) -
         dr.focus()
         page.keyboard.press("ArrowUp")
         assert _check_latent(page)["d_rope"] == 64, "the keyboard does not choose"
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+INDUCTION_ROOT = '.mha-explore[data-explore="induction-heads"]'
+
+
+def _page_data(page) -> dict:
+    return json.loads(page.locator(f"{INDUCTION_ROOT} script.mha-explore-data").text_content())
+
+
+def _check_induction(page, model) -> dict:
+    """The two heads' weights from the chosen query and the next-token probabilities there, as
+    the page shows them, held to ``mha``'s forward of the page's model on the page's text;
+    the predictions listed, most likely first, with the copies marked."""
+    state = _state(page, "induction-heads")
+    heads = _attr(page, INDUCTION_ROOT, "data-heads")
+    tokens = live_decoder.encode(state["text"])
+    i = state["query"]
+    t = torch.tensor([tokens])
+    with torch.no_grad():
+        logits, weights = model(t, need_weights=True)
+    w_tol, p_tol = forward_bounds(model, t)
+    shown = _attr(page, INDUCTION_ROOT, "data-weights")
+    for role in live_decoder.ROLES:
+        layer, head = heads[role]["layer"], heads[role]["head"]
+        expected = weights[layer][0, head, i].numpy()  # (L,)
+        assert_close(np.array(shown[role]), expected, w_tol, name=f"{role} head's weights")
+        assert (np.array(shown[role])[i + 1 :] == 0).all(), "a later token has weight"
+    probs = torch.softmax(logits[0, i], dim=-1).numpy()  # (V,)
+    got = np.array(_attr(page, INDUCTION_ROOT, "data-probs"))
+    assert_close(got, probs, p_tol, name="next-token probabilities")
+    copies = {tokens[j + 1] for j in range(i) if tokens[j] == tokens[i]}
+    assert set(_attr(page, INDUCTION_ROOT, "data-copies")) == copies
+    rows = page.locator(f"{INDUCTION_ROOT} table tr:has(td)")
+    listed = [rows.nth(r).locator("th").text_content() for r in range(rows.count())]
+    top = np.argsort(-got, kind="stable")[: len(listed)]
+    assert listed == [live_decoder.ALPHABET[k] for k in top], "the predictions listed"
+    marked = [rows.nth(r).get_attribute("data-copy") == "true" for r in range(rows.count())]
+    assert marked == [int(k) in copies for k in top], "the copies marked"
+    assert f"{100 * got[top[0]]:.1f}%" in rows.first.text_content()
+    pressed = page.locator(f'{INDUCTION_ROOT} button.mx-tok[aria-pressed="true"]')
+    assert pressed.get_attribute("data-position") == str(i), "the chosen token is not marked"
+    return state
+
+
+def _page_model(page):
+    """The page's model in mha, after checking that its heads are the chapter's: each head's
+    score, measured again on the model the page carries, within 0.05 of the score it says."""
+    data = _page_data(page)
+    model = live_decoder.decoder_model(data)
+    measured = runs.head_scores(model, runs.TrainConfig().eval_batch())
+    for role in live_decoder.ROLES:
+        h = data["heads"][role]
+        assert abs(measured[role][h["layer"], h["head"]] - h["score"]) < 0.05, (role, h)
+        assert h["score"] > 0.5, f"the {role} head scores {h['score']}"
+    return model
+
+
+def _is_repeated_segment(text: str) -> bool:
+    """Whether ``text`` is as the training data draws it: distinct tokens until a segment of
+    8 to 16 repeats to the end."""
+    for n in range(len(text)):
+        for period in range(8, 17):
+            head = text[: n + period]
+            repeats = all(text[k] == text[k - period] for k in range(n + period, len(text)))
+            if len(set(head)) == len(head) and repeats and len(text) >= n + 2 * period:
+                return True
+    return False
+
+
+def test_induction_explorable_follows_touch_and_typing_on_a_phone(browser, built_site) -> None:
+    page, errors, _ = _open(
+        browser,
+        built_site.as_uri() + "/" + PAGES["induction-heads"],
+        viewport=PHONE,
+        has_touch=True,
+        is_mobile=True,
+    )
+    try:
+        model = _page_model(page)
+        start = _check_induction(page, model)
+        tokens = page.locator(f"{INDUCTION_ROOT} button.mx-tok")
+        for control in (tokens.nth(3), page.get_by_role("button", name="Repeat a random sequence")):
+            assert control.bounding_box()["height"] >= 44, "a touch target under 44 px on a phone"
+        page.touchscreen.tap(*_center(page, tokens.nth(3)))
+        assert _check_induction(page, model)["query"] == 3, "a tap does not choose a token"
+        page.touchscreen.tap(*_center(page, tokens.nth(14)))
+        assert _check_induction(page, model)["query"] == 14
+        field = page.get_by_label("Your sequence", exact=True)
+        field.fill("ZyX0+/ZyX0")
+        assert _check_induction(page, model) == {"text": "ZyX0+/ZyX0", "query": 9}
+        field.press("End")
+        page.keyboard.type("é")  # refused: a message, nothing else changes
+        refused = page.locator(f"{INDUCTION_ROOT} .mx-refused").text_content()
+        assert "\u201c\u00e9\u201d is not one of the 64 characters" in refused
+        assert field.input_value() == "ZyX0+/ZyX0"
+        assert _check_induction(page, model) == {"text": "ZyX0+/ZyX0", "query": 9}
+        field.fill("A" * 33)  # longer than the model's positions: refused
+        assert "At most 32 tokens" in page.locator(f"{INDUCTION_ROOT} .mx-refused").text_content()
+        assert _check_induction(page, model)["text"] == "ZyX0+/ZyX0"
+        random = page.get_by_role("button", name="Repeat a random sequence")
+        seen = set()
+        for _ in range(4):
+            page.touchscreen.tap(*_center(page, random))
+            state = _check_induction(page, model)
+            assert len(state["text"]) == 32 and state["query"] == 31
+            assert _is_repeated_segment(state["text"]), state["text"]
+            assert page.locator(f"{INDUCTION_ROOT} .mx-refused").text_content() == ""
+            seen.add(state["text"])
+        assert len(seen) > 1 and start["text"] not in seen, "the same sequence each time"
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+def test_induction_explorable_follows_mouse_and_keyboard(browser, built_site) -> None:
+    page, errors, _ = _open(
+        browser,
+        built_site.as_uri() + "/" + PAGES["induction-heads"],
+        viewport={"width": 1280, "height": 900},
+    )
+    try:
+        model = _page_model(page)
+        start = _check_induction(page, model)
+        last = len(start["text"]) - 1
+        assert start["query"] == last
+        tokens = page.locator(f"{INDUCTION_ROOT} button.mx-tok")
+        page.mouse.click(*_center(page, tokens.nth(5)))
+        assert _check_induction(page, model)["query"] == 5
+        tokens.nth(5).focus()
+        page.keyboard.press("ArrowRight")
+        assert _check_induction(page, model)["query"] == 6
+        focused = page.evaluate("() => document.activeElement.getAttribute('data-position')")
+        assert focused == "6", "the focus does not follow the chosen token"
+        page.keyboard.press("ArrowLeft")
+        page.keyboard.press("ArrowLeft")
+        assert _check_induction(page, model)["query"] == 4
+        page.keyboard.press("End")
+        assert _check_induction(page, model)["query"] == last
+        page.keyboard.press("ArrowRight")  # past the end: it stays
+        assert _check_induction(page, model)["query"] == last
+        page.keyboard.press("Home")
+        assert _check_induction(page, model)["query"] == 0
+        field = page.get_by_label("Your sequence", exact=True)
+        field.click()
+        field.press("End")
+        page.keyboard.type("Q")
+        assert _check_induction(page, model) == {"text": start["text"] + "Q", "query": last + 1}
+        page.keyboard.type("#")
+        assert (
+            "\u201c#\u201d is not one of"
+            in page.locator(f"{INDUCTION_ROOT} .mx-refused").text_content()
+        )
+        assert _state(page, "induction-heads")["text"] == start["text"] + "Q"
+        page.get_by_role("button", name="Repeat a random sequence").focus()
+        page.keyboard.press("Enter")
+        assert _is_repeated_segment(_check_induction(page, model)["text"])
         assert not errors, f"console errors: {errors}"
     finally:
         page.context.close()
