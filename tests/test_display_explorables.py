@@ -134,6 +134,9 @@ def test_the_decoders_data_refuses_what_the_figure_cannot_show() -> None:
     with pytest.raises(ValueError, match=r"scores\['induction'\] must have shape \(2, 4\)"):
         bad = {**_scores(), "induction": np.zeros(4)}
         live_decoder.decoder_data(model, bad, previous_token_head=0, induction_head=0)
+    with pytest.raises(ValueError, match=r"scores\['previous_token'\] must be finite"):
+        bad = {**_scores(), "previous_token": np.full((2, 4), np.nan)}
+        live_decoder.decoder_data(model, bad, previous_token_head=0, induction_head=0)
     assert live_decoder.encode("AZaz09+/") == [0, 25, 26, 51, 52, 61, 62, 63]
     with pytest.raises(ValueError, match=r"0-9 \+ /; got 'é' at 1"):
         live_decoder.encode("Aé")

@@ -80,8 +80,8 @@ def decoder_data(
         TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`, ``scores`` not a
             mapping, or a head not an int.
         ValueError: if the model has not two layers, a vocabulary of 64 or one key/value head
-            per head; a head is outside ``[0, H)``; a score array is not ``(2, H)``; or a
-            parameter is beyond float16's range.
+            per head; a head is outside ``[0, H)``; a score array is not ``(2, H)`` or not
+            finite; or a parameter is beyond float16's range.
     """
     arguments.instance("model", model, AttentionOnlyTransformer, "AttentionOnlyTransformer")
     V, H = model.vocab_size, model.num_heads
@@ -100,6 +100,8 @@ def decoder_data(
         table = np.asarray(scores[role], dtype=np.float64)
         if table.shape != (2, H):
             raise ValueError(f"scores[{role!r}] must have shape (2, {H}); got {table.shape}")
+        if not np.isfinite(table).all():
+            raise ValueError(f"scores[{role!r}] must be finite (JSON has no NaN); got {table}")
         heads[role] = {"layer": layer, "head": head, "score": float(table[layer, head])}
     state = model.state_dict()
     values = np.concatenate([t.detach().double().flatten().numpy() for t in state.values()])
