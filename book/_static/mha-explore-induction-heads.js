@@ -23,10 +23,10 @@
   var STYLE = [
     ".mha-explore .mx-tokens{display:flex;flex-wrap:wrap;gap:.2rem;margin:.4rem 0}",
     ".mha-explore button.mx-tok{display:flex;flex-direction:column;align-items:stretch;gap:2px;",
-    "min-width:2.3rem;min-height:2.9rem;padding:.1rem .15rem;font-family:monospace;font-size:1.05em}",
+    "min-width:2.3rem;min-height:44px;padding:.1rem .15rem;font-family:monospace;font-size:1.05em;line-height:1.2}",
     ".mha-explore button.mx-tok[aria-pressed=true]{outline:3px solid currentColor;outline-offset:1px}",
     ".mha-explore button.mx-tok:focus-visible{outline:3px solid #CC79A7;outline-offset:2px}",
-    ".mha-explore .mx-tok .mx-pos{font-size:.6em;opacity:.7;font-family:sans-serif}",
+    ".mha-explore .mx-tok .mx-pos{font-size:.55em;opacity:.7;font-family:sans-serif;margin-left:.1em}",
     ".mha-explore .mx-tok .mx-bar{height:.45rem;border-radius:1px;border:1px solid rgba(128,128,128,.35)}",
     ".mha-explore .mx-tok.mx-after{opacity:.45}",
     ".mha-explore .mx-swatch{display:inline-block;width:.9em;height:.9em;vertical-align:-.1em;margin-right:.25em}",
@@ -108,12 +108,12 @@
       var h = heads[role];
       if (k) legend.appendChild(document.createTextNode("; "));
       legend.appendChild(el("span", { class: "mx-swatch", style: "background:" + COLOURS[role] }));
-      legend.appendChild(document.createTextNode((k ? "lower bar: head " : "upper bar: head ") +
-        headName(h) + ", the " + (role === "induction" ? "induction" : "previous-token") +
-        " head (score " + fmt(h.score, 2) + ")"));
+      legend.appendChild(document.createTextNode((k ? "lower bar: head " : "Upper bar: head ") +
+        headName(h) + ", " + (role === "induction" ? "induction" : "previous token") +
+        " (score " + fmt(h.score, 2) + ")"));
     });
-    legend.appendChild(document.createTextNode(", as measured above. A bar is as dark as the " +
-      "head's weight from the chosen token."));
+    legend.appendChild(document.createTextNode(". A bar is as dark as the head's weight from the " +
+      "chosen token."));
     root.appendChild(legend);
 
     var strip = el("div", { class: "mx-tokens", role: "group",
@@ -167,8 +167,9 @@
           "aria-pressed": String(j === i), tabindex: j === i ? "0" : "-1", "data-position": String(j),
           "aria-label": "position " + (j + 1) + ", " + c + (j > i ? "" : ": weights " +
             fmt(wPrev[j], 2) + " and " + fmt(wInd[j], 2)) });
-        b.appendChild(el("span", {}, c));
-        b.appendChild(el("span", { class: "mx-pos" }, String(j + 1)));
+        var top = el("span", {}, c);
+        top.appendChild(el("span", { class: "mx-pos" }, String(j + 1)));
+        b.appendChild(top);
         [[wPrev[j], COLOURS.previous_token], [wInd[j], COLOURS.induction]].forEach(function (pair) {
           var bar = el("span", { class: "mx-bar" });
           bar.style.background = pair[1];

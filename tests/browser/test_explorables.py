@@ -545,7 +545,9 @@ def _center(page, locator) -> tuple[float, float]:
     """
     size = page.viewport_size
     for _ in range(10):
-        locator.scroll_into_view_if_needed()
+        # the element's own scrollIntoView: it lays out a lazily drawn section on its way,
+        # where Playwright's scrolling can stop at the placeholder's end of the page
+        locator.evaluate("(e) => e.scrollIntoView({block: 'center', inline: 'nearest'})")
         page.wait_for_timeout(100)
         box = locator.bounding_box()
         x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
@@ -659,7 +661,8 @@ def test_explorables_write_the_books_notation(browser, built_site: Path, figure:
         found = page.evaluate(
             """(root) => {
             const r = document.querySelector(root), bare = r.cloneNode(true);
-            bare.querySelectorAll('code').forEach((c) => c.remove());  // code names keep their _
+            // code names keep their _, and a figure's data (a script of JSON) is not its text
+            bare.querySelectorAll('code, script').forEach((c) => c.remove());
             const named = [...r.querySelectorAll('[aria-label]')];
             return {text: bare.textContent, names: named.map((e) => e.getAttribute('aria-label'))};
         }""",
