@@ -31,7 +31,11 @@
     ".mha-explore .mx-tok.mx-after{opacity:.45}",
     ".mha-explore .mx-swatch{display:inline-block;width:.9em;height:.9em;vertical-align:-.1em;margin-right:.25em}",
     ".mha-explore .mx-pbar{display:inline-block;height:.7em;background:currentColor;opacity:.55;vertical-align:middle}",
-    ".mha-explore input.mx-seq{font-family:monospace;flex:1 1 14rem;min-width:0;max-width:100%}",
+    // the sequence beside its label on a wide screen, on a line of its own on a phone
+    ".mha-explore input.mx-seq{font-family:monospace;flex:1 1 14rem;min-width:0;max-width:100%;order:1}",
+    ".mha-explore .mx-random{order:2}",
+    "@media (max-width:48rem){.mha-explore input.mx-seq{flex-basis:100%;order:2}.mha-explore .mx-random{order:1}}",
+    ".mha-explore .mx-copy{font-size:.8em;padding:0 .3em;border:1px solid currentColor;border-radius:.2rem}",
     ".mha-explore .mx-refused{color:#b00020}",
   ].join("");
 
@@ -86,8 +90,8 @@
     var run = null; // the forward of state.text
 
     var about = el("p", { class: "mx-note" });
-    about.textContent = "Tokens are the 64 characters A\u2013Z a\u2013z 0\u20139 + / (ids 0 to 63), " +
-      "at most " + L_MAX + ". Any other character is refused.";
+    about.textContent = "Tokens: the 64 characters A\u2013Z a\u2013z 0\u20139 + / (ids 0 to 63), " +
+      "at most " + L_MAX + "; any other is refused.";
     root.appendChild(about);
 
     var controls = el("div", { class: "mx-row", "data-mha-control": "" });
@@ -97,7 +101,8 @@
       autocapitalize: "off", spellcheck: "false", value: state.text });
     input.value = state.text;
     var random = kit.button("Repeat a random sequence");
-    [label, input, random].forEach(function (c) { controls.appendChild(c); });
+    random.className = "mx-random";
+    [label, random, input].forEach(function (c) { controls.appendChild(c); });
     root.appendChild(controls);
     var message = el("p", { class: "mx-note mx-refused", role: "status", "aria-live": "polite",
       "data-mha-control": "" });
@@ -108,12 +113,10 @@
       var h = heads[role];
       if (k) legend.appendChild(document.createTextNode("; "));
       legend.appendChild(el("span", { class: "mx-swatch", style: "background:" + COLOURS[role] }));
-      legend.appendChild(document.createTextNode((k ? "lower bar: head " : "Upper bar: head ") +
-        headName(h) + ", " + (role === "induction" ? "induction" : "previous token") +
-        " (score " + fmt(h.score, 2) + ")"));
+      legend.appendChild(document.createTextNode("head " + headName(h) + ", " +
+        (role === "induction" ? "induction" : "previous token") + " (score " + fmt(h.score, 2) + ")"));
     });
-    legend.appendChild(document.createTextNode(". A bar is as dark as the head's weight from the " +
-      "chosen token."));
+    legend.appendChild(document.createTextNode(": the darker its bar, the more weight from the chosen token."));
     root.appendChild(legend);
 
     var strip = el("div", { class: "mx-tokens", role: "group",
@@ -183,14 +186,14 @@
       function most(w) {
         var best = 0;
         for (var j = 1; j <= i; j++) if (w[j] > w[best]) best = j;
-        return "position " + (best + 1) + " " + quoted(alphabet[tokens[best]]) + " (" + fmt(w[best], 2) + ")";
+        return (best + 1) + " " + quoted(alphabet[tokens[best]]) + " (" + fmt(w[best], 2) + ")";
       }
       detail.textContent = "From position " + (i + 1) + " " + quoted(alphabet[tokens[i]]) +
-        ", head " + headName(heads.previous_token) + " puts most weight on " + most(wPrev) +
-        ", head " + headName(heads.induction) + " on " + most(wInd) + "." +
-        (copied.length ? " The token " + quoted(alphabet[tokens[i]]) + " occurred before, followed by " +
+        ", head " + headName(heads.previous_token) + " looks most at " + most(wPrev) +
+        ", head " + headName(heads.induction) + " at " + most(wInd) + ". " +
+        (copied.length ? quoted(alphabet[tokens[i]]) + " occurred before, followed by " +
           copied.map(function (t) { return quoted(alphabet[t]); }).join(" and ") + "."
-          : " The token " + quoted(alphabet[tokens[i]]) + " has not occurred before: there is nothing to copy.");
+          : quoted(alphabet[tokens[i]]) + " is new: nothing to copy.");
 
       var order = probs.map(function (p, t) { return [t, p]; });
       order.sort(function (a, b) { return b[1] - a[1]; });
@@ -208,13 +211,14 @@
         cell.appendChild(el("span", { class: "mx-pbar", style: "width:" + (3 * pair[1]).toFixed(2) + "rem" }));
         cell.appendChild(document.createTextNode(" " + (100 * pair[1]).toFixed(1) + "%"));
         tr.appendChild(cell);
-        tr.appendChild(el("td", { style: "text-align:left" }, copy ? "a copy: it followed " +
-          quoted(alphabet[tokens[i]]) + " before" : ""));
+        var note = el("td", { style: "text-align:left" });
+        if (copy) note.appendChild(el("span", { class: "mx-copy" }, "copy"));
+        tr.appendChild(note);
         table.appendChild(tr);
       });
       out.textContent = "";
-      out.appendChild(el("p", { class: "mx-note" }, "The model's next token after position " + (i + 1) +
-        ", most likely first:"));
+      out.appendChild(el("p", { class: "mx-note" }, "The next token, most likely first" +
+        (copied.length ? "; a copy is a token that followed " + quoted(alphabet[tokens[i]]) + " before:" : ":")));
       out.appendChild(table);
     }
 
