@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import background
 import exactness
 import fresh_clone
 import pytest
@@ -26,7 +27,7 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def built_site() -> Path:
+def built_site(request: pytest.FixtureRequest) -> Path:
     """Build the book with the README's command, ``make book``, and return ``_build/html``.
 
     The build executes every chapter (with the execution cache) and fails on any
@@ -34,6 +35,9 @@ def built_site() -> Path:
     environment already; it is taken as current here, so that a checkout whose files are
     newer than ``.venv``'s stamp (a second worktree sharing one environment) does not
     reinstall it. The Node tools are brought up to date as ``make book`` does.
+
+    Once the site is built, the portable runs of the selected tests start in the
+    background (``background.py``).
     """
     result = subprocess.run(
         ["make", f"--assume-old={ENV_STAMP}", "book"],
@@ -43,6 +47,7 @@ def built_site() -> Path:
     )
     if result.returncode != 0:
         pytest.fail(f"book build failed:\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
+    background.start(request.session.items)
     return ROOT / "_build" / "html"
 
 
@@ -75,6 +80,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     fresh_clone.stop_early()  # a run that no test waited for (the session stopped first)
+    background.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -104,6 +104,56 @@ def test_tiled_backward_equals_the_backward_from_stored_weights(
         assert_close(g, r, b, name=name)
 
 
+def tiled_backward_io(L, S, Dh, Dv, block_q, block_kv, visited):
+    """The elements the tiled backward moves, counted from the algorithm: a first pass reads
+    O and dO and writes delta; each key block loads K^(j), V^(j) once and stores dK^(j),
+    dV^(j) once; each visited tile loads Q^(i), dO^(i), lse^(i), delta^(i) and reads and
+    writes back dQ^(i)."""
+    tiles = [min(i + block_q, L) - i for i in range(0, L, block_q) for j in range(0, S, block_kv)]
+    rows = [br for br, seen in zip(tiles, visited, strict=True) if seen]  # Br of each tile
+    reads = 2 * L * Dv + S * (Dh + Dv) + sum(rows) * (2 * Dh + Dv + 2)
+    writes = L + S * (Dh + Dv) + sum(rows) * Dh
+    return reads, writes
+
+
+@pytest.mark.parametrize(
+    "L, S, Dh, Dv, block_q, block_kv, causal",
+    [(50, 37, 8, 8, 8, 6, False), (13, 29, 4, 3, 5, 7, False), (29, 29, 4, 3, 5, 7, True)],
+)
+def test_tiled_backward_counts_the_elements_it_moves(L, S, Dh, Dv, block_q, block_kv, causal):
+    batch = (2, 3)
+    q, k, v, d_out = arrays((*batch, L, Dh), (*batch, S, Dh), (*batch, S, Dv), (*batch, L, Dv))
+    out, lse = tiled.attention(q, k, v, causal=causal, block_q=block_q, block_kv=block_kv)
+    io = tiled.IOCounter()
+    blocks = {"block_q": block_q, "block_kv": block_kv}
+    counted = G.tiled_attention(q, k, v, out, lse, d_out, causal=causal, io_counter=io, **blocks)
+    plain = G.tiled_attention(q, k, v, out, lse, d_out, causal=causal, **blocks)
+    visited = [
+        tile_mask(None, causal, slice(i, i + block_q), slice(j, j + block_kv)) is not False
+        for i in range(0, L, block_q)
+        for j in range(0, S, block_kv)
+    ]
+    assert any(visited) and (all(visited) != causal)  # the causal case skips tiles
+    reads, writes = tiled_backward_io(L, S, Dh, Dv, block_q, block_kv, visited)
+    entries = batch[0] * batch[1]
+    assert (io["read"], io["write"]) == (entries * reads, entries * writes)
+    for g, h in zip(counted, plain, strict=True):
+        np.testing.assert_array_equal(g, h)  # exact: the same arithmetic, counted or not
+
+
+def test_tiled_backward_refuses_an_io_counter_of_another_kind_and_counts_no_refused_call():
+    q, k, v, d_out = arrays((3, 2), (4, 2), (4, 2), (3, 2))
+    out, lse = tiled.attention(q, k, v)
+    with pytest.raises(
+        TypeError, match="io_counter must be a collections.Counter or None; got dict"
+    ):
+        G.tiled_attention(q, k, v, out, lse, d_out, io_counter={})
+    io = tiled.IOCounter()
+    with pytest.raises(ValueError, match="block_q must be at least 1"):
+        G.tiled_attention(q, k, v, out, lse, d_out, block_q=0, io_counter=io)
+    assert io == tiled.IOCounter()
+
+
 # ---- the whole layer ---------------------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import mha_site
+import pdf_text
 import pytest
 import yaml
 from booktoc import toc_pages, toc_sections
@@ -1023,17 +1024,11 @@ def test_pdf_has_every_chapter_its_figures_and_no_raw_tex(built_site: Path, buil
     delimiter is left as text (outside code listings that show it), and hidden code cells
     are not printed. (``make pdf`` itself fails if a figure is not drawn or is wider than
     its printed column.)"""
-    from pypdf import PdfReader
-
-    reader = PdfReader(built_pdf)
-
-    def titles(items: list) -> list[str]:
-        return [t for i in items for t in (titles(i) if isinstance(i, list) else [i.title])]
-
-    outline = {squash(title) for title in titles(reader.outline)}
-    text = "\n".join(page.extract_text() for page in reader.pages)
+    pages = pdf_text.page_texts(built_pdf)
+    outline = {squash(title) for title in pdf_text.outline_titles(built_pdf)}
+    text = "\n".join(pages)
     printed = squash(text)
-    contents = reader.pages[0].extract_text()
+    contents = pages[0]
     assert contents.startswith("Contents"), contents[:200]
     commands, listings = set(), ""
     for page in toc_pages():
@@ -1658,15 +1653,13 @@ def test_a_site_built_without_the_pdf_links_to_a_page_saying_how_to_build_it(tmp
     """Every page links to ``mha-book.pdf``: a build without ``make pdf`` puts a one-page PDF
     there that says ``make pdf`` builds the book's, and the last PDF ``make pdf`` wrote
     replaces it once there is one."""
-    from pypdf import PdfReader
-
     site = tmp_path / "_build" / "html"
     site.mkdir(parents=True)
     app = SimpleNamespace(outdir=str(site), builder=SimpleNamespace(name="html"))
     downloads.book_pdf_in_site(app, None)
-    note = PdfReader(site / downloads.BOOK_PDF)
-    text = " ".join(note.pages[0].extract_text().split()).replace("\u2019", "'")
-    assert len(note.pages) == 1
+    note = pdf_text.page_texts(site / downloads.BOOK_PDF)
+    text = " ".join(note[0].split()).replace("\u2019", "'")
+    assert len(note) == 1
     assert "built without the book's PDF" in text and "make pdf" in text
     printed = tmp_path / "_build" / downloads.PRINTED_PDF
     printed.parent.mkdir()

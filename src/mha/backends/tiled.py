@@ -290,11 +290,20 @@ def _check_attention(
     batch = arguments.broadcast_batch(query, key, value)
     arguments.check_block_size("block_q", block_q)
     arguments.check_block_size("block_kv", block_kv)
+    _check_io_counter(io_counter)
+    return batch, L, S, magnitudes
+
+
+def _check_io_counter(io_counter: object) -> None:
+    """Refuse an ``io_counter`` that is neither a ``collections.Counter`` nor ``None``.
+
+    Raises:
+        TypeError: if ``io_counter`` is of another kind.
+    """
     if io_counter is not None and not isinstance(io_counter, collections.Counter):
         raise TypeError(
             f"io_counter must be a collections.Counter or None; got {type(io_counter).__name__}"
         )
-    return batch, L, S, magnitudes
 
 
 def attention(

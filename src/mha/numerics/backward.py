@@ -42,6 +42,7 @@ import numpy as np
 
 from mha.backends import np_backend, tiled
 from mha.backends._tiles import tile_causal_offset, tile_mask
+from mha.backends.tiled import IOCounter, _check_io_counter, _load, _rows, _store
 from mha.core import _groups, mask_rules
 from mha.core._checks import arguments, layer, numpy_arrays
 from mha.core.params import MHAParams
@@ -180,26 +181,30 @@ def _checked(name: str, grads: Grads) -> Grads:
 
 
 def _tiled_backward(
-    q, k, v_, out, lse, d_out, mask, causal, block_q, block_kv, offset=0
+    q, k, v_, out, lse, d_out, mask, causal, block_q, block_kv,
+    offset=0, io=None,
 ):  # fmt: skip
     batch, L, S = out.shape[:-2], q.shape[-2], k.shape[-2]
     scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
         mask = np.broadcast_to(mask, (*batch, L, S))  # a view: no copy
     maskable = mask is not None or causal
-    # rowsum(dO * O): (..., L, 1)
-    delta = np.einsum("...ld,...ld->...l", d_out, out)[..., None]
-    # exp(s - lse) with lse = +inf is 0: fully masked rows get zero weights
-    lse = np.where(np.isneginf(lse), np.inf, lse)[..., None]  # (..., L, 1)
+    lse = lse[..., None]  # (..., L, 1): a view
+    delta = np.empty_like(lse)  # rowsum(dO * O): (..., L, 1)
+    for i0 in range(0, L, block_q):  # a first pass over the query blocks
+        at = _rows(slice(i0, min(i0 + block_q, L)))  # the block's rows
+        do_o = _load(d_out, at, io) * _load(out, at, io)  # (..., Br, Dv)
+        _store(delta, at, do_o.sum(axis=-1, keepdims=True), io)
     # dQ, dK, dV: (..., L, Dh), (..., S, Dh), (..., S, Dv)
     d_query = np.zeros((*batch, L, q.shape[-1]), dtype=q.dtype)
-    d_key = np.zeros((*batch, S, k.shape[-1]), dtype=q.dtype)
-    d_value = np.zeros((*batch, S, v_.shape[-1]), dtype=q.dtype)
+    d_key = np.empty((*batch, S, k.shape[-1]), dtype=q.dtype)
+    d_value = np.empty((*batch, S, v_.shape[-1]), dtype=q.dtype)
     for j0 in range(0, S, block_kv):
         cols = slice(j0, min(j0 + block_kv, S))
-        k_j, v_j = k[..., cols, :], v_[..., cols, :]  # (..., Bc, Dh|Dv)
-        # views of dK and dV, accumulated in place
-        dk_j, dv_j = d_key[..., cols, :], d_value[..., cols, :]
+        # (..., Bc, Dh|Dv): kept in fast memory with their gradients
+        k_j, v_j = _load(k, _rows(cols), io), _load(v_, _rows(cols), io)
+        dk_j = np.zeros_like(d_key[..., cols, :])
+        dv_j = np.zeros_like(d_value[..., cols, :])
         for i0 in range(0, L, block_q):
             rows = slice(i0, min(i0 + block_q, L))
             keep = None
@@ -207,25 +212,32 @@ def _tiled_backward(
                 keep = tile_mask(mask, causal, rows, cols, offset=offset)
             if keep is False:
                 continue
-            # (..., Br, Dh), (..., Br, Dv)
-            q_i, do_i = q[..., rows, :], d_out[..., rows, :]
+            at = _rows(rows)
+            # (..., Br, Dh), (..., Br, Dv), then (..., Br, 1) twice
+            q_i, do_i = _load(q, at, io), _load(d_out, at, io)
+            lse_i, delta_i = _load(lse, at, io), _load(delta, at, io)
+            # exp(s - lse) is 0 if lse = +inf: a fully masked row
+            lse_i = np.where(np.isneginf(lse_i), np.inf, lse_i)
             # (..., Br, Dh) @ (..., Dh, Bc) -> (..., Br, Bc)
             s = np.matmul(q_i * scale, k_j.swapaxes(-1, -2))
             if keep is not None:
                 np.copyto(s, -np.inf, where=~keep)
-            s -= lse[..., rows, :]
+            s -= lse_i
             p = np.exp(s, out=s)  # the weights of this tile, recomputed
             # dV: (..., Bc, Br) @ (..., Br, Dv)
             dv_j += np.matmul(p.swapaxes(-1, -2), do_i)
             # dA: (..., Br, Dv) @ (..., Dv, Bc)
             dp = np.matmul(do_i, v_j.swapaxes(-1, -2))
-            dp -= delta[..., rows, :]
+            dp -= delta_i
             dp *= p
             dp *= scale  # dZ / sqrt(Dh)
-            # dQ: (..., Br, Bc) @ (..., Bc, Dh)
-            d_query[..., rows, :] += np.matmul(dp, k_j)
+            # dQ: read, add (..., Br, Bc) @ (..., Bc, Dh), write back
+            dq_i = _load(d_query, at, io) + np.matmul(dp, k_j)
+            _store(d_query, at, dq_i, io)
             # dK: (..., Bc, Br) @ (..., Br, Dh)
             dk_j += np.matmul(dp.swapaxes(-1, -2), q_i)
+        _store(d_key, _rows(cols), dk_j, io)
+        _store(d_value, _rows(cols), dv_j, io)
     return (
         _unbroadcast(d_query, q.shape),
         _unbroadcast(d_key, k.shape),
@@ -246,6 +258,7 @@ def tiled_attention(
     align: str = "top_left",
     block_q: int = BACKWARD_BLOCKS[0],
     block_kv: int = BACKWARD_BLOCKS[1],
+    io_counter: IOCounter | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of :func:`mha.backends.tiled.attention` from its output and log-sum-exp, tile by
     tile.
@@ -256,6 +269,14 @@ def tiled_attention(
     ``dV^(j) += P^T dO^(i)``, ``dP = dO^(i) V^(j)^T``, ``dZ = P * (dP - delta^(i))`` with
     ``delta = rowsum(dO * O)`` (equal to ``rowsum(dA * A)``),
     ``dQ^(i) += dZ K^(j) / sqrt(Dh)`` and ``dK^(j) += dZ^T Q^(i) / sqrt(Dh)``.
+
+    Slow memory holds the arrays passed in and returned, and ``delta``; fast memory holds
+    the tiles. A first pass over the query blocks reads ``O`` and ``dO`` and writes
+    ``delta``. Each key block loads ``K^(j)`` and ``V^(j)`` once and stores ``dK^(j)`` and
+    ``dV^(j)`` once; each tile loads ``Q^(i)``, ``dO^(i)``, ``lse^(i)`` and ``delta^(i)``
+    and reads and writes back ``dQ^(i)``. With ``T_c = ceil(S / block_kv)`` key blocks and
+    no tile skipped, that is ``2 L Dv + S (Dh + Dv) + T_c (2 L Dh + L Dv + 2 L)`` elements
+    read and ``L + S (Dh + Dv) + T_c L Dh`` written, per batch entry.
 
     Args:
         query: the forward's queries.
@@ -269,6 +290,9 @@ def tiled_attention(
         align: the forward's ``align``; the tiles wholly above its diagonal are skipped.
         block_q: query rows per tile (need not be the forward's).
         block_kv: key/value rows per tile.
+        io_counter: if given, ``io_counter["read"]`` and ``io_counter["write"]`` grow by
+            the elements moved between slow memory and the tiles, as above (the mask, read
+            tile by tile, is not counted).
 
     Shape:
         query ``(..., L, Dh)``, key ``(..., S, Dh)``, value ``(..., S, Dv)``, out and d_out
@@ -284,8 +308,8 @@ def tiled_attention(
             (``lse`` may be ``-inf``), a mask that does not broadcast, a block size below 1,
             gradients that overflow the dtype, an ``align`` other than ``"top_left"`` and
             ``"bottom_right"``, or ``"bottom_right"`` without ``causal=True``.
-        TypeError: on non-float or mixed dtypes, a non-boolean mask, a non-int block size or
-            a ``causal`` that is not a bool.
+        TypeError: on non-float or mixed dtypes, a non-boolean mask, a non-int block size,
+            a ``causal`` that is not a bool, or an ``io_counter`` of another kind.
     """
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"out": out, "lse": lse})
     numpy_arrays.check_shape("out", out, d_out.shape, "(..., L, Dv)")
@@ -297,8 +321,9 @@ def tiled_attention(
     offset = tile_causal_offset(L, S, align, causal=causal)
     arguments.check_block_size("block_q", block_q)
     arguments.check_block_size("block_kv", block_kv)
+    _check_io_counter(io_counter)
     grads = _tiled_backward(
-        query, key, value, out, lse, d_out, mask, causal, block_q, block_kv, offset=offset
+        query, key, value, out, lse, d_out, mask, causal, block_q, block_kv, offset, io_counter
     )
     return _checked("backward.tiled_attention", grads)
 

@@ -1,0 +1,112 @@
+"""The portable runs, started in the background as soon as the site is built.
+
+The browser tests, which ``make test`` runs first, spend much of their time waiting on
+pages, with a core to spare. The two runs under the portable kernels (``portability.py``)
+need nothing from them:
+
+- the chapters, two kernels at a time (``test_chapters.py``, ``chapter_runs.py``);
+- the unit tests again, in one subprocess (``test_portability.py``).
+
+So the ``built_site`` fixture (``conftest.py``) calls :func:`start` once the site is built,
+and each of those tests waits for its run when its turn comes. A selection without the site
+starts its runs when its tests come to them (:func:`chapters`, :func:`unit_run`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from chapter_runs import CHAPTERS_AT_ONCE, run_chapter, selected_stems
+from portability import portable_env
+
+ROOT = Path(__file__).resolve().parents[1]
+UNIT_TEST_ID = "tests/test_portability.py::test_unit_tests_pass_under_portable_kernels"
+UNIT_COMMAND = [
+    sys.executable,
+    "-m",
+    "pytest",
+    "-q",
+    "-p",
+    "no:cacheprovider",
+    "-m",
+    "not chapter and not site and not browser and not slow and not portability",
+]
+"""Every unit, parity and property test: ``make unit``'s selection."""
+
+
+@dataclass
+class UnitRun:
+    """The unit tests running under the portable kernels, their output going to ``log``."""
+
+    process: subprocess.Popen
+    log: Path
+
+    def wait(self) -> tuple[int, str]:
+        """The run's exit code and output, once it has finished (its log is kept on failure)."""
+        returncode = self.process.wait()
+        output = self.log.read_text(errors="replace")
+        if returncode == 0:
+            self.log.unlink()
+        return returncode, output
+
+
+_pool: list[ThreadPoolExecutor] = []
+_chapters: dict[str, Future] = {}
+_units: list[UnitRun] = []
+
+
+def start(items: list[pytest.Item]) -> None:
+    """Start the portable runs that the selected tests ``items`` will wait for."""
+    chapters(selected_stems(items))
+    if any(item.nodeid == UNIT_TEST_ID for item in items) and not _units:
+        _units.append(_start_unit())
+
+
+def chapters(stems: list[str]) -> dict[str, Future]:
+    """Every started chapter run by stem, after starting those of ``stems`` not started yet
+    (in that order, :data:`chapter_runs.CHAPTERS_AT_ONCE` at a time)."""
+    if not _pool:
+        _pool.append(ThreadPoolExecutor(max_workers=CHAPTERS_AT_ONCE))
+    for stem in stems:
+        if stem not in _chapters:
+            _chapters[stem] = _pool[0].submit(run_chapter, stem)
+    return _chapters
+
+
+def unit_run() -> UnitRun:
+    """The portable unit run: the one started in the background, or one started now."""
+    return _units.pop() if _units else _start_unit()
+
+
+def _start_unit() -> UnitRun:
+    log = Path(tempfile.mkstemp(prefix="mha-portable-unit-", suffix=".log")[1])
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            UNIT_COMMAND,
+            cwd=ROOT,
+            env=portable_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group, stopped whole (``stop``)
+        )
+    return UnitRun(process, log)
+
+
+def stop() -> None:
+    """Stop the runs that no test waited for (the session ended first)."""
+    for run in _chapters.values():
+        run.cancel()  # those not started yet
+    while _units:
+        run = _units.pop()
+        if run.process.poll() is None:
+            os.killpg(run.process.pid, signal.SIGKILL)
+            run.process.wait()
