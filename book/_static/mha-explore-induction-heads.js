@@ -193,7 +193,8 @@
         ", head " + headName(heads.induction) + " at " + most(wInd) + ". " +
         (copied.length ? quoted(alphabet[tokens[i]]) + " occurred before, followed by " +
           copied.map(function (t) { return quoted(alphabet[t]); }).join(" and ") + "."
-          : quoted(alphabet[tokens[i]]) + " is new: nothing to copy.");
+          : quoted(alphabet[tokens[i]]) + " is new: nothing to copy.") +
+        (i === L_MAX - 1 ? " In training, position " + L_MAX + " never had a next token to predict." : "");
 
       var order = probs.map(function (p, t) { return [t, p]; });
       order.sort(function (a, b) { return b[1] - a[1]; });
@@ -254,7 +255,7 @@
     random.addEventListener("click", function () {
       var tokens = repeatedSegment(model.vocab_size, L_MAX);
       state.text = tokens.map(function (t) { return alphabet[t]; }).join("");
-      state.query = tokens.length - 1;
+      state.query = tokens.length - 2; // the last token never has a next one in training
       input.value = state.text;
       message.textContent = "";
       root.removeAttribute("data-refused");
