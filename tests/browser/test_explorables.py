@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import build_pdf
 import numpy as np
 import pytest
 import torch
@@ -1246,6 +1247,36 @@ def test_induction_explorable_follows_mouse_and_keyboard(browser, built_site) ->
         page.get_by_role("button", name="Repeat a random sequence").focus()
         page.keyboard.press("Enter")
         assert _is_repeated_segment(_check_induction(page, model)["text"])
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+def test_induction_explorable_prints_as_a_still_with_a_sentence(browser, built_site) -> None:
+    """Printed (the book's PDF), the figure keeps its tokens, bars and predictions, drops its
+    controls and the refusal line, and ``build_pdf``'s sentence after it says that the site
+    has it live."""
+    page, errors, _ = _open(
+        browser, built_site.as_uri() + "/" + PAGES["induction-heads"], viewport=PHONE
+    )
+    try:
+        page.emulate_media(media="print")
+        page.evaluate(build_pdf.STILLS_JS, ["https://example.org/", build_pdf.EXPLORABLES])
+        shown = page.evaluate(
+            """(root) => [...document.querySelectorAll(root + ' > *')].filter(
+                (e) => e.tagName !== 'SCRIPT' && !e.classList.contains('mha-explore-fallback')
+            ).map((e) => [e.className, getComputedStyle(e).display !== 'none'])""",
+            INDUCTION_ROOT,
+        )
+        hidden = [name for name, visible in shown if not visible]
+        assert hidden == ["mx-row", "mx-note mx-refused"], shown
+        note = page.evaluate(
+            "(root) => document.querySelector(root).nextElementSibling.textContent",
+            INDUCTION_ROOT,
+        )
+        assert note.startswith("On the book's site this figure is interactive: ") and (
+            "#explore-induction-heads. Here it is printed as it first appears." in note
+        ), note
         assert not errors, f"console errors: {errors}"
     finally:
         page.context.close()
