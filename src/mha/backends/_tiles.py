@@ -1,17 +1,54 @@
 """Tile helpers shared by the tiled forward (:mod:`mha.backends.tiled`) and backward
 (:mod:`mha.numerics.backward`).
 
-A tile is a block of query rows ``rows`` against a block of key columns ``cols``.
+A tile is a block of query rows ``rows`` against a block of key columns ``cols``. Slow memory
+holds the whole arrays and fast memory the tiles: :func:`load` and :func:`store` move a tile
+between them, counting the elements moved in an :data:`IOCounter`.
 """
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import numpy as np
 
 from mha.core import mask_rules
 from mha.core._checks import arguments
+
+IOCounter = collections.Counter  # keys "read" and "write": elements moved
+
+
+def load(x: np.ndarray, index: tuple, io: IOCounter | None) -> np.ndarray:
+    """``x[index]`` brought from slow memory (the array) to fast memory (a tile), counted."""
+    tile = x[index]
+    if io is not None:
+        io["read"] += tile.size
+    return tile
+
+
+def store(x: np.ndarray, index: tuple, value: np.ndarray, io: IOCounter | None) -> None:
+    """Write the tile ``value`` to ``x[index]`` in slow memory, counted."""
+    x[index] = value
+    if io is not None:
+        io["write"] += value.size
+
+
+def row_index(rows: slice) -> tuple:
+    """The index of rows ``rows`` of a ``(..., N, width)`` array."""
+    return (..., rows, slice(None))
+
+
+def check_io_counter(io_counter: object) -> None:
+    """Refuse an ``io_counter`` that is neither a ``collections.Counter`` nor ``None``.
+
+    Raises:
+        TypeError: if ``io_counter`` is of another kind.
+    """
+    if io_counter is not None and not isinstance(io_counter, collections.Counter):
+        raise TypeError(
+            f"io_counter must be a collections.Counter or None; got {type(io_counter).__name__}"
+        )
 
 
 def safe_max(row_max: np.ndarray) -> np.ndarray:

@@ -41,13 +41,21 @@ bounds how far two blockings of the same softmax may differ.
 
 from __future__ import annotations
 
-import collections
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from mha.backends._tiles import safe_max, tile_causal_offset, tile_mask
+from mha.backends._tiles import (
+    IOCounter,
+    check_io_counter,
+    load,
+    row_index,
+    safe_max,
+    store,
+    tile_causal_offset,
+    tile_mask,
+)
 from mha.core._checks import arguments, arrays, numpy_arrays, overflow
 from mha.core._checks.numpy_arrays import NUMPY
 
@@ -64,8 +72,6 @@ DEFAULT_BLOCK_Q = 256
 DEFAULT_BLOCK_KV = 256
 
 BLOCKS = (DEFAULT_BLOCK_Q, DEFAULT_BLOCK_KV)
-
-IOCounter = collections.Counter  # keys "read" and "write": elements moved
 
 
 @dataclass(frozen=True)
@@ -261,26 +267,6 @@ def online_softmax(
 # --- The tiled forward -------------------------------------------------------------------
 
 
-def _load(x: np.ndarray, index: tuple, io: IOCounter | None) -> np.ndarray:
-    """``x[index]`` brought from slow memory (the array) to fast memory (a tile), counted."""
-    tile = x[index]
-    if io is not None:
-        io["read"] += tile.size
-    return tile
-
-
-def _store(x: np.ndarray, index: tuple, value: np.ndarray, io: IOCounter | None) -> None:
-    """Write the tile ``value`` to ``x[index]`` in slow memory, counted."""
-    x[index] = value
-    if io is not None:
-        io["write"] += value.size
-
-
-def _rows(rows: slice) -> tuple:
-    """The index of rows ``rows`` of a ``(..., N, width)`` array."""
-    return (..., rows, slice(None))
-
-
 def _check_attention(
     query, key, value, mask, block_q, block_kv, io_counter=None
 ) -> tuple[tuple[int, ...], int, int, dict[str, float]]:
@@ -290,20 +276,8 @@ def _check_attention(
     batch = arguments.broadcast_batch(query, key, value)
     arguments.check_block_size("block_q", block_q)
     arguments.check_block_size("block_kv", block_kv)
-    _check_io_counter(io_counter)
+    check_io_counter(io_counter)
     return batch, L, S, magnitudes
-
-
-def _check_io_counter(io_counter: object) -> None:
-    """Refuse an ``io_counter`` that is neither a ``collections.Counter`` nor ``None``.
-
-    Raises:
-        TypeError: if ``io_counter`` is of another kind.
-    """
-    if io_counter is not None and not isinstance(io_counter, collections.Counter):
-        raise TypeError(
-            f"io_counter must be a collections.Counter or None; got {type(io_counter).__name__}"
-        )
 
 
 def attention(
@@ -411,7 +385,7 @@ def attention_tiles(
     for i0 in range(0, L, block_q):
         rows = slice(i0, min(i0 + block_q, L))
         # (..., Br, Dh), scaled once a block
-        q_i = _load(q, _rows(rows), io) * scale
+        q_i = load(q, row_index(rows), io) * scale
         br = rows.stop - rows.start
         running = RunningRows((*batch, br), v.shape[-1], q.dtype)
         for j0 in range(0, S, block_kv):
@@ -419,12 +393,12 @@ def attention_tiles(
             keep = tile_mask(mask, causal, rows, cols, offset=offset)
             if keep is not False:  # only then are K^(j) and V^(j) loaded
                 # (..., Br, Dh) @ (..., Dh, Bc) -> (..., Br, Bc)
-                s = q_i @ _load(k, _rows(cols), io).swapaxes(-1, -2)
-                running.update(s, keep, _load(v, _rows(cols), io))
+                s = q_i @ load(k, row_index(cols), io).swapaxes(-1, -2)
+                running.update(s, keep, load(v, row_index(cols), io))
             if trace is not None:
                 trace.append(running.step(rows, cols, keep is not False))
-        _store(out, _rows(rows), running.output(), io)  # (..., Br, Dv)
-        _store(lse, (..., rows), running.lse(), io)  # (..., Br)
+        store(out, row_index(rows), running.output(), io)  # (..., Br, Dv)
+        store(lse, (..., rows), running.lse(), io)  # (..., Br)
     return out, lse
 
 
@@ -525,22 +499,22 @@ def _softmax_tiles(scores, weights, mask, rows, col_blocks, io) -> None:
     """Pass 2 of :func:`three_pass_attention` for one row block, with the (Br, Bc) tiles."""
     keeps = {j.start: None if mask is None else mask[..., rows, j] for j in col_blocks}
     if len(col_blocks) == 1:  # one tile spans the row: read once
-        tile = _load(scores, (..., rows, col_blocks[0]), io)  # (..., Br, S)
-        _store(weights, (..., rows, col_blocks[0]), _normalise(tile, keeps[0]), io)
+        tile = load(scores, (..., rows, col_blocks[0]), io)  # (..., Br, S)
+        store(weights, (..., rows, col_blocks[0]), _normalise(tile, keeps[0]), io)
         return
     row_max = np.full(scores.shape[:-2] + (rows.stop - rows.start,), -np.inf, scores.dtype)
     row_sum = np.zeros_like(row_max)  # (..., Br)
     for cols in col_blocks:  # first read: the statistics, by the online rule
-        tile = _load(scores, (..., rows, cols), io)  # (..., Br, Bc)
+        tile = load(scores, (..., rows, cols), io)  # (..., Br, Bc)
         row_max, row_sum = _combine(row_max, row_sum, *_stats(tile, keeps[cols.start]))
     shift = safe_max(row_max)[..., None]  # (..., Br, 1)
     total = np.where(row_sum == 0, 1, row_sum)[..., None]  # (..., Br, 1)
     for cols in col_blocks:  # second read: the weights
-        tile = _load(scores, (..., rows, cols), io)
+        tile = load(scores, (..., rows, cols), io)
         keep = keeps[cols.start]  # None without a mask
         if keep is not None:
             tile = np.where(keep, tile, -np.inf)
-        _store(weights, (..., rows, cols), np.exp(tile - shift) / total, io)
+        store(weights, (..., rows, cols), np.exp(tile - shift) / total, io)
 
 
 def three_pass_attention(
@@ -604,10 +578,10 @@ def three_pass_attention(
     col_blocks = [slice(j, min(j + block_kv, S)) for j in range(0, S, block_kv)]
     scores = np.empty((*batch, L, S), dtype=dtype)  # (..., L, S) in slow memory
     for rows in row_blocks:  # pass 1: scores
-        q_i = _load(query, _rows(rows), io_counter) * scale  # (..., Br, Dh)
+        q_i = load(query, row_index(rows), io_counter) * scale  # (..., Br, Dh)
         for cols in col_blocks:
-            k_j = _load(key, _rows(cols), io_counter)  # (..., Bc, Dh)
-            _store(scores, (..., rows, cols), np.matmul(q_i, k_j.swapaxes(-1, -2)), io_counter)
+            k_j = load(key, row_index(cols), io_counter)  # (..., Bc, Dh)
+            store(scores, (..., rows, cols), np.matmul(q_i, k_j.swapaxes(-1, -2)), io_counter)
     weights = np.empty_like(scores)  # (..., L, S) in slow memory
     if softmax_rows is None:  # pass 2: softmax by tiles
         for rows in row_blocks:
@@ -616,15 +590,15 @@ def three_pass_attention(
         for i0 in range(0, L, softmax_rows):
             whole = (..., slice(i0, min(i0 + softmax_rows, L)), slice(None))
             keep = None if mask is None else mask[whole]
-            _store(weights, whole, _normalise(_load(scores, whole, io_counter), keep), io_counter)
+            store(weights, whole, _normalise(load(scores, whole, io_counter), keep), io_counter)
     del scores
     out = np.empty((*batch, L, value.shape[-1]), dtype=dtype)  # (..., L, Dv)
     for rows in row_blocks:  # pass 3: weighted sum
         acc = np.zeros((*batch, rows.stop - rows.start, value.shape[-1]), dtype=dtype)
         for cols in col_blocks:
-            p = _load(weights, (..., rows, cols), io_counter)  # (..., Br, Bc)
-            acc += np.matmul(p, _load(value, _rows(cols), io_counter))  # (..., Br, Dv)
-        _store(out, _rows(rows), acc, io_counter)
+            p = load(weights, (..., rows, cols), io_counter)  # (..., Br, Bc)
+            acc += np.matmul(p, load(value, row_index(cols), io_counter))  # (..., Br, Dv)
+        store(out, row_index(rows), acc, io_counter)
     overflow.check_attention_range(
         "tiled.three_pass_attention output", out, magnitudes, query, key, value, user_mask, NUMPY
     )

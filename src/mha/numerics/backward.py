@@ -41,8 +41,15 @@ from typing import TypeVar
 import numpy as np
 
 from mha.backends import np_backend, tiled
-from mha.backends._tiles import tile_causal_offset, tile_mask
-from mha.backends.tiled import IOCounter, _check_io_counter, _load, _rows, _store
+from mha.backends._tiles import (
+    IOCounter,
+    check_io_counter,
+    load,
+    row_index,
+    store,
+    tile_causal_offset,
+    tile_mask,
+)
 from mha.core import _groups, mask_rules
 from mha.core._checks import arguments, layer, numpy_arrays
 from mha.core.params import MHAParams
@@ -192,9 +199,9 @@ def _tiled_backward(
     lse = lse[..., None]  # (..., L, 1): a view
     delta = np.empty_like(lse)  # rowsum(dO * O): (..., L, 1)
     for i0 in range(0, L, block_q):  # a first pass over the query blocks
-        at = _rows(slice(i0, min(i0 + block_q, L)))  # the block's rows
-        do_o = _load(d_out, at, io) * _load(out, at, io)  # (..., Br, Dv)
-        _store(delta, at, do_o.sum(axis=-1, keepdims=True), io)
+        at = row_index(slice(i0, min(i0 + block_q, L)))  # the block's rows
+        do_o = load(d_out, at, io) * load(out, at, io)  # (..., Br, Dv)
+        store(delta, at, do_o.sum(axis=-1, keepdims=True), io)
     # dQ, dK, dV: (..., L, Dh), (..., S, Dh), (..., S, Dv)
     d_query = np.zeros((*batch, L, q.shape[-1]), dtype=q.dtype)
     d_key = np.empty((*batch, S, k.shape[-1]), dtype=q.dtype)
@@ -202,7 +209,7 @@ def _tiled_backward(
     for j0 in range(0, S, block_kv):
         cols = slice(j0, min(j0 + block_kv, S))
         # (..., Bc, Dh|Dv): kept in fast memory with their gradients
-        k_j, v_j = _load(k, _rows(cols), io), _load(v_, _rows(cols), io)
+        k_j, v_j = load(k, row_index(cols), io), load(v_, row_index(cols), io)
         dk_j = np.zeros_like(d_key[..., cols, :])
         dv_j = np.zeros_like(d_value[..., cols, :])
         for i0 in range(0, L, block_q):
@@ -212,10 +219,10 @@ def _tiled_backward(
                 keep = tile_mask(mask, causal, rows, cols, offset=offset)
             if keep is False:
                 continue
-            at = _rows(rows)
+            at = row_index(rows)
             # (..., Br, Dh), (..., Br, Dv), then (..., Br, 1) twice
-            q_i, do_i = _load(q, at, io), _load(d_out, at, io)
-            lse_i, delta_i = _load(lse, at, io), _load(delta, at, io)
+            q_i, do_i = load(q, at, io), load(d_out, at, io)
+            lse_i, delta_i = load(lse, at, io), load(delta, at, io)
             # exp(s - lse) is 0 if lse = +inf: a fully masked row
             lse_i = np.where(np.isneginf(lse_i), np.inf, lse_i)
             # (..., Br, Dh) @ (..., Dh, Bc) -> (..., Br, Bc)
@@ -232,12 +239,12 @@ def _tiled_backward(
             dp *= p
             dp *= scale  # dZ / sqrt(Dh)
             # dQ: read, add (..., Br, Bc) @ (..., Bc, Dh), write back
-            dq_i = _load(d_query, at, io) + np.matmul(dp, k_j)
-            _store(d_query, at, dq_i, io)
+            dq_i = load(d_query, at, io) + np.matmul(dp, k_j)
+            store(d_query, at, dq_i, io)
             # dK: (..., Bc, Br) @ (..., Br, Dh)
             dk_j += np.matmul(dp.swapaxes(-1, -2), q_i)
-        _store(d_key, _rows(cols), dk_j, io)
-        _store(d_value, _rows(cols), dv_j, io)
+        store(d_key, row_index(cols), dk_j, io)
+        store(d_value, row_index(cols), dv_j, io)
     return (
         _unbroadcast(d_query, q.shape),
         _unbroadcast(d_key, k.shape),
@@ -321,7 +328,7 @@ def tiled_attention(
     offset = tile_causal_offset(L, S, align, causal=causal)
     arguments.check_block_size("block_q", block_q)
     arguments.check_block_size("block_kv", block_kv)
-    _check_io_counter(io_counter)
+    check_io_counter(io_counter)
     grads = _tiled_backward(
         query, key, value, out, lse, d_out, mask, causal, block_q, block_kv, offset, io_counter
     )
