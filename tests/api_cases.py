@@ -33,7 +33,7 @@ from mha.core.params import repeat_kv_heads
 from mha.core.rotary import Rotary
 from mha.cost import arithmetic, latent_arithmetic, measure, peak_memory, tiled_io, timings
 from mha.detectors import circuits, patterns
-from mha.display import diagrams, explorables, formatting, plotting, shapes
+from mha.display import diagrams, explorables, formatting, live_decoder, plotting, shapes
 from mha.models import (
     attention_only,
     examples,
@@ -3381,6 +3381,57 @@ case(
     explorables.served_live_files,
     lambda r: {"folder": Path(tempfile.gettempdir()) / "no-live-model-here"},
     lambda a, out: assert_same(out, None),  # no manifest.json there: not built
+)
+
+
+# The trained decoder as the data of the explorable "induction-heads".
+@functools.cache
+def decoder_model64() -> attention_only.AttentionOnlyTransformer:
+    return runs.TrainConfig(seed=0).model()  # vocabulary 64, two layers, as the figure needs
+
+
+@functools.cache
+def decoder_data64() -> dict:
+    scores = {"previous_token": np.full((2, 4), 0.5), "induction": np.full((2, 4), 0.75)}
+    return live_decoder.decoder_data(
+        decoder_model64(), scores, previous_token_head=1, induction_head=2
+    )
+
+
+def _check_decoder_model(a, out):
+    for name, value in out.state_dict().items():
+        rounded = decoder_model64().state_dict()[name].to(torch.float16).double()
+        assert_same(value, rounded, where=name)
+
+
+case(
+    "display.live_decoder.encode",
+    live_decoder.encode,
+    lambda r: {"text": "".join(r.choice(list(live_decoder.ALPHABET), size=int(r.integers(0, 9))))},
+    lambda a, out: assert_same(out, [live_decoder.ALPHABET.index(c) for c in a["text"]]),
+    any_args=True,
+)
+case(
+    "display.live_decoder.decoder_data",
+    live_decoder.decoder_data,
+    lambda r: {
+        "model": decoder_model64(),
+        "scores": {"previous_token": r.random((2, 4)), "induction": r.random((2, 4))},
+        "previous_token_head": int(r.integers(0, 4)),
+        "induction_head": int(r.integers(0, 4)),
+    },
+    lambda a, out: assert_same(
+        out["heads"]["induction"]["score"],
+        float(a["scores"]["induction"][1, a["induction_head"]]),
+    ),
+    fixed=("model",),
+)
+case(
+    "display.live_decoder.decoder_model",
+    live_decoder.decoder_model,
+    lambda r: {"data": decoder_data64()},
+    _check_decoder_model,
+    fixed=("data",),
 )
 case(
     "models.examples.agreement_example",

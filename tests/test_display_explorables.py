@@ -6,17 +6,29 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
-from mha.display import explorables
+from mha.display import explorables, live_decoder
 from mha.display.explorables import MIME, LiveFiles, explorable
+from mha.training import runs
+
+DATA = {"note": "a figure's data, with </script> in it", "values": [1.5, 2]}
+
+
+def _data(name: str) -> dict | None:
+    return DATA if explorables.FIGURES[name].needs_data else None
 
 
 @pytest.mark.parametrize("name", sorted(explorables.FIGURES))
 def test_an_explorable_carries_its_name_and_its_element_with_every_script(name: str) -> None:
-    figure = explorable(name)
+    figure = explorable(name, data=_data(name))
     bundle = figure._repr_mimebundle_()
-    assert bundle[MIME] == {"name": name, "id": f"explore-{name}"}
+    expected = {"name": name, "id": f"explore-{name}"}
+    if _data(name) is not None:
+        expected["data"] = DATA
+    assert bundle[MIME] == expected
     page = bundle["text/html"]
     assert page.startswith(figure.html(scripts=False))
     assert f'id="explore-{name}"' in page
@@ -27,7 +39,8 @@ def test_an_explorable_carries_its_name_and_its_element_with_every_script(name: 
         assert text in page
     positions = [page.index((explorables.STATIC / s).read_text("utf8")[:200]) for s in scripts]
     assert positions == sorted(positions)
-    assert page.count("</script>") == len(scripts)
+    data_scripts = int(_data(name) is not None)  # its data: one more script, of JSON
+    assert page.count("</script>") == len(scripts) + data_scripts
 
 
 def test_a_figure_has_an_id_and_marks_what_print_leaves_out() -> None:
@@ -69,3 +82,61 @@ def test_explorable_refuses_a_name_the_book_has_not() -> None:
         explorable("head")
     with pytest.raises(TypeError, match=r"element_id must be a str; got int"):
         explorable("heads", element_id=3)
+
+
+def test_a_figures_data_is_json_in_its_element_on_the_site_and_in_jupyterlab() -> None:
+    figure = explorable("induction-heads", data=DATA)
+    element = figure.html(scripts=False)
+    opening = '<script type="application/json" class="mha-explore-data">'
+    assert element.count(opening) == 1 and element.endswith("</script></div>\n")
+    text = element.split(opening)[1].removesuffix("</script></div>\n")
+    assert "</" not in text, "the data closes its script early"
+    assert json.loads(text) == DATA
+    assert figure._repr_mimebundle_()["text/html"].startswith(element)
+    with pytest.raises(ValueError, match=r"the figure 'induction-heads' needs data; got data=None"):
+        explorable("induction-heads")
+    with pytest.raises(ValueError, match=r"the figure 'heads' takes no data; got data=a dict"):
+        explorable("heads", data=DATA)
+    with pytest.raises(TypeError, match=r"data must be a dict or None; got list"):
+        explorable("induction-heads", data=[1])
+
+
+def _scores() -> dict[str, np.ndarray]:
+    return {"previous_token": np.full((2, 4), 0.25), "induction": np.arange(8.0).reshape(2, 4)}
+
+
+def test_the_decoders_data_is_its_model_rounded_to_float16() -> None:
+    model = runs.TrainConfig(seed=3).model()
+    data = live_decoder.decoder_data(model, _scores(), previous_token_head=2, induction_head=1)
+    assert data["heads"] == {
+        "previous_token": {"layer": 0, "head": 2, "score": 0.25},
+        "induction": {"layer": 1, "head": 1, "score": 5.0},
+    }
+    assert data["alphabet"] == live_decoder.ALPHABET and len(set(data["alphabet"])) == 64
+    rebuilt = live_decoder.decoder_model(json.loads(json.dumps(data)))
+    assert rebuilt.embed.dtype == torch.float64
+    for (name, original), (other, back) in zip(
+        model.state_dict().items(), rebuilt.state_dict().items(), strict=True
+    ):
+        assert name == other
+        rounded = original.to(torch.float16).double()
+        same = torch.equal(back, rounded)  # exact: float16 values are exact in float64
+        assert same, f"{name} is not its float16 rounding"
+
+
+def test_the_decoders_data_refuses_what_the_figure_cannot_show() -> None:
+    model = runs.TrainConfig(seed=3).model()
+    with pytest.raises(ValueError, match=r"induction_head must be in \[0, 4\); got"):
+        live_decoder.decoder_data(model, _scores(), previous_token_head=0, induction_head=4)
+    one_layer = runs.TrainConfig(num_layers=1).model()
+    with pytest.raises(ValueError, match=r"model must have 2 layers"):
+        live_decoder.decoder_data(one_layer, _scores(), previous_token_head=0, induction_head=0)
+    with pytest.raises(ValueError, match=r"scores\['induction'\] must have shape \(2, 4\)"):
+        bad = {**_scores(), "induction": np.zeros(4)}
+        live_decoder.decoder_data(model, bad, previous_token_head=0, induction_head=0)
+    with pytest.raises(ValueError, match=r"scores\['previous_token'\] must be finite"):
+        bad = {**_scores(), "previous_token": np.full((2, 4), np.nan)}
+        live_decoder.decoder_data(model, bad, previous_token_head=0, induction_head=0)
+    assert live_decoder.encode("AZaz09+/") == [0, 25, 26, 51, 52, 61, 62, 63]
+    with pytest.raises(ValueError, match=r"0-9 \+ /; got 'é' at 1"):
+        live_decoder.encode("Aé")

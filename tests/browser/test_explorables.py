@@ -2,8 +2,9 @@
 
 ``book/_static/mha-explore.js`` mirrors ``mha``'s functions by name (softmax, scaled
 dot-product attention, the online softmax and the tiled forward, the cache's size and a
-decoding step's bytes). Each check below draws inputs in Python, evaluates the JavaScript
-function in a headless Chromium page and compares with ``mha``: to the rounding bounds of
+decoding step's bytes, the trained attention-only model's forward). Each check below draws
+inputs in Python, evaluates the JavaScript function in a headless Chromium page and compares
+with ``mha``: to the rounding bounds of
 ``mha.numerics.tolerance`` for float64, exactly where the arithmetic is exact (integer byte
 counts, maxima, masked zeros). A mutated copy of the module (a wrong scale, no max
 subtraction, a missing rescale, a missing factor of 2) must fail those same checks.
@@ -22,14 +23,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import build_pdf
 import numpy as np
 import pytest
 import torch
 
 from mha.backends import np_backend, tiled
 from mha.cost import arithmetic, latent_arithmetic
+from mha.display import live_decoder
 from mha.numerics import tolerance
 from mha.numerics.tolerance import assert_close
+from mha.training import runs, tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "book" / "_static" / "mha-explore.js"
@@ -315,6 +319,72 @@ def check_latent_cost(js: Js) -> None:
                     assert got == expected, what
 
 
+def forward_bounds(model, tokens: torch.Tensor) -> tuple[float, float]:
+    """Bounds on how far two float64 routes to the model's weights and next-token
+    probabilities may differ: every stage (projections, scores, weighted sums, the output
+    projection in each layer, the unembedding, the softmax) is a sum of at most ``D`` products
+    no larger in magnitude than ``c``, the largest ``sum |a_k b_k|`` of the forward, computed
+    here; a softmax moves a weight by at most twice the largest change of its row's inputs.
+    Returns ``(weights_tolerance, probabilities_tolerance)``."""
+    D, H = model.embed.shape[1], model.num_heads
+    with torch.no_grad():
+        stream = [x[0].numpy() for x in model.residual_stream(tokens)]  # (L, D) each
+    c = float((np.abs(stream[-1]) @ np.abs(model.unembed.detach().numpy())).max())
+    for x, layer in zip(stream, model.layers, strict=False):
+        p = layer.params()
+        w_qkv, b_qkv = p.w_qkv.detach().numpy(), p.b_qkv.detach().numpy()
+        qkv = x @ w_qkv + b_qkv  # (L, 3D)
+        c = max(c, float((np.abs(x) @ np.abs(w_qkv)).max() + np.abs(b_qkv).max()))
+        q, k, v = (
+            np.abs(np_backend.split_heads(qkv[None, :, i * D : (i + 1) * D], H)[0])
+            for i in range(3)
+        )  # (H, L, Dh) each
+        c = max(c, float((q @ k.swapaxes(-1, -2)).max() / math.sqrt(D // H)))
+        c = max(c, float(np.abs(v).max() * len(x)))
+        c = max(c, float(np.abs(v).max() * np.abs(p.w_o.detach().numpy()).sum(axis=0).max()))
+    stages = 4 * model.num_layers + 2
+    bound = 2 * tolerance.rounding_tolerance(np.float64, terms=D, scale=c, stages=stages)
+    return bound, bound
+
+
+def _decoder_sequences() -> list[list[int]]:
+    """Token sequences that no chapter uses: random ids of three lengths and three repeated
+    segments, from seeds of this test only."""
+    rng = np.random.default_rng(20_261_205)
+    found = [rng.integers(0, 64, size=n).tolist() for n in (1, 9, 32)]
+    batch = tasks.repeated_segments(3, 32, 64, min_period=8, max_period=16, rng=9_001)
+    return found + batch.tokens.tolist()
+
+
+def decoder_check_data() -> dict:
+    """The figure's data for a model at initialisation (seed 11) with its parameters tripled,
+    so that its heads attend sharply; the heads named are any two."""
+    model = runs.TrainConfig(seed=11).model()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)
+    scores = {"previous_token": np.zeros((2, 4)), "induction": np.zeros((2, 4))}
+    return live_decoder.decoder_data(model, scores, previous_token_head=1, induction_head=3)
+
+
+def check_attention_only(js: Js, data: dict | None = None) -> None:
+    data = decoder_check_data() if data is None else data
+    model = live_decoder.decoder_model(data)
+    for tokens in _decoder_sequences():
+        t = torch.tensor([tokens])
+        with torch.no_grad():
+            logits, weights = model(t, need_weights=True)
+        probs = torch.softmax(logits[0], dim=-1).numpy()  # (L, V)
+        got = js("__forward", data, tokens)
+        w_tol, p_tol = forward_bounds(model, t)
+        where = f"L={len(tokens)}"
+        for layer in range(model.num_layers):
+            expected = weights[layer][0].numpy()  # (H, L, L)
+            assert_close(np.array(got["weights"][layer]), expected, w_tol, name=f"weights {where}")
+        got_p = np.array(js("softmax", got["logits"]))
+        assert_close(got_p, probs, p_tol, name=f"next-token probabilities ({where})")
+
+
 CHECKS = {
     "softmax": check_softmax,
     "scaled_dot_product_attention": check_attention,
@@ -322,11 +392,17 @@ CHECKS = {
     "tiled_attention": check_tiled_trace,
     "cost": check_cost,
     "latent_cost": check_latent_cost,
+    "attention_only": check_attention_only,
 }
 
-# The trace check's helper: tiled_attention's output, lse and trace (an array passed in
-# ``options.trace`` is filled in the page, so it is returned from there).
+# The checks' helpers: tiled_attention's output, lse and trace (an array passed in
+# ``options.trace`` is filled in the page, so it is returned from there); the model of the
+# figure's data run on tokens.
 TRACE_HELPER = """
+window.mhaExplore.__forward = function (data, tokens) {
+  var x = window.mhaExplore;
+  return x.attention_only_forward(x.attention_only_model(data), tokens);
+};
 window.mhaExplore.__traced = function (q, k, v, m, options) {
   var trace = [];
   var r = window.mhaExplore.tiled_attention(q, k, v, m, Object.assign({}, options, {trace: trace}));
@@ -384,6 +460,16 @@ MUTATIONS = {
         "num_layers * batch_size * kv_len * num_kv_heads * d_head * itemsize(dtype)",
         "cost",
     ),
+    "attention-only forward without the causal mask": (
+        "for (j = 0; j < L; j++) mask[i].push(j <= i);",
+        "for (j = 0; j < L; j++) mask[i].push(true);",
+        "attention_only",
+    ),
+    "attention-only forward without the residual": (
+        "return row.map(function (v, d) { return v + out[pos][d]; });",
+        "return row.map(function (v, d) { return out[pos][d]; });",
+        "attention_only",
+    ),
     "latent cache without its rotary key": (
         "num_layers * batch_size * kv_len * (d_latent + d_rope) * itemsize(dtype)",
         "num_layers * batch_size * kv_len * d_latent * itemsize(dtype)",
@@ -413,7 +499,9 @@ PAGES = {
     "online-softmax": "book/attention-without-the-score-matrix.html",
     "kv-cache": "book/inference.html",
     "latent-cache": "book/latent-attention.html",
+    "induction-heads": "book/trained-heads.html",
 }
+NO_SVG = {"induction-heads"}  # a strip of token buttons and a table, named as a group
 PHONE = {"width": 390, "height": 844}
 
 
@@ -458,7 +546,9 @@ def _center(page, locator) -> tuple[float, float]:
     """
     size = page.viewport_size
     for _ in range(10):
-        locator.scroll_into_view_if_needed()
+        # the element's own scrollIntoView: it lays out a lazily drawn section on its way,
+        # where Playwright's scrolling can stop at the placeholder's end of the page
+        locator.evaluate("(e) => e.scrollIntoView({block: 'center', inline: 'nearest'})")
         page.wait_for_timeout(100)
         box = locator.bounding_box()
         x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
@@ -510,7 +600,10 @@ def test_explorable_is_drawn_without_errors(
     try:
         root = page.locator(f'.mha-explore[data-explore="{figure}"]')
         assert root.get_attribute("data-ready") == "true"
-        assert root.locator("svg title").count() >= 1, "the figure's SVG has no title"
+        if figure in NO_SVG:
+            assert root.locator("[role=group][aria-label]").count() >= 1, "no named group"
+        else:
+            assert root.locator("svg title").count() >= 1, "the figure's SVG has no title"
         assert not errors, f"console errors: {errors}"
         assert not failed, f"failed requests: {failed}"
         overflow = page.evaluate(
@@ -557,6 +650,7 @@ NOTATION = {
         (".mx-note", "D<sub>r</sub>"),
         ('[data-label="mla"]', f"D{SUB}c</tspan>"),
     ],
+    "induction-heads": [],  # no symbol with a script: heads are named "1.2", tokens by letter
 }
 
 
@@ -568,7 +662,8 @@ def test_explorables_write_the_books_notation(browser, built_site: Path, figure:
         found = page.evaluate(
             """(root) => {
             const r = document.querySelector(root), bare = r.cloneNode(true);
-            bare.querySelectorAll('code').forEach((c) => c.remove());  // code names keep their _
+            // code names keep their _, and a figure's data (a script of JSON) is not its text
+            bare.querySelectorAll('code, script').forEach((c) => c.remove());
             const named = [...r.querySelectorAll('[aria-label]')];
             return {text: bare.textContent, names: named.map((e) => e.getAttribute('aria-label'))};
         }""",
@@ -993,6 +1088,195 @@ def test_latent_cache_explorable_follows_its_widths(browser, built_site: Path) -
         dr.focus()
         page.keyboard.press("ArrowUp")
         assert _check_latent(page)["d_rope"] == 64, "the keyboard does not choose"
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+INDUCTION_ROOT = '.mha-explore[data-explore="induction-heads"]'
+
+
+def _page_data(page) -> dict:
+    return json.loads(page.locator(f"{INDUCTION_ROOT} script.mha-explore-data").text_content())
+
+
+def _check_induction(page, model) -> dict:
+    """The two heads' weights from the chosen query and the next-token probabilities there, as
+    the page shows them, held to ``mha``'s forward of the page's model on the page's text;
+    the predictions listed, most likely first, with the copies marked."""
+    state = _state(page, "induction-heads")
+    heads = _attr(page, INDUCTION_ROOT, "data-heads")
+    tokens = live_decoder.encode(state["text"])
+    i = state["query"]
+    t = torch.tensor([tokens])
+    with torch.no_grad():
+        logits, weights = model(t, need_weights=True)
+    w_tol, p_tol = forward_bounds(model, t)
+    shown = _attr(page, INDUCTION_ROOT, "data-weights")
+    for role in live_decoder.ROLES:
+        layer, head = heads[role]["layer"], heads[role]["head"]
+        expected = weights[layer][0, head, i].numpy()  # (L,)
+        assert_close(np.array(shown[role]), expected, w_tol, name=f"{role} head's weights")
+        assert (np.array(shown[role])[i + 1 :] == 0).all(), "a later token has weight"
+    probs = torch.softmax(logits[0, i], dim=-1).numpy()  # (V,)
+    got = np.array(_attr(page, INDUCTION_ROOT, "data-probs"))
+    assert_close(got, probs, p_tol, name="next-token probabilities")
+    copies = {tokens[j + 1] for j in range(i) if tokens[j] == tokens[i]}
+    assert set(_attr(page, INDUCTION_ROOT, "data-copies")) == copies
+    rows = page.locator(f"{INDUCTION_ROOT} table tr:has(td)")
+    listed = [rows.nth(r).locator("th").text_content() for r in range(rows.count())]
+    top = np.argsort(-got, kind="stable")[: len(listed)]
+    assert listed == [live_decoder.ALPHABET[k] for k in top], "the predictions listed"
+    marked = [rows.nth(r).get_attribute("data-copy") == "true" for r in range(rows.count())]
+    assert marked == [int(k) in copies for k in top], "the copies marked"
+    assert f"{100 * got[top[0]]:.1f}%" in rows.first.text_content()
+    pressed = page.locator(f'{INDUCTION_ROOT} button.mx-tok[aria-pressed="true"]')
+    assert pressed.get_attribute("data-position") == str(i), "the chosen token is not marked"
+    return state
+
+
+def _page_model(page):
+    """The page's model in mha, after checking that its heads are the chapter's: each head's
+    score, measured again on the model the page carries, within 0.05 of the score it says."""
+    data = _page_data(page)
+    model = live_decoder.decoder_model(data)
+    measured = runs.head_scores(model, runs.TrainConfig().eval_batch())
+    for role in live_decoder.ROLES:
+        h = data["heads"][role]
+        assert abs(measured[role][h["layer"], h["head"]] - h["score"]) < 0.05, (role, h)
+        assert h["score"] > 0.5, f"the {role} head scores {h['score']}"
+    return model
+
+
+def _is_repeated_segment(text: str) -> bool:
+    """Whether ``text`` is as the training data draws it: distinct tokens until a segment of
+    8 to 16 repeats to the end."""
+    for n in range(len(text)):
+        for period in range(8, 17):
+            head = text[: n + period]
+            repeats = all(text[k] == text[k - period] for k in range(n + period, len(text)))
+            if len(set(head)) == len(head) and repeats and len(text) >= n + 2 * period:
+                return True
+    return False
+
+
+def test_induction_explorable_follows_touch_and_typing_on_a_phone(browser, built_site) -> None:
+    page, errors, _ = _open(
+        browser,
+        built_site.as_uri() + "/" + PAGES["induction-heads"],
+        viewport=PHONE,
+        has_touch=True,
+        is_mobile=True,
+    )
+    try:
+        model = _page_model(page)
+        start = _check_induction(page, model)
+        tokens = page.locator(f"{INDUCTION_ROOT} button.mx-tok")
+        for control in (tokens.nth(3), page.get_by_role("button", name="Repeat a random sequence")):
+            assert control.bounding_box()["height"] >= 44, "a touch target under 44 px on a phone"
+        page.touchscreen.tap(*_center(page, tokens.nth(3)))
+        assert _check_induction(page, model)["query"] == 3, "a tap does not choose a token"
+        page.touchscreen.tap(*_center(page, tokens.nth(14)))
+        assert _check_induction(page, model)["query"] == 14
+        field = page.get_by_label("Your sequence", exact=True)
+        field.fill("ZyX0+/ZyX0")
+        assert _check_induction(page, model) == {"text": "ZyX0+/ZyX0", "query": 9}
+        field.press("End")
+        page.keyboard.type("é")  # refused: a message, nothing else changes
+        refused = page.locator(f"{INDUCTION_ROOT} .mx-refused").text_content()
+        assert "\u201c\u00e9\u201d is not one of the 64 characters" in refused
+        assert field.input_value() == "ZyX0+/ZyX0"
+        assert _check_induction(page, model) == {"text": "ZyX0+/ZyX0", "query": 9}
+        field.fill("A" * 33)  # longer than the model's positions: refused
+        assert "At most 32 tokens" in page.locator(f"{INDUCTION_ROOT} .mx-refused").text_content()
+        assert _check_induction(page, model)["text"] == "ZyX0+/ZyX0"
+        random = page.get_by_role("button", name="Repeat a random sequence")
+        seen = set()
+        for _ in range(4):
+            page.touchscreen.tap(*_center(page, random))
+            state = _check_induction(page, model)
+            assert len(state["text"]) == 32 and state["query"] == 30  # the last one trained
+            assert _is_repeated_segment(state["text"]), state["text"]
+            assert page.locator(f"{INDUCTION_ROOT} .mx-refused").text_content() == ""
+            seen.add(state["text"])
+        assert len(seen) > 1 and start["text"] not in seen, "the same sequence each time"
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+def test_induction_explorable_follows_mouse_and_keyboard(browser, built_site) -> None:
+    page, errors, _ = _open(
+        browser,
+        built_site.as_uri() + "/" + PAGES["induction-heads"],
+        viewport={"width": 1280, "height": 900},
+    )
+    try:
+        model = _page_model(page)
+        start = _check_induction(page, model)
+        last = len(start["text"]) - 1
+        assert start["query"] == last
+        tokens = page.locator(f"{INDUCTION_ROOT} button.mx-tok")
+        page.mouse.click(*_center(page, tokens.nth(5)))
+        assert _check_induction(page, model)["query"] == 5
+        tokens.nth(5).focus()
+        page.keyboard.press("ArrowRight")
+        assert _check_induction(page, model)["query"] == 6
+        focused = page.evaluate("() => document.activeElement.getAttribute('data-position')")
+        assert focused == "6", "the focus does not follow the chosen token"
+        page.keyboard.press("ArrowLeft")
+        page.keyboard.press("ArrowLeft")
+        assert _check_induction(page, model)["query"] == 4
+        page.keyboard.press("End")
+        assert _check_induction(page, model)["query"] == last
+        page.keyboard.press("ArrowRight")  # past the end: it stays
+        assert _check_induction(page, model)["query"] == last
+        page.keyboard.press("Home")
+        assert _check_induction(page, model)["query"] == 0
+        field = page.get_by_label("Your sequence", exact=True)
+        field.click()
+        field.press("End")
+        page.keyboard.type("Q")
+        assert _check_induction(page, model) == {"text": start["text"] + "Q", "query": last + 1}
+        page.keyboard.type("#")
+        assert (
+            "\u201c#\u201d is not one of"
+            in page.locator(f"{INDUCTION_ROOT} .mx-refused").text_content()
+        )
+        assert _state(page, "induction-heads")["text"] == start["text"] + "Q"
+        page.get_by_role("button", name="Repeat a random sequence").focus()
+        page.keyboard.press("Enter")
+        assert _is_repeated_segment(_check_induction(page, model)["text"])
+        assert not errors, f"console errors: {errors}"
+    finally:
+        page.context.close()
+
+
+def test_induction_explorable_prints_as_a_still_with_a_sentence(browser, built_site) -> None:
+    """Printed (the book's PDF), the figure keeps its tokens, bars and predictions, drops its
+    controls and the refusal line, and ``build_pdf``'s sentence after it says that the site
+    has it live."""
+    page, errors, _ = _open(
+        browser, built_site.as_uri() + "/" + PAGES["induction-heads"], viewport=PHONE
+    )
+    try:
+        page.emulate_media(media="print")
+        page.evaluate(build_pdf.STILLS_JS, ["https://example.org/", build_pdf.EXPLORABLES])
+        shown = page.evaluate(
+            """(root) => [...document.querySelectorAll(root + ' > *')].filter(
+                (e) => e.tagName !== 'SCRIPT' && !e.classList.contains('mha-explore-fallback')
+            ).map((e) => [e.className, getComputedStyle(e).display !== 'none'])""",
+            INDUCTION_ROOT,
+        )
+        hidden = [name for name, visible in shown if not visible]
+        assert hidden == ["mx-row", "mx-note mx-refused"], shown
+        note = page.evaluate(
+            "(root) => document.querySelector(root).nextElementSibling.textContent",
+            INDUCTION_ROOT,
+        )
+        assert note.startswith("On the book's site this figure is interactive: ") and (
+            "#explore-induction-heads. Here it is printed as it first appears." in note
+        ), note
         assert not errors, f"console errors: {errors}"
     finally:
         page.context.close()

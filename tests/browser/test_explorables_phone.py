@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_explorables import PAGES, PHONE, _center, _check_cache, _check_heads, _open
+from test_explorables import NO_SVG, PAGES, PHONE, _center, _check_cache, _check_heads, _open
 
 pytestmark = [pytest.mark.browser]
 
@@ -86,7 +86,7 @@ def _header_bottom(page) -> float:
 
 def _fits_one_screen(page, figure: str, when: str) -> None:
     root = page.locator(f'.mha-explore[data-explore="{figure}"]')
-    _center(page, root.locator("svg").first)
+    _center(page, root.locator(".mx-tokens" if figure in NO_SVG else "svg").first)
     top = page.evaluate(
         "(sel) => document.querySelector(sel).getBoundingClientRect().top + window.scrollY",
         f'.mha-explore[data-explore="{figure}"]',
@@ -122,6 +122,8 @@ def _interact(page, figure: str) -> None:
         page.get_by_label("Latent width D c", exact=True).select_option("4096")
         page.get_by_label("Rotary key width D r", exact=True).select_option("128")
         page.get_by_label("Key/value heads H kv", exact=True).select_option("2")
+    elif figure == "induction-heads":  # the longest sequence, 32 tokens
+        page.get_by_role("button", name="Repeat a random sequence").click()
     else:
         raise ValueError(f"no interaction written for the explorable {figure!r}")
     page.locator(root).wait_for()

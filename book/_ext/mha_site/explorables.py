@@ -6,8 +6,10 @@ A chapter shows an explorable with a code cell whose value is
 scripts inline). A myst-nb mime renderer turns the name into an ``mha_explorable`` node, which
 the HTML builders write as the figure's element (the same HTML the notebook shows, without
 the scripts); each page with one loads the figure's scripts from ``_static``, deferred, in
-order. The live model's panel gets the sizes of the files it downloads (:mod:`.live_model`),
-which its button says before it is pressed, or says that they are not in this build.
+order. A figure's data (a trained model, say) comes with its name and is written inside its
+element, as in the notebook. The live model's panel gets the sizes of the files it downloads
+(:mod:`.live_model`), which its button says before it is pressed, or says that they are not
+in this build.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ MIME = "application/vnd.mha.explorable+json"
 
 
 class mha_explorable(nodes.General, nodes.Element):  # noqa: N801 (docutils node naming)
-    """An explorable: its ``name`` and element ``element_id``."""
+    """An explorable: its ``name``, element ``element_id`` and ``data`` (or ``None``)."""
 
 
 def visit_explorable_html(translator: Any, node: mha_explorable) -> None:
@@ -31,7 +33,7 @@ def visit_explorable_html(translator: Any, node: mha_explorable) -> None:
 
     app = translator.builder.app
     live = live_model.site_files(app) if node["name"] == "live-minilm" else None
-    figure = Explorable(node["name"], node["element_id"], live)
+    figure = Explorable(node["name"], node["element_id"], live, node.get("data"))
     translator.body.append(figure.html(scripts=False))
     raise nodes.SkipNode
 
@@ -58,6 +60,7 @@ class ExplorableMimeRenderer:
             "",
             name=content["name"],
             element_id=content["id"],
+            data=content.get("data"),
         )
         if inline:
             return [node]

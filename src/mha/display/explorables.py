@@ -11,6 +11,11 @@ model is ``mha-live-*.js``). A chapter shows one with a code cell whose value is
 - ``text/html``, the same element followed by the scripts' text: JupyterLab (or any notebook
   front end that runs the scripts of trusted output) draws the figure from it, offline.
 
+A figure that computes with data the chapter made (``"induction-heads"``: a trained model
+and the heads the chapter measured) carries it in its element, as JSON in a
+``<script type="application/json" class="mha-explore-data">``, and in the mime form, so the
+site's build and JupyterLab write the same element from the same cell.
+
 The live model (``"live-minilm"``) also needs its files, which ``make book`` writes into
 ``_build/html/_static/live-minilm``: in JupyterLab the panel loads them through the Jupyter
 server that serves the repository, or says that they are not built yet.
@@ -42,10 +47,12 @@ class Figure:
     Attributes:
         scripts: the files of ``book/_static`` it needs, in the order they load.
         fallback: one sentence saying what the figure shows, for a reader without scripts.
+        needs_data: whether the chapter passes it data (:func:`explorable`'s ``data``).
     """
 
     scripts: tuple[str, ...]
     fallback: str
+    needs_data: bool = False
 
 
 def _kit(name: str) -> tuple[str, ...]:
@@ -72,6 +79,12 @@ FIGURES = {
         "An interactive figure: the cache per token of multi-head, grouped-query, multi-query "
         "and latent attention at DeepSeek-V2's sizes, for a latent width and rotary key width "
         "you choose.",
+    ),
+    "induction-heads": Figure(
+        _kit("induction-heads"),
+        "An interactive figure: the trained two-layer model on a sequence you type, its "
+        "previous-token and induction heads attending and its prediction of the next token.",
+        needs_data=True,
     ),
     "live-minilm": Figure(
         ("mha-live-tokenizer.js", "mha-live-loader.js", "mha-live-maps.js", "mha-live-minilm.js"),
@@ -202,11 +215,13 @@ class Explorable:
         name: a key of :data:`FIGURES`.
         element_id: the ``id`` of its element on the page.
         live: the live model's files (``"live-minilm"`` only; ``None``: not built).
+        data: the figure's data, JSON-ready (a figure that needs data only).
     """
 
     name: str
     element_id: str
     live: LiveFiles | None = None
+    data: Any = None
 
     def html(self, *, scripts: bool) -> str:
         """The figure's element, followed by its scripts' text if ``scripts``.
@@ -228,7 +243,7 @@ class Explorable:
             element = (
                 f'<div class="mha-explore" data-explore="{self.name}" id="{self.element_id}">'
                 f'<p class="mha-explore-fallback">{html.escape(figure.fallback)} It '
-                "needs JavaScript.</p></div>\n"
+                f"needs JavaScript.</p>{_data_script(self.data)}</div>\n"
             )
         if not scripts:
             return element
@@ -237,33 +252,55 @@ class Explorable:
         )
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, object]:
+        content = {"name": self.name, "id": self.element_id}
+        if self.data is not None:
+            content["data"] = self.data
         return {
-            MIME: {"name": self.name, "id": self.element_id},
+            MIME: content,
             "text/html": self.html(scripts=True),
             "text/plain": FIGURES[self.name].fallback,
         }
 
 
-def explorable(name: str, *, element_id: str | None = None) -> Explorable:
+def explorable(name: str, *, element_id: str | None = None, data: Any = None) -> Explorable:
     """An explorable of the book, for a cell's output: drawn on the site and in JupyterLab.
 
     Args:
         name: one of :data:`FIGURES` (``"heads"``, ``"online-softmax"``, ``"kv-cache"``,
-            ``"latent-cache"``, ``"live-minilm"``).
+            ``"latent-cache"``, ``"induction-heads"``, ``"live-minilm"``).
         element_id: the ``id`` of its element (default ``"explore-<name>"``).
+        data: the figure's data, a dict that JSON can write, for a figure that needs it
+            (``"induction-heads"``: :func:`mha.display.live_decoder.decoder_data`); ``None``
+            for the others.
 
     Returns:
         An object that a notebook displays as the figure.
 
     Raises:
-        ValueError: if ``name`` is not an explorable of the book.
-        TypeError: if ``element_id`` is neither a str nor ``None``.
+        ValueError: if ``name`` is not an explorable of the book, or ``data`` is missing for
+            a figure that needs it or given to one that does not.
+        TypeError: if ``element_id`` is neither a str nor ``None``, or ``data`` is not a
+            dict.
     """
     arguments.choice("name", name, sorted(FIGURES))
     if element_id is not None:
         arguments.text("element_id", element_id)
+    if data is not None and not isinstance(data, dict):
+        raise TypeError(f"data must be a dict or None; got {arguments.describe(data)}")
+    if FIGURES[name].needs_data != (data is not None):
+        need = "needs data" if FIGURES[name].needs_data else "takes no data"
+        got = "None" if data is None else "a dict"
+        raise ValueError(f"the figure {name!r} {need}; got data={got}")
     live = served_live_files() if name == "live-minilm" else None
-    return Explorable(name, element_id or f"explore-{name}", live)
+    return Explorable(name, element_id or f"explore-{name}", live, data)
+
+
+def _data_script(data: Any) -> str:
+    """A figure's data as JSON in its element (``""`` for none), safe inside ``<script>``."""
+    if data is None:
+        return ""
+    text = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    return f'<script type="application/json" class="mha-explore-data">{text}</script>'
 
 
 def _script(name: str) -> str:
