@@ -1,14 +1,11 @@
 """Build the book: execute every chapter and write _build/html.
 
-First executes the chapters missing from the execution cache, several at a time
-(``scripts/execute_chapters.py``), so that the build, which would execute them one after
-another, finds them all cached. Then runs ``jupyter-book build`` at the repository root with
-Sphinx warnings as errors, then prints how long each chapter took to execute (from the
-execution data that the book's extension writes to ``_build/execution_times.json``:
-``book/_ext/mha_site/execution_times.py``) and names the slowest chapter. Exits with the
-build's exit code. If an incremental build fails, it builds once more without Sphinx's saved
-environment (``_build/.doctrees``), which can be stale after a pull; the execution cache is
-kept, so chapters are not executed again.
+Runs ``jupyter-book build`` at the repository root with Sphinx warnings as errors, then
+prints how long each chapter took to execute (from the execution data that the book's
+extension writes to ``_build/execution_times.json``: ``book/_ext/mha_site/execution_times.py``)
+and names the slowest chapter. Exits with the build's exit code. If an incremental build fails, it
+builds once more without Sphinx's saved environment (``_build/.doctrees``), which can be
+stale after a pull; the execution cache is kept, so chapters are not executed again.
 
 Chapters that train the same run (``mha.training.runs.train_runs``) train it once per build: the
 build sets ``MHA_TRAIN_STORE`` to ``_build/.train_store`` (unless it is set already), where
@@ -102,21 +99,12 @@ def live_model(env: dict[str, str]) -> int:
     return subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env).returncode
 
 
-def execute_chapters(env: dict[str, str]) -> None:
-    """Run ``scripts/execute_chapters.py``; if it fails, the build executes the chapters."""
-    script = ROOT / "scripts" / "execute_chapters.py"
-    code = subprocess.call([sys.executable, str(script)], cwd=ROOT, env=env)
-    if code != 0:
-        print(f"Executing the chapters ahead failed (exit code {code}); the build executes them")
-
-
 def main(argv: list[str]) -> int:
     env = dict(os.environ, PLOTLY_RENDERER="plotly_mimetype")
     env.setdefault("MHA_TRAIN_STORE", str(TRAIN_STORE))
     command = [jupyter_book(), "build", str(ROOT), "-W", "--keep-going", *argv]
-    start = time.time()
-    execute_chapters(env)
     print("$", " ".join(command), flush=True)
+    start = time.time()
     incremental = DOCTREES.exists()
     code = subprocess.call(command, cwd=ROOT, env=env)
     if code != 0 and incremental:
