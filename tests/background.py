@@ -1,15 +1,15 @@
-"""The portable runs, started in the background as soon as the site is built.
+"""The portable unit run, started in the background as soon as the site is built.
 
 The browser tests, which ``make test`` runs first, spend much of their time waiting on
-pages, with a core to spare. The two runs under the portable kernels (``portability.py``)
-need nothing from them:
+pages, with a core to spare. The unit tests' second run, under the portable kernels
+(``portability.py``, ``test_portability.py``), needs nothing from them and times nothing. So
+the ``built_site`` fixture (``conftest.py``) calls :func:`start` once the site is built, and
+the test waits for that run when its turn comes; a selection without the site starts it then.
 
-- the chapters, two kernels at a time (``test_chapters.py``, ``chapter_runs.py``);
-- the unit tests again, in one subprocess (``test_portability.py``).
-
-So the ``built_site`` fixture (``conftest.py``) calls :func:`start` once the site is built,
-and each of those tests waits for its run when its turn comes. A selection without the site
-starts its runs when its tests come to them (:func:`chapters`, :func:`unit_run`).
+The chapters under the portable kernels are not started early: several chapters assert
+ratios of times measured in one run, which a busy machine can upset, so they run two at a
+time (``test_chapters.py``) when the browser tests are over. :func:`chapters` keeps their
+runs, so that a chapter is executed once however many of its tests ask.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from chapter_runs import CHAPTERS_AT_ONCE, run_chapter, selected_stems
+from chapter_runs import CHAPTERS_AT_ONCE, run_chapter
 from portability import portable_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,8 +64,7 @@ _units: list[UnitRun] = []
 
 
 def start(items: list[pytest.Item]) -> None:
-    """Start the portable runs that the selected tests ``items`` will wait for."""
-    chapters(selected_stems(items))
+    """Start the portable unit run if the selected tests ``items`` will wait for it."""
     if any(item.nodeid == UNIT_TEST_ID for item in items) and not _units:
         _units.append(_start_unit())
 

@@ -36,8 +36,8 @@ def built_site(request: pytest.FixtureRequest) -> Path:
     newer than ``.venv``'s stamp (a second worktree sharing one environment) does not
     reinstall it. The Node tools are brought up to date as ``make book`` does.
 
-    Once the site is built, the portable runs of the selected tests start in the
-    background (``background.py``).
+    Once the site is built, the unit tests' portable run starts in the background, if it is
+    selected (``background.py``).
     """
     result = subprocess.run(
         ["make", f"--assume-old={ENV_STAMP}", "book"],

@@ -13,9 +13,7 @@ Two things differ from the book build, on purpose:
   which exact operation makes it hold.
 
 The selected chapters are executed two at a time, in the order their tests run: each kernel
-runs on one thread, so two of them keep two cores busy. ``make test`` starts them as soon
-as the site is built, beside the browser tests (``background.py``); each test waits for its
-chapter.
+runs on one thread, so two of them keep two cores busy. Each test waits for its chapter.
 """
 
 from __future__ import annotations
@@ -84,7 +82,7 @@ def test_execute_passes_the_environment_to_the_kernel(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def chapter_runs(request: pytest.FixtureRequest) -> dict[str, Future]:
-    """The selected chapters' runs: started with the site (``background.py``), or now."""
+    """The selected chapters' runs, started when the first of these tests comes."""
     return background.chapters(selected_stems(request.session.items))
 
 
