@@ -37,6 +37,7 @@ from mha.training import runs, tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "book" / "_static" / "mha-explore.js"
+MODEL = MODULE.parent / "mha-explore-model.js"  # adds the attention-only model to MODULE
 
 pytestmark = [pytest.mark.browser]
 
@@ -68,7 +69,12 @@ def _load_module(page, text: str) -> Js:
 @pytest.fixture
 def js(blank_page) -> Js:
     """The book's module, as committed, in a blank page (with the trace check's helper)."""
-    return _load_module(blank_page, MODULE.read_text(encoding="utf8") + TRACE_HELPER)
+    return _load_module(blank_page, _module_text() + TRACE_HELPER)
+
+
+def _module_text() -> str:
+    """The module and the model's functions that extend it, as a page loads them."""
+    return MODULE.read_text(encoding="utf8") + "\n" + MODEL.read_text(encoding="utf8")
 
 
 def _tolist(x: np.ndarray) -> list:
@@ -481,7 +487,7 @@ MUTATIONS = {
 @pytest.mark.parametrize("mutation", list(MUTATIONS))
 def test_a_mutated_module_fails_the_checks(blank_page, mutation: str) -> None:
     old, new, check = MUTATIONS[mutation]
-    text = MODULE.read_text(encoding="utf8")
+    text = _module_text()
     assert text.count(old) == 1, f"the mutation's target is not in the module once: {old}"
     js = _load_module(blank_page, text.replace(old, new) + TRACE_HELPER)
     with pytest.raises(AssertionError) as failure:
@@ -571,8 +577,10 @@ def _attr(page, selector: str, name: str) -> object:
 
 def figure_scripts(figure: str) -> list[str]:
     """The scripts a page with the explorable ``figure`` loads, in order: the arithmetic
-    (MODULE), what the explorables share, then the figure's own."""
-    return [MODULE.name, "mha-explore-kit.js", f"mha-explore-{figure}.js"]
+    (MODULE, and MODEL for the figure that runs the trained model), what the explorables
+    share, then the figure's own."""
+    model = [MODEL.name] if figure == "induction-heads" else []
+    return [MODULE.name, *model, "mha-explore-kit.js", f"mha-explore-{figure}.js"]
 
 
 def test_built_site_serves_the_tested_module(built_site: Path) -> None:

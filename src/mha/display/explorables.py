@@ -81,7 +81,7 @@ FIGURES = {
         "you choose.",
     ),
     "induction-heads": Figure(
-        _kit("induction-heads"),
+        ("mha-explore.js", "mha-explore-model.js", *_kit("induction-heads")[1:]),
         "An interactive figure: the trained two-layer model on a sequence you type, its "
         "previous-token and induction heads attending and its prediction of the next token.",
         needs_data=True,
