@@ -167,12 +167,16 @@
       tokens.forEach(function (t, j) {
         var c = alphabet[t];
         var b = el("button", { type: "button", class: "mx-tok" + (j > i ? " mx-after" : ""),
-          "aria-pressed": String(j === i), tabindex: j === i ? "0" : "-1", "data-position": String(j),
-          "aria-label": "position " + (j + 1) + ", " + c + (j > i ? "" : ": weights " +
-            fmt(wPrev[j], 2) + " and " + fmt(wInd[j], 2)) });
+          "aria-pressed": String(j === i), tabindex: j === i ? "0" : "-1", "data-position": String(j) });
         var top = el("span", {}, c);
         top.appendChild(el("span", { class: "mx-pos" }, String(j + 1)));
         b.appendChild(top);
+        // the name is the visible text, then what a screen reader adds (not shown)
+        var said = el("span", {}, ": token " + c + " at position " + (j + 1) + (j > i ? "" :
+          ", weights " + fmt(wPrev[j], 2) + " and " + fmt(wInd[j], 2)));
+        said.style.cssText = "position:absolute;width:1px;height:1px;overflow:hidden;" +
+          "clip:rect(0 0 0 0);white-space:nowrap";
+        b.appendChild(said);
         [[wPrev[j], COLOURS.previous_token], [wInd[j], COLOURS.induction]].forEach(function (pair) {
           var bar = el("span", { class: "mx-bar" });
           bar.style.background = pair[1];

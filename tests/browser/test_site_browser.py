@@ -1035,6 +1035,7 @@ def test_scrollable_blocks_become_tab_stops_as_they_come_near(browser, site_url)
 UNPRINTED_MATH_JS = """
 () => [...document.querySelectorAll("article .math")].filter((el) => {
   if (el.closest("details:not([open])")) return false;
+  if (el.closest(".mha-screen-only")) return false;  // instructions for the screen
   const svg = el.querySelector("mjx-container > svg");
   if (!svg || svg.hasAttribute("data-mha-svg") || !svg.firstElementChild) return true;
   const box = svg.getBoundingClientRect(), style = getComputedStyle(svg);
