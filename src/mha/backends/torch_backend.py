@@ -124,7 +124,7 @@ def softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
 
 def _softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     """The masked softmax of :func:`softmax` (no checks), out of place."""
-    work = scores.float() if scores.dtype == torch.bfloat16 else scores  # the low FLOATS dtype
+    work = scores.float() if scores.dtype in (torch.bfloat16, torch.float16) else scores  # 16-bit
     if mask is None:
         return torch.softmax(work, dim=-1).to(scores.dtype)
     allowed = mask.any(dim=-1, keepdim=True)  # (..., L, 1): False in a fully masked row
@@ -329,7 +329,7 @@ def attention_per_head(
         heads.append(out_h)
         if need_weights:
             weights.append(a)
-        del a  # before the next head's scores exist: one (B, L, S) tensor at a time
+        del a  # without weights returned: one (B, L, S) tensor at a time
     out = linear(torch.cat(heads, dim=-1), params.w_o, params.b_o)  # H x (B, L, Dh) -> (B, L, D)
     return out, (torch.stack(weights, dim=1) if need_weights else None)  # (B, H, L, S)
 
