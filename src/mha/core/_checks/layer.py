@@ -414,8 +414,8 @@ def check_cache_finite(
 ) -> None:
     """Check that a cache's two ``buffers`` hold no NaN or infinity (one pass over each).
 
-    Its appends refuse them, so they can only have been written into its views (or, for
-    ``hint``'s reason, appended anyway): the message asks about both.
+    Its appends refuse them, so they can only have been written into its views; ``hint``
+    names the other way in, where the cache kind has one (the KV cache's ``max_abs``).
     """
     for name in buffers:
         if not kind.all_finite(getattr(cache, name)):
