@@ -251,7 +251,8 @@
     }
     above = above.map(Math.round);
     below = below.map(Math.round);
-    var bands = { narrow: narrow, t: size.t, b: size.b, above: 0, below: 0 };
+    var bands = { narrow: narrow, width: div.clientWidth, t: size.t, b: size.b, above: 0,
+      below: 0 };
     if (above[1] > above[0]) {
       bands.above = above[1] - above[0];
       bands.aboveFrom = top - above[1]; // from the plot's top up to the band
@@ -365,12 +366,13 @@
       return plot(div, view, first);
     }
     var bands = div._mha.bands;
-    if (bands && bands.narrow === view.narrow) {
+    if (bands && bands.narrow === view.narrow && bands.width === div.clientWidth) {
       return plot(div, printView(view, bands), first);
     }
     var shown = div._mhaView;
     var drawn = !first && shown && !shown.print && shown.narrow === view.narrow
-      && shown.theme === view.theme ? Promise.resolve() : plot(div, view, first);
+      && shown.theme === view.theme && shown.width === div.clientWidth ? Promise.resolve()
+      : plot(div, view, first);
     return drawn.then(function () {
       div._mha.bands = measureControls(div, view.narrow);
       return plot(div, printView(view, div._mha.bands));
@@ -399,14 +401,16 @@
     if (!div._mha || !div._mhaView) {
       return;
     }
-    var narrow = div.clientWidth < NARROW_PX;
-    var shown = div._mhaView;
-    if (shown.theme === currentTheme() && shown.narrow === narrow
-        && shown.width === div.clientWidth
-        && shown.print === (printing() && hasControls(div._mha.layout))) {
-      return;
-    }
-    render(div);
+    // one drawing at a time: a change that comes while the figure is drawn waits for it
+    div._mhaQueue = (div._mhaQueue || div._drawing).then(function () {
+      var shown = div._mhaView;
+      if (shown.theme === currentTheme() && shown.narrow === div.clientWidth < NARROW_PX
+          && shown.width === div.clientWidth
+          && shown.print === (printing() && hasControls(div._mha.layout))) {
+        return null;
+      }
+      return render(div);
+    });
   }
 
   function start() {
