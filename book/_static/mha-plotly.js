@@ -8,7 +8,9 @@
 // Figures marked data-theme-template="auto" follow the page's light/dark theme (the pydata
 // theme sets data-theme on <html>). A container narrower than NARROW_PX gets the figure's
 // narrow layout (data-narrow). window.mhaDrawAllFigures() draws every figure at once and
-// resolves when all are drawn (for printing).
+// resolves when all are drawn (for printing). In print, a figure's sliders and menus
+// (layout.sliders, layout.updatemenus), dead on paper, are left out: the figure is printed in
+// its first state, shorter by the band of the page they took.
 (function () {
   "use strict";
 
@@ -23,6 +25,13 @@
   var scripts = {};
   var waiting = {};
   var figures = {};
+  var PRINT = window.matchMedia ? window.matchMedia("print") : null;
+  var CONTROLS = ["sliders", "updatemenus"]; // Plotly's own controls, left out of print
+  var printRequested = false; // between the window's beforeprint and afterprint
+
+  function printing() {
+    return printRequested || !!(PRINT && PRINT.matches);
+  }
 
   function loadScript(url) {
     if (!scripts[url]) {
@@ -149,6 +158,7 @@
       });
     }
     layout.height = layout.height || 450;
+    var titleRoom = 0;
     var title = isObject(layout.title) ? Object.assign({}, layout.title) : { text: layout.title };
     if (title.text) {
       var size = (title.font && title.font.size) || 17;
@@ -163,11 +173,139 @@
       title.pad = { t: 0, b: 0 };
       title.y = 1 - (TITLE_TOP_PX + (lines > 1 ? 0.92 : 0.57) * size) / layout.height;
       var margin = Object.assign({}, layout.margin);
-      margin.t = Math.max(margin.t || 0, 28 + lines * (size + 8) + subHeight);
+      titleRoom = 28 + lines * (size + 8) + subHeight;
+      margin.t = Math.max(margin.t || 0, titleRoom);
       layout.margin = margin;
       layout.title = title;
     }
-    return { data: data, layout: layout, narrow: narrow, theme: theme };
+    return {
+      data: data, layout: layout, narrow: narrow, theme: theme, print: false,
+      titleRoom: titleRoom,
+    };
+  }
+
+  function hasControls(layout) {
+    return CONTROLS.some(function (name) {
+      return (layout[name] || []).length > 0;
+    });
+  }
+
+  // The horizontal bands of the drawn figure that its controls take above and below the plot
+  // (a control over the plot takes none), with the empty space around them: a band reaches
+  // GAP_PX from what is drawn on either side of it, or the plot itself when nothing is drawn
+  // between them. Their heights, how far from the plot each starts, and the plot's top and
+  // bottom margins then. In whole CSS pixels of the figure (the page may zoom it).
+  var GAP_PX = 12;
+
+  function measureControls(div, narrow) {
+    var size = div._fullLayout._size;
+    var box = div.querySelector(".main-svg").getBoundingClientRect();
+    var scale = box.height / div._fullLayout.height || 1;
+    var span = function (element) {
+      var rect = element.getBoundingClientRect();
+      return rect.height > 0 ? [(rect.top - box.top) / scale, (rect.bottom - box.top) / scale]
+        : null;
+    };
+    var top = size.t;
+    var bottom = size.t + size.h;
+    var above = [Infinity, -Infinity];
+    var below = [Infinity, -Infinity];
+    var selector = ".slider-container, .updatemenu-container";
+    div.querySelectorAll(selector).forEach(function (control) {
+      control.style.setProperty("display", "inline", "important"); // print's CSS hides it
+      var y = span(control);
+      control.style.removeProperty("display");
+      var band = !y ? null : (y[0] + y[1]) / 2 < top ? above : (y[0] + y[1]) / 2 > bottom ? below
+        : null;
+      if (band) {
+        band[0] = Math.min(band[0], y[0]);
+        band[1] = Math.max(band[1], y[1]);
+      }
+    });
+    var drawn = [].map.call(div.querySelectorAll(".infolayer > g, .xaxislayer-above"), function (
+      item) {
+      return item.matches(selector) ? null : span(item);
+    }).filter(Boolean);
+    var middle = function (y) {
+      return (y[0] + y[1]) / 2;
+    };
+    var nearest = function (from, to, edge, pick) {
+      var found = drawn.filter(function (y) {
+        return middle(y) > Math.min(from, to) && middle(y) < Math.max(from, to);
+      }).map(function (y) {
+        return y[edge];
+      });
+      return found.length ? pick.apply(null, found) : null;
+    };
+    if (above[1] > above[0]) {
+      var over = nearest(0, above[0], 1, Math.max);
+      var under = nearest(above[1], top, 0, Math.min);
+      above = [over === null ? above[0] : Math.min(above[0], over + GAP_PX),
+        under === null ? top : Math.max(above[1], under - GAP_PX)];
+    }
+    if (below[1] > below[0]) {
+      var atop = nearest(bottom, below[0], 1, Math.max);
+      var beneath = nearest(below[1], div._fullLayout.height, 0, Math.min);
+      below = [atop === null ? bottom : Math.min(below[0], atop + GAP_PX),
+        beneath === null ? below[1] : Math.max(below[1], beneath - GAP_PX)];
+    }
+    above = above.map(Math.round);
+    below = below.map(Math.round);
+    var bands = { narrow: narrow, width: div.clientWidth, t: size.t, b: size.b, above: 0,
+      below: 0 };
+    if (above[1] > above[0]) {
+      bands.above = above[1] - above[0];
+      bands.aboveFrom = top - above[1]; // from the plot's top up to the band
+    }
+    if (below[1] > below[0]) {
+      bands.below = below[1] - below[0];
+      bands.belowFrom = below[0] - bottom; // from the plot's bottom down to the band
+    }
+    return bands;
+  }
+
+  // The view for print: no controls, the same plot, the controls' bands cut out of the
+  // margins. What lies beyond a band in paper coordinates (a legend under a slider) moves
+  // with the figure's edge; what lies between the band and the plot stays by the plot.
+  function printView(view, bands) {
+    var layout = Object.assign({}, view.layout);
+    CONTROLS.forEach(function (name) {
+      delete layout[name];
+    });
+    var plot = layout.height - bands.t - bands.b;
+    var cutAbove = bands.t - Math.max(view.titleRoom, bands.t - bands.above); // the title stays
+    var shift = function (item, ref) {
+      if (!isObject(item) || (item.yref || ref) !== "paper" || typeof item.y !== "number") {
+        return item;
+      }
+      var y = item.y;
+      if (bands.below && -y * plot >= bands.belowFrom) {
+        y += bands.below / plot;
+      } else if (cutAbove && (y - 1) * plot >= bands.aboveFrom) {
+        y -= cutAbove / plot;
+      }
+      return Object.assign({}, item, { y: y });
+    };
+    layout.height -= cutAbove + bands.below;
+    layout.margin = Object.assign({}, layout.margin, {
+      t: bands.t - cutAbove,
+      b: bands.b - bands.below,
+    });
+    if (layout.legend) {
+      layout.legend = shift(layout.legend, "paper");
+    }
+    if (layout.annotations) {
+      layout.annotations = layout.annotations.map(function (note) {
+        return shift(note, "y");
+      });
+    }
+    if (isObject(layout.title) && layout.title.yref === "container") {
+      // the title keeps its place under the figure's top edge
+      layout.title = Object.assign({}, layout.title, {
+        y: 1 - (1 - layout.title.y) * view.layout.height / layout.height,
+      });
+    }
+    return Object.assign({}, view, { layout: layout, print: true });
   }
 
   // A figure is one image for assistive technology, named by its title and described by its
@@ -209,6 +347,38 @@
     return drawn;
   }
 
+  function plot(div, view, first) {
+    view.width = div.clientWidth;
+    div._mhaView = view;
+    return keepingThePlace(function () {
+      var call = first ? window.Plotly.newPlot : window.Plotly.react;
+      return call(div, view.data, view.layout, div._mha.config);
+    }).then(function () {
+      labelDrawing(div);
+    });
+  }
+
+  // Draw the figure's current view: on screen as it is; in print without its controls, whose
+  // bands are measured on the figure drawn with them (first drawn so if need be).
+  function render(div, first) {
+    var view = layoutFor(div);
+    if (!printing() || !hasControls(view.layout)) {
+      return plot(div, view, first);
+    }
+    var bands = div._mha.bands;
+    if (bands && bands.narrow === view.narrow && bands.width === div.clientWidth) {
+      return plot(div, printView(view, bands), first);
+    }
+    var shown = div._mhaView;
+    var drawn = !first && shown && !shown.print && shown.narrow === view.narrow
+      && shown.theme === view.theme && shown.width === div.clientWidth ? Promise.resolve()
+      : plot(div, view, first);
+    return drawn.then(function () {
+      div._mha.bands = measureControls(div, view.narrow);
+      return plot(div, printView(view, div._mha.bands));
+    });
+  }
+
   function draw(div) {
     if (!div._drawing) {
       div._drawing = Promise.all([loadPlotly(), loadFigure(div.id)]).then(function (loaded) {
@@ -220,35 +390,26 @@
           subtitles: JSON.parse(div.dataset.subtitles || "{}"),
           config: Object.assign({ responsive: true, displaylogo: false }, figure.config || {}),
         };
-        var view = layoutFor(div);
-        div._mhaView = view;
-        return keepingThePlace(function () {
-          return window.Plotly.newPlot(div, view.data, view.layout, div._mha.config);
-        }).then(function () {
-          labelDrawing(div);
-        });
+        return render(div, true);
       });
     }
     return div._drawing;
   }
 
-  // Redraw a drawn figure when the theme or the narrow/wide choice changes.
+  // Redraw a drawn figure when the theme, the narrow/wide choice or print changes.
   function refresh(div) {
     if (!div._mha || !div._mhaView) {
       return;
     }
-    var narrow = div.clientWidth < NARROW_PX;
-    if (div._mhaView.theme === currentTheme() && div._mhaView.narrow === narrow
-        && div._mhaView.width === div.clientWidth) {
-      return;
-    }
-    var view = layoutFor(div);
-    view.width = div.clientWidth;
-    div._mhaView = view;
-    keepingThePlace(function () {
-      return window.Plotly.react(div, view.data, view.layout, div._mha.config);
-    }).then(function () {
-      labelDrawing(div);
+    // one drawing at a time: a change that comes while the figure is drawn waits for it
+    div._mhaQueue = (div._mhaQueue || div._drawing).then(function () {
+      var shown = div._mhaView;
+      if (shown.theme === currentTheme() && shown.narrow === div.clientWidth < NARROW_PX
+          && shown.width === div.clientWidth
+          && shown.print === (printing() && hasControls(div._mha.layout))) {
+        return null;
+      }
+      return render(div);
     });
   }
 
@@ -275,7 +436,20 @@
     } else {
       window.mhaDrawAllFigures();
     }
+    var printChanged = function (requested) {
+      return function () {
+        printRequested = requested;
+        divs.forEach(refresh);
+      };
+    };
     window.addEventListener("beforeprint", window.mhaDrawAllFigures);
+    window.addEventListener("beforeprint", printChanged(true));
+    window.addEventListener("afterprint", printChanged(false));
+    if (PRINT && PRINT.addEventListener) {
+      PRINT.addEventListener("change", function () {
+        divs.forEach(refresh);
+      });
+    }
     new MutationObserver(function () {
       divs.forEach(refresh);
     }).observe(document.documentElement, { attributes: true, attributeFilter: ["data-theme"] });
