@@ -9,12 +9,21 @@
 // theme sets data-theme on <html>). A container narrower than NARROW_PX gets the figure's
 // narrow layout (data-narrow). window.mhaDrawAllFigures() draws every figure at once and
 // resolves when all are drawn (for printing).
+// A figure with data-still (a page's opening figure, when the build could draw it) shows its
+// still first: SVGs of its first state, light and dark, wide and narrow, drawn by plotly.js at
+// build time (mha_site.figure_stills, with window.mhaFigureStill). plotly.js is fetched for it
+// only once the reader touches the page, scrolls, or comes near a figure without a still.
 (function () {
   "use strict";
 
   var NARROW_PX = 600;
   var TITLE_TOP_PX = 10; // from the figure's top edge to its title
   var NEAR = "300px 0px"; // how close to the viewport a figure starts loading
+  // What a reader does that fetches plotly.js for the stills (a figure without a still
+  // fetches it when it comes near). Listened to on the window as they bubble there: the
+  // page's scroll does, a scroll inside the sidebar (the theme's own, at load) does not.
+  var READER_ACTS = ["pointerdown", "pointermove", "touchstart", "keydown", "wheel", "scroll",
+    "focusin"];
   var self = document.currentScript;
   var base = new URL(".", self.src); // .../_static/
   var plotlyUrl = new URL(self.dataset.plotly, base).href;
@@ -211,8 +220,12 @@
 
   function draw(div) {
     if (!div._drawing) {
+      wantPlotly();
       div._drawing = Promise.all([loadPlotly(), loadFigure(div.id)]).then(function (loaded) {
         var figure = loaded[1];
+        [].slice.call(div.querySelectorAll("img.mha-still")).forEach(function (still) {
+          still.remove();
+        });
         div._mha = {
           data: figure.data || [],
           layout: figure.layout || {},
@@ -232,24 +245,57 @@
     return div._drawing;
   }
 
-  // Redraw a drawn figure when the theme or the narrow/wide choice changes.
+  // Redraw a drawn figure when the theme or the narrow/wide choice changes; resolves when the
+  // figure shows the current theme and width.
   function refresh(div) {
     if (!div._mha || !div._mhaView) {
-      return;
+      return Promise.resolve();
     }
     var narrow = div.clientWidth < NARROW_PX;
     if (div._mhaView.theme === currentTheme() && div._mhaView.narrow === narrow
         && div._mhaView.width === div.clientWidth) {
-      return;
+      return div._mhaRedraw || Promise.resolve();
     }
     var view = layoutFor(div);
     view.width = div.clientWidth;
     div._mhaView = view;
-    keepingThePlace(function () {
+    div._mhaRedraw = keepingThePlace(function () {
       return window.Plotly.react(div, view.data, view.layout, div._mha.config);
     }).then(function () {
       labelDrawing(div);
     });
+    return div._mhaRedraw;
+  }
+
+  // For the build (mha_site.figure_stills): the figure `id` drawn in `theme` at its current
+  // width, as one SVG document (plotly.js's own export of what it drew).
+  window.mhaFigureStill = function (id, theme) {
+    var div = document.getElementById(id);
+    document.documentElement.dataset.theme = theme;
+    return draw(div).then(function () {
+      return refresh(div);
+    }).then(function () {
+      var layout = div._mhaView.layout;
+      return window.Plotly.toImage(div, { format: "svg", imageDataOnly: true,
+        width: div.clientWidth, height: layout.height });
+    });
+  };
+
+  // plotly.js is fetched once it is wanted: a figure without a still comes near, the reader
+  // acts on the page, or the page is printed. Stills near the viewport then come alive.
+  var plotlyWanted = false;
+  var stillsNear = [];
+
+  function wantPlotly() {
+    if (plotlyWanted) {
+      return;
+    }
+    plotlyWanted = true;
+    READER_ACTS.forEach(function (name) {
+      window.removeEventListener(name, wantPlotly);
+    });
+    loadPlotly();
+    stillsNear.forEach(draw);
   }
 
   function start() {
@@ -263,12 +309,22 @@
     if ("IntersectionObserver" in window) {
       var observer = new IntersectionObserver(function (entries) {
         entries.forEach(function (entry) {
-          if (entry.isIntersecting) {
-            observer.unobserve(entry.target);
-            draw(entry.target);
+          var div = entry.target;
+          var waits = div.hasAttribute("data-still") && !plotlyWanted;
+          stillsNear = stillsNear.filter(function (other) {
+            return other !== div;
+          });
+          if (entry.isIntersecting && waits) {
+            stillsNear.push(div);
+          } else if (entry.isIntersecting) {
+            observer.unobserve(div);
+            draw(div);
           }
         });
       }, { rootMargin: NEAR });
+      READER_ACTS.forEach(function (name) {
+        window.addEventListener(name, wantPlotly, { passive: true });
+      });
       divs.forEach(function (div) {
         observer.observe(div);
       });

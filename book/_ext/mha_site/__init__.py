@@ -8,7 +8,9 @@ Module map (what each module changes, and when):
 
 - :mod:`.plotly_figures`: Plotly figures as placeholders that ``_static/mha-plotly.js`` draws
   when near (a myst-nb mime renderer, a node, a data script per figure, the loader per page);
-  :mod:`.figure_facts`: a figure's name, text alternative and narrow layout, from its JSON.
+  :mod:`.figure_facts`: a figure's name, text alternative and narrow layout, from its JSON;
+  :mod:`.figure_stills`: each page's opening figure as SVG stills drawn at build time, shown
+  until plotly.js is needed (after the pages are written, when a Chromium is found).
 - :mod:`.explorables`: the figures that recompute in the reader's browser, from a cell's
   explorable output (``mha.display.explorables``): their elements and scripts;
   :mod:`.live_model`: the live model's files (``_static/live-minilm``), built with the site
@@ -53,6 +55,7 @@ from . import (
     downloads,
     execution_times,
     explorables,
+    figure_stills,
     hidden_code,
     icons,
     lighter_head,
@@ -99,6 +102,7 @@ MODULES = (
     downloads,
     api_reference,
     plotly_figures,
+    figure_stills,
     live_model,
     explorables,
     icons,
