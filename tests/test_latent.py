@@ -337,3 +337,20 @@ def test_the_absorbed_route_refuses_rotations_on_rebuilt_keys_and_odd_heads() ->
     odd = init_mla_params(D, 2, DC, d_head=5)
     with pytest.raises(ValueError, match="d_head must be even for rotary positions"):
         latent.multi_head_latent_attention(x, odd, route="explicit", rotary=ROTARY)
+
+
+@pytest.mark.parametrize("kind", list(BACKENDS))
+@pytest.mark.parametrize("buffer", ["latents", "rotary_keys"])
+def test_nan_written_into_a_latent_cache_is_reported_as_nan_in_the_cache(kind, buffer) -> None:
+    params, x, rotary = setup("decoupled", kind)
+    dtype = np.float64 if kind == "numpy" else torch.float64
+    cache = LatentCache(2, DC, params.d_rope, N, dtype=dtype)
+    latent.multi_head_latent_attention(x[:, :2], params, cache=cache, rotary=rotary)
+    getattr(cache, buffer)[0, 1, 0] = math.nan  # through the view: an append would refuse it
+    with pytest.raises(
+        ValueError,
+        match=rf"cache must hold finite latents and rotary keys; got NaN or infinite values in "
+        rf"cache\.{buffer} \(appends refuse them: were they written into its views\?\)",
+    ):
+        latent.multi_head_latent_attention(x[:, 2:3], params, cache=cache, rotary=rotary)
+    assert cache.length == 2

@@ -8,20 +8,20 @@
 // Figures marked data-theme-template="auto" follow the page's light/dark theme (the pydata
 // theme sets data-theme on <html>). A container narrower than NARROW_PX gets the figure's
 // narrow layout (data-narrow). window.mhaDrawAllFigures() draws every figure at once and
-// resolves when all are drawn (for printing).
-// A figure with data-still (a page's opening figure, when the build could draw it) shows its
-// still first: SVGs of its first state, light and dark, wide and narrow, drawn by plotly.js at
-// build time (mha_site.figure_stills, with window.mhaFigureStill). plotly.js is fetched for it
-// only once the reader touches the page, scrolls, or comes near a figure without a still.
+// resolves when all are drawn (for printing). In print, a figure's sliders and menus, dead
+// on paper, are left out (mha-plotly-print.js measures what they took).
+// A figure with data-still (a page's opening figure) shows its still, SVGs of its first state
+// drawn at build time (mha_site.figure_stills, through window.mhaFigureStill), until the
+// reader touches the page, scrolls, or comes near a figure without one: only then is
+// plotly.js fetched.
 (function () {
   "use strict";
 
   var NARROW_PX = 600;
   var TITLE_TOP_PX = 10; // from the figure's top edge to its title
   var NEAR = "300px 0px"; // how close to the viewport a figure starts loading
-  // What a reader does that fetches plotly.js for the stills (a figure without a still
-  // fetches it when it comes near). Listened to on the window as they bubble there: the
-  // page's scroll does, a scroll inside the sidebar (the theme's own, at load) does not.
+  // A reader's acts that bring plotly.js for the stills, as they bubble to the window (the
+  // page's scroll does; the theme's scroll of its sidebar at load does not).
   var READER_ACTS = ["pointerdown", "pointermove", "touchstart", "keydown", "wheel", "scroll",
     "focusin"];
   var self = document.currentScript;
@@ -32,6 +32,13 @@
   var scripts = {};
   var waiting = {};
   var figures = {};
+  var PRINT = window.matchMedia ? window.matchMedia("print") : null;
+  var paper = window.mhaPlotlyPrint; // mha-plotly-print.js, loaded just before
+  var printRequested = false; // between the window's beforeprint and afterprint
+
+  function printing() {
+    return printRequested || !!(PRINT && PRINT.matches);
+  }
 
   function loadScript(url) {
     if (!scripts[url]) {
@@ -158,6 +165,7 @@
       });
     }
     layout.height = layout.height || 450;
+    var titleRoom = 0;
     var title = isObject(layout.title) ? Object.assign({}, layout.title) : { text: layout.title };
     if (title.text) {
       var size = (title.font && title.font.size) || 17;
@@ -172,11 +180,15 @@
       title.pad = { t: 0, b: 0 };
       title.y = 1 - (TITLE_TOP_PX + (lines > 1 ? 0.92 : 0.57) * size) / layout.height;
       var margin = Object.assign({}, layout.margin);
-      margin.t = Math.max(margin.t || 0, 28 + lines * (size + 8) + subHeight);
+      titleRoom = 28 + lines * (size + 8) + subHeight;
+      margin.t = Math.max(margin.t || 0, titleRoom);
       layout.margin = margin;
       layout.title = title;
     }
-    return { data: data, layout: layout, narrow: narrow, theme: theme };
+    return {
+      data: data, layout: layout, narrow: narrow, theme: theme, print: false,
+      titleRoom: titleRoom,
+    };
   }
 
   // A figure is one image for assistive technology, named by its title and described by its
@@ -218,6 +230,38 @@
     return drawn;
   }
 
+  function plot(div, view, first) {
+    view.width = div.clientWidth;
+    div._mhaView = view;
+    return keepingThePlace(function () {
+      var call = first ? window.Plotly.newPlot : window.Plotly.react;
+      return call(div, view.data, view.layout, div._mha.config);
+    }).then(function () {
+      labelDrawing(div);
+    });
+  }
+
+  // Draw the figure's current view: on screen as it is; in print without its controls, whose
+  // bands are measured on the figure drawn with them (first drawn so if need be).
+  function render(div, first) {
+    var view = layoutFor(div);
+    if (!printing() || !paper.hasControls(view.layout)) {
+      return plot(div, view, first);
+    }
+    var bands = div._mha.bands;
+    if (bands && bands.narrow === view.narrow && bands.width === div.clientWidth) {
+      return plot(div, paper.printView(view, bands), first);
+    }
+    var shown = div._mhaView;
+    var drawn = !first && shown && !shown.print && shown.narrow === view.narrow
+      && shown.theme === view.theme && shown.width === div.clientWidth ? Promise.resolve()
+      : plot(div, view, first);
+    return drawn.then(function () {
+      div._mha.bands = paper.measureControls(div, view.narrow);
+      return plot(div, paper.printView(view, div._mha.bands));
+    });
+  }
+
   function draw(div) {
     if (!div._drawing) {
       wantPlotly();
@@ -233,69 +277,56 @@
           subtitles: JSON.parse(div.dataset.subtitles || "{}"),
           config: Object.assign({ responsive: true, displaylogo: false }, figure.config || {}),
         };
-        var view = layoutFor(div);
-        div._mhaView = view;
-        return keepingThePlace(function () {
-          return window.Plotly.newPlot(div, view.data, view.layout, div._mha.config);
-        }).then(function () {
-          labelDrawing(div);
-        });
+        return render(div, true);
       });
     }
     return div._drawing;
   }
 
-  // Redraw a drawn figure when the theme or the narrow/wide choice changes; resolves when the
-  // figure shows the current theme and width.
+  // Redraw a drawn figure when the theme, the narrow/wide choice or print changes.
   function refresh(div) {
     if (!div._mha || !div._mhaView) {
       return Promise.resolve();
     }
-    var narrow = div.clientWidth < NARROW_PX;
-    if (div._mhaView.theme === currentTheme() && div._mhaView.narrow === narrow
-        && div._mhaView.width === div.clientWidth) {
-      return div._mhaRedraw || Promise.resolve();
-    }
-    var view = layoutFor(div);
-    view.width = div.clientWidth;
-    div._mhaView = view;
-    div._mhaRedraw = keepingThePlace(function () {
-      return window.Plotly.react(div, view.data, view.layout, div._mha.config);
-    }).then(function () {
-      labelDrawing(div);
+    // one drawing at a time: a change that comes while the figure is drawn waits for it
+    div._mhaQueue = (div._mhaQueue || div._drawing).then(function () {
+      var shown = div._mhaView;
+      if (shown.theme === currentTheme() && shown.narrow === div.clientWidth < NARROW_PX
+          && shown.width === div.clientWidth
+          && shown.print === (printing() && paper.hasControls(div._mha.layout))) {
+        return null;
+      }
+      return render(div);
     });
-    return div._mhaRedraw;
+    return div._mhaQueue;
   }
 
-  // For the build (mha_site.figure_stills): the figure `id` drawn in `theme` at its current
-  // width, as one SVG document (plotly.js's own export of what it drew).
+  // For the build: figure `id` drawn in `theme` at its width, as plotly.js's SVG export.
   window.mhaFigureStill = function (id, theme) {
     var div = document.getElementById(id);
     document.documentElement.dataset.theme = theme;
     return draw(div).then(function () {
       return refresh(div);
     }).then(function () {
-      var layout = div._mhaView.layout;
       return window.Plotly.toImage(div, { format: "svg", imageDataOnly: true,
-        width: div.clientWidth, height: layout.height });
+        width: div.clientWidth, height: div._mhaView.layout.height });
     });
   };
 
-  // plotly.js is fetched once it is wanted: a figure without a still comes near, the reader
-  // acts on the page, or the page is printed. Stills near the viewport then come alive.
+  // plotly.js is wanted once a figure without a still comes near, the reader acts on the
+  // page, or it is printed; the stills near the screen then come alive.
   var plotlyWanted = false;
   var stillsNear = [];
 
   function wantPlotly() {
-    if (plotlyWanted) {
-      return;
+    if (!plotlyWanted) {
+      plotlyWanted = true;
+      READER_ACTS.forEach(function (name) {
+        window.removeEventListener(name, wantPlotly);
+      });
+      loadPlotly();
+      stillsNear.forEach(draw);
     }
-    plotlyWanted = true;
-    READER_ACTS.forEach(function (name) {
-      window.removeEventListener(name, wantPlotly);
-    });
-    loadPlotly();
-    stillsNear.forEach(draw);
   }
 
   function start() {
@@ -310,11 +341,10 @@
       var observer = new IntersectionObserver(function (entries) {
         entries.forEach(function (entry) {
           var div = entry.target;
-          var waits = div.hasAttribute("data-still") && !plotlyWanted;
           stillsNear = stillsNear.filter(function (other) {
             return other !== div;
           });
-          if (entry.isIntersecting && waits) {
+          if (entry.isIntersecting && div.hasAttribute("data-still") && !plotlyWanted) {
             stillsNear.push(div);
           } else if (entry.isIntersecting) {
             observer.unobserve(div);
@@ -331,7 +361,20 @@
     } else {
       window.mhaDrawAllFigures();
     }
+    var printChanged = function (requested) {
+      return function () {
+        printRequested = requested;
+        divs.forEach(refresh);
+      };
+    };
     window.addEventListener("beforeprint", window.mhaDrawAllFigures);
+    window.addEventListener("beforeprint", printChanged(true));
+    window.addEventListener("afterprint", printChanged(false));
+    if (PRINT && PRINT.addEventListener) {
+      PRINT.addEventListener("change", function () {
+        divs.forEach(refresh);
+      });
+    }
     new MutationObserver(function () {
       divs.forEach(refresh);
     }).observe(document.documentElement, { attributes: true, attributeFilter: ["data-theme"] });

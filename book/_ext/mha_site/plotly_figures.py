@@ -40,6 +40,7 @@ PLOTLY_CARTESIAN_JS = "plotly/plotly-cartesian.min.js"
 TEMPLATES_JS = "mha-plotly-templates.js"
 FIGURES_DIR = "_figures"  # in the html output folder: one data script per figure
 FIGURE_CLASS = "mha-plotly"
+CONTROLS = ("sliders", "updatemenus")  # layout keys of Plotly's own controls
 # Colour-blind-safe qualitative colours (Okabe and Ito), in the order traces take them; the
 # dark theme has grey where the light one has black.
 SAFE_COLORWAY = {
@@ -92,6 +93,12 @@ def figure_script(fig_id: str, figure: dict[str, Any]) -> str:
     return f"window.mhaFigure({json.dumps(fig_id)},{payload});\n"
 
 
+def has_controls(figure: dict[str, Any]) -> bool:
+    """Whether the figure has Plotly's own controls: sliders or dropdown/button menus."""
+    layout = figure.get("layout") or {}
+    return any(layout.get(name) for name in CONTROLS)
+
+
 def figure_html(figure: dict[str, Any], fig_id: str, stills_uri: str | None = None) -> str:
     """The placeholder of one figure: an image with a name and a text alternative.
 
@@ -117,12 +124,16 @@ def figure_html(figure: dict[str, Any], fig_id: str, stills_uri: str | None = No
     meta = (figure.get("layout") or {}).get("meta")
     min_width = meta.get("mha_min_width") if isinstance(meta, dict) else None
     classes, figure_style = f"{FIGURE_CLASS}-figure", ""
-    still, images = "", ""
-    if stills_uri is not None:
-        still, images = ' data-still=""', figure_stills.still_images(fig_id, stills_uri)
     if isinstance(min_width, (int, float)) and min_width > 0:
         classes += f" {FIGURE_CLASS}-wide"
         figure_style = f' style="--mha-min-width: {int(min_width)}px"'
+    # A figure with Plotly's own sliders or menus is printed without them, in its first state
+    # (mha-plotly.js), and, like an explorable, with a sentence giving its address on the site.
+    if has_controls(figure):
+        figure_style += f' id="{fig_id}-figure" data-mha-explorable=""'
+    still, images = "", ""
+    if stills_uri is not None:
+        still, images = ' data-still=""', figure_stills.still_images(fig_id, stills_uri)
     return (
         f'<figure class="{classes}"{figure_style}>\n'
         f'<div class="{FIGURE_CLASS}" id="{fig_id}" role="img" '
@@ -228,6 +239,7 @@ def add_figure_scripts(
     bundle = PLOTLY_CARTESIAN_JS if types <= figure_facts.CARTESIAN_TRACES else PLOTLY_JS
     if bundle == PLOTLY_JS:
         _copy_full_plotly(Path(app.outdir) / "_static")
+    app.add_js_file("mha-plotly-print.js", loading_method="defer")
     app.add_js_file(
         "mha-plotly.js",
         loading_method="defer",

@@ -295,14 +295,7 @@ class _PairCache:
         return bool(self._k.requires_grad or recording)
 
     def _reset(self) -> None:
-        """Forget every cached position (the buffers are kept for reuse; buffers that a
-        recorded step saved for its backward pass are replaced, and left to that step).
-
-        Raises:
-            ValueError: inside an open :meth:`appending` block of this cache, or inside an
-                :func:`atomic` block while the cache held positions when the block began
-                (it would have to restore them).
-        """
+        """:meth:`KVCache.reset` for both cache kinds (documented there)."""
         self._check_closed("reset")
         if self._floor:
             raise ValueError(
@@ -317,19 +310,7 @@ class _PairCache:
         self._max_abs = 0.0
 
     def _truncate(self, length: int) -> None:
-        """Keep only the first ``length`` positions, e.g. to drop rejected draft tokens.
-
-        :attr:`max_abs` stays a bound on what is left (it is not lowered).
-
-        Args:
-            length: positions to keep, at most :attr:`length`.
-
-        Raises:
-            ValueError: if ``length`` is negative or more than the cache holds, inside an open
-                :meth:`appending` block of this cache, or inside an :func:`atomic` block below
-                the length the cache had when it began.
-            TypeError: if ``length`` is not an int (``None`` and bools included).
-        """
+        """:meth:`KVCache.truncate` for both cache kinds (documented there)."""
         arguments.check_int("length", length)
         self._check_closed("truncate")
         low = self._floor or 0  # inside an atomic block: what an undo must restore stays
@@ -600,29 +581,21 @@ class LatentCache(_PairCache):
         return self._v[self._positions(self._v)]
 
     def reset(self) -> None:
-        """Forget every cached position (the buffers are kept for reuse; buffers that a
-        recorded step saved for its backward pass are replaced, and left to that step).
+        """Forget every cached position, as :meth:`KVCache.reset` does.
 
         Raises:
-            ValueError: inside an open :meth:`appending` block of this cache, or inside an
-                :func:`atomic` block while the cache held positions when the block began
-                (it would have to restore them).
+            ValueError: as :meth:`KVCache.reset`.
         """
         self._reset()
 
     def truncate(self, length: int) -> None:
-        """Keep only the first ``length`` positions, e.g. to drop rejected draft tokens.
-
-        :attr:`max_abs` stays a bound on what is left (it is not lowered).
+        """Keep only the first ``length`` positions, as :meth:`KVCache.truncate` does.
 
         Args:
             length: positions to keep, at most :attr:`length`.
 
         Raises:
-            ValueError: if ``length`` is negative or more than the cache holds, inside an open
-                :meth:`appending` block of this cache, or inside an :func:`atomic` block below
-                the length the cache had when it began.
-            TypeError: if ``length`` is not an int (``None`` and bools included).
+            ValueError, TypeError: as :meth:`KVCache.truncate`.
         """
         self._truncate(length)
 

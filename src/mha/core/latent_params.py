@@ -37,14 +37,13 @@ import numpy as np
 
 from mha.core._checks.arguments import (
     check_at_least,
-    check_device,
     check_positive,
     check_positive_sizes,
     check_same_dtype,
     check_seed,
-    describe,
 )
-from mha.core._checks.numpy_arrays import as_numpy, numpy_float_dtype
+from mha.core._checks.numpy_arrays import numpy_float_dtype
+from mha.core._copies import numpy_copy, torch_copy
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
 
@@ -229,14 +228,7 @@ class MLAParams:
         Raises:
             TypeError: if ``dtype`` is not ``None``, NumPy's float32 or float64.
         """
-        if dtype is not None:
-            dtype = numpy_float_dtype("dtype", dtype, (np.float32, np.float64))
-
-        def convert(x: Array) -> np.ndarray:
-            a = as_numpy("params", x)
-            return np.array(a, dtype=dtype or a.dtype)
-
-        return self.map(convert)
+        return numpy_copy(self, dtype, (np.float32, np.float64))
 
     def to_torch(self, dtype: Any = None, device: Any = None) -> MLAParams:
         """A PyTorch copy, cast to ``dtype`` and moved to ``device`` if given.
@@ -253,19 +245,7 @@ class MLAParams:
                 ``device`` is not a device or a device name.
             ValueError: if ``device`` names no device available here.
         """
-        import torch
-
-        if dtype is not None and (
-            not isinstance(dtype, torch.dtype) or not dtype.is_floating_point
-        ):
-            raise TypeError(f"dtype must be a floating torch.dtype or None; got {describe(dtype)}")
-        device = check_device("device", device)
-
-        def convert(x: Array) -> Any:
-            t = torch.as_tensor(x).detach().clone()
-            return t.to(dtype=dtype or t.dtype, device=device)
-
-        return self.map(convert)
+        return torch_copy(self, dtype, device)
 
 
 def _shape(x: Any) -> Any:

@@ -20,8 +20,9 @@ import numpy as np
 
 from mha.core import packing
 from mha.core._checks import arguments
-from mha.core._checks.arguments import check_bool, check_device, check_seed, describe
-from mha.core._checks.numpy_arrays import as_numpy, numpy_float_dtype
+from mha.core._checks.arguments import check_bool, check_seed, describe
+from mha.core._checks.numpy_arrays import numpy_float_dtype
+from mha.core._copies import numpy_copy, torch_copy
 
 Array = Any  # a numpy.ndarray or a torch.Tensor
 
@@ -43,17 +44,6 @@ def _real_dtype(x: Array) -> bool:
             np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
         )
     return x.dtype.is_floating_point or not (x.dtype.is_complex or str(x.dtype) == "torch.bool")
-
-
-def _torch_float_dtype(dtype: Any) -> Any:
-    """``dtype`` checked as ``None`` or a floating ``torch.dtype``."""
-    import torch
-
-    if dtype is None:
-        return None
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype or None; got {describe(dtype)}")
-    return dtype
 
 
 def _concat(parts: list[Array], axis: int) -> Array:
@@ -370,14 +360,7 @@ class MHAParams:
         Raises:
             TypeError: if ``dtype`` is not ``None`` or a NumPy float16/float32/float64 dtype.
         """
-        if dtype is not None:
-            dtype = numpy_float_dtype("dtype", dtype, (np.float16, np.float32, np.float64))
-
-        def convert(x: Array) -> np.ndarray:
-            a = as_numpy("params", x)
-            return np.array(a, dtype=dtype or a.dtype)
-
-        return self.map(convert)
+        return numpy_copy(self, dtype, (np.float16, np.float32, np.float64))
 
     def to_torch(self, dtype: Any = None, device: Any = None) -> MHAParams:
         """A PyTorch copy, cast to ``dtype`` and moved to ``device`` if given.
@@ -394,16 +377,7 @@ class MHAParams:
                 ``device`` is not a device or a device name.
             ValueError: if ``device`` names no device available here.
         """
-        import torch
-
-        dtype = _torch_float_dtype(dtype)
-        device = check_device("device", device)
-
-        def convert(x: Array) -> Any:
-            t = torch.as_tensor(x).detach().clone()
-            return t.to(dtype=dtype or t.dtype, device=device)
-
-        return self.map(convert)
+        return torch_copy(self, dtype, device)
 
 
 def init_params(

@@ -21,7 +21,7 @@ by PyTorch, operators, memory, time), and the tests and the book check each mode
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -67,8 +67,7 @@ class AttentionFlops:
     softmax: int
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            object.__setattr__(self, f.name, arguments.size(f.name, getattr(self, f.name), 0, None))
+        arguments.count_fields(self)
 
     @property
     def projections(self) -> int:

@@ -243,11 +243,7 @@ def tiled_peak_memory(
         ``{path: [bytes for each L]}``.
 
     Raises:
-        ValueError: on an unknown path or dtype, a size or ``threads`` that is not
-            positive, or H not dividing D; all before the child starts.
-        TypeError: if a size or ``threads`` is not an int (a Python or NumPy integer, not
-            a bool), or ``q_lens`` or ``paths`` is not a list.
-        RuntimeError: if the child process fails (e.g. not on Linux with glibc).
+        ValueError, TypeError, RuntimeError: as :func:`attention_peak_memory`.
     """
     spec = _memory_spec(
         batch_size, q_lens, d_model, num_heads, paths, dtype, threads, TILED_MEMORY_PATHS

@@ -28,8 +28,8 @@ class AttentionIO:
         writes: elements stored to slow memory.
 
     Raises:
-        ValueError: if a count is negative.
-        TypeError: if a count is not an int (a Python or NumPy integer, kept as a Python
+        ValueError: if ``reads`` or ``writes`` is negative.
+        TypeError: if either is not an int (a Python or NumPy integer, kept as a Python
             ``int``; not a bool).
     """
 
@@ -37,8 +37,7 @@ class AttentionIO:
     writes: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "reads", arguments.size("reads", self.reads, 0, None))
-        object.__setattr__(self, "writes", arguments.size("writes", self.writes, 0, None))
+        arguments.count_fields(self)
 
     @property
     def total(self) -> int:

@@ -282,11 +282,7 @@ def projection_times(
         ``{"narrow": seconds, "wide": seconds}`` per set of three projections.
 
     Raises:
-        ValueError: if a size, ``repeat`` or ``min_time`` is not positive (or ``min_time``
-            not finite), H does not divide D, ``seed`` is not in ``[0, 2**64)``, or the
-            clock is unknown; all before any work.
-        TypeError: if a size, ``repeat`` or ``seed`` is not an int (a Python or NumPy
-            integer, not a bool), or ``min_time`` not a real number.
+        ValueError, TypeError: as :func:`time_form_rounds`.
     """
     q_len = arguments.size("q_len", q_len)
     d_model, num_heads, _ = arguments.layer_sizes(d_model, num_heads)

@@ -123,9 +123,7 @@ def score_terms(x: Any, params: MHAParams) -> dict[str, np.ndarray]:
         x ``(B, L, D)``. Each term ``(B, H, L, L)``.
 
     Raises:
-        ValueError: if ``x`` is not ``(B, L, D)`` with D = params.d_model, or ``x`` or the
-            parameters hold NaN or infinity.
-        TypeError: if ``x`` is not numeric or ``params`` is not ``MHAParams``.
+        ValueError, TypeError: as :func:`value_norms`, for ``x`` of shape ``(B, L, D)``.
     """
     x, p = _layer_input(x, params, "(B, L, D)")
     H, D, Dh = p.num_heads, p.d_model, p.d_head

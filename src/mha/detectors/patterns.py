@@ -96,7 +96,7 @@ def next_token_score(weights: Any) -> np.ndarray:
     A causal head scores 0: it cannot see the next token.
 
     Args:
-        weights: attention weights, rows summing to 1.
+        weights: as :func:`previous_token_score`.
 
     Shape:
         weights ``(..., L, L)`` with ``L >= 2``. Returns ``(...)``.
@@ -105,9 +105,7 @@ def next_token_score(weights: Any) -> np.ndarray:
         The scores in ``[0, 1]``, one per leading index.
 
     Raises:
-        ValueError: if ``weights`` is not square, has ``L < 2``, or its rows are not
-            distributions.
-        TypeError: if ``weights`` is not a floating array.
+        ValueError, TypeError: as :func:`previous_token_score`.
     """
     return _neighbour_score(weights, 1, "next_token_score")
 
@@ -172,7 +170,7 @@ def first_token_score(weights: Any) -> np.ndarray:
         weights ``(..., L, S)``. Returns ``(...)``.
 
     Returns:
-        The scores in ``[0, 1]``, one per leading index.
+        The mean weight on key 0, in ``[0, 1]``, one per leading index.
 
     Raises:
         ValueError: if the rows of ``weights`` are not distributions.
@@ -701,7 +699,7 @@ def duplicate_targets(tokens: Any) -> np.ndarray:
     which marks the key *after* an earlier copy, this marks the copy itself.
 
     Args:
-        tokens: token ids (NumPy or torch).
+        tokens: as :func:`induction_targets`.
 
     Shape:
         tokens ``(B, L)``. Returns ``(B, L, L)`` bool, indexed ``[b, query, key]``.
@@ -710,8 +708,7 @@ def duplicate_targets(tokens: Any) -> np.ndarray:
         The boolean targets, ``[b, query, key]``.
 
     Raises:
-        ValueError: if ``tokens`` is not 2-D.
-        TypeError: if ``tokens`` is not an integer array.
+        ValueError, TypeError: as :func:`induction_targets`.
     """
     t = as_tokens(tokens)
     same = t[:, :, None] == t[:, None, :]  # (B, L, L): [b, i, j] = tokens[i] == tokens[j]
@@ -727,14 +724,15 @@ def duplicate_token_score(weights: Any, tokens: Any) -> np.ndarray:
     scores 1, an induction head about 0.
 
     Args:
-        weights: attention weights, batch first, e.g. ``(B, H, L, L)`` for one layer.
-        tokens: the token ids the weights were computed on.
+        weights: as :func:`induction_score`.
+        tokens: as :func:`induction_score`.
 
     Shape:
         weights ``(B, ..., L, L)``, tokens ``(B, L)``. Returns ``(...)``, e.g. ``(H,)``.
 
     Returns:
-        The scores in ``[0, 1]``, one per middle index (e.g. per head).
+        The mean weight on the other copies, in ``[0, 1]``, one per middle index (e.g. per
+        head).
 
     Raises:
         ValueError: if the shapes do not match, the rows of ``weights`` are not

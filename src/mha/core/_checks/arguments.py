@@ -20,6 +20,7 @@ the rest.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -414,6 +415,15 @@ def sizes(low: int = 1, high: int | None = INDEX_LIMIT, **named: Any) -> dict[st
 def counts(**named: Any) -> dict[str, int]:
     """Positive sizes of any magnitude (for arithmetic that allocates nothing), as Python ints."""
     return {name: size(name, value, 1, None) for name, value in named.items()}
+
+
+def count_fields(record: Any) -> None:
+    """Check every field of the frozen dataclass ``record`` as a count: an int of at least 0.
+
+    Each field is kept as a Python ``int``, of any magnitude (arithmetic allocates nothing).
+    """
+    for f in dataclasses.fields(record):
+        object.__setattr__(record, f.name, size(f.name, getattr(record, f.name), 0, None))
 
 
 def index(name: str, value: Any, stop: int) -> int:

@@ -18,7 +18,7 @@ import numpy as np
 
 from mha.core._checks.arguments import check_bool, check_nonempty, check_rank, check_same_dtype
 from mha.core._checks.arrays import ArrayKind
-from mha.core._checks.layer import check_cache_fits, check_mha_mask
+from mha.core._checks.layer import check_cache_finite, check_cache_fits, check_mha_mask
 from mha.core._checks.overflow import check_range, float64_values, overflow_stage
 from mha.core.kv_cache import LatentCache
 from mha.core.latent_params import MLAParams
@@ -211,13 +211,7 @@ def check_mla_range(
     explicit route is redone in float64 to name the stage that overflowed.
     """
     if cache is not None and kind.checks_values() and not kind.all_finite(out):
-        for name, held in (("latents", cache.latents), ("rotary_keys", cache.rotary_keys)):
-            if not kind.all_finite(held):
-                raise ValueError(
-                    f"cache must hold finite latents and rotary keys; got NaN or infinite "
-                    f"values in cache.{name} (appends refuse them: were they written into its "
-                    "views?)"
-                )
+        check_cache_finite(cache, kind, ("latents", "rotary_keys"), hint="")
 
     def locate() -> str | None:
         values = [float64_values(a, kind) for a in (x, *params.arrays().values())]

@@ -406,18 +406,23 @@ class _Staged:
         return self._blocks.enter_context(appending)
 
 
-def check_cache_finite(cache: Any, kind: ArrayKind) -> None:
-    """Check that a cache holds no NaN or infinity (one pass over its keys and values).
+def check_cache_finite(
+    cache: Any,
+    kind: ArrayKind,
+    buffers: tuple[str, str] = ("keys", "values"),
+    hint: str = ", or appended with a max_abs that did not bound them",
+) -> None:
+    """Check that a cache's two ``buffers`` hold no NaN or infinity (one pass over each).
 
-    Its appends refuse them, so they can only have been written into its views, or appended
-    under a ``max_abs`` that was not a bound.
+    Its appends refuse them, so they can only have been written into its views; ``hint``
+    names the other way in, where the cache kind has one (the KV cache's ``max_abs``).
     """
-    for name, x in (("keys", cache.keys), ("values", cache.values)):
-        if not kind.all_finite(x):
+    for name in buffers:
+        if not kind.all_finite(getattr(cache, name)):
+            held = " and ".join(b.replace("_", " ") for b in buffers)
             raise ValueError(
-                f"cache must hold finite keys and values; got NaN or infinite values in "
-                f"cache.{name} (appends refuse them: were they written into its views, or "
-                "appended with a max_abs that did not bound them?)"
+                f"cache must hold finite {held}; got NaN or infinite values in cache.{name} "
+                f"(appends refuse them: were they written into its views{hint}?)"
             )
 
 
