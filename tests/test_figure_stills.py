@@ -10,6 +10,7 @@ and no other figure has one. What the page does with them is in
 from __future__ import annotations
 
 import json
+import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -55,8 +56,6 @@ def test_a_still_is_current_only_when_newer_than_its_figure(tmp_path: Path) -> N
             (figures / figure_stills.still_name("fig-1", theme, width)).write_text("<svg/>")
     assert figure_stills.is_current(tmp_path, "fig-1")
     later = (figures / "fig-1.js").stat().st_mtime + 10
-    import os
-
     os.utime(figures / "fig-1.js", (later, later))
     assert not figure_stills.is_current(tmp_path, "fig-1")
 

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
