@@ -4,7 +4,7 @@ The unmarked tests check the extension's module (``book/_ext/mha_site/figure_sti
 small inputs; the ``site`` tests check ``_build/html``: the first figure of every page with
 figures has its four stills (light and dark, wide and narrow), each an SVG of that figure,
 and no other figure has one. What the page does with them is in
-``tests/browser/test_figure_stills.py``.
+``tests/browser/test_opening_figure.py``.
 """
 
 from __future__ import annotations
