@@ -24,7 +24,8 @@ SHOWN_STILLS_JS = """
 () => [...document.querySelectorAll("div.mha-plotly[data-still] img.mha-still")]
   .filter((img) => getComputedStyle(img).display !== "none")
   .map((img) => ({cls: img.className, loaded: img.complete && img.naturalWidth > 0,
-                  width: img.getBoundingClientRect().width}))
+                  width: img.getBoundingClientRect().width, filter: getComputedStyle(img).filter,
+                  background: getComputedStyle(img).backgroundColor}))
 """
 FIRST_FIGURE = "div.mha-plotly[data-still]"
 
@@ -56,6 +57,8 @@ def _check_still(tab, plotly: list[str], theme: str, width: str) -> None:
     assert f"mha-still-{theme}" in shown[0]["cls"] and f"mha-still-{width}" in shown[0]["cls"]
     box = tab.locator(FIRST_FIGURE).bounding_box()
     assert shown[0]["width"] == pytest.approx(box["width"], abs=1)
+    # drawn for its theme: not dimmed nor framed as the theme does a cell's images in the dark
+    assert (shown[0]["filter"], shown[0]["background"]) == ("none", "rgba(0, 0, 0, 0)"), shown
 
 
 def _check_comes_alive(tab, plotly: list[str]) -> None:
