@@ -74,7 +74,7 @@ def find_chromium() -> str | None:
 
 
 def enabled(app: Sphinx) -> bool:
-    """Whether this build gives pages stills (an HTML build that found a Chromium)."""
+    """Whether this build gives pages stills (the site's HTML build, with a Chromium)."""
     return bool(getattr(app, "_mha_still_chromium", None))
 
 
@@ -82,7 +82,7 @@ def choose_chromium(app: Sphinx) -> None:
     """At the start of an HTML build, find the Chromium that draws the stills, or say why
     the figures are drawn live."""
     app._mha_still_chromium = None  # type: ignore[attr-defined]
-    if app.builder.format != "html":
+    if app.builder.name != "html":  # the site's pages only: the PDF's draw every figure live
         return
     found = find_chromium()
     if found is None:
