@@ -95,14 +95,13 @@ def extension_files(here: Path = HERE) -> list[Path]:
 # The modules in the order their handlers of one event run: the download menu's notebook
 # before the theme's buttons, the figure loader's script before the hidden code's; the icons
 # drawn before the formulas are typeset (the pages are smaller to read then), and both before
-# the stylesheets are joined.
+# the stylesheets are joined; the opening figures' stills drawn last, from the finished pages.
 MODULES = (
     execution_times,
     site_identity,
     downloads,
     api_reference,
     plotly_figures,
-    figure_stills,
     live_model,
     explorables,
     icons,
@@ -113,6 +112,7 @@ MODULES = (
     accessible_html,
     stylesheet_bundle,
     lighter_head,
+    figure_stills,
 )
 
 

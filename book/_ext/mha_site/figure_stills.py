@@ -167,4 +167,5 @@ def write_stills(app: Sphinx, exception: Exception | None) -> None:
 
 def setup(app: Sphinx) -> None:
     app.connect("builder-inited", choose_chromium)
-    app.connect("build-finished", write_stills)
+    # after every handler that rewrites the pages (the stylesheets are joined at 900)
+    app.connect("build-finished", write_stills, priority=950)
