@@ -406,6 +406,57 @@ def test_the_causal_fast_path_runs_sdpa_causal_kernel_without_a_mask_tensor(
         tolerance.assert_close(out, ref, tolerance.attention_tolerance(x, kv, kv, p, keep)[0])
 
 
+class _NaNRowsSDPA(_SpySDPA):
+    """SDPA as a fused GPU kernel may behave: NaN in every row whose mask allows no key."""
+
+    def scaled_dot_product_attention(self, q, k, v, attn_mask=None, **kw):
+        out = super().scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, **kw)
+        if not isinstance(attn_mask, torch.Tensor):
+            return out
+        empty = ~attn_mask.any(dim=-1, keepdim=True)  # (..., L, 1)
+        self.calls[-1]["empty_rows"] = int(empty.expand(*out.shape[:-1], 1).sum())
+        return torch.where(empty, math.nan, out)
+
+
+def _padded_left(lengths: list[int], kv_len: int) -> torch.Tensor:
+    """``(B, 1, 1, S)``: sequence b's last ``lengths[b]`` positions are real, the rest padding."""
+    return torch.stack([torch.arange(kv_len) >= kv_len - n for n in lengths])[:, None, None]
+
+
+@pytest.mark.parametrize(
+    ("L_", "S_", "mask", "causal"),
+    [
+        (5, 5, _padded_left([5, 3], 5), True),  # left padding: the first two queries see nothing
+        (1, 7, _padded_left([7, 0], 7), False),  # a decoding step over an empty sequence
+        (4, 6, torch.arange(4)[:, None] != 2, False),  # (L, 1): query 2 sees nothing
+        (3, 6, torch.zeros(6, dtype=torch.bool), False),  # (S,): no key at all
+    ],
+)
+@pytest.mark.parametrize("num_kv_heads", [H, 1])
+def test_the_fast_path_zeroes_fully_masked_rows_whatever_sdpa_returns_there(
+    monkeypatch, L_: int, S_: int, mask: torch.Tensor, causal: bool, num_kv_heads: int
+) -> None:
+    p = init_params(D, H, num_kv_heads=num_kv_heads, bias=False, seed=2).to_torch()
+    x, kv = randn(B, L_, D, seed=3), randn(B, S_, D, seed=4)
+    keep = mask & torch_backend.causal_mask(L_, S_) if causal else mask
+    empty = ~keep.expand(B, 1, L_, S_).any(dim=-1)[:, 0]  # (B, L): the same in every head
+    assert empty.any() and not empty.all() or not keep.any()
+    for form in ("fused", "packed"):
+        plain, _ = torch_backend.multi_head_attention(
+            x, kv, kv, p, mask, causal=causal, form=form, need_weights=False
+        )
+        spy = _NaNRowsSDPA()
+        monkeypatch.setattr(torch_backend, "F", spy)
+        out, _ = torch_backend.multi_head_attention(
+            x, kv, kv, p, mask, causal=causal, form=form, need_weights=False
+        )
+        monkeypatch.undo()
+        assert sum(call.get("empty_rows", 0) for call in spy.calls) > 0  # NaN rows were returned
+        assert (out[empty] == 0).all()  # exact: the rows are set to zero, not computed
+        # exact: the same kernel on the same inputs gives the other rows
+        assert torch.equal(out[~empty], plain[~empty])
+
+
 @pytest.mark.parametrize("align", ["top_left", "bottom_right"])
 @pytest.mark.parametrize(("L_", "S_"), [(5, 5), (3, 7), (7, 3)])
 def test_gradients_through_the_causal_kernel_equal_those_through_the_causal_mask(

@@ -270,7 +270,7 @@ def attention_per_head(
         heads.append(a @ v)  # (B, L, S) @ (B, S, Dh) -> (B, L, Dh)
         if need_weights:
             weights.append(a)
-        del a  # one (B, L, S) array at a time
+        del a  # without weights returned: one (B, L, S) array at a time
     # H x (B, L, Dh) -> (B, L, H*Dh) -> (B, L, D)
     out = linear(np.concatenate(heads, axis=-1), params.w_o, params.b_o)
     # the weights: H x (B, L, S) -> (B, H, L, S)

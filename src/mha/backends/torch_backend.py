@@ -15,8 +15,9 @@ weights they call :func:`attend`, which on the CPU takes the shortcuts of
 :mod:`mha.backends.cpu_shortcuts` when autograd does not record.
 
 A fully masked query row gets all-zero weights and a zero attention output, as in the
-NumPy backend and in ``scaled_dot_product_attention``. Inputs, parameters and mask must
-share one device. Every call reads the values of its inputs and parameters once, to refuse
+NumPy backend: the fast path sets such rows to zero after ``scaled_dot_product_attention``,
+whose kernels differ there (a fused GPU kernel may return NaN). Inputs, parameters and mask
+must share one device. Every call reads the values of its inputs and parameters once, to refuse
 NaN and infinity and to bound the result (:mod:`mha.backends.torch_checks`, whose
 :func:`~mha.backends.torch_checks.value_checks` switches those reads off). Tensors on the
 ``meta`` device and graphs being traced (``torch.compile``, ``torch.export``) have no values
@@ -123,7 +124,7 @@ def softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
 
 def _softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     """The masked softmax of :func:`softmax` (no checks), out of place."""
-    work = scores.float() if scores.dtype == torch.bfloat16 else scores  # the low FLOATS dtype
+    work = scores.float() if scores.dtype in (torch.bfloat16, torch.float16) else scores  # 16-bit
     if mask is None:
         return torch.softmax(work, dim=-1).to(scores.dtype)
     allowed = mask.any(dim=-1, keepdim=True)  # (..., L, 1): False in a fully masked row
@@ -241,7 +242,8 @@ def attention_heads(
 
 def _sdpa(q, k, v, mask, causal=None):
     """``scaled_dot_product_attention`` (no weights); fully masked rows give zeros, as
-    :func:`attend` gives them.
+    :func:`attend` gives them, whatever SDPA's kernel returns there (a fused GPU kernel may
+    return NaN): the rows whose mask allows no key are set to zero after the call.
 
     A causal layer without a mask runs SDPA's causal kernel (:func:`_sdpa_causal`). With a
     mask too, the two make one boolean mask (:func:`with_causal`): SDPA takes a mask or
@@ -257,8 +259,16 @@ def _sdpa(q, k, v, mask, causal=None):
     if causal is not None and mask is None:
         return _sdpa_causal(q, k, v, causal)
     mask = with_causal(mask, causal, q.shape[-2], k.shape[-2], q.device)  # (..., L, S)
-    if mask is not None and mask.ndim < 2:
+    if mask is None:
+        return _sdpa_kernel(q, k, v, None)
+    if mask.ndim < 2:
         mask = mask.reshape((1,) * (2 - mask.ndim) + tuple(mask.shape))  # (S,) -> (1, S)
+    allowed = mask.any(dim=-1, keepdim=True)  # (..., L, 1): False in a fully masked row
+    return torch.where(allowed, _sdpa_kernel(q, k, v, mask), 0.0)  # exact zeros there
+
+
+def _sdpa_kernel(q, k, v, mask):
+    """``scaled_dot_product_attention`` with ``H_kv`` key/value heads (see :func:`_sdpa`)."""
     B, H, L, Dh = q.shape
     H_kv = k.shape[-3]
     if H_kv == H:
@@ -319,7 +329,7 @@ def attention_per_head(
         heads.append(out_h)
         if need_weights:
             weights.append(a)
-        del a  # before the next head's scores exist: one (B, L, S) tensor at a time
+        del a  # without weights returned: one (B, L, S) tensor at a time
     out = linear(torch.cat(heads, dim=-1), params.w_o, params.b_o)  # H x (B, L, Dh) -> (B, L, D)
     return out, (torch.stack(weights, dim=1) if need_weights else None)  # (B, H, L, S)
 
