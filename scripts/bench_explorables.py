@@ -89,8 +89,9 @@ def main() -> None:
         for path, figure, kind in CASES:
             if path != current:
                 page.goto((args.site / path).as_uri(), wait_until="load")
-                page.wait_for_selector(f'.mha-explore[data-explore="{figure}"][data-ready]')
+                # an explorable is drawn when it comes near the screen
                 page.locator(f'.mha-explore[data-explore="{figure}"]').scroll_into_view_if_needed()
+                page.wait_for_selector(f'.mha-explore[data-explore="{figure}"][data-ready]')
                 current = path
             times = [page.evaluate(TIMED, [figure, kind, i]) for i in range(args.repeat)]
             median, worst = statistics.median(times), max(times)

@@ -170,28 +170,42 @@ FIT_JS = """
   }
 }
 """
-# Every figure drawn, every formula typeset. The figures are drawn by mha-plotly.js (its
-# window.mhaDrawAllFigures); on a loaded machine that can take minutes, so the wait is
-# bounded only by `bound_ms`: a figure still undrawn by then, a figure that failed, or a page
-# whose figure loader never started is reported (the build then fails), never waited on for
-# ever nor passed over.
+# Every figure drawn, every explorable drawn, every formula typeset. The figures are drawn by
+# mha-plotly.js (its window.mhaDrawAllFigures), the explorables by mha-explore-kit.js (its
+# window.mhaExploreKit.draw(), which loads a figure's data first where the site keeps it in a
+# file of its own); each would otherwise wait until it comes near the screen. On a loaded
+# machine that can take minutes, so the wait is bounded only by `bound_ms`: a figure or an
+# explorable still undrawn by then, one that failed, or a page whose figure loader or
+# explorables' kit never started is reported (the build then fails), never waited on for ever
+# nor passed over.
 READY_JS = """
 async (bound_ms) => {
   const figures = [...document.querySelectorAll("div.mha-plotly")];
+  const explorables = [...document.querySelectorAll(".mha-explore[data-explore]")];
   const isDrawn = (gd) => !!gd.querySelector(".main-svg");
+  const isReady = (root) => root.hasAttribute("data-ready");
   let problem = "";
+  const waits = [];
   if (figures.length && !window.mhaDrawAllFigures) {
     problem = "the figure loader (mha-plotly.js) did not start";
   } else if (figures.length) {
+    waits.push(window.mhaDrawAllFigures().then(() => "", (error) => `a figure failed: ${error}`));
+  }
+  if (explorables.length && !(window.mhaExploreKit && window.mhaExploreKit.draw)) {
+    problem = problem || "the explorables' kit (mha-explore-kit.js) did not start";
+  } else if (explorables.length) {
+    waits.push(new Promise((resolve) => resolve(window.mhaExploreKit.draw())).then(
+      () => "", (error) => `an explorable failed: ${error}`));
+  }
+  if (waits.length) {
     let timer;
     const late = new Promise((resolve) => {
       timer = setTimeout(resolve, bound_ms, `not drawn within ${bound_ms / 1000} s`);
     });
-    problem = await Promise.race([
-      window.mhaDrawAllFigures().then(() => "", (error) => `a figure failed: ${error}`),
-      late,
-    ]);
+    const all = Promise.all(waits).then((found) => found.filter(Boolean).join("; "));
+    const found = await Promise.race([all, late]);
     clearTimeout(timer);
+    problem = problem || found;
   }
   if (window.MathJax && MathJax.startup) {
     await MathJax.startup.promise;
@@ -210,6 +224,9 @@ async (bound_ms) => {
     figures: figures.length,
     drawn: figures.filter(isDrawn).length,
     undrawn: figures.filter((gd) => !isDrawn(gd)).map((gd) => gd.id),
+    explorables: explorables.length,
+    explorables_drawn: explorables.filter(isReady).length,
+    explorables_undrawn: explorables.filter((root) => !isReady(root)).map((root) => root.id),
     problem,
     wide,
     math: document.querySelectorAll(".math").length,
@@ -297,15 +314,20 @@ def prepare(page: Any, url: str, site: str, bound_ms: int = DRAW_BOUND_MS) -> di
 
 
 def problems(ready: dict) -> list[str]:
-    """What in ``prepare``'s report would spoil the PDF: undrawn figures, figures too wide."""
+    """What in ``prepare``'s report would spoil the PDF: undrawn figures or explorables,
+    figures too wide."""
     found = []
-    if ready["drawn"] != ready["figures"]:
-        why = f" ({ready['problem']})" if ready["problem"] else ""
-        found.append(
-            f"only {ready['drawn']} of {ready['figures']} figures were drawn{why}; "
-            f"not drawn: {', '.join(ready['undrawn'])}"
-        )
-    elif ready["problem"]:
+    why = f" ({ready['problem']})" if ready["problem"] else ""
+    for kind, drawn, count, undrawn in (
+        ("figures", "drawn", "figures", "undrawn"),
+        ("explorables", "explorables_drawn", "explorables", "explorables_undrawn"),
+    ):
+        if ready[drawn] != ready[count]:
+            found.append(
+                f"only {ready[drawn]} of {ready[count]} {kind} were drawn{why}; "
+                f"not drawn: {', '.join(ready[undrawn])}"
+            )
+    if ready["problem"] and not found:
         found.append(ready["problem"])
     if ready["wide"]:
         found.append(f"figures wider than the printed column: {ready['wide']}")

@@ -101,6 +101,21 @@ def test_a_figures_data_is_json_in_its_element_on_the_site_and_in_jupyterlab() -
         explorable("induction-heads", data=[1])
 
 
+def test_on_the_site_a_figures_data_is_named_not_inline() -> None:
+    figure = explorable("induction-heads", data=DATA)
+    element = figure.html(scripts=False, data_name="book-x-explore-induction-heads")
+    assert element.startswith(
+        '<div class="mha-explore" data-explore="induction-heads" id="explore-induction-heads" '
+        'data-explore-data="book-x-explore-induction-heads"><p class="mha-explore-fallback">'
+    )
+    assert "mha-explore-data" not in element and json.dumps(DATA)[:20] not in element
+    assert '<script type="application/json" class="mha-explore-data">' in figure.html(scripts=False)
+    with pytest.raises(ValueError, match=r"data_name is for a figure with data; the figure "):
+        explorable("heads").html(scripts=False, data_name="x")
+    with pytest.raises(TypeError, match=r"data_name must be a str; got int"):
+        figure.html(scripts=False, data_name=3)
+
+
 def _scores() -> dict[str, np.ndarray]:
     return {"previous_token": np.full((2, 4), 0.25), "induction": np.arange(8.0).reshape(2, 4)}
 

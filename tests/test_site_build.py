@@ -34,6 +34,7 @@ from mha_site import (
     accessible_html,
     api_reference,
     downloads,
+    explorables,
     figure_facts,
     hidden_code,
     html_edit,
@@ -53,6 +54,7 @@ MAX_PAGE_BYTES = 2 * 1024 * 1024  # a page plus what it alone loads
 PLOTLY_JS = "_static/plotly/plotly-cartesian.min.js"
 MATHJAX_JS = "_static/mathjax/tex-svg.js"
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
+EXPLORABLE_MIME = "application/vnd.mha.explorable+json"
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf8"))
 REPOSITORY = CONFIG["repository"]["url"]
 NODE = ROOT / "scripts" / "node" / "node_modules"
@@ -480,6 +482,49 @@ def test_figure_pages_have_placeholders_and_data_files(built_site: Path) -> None
             assert f'data-for="{fig_id}"' not in html  # the data is not in the page
             height = int(re.search(rf'id="{fig_id}"[^>]*--mha-height: (\d+)px', html).group(1))
             assert height == int(figure["layout"].get("height") or 450)
+
+
+def explorable_data(site: Path, name: str) -> object:
+    """The data that ``_figures/<name>.js`` hands to the explorables' kit, decoded."""
+    script = (site / "_figures" / f"{name}.js").read_text(encoding="utf8")
+    prefix = f"window.mhaExploreKit.data({json.dumps(name)},"
+    assert script.startswith(prefix) and script.endswith(");\n"), name
+    return json.loads(json.loads(script[len(prefix) : -len(");\n")]))
+
+
+def test_an_explorables_data_script_hands_its_json_to_the_kit(tmp_path: Path) -> None:
+    data = {"note": "</script> and \u2028 and \u00e9", "values": [1.5, -2, 0.125]}
+    name = explorables.data_name("book/trained-heads", "explore-induction-heads")
+    assert name == "book-trained-heads-explore-induction-heads"
+    (tmp_path / "_figures").mkdir()
+    script = explorables.data_script(name, data)
+    assert script.isascii(), "a non-ASCII character in the data script"
+    (tmp_path / "_figures" / f"{name}.js").write_text(script, encoding="utf8")
+    assert explorable_data(tmp_path, name) == data
+
+
+@pytest.mark.site
+def test_an_explorables_data_is_a_file_of_its_own_not_in_the_page(built_site: Path) -> None:
+    """The trained model's figure (117 kB of data) leaves its data out of the page, which
+    first paint waits for: its data script holds the chapter's data, the cell's output."""
+    page = page_path(built_site, "book/trained-heads").read_text(encoding="utf8")
+    assert "mha-explore-data" not in page, "the page carries an explorable's data"
+    names = re.findall(
+        r'<div class="mha-explore" data-explore="induction-heads" [^>]*'
+        r'data-explore-data="([^"]+)"',
+        page,
+    )
+    assert names == ["book-trained-heads-explore-induction-heads"], names
+    executed = built_site.parent / "jupyter_execute" / "book" / "trained-heads.ipynb"
+    notebook = json.loads(executed.read_text(encoding="utf8"))
+    outputs = [
+        output["data"][EXPLORABLE_MIME]
+        for cell in notebook["cells"]
+        for output in cell.get("outputs", [])
+        if EXPLORABLE_MIME in output.get("data", {})
+    ]
+    assert [output["name"] for output in outputs] == ["induction-heads"]
+    assert explorable_data(built_site, names[0]) == outputs[0]["data"]
 
 
 @pytest.mark.site

@@ -10,8 +10,14 @@
  *
  * and loads mha-explore.js, this script and mha-explore-NAME.js, in that order, deferred. The
  * figure's script hands its drawing function to window.mhaExploreKit.figure(NAME, draw), which
- * calls it once for each such element when the page has been parsed (and not at all without
- * mha-explore.js: the fallback text stays). Each figure is drawn in its initial state, and
+ * calls it once for each such element when the element comes near the screen (NEAR; all at
+ * once without IntersectionObserver, before printing, or when window.mhaExploreKit.draw() is
+ * called), and not at all without mha-explore.js: the fallback text stays. data-ready marks a
+ * drawn figure. A figure with data carries it in the element as JSON (a script of class
+ * mha-explore-data), or on the site names it in data-explore-data: its data script,
+ * _figures/NAME.js beside _static, is loaded when the figure is to be drawn and hands the JSON
+ * to window.mhaExploreKit.data(NAME, json), which puts it into the element as that same
+ * script and draws the figure. Each figure is drawn in its initial state, and
  * again only when the reader changes something: a drag (mouse, pen or touch), an arrow key on
  * a focused point, a button or a menu. Each keeps its state and its computed numbers in data
  * attributes (data-state on the figure, data-* on its parts), which the browser test reads
@@ -212,32 +218,130 @@
     document.head.appendChild(style);
   }
 
+  var NEAR = "800px 0px"; // how close to the viewport a figure is drawn
+  var self = document.currentScript;
+  // the site's data scripts; none where this script is inline (a notebook: data in the element)
+  var dataBase = self && self.src ? new URL("../_figures/", self.src).href : null;
   var drawers = {}; // figure name -> its drawing function, as each figure's script registers it
+  var texts = {}; // data name -> its JSON text, once its script has run
+  var asked = {}; // data name -> "loading", or "failed" (the figure says its data is missing)
+  var waiting = []; // draw()'s promises, resolved when every figure asked for is drawn
+  var observer = "IntersectionObserver" in window ? new IntersectionObserver(function (entries) {
+    entries.forEach(function (entry) {
+      if (entry.isIntersecting) entry.target._mhaWanted = true;
+    });
+    drawWanted();
+  }, { rootMargin: NEAR }) : null;
 
-  // Draw every registered figure of the page that is not drawn yet (a figure added to the page
-  // later is drawn by calling this again, as window.mhaExploreKit.draw()).
-  function drawAll() {
-    if (!window.mhaExplore) return;
-    addStyle();
-    var roots = document.querySelectorAll(".mha-explore[data-explore]");
-    for (var i = 0; i < roots.length; i++) {
-      var root = roots[i], draw = drawers[root.getAttribute("data-explore")];
-      if (!draw || root.getAttribute("data-ready")) continue;
+  function roots() {
+    return document.querySelectorAll(".mha-explore[data-explore]");
+  }
+
+  // Whether the figure's data is in its element (or it has none, or it could not be loaded);
+  // data that has arrived is put in as the element's JSON script.
+  function hasData(root) {
+    var name = root.getAttribute("data-explore-data");
+    if (!name || asked[name] === "failed" || root.querySelector("script.mha-explore-data")) {
+      return true;
+    }
+    if (texts[name] === undefined) return false;
+    var script = el("script", { type: "application/json", class: "mha-explore-data" });
+    script.textContent = texts[name];
+    root.appendChild(script);
+    return true;
+  }
+
+  function loadData(name) {
+    if (asked[name]) return;
+    asked[name] = "loading";
+    if (!dataBase) {
+      asked[name] = "failed";
+      return;
+    }
+    var tag = el("script", { src: dataBase + encodeURIComponent(name) + ".js" });
+    tag.async = true;
+    tag.onload = tag.onerror = function () {
+      if (texts[name] !== undefined) return; // handed over: drawn already
+      asked[name] = "failed";
+      drawWanted();
+    };
+    document.head.appendChild(tag);
+  }
+
+  // Draw each figure that is wanted (near the screen, or asked for) and not drawn yet, if its
+  // script has registered it; one whose data is not here yet has it loaded, and is drawn when
+  // it arrives.
+  function drawWanted() {
+    var all = window.mhaExplore ? roots() : [];
+    if (all.length) addStyle();
+    for (var i = 0; i < all.length; i++) {
+      var root = all[i], draw = drawers[root.getAttribute("data-explore")];
+      if (!draw || !root._mhaWanted || root.getAttribute("data-ready")) continue;
+      if (!hasData(root)) {
+        loadData(root.getAttribute("data-explore-data"));
+        if (!hasData(root)) continue;
+      }
       if (!root.id) root.id = "mha-explore-" + i;
       var fallback = root.querySelector(".mha-explore-fallback");
       if (fallback) fallback.hidden = true;
       draw(root);
       root.setAttribute("data-ready", "true");
+      if (observer) observer.unobserve(root);
     }
+    settle();
+  }
+
+  // Resolve draw()'s promises once no figure asked for is left undrawn.
+  function settle() {
+    var all = roots();
+    for (var i = 0; i < all.length; i++) {
+      var root = all[i];
+      if (root._mhaWanted && drawers[root.getAttribute("data-explore")] && window.mhaExplore
+          && !root.getAttribute("data-ready")) return;
+    }
+    waiting.splice(0).forEach(function (resolve) { resolve(); });
+  }
+
+  // Watch each registered figure of the page that is not watched yet: drawn when it comes
+  // near the screen, or at once without IntersectionObserver.
+  function watch() {
+    var all = roots();
+    for (var i = 0; i < all.length; i++) {
+      var root = all[i];
+      if (root._mhaWatched || !drawers[root.getAttribute("data-explore")]) continue;
+      root._mhaWatched = true;
+      if (observer) observer.observe(root);
+      else root._mhaWanted = true;
+    }
+    drawWanted();
+  }
+
+  // Draw every registered figure of the page that is not drawn yet, those whose data is here
+  // at once (a figure added to the page later is drawn by calling this again). Returns a
+  // promise that resolves when all of them are drawn, those whose data had to be loaded too.
+  function drawAll() {
+    var all = roots();
+    for (var i = 0; i < all.length; i++) all[i]._mhaWanted = true;
+    var drawn = new Promise(function (resolve) { waiting.push(resolve); });
+    watch();
+    return drawn;
   }
 
   // A figure's script registers its drawing function here; its figures are drawn once the
-  // page is parsed.
+  // page is parsed and they come near the screen.
   function figure(name, draw) {
     drawers[name] = draw;
-    if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", drawAll);
-    else drawAll();
+    if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch);
+    else watch();
   }
+
+  // A data script (_figures/NAME.js) hands its figure's data here, as JSON text.
+  function data(name, json) {
+    texts[name] = json;
+    drawWanted();
+  }
+
+  window.addEventListener("beforeprint", drawAll);
 
   window.mhaExploreKit = {
     el: el,
@@ -250,5 +354,6 @@
     svgPoint: svgPoint,
     figure: figure,
     draw: drawAll,
+    data: data,
   };
 })();

@@ -512,7 +512,11 @@ PHONE = {"width": 390, "height": 844}
 
 
 def _open(browser, url: str, **context: object):
-    """A new page at ``url`` whose explorable is ready; the console errors it logs."""
+    """A new page at ``url`` whose explorables are drawn; the console errors it logs and the
+    requests that failed.
+
+    An explorable is drawn when it comes near the screen: each is scrolled into view, and
+    the page is left there."""
     ctx = browser.new_context(**context)
     page = ctx.new_page()
     errors: list[str] = []
@@ -539,8 +543,17 @@ def _open(browser, url: str, **context: object):
         ),
     )
     page.goto(url, wait_until="load")
-    page.wait_for_selector(".mha-explore[data-ready]", state="attached", timeout=30_000)
+    roots = page.locator(".mha-explore[data-explore]")
+    assert roots.count() >= 1, f"{url} has no explorable"
+    for i in range(roots.count()):
+        _scroll_near(page, roots.nth(i))
     return page, errors, failed
+
+
+def _scroll_near(page, root) -> None:
+    """Scroll the explorable ``root`` into view and wait until it is drawn."""
+    root.evaluate("(e) => e.scrollIntoView({block: 'center'})")
+    root.and_(page.locator("[data-ready]")).wait_for(state="attached", timeout=30_000)
 
 
 def _center(page, locator) -> tuple[float, float]:
@@ -1166,6 +1179,55 @@ def _is_repeated_segment(text: str) -> bool:
             if len(set(head)) == len(head) and repeats and len(text) >= n + 2 * period:
                 return True
     return False
+
+
+def test_induction_explorable_loads_its_data_and_draws_only_when_it_comes_near(
+    browser, subpath_url: str
+) -> None:
+    """The trained model's figure sits far down its page: at load a phone neither fetches its
+    data (a file of its own) nor runs the model; scrolled near, it loads the data once, draws,
+    and its numbers are ``mha``'s."""
+    context = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)
+    page = context.new_page()
+    requested: list[str] = []
+    page.on("request", lambda r: requested.append(urlsplit(r.url).path))
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(subpath_url + PAGES["induction-heads"], wait_until="load")
+        page.wait_for_timeout(1000)  # the page settles: nothing near the screen is pending
+        root = page.locator(INDUCTION_ROOT)
+        name = root.get_attribute("data-explore-data")
+        assert name, "the figure names no data file"
+        data_file = f"/_figures/{name}.js"
+        assert root.get_attribute("data-ready") is None, "drawn at load, far below the screen"
+        assert root.locator("script.mha-explore-data").count() == 0
+        assert not [path for path in requested if path.endswith(data_file)], requested
+        _scroll_near(page, root)
+        assert len([path for path in requested if path.endswith(data_file)]) == 1, requested
+        assert root.locator("script.mha-explore-data").count() == 1
+        _check_induction(page, _page_model(page))
+        assert not errors, f"page errors: {errors}"
+    finally:
+        context.close()
+
+
+def test_printing_draws_every_explorable_where_it_is(browser, subpath_url: str) -> None:
+    """Before printing (``beforeprint``), a figure not yet near the screen is drawn, its data
+    loaded, and the page is not scrolled."""
+    context = browser.new_context(viewport=PHONE)
+    page = context.new_page()
+    try:
+        page.goto(subpath_url + PAGES["induction-heads"], wait_until="load")
+        root = page.locator(INDUCTION_ROOT)
+        assert root.get_attribute("data-ready") is None, "drawn at load, far below the screen"
+        page.evaluate("() => window.dispatchEvent(new Event('beforeprint'))")
+        root.and_(page.locator("[data-ready]")).wait_for(state="attached", timeout=30_000)
+        assert page.evaluate("() => window.scrollY") == 0
+        state = _state(page, "induction-heads")  # its first state, as the PDF prints it
+        assert state["query"] == len(state["text"]) - 1
+    finally:
+        context.close()
 
 
 def test_induction_explorable_follows_touch_and_typing_on_a_phone(browser, built_site) -> None:

@@ -297,6 +297,8 @@ def _drag_the_explorables_query(page) -> list[str]:
     root = page.locator(EXPLORABLE)
     if root.count() != 1:
         return [f"{root.count()} heads explorables in the outputs, not 1"]
+    # drawn when it comes near the screen
+    root.evaluate("(e) => e.scrollIntoView({block: 'center'})")
     root.and_(page.locator("[data-ready=true]")).wait_for(timeout=UI_TIMEOUT_MS)
     hit = root.locator('[data-point="x"] .mx-hit')
     hit.scroll_into_view_if_needed()

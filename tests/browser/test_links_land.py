@@ -20,9 +20,10 @@ Chromium and Firefox readers have it. Links are followed two ways:
   last target clicked first on another fresh page (nothing laid out above it yet).
 
 On the page, the clicks run in the page itself, one script for all of a page's links (click,
-wait until the scroll has ended and a moment more, read where the target is, next link), and a
-page is followed at both widths at once, in two tabs: most of a click is waiting for frames,
-so the two tabs share the machine's cores rather than queue for one.
+wait until neither the scroll nor the target has moved for a few frames, read where the target
+is, next link). Both ways, a page is followed at both widths at once, in two tabs: most of a
+click or a load is waiting for frames, so the two tabs share the machine's cores rather than
+queue for one.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ LONG_CHAPTERS = [
 ]
 HEIGHT = 844
 LOAD_TIMEOUT_MS = 60_000
-SETTLE_MS = 150  # after the scroll: sections near the screen are laid out and drawn
+STILL_FRAMES = 6  # a landing is read once neither the scroll nor the target has moved this long
 LATER_MS = 1_000  # and a moment later, when figures and formulas near it are drawn
 NEAR_TOP = 0.4  # a target lands in the top 40% of the screen (unless the page ends first)
 
@@ -81,15 +82,19 @@ WHERE_JS = """
   };
 }
 """
-# Wait until the page has not scrolled for a few frames (a smooth scroll has ended).
-SCROLL_STILL_JS = """
-async () => {
+# Wait until neither the page's scroll nor the target ``id`` has moved for ``frames`` frames
+# (two seconds at most): a smooth scroll has ended, and the sections near the screen are laid
+# out, where they stay.
+SETTLED_JS = """
+async ([id, frames]) => {
   const frame = () => new Promise((done) => requestAnimationFrame(done));
-  let last = -1, still = 0;
-  for (let i = 0; i < 120 && still < 4; i++) {
+  const element = document.getElementById(id);
+  let last = "", still = 0;
+  for (let i = 0; i < 120 && still < frames; i++) {
     await frame();
-    still = scrollY === last ? still + 1 : 0;
-    last = scrollY;
+    const now = `${scrollY} ${element ? element.getBoundingClientRect().top : 0}`;
+    still = now === last ? still + 1 : 0;
+    last = now;
   }
 }
 """
@@ -121,21 +126,19 @@ CLICK_LINK_JS = """
   link.click();
 }
 """
-# Each link of ``ids`` clicked in turn, in the page: the scroll ended and ``settle`` ms more,
-# where its target is. Started without waiting (a promise kept on the window), so that other
-# tabs follow their links meanwhile; ``LANDINGS_JS`` waits for it.
+# Each link of ``ids`` clicked in turn, in the page: once it has settled (``SETTLED_JS``), where
+# its target is. Started without waiting (a promise kept on the window), so that other tabs
+# follow their links meanwhile; ``LANDINGS_JS`` waits for it.
 FOLLOW_LINKS_JS = f"""
-([ids, settle]) => {{
+([ids, frames]) => {{
   const click = {CLICK_LINK_JS};
   const where = {WHERE_JS};
-  const scrollStill = {SCROLL_STILL_JS};
-  const pause = () => new Promise((done) => setTimeout(done, settle));
+  const settled = {SETTLED_JS};
   window.mhaTestLandings = (async () => {{
     const landings = [];
     for (const id of ids) {{
       click(id);
-      await scrollStill();
-      await pause();
+      await settled([id, frames]);
       landings.push(where(id));
     }}
     return landings;
@@ -210,24 +213,36 @@ def _tab(browser, width: int, anchoring: bool = False):
 
 
 def _where_after_settling(tab, target: str) -> list[str]:
-    """Problems with where ``target`` is, once the scroll has ended."""
-    tab.evaluate(SCROLL_STILL_JS)
-    tab.wait_for_timeout(SETTLE_MS)
+    """Problems with where ``target`` is, once it has settled (``SETTLED_JS``)."""
+    tab.evaluate(SETTLED_JS, [target, STILL_FRAMES])
     problem = landed(tab.evaluate(WHERE_JS, target))
     return [problem] if problem else []
 
 
-def _where_later(tab, target: str) -> list[str]:
-    """Problems with where ``target`` is a moment later (figures and formulas near it drawn)."""
-    tab.wait_for_timeout(LATER_MS)
-    problem = landed(tab.evaluate(WHERE_JS, target))
-    return [f"then moved: {problem}"] if problem else []
+def _where_later(landings: list[tuple[object, str]]) -> list[list[str]]:
+    """Problems with where each target is in its tab, of ``(tab, target)`` pairs, a moment
+    later (figures and formulas near it drawn): one wait for every tab."""
+    landings[0][0].wait_for_timeout(LATER_MS)
+    return [
+        [f"then moved: {problem}"] if (problem := landed(tab.evaluate(WHERE_JS, target))) else []
+        for tab, target in landings
+    ]
+
+
+def _open_in_each(tabs: list, url: str) -> None:
+    """Open ``url`` afresh in every tab of ``tabs``, the pages loading at the same time."""
+    for tab in tabs:
+        tab.goto("about:blank")
+        tab.goto(url, wait_until="commit", timeout=LOAD_TIMEOUT_MS)
+    for tab in tabs:
+        tab.wait_for_load_state("load", timeout=LOAD_TIMEOUT_MS)
 
 
 def follow_from_another_page(
-    browser, built_site: Path, site: str, page: str, width: int, anchoring: bool = False
-) -> list[str]:
-    """Open headings' addresses in a fresh page each; the problems with where each lands.
+    browser, built_site: Path, site: str, page: str, widths: list[int], anchoring: bool = False
+) -> dict[int, list[str]]:
+    """Open headings' addresses in a fresh page each; the problems with where each lands, by
+    width (each width has its own tab; they load and settle at the same time).
 
     The first, a middle and the last heading: the last has the most unlaid sections above
     it, the likeliest to land short. (Every heading is also reached by the in-page test,
@@ -237,18 +252,24 @@ def follow_from_another_page(
     if page != "book/bibliography":
         assert ids, f"{page}: no section ids"
     sample = sorted({0, len(ids) // 2, len(ids) - 1}) if ids else []
-    context, tab, errors = _tab(browser, width, anchoring)
-    problems = []
+    opened = [_tab(browser, width, anchoring) for width in widths]
+    tabs = [tab for _, tab, _ in opened]
+    problems: dict[int, list[str]] = {width: [] for width in widths}
     try:
         for target in (ids[i] for i in sample):
-            tab.goto("about:blank")
-            tab.goto(f"{site}{page}.html#{target}", timeout=LOAD_TIMEOUT_MS)
-            problems += [f"#{target}: {p}" for p in _where_after_settling(tab, target)]
+            _open_in_each(tabs, f"{site}{page}.html#{target}")
+            for width, tab in zip(widths, tabs, strict=True):
+                problems[width] += [f"#{target}: {p}" for p in _where_after_settling(tab, target)]
         if ids:
-            problems += [f"#{ids[-1]}: {p}" for p in _where_later(tab, ids[-1])]
+            later_problems = _where_later([(tab, ids[-1]) for tab in tabs])
+            for width, later in zip(widths, later_problems, strict=True):
+                problems[width] += [f"#{ids[-1]}: {p}" for p in later]
     finally:
-        context.close()
-    return problems + [f"page error: {e}" for e in errors]
+        for context, _, _ in opened:
+            context.close()
+    for width, (_, _, errors) in zip(widths, opened, strict=True):
+        problems[width] += [f"page error: {e}" for e in errors]
+    return problems
 
 
 def follow_on_the_page(
@@ -259,35 +280,43 @@ def follow_on_the_page(
 
     Each width has its own tab; their clicks run at the same time (``FOLLOW_LINKS_JS``)."""
     url = f"{site}{page}.html"
-    contexts, tabs = [], []
+    opened = [_tab(browser, width, anchoring) for width in widths]
+    tabs = [tab for _, tab, _ in opened]
     problems: dict[int, list[str]] = {}
     try:
-        for width in widths:
-            context, tab, errors = _tab(browser, width, anchoring)
-            contexts.append(context)
-            tab.goto(url, timeout=LOAD_TIMEOUT_MS)
-            targets = tab.evaluate(IN_PAGE_LINKS_JS)
+        _open_in_each(tabs, url)
+        targets = {}
+        for width, tab in zip(widths, tabs, strict=True):
+            targets[width] = tab.evaluate(IN_PAGE_LINKS_JS)
             if page not in ("book/bibliography", "book/api"):
-                assert targets, f"{page}: no link to a target on the page"
-            tab.evaluate(FOLLOW_LINKS_JS, [targets, SETTLE_MS])
-            tabs.append((width, tab, errors, targets))
-        for width, tab, errors, targets in tabs:
+                assert targets[width], f"{page}: no link to a target on the page"
+            tab.evaluate(FOLLOW_LINKS_JS, [targets[width], STILL_FRAMES])
+        for width, tab in zip(widths, tabs, strict=True):
             landings = tab.evaluate(LANDINGS_JS)
-            found = [
+            problems[width] = [
                 f"#{target}: {problem}"
-                for target, where in zip(targets, landings, strict=True)
+                for target, where in zip(targets[width], landings, strict=True)
                 if (problem := landed(where))
             ]
-            if targets:  # the farthest target first, on a fresh page
-                tab.goto("about:blank")
-                tab.goto(url, timeout=LOAD_TIMEOUT_MS)
-                tab.evaluate(CLICK_LINK_JS, targets[-1])
-                for check in (_where_after_settling, _where_later):
-                    found += [f"#{targets[-1]} first: {p}" for p in check(tab, targets[-1])]
-            problems[width] = found + [f"page error: {e}" for e in errors]
+        # The farthest target first, on a fresh page.
+        last = {width: found[-1] for width, found in targets.items() if found}
+        first = [(width, tab) for width, tab in zip(widths, tabs, strict=True) if width in last]
+        if first:
+            _open_in_each([tab for _, tab in first], url)
+            for width, tab in first:
+                tab.evaluate(CLICK_LINK_JS, last[width])
+            for width, tab in first:
+                problems[width] += [
+                    f"#{last[width]} first: {p}" for p in _where_after_settling(tab, last[width])
+                ]
+            later_problems = _where_later([(tab, last[width]) for width, tab in first])
+            for (width, _), later in zip(first, later_problems, strict=True):
+                problems[width] += [f"#{last[width]} first: {p}" for p in later]
     finally:
-        for context in contexts:
+        for context, _, _ in opened:
             context.close()
+    for width, (_, _, errors) in zip(widths, opened, strict=True):
+        problems[width] += [f"page error: {e}" for e in errors]
     return problems
 
 
@@ -305,16 +334,32 @@ def on_the_page(browser, site: str):
     return get
 
 
+@pytest.fixture(scope="module")
+def from_another_page(browser, built_site: Path, site: str):
+    """``from_another_page(page, width, anchoring)``: ``follow_from_another_page`` at every
+    width of ``WIDTHS`` at once, the first time a page is asked for; the problems at ``width``."""
+    cache: dict[tuple[str, bool], dict[int, list[str]]] = {}
+
+    def get(page: str, width: int, anchoring: bool = False) -> list[str]:
+        if (page, anchoring) not in cache:
+            cache[page, anchoring] = follow_from_another_page(
+                browser, built_site, site, page, WIDTHS, anchoring
+            )
+        return cache[page, anchoring][width]
+
+    return get
+
+
 def _report(problems: list[str], header: str) -> str:
     return f"{header}:\n  " + "\n  ".join(problems)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_a_link_from_another_page_lands_on_its_heading(
-    browser, built_site: Path, site: str, toc_page: str, width: int
+    from_another_page, toc_page: str, width: int
 ) -> None:
     """A heading's address (first, middle, last), opened in a fresh page, shows it at the top."""
-    problems = follow_from_another_page(browser, built_site, site, toc_page, width)
+    problems = from_another_page(toc_page, width)
     assert problems == [], _report(problems, f"{toc_page} at {width} px, from another page")
 
 
@@ -328,9 +373,9 @@ def test_a_link_on_the_page_lands_on_its_target(on_the_page, toc_page: str, widt
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("page", LONG_CHAPTERS)
 def test_links_land_with_the_browsers_scroll_anchoring_on(
-    browser, on_the_page, built_site: Path, site: str, page: str, width: int
+    from_another_page, on_the_page, page: str, width: int
 ) -> None:
     """The long chapters' links, followed with Chromium's scroll anchoring on."""
-    problems = follow_from_another_page(browser, built_site, site, page, width, anchoring=True)
+    problems = from_another_page(page, width, anchoring=True)
     problems += on_the_page(page, width, anchoring=True)
     assert problems == [], _report(problems, f"{page} at {width} px, scroll anchoring on")

@@ -101,3 +101,49 @@ def test_a_page_whose_figure_loader_never_starts_fails_the_print(browser, tmp_pa
         "only 0 of 1 figures were drawn (the figure loader (mha-plotly.js) did not start); "
         "not drawn: far"
     ]
+
+
+# An explorable far below the screen whose data is a file of its own, as the site keeps the
+# trained model's: mha-explore-kit.js draws it only when it comes near, or when asked to.
+EXPLORABLE_PAGE = """<!doctype html><html><head><meta charset="utf-8">
+<script defer src="_static/mha-explore.js"></script>
+<script defer src="_static/mha-explore-kit.js"></script>
+<script defer src="_static/mha-explore-tiny.js"></script>
+</head><body><main><article>
+<span id="document-book/first"></span><section><h1>First</h1>
+<p style="height: 4000px">Text.</p>
+<div class="mha-explore" data-explore="tiny" id="far-explorable" data-explore-data="far-data">
+<p class="mha-explore-fallback">An interactive figure.</p></div>
+</section></article></main></body></html>
+"""
+TINY_FIGURE_JS = """
+window.mhaExploreKit.figure("tiny", function (root) {
+  const data = root.querySelector("script.mha-explore-data");
+  root.setAttribute("data-n", data ? JSON.parse(data.textContent).n : "missing");
+});
+"""
+FAR_DATA_JS = 'window.mhaExploreKit.data("far-data", "{\\"n\\":3}");\n'
+
+
+def test_every_explorable_is_drawn_with_its_data_before_the_print(browser, tmp_path) -> None:
+    static = tmp_path / "_static"
+    (tmp_path / "_figures").mkdir()
+    static.mkdir()
+    shutil.copy2(ROOT / "book" / "_static" / "mha-explore-kit.js", static)
+    (static / "mha-explore.js").write_text("window.mhaExplore = {};\n", encoding="utf8")
+    (static / "mha-explore-tiny.js").write_text(TINY_FIGURE_JS, encoding="utf8")
+    (tmp_path / "_figures" / "far-data.js").write_text(FAR_DATA_JS, encoding="utf8")
+    (tmp_path / "index.html").write_text(EXPLORABLE_PAGE, encoding="utf8")
+    context = browser.new_context(viewport={"width": build_pdf.PRINT_WIDTH_PX, "height": 800})
+    page = context.new_page()
+    page.emulate_media(media="print")
+    try:
+        with loopback.serve(tmp_path) as url:
+            ready = build_pdf.prepare(page, f"{url}index.html", SITE, bound_ms=30_000)
+            root = page.locator("#far-explorable")
+            assert root.get_attribute("data-ready") == "true", "not drawn for the print"
+            assert root.get_attribute("data-n") == "3", "drawn without its data"
+    finally:
+        context.close()
+    assert (ready["explorables"], ready["explorables_drawn"], ready["problem"]) == (1, 1, "")
+    assert build_pdf.problems(ready) == []

@@ -90,13 +90,18 @@ PLOTLY_DONE_JS = """
 () => [...document.querySelectorAll("div.mha-plotly, .plotly-graph-div, .js-plotly-plot")].every(
   (gd) => gd.querySelector(".main-svg") && gd._fullLayout)
 """
-# Scroll to the end of the page one viewport at a time, as a reader would.
+# Scroll to the end of the page 0.8 of a viewport at a time, as a reader would. What comes
+# near is seen by the page's observers (their margin is a viewport) at the next frame: each
+# step waits for two frames, and for the observers' callbacks queued meanwhile to run.
 SCROLL_JS = """
 async () => {
   const pause = (ms) => new Promise((done) => setTimeout(done, ms));
+  const frame = () => new Promise((done) => requestAnimationFrame(done));
   for (let y = 0; y < document.documentElement.scrollHeight; y += window.innerHeight * 0.8) {
     window.scrollTo(0, y);
-    await pause(120);
+    await frame();
+    await frame();
+    await pause(0);
   }
   window.scrollTo(0, document.documentElement.scrollHeight);
   await pause(300);

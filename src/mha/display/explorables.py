@@ -12,9 +12,10 @@ model is ``mha-live-*.js``). A chapter shows one with a code cell whose value is
   front end that runs the scripts of trusted output) draws the figure from it, offline.
 
 A figure that computes with data the chapter made (``"induction-heads"``: a trained model
-and the heads the chapter measured) carries it in its element, as JSON in a
-``<script type="application/json" class="mha-explore-data">``, and in the mime form, so the
-site's build and JupyterLab write the same element from the same cell.
+and the heads the chapter measured) carries it in the mime form, and in JupyterLab in its
+element, as JSON in a ``<script type="application/json" class="mha-explore-data">``. The site
+writes the data to a file of its own instead (:meth:`Explorable.html`'s ``data_name``), which
+the page loads when the figure comes near and puts into the element as that same script.
 
 The live model (``"live-minilm"``) also needs its files, which ``make book`` writes into
 ``_build/html/_static/live-minilm``: in JupyterLab the panel loads them through the Jupyter
@@ -223,27 +224,44 @@ class Explorable:
     live: LiveFiles | None = None
     data: Any = None
 
-    def html(self, *, scripts: bool) -> str:
+    def html(self, *, scripts: bool, data_name: str | None = None) -> str:
         """The figure's element, followed by its scripts' text if ``scripts``.
 
         Args:
             scripts: include the scripts (JupyterLab); the site loads them from ``_static``.
+            data_name: the name of the file that holds the figure's data on the site (the
+                site's build writes it, and ``mha-explore-kit.js`` loads it when the figure
+                comes near); ``None``: the data inline in the element, as a notebook needs
+                it. Only for a figure with data.
 
         Returns:
             HTML text.
 
         Raises:
-            TypeError: if ``scripts`` is not a bool.
+            TypeError: if ``scripts`` is not a bool, or ``data_name`` neither a str nor
+                ``None``.
+            ValueError: if ``data_name`` is given for a figure without data.
         """
         arguments.check_bool("scripts", scripts)
+        if data_name is not None:
+            arguments.text("data_name", data_name)
+            if self.data is None:
+                raise ValueError(
+                    f"data_name is for a figure with data; the figure {self.name!r} has none, "
+                    f"got data_name={data_name!r}"
+                )
         figure = FIGURES[self.name]
         if self.name == "live-minilm":
             element = _live_panel(self.live, f' id="{self.element_id}"')
         else:
+            if data_name is None:
+                attrs, inline = "", _data_script(self.data)
+            else:
+                attrs, inline = f' data-explore-data="{html.escape(data_name)}"', ""
             element = (
-                f'<div class="mha-explore" data-explore="{self.name}" id="{self.element_id}">'
-                f'<p class="mha-explore-fallback">{html.escape(figure.fallback)} It '
-                f"needs JavaScript.</p>{_data_script(self.data)}</div>\n"
+                f'<div class="mha-explore" data-explore="{self.name}" id="{self.element_id}"'
+                f'{attrs}><p class="mha-explore-fallback">{html.escape(figure.fallback)} It '
+                f"needs JavaScript.</p>{inline}</div>\n"
             )
         if not scripts:
             return element
