@@ -64,6 +64,7 @@
     if (!article || !("ResizeObserver" in window)) {
       return;
     }
+    // where the target landed on the screen; it moves when something above it changes height
     const top = target.getBoundingClientRect().top;
     const follow = new ResizeObserver(() => {
       const moved = target.getBoundingClientRect().top - top;
@@ -95,6 +96,9 @@
         return;
       }
       const target = targetOf(link.hash);
+      if (release) {
+        release(); // the reader goes elsewhere
+      }
       if (target) {
         layOutUpTo(target);
         requestAnimationFrame(() => keepInPlace(target)); // once the browser has followed it
