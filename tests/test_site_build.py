@@ -1708,7 +1708,8 @@ def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> 
     ]
     finished = app.run_order("build-finished")
     assert finished.index("icons_without_fonts") < finished.index("typeset_math")
-    assert finished[-1] == "bundle_stylesheets" and len(finished) == 7
+    # the stills are drawn from the finished pages
+    assert finished[-2:] == ["bundle_stylesheets", "write_stills"] and len(finished) == 8
     assert "book_pdf_in_site" in finished
     assert "write_live_model" in finished
     assert app.run_order("env-get-outdated") == ["outdated_panels"]
@@ -1720,6 +1721,7 @@ def test_setup_wires_each_module_in_the_order_its_handlers_need(monkeypatch) -> 
         "highlight_plain_tokens",
         "name_sidebar_toggles",
         "prepare_live_model",
+        "choose_chromium",
     }
     assert app.nodes["HideCodeCellNode"] == (
         True,

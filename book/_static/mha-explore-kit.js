@@ -10,14 +10,15 @@
  *
  * and loads mha-explore.js, this script and mha-explore-NAME.js, in that order, deferred. The
  * figure's script hands its drawing function to window.mhaExploreKit.figure(NAME, draw), which
- * calls it once for each such element when the element comes near the screen (NEAR; all at
- * once without IntersectionObserver, before printing, or when window.mhaExploreKit.draw() is
- * called), and not at all without mha-explore.js: the fallback text stays. data-ready marks a
- * drawn figure. A figure with data carries it in the element as JSON (a script of class
- * mha-explore-data), or on the site names it in data-explore-data: its data script,
- * _figures/NAME.js beside _static, is loaded when the figure is to be drawn and hands the JSON
- * to window.mhaExploreKit.data(NAME, json), which puts it into the element as that same
- * script and draws the figure. Each figure is drawn in its initial state, and
+ * calls it once for each such element once the page is parsed, and not at all without
+ * mha-explore.js: the fallback text stays. data-ready marks a drawn figure. A figure with
+ * data carries it in the element as JSON (a script of class mha-explore-data), or on the site
+ * names it in data-explore-data: such a figure is drawn when it comes near the screen (NEAR;
+ * at once without IntersectionObserver, before printing, or when window.mhaExploreKit.draw()
+ * is called), and its data script, _figures/NAME.js beside _static, is loaded then and hands
+ * the JSON to window.mhaExploreKit.data(NAME, json), which puts it into the element as that
+ * same script and draws the figure (a link's target below it keeps its place:
+ * mha-links-land.js). Each figure is drawn in its initial state, and
  * again only when the reader changes something: a drag (mouse, pen or touch), an arrow key on
  * a focused point, a button or a menu. Each keeps its state and its computed numbers in data
  * attributes (data-state on the figure, data-* on its parts), which the browser test reads
@@ -218,7 +219,7 @@
     document.head.appendChild(style);
   }
 
-  var NEAR = "800px 0px"; // how close to the viewport a figure is drawn
+  var NEAR = "800px 0px"; // how close to the viewport a figure whose data is a file is drawn
   var self = document.currentScript;
   // the site's data scripts; none where this script is inline (a notebook: data in the element)
   var dataBase = self && self.src ? new URL("../_figures/", self.src).href : null;
@@ -302,15 +303,16 @@
     waiting.splice(0).forEach(function (resolve) { resolve(); });
   }
 
-  // Watch each registered figure of the page that is not watched yet: drawn when it comes
-  // near the screen, or at once without IntersectionObserver.
+  // Watch each registered figure of the page that is not watched yet: one whose data is a
+  // file of its own is drawn when it comes near the screen (or at once without
+  // IntersectionObserver), the others at once.
   function watch() {
     var all = roots();
     for (var i = 0; i < all.length; i++) {
       var root = all[i];
       if (root._mhaWatched || !drawers[root.getAttribute("data-explore")]) continue;
       root._mhaWatched = true;
-      if (observer) observer.observe(root);
+      if (observer && root.hasAttribute("data-explore-data")) observer.observe(root);
       else root._mhaWanted = true;
     }
     drawWanted();
@@ -328,7 +330,7 @@
   }
 
   // A figure's script registers its drawing function here; its figures are drawn once the
-  // page is parsed and they come near the screen.
+  // page is parsed (those whose data is a file, once they come near the screen).
   function figure(name, draw) {
     drawers[name] = draw;
     if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch);

@@ -12,7 +12,9 @@
    page is opened at an address with a #target (then it scrolls to the target itself, as the
    browser did before the sections were laid out), and when the #target of the address
    changes. Sections below the target are still laid out only when near: the page stays as
-   light to open as before, and nothing above the target moves. */
+   light to open as before. Something above the target may still grow once it is drawn (a
+   figure whose data is loaded when near): until the reader scrolls, touches or types, or for
+   KEEP_MS, the page follows the target where it lands, as browsers with scroll anchoring do. */
 (() => {
   "use strict";
   const SECTIONS = "article.bd-article > section > section";
@@ -49,6 +51,38 @@
     return changed;
   }
 
+  const KEEP_MS = 8000;
+  const READER_ACTS = ["wheel", "touchstart", "keydown", "pointerdown"];
+  let release = null;
+
+  // Keep the landed target where it is on the screen while the page above it changes height.
+  function keepInPlace(target) {
+    if (release) {
+      release();
+    }
+    const article = document.querySelector("article.bd-article");
+    if (!article || !("ResizeObserver" in window)) {
+      return;
+    }
+    // where the target landed on the screen; it moves when something above it changes height
+    const top = target.getBoundingClientRect().top;
+    const follow = new ResizeObserver(() => {
+      const moved = target.getBoundingClientRect().top - top;
+      if (Math.abs(moved) >= 1) {
+        window.scrollBy(0, moved);
+      }
+    });
+    const timer = setTimeout(() => release(), KEEP_MS);
+    release = () => {
+      follow.disconnect();
+      clearTimeout(timer);
+      READER_ACTS.forEach((name) => window.removeEventListener(name, release, true));
+      release = null;
+    };
+    READER_ACTS.forEach((name) => window.addEventListener(name, release, true));
+    follow.observe(article);
+  }
+
   function withoutFragment(url) {
     return url.split("#")[0];
   }
@@ -62,8 +96,12 @@
         return;
       }
       const target = targetOf(link.hash);
+      if (release) {
+        release(); // the reader goes elsewhere
+      }
       if (target) {
         layOutUpTo(target);
+        requestAnimationFrame(() => keepInPlace(target)); // once the browser has followed it
       }
     },
     true,
@@ -76,6 +114,9 @@
     if (target && layOutUpTo(target)) {
       target.scrollIntoView();
     }
+    if (target) {
+      keepInPlace(target);
+    }
   });
 
   // Opened at an address with a #target. On a reload or a step back through the history the
@@ -86,6 +127,7 @@
     const visit = performance.getEntriesByType("navigation")[0];
     if (!visit || visit.type === "navigate") {
       target.scrollIntoView();
+      keepInPlace(target);
     }
   }
 })();

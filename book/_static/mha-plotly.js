@@ -8,15 +8,22 @@
 // Figures marked data-theme-template="auto" follow the page's light/dark theme (the pydata
 // theme sets data-theme on <html>). A container narrower than NARROW_PX gets the figure's
 // narrow layout (data-narrow). window.mhaDrawAllFigures() draws every figure at once and
-// resolves when all are drawn (for printing). In print, a figure's sliders and menus
-// (layout.sliders, layout.updatemenus), dead on paper, are left out: the figure is printed in
-// its first state, shorter by the band of the page they took.
+// resolves when all are drawn (for printing). In print, a figure's sliders and menus, dead
+// on paper, are left out (mha-plotly-print.js measures what they took).
+// A figure with data-still (a page's opening figure) shows its still, SVGs of its first state
+// drawn at build time (mha_site.figure_stills, through window.mhaFigureStill), until the
+// reader touches the page, scrolls, or comes near a figure without one: only then is
+// plotly.js fetched.
 (function () {
   "use strict";
 
   var NARROW_PX = 600;
   var TITLE_TOP_PX = 10; // from the figure's top edge to its title
   var NEAR = "300px 0px"; // how close to the viewport a figure starts loading
+  // A reader's acts that bring plotly.js for the stills, as they bubble to the window (the
+  // page's scroll does; the theme's scroll of its sidebar at load does not).
+  var READER_ACTS = ["pointerdown", "pointermove", "touchstart", "keydown", "wheel", "scroll",
+    "focusin"];
   var self = document.currentScript;
   var base = new URL(".", self.src); // .../_static/
   var plotlyUrl = new URL(self.dataset.plotly, base).href;
@@ -26,7 +33,7 @@
   var waiting = {};
   var figures = {};
   var PRINT = window.matchMedia ? window.matchMedia("print") : null;
-  var CONTROLS = ["sliders", "updatemenus"]; // Plotly's own controls, left out of print
+  var paper = window.mhaPlotlyPrint; // mha-plotly-print.js, loaded just before
   var printRequested = false; // between the window's beforeprint and afterprint
 
   function printing() {
@@ -184,130 +191,6 @@
     };
   }
 
-  function hasControls(layout) {
-    return CONTROLS.some(function (name) {
-      return (layout[name] || []).length > 0;
-    });
-  }
-
-  // The horizontal bands of the drawn figure that its controls take above and below the plot
-  // (a control over the plot takes none), with the empty space around them: a band reaches
-  // GAP_PX from what is drawn on either side of it, or the plot itself when nothing is drawn
-  // between them. Their heights, how far from the plot each starts, and the plot's top and
-  // bottom margins then. In whole CSS pixels of the figure (the page may zoom it).
-  var GAP_PX = 12;
-
-  function measureControls(div, narrow) {
-    var size = div._fullLayout._size;
-    var box = div.querySelector(".main-svg").getBoundingClientRect();
-    var scale = box.height / div._fullLayout.height || 1;
-    var span = function (element) {
-      var rect = element.getBoundingClientRect();
-      return rect.height > 0 ? [(rect.top - box.top) / scale, (rect.bottom - box.top) / scale]
-        : null;
-    };
-    var top = size.t;
-    var bottom = size.t + size.h;
-    var above = [Infinity, -Infinity];
-    var below = [Infinity, -Infinity];
-    var selector = ".slider-container, .updatemenu-container";
-    div.querySelectorAll(selector).forEach(function (control) {
-      control.style.setProperty("display", "inline", "important"); // print's CSS hides it
-      var y = span(control);
-      control.style.removeProperty("display");
-      var band = !y ? null : (y[0] + y[1]) / 2 < top ? above : (y[0] + y[1]) / 2 > bottom ? below
-        : null;
-      if (band) {
-        band[0] = Math.min(band[0], y[0]);
-        band[1] = Math.max(band[1], y[1]);
-      }
-    });
-    var drawn = [].map.call(div.querySelectorAll(".infolayer > g, .xaxislayer-above"), function (
-      item) {
-      return item.matches(selector) ? null : span(item);
-    }).filter(Boolean);
-    var middle = function (y) {
-      return (y[0] + y[1]) / 2;
-    };
-    var nearest = function (from, to, edge, pick) {
-      var found = drawn.filter(function (y) {
-        return middle(y) > Math.min(from, to) && middle(y) < Math.max(from, to);
-      }).map(function (y) {
-        return y[edge];
-      });
-      return found.length ? pick.apply(null, found) : null;
-    };
-    if (above[1] > above[0]) {
-      var over = nearest(0, above[0], 1, Math.max);
-      var under = nearest(above[1], top, 0, Math.min);
-      above = [over === null ? above[0] : Math.min(above[0], over + GAP_PX),
-        under === null ? top : Math.max(above[1], under - GAP_PX)];
-    }
-    if (below[1] > below[0]) {
-      var atop = nearest(bottom, below[0], 1, Math.max);
-      var beneath = nearest(below[1], div._fullLayout.height, 0, Math.min);
-      below = [atop === null ? bottom : Math.min(below[0], atop + GAP_PX),
-        beneath === null ? below[1] : Math.max(below[1], beneath - GAP_PX)];
-    }
-    above = above.map(Math.round);
-    below = below.map(Math.round);
-    var bands = { narrow: narrow, width: div.clientWidth, t: size.t, b: size.b, above: 0,
-      below: 0 };
-    if (above[1] > above[0]) {
-      bands.above = above[1] - above[0];
-      bands.aboveFrom = top - above[1]; // from the plot's top up to the band
-    }
-    if (below[1] > below[0]) {
-      bands.below = below[1] - below[0];
-      bands.belowFrom = below[0] - bottom; // from the plot's bottom down to the band
-    }
-    return bands;
-  }
-
-  // The view for print: no controls, the same plot, the controls' bands cut out of the
-  // margins. What lies beyond a band in paper coordinates (a legend under a slider) moves
-  // with the figure's edge; what lies between the band and the plot stays by the plot.
-  function printView(view, bands) {
-    var layout = Object.assign({}, view.layout);
-    CONTROLS.forEach(function (name) {
-      delete layout[name];
-    });
-    var plot = layout.height - bands.t - bands.b;
-    var cutAbove = bands.t - Math.max(view.titleRoom, bands.t - bands.above); // the title stays
-    var shift = function (item, ref) {
-      if (!isObject(item) || (item.yref || ref) !== "paper" || typeof item.y !== "number") {
-        return item;
-      }
-      var y = item.y;
-      if (bands.below && -y * plot >= bands.belowFrom) {
-        y += bands.below / plot;
-      } else if (cutAbove && (y - 1) * plot >= bands.aboveFrom) {
-        y -= cutAbove / plot;
-      }
-      return Object.assign({}, item, { y: y });
-    };
-    layout.height -= cutAbove + bands.below;
-    layout.margin = Object.assign({}, layout.margin, {
-      t: bands.t - cutAbove,
-      b: bands.b - bands.below,
-    });
-    if (layout.legend) {
-      layout.legend = shift(layout.legend, "paper");
-    }
-    if (layout.annotations) {
-      layout.annotations = layout.annotations.map(function (note) {
-        return shift(note, "y");
-      });
-    }
-    if (isObject(layout.title) && layout.title.yref === "container") {
-      // the title keeps its place under the figure's top edge
-      layout.title = Object.assign({}, layout.title, {
-        y: 1 - (1 - layout.title.y) * view.layout.height / layout.height,
-      });
-    }
-    return Object.assign({}, view, { layout: layout, print: true });
-  }
-
   // A figure is one image for assistive technology, named by its title and described by its
   // text alternative. The placeholder is that image until the figure is drawn; then the image
   // is Plotly's drawing (its first SVG), because the placeholder holds the modebar's buttons
@@ -362,27 +245,31 @@
   // bands are measured on the figure drawn with them (first drawn so if need be).
   function render(div, first) {
     var view = layoutFor(div);
-    if (!printing() || !hasControls(view.layout)) {
+    if (!printing() || !paper.hasControls(view.layout)) {
       return plot(div, view, first);
     }
     var bands = div._mha.bands;
     if (bands && bands.narrow === view.narrow && bands.width === div.clientWidth) {
-      return plot(div, printView(view, bands), first);
+      return plot(div, paper.printView(view, bands), first);
     }
     var shown = div._mhaView;
     var drawn = !first && shown && !shown.print && shown.narrow === view.narrow
       && shown.theme === view.theme && shown.width === div.clientWidth ? Promise.resolve()
       : plot(div, view, first);
     return drawn.then(function () {
-      div._mha.bands = measureControls(div, view.narrow);
-      return plot(div, printView(view, div._mha.bands));
+      div._mha.bands = paper.measureControls(div, view.narrow);
+      return plot(div, paper.printView(view, div._mha.bands));
     });
   }
 
   function draw(div) {
     if (!div._drawing) {
+      wantPlotly();
       div._drawing = Promise.all([loadPlotly(), loadFigure(div.id)]).then(function (loaded) {
         var figure = loaded[1];
+        [].slice.call(div.querySelectorAll("img.mha-still")).forEach(function (still) {
+          still.remove();
+        });
         div._mha = {
           data: figure.data || [],
           layout: figure.layout || {},
@@ -399,18 +286,47 @@
   // Redraw a drawn figure when the theme, the narrow/wide choice or print changes.
   function refresh(div) {
     if (!div._mha || !div._mhaView) {
-      return;
+      return Promise.resolve();
     }
     // one drawing at a time: a change that comes while the figure is drawn waits for it
     div._mhaQueue = (div._mhaQueue || div._drawing).then(function () {
       var shown = div._mhaView;
       if (shown.theme === currentTheme() && shown.narrow === div.clientWidth < NARROW_PX
           && shown.width === div.clientWidth
-          && shown.print === (printing() && hasControls(div._mha.layout))) {
+          && shown.print === (printing() && paper.hasControls(div._mha.layout))) {
         return null;
       }
       return render(div);
     });
+    return div._mhaQueue;
+  }
+
+  // For the build: figure `id` drawn in `theme` at its width, as plotly.js's SVG export.
+  window.mhaFigureStill = function (id, theme) {
+    var div = document.getElementById(id);
+    document.documentElement.dataset.theme = theme;
+    return draw(div).then(function () {
+      return refresh(div);
+    }).then(function () {
+      return window.Plotly.toImage(div, { format: "svg", imageDataOnly: true,
+        width: div.clientWidth, height: div._mhaView.layout.height });
+    });
+  };
+
+  // plotly.js is wanted once a figure without a still comes near, the reader acts on the
+  // page, or it is printed; the stills near the screen then come alive.
+  var plotlyWanted = false;
+  var stillsNear = [];
+
+  function wantPlotly() {
+    if (!plotlyWanted) {
+      plotlyWanted = true;
+      READER_ACTS.forEach(function (name) {
+        window.removeEventListener(name, wantPlotly);
+      });
+      loadPlotly();
+      stillsNear.forEach(draw);
+    }
   }
 
   function start() {
@@ -424,12 +340,21 @@
     if ("IntersectionObserver" in window) {
       var observer = new IntersectionObserver(function (entries) {
         entries.forEach(function (entry) {
-          if (entry.isIntersecting) {
-            observer.unobserve(entry.target);
-            draw(entry.target);
+          var div = entry.target;
+          stillsNear = stillsNear.filter(function (other) {
+            return other !== div;
+          });
+          if (entry.isIntersecting && div.hasAttribute("data-still") && !plotlyWanted) {
+            stillsNear.push(div);
+          } else if (entry.isIntersecting) {
+            observer.unobserve(div);
+            draw(div);
           }
         });
       }, { rootMargin: NEAR });
+      READER_ACTS.forEach(function (name) {
+        window.addEventListener(name, wantPlotly, { passive: true });
+      });
       divs.forEach(function (div) {
         observer.observe(div);
       });

@@ -36,6 +36,7 @@ PAGE = """<!doctype html><html><head><meta charset="utf-8">
 </div></figure>{filler}</section></article></main></body></html>
 """
 LOADER = (
+    '<script defer src="_static/mha-plotly-print.js"></script>'
     '<script defer src="_static/mha-plotly.js" data-plotly="plotly.js" '
     'data-templates="templates.js" data-figures="_figures"></script>'
 )
@@ -57,7 +58,8 @@ def site(folder: Path, loader: bool = True, figure: str = FIGURE_JS) -> Path:
     static = folder / "_static"
     (folder / "_figures").mkdir(parents=True)
     static.mkdir()
-    shutil.copy2(ROOT / "book" / "_static" / "mha-plotly.js", static)
+    for script in ("mha-plotly-print.js", "mha-plotly.js"):
+        shutil.copy2(ROOT / "book" / "_static" / script, static)
     (static / "plotly.js").write_text(PLOTLY_JS, encoding="utf8")
     (static / "templates.js").write_text("window.MHA_PLOTLY_TEMPLATES = {};\n", encoding="utf8")
     (folder / "_figures" / "far.js").write_text(figure, encoding="utf8")

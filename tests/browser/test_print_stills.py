@@ -170,6 +170,7 @@ def menu_figure() -> dict:
 CONTROLLED = {"head-slider": head_slider_figure, "tile-steps": tile_steps_figure,
               "menu": menu_figure}  # fmt: skip
 FIGURES_PAGE = """<!doctype html><html><head><meta charset="utf-8"><style>{css}</style>
+<script defer src="_static/mha-plotly-print.js"></script>
 <script defer src="_static/mha-plotly.js" data-plotly="plotly/plotly-cartesian.min.js"
   data-templates="mha-plotly-templates.js" data-figures="_figures"></script></head><body>
 <main><article><span id="document-book/figures"></span><section><h1>Figures</h1>
@@ -201,7 +202,8 @@ def figures_page(tmp_path_factory) -> Path:
     static = folder / "_static"
     (static / "plotly").mkdir(parents=True)
     (folder / "_figures").mkdir()
-    shutil.copy2(ROOT / "book" / "_static" / "mha-plotly.js", static)
+    for script in ("mha-plotly-print.js", "mha-plotly.js"):
+        shutil.copy2(ROOT / "book" / "_static" / script, static)
     (static / "plotly" / "plotly-cartesian.min.js").symlink_to(
         ROOT / "book" / "_static" / "plotly" / "plotly-cartesian.min.js"
     )

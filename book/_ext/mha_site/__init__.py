@@ -8,7 +8,9 @@ Module map (what each module changes, and when):
 
 - :mod:`.plotly_figures`: Plotly figures as placeholders that ``_static/mha-plotly.js`` draws
   when near (a myst-nb mime renderer, a node, a data script per figure, the loader per page);
-  :mod:`.figure_facts`: a figure's name, text alternative and narrow layout, from its JSON.
+  :mod:`.figure_facts`: a figure's name, text alternative and narrow layout, from its JSON;
+  :mod:`.figure_stills`: each page's opening figure as SVG stills drawn at build time, shown
+  until plotly.js is needed (after the pages are written, when a Chromium is found).
 - :mod:`.explorables`: the figures that recompute in the reader's browser, from a cell's
   explorable output (``mha.display.explorables``): their elements and scripts;
   :mod:`.live_model`: the live model's files (``_static/live-minilm``), built with the site
@@ -53,6 +55,7 @@ from . import (
     downloads,
     execution_times,
     explorables,
+    figure_stills,
     hidden_code,
     icons,
     lighter_head,
@@ -92,7 +95,7 @@ def extension_files(here: Path = HERE) -> list[Path]:
 # The modules in the order their handlers of one event run: the download menu's notebook
 # before the theme's buttons, the figure loader's script before the hidden code's; the icons
 # drawn before the formulas are typeset (the pages are smaller to read then), and both before
-# the stylesheets are joined.
+# the stylesheets are joined; the opening figures' stills drawn last, from the finished pages.
 MODULES = (
     execution_times,
     site_identity,
@@ -109,6 +112,7 @@ MODULES = (
     accessible_html,
     stylesheet_bundle,
     lighter_head,
+    figure_stills,
 )
 
 

@@ -25,8 +25,9 @@ from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
+from sphinx.util.osutil import relative_uri
 
-from . import figure_facts
+from . import figure_facts, figure_stills
 from .files import copy_if_changed, write_if_changed
 
 logger = logging.getLogger(__name__)
@@ -98,12 +99,13 @@ def has_controls(figure: dict[str, Any]) -> bool:
     return any(layout.get(name) for name in CONTROLS)
 
 
-def figure_html(figure: dict[str, Any], fig_id: str) -> str:
+def figure_html(figure: dict[str, Any], fig_id: str, stills_uri: str | None = None) -> str:
     """The placeholder of one figure: an image with a name and a text alternative.
 
     The ``div.mha-plotly`` keeps the figure's height before it is drawn (wide and narrow
     heights as CSS variables); ``mha-plotly.js`` loads ``_figures/<id>.js`` and draws the
-    figure there when it scrolls near the viewport.
+    figure there when it scrolls near the viewport. With ``stills_uri`` (``_figures/`` as
+    seen from the page) it holds the figure's stills (:mod:`.figure_stills`) until then.
 
     Raises:
         FigureError: if the figure has no title (the title is its accessible name).
@@ -129,13 +131,17 @@ def figure_html(figure: dict[str, Any], fig_id: str) -> str:
     # (mha-plotly.js), and, like an explorable, with a sentence giving its address on the site.
     if has_controls(figure):
         figure_style += f' id="{fig_id}-figure" data-mha-explorable=""'
+    still, images = "", ""
+    if stills_uri is not None:
+        still, images = ' data-still=""', figure_stills.still_images(fig_id, stills_uri)
     return (
         f'<figure class="{classes}"{figure_style}>\n'
         f'<div class="{FIGURE_CLASS}" id="{fig_id}" role="img" '
         f'aria-label="{html.escape(title)}" aria-describedby="{fig_id}-text" '
         f'data-theme-template="{mode}" '
         f'data-narrow="{html.escape(narrow_patch)}" data-subtitles="{html.escape(subtitles)}" '
-        f'style="--mha-height: {wide}px; --mha-narrow-height: {narrow}px"></div>\n'
+        f'style="--mha-height: {wide}px; --mha-narrow-height: {narrow}px"{still}>'
+        f"{images}</div>\n"
         f'<figcaption class="{FIGURE_CLASS}-text" id="{fig_id}-text">'
         f"{html.escape(description)}</figcaption>\n</figure>\n"
     )
@@ -148,8 +154,16 @@ class mha_figure(nodes.General, nodes.Element):  # noqa: N801 (docutils node nam
 def visit_figure_html(translator: Any, node: mha_figure) -> None:
     figure = json.loads(node["figure"])
     fig_id = node["fig_id"]
+    builder = translator.builder
+    # The page's first figure gets stills when the build can draw them.
+    first = not getattr(translator, "_mha_figure_seen", False)
+    translator._mha_figure_seen = True
+    stills_uri = None
+    if first and figure_stills.enabled(builder.app):
+        page_uri = builder.get_target_uri(builder.current_docname)
+        stills_uri = relative_uri(page_uri, f"{FIGURES_DIR}/")
     try:
-        translator.body.append(figure_html(figure, fig_id))
+        translator.body.append(figure_html(figure, fig_id, stills_uri))
     except FigureError as error:
         logger.warning(str(error), location=node)
         raise nodes.SkipNode from error
@@ -225,6 +239,7 @@ def add_figure_scripts(
     bundle = PLOTLY_CARTESIAN_JS if types <= figure_facts.CARTESIAN_TRACES else PLOTLY_JS
     if bundle == PLOTLY_JS:
         _copy_full_plotly(Path(app.outdir) / "_static")
+    app.add_js_file("mha-plotly-print.js", loading_method="defer")
     app.add_js_file(
         "mha-plotly.js",
         loading_method="defer",
