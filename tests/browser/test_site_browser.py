@@ -96,7 +96,9 @@ PLOTLY_DONE_JS = """
 SCROLL_JS = """
 async () => {
   const pause = (ms) => new Promise((done) => setTimeout(done, ms));
-  const frame = () => new Promise((done) => requestAnimationFrame(done));
+  // a frame, or 250 ms if none comes (a page the browser does not paint gets no frames)
+  const frame = () => Promise.race([new Promise((done) => requestAnimationFrame(done)),
+                                    pause(250)]);
   for (let y = 0; y < document.documentElement.scrollHeight; y += window.innerHeight * 0.8) {
     window.scrollTo(0, y);
     await frame();
@@ -157,7 +159,9 @@ READER_VIEW = ("light", WIDE)
 DRAW_ALL_JS = """
 async () => {
   window.dispatchEvent(new Event("beforeprint"));
-  if (window.mhaDrawAllFigures) await window.mhaDrawAllFigures();
+  // bounded: a figure never drawn is reported by the figure checks, not waited on for ever
+  const late = new Promise((done) => setTimeout(done, 120000));
+  if (window.mhaDrawAllFigures) await Promise.race([window.mhaDrawAllFigures(), late]);
 }
 """
 # axe-core on the whole page. Blocks that scroll get their tab stops as they come near
