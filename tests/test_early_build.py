@@ -18,7 +18,7 @@ class Item:
     markers: tuple[str, ...] = ()
 
     def iter_markers(self):
-        return (pytest.Mark(name, (), {}) for name in self.markers)
+        return (getattr(pytest.mark, name).mark for name in self.markers)
 
 
 def test_unit_tests_run_first_and_every_group_keeps_its_order() -> None:
