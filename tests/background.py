@@ -1,10 +1,11 @@
 """The portable unit run, started in the background as soon as the site is built.
 
-The browser tests, which ``make test`` runs first, spend much of their time waiting on
-pages, with a core to spare. The unit tests' second run, under the portable kernels
-(``portability.py``, ``test_portability.py``), needs nothing from them and times nothing. So
-the ``built_site`` fixture (``conftest.py``) calls :func:`start` once the site is built, and
-the test waits for that run when its turn comes; a selection without the site starts it then.
+The browser tests, which ``make test`` runs after the unit tests and before the chapters,
+spend much of their time waiting on pages, with a core to spare. The unit tests' second run,
+under the portable kernels (``portability.py``, ``test_portability.py``), needs nothing from
+them and times nothing. So the ``built_site`` fixture (``conftest.py``) calls :func:`start`
+once the site is built, and the test waits for that run when its turn comes; a selection
+without the site starts it then.
 
 The chapters under the portable kernels are not started early: several chapters assert
 ratios of times measured in one run, which a busy machine can upset, so they run two at a

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import background
+import early_build
 import exactness
 import fresh_clone
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-# The stamp of `make env`, a prerequisite of `make book` (Makefile).
-ENV_STAMP = ".venv/.installed"
 
 # The unit tests use small tensors, where intra-op threads only add contention on a small
 # machine. This affects the test process only: chapters run in their own kernels.
@@ -31,22 +28,16 @@ def built_site(request: pytest.FixtureRequest) -> Path:
     """Build the book with the README's command, ``make book``, and return ``_build/html``.
 
     The build executes every chapter (with the execution cache) and fails on any
-    warning, so a fixture failure here is a broken book. ``make test`` has made the
-    environment already; it is taken as current here, so that a checkout whose files are
-    newer than ``.venv``'s stamp (a second worktree sharing one environment) does not
-    reinstall it. The Node tools are brought up to date as ``make book`` does.
+    warning, so a fixture failure here is a broken book. It was started when the tests were
+    collected (``early_build.py``), so the unit tests ran beside it; this waits for it.
 
-    Once the site is built, the unit tests' portable run starts in the background, if it is
-    selected (``background.py``).
+    Once the site is built, the PDF's build (``early_build.py``) and the unit tests' portable
+    run (``background.py``) start in the background, each if a selected test needs it.
     """
-    result = subprocess.run(
-        ["make", f"--assume-old={ENV_STAMP}", "book"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        pytest.fail(f"book build failed:\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
+    returncode, output = early_build.result("site")
+    if returncode != 0:
+        pytest.fail(f"book build failed:\n{output[-12000:]}")
+    early_build.start_pdf(request.session.items)
     background.start(request.session.items)
     return ROOT / "_build" / "html"
 
@@ -55,31 +46,35 @@ def built_site(request: pytest.FixtureRequest) -> Path:
 def built_pdf(built_site: Path) -> Path:
     """Build the whole book's PDF with ``scripts/build_pdf.py`` (``make pdf``) and return it.
 
-    It is also copied into the built site, whose pages link to it.
+    It is also copied into the built site, whose pages link to it. The build started once the
+    site was built (``early_build.py``); this waits for it.
     """
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "build_pdf.py")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        pytest.fail(f"PDF build failed:\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
+    returncode, output = early_build.result("pdf")
+    if returncode != 0:
+        pytest.fail(f"PDF build failed:\n{output[-12000:]}")
     return ROOT / "_build" / "pdf" / "mha-book.pdf"
 
 
 exactness.install()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The unit tests first: they run beside the book's build (``early_build``)."""
+    items.sort(key=lambda item: not early_build.run_first(item))  # stable: False first
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the fresh clone's ``make test`` now when its test is selected (``fresh_clone``):
-    creating the clone's environment then overlaps the other tests."""
+    """Start the book's build when a selected test uses the site (``early_build``), and the
+    fresh clone's ``make test`` when its test is selected (``fresh_clone``): both then overlap
+    the other tests."""
+    early_build.start(session.items)
     if any(item.nodeid == fresh_clone.TEST_ID for item in session.items):
         fresh_clone.start_early()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     fresh_clone.stop_early()  # a run that no test waited for (the session stopped first)
+    early_build.stop()
     background.stop()
 
 
