@@ -104,6 +104,58 @@ TOC_JS = r"""
   return chapters.length;
 }
 """
+# Every document starts on a new page (TOC_JS breaks the page before its section). Before
+# the section, and so before the break, sits what prints nothing: Sphinx's mark where the
+# document starts (an empty span), and at the end of the document before, a box of no height
+# (a cell whose code is not printed and that has no output). Where the text above filled a
+# page, Chromium could not fit such a box at its foot, put it on a page of its own and broke
+# the page after it: a page blank but for its number (between the rank chapter and the next).
+# The break goes before the first of these boxes instead, and those at the very end of the
+# book are not printed. A box counts only in a block's flow, where a page can break before
+# it; the search stops at the first box that prints something. Returns how many breaks moved.
+BREAKS_JS = r"""
+() => {
+  const main = document.querySelector("main article, article, main");
+  const GRAPHICS = "img, svg, canvas, video, iframe, object, embed, hr, mjx-container";
+  const FLOWS = ["block", "flow-root", "list-item"];
+  const isMark = (box) => box.matches('span[id^="document-"]');
+  const inFlow = (box) => FLOWS.includes(getComputedStyle(box.parentElement).display);
+  const printsNothing = (box) => box instanceof HTMLElement && inFlow(box) &&
+    !box.innerText.trim() && !box.matches(GRAPHICS) && !box.querySelector(GRAPHICS) &&
+    (isMark(box) || (FLOWS.includes(getComputedStyle(box).display) &&
+                     box.getBoundingClientRect().height < 1));
+  // The boxes that print nothing right before `node`, in document order: walking back past
+  // the ancestors of `node` and what has no box (not printed), to the first that prints.
+  const emptyBefore = (node) => {
+    const walker = document.createTreeWalker(main, NodeFilter.SHOW_ELEMENT);
+    walker.currentNode = node;
+    const run = [];
+    for (let box = walker.previousNode(); box; box = walker.previousNode()) {
+      if (box.contains(node) || !box.getClientRects().length) continue;
+      if (!printsNothing(box)) break;
+      run.unshift(box);
+    }
+    return run;
+  };
+  const end = main.appendChild(document.createElement("div"));
+  const last = emptyBefore(end);
+  end.remove();
+  const breaks = [...main.querySelectorAll('[style*="break-before"]')].filter(
+    (box) => box.style.breakBefore === "page");
+  const firsts = breaks.map((box) => emptyBefore(box)[0]);  // all found before any change
+  for (const box of last) box.style.display = "none";
+  let moved = 0;
+  breaks.forEach((box, index) => {
+    const first = firsts[index];
+    if (!first) return;
+    if (isMark(first)) first.style.display = "block";  // an inline box takes no page break
+    first.style.breakBefore = "page";
+    box.style.breakBefore = "";
+    moved += 1;
+  });
+  return moved;
+}
+"""
 # The explorables are printed as they first appear (a still); their controls are not
 # printed (mha-site.css). After each, a sentence says that the site has it interactive and
 # links to it there: the page is the document the single page holds it in (Sphinx marks where
@@ -297,18 +349,21 @@ def prepare(page: Any, url: str, site: str, bound_ms: int = DRAW_BOUND_MS) -> di
     flight; what the print needs is loaded by ``READY_JS``, which waits for it.) Then the
     explorables get their sentences (``STILLS_JS``), the figures their printed width, every
     figure is drawn and every formula typeset (``READY_JS``, bounded by ``bound_ms``), the
-    printed contents are added, and a block too tall to be kept on one page may break
+    printed contents are added, each chapter's page break is placed above what prints
+    nothing before it (``BREAKS_JS``), and a block too tall to be kept on one page may break
     (``TALL_JS``).
 
     Returns:
-        ``READY_JS``'s report, with ``chapters`` (the contents' entries) and ``tall`` (the
-        blocks let break) added; ``problems`` of it lists what would spoil the PDF.
+        ``READY_JS``'s report, with ``chapters`` (the contents' entries), ``breaks`` (the
+        chapter breaks moved up) and ``tall`` (the blocks let break) added; ``problems`` of it
+        lists what would spoil the PDF.
     """
     page.goto(url, wait_until="load")
     page.evaluate(STILLS_JS, [site, EXPLORABLES])
     page.evaluate(FIT_JS, FIGURE_WIDTH_PX)
     ready = page.evaluate(READY_JS, bound_ms)
     ready["chapters"] = page.evaluate(TOC_JS)
+    ready["breaks"] = page.evaluate(BREAKS_JS)
     ready["tall"] = page.evaluate(TALL_JS, PRINT_HEIGHT_PX)
     return ready
 
