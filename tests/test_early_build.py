@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-import conftest
 import early_build
 import pytest
+
+# The tests' own conftest.py, as pytest registered it: `import conftest` may give another
+# folder's conftest.py (tests/browser/) when both are collected in one session.
+CONFTEST = str(Path(__file__).with_name("conftest.py"))
 
 
 @dataclass
@@ -21,7 +25,7 @@ class Item:
         return (getattr(pytest.mark, name).mark for name in self.markers)
 
 
-def test_unit_tests_run_first_and_every_group_keeps_its_order() -> None:
+def test_unit_tests_run_first_and_every_group_keeps_its_order(pytestconfig) -> None:
     items = [
         Item("visit", ("site_url", "built_site"), ("browser", "site")),
         Item("unit_a"),
@@ -31,6 +35,7 @@ def test_unit_tests_run_first_and_every_group_keeps_its_order() -> None:
         Item("portable", (), ("portability",)),
         Item("clone", (), ("slow",)),
     ]
+    conftest = pytestconfig.pluginmanager.get_plugin(CONFTEST)
     conftest.pytest_collection_modifyitems(items)
     assert [item.name for item in items] == [
         "unit_a",
