@@ -1495,7 +1495,8 @@ def stylesheet_sources(built_site: Path, path: Path, head) -> list[str]:
 def test_each_page_links_one_stylesheet(built_site: Path) -> None:
     """Every page of the site links one stylesheet (each request before the first paint is a
     round trip on a phone's network): its stylesheets in their order, in one file whose
-    url()s lead to files of the site. The theme's and the book's are among them."""
+    url()s lead to files of the site, none to another host (a web font's ``@font-face``
+    would). The theme's and the book's are among them."""
     pages = [p for p in built_site.rglob("*.html") if "_static" not in p.parts]
     for path in pages:
         head = head_assets(path.read_text(encoding="utf8"))
@@ -1511,6 +1512,8 @@ def test_each_page_links_one_stylesheet(built_site: Path) -> None:
         assert css.count("@charset") == 1 and "@import" not in css
         for url in re.findall(r"""url\(["']?(?![a-z]+:|#)([^"')?#]+)""", css):
             assert (sheet.parent / url).resolve().is_file(), f"{sheet.name}: url({url})"
+        remote = [url for url in re.findall(r"""url\(["']?([^"')]+)""", css) if is_other_host(url)]
+        assert not remote, f"{sheet.name} loads from another host: {remote[:3]}"
     folder = built_site / stylesheet_bundle.BUNDLE_DIR
     bundles = list(folder.glob(f"{stylesheet_bundle.BUNDLE_PREFIX}*.css"))
     assert 1 <= len(bundles) <= 4  # pages with the same stylesheets share one; no stale ones
