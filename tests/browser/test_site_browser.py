@@ -27,6 +27,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -329,6 +330,7 @@ class Visit:
     axe: list = field(default_factory=list)
     page_width: tuple = (0, 0)
     screenshot: Path | None = None
+    first_try: str = ""  # why the first load gave no record, when a second one was made
 
 
 def html_path(page: str) -> str:
@@ -578,10 +580,18 @@ class Visits:
 
     def _load(self, browser, key: VisitKey) -> None:
         page, theme, width = key
+        record: Visit | Exception
         try:
-            record: Visit | Exception = load_page(
-                browser, self.site_url, page, theme, self.artifacts, width
-            )
+            record = load_page(browser, self.site_url, page, theme, self.artifacts, width)
+        except PlaywrightTimeout as stalled:
+            # A renderer stalled on a busy machine (once, in CI: a screenshot waited 60 s for a
+            # frame). The page is loaded again, in a fresh context; one that stalls every time
+            # fails as before, and a second try is reported (``visit``'s warning).
+            try:
+                record = load_page(browser, self.site_url, page, theme, self.artifacts, width)
+                record.first_try = repr(stalled)
+            except Exception as error:
+                record = error
         except Exception as error:  # one failed load fails every test of that visit, fast
             record = error
         with self.changed:
@@ -643,6 +653,9 @@ def visit(browser, chromium_launcher, site_url, built_site, artifacts_dir, reque
         record = visits.get((page, theme, width))
         if isinstance(record, Exception):
             pytest.fail(f"loading {page} ({theme}, {width} px) failed: {record!r}", pytrace=False)
+        if record.first_try:
+            message = f"{page} ({theme}, {width} px) loaded twice: {record.first_try}"
+            warnings.warn(message, stacklevel=2)
         return record
 
     yield get
