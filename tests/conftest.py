@@ -8,6 +8,7 @@ import background
 import early_build
 import exactness
 import fresh_clone
+import late_jobs
 import pytest
 import torch
 from hypothesis import settings
@@ -39,13 +40,15 @@ def built_site(request: pytest.FixtureRequest) -> Path:
     warning, so a fixture failure here is a broken book. It was started when the tests were
     collected (``early_build.py``), so the unit tests ran beside it; this waits for it.
 
-    Once the site is built, the PDF's build (``early_build.py``) and the unit tests' portable
-    run (``background.py``) start in the background, each if a selected test needs it.
+    Once the site is built, the PDF's build (``early_build.py``), then the plain build and
+    the link crawl (``late_jobs.py``), and the unit tests' portable run (``background.py``)
+    start in the background, each if a selected test needs it.
     """
     returncode, output = early_build.result("site")
     if returncode != 0:
         pytest.fail(f"book build failed:\n{output[-12000:]}")
     early_build.start_pdf(request.session.items)
+    late_jobs.start(request.session.items, after=early_build.running("pdf"))
     background.start(request.session.items)
     return ROOT / "_build" / "html"
 
@@ -83,6 +86,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     fresh_clone.stop_early()  # a run that no test waited for (the session stopped first)
     early_build.stop()
+    late_jobs.stop()
     background.stop()
 
 

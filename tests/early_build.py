@@ -77,6 +77,12 @@ def start_pdf(items: list[pytest.Item]) -> None:
         _runs["pdf"] = _start(PDF_COMMAND)
 
 
+def running(name: str) -> subprocess.Popen | None:
+    """The process of build ``name`` started early and not yet taken, if any."""
+    run = _runs.get(name)
+    return run.process if run else None
+
+
 def result(name: str) -> tuple[int, str]:
     """The exit code and output of build ``name`` (``"site"`` or ``"pdf"``): of the one started
     early, or of one run now."""

@@ -1,11 +1,17 @@
-"""The order of a session that builds the book: the unit tests first, beside the build."""
+"""The order of a session that builds the book: the unit tests first, beside the build; the
+chapters longest first; the late jobs after the PDF."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import background
 import early_build
+import late_jobs
 import pytest
 
 # The tests' own conftest.py, as pytest registered it: `import conftest` may give another
@@ -52,3 +58,25 @@ def test_only_a_test_that_uses_the_built_site_asks_for_the_build() -> None:
     assert early_build.needs_site(Item("site_check", ("tmp_path", "built_site")))
     assert not early_build.needs_site(Item("chapter", ("tmp_path",), ("chapter",)))
     assert not early_build.needs_site(Item("unit_a"))
+
+
+def test_chapters_run_longest_first_where_the_build_timed_them(tmp_path: Path) -> None:
+    times = tmp_path / "execution_times.json"
+    times.write_text(
+        json.dumps({"book/b": {"runtime": 2.0}, "book/c": {"runtime": 90.0}, "book/d": {}})
+    )
+    assert background.longest_first(["a", "b", "c", "d"], times) == ["c", "b", "a", "d"]
+    assert background.longest_first(["a", "b"], tmp_path / "absent.json") == ["a", "b"]
+
+
+def test_late_jobs_run_in_turn_after_the_process_they_wait_for(monkeypatch) -> None:
+    ran: list[tuple[str, int | None]] = []
+    pdf = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    jobs = {name: lambda name=name: ran.append((name, pdf.poll())) or name for name in "ab"}
+    monkeypatch.setattr(late_jobs, "JOBS", jobs)
+    monkeypatch.setattr(late_jobs, "TESTS", {"a": lambda item: True, "b": lambda item: False})
+    monkeypatch.setattr(late_jobs, "_jobs", {})
+    late_jobs.start([Item("x")], after=pdf)
+    assert late_jobs.result("a") == "a"
+    assert ran == [("a", 0)]  # after the process ended; "b" was not asked for
+    assert late_jobs.result("b") == "b" and ran[-1][0] == "b"  # run now

@@ -12,35 +12,19 @@ the book's PDF link included (a page saying ``make pdf`` builds it, when it was 
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import late_jobs
 import pdf_text
 import pytest
 from mha_site.files import site_pages
 
 pytestmark = pytest.mark.site
 
-ROOT = Path(__file__).resolve().parents[1]
-BUILD_TIMEOUT_S = 1800
 MATPLOTLIB_NOTE = "matplotlib is not installed"
 REMOTE = ("http:", "https:", "mailto:", "data:", "javascript:", "#", "//")
-
-
-def working_tree_files(root: Path = ROOT) -> list[str]:
-    """The files of the working tree that git tracks or would track (not ignored ones)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=root,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    return [name for name in listed.split("\0") if name and (root / name).is_file()]
 
 
 class _Links(HTMLParser):
@@ -93,27 +77,13 @@ def test_missing_files_finds_a_link_to_a_file_the_site_lacks(tmp_path: Path) -> 
 
 
 @pytest.fixture(scope="module")
-def plain_build(built_site: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """The working tree built with ``jupyter-book build .`` in a copy; its site and output."""
-    copy = tmp_path_factory.mktemp("plain") / "book"
-    for name in working_tree_files():
-        target = copy / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, target)
-    shutil.copytree(ROOT / "_build" / ".jupyter_cache", copy / "_build" / ".jupyter_cache")
-    env = dict(os.environ, MHA_TRAIN_STORE=str(ROOT / "_build" / ".train_store"))
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    result = subprocess.run(
-        ["jupyter-book", "build", "."],
-        cwd=copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT_S,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-    return copy / "_build" / "html", output
+def plain_build(built_site: Path) -> tuple[Path, str]:
+    """The working tree built with ``jupyter-book build .`` in a copy; its site and output.
+
+    The build started in the background once the PDF was built (``late_jobs.py``)."""
+    returncode, output, site = late_jobs.result("plain")
+    assert returncode == 0, output[-6000:]
+    return site, output
 
 
 def test_the_plain_build_prints_no_note_about_matplotlib(plain_build: tuple[Path, str]) -> None:
