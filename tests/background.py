@@ -9,12 +9,13 @@ without the site starts it then.
 
 The chapters under the portable kernels are not started early: several chapters assert
 ratios of times measured in one run, which a busy machine can upset, so they run two at a
-time (``test_chapters.py``) when the browser tests are over. :func:`chapters` keeps their
-runs, so that a chapter is executed once however many of its tests ask.
+time (``test_chapters.py``) when the browser tests are over, the longest first. :func:`chapters`
+keeps their runs, so that a chapter is executed once however many of its tests ask.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from chapter_runs import CHAPTERS_AT_ONCE, run_chapter
 from portability import portable_env
 
 ROOT = Path(__file__).resolve().parents[1]
+EXECUTION_TIMES = ROOT / "_build" / "execution_times.json"  # the site build's, per chapter
 UNIT_TEST_ID = "tests/test_portability.py::test_unit_tests_pass_under_portable_kernels"
 UNIT_COMMAND = [
     sys.executable,
@@ -72,13 +74,25 @@ def start(items: list[pytest.Item]) -> None:
 
 def chapters(stems: list[str]) -> dict[str, Future]:
     """Every started chapter run by stem, after starting those of ``stems`` not started yet
-    (in that order, :data:`chapter_runs.CHAPTERS_AT_ONCE` at a time)."""
+    (the longest first, :data:`chapter_runs.CHAPTERS_AT_ONCE` at a time)."""
     if not _pool:
         _pool.append(ThreadPoolExecutor(max_workers=CHAPTERS_AT_ONCE))
-    for stem in stems:
+    for stem in longest_first(stems):
         if stem not in _chapters:
             _chapters[stem] = _pool[0].submit(run_chapter, stem)
     return _chapters
+
+
+def longest_first(stems: list[str], times: Path = EXECUTION_TIMES) -> list[str]:
+    """``stems`` in the order of the time each chapter took in the site's build, longest
+    first, where the build recorded it (``times``): so that the longest chapter does not run
+    alone at the end while the other core waits. Unrecorded chapters keep their order, last."""
+    try:
+        recorded = json.loads(times.read_text(encoding="utf8"))
+    except (OSError, ValueError):
+        recorded = {}
+    seconds = {Path(page).name: entry.get("runtime") or 0.0 for page, entry in recorded.items()}
+    return sorted(stems, key=lambda stem: -seconds.get(stem, 0.0))
 
 
 def unit_run() -> UnitRun:

@@ -12,8 +12,9 @@ Two things differ from the book build, on purpose:
 - exact comparisons of floating-point arrays are audited (``exactness.py``): each must say
   which exact operation makes it hold.
 
-The selected chapters are executed two at a time, in the order their tests run: each kernel
-runs on one thread, so two of them keep two cores busy. Each test waits for its chapter.
+The selected chapters are executed two at a time, the longest first (``background.py``):
+each kernel runs on one thread, so two of them keep two cores busy. Each test waits for its
+chapter.
 """
 
 from __future__ import annotations
