@@ -17,7 +17,8 @@ Chromium and Firefox readers have it. Links are followed two ways:
   each opened in a fresh page;
 - on the page: each link of the page's own contents and of its text to a target of the same
   page, clicked in the order of their targets on a freshly opened page, and the link to the
-  last target clicked first on another fresh page (nothing laid out above it yet).
+  last target clicked first on another fresh page (nothing laid out above it yet). On the
+  API reference's pages, one template repeated per member, an even sample of those links.
 
 On the page, the clicks run in the page itself, one script for all of a page's links (click,
 wait until neither the scroll nor the target has moved for a few frames, read where the target
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import loopback
 import pytest
+from booktoc import toc_sections
 
 pytestmark = [pytest.mark.browser, pytest.mark.site]
 
@@ -48,6 +50,11 @@ LONG_CHAPTERS = [
     "book/attention-without-the-score-matrix",
     "book/pretrained-heads",
 ]
+# The API reference's pages are written from one template (a heading and a signature per
+# member), and have many more in-page links than a chapter: on them the in-page test follows
+# a sample, spread evenly, the first and the last link among them. Chapters: every link.
+API_PAGES = {"book/api", *toc_sections("book/api")}
+API_SAMPLE = 12
 HEIGHT = 844
 LOAD_TIMEOUT_MS = 60_000
 STILL_FRAMES = 6  # a landing is read once neither the scroll nor the target has moved this long
@@ -183,6 +190,24 @@ def test_section_ids_reads_the_sections_of_the_article() -> None:
     assert section_ids(page) == ["a", "b"]
 
 
+def followed(page: str, targets: list[str]) -> list[str]:
+    """The in-page targets the test follows on ``page``: all of them, or on an API page at most
+    ``API_SAMPLE``, spread evenly, in their order, the first and the last among them."""
+    if page not in API_PAGES or len(targets) <= API_SAMPLE:
+        return targets
+    step = (len(targets) - 1) / (API_SAMPLE - 1)
+    return [targets[round(i * step)] for i in range(API_SAMPLE)]
+
+
+def test_followed_keeps_a_chapters_targets_and_samples_an_api_page() -> None:
+    targets = [f"t{i}" for i in range(100)]
+    assert followed("book/inference", targets) == targets
+    sample = followed("book/api-core", targets)
+    assert len(sample) == API_SAMPLE and sample[0] == "t0" and sample[-1] == "t99"
+    assert sample == sorted(set(sample), key=targets.index)  # distinct, in the page's order
+    assert followed("book/api-core", targets[:5]) == targets[:5]
+
+
 def landed(where: dict | None) -> str:
     """'' if the target is where a link should land it, else what is wrong."""
     if where is None:
@@ -287,7 +312,7 @@ def follow_on_the_page(
         _open_in_each(tabs, url)
         targets = {}
         for width, tab in zip(widths, tabs, strict=True):
-            targets[width] = tab.evaluate(IN_PAGE_LINKS_JS)
+            targets[width] = followed(page, tab.evaluate(IN_PAGE_LINKS_JS))
             if page not in ("book/bibliography", "book/api"):
                 assert targets[width], f"{page}: no link to a target on the page"
             tab.evaluate(FOLLOW_LINKS_JS, [targets[width], STILL_FRAMES])
