@@ -47,6 +47,7 @@ WIDE, NARROW = 1280, 390
 AXE_JS = ROOT / "scripts" / "node" / "node_modules" / "axe-core" / "axe.min.js"
 AXE_BLOCKING = {"serious", "critical"}
 LOAD_TIMEOUT_MS = 60_000
+SCREENSHOT_TIMEOUT_MS = 20_000  # a first screen takes a second or two; a stalled one never ends
 RENDER_TIMEOUT_MS = 30_000
 # Schemes that never leave the browser.
 LOCAL_SCHEMES = {"data", "blob", "about"}
@@ -525,6 +526,9 @@ def load_page(
         shots = artifacts / "site"
         shots.mkdir(parents=True, exist_ok=True)
         visit.screenshot = shots / f"{page.replace('/', '__')}-{theme}-{width}.png"
+        # Headless Chromium draws no new frame for a page it takes as in the background, and a
+        # screenshot waits for one: twice a screenshot waited out its timeout after the checks.
+        tab.bring_to_front()
         if FULL_PAGE_SCREENSHOTS:
             page_height = tab.evaluate("document.documentElement.scrollHeight")
             height = min(page_height, SCREENSHOT_MAX_PX)
@@ -533,7 +537,7 @@ def load_page(
                 path=str(visit.screenshot), full_page=True, clip=clip, timeout=LOAD_TIMEOUT_MS
             )
         else:
-            tab.screenshot(path=str(visit.screenshot), timeout=LOAD_TIMEOUT_MS)
+            tab.screenshot(path=str(visit.screenshot), timeout=SCREENSHOT_TIMEOUT_MS)
     finally:
         context.close()
     return visit
@@ -584,9 +588,9 @@ class Visits:
         try:
             record = load_page(browser, self.site_url, page, theme, self.artifacts, width)
         except PlaywrightTimeout as stalled:
-            # A renderer stalled on a busy machine (once, in CI: a screenshot waited 60 s for a
-            # frame). The page is loaded again, in a fresh context; one that stalls every time
-            # fails as before, and a second try is reported (``visit``'s warning).
+            # A renderer stalled on a busy machine (in CI: a screenshot waited 60 s for a frame).
+            # The page is loaded again, in a fresh context; one that stalls every time fails as
+            # before, and a second try is reported (``visit``'s warning).
             try:
                 record = load_page(browser, self.site_url, page, theme, self.artifacts, width)
                 record.first_try = repr(stalled)
