@@ -64,6 +64,11 @@
     codes(slot.dataset.mhaCode)
       .then(function (list) {
         slot.innerHTML = list[Number(slot.dataset.mhaIndex)];
+        // A code block may scroll sideways: reachable by keyboard at once (the theme sets the
+        // tab stops of the page's code only 300 ms after the page last changed).
+        slot.querySelectorAll("pre").forEach(function (pre) {
+          pre.tabIndex = 0;
+        });
         addCopyButtons(slot);
       })
       .catch(function (error) {

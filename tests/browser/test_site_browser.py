@@ -933,7 +933,8 @@ def test_search_from_a_chapter_finds_the_chapter_that_teaches_it(browser, site_u
 
 
 def test_a_hidden_code_cell_shows_its_code_when_opened(browser, site_url) -> None:
-    """Hidden inputs load their code from the page's JSON the first time they are opened."""
+    """Hidden inputs load their code from the page's JSON the first time they are opened, and
+    the code can be reached by keyboard as soon as it is there."""
     context = browser.new_context(viewport={"width": WIDE, "height": 900})
     errors: list[str] = []
     try:
@@ -944,9 +945,13 @@ def test_a_hidden_code_cell_shows_its_code_when_opened(browser, site_url) -> Non
         assert slot.inner_html() == ""  # nothing loaded before it is opened
         details = tab.locator("details.hide.above-input").first
         details.locator("summary").click()
-        tab.wait_for_function(
-            "() => document.querySelector('[data-mha-code] pre')", timeout=LOAD_TIMEOUT_MS
-        )
+        # The code's tab stop when it first appears: a block that scrolls sideways must be
+        # reachable by keyboard at once (axe's scrollable-region-focusable).
+        first_tab_index = tab.wait_for_function(
+            "() => { const pre = document.querySelector('[data-mha-code] pre');"
+            " return pre ? String(pre.tabIndex) : null; }",
+            timeout=LOAD_TIMEOUT_MS,
+        ).json_value()
         code = slot.locator("pre").inner_text()
         # Its copy button, like every other code cell's, copies this code.
         target = slot.locator("pre + button.copybtn").get_attribute("data-clipboard-target")
@@ -955,6 +960,7 @@ def test_a_hidden_code_cell_shows_its_code_when_opened(browser, site_url) -> Non
     finally:
         context.close()
     assert errors == []
+    assert first_tab_index == "0"
     assert code.strip() in _code_cell_sources("trained-heads"), f"not a cell's code: {code!r}"
     assert target == f"#{copied_id}" and buttons > 1
 
