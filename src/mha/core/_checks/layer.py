@@ -458,7 +458,7 @@ def check_mha_range(
     params: MHAParams,
     mask: Any,
     *,
-    cache: Any,
+    cache: KVCache | None,
     kind: ArrayKind,
     causal: str | None = None,
     rotary: Rotary | None = None,
