@@ -27,12 +27,13 @@ from typing import Any
 import numpy as np
 
 from mha.core._checks import arguments, layer
+from mha.cost._counts import Counts
 
 # --- FLOPs: the model --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class AttentionFlops:
+class AttentionFlops(Counts):
     """FLOPs of one multi-head attention forward, stage by stage (multiply-add = 2 FLOPs).
 
     The first six stages are matrix multiplies (what ``FlopCounterMode`` counts); the
@@ -65,9 +66,6 @@ class AttentionFlops:
     bias: int
     scale: int
     softmax: int
-
-    def __post_init__(self) -> None:
-        arguments.count_fields(self)
 
     @property
     def projections(self) -> int:

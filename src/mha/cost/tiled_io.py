@@ -13,10 +13,11 @@ import math
 from dataclasses import dataclass
 
 from mha.core._checks import arguments
+from mha.cost._counts import Counts
 
 
 @dataclass(frozen=True)
-class AttentionIO:
+class AttentionIO(Counts):
     """Elements one attention head moves between slow memory and fast memory.
 
     "Slow" memory holds the inputs and outputs (a GPU's HBM, a CPU's main memory); "fast"
@@ -35,9 +36,6 @@ class AttentionIO:
 
     reads: int
     writes: int
-
-    def __post_init__(self) -> None:
-        arguments.count_fields(self)
 
     @property
     def total(self) -> int:
