@@ -100,26 +100,22 @@ def _heatmap(
     x: list[str],
     y: list[str],
     *,
-    zmin: float | None,
-    zmax: float | None,
-    colorscale: str,
     value_name: str,
     showscale: bool = True,
-    name: str | None = None,
     visible: bool = True,
+    **trace: Any,
 ) -> go.Heatmap:
+    """A map of ``z`` with the colour bar and hover text of the book's maps; ``trace`` holds
+    the trace's other settings (``zmin``, ``zmax``, ``colorscale``, ``name``)."""
     return go.Heatmap(
         z=z,
         x=x,
         y=y,
-        zmin=zmin,
-        zmax=zmax,
-        colorscale=colorscale,
         showscale=showscale,
         colorbar=dict(title=dict(text=value_name), thickness=12),
         hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{value_name} %{{z:.3f}}<extra></extra>",
-        name=name,
         visible=visible,
+        **trace,
     )
 
 
