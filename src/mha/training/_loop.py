@@ -1,16 +1,19 @@
-"""The training loop that every task's training function shares.
+"""The training loop, and the config fields and checks, that every task shares.
 
-:func:`fit` trains an :class:`~mha.models.attention_only.AttentionOnlyTransformer` with AdamW
-on a config's batches and records measurements of the held-out batch as it goes;
-:func:`starting_model` picks the model a run starts from. The tasks differ only in their
-config, their loss and what they measure (:mod:`mha.training.runs`,
-:mod:`mha.training.digit_sums`).
+:class:`TrainingFields` holds the fields of a task's config that size the model and drive the
+loop, and checks them; :func:`new_model` builds a config's model. :func:`fit` trains an
+:class:`~mha.models.attention_only.AttentionOnlyTransformer` with AdamW on a config's batches
+and records measurements of the held-out batch as it goes; :func:`starting_model` picks the
+model a run starts from.
+The tasks differ only in their own fields, their data, their loss and what they measure
+(:mod:`mha.training.runs`, :mod:`mha.training.digit_sums`).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,6 +22,61 @@ import torch
 from mha.backends import torch_checks
 from mha.core._checks import arguments
 from mha.models.attention_only import AttentionOnlyTransformer
+
+# The counts of every config, checked as positive ints after the task's own.
+COUNTS = ("d_model", "num_heads", "num_layers", "batch_size", "steps", "eval_every", "eval_size")
+
+
+@dataclass(frozen=True)
+class TrainingFields:
+    """The fields of a training config that size the model and drive the loop, and their checks.
+
+    The defaults are those of :class:`mha.training.runs.TrainConfig`, whose docstring
+    documents the fields; a task's config may declare a field again with its own default.
+    A task's config names this class first among its bases and a dataclass of the task's
+    own fields second: a dataclass takes its bases' fields from the last base to the first,
+    so the task's fields come first in the constructor, then these. Its ``__post_init__``
+    checks its own fields and calls :meth:`_check_counts` and :meth:`_check_rates`.
+    """
+
+    d_model: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    batch_size: int = 32
+    steps: int = 1000
+    lr: float = 1e-2
+    weight_decay: float = 0.0
+    seed: int = 0
+    eval_every: int = 25
+    eval_size: int = 64
+
+    def _check_counts(self, *own: str) -> None:
+        """Check the task's counts ``own``, then :data:`COUNTS` (kept as ints); H must divide D."""
+        for name in (*own, *COUNTS):
+            object.__setattr__(self, name, arguments.size(name, getattr(self, name)))
+        arguments.layer_sizes(self.d_model, self.num_heads)
+
+    def _check_rates(self) -> None:
+        """Check ``lr`` and ``weight_decay`` (kept as floats), then ``seed`` (kept as an int)."""
+        rates = {
+            "lr": arguments.number("lr", self.lr, low=0.0, open_low=True),
+            "weight_decay": arguments.number("weight_decay", self.weight_decay, low=0.0),
+        }
+        for name, value in rates.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "seed", arguments.seed("seed", self.seed))
+
+
+def new_model(config: Any) -> AttentionOnlyTransformer:
+    """The model at initialisation: ``config``'s ``vocab_size``, ``seq_len``, sizes and seed."""
+    return AttentionOnlyTransformer(
+        config.vocab_size,
+        config.seq_len,
+        config.d_model,
+        config.num_heads,
+        config.num_layers,
+        seed=config.seed,
+    )
 
 
 def starting_model(config: Any, model: AttentionOnlyTransformer | None) -> AttentionOnlyTransformer:

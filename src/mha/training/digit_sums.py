@@ -24,29 +24,28 @@ from mha.training import _loop, tasks
 
 
 @dataclass(frozen=True)
-class DigitSumConfig:
+class _DigitSumFields:
+    """The digit-sum task's own fields, the first of :class:`DigitSumConfig`'s."""
+
+    base: int = 8
+    seq_len: int = 16
+
+
+@dataclass(frozen=True)
+class DigitSumConfig(_loop.TrainingFields, _DigitSumFields):
     """Everything that determines a training run on the digit-sum task (same config, same run).
 
-    Data: :func:`mha.training.tasks.digit_sums` with this config's sizes, a fresh batch per
-    step from a generator seeded with ``(seed, 1)``; the evaluation batch comes from
-    ``(seed, 2)``. Model: a one-layer :class:`mha.models.attention_only.AttentionOnlyTransformer`
-    (``num_layers`` is a field) with ``base ** 2`` token ids, seeded with ``seed``. Optimiser:
-    AdamW with constant learning rate ``lr``. The loss is the cross-entropy of the answer at
-    every position but the first (:func:`answer_loss`).
+    The run of a :class:`mha.training.runs.TrainConfig` (its seeds, model and optimiser) on
+    :func:`mha.training.tasks.digit_sums` with this config's sizes: the model has one layer
+    (``num_layers`` is a field) and ``base ** 2`` token ids, and the loss is the
+    cross-entropy of the answer at every position but the first (:func:`answer_loss`).
 
     Attributes:
         base: the base of the digits; the vocabulary has ``base ** 2`` tokens.
         seq_len: sequence length L.
-        d_model: model width D.
-        num_heads: heads per layer H.
-        num_layers: number of attention blocks.
-        batch_size: sequences per training step.
-        steps: training steps.
-        lr: AdamW's learning rate.
-        weight_decay: AdamW's weight decay.
-        seed: seed of the model and of both data generators.
-        eval_every: steps between two measurements.
-        eval_size: sequences in the evaluation batch.
+        d_model, num_heads, num_layers: model width D, heads per layer H, attention blocks.
+        batch_size, steps, lr, weight_decay, seed, eval_every, eval_size: the training
+            settings, as :class:`mha.training.runs.TrainConfig` describes them.
 
     Raises:
         ValueError: if a size or count is not positive, ``base`` or ``seq_len`` is below 2
@@ -57,33 +56,16 @@ class DigitSumConfig:
             kept as a Python ``int``; not a bool), or a rate is not a real number.
     """
 
-    base: int = 8
-    seq_len: int = 16
-    d_model: int = 64
-    num_heads: int = 2
+    num_heads: int = 2  # the training fields this task sets otherwise
     num_layers: int = 1
-    batch_size: int = 32
     steps: int = 500
-    lr: float = 1e-2
-    weight_decay: float = 0.0
-    seed: int = 0
-    eval_every: int = 25
     eval_size: int = 256
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base", arguments.size("base", self.base, 2, tasks.BASE_LIMIT + 1))
         object.__setattr__(self, "seq_len", arguments.size("seq_len", self.seq_len, 2))
-        counts = ("d_model", "num_heads", "num_layers", "batch_size", "steps", "eval_every")
-        for name in (*counts, "eval_size"):
-            object.__setattr__(self, name, arguments.size(name, getattr(self, name)))
-        arguments.layer_sizes(self.d_model, self.num_heads)
-        rates = {
-            "lr": arguments.number("lr", self.lr, low=0.0, open_low=True),
-            "weight_decay": arguments.number("weight_decay", self.weight_decay, low=0.0),
-        }
-        for name, value in rates.items():
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "seed", arguments.seed("seed", self.seed))
+        self._check_counts()
+        self._check_rates()
 
     @property
     def vocab_size(self) -> int:
@@ -97,14 +79,7 @@ class DigitSumConfig:
             A new :class:`mha.models.attention_only.AttentionOnlyTransformer` with this config's
             sizes and seed.
         """
-        return AttentionOnlyTransformer(
-            self.vocab_size,
-            self.seq_len,
-            self.d_model,
-            self.num_heads,
-            self.num_layers,
-            seed=self.seed,
-        )
+        return _loop.new_model(self)
 
     def batch(self, rng: np.random.Generator | int, batch_size: int) -> tasks.DigitSums:
         """A batch of the task with this config's sizes.

@@ -122,7 +122,18 @@ def split_losses(logits: torch.Tensor, batch: RepeatedSegments) -> dict[str, flo
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class _SegmentFields:
+    """The repeated-segment task's own fields, the first of :class:`TrainConfig`'s."""
+
+    vocab_size: int = 64
+    seq_len: int = 32
+    min_period: int = 8
+    max_period: int = 16
+    prefix_prob: float = 0.5
+
+
+@dataclass(frozen=True)
+class TrainConfig(_loop.TrainingFields, _SegmentFields):
     """Everything that determines a training run (same config, same run).
 
     Data: :func:`mha.training.tasks.repeated_segments` with this config's sizes, a fresh batch per
@@ -157,30 +168,8 @@ class TrainConfig:
             kept as a Python ``int``; not a bool), or a rate is not a real number.
     """
 
-    vocab_size: int = 64
-    seq_len: int = 32
-    min_period: int = 8
-    max_period: int = 16
-    prefix_prob: float = 0.5
-    d_model: int = 64
-    num_heads: int = 4
-    num_layers: int = 2
-    batch_size: int = 32
-    steps: int = 1000
-    lr: float = 1e-2
-    weight_decay: float = 0.0
-    seed: int = 0
-    eval_every: int = 25
-    eval_size: int = 64
-
     def __post_init__(self) -> None:
-        counts: tuple[str, ...] = (
-            "vocab_size", "seq_len", "min_period", "max_period", "d_model", "num_heads",
-            "num_layers", "batch_size", "steps", "eval_every", "eval_size",
-        )  # fmt: skip
-        for name in counts:
-            object.__setattr__(self, name, arguments.size(name, getattr(self, name)))
-        arguments.layer_sizes(self.d_model, self.num_heads)
+        self._check_counts("vocab_size", "seq_len", "min_period", "max_period")
         if not self.min_period <= self.max_period <= self.seq_len // 2:
             raise ValueError(
                 "periods must satisfy min_period <= max_period <= seq_len // 2; got "
@@ -193,14 +182,9 @@ class TrainConfig:
                 f"vocab_size={self.vocab_size}, seq_len={self.seq_len}, "
                 f"min_period={self.min_period}"
             )
-        rates = {
-            "prefix_prob": arguments.number("prefix_prob", self.prefix_prob, low=0.0, high=1.0),
-            "lr": arguments.number("lr", self.lr, low=0.0, open_low=True),
-            "weight_decay": arguments.number("weight_decay", self.weight_decay, low=0.0),
-        }
-        for name, value in rates.items():
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "seed", arguments.seed("seed", self.seed))
+        prefix_prob = arguments.number("prefix_prob", self.prefix_prob, low=0.0, high=1.0)
+        object.__setattr__(self, "prefix_prob", prefix_prob)
+        self._check_rates()
 
     def model(self) -> AttentionOnlyTransformer:
         """The model at initialisation.
@@ -209,14 +193,7 @@ class TrainConfig:
             A new :class:`mha.models.attention_only.AttentionOnlyTransformer` with this config's
             sizes and seed.
         """
-        return AttentionOnlyTransformer(
-            self.vocab_size,
-            self.seq_len,
-            self.d_model,
-            self.num_heads,
-            self.num_layers,
-            seed=self.seed,
-        )
+        return _loop.new_model(self)
 
     def batch(self, rng: np.random.Generator | int, batch_size: int) -> RepeatedSegments:
         """A batch of the task with this config's sizes.
