@@ -4,7 +4,7 @@
 loop, and checks them; :func:`new_model` builds a config's model. :func:`fit` trains an
 :class:`~mha.models.attention_only.AttentionOnlyTransformer` with AdamW on a config's batches
 and records measurements of the held-out batch as it goes; :func:`starting_model` picks the
-model a run starts from.
+model a run starts from, and :func:`train_and_record` does both and fills the run's history.
 The tasks differ only in their own fields, their data, their loss and what they measure
 (:mod:`mha.training.runs`, :mod:`mha.training.digit_sums`).
 """
@@ -12,9 +12,10 @@ The tasks differ only in their own fields, their data, their loss and what they 
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -23,6 +24,7 @@ from mha.backends import torch_checks
 from mha.core._checks import arguments
 from mha.models.attention_only import AttentionOnlyTransformer
 
+History = TypeVar("History")
 # The counts of every config, checked as positive ints after the task's own.
 COUNTS = ("d_model", "num_heads", "num_layers", "batch_size", "steps", "eval_every", "eval_size")
 
@@ -150,3 +152,36 @@ def fit(
                 f"training diverged ({error})"
             ) from None
     return train_loss, log
+
+
+def train_and_record(
+    config: Any,
+    model: AttentionOnlyTransformer | None,
+    loss: Callable[[torch.Tensor, Any], torch.Tensor],
+    measures: Callable[[torch.Tensor, list[torch.Tensor], Any], dict[str, Any]],
+    history: Callable[..., History],
+) -> tuple[AttentionOnlyTransformer, History]:
+    """:func:`fit` a copy of ``model`` (:func:`starting_model`) and record the run's history.
+
+    Args:
+        config: the training config, as :func:`fit` reads it, with a ``model()``.
+        model: a model to continue training (a copy is trained), or ``None`` for
+            ``config.model()``.
+        loss: the loss of a batch's logits, as :func:`fit` takes it.
+        measures: the measurements, as :func:`fit` takes them, named as ``history``'s fields.
+        history: the history's class: it takes ``step``, ``train_loss``, ``cpu_seconds`` and
+            each measurement, by name.
+
+    Returns:
+        The trained model and its history: each measurement's values stacked along a first
+        axis of evaluations, and ``cpu_seconds`` the CPU time of the whole run.
+
+    Raises:
+        TypeError, ValueError: as :func:`starting_model` and :func:`fit`.
+    """
+    start = time.process_time()
+    model = starting_model(config, model)
+    train_loss, log = fit(model, config, loss, measures)
+    recorded = {name: np.stack(values) for name, values in log.items()}
+    seconds = time.process_time() - start
+    return model, history(train_loss=train_loss, cpu_seconds=seconds, **recorded)

@@ -9,7 +9,6 @@ Like :mod:`mha.training.runs`, the functions that train or evaluate run on one C
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,14 +110,13 @@ class DigitSumHistory:
     """What was measured while training on the digit-sum task.
 
     Attributes:
-        step: the evaluation steps.
-        train_loss: the loss of every training step.
+        step, train_loss, cpu_seconds: the evaluation steps, the loss of every training step
+            and the CPU time of the whole run, as in :class:`mha.training.runs.TrainHistory`.
         loss: the answer loss on the evaluation batch, at each evaluation.
         accuracy: the share of the evaluation batch's answers that are the model's most
             likely output, at each evaluation.
         previous_token: each head's previous-token score, at each evaluation.
         first_token: each head's first-token score, at each evaluation.
-        cpu_seconds: CPU time of the whole run.
 
     Shape:
         step, loss and accuracy ``(E,)`` (0 = initialisation); train_loss ``(steps,)``;
@@ -242,16 +240,4 @@ def train_digit_sums(
         ValueError: if a training step's loss is NaN or infinite (training diverged).
     """
     arguments.instance("config", config, DigitSumConfig, "a DigitSumConfig")
-    start = time.process_time()
-    model = _loop.starting_model(config, model)
-    train_loss, log = _loop.fit(model, config, answer_loss, _digit_sum_measures)
-    history = DigitSumHistory(
-        step=np.array(log["step"]),
-        train_loss=train_loss,
-        loss=np.array(log["loss"]),
-        accuracy=np.array(log["accuracy"]),
-        previous_token=np.stack(log["previous_token"]),
-        first_token=np.stack(log["first_token"]),
-        cpu_seconds=time.process_time() - start,
-    )
-    return model, history
+    return _loop.train_and_record(config, model, answer_loss, _digit_sum_measures, DigitSumHistory)

@@ -32,7 +32,6 @@ import multiprocessing
 import os
 import pickle
 import platform
-import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
@@ -323,26 +322,16 @@ def train(
             (training diverged).
     """
     arguments.instance("config", config, TrainConfig, "a TrainConfig")
-    start = time.process_time()
-    model = _loop.starting_model(config, model)
 
     def measures(
         logits: torch.Tensor, weights: list[torch.Tensor], batch: RepeatedSegments
     ) -> dict:
-        return {**split_losses(logits, batch), **_scores(weights, batch)}
+        losses = split_losses(logits, batch)
+        first_and_repeat = {"first_loss": losses["first"], "repeat_loss": losses["repeat"]}
+        return {**first_and_repeat, **_scores(weights, batch)}
 
     loss = lambda logits, batch: next_token_loss(logits, batch.tokens)  # noqa: E731
-    train_loss, log = _loop.fit(model, config, loss, measures)
-    history = TrainHistory(
-        step=np.array(log["step"]),
-        train_loss=train_loss,
-        first_loss=np.array(log["first"]),
-        repeat_loss=np.array(log["repeat"]),
-        previous_token=np.stack(log["previous_token"]),
-        induction=np.stack(log["induction"]),
-        cpu_seconds=time.process_time() - start,
-    )
-    return model, history
+    return _loop.train_and_record(config, model, loss, measures, TrainHistory)
 
 
 STORE_VARIABLE = "MHA_TRAIN_STORE"
