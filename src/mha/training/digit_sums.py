@@ -84,8 +84,8 @@ class DigitSumConfig(_loop.TrainingFields, _DigitSumFields):
         """A batch of the task with this config's sizes.
 
         Args:
-            rng: a NumPy generator, or a seed for one.
-            batch_size: number of sequences.
+            rng, batch_size: a NumPy generator (or a seed for one) and the number of
+                sequences, as :meth:`mha.training.runs.TrainConfig.batch` takes them.
 
         Returns:
             A :class:`mha.training.tasks.DigitSums` batch.
@@ -97,10 +97,11 @@ class DigitSumConfig(_loop.TrainingFields, _DigitSumFields):
         return tasks.digit_sums(batch_size, self.seq_len, self.base, rng=rng)
 
     def eval_batch(self) -> tasks.DigitSums:
-        """The fixed held-out batch the history is measured on.
+        """The fixed held-out batch, as :meth:`mha.training.runs.TrainConfig.eval_batch` draws it.
 
         Returns:
-            The same batch on every call, drawn from ``(seed, 2)``.
+            The same :class:`mha.training.tasks.DigitSums` batch on every call, drawn from
+            ``(seed, 2)``: the history is measured on it.
         """
         return self.batch(np.random.default_rng([self.seed, 2]), self.eval_size)
 
