@@ -22,42 +22,20 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mha.core._checks import arguments, numpy_arrays
+from mha.core._checks import arguments
 from mha.core._checks.numpy_arrays import boolean_mask
+from mha.display._plot_checks import (
+    axis_labels,
+    check_options,
+    line_values,
+    matrix_stack,
+    text_list,
+)
 
 WEIGHTS = "Blues"
 SEQUENTIAL = "Viridis"
 DIVERGING = "RdBu"
 COLORSCALES = (WEIGHTS, SEQUENTIAL, DIVERGING, "Cividis", "Greys")
-
-
-def _matrix_stack(name: str, weights: Any, ndim: int) -> np.ndarray:
-    """A finite real array of ``ndim`` dimensions as float64 (NaN would show as a blank cell)."""
-    layout = "(L, S)" if ndim == 2 else "(n, L, S)"
-    w = numpy_arrays.float_array(name, weights)
-    if w.ndim != ndim:
-        raise ValueError(f"{name} must be a numeric array of shape {layout}; got shape {w.shape}")
-    return w
-
-
-def _check_options(title: Any, zmin: Any, zmax: Any, height: Any, **texts: Any) -> None:
-    """The options every heatmap takes: strings, a colour range and a height."""
-    for name, value in {"title": title, **texts}.items():
-        arguments.text(name, value)
-    lo = None if zmin is None else arguments.number("zmin", zmin)
-    hi = None if zmax is None else arguments.number("zmax", zmax)
-    if lo is not None and hi is not None and not lo < hi:
-        raise ValueError(f"zmin must be below zmax; got zmin={zmin!r}, zmax={zmax!r}")
-    if height is not None:
-        arguments.size("height", height)
-
-
-def _texts(name: str, values: Any) -> list[str]:
-    """A list of strings (not one string, whose characters would be read as the list)."""
-    out = arguments.items(name, values)
-    for i, v in enumerate(out):
-        arguments.text(f"{name}[{i}]", v)
-    return out
 
 
 def token_labels(tokens: Sequence[Any]) -> list[str]:
@@ -74,17 +52,6 @@ def token_labels(tokens: Sequence[Any]) -> list[str]:
             read as tokens, included).
     """
     return [f"{i} {t}" for i, t in enumerate(arguments.items("tokens", tokens))]
-
-
-def _labels(name: str, labels: Sequence[str] | None, n: int) -> list[str]:
-    if labels is None:
-        return [str(i) for i in range(n)]
-    labels = [str(x) for x in arguments.items(name, labels)]
-    if len(labels) != n:
-        raise ValueError(f"{name} must have one label per position ({n}); got {len(labels)}")
-    if len(set(labels)) != n:
-        raise ValueError(f"{name} must be unique (use token_labels); got repeats in {labels}")
-    return labels
 
 
 def _check_colorscale(colorscale: str) -> None:
@@ -212,13 +179,13 @@ def attention_heatmap(
         TypeError: if ``weights`` is not numeric, ``mask`` is not boolean, a title is not a
             string, or a label list is not a list.
     """
-    w = _matrix_stack("weights", weights, 2)
-    _check_options(
+    w = matrix_stack("weights", weights, 2)
+    check_options(
         title, zmin, zmax, height, value_name=value_name, xaxis_title=xaxis_title,
         yaxis_title=yaxis_title,
     )  # fmt: skip
     _check_colorscale(colorscale)
-    y, x = _labels("queries", queries, w.shape[0]), _labels("keys", keys, w.shape[1])
+    y, x = axis_labels("queries", queries, w.shape[0]), axis_labels("keys", keys, w.shape[1])
     shown, grey = _masked_layer("mask", mask, w)
     fig = go.Figure([] if grey is None else [_grey_heatmap(grey, x, y)])
     fig.add_trace(
@@ -286,13 +253,13 @@ def attention_grid(
         TypeError: if ``weights`` is not numeric, ``mask`` is not boolean, ``cols`` is not
             an int, or a title is not a string.
     """
-    w = _matrix_stack("weights", weights, 3)
+    w = matrix_stack("weights", weights, 3)
     _check_colorscale(colorscale)
-    _check_options(
+    check_options(
         title, zmin, zmax, height, value_name=value_name, xaxis_title=xaxis_title,
         yaxis_title=yaxis_title,
     )  # fmt: skip
-    titles = _texts("titles", titles)
+    titles = text_list("titles", titles)
     n = w.shape[0]
     if n == 0:
         raise ValueError(f"weights must hold at least one map; got shape {w.shape}")
@@ -301,7 +268,7 @@ def attention_grid(
     cols = arguments.size("cols", cols)
     cols = min(cols, n)
     rows = -(-n // cols)
-    y, x = _labels("queries", queries, w.shape[1]), _labels("keys", keys, w.shape[2])
+    y, x = axis_labels("queries", queries, w.shape[1]), axis_labels("keys", keys, w.shape[2])
     fig = make_subplots(
         rows=rows,
         cols=cols,
@@ -366,9 +333,9 @@ def head_slider(
         ValueError: as :func:`attention_grid`, or if ``head_names`` has the wrong length.
         TypeError: as :func:`attention_grid`.
     """
-    w = _matrix_stack("weights", weights, 3)
+    w = matrix_stack("weights", weights, 3)
     _check_colorscale(colorscale)
-    _check_options(title, None, None, None, value_name=value_name)
+    check_options(title, None, None, None, value_name=value_name)
     H = w.shape[0]
     if H == 0:
         raise ValueError(f"weights must hold at least one map; got shape {w.shape}")
@@ -379,7 +346,7 @@ def head_slider(
     )
     if len(names) != H:
         raise ValueError(f"head_names must name every head ({H}); got {len(names)}")
-    y, x = _labels("queries", queries, w.shape[1]), _labels("keys", keys, w.shape[2])
+    y, x = axis_labels("queries", queries, w.shape[1]), axis_labels("keys", keys, w.shape[2])
     fig = go.Figure(
         [
             _heatmap(
@@ -470,24 +437,24 @@ def attention_panels(
             list, or a title is not a string.
     """
     maps = [
-        _matrix_stack(f"weights[{k}]", w, 2)
+        matrix_stack(f"weights[{k}]", w, 2)
         for k, w in enumerate(arguments.items("weights", weights))
     ]
     if not maps:
         raise ValueError("weights must hold at least one map; got none")
     _check_colorscale(colorscale)
-    _check_options(title, zmin, zmax, height, value_name=value_name)
+    check_options(title, zmin, zmax, height, value_name=value_name)
     n = len(maps)
     per_map = {
-        "titles": _texts("titles", titles),
+        "titles": text_list("titles", titles),
         "queries": [None] * n if queries is None else arguments.items("queries", queries),
         "keys": [None] * n if keys is None else arguments.items("keys", keys),
         "xaxis_titles": ["key"] * n
         if xaxis_titles is None
-        else _texts("xaxis_titles", xaxis_titles),
+        else text_list("xaxis_titles", xaxis_titles),
         "yaxis_titles": ["query"] * n
         if yaxis_titles is None
-        else _texts("yaxis_titles", yaxis_titles),
+        else text_list("yaxis_titles", yaxis_titles),
         "masks": [None] * n if masks is None else arguments.items("masks", masks),
     }
     for name, values in per_map.items():
@@ -495,8 +462,8 @@ def attention_panels(
             raise ValueError(f"{name} must give one entry per map ({n}); got {len(values)}")
     fig = make_subplots(rows=1, cols=n, subplot_titles=per_map["titles"], horizontal_spacing=0.1)
     for k, w in enumerate(maps):
-        y = _labels(f"queries[{k}]", per_map["queries"][k], w.shape[0])
-        x = _labels(f"keys[{k}]", per_map["keys"][k], w.shape[1])
+        y = axis_labels(f"queries[{k}]", per_map["queries"][k], w.shape[0])
+        x = axis_labels(f"keys[{k}]", per_map["keys"][k], w.shape[1])
         shown, grey = _masked_layer(f"masks[{k}]", per_map["masks"][k], w)
         if grey is not None:
             fig.add_trace(_grey_heatmap(grey, x, y), row=1, col=k + 1)
@@ -530,20 +497,6 @@ def _log_axis(title: str, values: Sequence[float] | None) -> dict[str, Any]:
     else:
         axis |= dict(dtick=1)
     return axis
-
-
-def _line_values(name: str, values: Any, log: bool, gaps: bool = False) -> list[float]:
-    """A 1-D list of numbers: finite, or NaN for a missing point where ``gaps`` (positive on a
-    log axis)."""
-    raw = arguments.items(name, values) if not hasattr(values, "shape") else values
-    a = numpy_arrays.float_array(name, raw, ndim=1, layout="(n,)", finite=False)
-    shown = a[~np.isnan(a)] if gaps else a
-    if not np.isfinite(shown).all():
-        what = "infinity" if gaps else "NaN or infinity"
-        raise ValueError(f"{name} must be finite; got {what}")
-    if log and not (shown > 0).all():
-        raise ValueError(f"{name} must be positive on a log axis; got {a.tolist()}")
-    return a.tolist()
 
 
 def lines(
@@ -597,9 +550,9 @@ def lines(
     arguments.check_bool("log_x", log_x)
     arguments.check_bool("log_y", log_y)
     arguments.check_bool("markers", markers)
-    _check_options(title, None, None, None, xaxis_title=xaxis_title, yaxis_title=yaxis_title)
+    check_options(title, None, None, None, xaxis_title=xaxis_title, yaxis_title=yaxis_title)
     height = arguments.size("height", height)
-    xs = _line_values("x", x, log_x)
+    xs = line_values("x", x, log_x)
     n = len(xs)
     if not isinstance(series, Mapping):
         raise TypeError(
@@ -609,11 +562,11 @@ def lines(
         raise ValueError("series must hold at least one curve; got none")
     ys = {}
     for name, y in series.items():
-        ys[name] = _line_values(f"series[{name!r}]", y, log_y, gaps=True)
+        ys[name] = line_values(f"series[{name!r}]", y, log_y, gaps=True)
         if len(ys[name]) != n:
             raise ValueError(f"series {name!r} must have one value per x ({n}); got {len(y)}")
     if x_ticks is not None:
-        x_ticks = _line_values("x_ticks", x_ticks, log_x)
+        x_ticks = line_values("x_ticks", x_ticks, log_x)
     dashed = arguments.items("dashed", dashed)
     unknown = [d for d in dashed if d not in series]
     if unknown:
@@ -764,12 +717,12 @@ def head_pair_panels(
             a pair of numbers, or a title not a string.
     """
     maps = [
-        _matrix_stack(f"panels[{k}]", p, 2) for k, p in enumerate(arguments.items("panels", panels))
+        matrix_stack(f"panels[{k}]", p, 2) for k, p in enumerate(arguments.items("panels", panels))
     ]
     if not maps:
         raise ValueError("panels must hold at least one matrix; got none")
     arguments.text("title", title)
-    titles = _texts("titles", titles)
+    titles = text_list("titles", titles)
     zranges = arguments.items("zranges", zranges)
     colorscales = arguments.items("colorscales", colorscales)
     for k, pair in enumerate(zranges):
@@ -777,12 +730,12 @@ def head_pair_panels(
             raise TypeError(
                 f"zranges[{k}] must be a pair (zmin, zmax); got {arguments.describe(pair)}"
             )
-        _check_options(titles[k] if k < len(titles) else "", pair[0], pair[1], None)
+        check_options(titles[k] if k < len(titles) else "", pair[0], pair[1], None)
     n = len(maps)
     H = maps[0].shape[0] if maps else 0
     if any(m.shape != (H, H) for m in maps):
         raise ValueError(f"panels must be square and of one size; got {[m.shape for m in maps]}")
-    value_names = list(titles) if value_names is None else _texts("value_names", value_names)
+    value_names = list(titles) if value_names is None else text_list("value_names", value_names)
     for name, values in (
         ("titles", titles), ("zranges", zranges), ("colorscales", colorscales),
         ("value_names", value_names),
