@@ -59,11 +59,12 @@ import numpy as np
 from mha.backends import latent, np_backend
 from mha.core._checks import arguments, arrays, numpy_arrays
 from mha.core._checks.arguments import check_positive
-from mha.core._checks.numpy_arrays import as_numpy, broadcast
+from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.latent_params import MLAParams
 from mha.core.params import MHAParams, repeat_kv_heads
 from mha.core.rotary import rotate
 from mha.numerics import backward
+from mha.numerics._float64 import as_float64, check_float_inputs, largest_excess
 
 ATTENTION_ROW_SUM_ATOL = 1e-4
 """How far a row of attention weights given to a detector (:mod:`mha.detectors`) may sum
@@ -79,42 +80,6 @@ TARGET_ROW_SUM_ATOL = 1e-10
 (:func:`~mha.analysis.bottleneck.check_attention_target`,
 :func:`~mha.analysis.bottleneck.attention_errors`): targets are float64 distributions built
 by hand, whose row sums are within a few float64 roundings of 1."""
-
-
-def _as_float64(name: str, x: Any) -> np.ndarray:
-    """``x`` as a float64 NumPy array of real numbers (exactly: every float casts exactly).
-
-    Raises:
-        TypeError: for ``None`` or another object that is not numbers, a complex array, a
-            masked array, or a sparse or ``meta`` tensor.
-        ValueError: for a ragged nested sequence.
-    """
-    if x is None:
-        raise TypeError(f"{name} must be an array or tensor of numbers; got None")
-    x = as_numpy(name, x)
-    if x.dtype.kind not in "biuf":
-        raise TypeError(f"{name} must hold real numbers; got dtype {x.dtype}")
-    return x.astype(np.float64, copy=False)
-
-
-def _check_float_inputs(named: dict[str, Any], together: str | None = None) -> None:
-    """Each of ``named`` a NumPy array or torch tensor of a floating dtype; with ``together``
-    (how the message names them), all of one dtype."""
-    dtypes = {}
-    for name, x in named.items():
-        dtype = getattr(x, "dtype", None)
-        floating = dtype is not None and (
-            dtype.is_floating_point
-            if hasattr(dtype, "is_floating_point")
-            else np.issubdtype(dtype, np.floating)
-        )
-        if not floating:
-            got = f"dtype {dtype}" if dtype is not None else type(x).__name__
-            raise TypeError(f"{name} must be a floating array or tensor; got {got}")
-        dtypes[name] = str(dtype).removeprefix("torch.")  # torch.float32 is float32
-    if together is not None and len(set(dtypes.values())) > 1:
-        got = ", ".join(f"{n} {d}" for n, d in dtypes.items())
-        raise TypeError(f"{together} must share one dtype; got {got}")
 
 
 def unit_roundoff(dtype: Any) -> float:
@@ -274,8 +239,8 @@ def matmul_tolerance(a: Any, b: Any) -> np.ndarray:
         TypeError: if ``a`` or ``b`` is not a NumPy array or torch tensor of a floating
             dtype, or is a ``meta`` or sparse tensor.
     """
-    _check_float_inputs({"a": a, "b": b})  # the bound is in a's dtype
-    a_np, b_np = _as_float64("a", a), _as_float64("b", b)
+    check_float_inputs({"a": a, "b": b})  # the bound is in a's dtype
+    a_np, b_np = as_float64("a", a), as_float64("b", b)
     for name, x in (("a", a_np), ("b", b_np)):
         if x.ndim < 2:
             raise ValueError(f"{name} must have shape (..., rows, cols); got shape {x.shape}")
@@ -312,36 +277,12 @@ def max_abs_diff(actual: Any, expected: Any) -> float:
         TypeError: if an argument is ``None`` or not real numbers (complex, object), or a
             ``meta`` or sparse tensor.
     """
-    a, e = _as_float64("actual", actual), _as_float64("expected", expected)
+    a, e = as_float64("actual", actual), as_float64("expected", expected)
     if a.shape != e.shape:
         raise ValueError(f"actual and expected must have one shape; got {a.shape} and {e.shape}")
     if a.size == 0:
         return 0.0
     return float(np.max(np.abs(a - e)))
-
-
-def _excess(actual: Any, expected: Any, tolerance: Any) -> tuple[float, float, float]:
-    """(largest ``|diff| - tol``, the diff there, the tolerance there)."""
-    a = _as_float64("actual", actual)
-    e = _as_float64("expected", expected)
-    if a.shape != e.shape:
-        raise ValueError(f"actual and expected must have one shape; got {a.shape} and {e.shape}")
-    tol = broadcast(
-        "tolerance", _as_float64("tolerance", tolerance), a.shape, "the shape of actual"
-    )
-    if np.any(tol < 0) or not np.all(np.isfinite(tol)):
-        raise ValueError("tolerance must be finite and >= 0")
-    if a.size == 0:
-        return -np.inf, 0.0, 0.0
-    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(e))):
-        same = (a == e) | (np.isnan(a) & np.isnan(e))
-        if not same[~(np.isfinite(a) & np.isfinite(e))].all():
-            return np.inf, np.inf, np.nan  # no tolerance: NaN and infinity must agree exactly
-        a, e = np.where(np.isfinite(a), a, 0.0), np.where(np.isfinite(e), e, 0.0)
-    diff = np.abs(a - e)
-    over = diff - tol
-    i = np.unravel_index(np.argmax(over), over.shape)
-    return float(over[i]), float(diff[i]), float(tol[i])
 
 
 def is_close(actual: Any, expected: Any, tolerance: Any) -> bool:
@@ -363,7 +304,7 @@ def is_close(actual: Any, expected: Any, tolerance: Any) -> bool:
         TypeError: if an argument is ``None`` or not real numbers (complex, object), or a
             ``meta`` or sparse tensor.
     """
-    return _excess(actual, expected, tolerance)[0] <= 0
+    return largest_excess(actual, expected, tolerance)[0] <= 0
 
 
 def assert_close(actual: Any, expected: Any, tolerance: Any, *, name: str = "actual") -> float:
@@ -389,7 +330,7 @@ def assert_close(actual: Any, expected: Any, tolerance: Any, *, name: str = "act
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a str; got {arguments.describe(name)}")
-    over, diff, tol = _excess(actual, expected, tolerance)
+    over, diff, tol = largest_excess(actual, expected, tolerance)
     if over > 0 and math.isnan(tol):
         raise AssertionError(
             f"{name} and the expected values differ in their NaN or infinite entries (these "
@@ -455,7 +396,7 @@ def attention_tolerance(
     """
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be MHAParams; got {type(params).__name__}")
-    _check_float_inputs({"query": query, "key": key, "value": value}, "query, key and value")
+    check_float_inputs({"query": query, "key": key, "value": value}, "query, key and value")
     dtype, p_dtype = (str(d).removeprefix("torch.") for d in (query.dtype, params.dtype))
     if p_dtype != dtype:  # the layer refuses them: no route computes with them
         raise TypeError(
@@ -464,7 +405,7 @@ def attention_tolerance(
         )
     f64 = np.float64
     named = {"query": query, "key": key, "value": value}
-    x_q, x_k, x_v = (_as_float64(n, t) for n, t in named.items())
+    x_q, x_k, x_v = (as_float64(n, t) for n, t in named.items())
     keep = None if mask is None else as_numpy("mask", mask)  # checked by the layer below
     # Grouped-query attention computes each head as multi-head attention does with its key
     # and value head repeated: the same bound.
@@ -545,14 +486,14 @@ def latent_tolerance(
     """
     if not isinstance(params, MLAParams):
         raise TypeError(f"params must be MLAParams; got {type(params).__name__}")
-    _check_float_inputs({"x": x})
+    check_float_inputs({"x": x})
     dtype, p_dtype = (str(d).removeprefix("torch.") for d in (x.dtype, params.dtype))
     if p_dtype != dtype:
         raise TypeError(
             f"params must have the input's dtype {dtype}, as the layer requires; got params of "
             f"dtype {p_dtype} (convert with params.to_numpy(...) or params.to_torch(...))"
         )
-    x64, p = _as_float64("x", x), params.to_numpy(np.float64)
+    x64, p = as_float64("x", x), params.to_numpy(np.float64)
     keep = None if mask is None else as_numpy("mask", mask)
     _, w = latent.multi_head_latent_attention(x64, p, keep, route="explicit", rotary=rotary)
     H, Dh, Dc, Dr, D = p.num_heads, p.d_head, p.d_latent, p.d_rope, p.d_model
