@@ -54,6 +54,15 @@ from mha.core import _groups, mask_rules
 from mha.core._checks import arguments, layer, numpy_arrays
 from mha.core.params import MHAParams
 from mha.core.rotary import Rotary, rotate, rotated
+from mha.numerics._backward_steps import (
+    lifted,
+    linear_backward,
+    sdpa_backward,
+    sdpa_magnitudes,
+    softmax_backward,
+    turned_magnitudes,
+    unbroadcast,
+)
 
 Grads = TypeVar("Grads", bound=tuple[np.ndarray, ...])
 
@@ -65,23 +74,6 @@ BACKWARD_FORMS = ("fused", "tiled")
 # the forward holds one, and a training step keeps its memory below one score tensor from
 # short lengths on (with 4 heads of width 16 at L = S = 512: 256 x 256 tiles held more).
 BACKWARD_BLOCKS = (128, 128)
-
-
-def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Sum ``grad`` over the leading axes along which an input of ``shape`` was broadcast."""
-    extra = grad.ndim - len(shape)
-    if extra:
-        grad = grad.sum(axis=tuple(range(extra)))
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
-    return grad.sum(axis=axes, keepdims=True) if axes else grad
-
-
-def _softmax_backward(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
-    """``A * (dA - rowsum(dA * A))``, written over ``d_weights`` (returned)."""
-    row = np.einsum("...j,...j->...", d_weights, weights)[..., None]  # (..., L, 1)
-    d_weights -= row
-    d_weights *= weights
-    return d_weights
 
 
 def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
@@ -109,24 +101,9 @@ def softmax(weights: np.ndarray, d_weights: np.ndarray) -> np.ndarray:
     numpy_arrays.check_array("d_weights", d_weights)
     arguments.check_same_dtype({"weights": weights, "d_weights": d_weights})
     numpy_arrays.check_shape("d_weights", d_weights, weights.shape, "weights.shape")
-    d_scores = _softmax_backward(weights, d_weights.copy())
+    d_scores = softmax_backward(weights, d_weights.copy())
     numpy_arrays.check_result("backward.softmax gradient", d_scores)
     return d_scores
-
-
-def _sdpa_backward(q, k, v_, weights, d_out):
-    scale = q.dtype.type(1.0 / math.sqrt(q.shape[-1]))
-    d_value = np.matmul(weights.swapaxes(-1, -2), d_out)  # (..., S, L) @ (..., L, Dv)
-    d_weights = np.matmul(d_out, v_.swapaxes(-1, -2))  # (..., L, Dv) @ (..., Dv, S)
-    d_scores = _softmax_backward(weights, d_weights)  # (..., L, S)
-    d_scores *= scale
-    d_query = np.matmul(d_scores, k)  # (..., L, S) @ (..., S, Dh) -> (..., L, Dh)
-    d_key = np.matmul(d_scores.swapaxes(-1, -2), q)  # (..., S, L) @ (..., L, Dh)
-    return (
-        _unbroadcast(d_query, q.shape),
-        _unbroadcast(d_key, k.shape),
-        _unbroadcast(d_value, v_.shape),
-    )
 
 
 def _check_sdpa_grads(query, key, value, d_out, extra: dict) -> tuple[tuple, int, int]:
@@ -176,7 +153,7 @@ def scaled_dot_product_attention(
     batch, L, S = _check_sdpa_grads(query, key, value, d_out, {"weights": weights})
     numpy_arrays.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
     return _checked(
-        "backward.scaled_dot_product_attention", _sdpa_backward(query, key, value, weights, d_out)
+        "backward.scaled_dot_product_attention", sdpa_backward(query, key, value, weights, d_out)
     )
 
 
@@ -246,9 +223,9 @@ def _tiled_backward(
         store(d_key, row_index(cols), dk_j, io)
         store(d_value, row_index(cols), dv_j, io)
     return (
-        _unbroadcast(d_query, q.shape),
-        _unbroadcast(d_key, k.shape),
-        _unbroadcast(d_value, v_.shape),
+        unbroadcast(d_query, q.shape),
+        unbroadcast(d_key, k.shape),
+        unbroadcast(d_value, v_.shape),
     )
 
 
@@ -417,20 +394,11 @@ def linear(
         )
     numpy_arrays.check_shape("d_y", d_y, (*x.shape[:-1], weight.shape[1]), "(..., D_out)")
     arguments.check_bool("bias", bias)
-    d_x, d_weight, d_bias = _linear_backward(x, weight, d_y, bias)
+    d_x, d_weight, d_bias = linear_backward(x, weight, d_y, bias)
     for what, g in (("d_x", d_x), ("d_weight", d_weight), ("d_bias", d_bias)):
         if g is not None:
             numpy_arrays.check_result(f"backward.linear {what}", g)
     return d_x, d_weight, d_bias
-
-
-def _linear_backward(
-    x: np.ndarray, weight: np.ndarray, d_y: np.ndarray, bias: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    x2, dy2 = x.reshape(-1, x.shape[-1]), d_y.reshape(-1, d_y.shape[-1])  # (N, D_in), (N, D_out)
-    d_weight = x2.T @ dy2  # (D_in, N) @ (N, D_out)
-    d_bias = dy2.sum(axis=0) if bias else None  # (D_out,)
-    return d_y @ weight.T, d_weight, d_bias  # (..., D_out) @ (D_out, D_in)
 
 
 def _check_layer(query, key, value, params, mask, rotary=None) -> dict[str, float]:
@@ -633,7 +601,7 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     p, H, H_kv = saved.params, saved.params.num_heads, saved.params.num_kv_heads
     bias_in, bias_out = p.b_qkv is not None, p.b_o is not None
     concat = np_backend.merge_heads(saved.heads)  # (B, H, L, Dh) -> (B, L, D)
-    d_concat, d_w_o, d_b_o = _linear_backward(concat, p.w_o, d_out, bias_out)
+    d_concat, d_w_o, d_b_o = linear_backward(concat, p.w_o, d_out, bias_out)
     d_heads = _groups.group_queries(
         merge_heads(d_concat, H), H_kv
     )  # (B, L, D) -> (B, H_kv, G, L, Dh)
@@ -644,7 +612,7 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     )  # (B, H_kv, 1, S, Dh)
     if saved.form == "fused":  # d_key, d_value summed over each group by _unbroadcast
         weights = _groups.group_queries(saved.weights, H_kv)  # (B, H_kv, G, L, S)
-        dq, dk, dv = _sdpa_backward(qg, kg, vg, weights, d_heads)
+        dq, dk, dv = sdpa_backward(qg, kg, vg, weights, d_heads)
     else:
         maskg = _groups.group_mask(saved.mask, H_kv) if H_kv < H else saved.mask
         heads, lse = (
@@ -665,7 +633,7 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
     if saved.rotary is not None:  # R^T turns the gradients back: the inverse rotation
         dq, dk = (rotate(g, saved.rotary, inverse=True) for g in (dq, dk))
     grads = [
-        _linear_backward(x, w, split_heads(d), bias_in)  # (B, N, D) each
+        linear_backward(x, w, split_heads(d), bias_in)  # (B, N, D) each
         for x, w, d in ((saved.query, p.w_q, dq), (saved.key, p.w_k, dk), (saved.value, p.w_v, dv))
     ]
     d_w_qkv = np.concatenate([g[1] for g in grads], axis=1)  # -> (D, D + 2 H_kv Dh)
@@ -678,23 +646,6 @@ def multi_head_attention(saved: MHASaved, d_out: np.ndarray) -> MHAGradients:
         if g is not None:
             numpy_arrays.check_result(f"backward.multi_head_attention {what}", g)
     return result
-
-
-def _sdpa_magnitudes(q, k, v_, weights, d_out, tiny):
-    """The backward of attention on magnitudes (all inputs >= 0), and the largest score.
-
-    ``dZ`` becomes ``A * (dA + rowsum(dA * A))``: every term that the true ``dZ`` adds or
-    subtracts, counted with its absolute value. ``tiny`` (the dtype's smallest normal
-    number) is added to every rounded intermediate and result, for underflow (see
-    :func:`gradient_magnitudes`); the weights are expected to carry it already.
-    """
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    c_max = float(np.matmul(q, k.swapaxes(-1, -2)).max(initial=0.0)) * scale  # 0: no scores
-    d_v = np.matmul(weights.swapaxes(-1, -2), d_out) + tiny  # (..., S, Dv)
-    d_a = np.matmul(d_out, v_.swapaxes(-1, -2)) + tiny  # (..., L, S)
-    d_s = weights * (d_a + np.einsum("...j,...j->...", d_a, weights)[..., None] + tiny) * scale
-    d_s += tiny  # (..., L, S)
-    return np.matmul(d_s, k) + tiny, np.matmul(d_s.swapaxes(-1, -2), q) + tiny, d_v, c_max
 
 
 def attention_gradient_magnitudes(
@@ -732,24 +683,11 @@ def attention_gradient_magnitudes(
     numpy_arrays.check_shape("weights", weights, (*batch, L, S), "(..., L, S)")
     q, k, v_, a, d_o = (np.abs(x).astype(np.float64) for x in (query, key, value, weights, d_out))
     tiny = float(np.finfo(query.dtype).tiny)  # for underflow, as in gradient_magnitudes
-    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, v_, a + tiny, d_o, tiny)
+    d_q, d_k, d_v, c_max = sdpa_magnitudes(q, k, v_, a + tiny, d_o, tiny)
     n = max(L, S, query.shape[-1], value.shape[-1])
     shapes = (query.shape, key.shape, value.shape)
-    d_q, d_k, d_v = (_unbroadcast(g, s) for g, s in zip((d_q, d_k, d_v), shapes, strict=True))
+    d_q, d_k, d_v = (unbroadcast(g, s) for g, s in zip((d_q, d_k, d_v), shapes, strict=True))
     return (d_q, d_k, d_v), c_max, n
-
-
-def _turned_magnitudes(x: np.ndarray, rotary: Rotary | None, tiny: float) -> np.ndarray:
-    """A bound on ``|R x|`` and ``|R^T x|`` for magnitudes ``x >= 0``: ``x |cos| + x' |sin|``
-    (``x'`` each coordinate's partner), plus ``tiny``; ``x`` itself without rotary positions.
-
-    Shape:
-        x ``(..., n, Dh)``, positions from 0; returns the same shape.
-    """
-    if rotary is None:
-        return x
-    cos, sin = rotary.tables(x.shape[-1], x.shape[-2])  # 2 x (n, Dh)
-    return x * np.abs(cos) + x[..., rotary.partners(x.shape[-1])] * np.abs(sin) + tiny
 
 
 def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradients, float, int]:
@@ -801,22 +739,22 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
         _groups.group_kv(np_backend.split_heads(np_backend.linear(x, w, b) + tiny, H_kv), H, H_kv)
         for x, w, b in ((inputs[1], p.w_k, p.b_k), (inputs[2], p.w_v, p.b_v))
     )
-    q, k = (_turned_magnitudes(x, saved.rotary, tiny) for x in (q, k))
+    q, k = (turned_magnitudes(x, saved.rotary, tiny) for x in (q, k))
     d_out_abs = np.abs(d_out).astype(np.float64)
     concat = np_backend.merge_heads(_groups.ungroup(A @ val + tiny, H, H_kv))  # (B, L, D)
-    d_concat, d_w_o, d_b_o = _lifted(
-        _linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None), tiny
+    d_concat, d_w_o, d_b_o = lifted(
+        linear_backward(concat, p.w_o, d_out_abs, p.b_o is not None), tiny
     )
     d_heads = _groups.group_queries(merge_heads(d_concat, H), H_kv)  # (B, H_kv, G, L, Dh)
-    d_q, d_k, d_v, c_max = _sdpa_magnitudes(q, k, val, A, d_heads, tiny)
+    d_q, d_k, d_v, c_max = sdpa_magnitudes(q, k, val, A, d_heads, tiny)
     bias = p.b_qkv is not None
     d_q = _groups.ungroup(d_q, H, H_kv)  # (B, H, L, Dh)
     d_k, d_v = (
-        _groups.ungroup(_unbroadcast(g, k.shape), H, H_kv) for g in (d_k, d_v)
+        _groups.ungroup(unbroadcast(g, k.shape), H, H_kv) for g in (d_k, d_v)
     )  # (B, H_kv, S, Dh)
-    d_q, d_k = (_turned_magnitudes(g, saved.rotary, tiny) for g in (d_q, d_k))
+    d_q, d_k = (turned_magnitudes(g, saved.rotary, tiny) for g in (d_q, d_k))
     grads = [
-        _lifted(_linear_backward(x, w, split_heads(d), bias), tiny)
+        lifted(linear_backward(x, w, split_heads(d), bias), tiny)
         for x, w, d in zip(inputs, (p.w_q, p.w_k, p.w_v), (d_q, d_k, d_v), strict=True)
     ]
     B, L, D = saved.query.shape
@@ -832,11 +770,3 @@ def gradient_magnitudes(saved: MHASaved, d_out: np.ndarray) -> tuple[MHAGradient
     )
     d_query, d_key, d_value = (g[0] for g in grads)
     return MHAGradients(d_query, d_key, d_value, d_params), c_max, n
-
-
-def _lifted(
-    grads: tuple[np.ndarray, np.ndarray, np.ndarray | None], tiny: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """``(d_x, d_weight, d_bias)`` of :func:`_linear_backward`, each plus ``tiny``."""
-    d_x, d_weight, d_bias = grads
-    return d_x + tiny, d_weight + tiny, None if d_bias is None else d_bias + tiny
