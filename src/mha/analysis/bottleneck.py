@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from mha.analysis import _linalg
+from mha.analysis import _linalg, _targets
 from mha.analysis.rank import numerical_rank
 from mha.core import _tools
 from mha.core._checks import arguments, numpy_arrays
 from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.params import MHAParams
-from mha.numerics.tolerance import DISTRIBUTION_ROW_SUM_ATOL, TARGET_ROW_SUM_ATOL
+from mha.numerics.tolerance import TARGET_ROW_SUM_ATOL
 
 
 def centering_matrix(n: int) -> np.ndarray:
@@ -52,28 +52,6 @@ def centering_matrix(n: int) -> np.ndarray:
     return np.eye(n) - np.full((n, n), 1.0 / n)
 
 
-def _check_distributions(
-    name: str, m: np.ndarray, atol: float, positive: bool = False, tolerance: str = ""
-) -> None:
-    """A ``ValueError`` unless every row of ``m`` is a distribution (``> 0`` with ``positive``)."""
-    sums, low = m.sum(axis=1), m.min(initial=np.inf)
-    if low < 0 or (positive and low == 0) or np.any(np.abs(sums - 1.0) > atol):
-        raise ValueError(
-            f"{name} rows must be distributions ({'>' if positive else '>='} 0, summing to 1 "
-            f"within {tolerance or atol}); got least entry {low:.3g}, row sums "
-            f"{float(sums.min())!r} to {float(sums.max())!r}"
-        )
-
-
-def _target(name: str, target: Any, atol: float = TARGET_ROW_SUM_ATOL) -> np.ndarray:
-    """:func:`check_attention_target` of an argument called ``name``."""
-    p = _linalg.as_matrix(name, target)
-    if p.shape[0] != p.shape[1]:
-        raise ValueError(f"{name} must be square (N, N); got shape {p.shape}")
-    _check_distributions(name, p, atol, positive=True, tolerance=f"atol={atol!r}")
-    return p
-
-
 def check_attention_target(target: Any, atol: float = TARGET_ROW_SUM_ATOL) -> np.ndarray:
     """Check that ``target`` is a square, positive, row-stochastic matrix; return it.
 
@@ -94,12 +72,7 @@ def check_attention_target(target: Any, atol: float = TARGET_ROW_SUM_ATOL) -> np
         TypeError: if it is not a floating array, or ``atol`` not a real number.
     """
     atol = arguments.number("atol", atol, low=0.0)
-    return _target("target", target, atol)
-
-
-def _centred_log(name: str, target: Any) -> np.ndarray:
-    logp = np.log(_target(name, target))
-    return logp - logp.mean(axis=1, keepdims=True)  # log(P) C
+    return _targets.as_target("target", target, atol)
 
 
 def centred_log(target: Any) -> np.ndarray:
@@ -117,7 +90,7 @@ def centred_log(target: Any) -> np.ndarray:
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`.
     """
-    return _centred_log("target", target)
+    return _targets.centred_log("target", target)
 
 
 def required_head_width(target: Any, centre: bool = True) -> int:
@@ -269,7 +242,7 @@ def centred_logit_error(weights: Any, target: Any) -> float:
     Raises:
         ValueError, TypeError: as :func:`check_attention_target`, for either matrix.
     """
-    w, p = _centred_log("weights", weights), centred_log(target)
+    w, p = _targets.centred_log("weights", weights), centred_log(target)
     if w.shape != p.shape:
         raise ValueError(f"weights and target must have the same shape; got {w.shape}, {p.shape}")
     return float(np.linalg.norm(w - p))
@@ -409,7 +382,8 @@ def fit_attention_sweep(
     if hasattr(targets, "shape"):
         targets = list(as_numpy("targets", targets))
     targets = [
-        _target(f"targets[{k}]", t) for k, t in enumerate(arguments.items("targets", targets))
+        _targets.as_target(f"targets[{k}]", t)
+        for k, t in enumerate(arguments.items("targets", targets))
     ]
     d_heads = arguments.size_list("d_heads", d_heads, nonempty=False)
     for name, values in (("targets", targets), ("d_heads", d_heads)):
@@ -505,7 +479,9 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
         )
     num_heads = arguments.size("num_heads", num_heads, high=None)
     d_head = arguments.size("d_head", d_head, high=None)
-    logs = np.stack([_centred_log(f"targets[{k}]", t) for k, t in enumerate(targets)])  # (K, N, N)
+    logs = np.stack(
+        [_targets.centred_log(f"targets[{k}]", t) for k, t in enumerate(targets)]
+    )  # (K, N, N)
 
     def group_error(group: tuple[int, ...]) -> float:
         mean = logs[list(group)].mean(axis=0)
@@ -530,16 +506,6 @@ def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
     return float(best(tuple(range(len(logs))), num_heads))
 
 
-def _check_pair(weights: Any, target: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Two row-stochastic matrices of one shape (rows within ``DISTRIBUTION_ROW_SUM_ATOL`` of 1)."""
-    p, w = _linalg.as_matrix("target", target), _linalg.as_matrix("weights", weights)
-    if w.shape != p.shape:
-        raise ValueError(f"weights and target must have the same shape; got {w.shape}, {p.shape}")
-    _check_distributions("weights", w, DISTRIBUTION_ROW_SUM_ATOL)
-    _check_distributions("target", p, DISTRIBUTION_ROW_SUM_ATOL)
-    return w, p
-
-
 def total_variation(weights: Any, target: Any) -> np.ndarray:
     """Row by row, ``TV_i = (1/2) sum_j |A_ij - P_ij|``, the total variation distance.
 
@@ -561,7 +527,7 @@ def total_variation(weights: Any, target: Any) -> np.ndarray:
         ValueError: if the shapes differ or a row is not a distribution.
         TypeError: if a matrix is not floating.
     """
-    w, p = _check_pair(weights, target)
+    w, p = _targets.check_pair(weights, target)
     return 0.5 * np.abs(w - p).sum(axis=1)
 
 
@@ -588,7 +554,7 @@ def kl_divergence(weights: Any, target: Any) -> np.ndarray:
         ValueError: if the shapes differ or a row is not a distribution.
         TypeError: if a matrix is not floating.
     """
-    w, p = _check_pair(weights, target)
+    w, p = _targets.check_pair(weights, target)
     with np.errstate(divide="ignore"):
         log_w = np.log(w)
     return _kl(p, log_w)
@@ -700,7 +666,7 @@ def attention_errors(scores: Any, target: Any) -> dict[str, Any]:
     z, p = _linalg.as_matrix("scores", scores), _linalg.as_matrix("target", target)
     if z.shape != p.shape:
         raise ValueError(f"scores and target must have the same shape; got {z.shape}, {p.shape}")
-    _check_distributions("target", p, TARGET_ROW_SUM_ATOL)
+    _targets.check_distributions("target", p, TARGET_ROW_SUM_ATOL)
     shifted = z - z.max(axis=1, keepdims=True)
     log_a = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))  # log softmax
     if (p > 0).all():
