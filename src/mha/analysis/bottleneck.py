@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from mha.analysis import _linalg, _targets
+from mha.analysis._head_fit import fit_heads
 from mha.analysis.rank import numerical_rank
-from mha.core import _tools
 from mha.core._checks import arguments, numpy_arrays
 from mha.core._checks.numpy_arrays import as_numpy
 from mha.core.params import MHAParams
@@ -340,7 +340,7 @@ def fit_attention(
             integer, not a bool), or ``lr`` not a real number.
     """
     x = _linalg.as_matrix("x", x)
-    (w,) = _fit(x, [target], [d_head], steps, lr, seed)
+    (w,) = fit_heads(x, [target], [d_head], steps, lr, seed)
     w_q, w_k = w
     return w_q, w_k, centred_logit_error(attention_from_projections(x, w_q, w_k), target)
 
@@ -390,59 +390,12 @@ def fit_attention_sweep(
         if not values:
             raise ValueError(f"{name} must hold at least one entry; got none")
     pairs = [(t, d) for t in targets for d in d_heads]
-    weights = _fit(x, [t for t, _ in pairs], [d for _, d in pairs], steps, lr, seed)
+    weights = fit_heads(x, [t for t, _ in pairs], [d for _, d in pairs], steps, lr, seed)
     errors = [
         centred_logit_error(attention_from_projections(x, w_q, w_k), t)
         for (t, _), (w_q, w_k) in zip(pairs, weights, strict=True)
     ]
     return np.array(errors).reshape(len(targets), len(d_heads))
-
-
-def _fit(
-    x: np.ndarray, targets: list[Any], d_heads: list[int], steps: int, lr: float, seed: int
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    import torch
-
-    N, D = x.shape
-    steps = arguments.size("steps", steps)
-    d_heads = [arguments.size("d_head", d) for d in d_heads]
-    arguments.check_positive_number("lr", lr)
-    lr = float(lr)
-    seed = arguments.seed("seed", seed)
-    logs = [centred_log(t) for t in targets]  # K x (N, N)
-    if any(g.shape[0] != N for g in logs):
-        shapes = sorted({g.shape for g in logs})
-        raise ValueError(f"target must be (N, N) with N = x.shape[0] = {N}; got {shapes}")
-    goals = np.stack(logs)  # (K, N, N)
-    K, width = len(d_heads), max(d_heads)
-    arguments.check_elements("d_head", K * 2 * D * width, 8)
-    rng = np.random.default_rng(seed)
-    init = np.zeros((K, 2, D, width))
-    for i, d in enumerate(d_heads):
-        init[i, :, :, :d] = rng.standard_normal((2, D, d)) / np.sqrt(D)
-    mask = torch.tensor([[1.0] * d + [0.0] * (width - d) for d in d_heads])  # (K, width)
-    scale = torch.tensor([d**-0.5 for d in d_heads], dtype=torch.float64)[:, None, None]
-    w = torch.tensor(init, requires_grad=True)  # (K, 2, D, width)
-    xt, goal_t = torch.tensor(x, dtype=torch.float64), torch.tensor(goals)
-    opt = torch.optim.Adam([w], lr=lr)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
-    with _tools.one_thread():  # tiny matrices: extra threads only add synchronisation
-        for _ in range(steps):
-            opt.zero_grad()
-            q = xt @ (w[:, 0] * mask[:, None, :])  # (K, N, width)
-            k = xt @ (w[:, 1] * mask[:, None, :])  # (K, N, width)
-            z = q @ k.transpose(1, 2) * scale  # (K, N, N)
-            z = z - z.mean(dim=2, keepdim=True)  # Z C
-            loss = ((z - goal_t) ** 2).sum()
-            loss.backward()
-            opt.step()
-            schedule.step()
-    out = w.detach().numpy()
-    if not np.isfinite(out).all():
-        raise ValueError(
-            f"lr={lr!r} made the fit diverge (its weights are no longer finite); take a smaller lr"
-        )
-    return [(out[i, 0, :, :d].copy(), out[i, 1, :, :d].copy()) for i, d in enumerate(d_heads)]
 
 
 def best_layer_error(targets: Any, num_heads: int, d_head: int) -> float:
