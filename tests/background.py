@@ -1,32 +1,37 @@
-"""The portable unit run, started in the background as soon as the site is built.
+"""The portable runs, started in the background while the site is built and once it is.
 
-The browser tests, which ``make test`` runs after the unit tests and before the chapters,
-spend much of their time waiting on pages, with a core to spare. The unit tests' second run,
-under the portable kernels (``portability.py``, ``test_portability.py``), needs nothing from
-them and times nothing. So the ``built_site`` fixture (``conftest.py``) calls :func:`start`
-once the site is built, and the test waits for that run when its turn comes; a selection
-without the site starts it then.
+The unit tests run first, beside the book's build (``early_build.py``), and end before it:
+the rest of the build, one chapter after another, leaves a core to spare. The unit tests'
+second run, under the portable kernels (``portability.py``, ``test_portability.py``), needs
+nothing from the build. So the first test that waits for the site (the ``built_site``
+fixture, ``conftest.py``) starts that run with :func:`start_unit`, and its own test waits for
+it when its turn comes; a selection without the site starts it then.
 
-The chapters under the portable kernels are not started early: several chapters assert
-ratios of times measured in one run, which a busy machine can upset, so they run two at a
-time (``test_chapters.py``) when the browser tests are over, the longest first. :func:`chapters`
-keeps their runs, so that a chapter is executed once however many of its tests ask.
+Once the site is built, :func:`start_chapters` starts the chapters under the portable
+kernels, beside the browser tests (which spend much of their time waiting on pages), but only
+those that time nothing, one at a time. Several chapters assert ratios of times measured in
+one run (:func:`times_itself`), which a busy machine can upset: those wait until the chapter
+tests come, when the browser tests are over. From then on two chapters run at a time
+(``test_chapters.py``), the longest first. :func:`chapters` keeps their runs, so that a
+chapter is executed once however many of its tests ask.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from chapter_runs import CHAPTERS_AT_ONCE, run_chapter
+from chapter_runs import BOOK, CHAPTERS_AT_ONCE, run_chapter, selected_stems
 from portability import portable_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,26 +66,59 @@ class UnitRun:
         return returncode, output
 
 
+# A chapter that imports the library's timers measures times in one run and asserts ratios.
+TIMERS = re.compile(
+    r"^\s*(?:from\s+mha\.cost\s+import\s.*\btimings\b|(?:from|import)\s+mha\.cost\.timings\b)", re.M
+)
+
 _pool: list[ThreadPoolExecutor] = []
 _chapters: dict[str, Future] = {}
 _units: list[UnitRun] = []
+# Chapter runs at once: one beside the browser tests, CHAPTERS_AT_ONCE once the chapter tests
+# come (``chapters`` adds the other slots).
+_slots = threading.Semaphore(1)
+_widened: list[bool] = []
 
 
-def start(items: list[pytest.Item]) -> None:
+def start_unit(items: list[pytest.Item]) -> None:
     """Start the portable unit run if the selected tests ``items`` will wait for it."""
     if any(item.nodeid == UNIT_TEST_ID for item in items) and not _units:
         _units.append(_start_unit())
 
 
+def start_chapters(items: list[pytest.Item]) -> None:
+    """Start the selected chapters that time nothing (:func:`times_itself`), one at a time."""
+    _submit([stem for stem in selected_stems(items) if not times_itself(stem)])
+
+
+def times_itself(stem: str, book: Path = BOOK) -> bool:
+    """Whether chapter ``stem`` imports the library's timers (``mha.cost.timings``): its
+    claims about times are ratios measured in one run, so it runs when the machine is calmer."""
+    return bool(TIMERS.search((book / f"{stem}.md").read_text(encoding="utf8")))
+
+
 def chapters(stems: list[str]) -> dict[str, Future]:
     """Every started chapter run by stem, after starting those of ``stems`` not started yet
-    (the longest first, :data:`chapter_runs.CHAPTERS_AT_ONCE` at a time)."""
+    (the longest first, :data:`chapter_runs.CHAPTERS_AT_ONCE` at a time from now on)."""
+    if not _widened:
+        _widened.append(True)
+        _slots.release(CHAPTERS_AT_ONCE - 1)
+    _submit(stems)
+    return _chapters
+
+
+def _submit(stems: list[str]) -> None:
+    """Queue the runs of ``stems`` not queued yet, the longest first."""
     if not _pool:
         _pool.append(ThreadPoolExecutor(max_workers=CHAPTERS_AT_ONCE))
     for stem in longest_first(stems):
         if stem not in _chapters:
-            _chapters[stem] = _pool[0].submit(run_chapter, stem)
-    return _chapters
+            _chapters[stem] = _pool[0].submit(_run_in_slot, stem)
+
+
+def _run_in_slot(stem: str) -> list[str]:
+    with _slots:
+        return run_chapter(stem)
 
 
 def longest_first(stems: list[str], times: Path = EXECUTION_TIMES) -> list[str]:

@@ -38,18 +38,20 @@ def built_site(request: pytest.FixtureRequest) -> Path:
 
     The build executes every chapter (with the execution cache) and fails on any
     warning, so a fixture failure here is a broken book. It was started when the tests were
-    collected (``early_build.py``), so the unit tests ran beside it; this waits for it.
+    collected (``early_build.py``), so the unit tests ran beside it; the unit tests' portable
+    run (``background.py``) starts now, beside the rest of the build, and this waits for it.
 
     Once the site is built, the PDF's build (``early_build.py``), then the plain build and
-    the link crawl (``late_jobs.py``), and the unit tests' portable run (``background.py``)
-    start in the background, each if a selected test needs it.
+    the link crawl (``late_jobs.py``), and the chapters that time nothing under the portable
+    kernels (``background.py``) start in the background, each if a selected test needs it.
     """
+    background.start_unit(request.session.items)
     returncode, output = early_build.result("site")
     if returncode != 0:
         pytest.fail(f"book build failed:\n{output[-12000:]}")
     early_build.start_pdf(request.session.items)
     late_jobs.start(request.session.items, after=early_build.running("pdf"))
-    background.start(request.session.items)
+    background.start_chapters(request.session.items)
     return ROOT / "_build" / "html"
 
 

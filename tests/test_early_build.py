@@ -1,12 +1,15 @@
 """The order of a session that builds the book: the unit tests first, beside the build; the
-chapters longest first; the late jobs after the PDF."""
+chapters that time nothing one at a time once the site is built, then two at a time, the
+longest first; the late jobs after the PDF."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import background
@@ -26,6 +29,9 @@ class Item:
     name: str
     fixturenames: tuple[str, ...] = ()
     markers: tuple[str, ...] = ()
+    path: Path = Path("test_x.py")
+    nodeid: str = ""
+    callspec: object = None
 
     def iter_markers(self):
         return (getattr(pytest.mark, name).mark for name in self.markers)
@@ -80,3 +86,56 @@ def test_late_jobs_run_in_turn_after_the_process_they_wait_for(monkeypatch) -> N
     assert late_jobs.result("a") == "a"
     assert ran == [("a", 0)]  # after the process ended; "b" was not asked for
     assert late_jobs.result("b") == "b" and ran[-1][0] == "b"  # run now
+
+
+@dataclass
+class Callspec:
+    params: dict = field(default_factory=dict)
+
+
+def chapter_test(stem: str) -> Item:
+    return Item(stem, (), ("chapter",), Path("test_chapters.py"), callspec=Callspec({"stem": stem}))
+
+
+def test_a_chapter_times_itself_when_it_imports_the_timers(tmp_path: Path) -> None:
+    imports = {
+        "a": "from mha.cost import arithmetic, timings\n",
+        "b": "import mha.cost.timings as t\n",
+        "c": "from mha.cost.timings import time_forms\n",
+        "d": "from mha.cost import arithmetic\n`mha.cost.timings` in the text, not imported\n",
+    }
+    for stem, text in imports.items():
+        (tmp_path / f"{stem}.md").write_text(f"# {stem}\n\n```{{code-cell}}\n{text}```\n")
+    assert [stem for stem in imports if background.times_itself(stem, tmp_path)] == list("abc")
+
+
+def test_untimed_chapters_run_one_at_a_time_until_the_chapter_tests_come(monkeypatch) -> None:
+    running, most, lock = [0], [0], threading.Lock()
+    timed_started: list[int] = []
+
+    def run(stem: str) -> list[str]:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            if stem == "timed":
+                timed_started.append(most[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return []
+
+    monkeypatch.setattr(background, "run_chapter", run)
+    monkeypatch.setattr(background, "times_itself", lambda stem: stem == "timed")
+    monkeypatch.setattr(background, "longest_first", lambda stems: stems)
+    monkeypatch.setattr(background, "_pool", [])
+    monkeypatch.setattr(background, "_chapters", {})
+    monkeypatch.setattr(background, "_slots", threading.Semaphore(1))
+    monkeypatch.setattr(background, "_widened", [])
+    background.start_chapters([chapter_test(stem) for stem in ("one", "two", "timed")])
+    runs = dict(background._chapters)
+    assert list(runs) == ["one", "two"]  # the timed chapter waits for the chapter tests
+    runs["two"].result(timeout=10)
+    assert most[0] == 1  # one at a time beside the browser tests
+    runs = background.chapters(["one", "two", "timed", "three"])
+    assert [runs[stem].result(timeout=10) for stem in runs] == [[], [], [], []]
+    assert timed_started and most[0] == 2  # two at a time once the chapter tests come
