@@ -348,6 +348,20 @@ def test_api_markdown_documents_members_of_submodules_only() -> None:
     assert ".. automodule:: mha.core.params\n   :members:\n```" in text
 
 
+def test_a_class_shows_its_public_bases_only() -> None:
+    from mha.core.kv_cache import KVCache
+    from mha.training.runs import TrainConfig
+
+    assert api_reference.is_private(TrainConfig.__bases__[0])  # in mha.training._loop
+    assert api_reference.public_bases(TrainConfig.__bases__) == [object]
+    assert api_reference.public_bases(KVCache.__bases__) == [object]
+    assert api_reference.public_bases([ValueError, *KVCache.__bases__]) == [ValueError, object]
+    assert api_reference.public_bases([KVCache]) == [KVCache]
+    bases = list(TrainConfig.__bases__)
+    api_reference.show_public_bases(None, "TrainConfig", TrainConfig, {}, bases)
+    assert bases == [object]
+
+
 def test_format_times_names_the_slowest_chapter() -> None:
     times = {
         "book/a": {"runtime": 1.5, "mtime": 10.0},
@@ -948,6 +962,11 @@ def test_api_pages_document_each_listed_module(built_site: Path) -> None:
         for module in modules:
             assert f'href="{stem}.html#module-{module}"' in index, f"book/api: no {module}"
     assert 'id="module-' not in index  # the first page documents no module itself
+    for page in pages:  # a class's "Bases" line names public classes only
+        html = page_path(built_site, page).read_text(encoding="utf8")
+        for bases in re.findall(r"Bases: (.*?)</p>", html, re.S):
+            names = re.sub(r"<[^>]+>", "", bases)
+            assert not re.search(r"(^|[\s.,])_", names), f"{page}: Bases: {names}"
     backend = next(page for page in pages if "mha.backends.np_backend" in documented[page])
     html = page_path(built_site, backend).read_text(encoding="utf8")
     assert (

@@ -3,7 +3,9 @@
 A page lists modules in a ``{mha-api}`` block, one per line; before the page is parsed,
 each becomes a section with the module's name as its heading (label ``api-<module>``) and
 autodoc's documentation of its public members. Docstrings are read as the library writes
-them: a parameter described as just ``B.`` stays text.
+them: a parameter described as just ``B.`` stays text. A class's "Bases" line names public
+classes only: a private base (a shared private helper of the library) is replaced by its own
+public bases.
 """
 
 from __future__ import annotations
@@ -76,7 +78,28 @@ def keep_letters_as_text(
             lines[index] = _LETTER_ITEM.sub(r"\1\2\\.", line)
 
 
+def is_private(cls: type) -> bool:
+    """Whether ``cls`` is private: its name, or a part of its module's, starts with ``_``."""
+    return any(part.startswith("_") for part in (*cls.__module__.split("."), cls.__name__))
+
+
+def public_bases(bases: tuple[type, ...] | list[type]) -> list[type]:
+    """``bases`` with each private class replaced by its public bases, in order, once each."""
+    found: list[type] = []
+    for base in bases:
+        for public in public_bases(base.__bases__) if is_private(base) else [base]:
+            if public not in found:
+                found.append(public)
+    return found
+
+
+def show_public_bases(app: Sphinx, name: str, obj: type, options: Any, bases: list[type]) -> None:
+    """autodoc's "Bases" line of class ``obj``: its public bases only (:func:`public_bases`)."""
+    bases[:] = public_bases(bases) or [object]
+
+
 def setup(app: Sphinx) -> None:
     app.connect("source-read", expand_api_blocks)
+    app.connect("autodoc-process-bases", show_public_bases)
     # After napoleon (priority 500) has turned the Google sections into fields.
     app.connect("autodoc-process-docstring", keep_letters_as_text, priority=600)
