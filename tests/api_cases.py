@@ -3394,7 +3394,11 @@ def decoder_model64() -> attention_only.AttentionOnlyTransformer:
 def decoder_data64() -> dict:
     scores = {"previous_token": np.full((2, 4), 0.5), "induction": np.full((2, 4), 0.75)}
     return live_decoder.decoder_data(
-        decoder_model64(), scores, previous_token_head=1, induction_head=2
+        decoder_model64(),
+        scores,
+        previous_token_head=1,
+        induction_head=2,
+        config=runs.TrainConfig(),
     )
 
 
@@ -3419,10 +3423,14 @@ case(
         "scores": {"previous_token": r.random((2, 4)), "induction": r.random((2, 4))},
         "previous_token_head": int(r.integers(0, 4)),
         "induction_head": int(r.integers(0, 4)),
+        "config": runs.TrainConfig(prefix_prob=float(r.uniform(0, 1))),
     },
     lambda a, out: assert_same(
-        out["heads"]["induction"]["score"],
-        float(a["scores"]["induction"][1, a["induction_head"]]),
+        [out["heads"]["induction"]["score"], out["task"]],
+        [
+            float(a["scores"]["induction"][1, a["induction_head"]]),
+            {k: getattr(a["config"], k) for k in ("min_period", "max_period", "prefix_prob")},
+        ],
     ),
     fixed=("model",),
 )

@@ -120,13 +120,18 @@ def _scores() -> dict[str, np.ndarray]:
     return {"previous_token": np.full((2, 4), 0.25), "induction": np.arange(8.0).reshape(2, 4)}
 
 
-def test_the_decoders_data_is_its_model_rounded_to_float16() -> None:
-    model = runs.TrainConfig(seed=3).model()
-    data = live_decoder.decoder_data(model, _scores(), previous_token_head=2, induction_head=1)
+def test_the_decoders_data_is_its_model_rounded_to_float16_and_its_task() -> None:
+    config = runs.TrainConfig(seed=3, min_period=5, max_period=11, prefix_prob=0.25)
+    model = config.model()
+    data = live_decoder.decoder_data(
+        model, _scores(), previous_token_head=2, induction_head=1, config=config
+    )
     assert data["heads"] == {
         "previous_token": {"layer": 0, "head": 2, "score": 0.25},
         "induction": {"layer": 1, "head": 1, "score": 5.0},
     }
+    assert data["task"] == {"min_period": 5, "max_period": 11, "prefix_prob": 0.25}
+    assert (data["max_len"], data["vocab_size"]) == (config.seq_len, config.vocab_size)
     assert data["alphabet"] == live_decoder.ALPHABET and len(set(data["alphabet"])) == 64
     rebuilt = live_decoder.decoder_model(json.loads(json.dumps(data)))
     assert rebuilt.embed.dtype == torch.float64
@@ -140,18 +145,35 @@ def test_the_decoders_data_is_its_model_rounded_to_float16() -> None:
 
 
 def test_the_decoders_data_refuses_what_the_figure_cannot_show() -> None:
-    model = runs.TrainConfig(seed=3).model()
+    config = runs.TrainConfig(seed=3)
+    model = config.model()
+    heads = {"previous_token_head": 0, "induction_head": 0}
     with pytest.raises(ValueError, match=r"induction_head must be in \[0, 4\); got"):
-        live_decoder.decoder_data(model, _scores(), previous_token_head=0, induction_head=4)
+        live_decoder.decoder_data(
+            model, _scores(), previous_token_head=0, induction_head=4, config=config
+        )
     one_layer = runs.TrainConfig(num_layers=1).model()
     with pytest.raises(ValueError, match=r"model must have 2 layers"):
-        live_decoder.decoder_data(one_layer, _scores(), previous_token_head=0, induction_head=0)
+        live_decoder.decoder_data(one_layer, _scores(), **heads, config=config)
     with pytest.raises(ValueError, match=r"scores\['induction'\] must have shape \(2, 4\)"):
         bad = {**_scores(), "induction": np.zeros(4)}
-        live_decoder.decoder_data(model, bad, previous_token_head=0, induction_head=0)
+        live_decoder.decoder_data(model, bad, **heads, config=config)
     with pytest.raises(ValueError, match=r"scores\['previous_token'\] must be finite"):
         bad = {**_scores(), "previous_token": np.full((2, 4), np.nan)}
-        live_decoder.decoder_data(model, bad, previous_token_head=0, induction_head=0)
+        live_decoder.decoder_data(model, bad, **heads, config=config)
+    with pytest.raises(TypeError, match=r"config must be a TrainConfig; got dict"):
+        live_decoder.decoder_data(model, _scores(), **heads, config={"min_period": 8})
+    with pytest.raises(TypeError, match=r"config must be a TrainConfig; got DigitSumConfig"):
+        live_decoder.decoder_data(model, _scores(), **heads, config=runs.DigitSumConfig())
+    shorter = runs.TrainConfig(seq_len=24, min_period=4, max_period=12)
+    with pytest.raises(
+        ValueError,
+        match=r"config must be the model's task: seq_len = max_len and vocab_size = V; got "
+        r"seq_len=24, vocab_size=64 for a model with max_len=32, V=64",
+    ):
+        live_decoder.decoder_data(model, _scores(), **heads, config=shorter)
+    with pytest.raises(ValueError, match=r"got seq_len=32, vocab_size=48 for a model with"):
+        live_decoder.decoder_data(model, _scores(), **heads, config=runs.TrainConfig(vocab_size=48))
     assert live_decoder.encode("AZaz09+/") == [0, 25, 26, 51, 52, 61, 62, 63]
     with pytest.raises(ValueError, match=r"0-9 \+ /; got 'é' at 1"):
         live_decoder.encode("Aé")

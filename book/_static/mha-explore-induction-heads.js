@@ -2,8 +2,9 @@
  * a sequence the reader types, in the browser.
  *
  * The element carries its data as JSON (mha.display.live_decoder.decoder_data): the model's
- * parameters and the two heads the chapter measured, a previous-token head in layer 1 and an
- * induction head in layer 2. window.mhaExplore runs the model (attention_only_model,
+ * parameters, the two heads the chapter measured, a previous-token head in layer 1 and an
+ * induction head in layer 2, and the training task's settings, from which "Repeat a random
+ * sequence" draws. window.mhaExplore runs the model (attention_only_model,
  * attention_only_forward, softmax); this script draws the sequence, the two heads' weights
  * from the chosen query (tap, click or the arrow keys) and the model's next-token
  * probabilities there, marking a prediction that copies the token after an earlier
@@ -54,11 +55,12 @@
     return "\u201c" + c + "\u201d";
   }
 
-  /* A sequence as the training data draws one (mha.training.tasks.repeated_segments): a
-   * period T in [8, 16], with probability 1/2 a prefix of n unrelated tokens (n in
-   * [0, L - 2T]), then a segment of T distinct tokens repeated to L tokens. */
-  function repeatedSegment(V, L) {
-    var T = 8 + Math.floor(Math.random() * 9);
+  /* A sequence as the training data draws one (mha.training.tasks.repeated_segments) with
+   * the task's settings (the data's task): a period T in [min_period, max_period], with
+   * probability prefix_prob a prefix of n unrelated tokens (n in [0, L - 2T]), then a
+   * segment of T distinct tokens repeated to L tokens. */
+  function repeatedSegment(V, L, task) {
+    var T = task.min_period + Math.floor(Math.random() * (task.max_period - task.min_period + 1));
     var perm = [], i;
     for (i = 0; i < V; i++) perm.push(i);
     for (i = V - 1; i > 0; i--) {
@@ -66,7 +68,7 @@
       perm[i] = perm[j];
       perm[j] = t;
     }
-    var n = Math.random() < 0.5 ? Math.floor(Math.random() * (L - 2 * T + 1)) : 0;
+    var n = Math.random() < task.prefix_prob ? Math.floor(Math.random() * (L - 2 * T + 1)) : 0;
     var tokens = [];
     for (i = 0; i < L; i++) tokens.push(i < n ? perm[T + i] : perm[(i - n) % T]);
     return tokens;
@@ -257,7 +259,7 @@
     });
 
     random.addEventListener("click", function () {
-      var tokens = repeatedSegment(model.vocab_size, L_MAX);
+      var tokens = repeatedSegment(model.vocab_size, L_MAX, data.task);
       state.text = tokens.map(function (t) { return alphabet[t]; }).join("");
       state.query = tokens.length - 2; // the last token never has a next one in training
       input.value = state.text;

@@ -365,12 +365,15 @@ def _decoder_sequences() -> list[list[int]]:
 def decoder_check_data() -> dict:
     """The figure's data for a model at initialisation (seed 11) with its parameters tripled,
     so that its heads attend sharply; the heads named are any two."""
-    model = runs.TrainConfig(seed=11).model()
+    config = runs.TrainConfig(seed=11)
+    model = config.model()
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(3.0)
     scores = {"previous_token": np.zeros((2, 4)), "induction": np.zeros((2, 4))}
-    return live_decoder.decoder_data(model, scores, previous_token_head=1, induction_head=3)
+    return live_decoder.decoder_data(
+        model, scores, previous_token_head=1, induction_head=3, config=config
+    )
 
 
 def check_attention_only(js: Js, data: dict | None = None) -> None:

@@ -4,8 +4,10 @@ The figure runs the model of ``book/trained-heads.md`` in the reader's browser
 (``mha-explore.js``: ``attention_only_model`` reads the data, ``attention_only_forward`` runs
 it). :func:`decoder_data` writes the data: the sizes, the 64 characters that stand for the
 token ids, the two heads the chapter measured (a previous-token head in layer 1, an induction
-head in layer 2, with their scores), and every parameter rounded to float16 and packed in one
-base64 string, in the order of the model's ``state_dict``. :func:`decoder_model` reads the
+head in layer 2, with their scores), the settings of the task it was trained on (the figure
+draws its random sequences with them, as :func:`mha.training.tasks.repeated_segments` does),
+and every parameter rounded to float16 and packed in one base64 string, in the order of the
+model's ``state_dict``. :func:`decoder_model` reads the
 same data back into an :class:`~mha.models.attention_only.AttentionOnlyTransformer` in
 float64: the model the figure computes, to which its numbers are held.
 """
@@ -21,6 +23,7 @@ import torch
 
 from mha.core._checks import arguments
 from mha.models.attention_only import AttentionOnlyTransformer
+from mha.training.runs import TrainConfig
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 """The characters of token ids 0 to 63, in order (base64's alphabet)."""
@@ -60,8 +63,9 @@ def decoder_data(
     *,
     previous_token_head: int,
     induction_head: int,
+    config: TrainConfig,
 ) -> dict[str, Any]:
-    """The figure's data: the model rounded to float16, and the two heads it shows.
+    """The figure's data: the model rounded to float16, the two heads it shows, and its task.
 
     Args:
         model: a trained model with two layers, multi-head attention and a vocabulary of 64.
@@ -69,19 +73,25 @@ def decoder_data(
             :func:`mha.training.runs.head_scores` measures them.
         previous_token_head: the head of layer 1 the figure shows as the previous-token head.
         induction_head: the head of layer 2 it shows as the induction head.
+        config: the config the model was trained with: the figure's "Repeat a random
+            sequence" draws from its task, as training did.
 
     Returns:
         A dict that JSON can write: ``alphabet``, the sizes (``vocab_size``, ``max_len``,
         ``d_model``, ``num_heads``, ``num_layers``), ``heads`` (each role's ``layer``,
-        ``head`` and ``score``), ``params`` (``[name, shape]`` in order) and ``float16``
-        (their values, little-endian float16, base64).
+        ``head`` and ``score``), ``task`` (the config's ``min_period``, ``max_period`` and
+        ``prefix_prob``; its ``seq_len`` and ``vocab_size`` are ``max_len`` and
+        ``vocab_size``), ``params`` (``[name, shape]`` in order) and ``float16`` (their
+        values, little-endian float16, base64).
 
     Raises:
         TypeError: if ``model`` is not an :class:`AttentionOnlyTransformer`, ``scores`` not a
-            mapping, or a head not an int.
+            mapping, a head not an int, or ``config`` not a
+            :class:`~mha.training.runs.TrainConfig`.
         ValueError: if the model has not two layers, a vocabulary of 64 or one key/value head
-            per head; a head is outside ``[0, H)``; a score array is not ``(2, H)`` or not
-            finite; or a parameter is beyond float16's range.
+            per head; the config's ``seq_len`` and ``vocab_size`` are not the model's
+            ``max_len`` and ``vocab_size``; a head is outside ``[0, H)``; a score array is
+            not ``(2, H)`` or not finite; or a parameter is beyond float16's range.
     """
     arguments.instance("model", model, AttentionOnlyTransformer, "AttentionOnlyTransformer")
     V, H = model.vocab_size, model.num_heads
@@ -89,6 +99,13 @@ def decoder_data(
         raise ValueError(
             f"model must have 2 layers, a vocabulary of {len(ALPHABET)} and H_kv = H; got "
             f"{model.num_layers} layers, V={V}, H={H}, H_kv={model.num_kv_heads}"
+        )
+    arguments.instance("config", config, TrainConfig, "a TrainConfig")
+    if (config.seq_len, config.vocab_size) != (model.max_len, V):
+        raise ValueError(
+            "config must be the model's task: seq_len = max_len and vocab_size = V; got "
+            f"seq_len={config.seq_len}, vocab_size={config.vocab_size} for a model with "
+            f"max_len={model.max_len}, V={V}"
         )
     if not isinstance(scores, Mapping):
         raise TypeError(f"scores must be a mapping; got {arguments.describe(scores)}")
@@ -119,6 +136,11 @@ def decoder_data(
         "num_heads": H,
         "num_layers": model.num_layers,
         "heads": heads,
+        "task": {
+            "min_period": config.min_period,
+            "max_period": config.max_period,
+            "prefix_prob": config.prefix_prob,
+        },
         "params": [[name, list(t.shape)] for name, t in state.items()],
         "float16": base64.b64encode(packed).decode("ascii"),
     }
