@@ -27,6 +27,7 @@ import build_pdf
 import numpy as np
 import pytest
 import torch
+from mha_site.explorables import data_name, data_script
 
 from mha.backends import np_backend, tiled
 from mha.cost import arithmetic, latent_arithmetic
@@ -1172,11 +1173,12 @@ def _page_model(page):
     return model
 
 
-def _is_repeated_segment(text: str) -> bool:
-    """Whether ``text`` is as the training data draws it: distinct tokens until a segment of
-    8 to 16 repeats to the end."""
-    for n in range(len(text)):
-        for period in range(8, 17):
+def _is_repeated_segment(text: str, task: dict) -> bool:
+    """Whether ``text`` is as the training data draws it with ``task``, the settings the
+    figure's data carries: distinct tokens until a segment of ``min_period`` to ``max_period``
+    tokens repeats to the end, twice or more, after no prefix where ``prefix_prob`` is 0."""
+    for n in range(len(text) if task["prefix_prob"] > 0 else 1):
+        for period in range(task["min_period"], task["max_period"] + 1):
             head = text[: n + period]
             repeats = all(text[k] == text[k - period] for k in range(n + period, len(text)))
             if len(set(head)) == len(head) and repeats and len(text) >= n + 2 * period:
@@ -1264,18 +1266,57 @@ def test_induction_explorable_follows_touch_and_typing_on_a_phone(browser, built
         assert "At most 32 tokens" in page.locator(f"{INDUCTION_ROOT} .mx-refused").text_content()
         assert _check_induction(page, model)["text"] == "ZyX0+/ZyX0"
         random = page.get_by_role("button", name="Repeat a random sequence")
+        task = _page_data(page)["task"]
         seen = set()
         for _ in range(4):
             page.touchscreen.tap(*_center(page, random))
             state = _check_induction(page, model)
             assert len(state["text"]) == 32 and state["query"] == 30  # the last one trained
-            assert _is_repeated_segment(state["text"]), state["text"]
+            assert _is_repeated_segment(state["text"], task), (state["text"], task)
             assert page.locator(f"{INDUCTION_ROOT} .mx-refused").text_content() == ""
             seen.add(state["text"])
         assert len(seen) > 1 and start["text"] not in seen, "the same sequence each time"
         assert not errors, f"console errors: {errors}"
     finally:
         page.context.close()
+
+
+def test_induction_explorable_draws_random_sequences_from_its_datas_task(
+    browser, subpath_url: str
+) -> None:
+    """The button "Repeat a random sequence" takes the task's settings from the figure's
+    data, not from constants of its script: served data whose task has one period, 12, and no
+    prefix, every sequence it draws is a segment of 12 from the first token, repeated."""
+    task = {"min_period": 12, "max_period": 12, "prefix_prob": 0.0}
+    name = data_name(PAGES["induction-heads"].removesuffix(".html"), "explore-induction-heads")
+    prefix, suffix = f"window.mhaExploreKit.data({json.dumps(name)},", ");\n"
+    served: list[dict] = []
+
+    def serve(route) -> None:
+        response = route.fetch()
+        text = response.text()
+        data = json.loads(json.loads(text.removeprefix(prefix).removesuffix(suffix)))
+        served.append(data.get("task"))
+        route.fulfill(response=response, body=data_script(name, {**data, "task": task}))
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.route(f"**/_figures/{name}.js", serve)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(subpath_url + PAGES["induction-heads"], wait_until="load")
+        _scroll_near(page, page.locator(INDUCTION_ROOT))
+        assert len(served) == 1 and served[0] != task, served  # not the chapter's own task
+        assert _page_data(page)["task"] == task, "the figure did not get the served data"
+        random = page.get_by_role("button", name="Repeat a random sequence")
+        for _ in range(12):
+            random.click()
+            text = _state(page, "induction-heads")["text"]
+            assert _is_repeated_segment(text, task), f"{text!r} is not drawn from {task}"
+        assert not errors, f"page errors: {errors}"
+    finally:
+        context.close()
 
 
 def test_induction_explorable_follows_mouse_and_keyboard(browser, built_site) -> None:
@@ -1319,7 +1360,8 @@ def test_induction_explorable_follows_mouse_and_keyboard(browser, built_site) ->
         assert _state(page, "induction-heads")["text"] == start["text"] + "Q"
         page.get_by_role("button", name="Repeat a random sequence").focus()
         page.keyboard.press("Enter")
-        assert _is_repeated_segment(_check_induction(page, model)["text"])
+        task = _page_data(page)["task"]
+        assert _is_repeated_segment(_check_induction(page, model)["text"], task)
         assert not errors, f"console errors: {errors}"
     finally:
         page.context.close()
