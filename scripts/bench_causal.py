@@ -238,7 +238,9 @@ def mha_paths(reference: CombinedQKV) -> dict[str, Callable[[Tensor], Tensor]]:
     return {
         MHA_MODULE: lambda x: module(x, causal=True)[0],
         MHA_FAST: lambda x: function(x, causal=True),
-        MHA_MASK: lambda x: function(x, mask=torch_backend.causal_mask(x.shape[1], None, x.device)),
+        MHA_MASK: lambda x: function(
+            x, mask=torch_backend.causal_mask(x.shape[1], device=x.device)
+        ),
     }
 
 

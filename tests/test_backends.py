@@ -10,6 +10,7 @@ the same reference. What only one backend has (autograd, bfloat16, the fast path
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from itertools import product
@@ -97,6 +98,44 @@ def reference_mha(q_in, k_in, v_in, p, mask=None):
         outs.append(w @ v[..., c])
     out = np.concatenate(outs, -1) @ p.w_o + bias(p.b_o)
     return out, np.stack(weights, 1)
+
+
+# ---- one API ------------------------------------------------------------------------
+
+
+# What only the NumPy backend has: the tiled form and the softmax written over its input.
+NUMPY_ONLY = {"attention_tiled", "softmax_in_place"}
+
+
+def _functions(module: Any) -> dict[str, Any]:
+    """The public functions ``module`` defines (not those it imports)."""
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if callable(value)
+        and not name.startswith("_")
+        and getattr(value, "__module__", None) == module.__name__
+    }
+
+
+def _arguments(function: Any) -> list[tuple[str, Any, Any]]:
+    """``function``'s arguments: name, kind and default, not their types (which differ)."""
+    return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+
+def test_the_two_backends_have_the_same_functions_with_the_same_arguments() -> None:
+    """Switching backend is changing one import: each function of one is in the other, with
+    the same arguments in the same order and the same defaults. PyTorch's may add keyword-only
+    arguments of its own (``device``); what only NumPy has is listed (``NUMPY_ONLY``)."""
+    numpy_functions, torch_functions = _functions(np_backend), _functions(torch_backend)
+    assert set(numpy_functions) - set(torch_functions) == NUMPY_ONLY
+    assert set(torch_functions) <= set(numpy_functions)
+    for name, function in torch_functions.items():
+        ours = _arguments(numpy_functions[name])
+        theirs = _arguments(function)
+        extra = [a for a in theirs if a not in ours]
+        assert [a for a in theirs if a in ours] == ours, name
+        assert all(kind is inspect.Parameter.KEYWORD_ONLY for _, kind, _ in extra), (name, extra)
 
 
 # ---- heads ---------------------------------------------------------------------------

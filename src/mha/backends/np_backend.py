@@ -131,22 +131,36 @@ def scaled_dot_product_attention(
     query: np.ndarray, key: np.ndarray, value: np.ndarray, mask: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     magnitudes = arrays.check_attention(query, key, value, mask, NUMPY)
-    out, weights = _attend(query, key, value, mask)
+    out, weights = attend(query, key, value, mask)
     overflow.check_attention_range(
         "scaled_dot_product_attention output", out, magnitudes, query, key, value, mask, NUMPY
     )
     return out, weights
 
 
-def _attend(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None
+def attend(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Explicit attention, one slice of the first batch dimension at a time when there is one.
+    """Explicit attention ``softmax(Q K^T / sqrt(Dh)) V``, with its weights (no checks).
 
-    Each slice's scores (e.g. one batch element's ``(H, L, S)``) are scaled, normalised and
-    multiplied by the values while they are still in the processor's caches, instead of
-    passing over the whole ``(..., L, S)`` tensor once per step. NumPy multiplies a stack
-    of matrices one matrix at a time, so the result is the same as for the whole stack.
+    When there is a batch dimension, one slice of the first at a time: each slice's scores
+    (e.g. one batch element's ``(H, L, S)``) are scaled, normalised and multiplied by the
+    values while they are still in the processor's caches, instead of passing over the whole
+    ``(..., L, S)`` tensor once per step. NumPy multiplies a stack of matrices one matrix at
+    a time, so the result is the same as for the whole stack.
+
+    Args:
+        q: queries.
+        k: keys.
+        v: values.
+        mask: boolean, True = may attend, or ``None``.
+
+    Shape:
+        q ``(..., L, Dh)``, k ``(..., S, Dh)``, v ``(..., S, Dv)``. Returns ``(..., L, Dv)``
+        and ``(..., L, S)``.
+
+    Returns:
+        ``(output, weights)``.
     """
     scale = q.dtype.type(1.0 / np.sqrt(q.shape[-1]))
     mask_lead = () if mask is None or mask.ndim <= 2 else mask.shape[:-2]
@@ -203,8 +217,9 @@ def attention_heads(
     k: np.ndarray,
     v: np.ndarray,
     mask: np.ndarray | None = None,
+    need_weights: bool = True,
     causal: str | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray | None]:
     """``softmax(Q K^T / sqrt(Dh)) V`` for every head at once (no checks).
 
     With ``H_kv`` key/value heads, each serves a group of ``G = H / H_kv`` consecutive query
@@ -215,6 +230,7 @@ def attention_heads(
         k: the key heads.
         v: the value heads.
         mask: boolean, True = may attend; broadcastable to ``(B, H, L, S)``, or ``None``.
+        need_weights: return the weights or ``None`` (they are computed either way).
         causal: ``None``, or the alignment of a causal mask applied with ``mask``
             (:func:`with_causal`).
 
@@ -223,13 +239,14 @@ def attention_heads(
         ``(B, H, L, S)``.
 
     Returns:
-        ``(output, weights)``.
+        ``(output, weights)``; ``weights`` is ``None`` when ``need_weights`` is False.
     """
     (B, H, L, Dh), (H_kv, S) = q.shape, k.shape[1:3]
     mask = with_causal(mask, causal, L, S)  # (..., L, S)
     q = q.reshape(B, H_kv, H // H_kv, L, Dh)  # (B, H, L, Dh) -> (B, H_kv, G, L, Dh)
-    out, weights = _attend(q, k[:, :, None], v[:, :, None], group_mask(mask, H_kv))
-    return out.reshape(B, H, L, v.shape[-1]), weights.reshape(B, H, L, S)  # G heads per group
+    out, weights = attend(q, k[:, :, None], v[:, :, None], group_mask(mask, H_kv))
+    out = out.reshape(B, H, L, v.shape[-1])  # G heads per group -> (B, H, L, Dh)
+    return out, (weights.reshape(B, H, L, S) if need_weights else None)
 
 
 def attention_per_head(
@@ -307,7 +324,7 @@ def attention_fused(
         # (B, H_kv, S, Dh), S counting the cached positions
         k, v = cache.extend(k, v)
     # (B, H, L, Dh) and (B, H, L, S)
-    out, weights = attention_heads(q, k, v, mask, causal)
+    out, weights = attention_heads(q, k, v, mask, causal=causal)
     # (B, H, L, Dh) -> (B, L, D)
     out = linear(merge_heads(out), params.w_o, params.b_o)
     return out, (weights if need_weights else None)
@@ -354,7 +371,7 @@ def attention_packed(
     q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # decoding: cached positions first, then these
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh), S counting the cached positions
-    out, weights = attention_heads(q, k, v, mask, causal)  # (B, H, L, Dh), (B, H, L, S)
+    out, weights = attention_heads(q, k, v, mask, causal=causal)  # (B, H, L, Dh), (B, H, L, S)
     return linear(merge_heads(out), params.w_o, params.b_o), (weights if need_weights else None)
 
 

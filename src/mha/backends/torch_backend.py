@@ -62,8 +62,8 @@ FORMS = ("per_head", "fused", "packed")
 def causal_mask(
     q_len: int,
     kv_len: int | None = None,
-    device: torch.device | None = None,
     *,
+    device: torch.device | None = None,
     align: str = "top_left",
 ) -> Tensor:
     kv_len = q_len if kv_len is None else kv_len
@@ -101,11 +101,12 @@ def with_causal(
     causal: str | None,
     q_len: int,
     kv_len: int,
+    *,
     device: torch.device | None = None,
 ) -> Tensor | None:
     if causal is None:
         return mask
-    keep = causal_mask(q_len, kv_len, device, align=causal)  # (L, S)
+    keep = causal_mask(q_len, kv_len, device=device, align=causal)  # (L, S)
     return keep if mask is None else mask & keep  # (..., L, S)
 
 
@@ -234,7 +235,7 @@ def attention_heads(
     if not need_weights:
         return _sdpa(q, k, v, mask, causal), None
     (B, H, L, Dh), (H_kv, S) = q.shape, k.shape[1:3]
-    mask = with_causal(mask, causal, L, S, q.device)  # (..., L, S)
+    mask = with_causal(mask, causal, L, S, device=q.device)  # (..., L, S)
     q = q.reshape(B, H_kv, H // H_kv, L, Dh)  # (B, H, L, Dh) -> (B, H_kv, G, L, Dh)
     out, weights = attend(q, k[:, :, None], v[:, :, None], group_mask(mask, H_kv))
     return out.reshape(B, H, L, v.shape[-1]), weights.reshape(B, H, L, S)  # G heads per group
@@ -258,7 +259,7 @@ def _sdpa(q, k, v, mask, causal=None):
     """
     if causal is not None and mask is None:
         return _sdpa_causal(q, k, v, causal)
-    mask = with_causal(mask, causal, q.shape[-2], k.shape[-2], q.device)  # (..., L, S)
+    mask = with_causal(mask, causal, q.shape[-2], k.shape[-2], device=q.device)  # (..., L, S)
     if mask is None:
         return _sdpa_kernel(q, k, v, None)
     if mask.ndim < 2:
@@ -318,7 +319,9 @@ def attention_per_head(
         The output and the weights (``None`` when ``need_weights`` is False).
     """
     heads, weights = [], []
-    mask = with_causal(mask, causal, query.shape[1], key.shape[1], query.device)  # (..., L, S)
+    mask = with_causal(
+        mask, causal, query.shape[1], key.shape[1], device=query.device
+    )  # (..., L, S)
     for h in range(params.num_heads):
         p = params.head(h)  # head h's columns of W^Q, W^K and W^V, and of the biases
         q = linear(query, p["w_q"], p["b_q"])  # (B, L, D) -> (B, L, Dh)
