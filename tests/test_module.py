@@ -77,7 +77,7 @@ def test_forward_is_the_torch_backend_on_the_module_params(form: str, need_weigh
     module = MultiHeadAttention(D, H, seed=1, dtype=f64)
     x, kv = randn(B, L, D), randn(B, S, D, seed=1)
     mask = torch_backend.key_padding_mask([6, 3, 1], S)
-    out, w = module(x, kv, kv, mask, need_weights=need_weights, form=form)
+    out, w = module(x, kv, kv, mask=mask, need_weights=need_weights, form=form)
     ref, ref_w = torch_backend.multi_head_attention(
         x, kv, kv, init_params(D, H, seed=1).to_torch(), mask
     )
@@ -164,7 +164,7 @@ def test_to_torch_mha_gives_the_same_outputs_and_weights(batch_first, mask_name,
     elif mask_name == "key_padding":
         mask = torch_backend.key_padding_mask([S_, 2, 1], S_)  # (B, 1, 1, S), True = may attend
         kw["key_padding_mask"] = ~mask[:, 0, 0, :]  # (B, S), True = blocked
-    out, w = module(q, k, k, mask, need_weights=True)
+    out, w = module(q, k, k, mask=mask, need_weights=True)
     t_out, t_w = torch_call(m, q, k, k, batch_first, average_attn_weights=False, **kw)
     torch.testing.assert_close(out, t_out, rtol=0, atol=1e-12)
     torch.testing.assert_close(w, t_w, rtol=0, atol=1e-12)
@@ -184,6 +184,16 @@ def test_to_torch_attn_mask_expands_a_key_padding_mask_like_key_padding_mask() -
     out_tol, _ = tolerance.attention_tolerance(x, x, x, module.params(), keep)
     tolerance.assert_close(via_attn, via_kpm, out_tol)
     tolerance.assert_close(via_attn, module(x, mask=keep)[0], out_tol)
+
+
+def test_the_mask_is_keyword_only_so_a_key_padding_mask_cannot_land_there_by_position() -> None:
+    """``nn.MultiheadAttention``'s fourth positional argument is ``key_padding_mask`` (True =
+    may not attend); ours means the opposite, so it is refused by position."""
+    module = MultiHeadAttention(D, H, dtype=f64)
+    x = randn(1, L, D)
+    ignore = torch.zeros(1, L, dtype=torch.bool)  # (B, S): a key padding mask, True = ignore
+    with pytest.raises(TypeError, match="positional"):
+        module(x, x, x, ignore)
 
 
 def test_to_torch_attn_mask_negates_and_lays_out_heads_batch_major() -> None:

@@ -180,8 +180,8 @@ class MultiHeadAttention(nn.Module):
         query: torch.Tensor,
         key: torch.Tensor | None = None,
         value: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
         *,
+        mask: torch.Tensor | None = None,
         causal: bool = False,
         align: str = "top_left",
         need_weights: bool = False,
@@ -209,6 +209,8 @@ class MultiHeadAttention(nn.Module):
                 right, as in :func:`mha.backends.torch_backend.multi_head_attention`: ``(L, S)`` for
                 all, ``(H, L, S)`` per head, ``(B, 1, 1, S)`` or ``(B, 1, L, S)`` per batch
                 element (a ``(B, S)`` or ``(B, L, S)`` mask is not read per batch element).
+                Keyword-only: the fourth positional argument of ``nn.MultiheadAttention``
+                is ``key_padding_mask``, where True means the opposite (may not attend).
             causal: let query ``i`` attend only to the keys at or before its position, without
                 a mask array: the layer runs ``scaled_dot_product_attention``'s causal kernel
                 (see :func:`mha.backends.torch_backend.multi_head_attention`). Equal to passing
