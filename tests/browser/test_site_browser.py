@@ -137,7 +137,8 @@ async () => {
 # Bring each formula still untypeset into view, as a reader scrolling back to it would. A
 # scroll step and a layout change together (a figure drawn, a section laid out) can carry a
 # formula from below the near zone to above it between two frames; it is typeset when it is
-# next seen, and this is that next time.
+# next seen, and this is that next time. Each waits on the screen until it is drawn (five
+# seconds at most: on a busy machine the page's observer can take longer than a frame).
 BRING_UNTYPESET_MATH_NEAR_JS = """
 async () => {
   const pause = (ms) => new Promise((done) => setTimeout(done, ms));
@@ -146,7 +147,7 @@ async () => {
   for (const el of left) {
     if (!drawn(el)) {
       el.scrollIntoView({block: "center"});
-      await pause(120);
+      for (let waited = 0; waited < 5000 && !drawn(el); waited += 60) await pause(60);
     }
   }
   return left.length;
