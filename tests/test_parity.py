@@ -3,7 +3,8 @@
 NumPy against PyTorch, and both against ``torch.nn.functional.scaled_dot_product_attention``
 and ``torch.nn.MultiheadAttention`` (through the converters): random batch sizes, lengths,
 head counts and widths, self and cross attention, with and without biases, with every mask
-shape. float64 must agree to 1e-10 and float32 to 1e-5.
+shape. float64 must agree to 1e-10 and float32 to 1e-5. With autograd recording, the
+PyTorch backend's output and gradients are held to those through PyTorch's attention too.
 """
 
 from __future__ import annotations
@@ -202,3 +203,43 @@ def test_both_backends_agree_with_torch_multihead_attention(c: Config, dtype) ->
             rtol=0,
             atol=TOL[dtype],
         )
+
+
+def _sdpa_layer(tq, tk, tv, t, mask, c: Config) -> torch.Tensor:
+    """The layer assembled from PyTorch's ``scaled_dot_product_attention`` (autograd records)."""
+    lin = lambda x, w, b: x @ w + (0 if b is None else b)  # noqa: E731
+    heads = [
+        torch_backend.split_heads(lin(x, w, b), c.num_heads)
+        for x, w, b in ((tq, t.w_q, t.b_q), (tk, t.w_k, t.b_k), (tv, t.w_v, t.b_v))
+    ]
+    attn_mask = None if mask is None else torch.from_numpy(full_mask(mask, c).copy())
+    sdpa = F.scaled_dot_product_attention(*heads, attn_mask=attn_mask)  # (B, H, L, Dh)
+    return lin(torch_backend.merge_heads(sdpa), t.w_o, t.b_o)  # (B, L, D)
+
+
+@pytest.mark.parametrize("c", CONFIGS, ids=str)
+def test_torch_backend_with_autograd_agrees_with_torch_sdpa_and_its_gradients(c: Config) -> None:
+    """When autograd records, the PyTorch backend takes its explicit path (no CPU shortcut):
+    its output and the gradients of the inputs and weights agree with those through PyTorch's
+    own attention, in float64, with and without weights."""
+    q, k, v, p, mask = make_case(c)
+    cotangent = torch.from_numpy(np.random.default_rng(c.seed).standard_normal(q.shape))
+    for need_weights in (True, False):
+        grads = []
+        for ours in (True, False):
+            tq, tk, tv = (x.clone().requires_grad_() for x in tt(q, k, v))
+            if not c.cross:
+                tk = tv = tq  # self-attention stays self-attention
+            t = p.to_torch().map(lambda w: w.clone().requires_grad_())
+            if ours:
+                out, _ = torch_backend.multi_head_attention(
+                    tq, tk, tv, t, *tt(mask), form=c.form, need_weights=need_weights
+                )
+            else:
+                out = _sdpa_layer(tq, tk, tv, t, mask, c)
+            weights = (t.w_qkv, t.w_o, t.b_qkv, t.b_o)  # the layer's leaves; w_q... are views
+            leaves = [x for x in (tq, tk, tv, *weights) if x is not None]
+            (out * cotangent).sum().backward()
+            grads.append([out.detach().numpy()] + [x.grad.numpy() for x in dict.fromkeys(leaves)])
+        for a, b in zip(*grads, strict=True):
+            np.testing.assert_allclose(a, b, rtol=0, atol=TOL[np.float64])
