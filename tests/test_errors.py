@@ -291,8 +291,8 @@ BOTH_BACKENDS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
     (
         "causal_mask_align_not_a_string",
         fn_call("causal_mask", 2, 3, align=None),
-        ValueError,
-        re.escape("align must be one of ('top_left', 'bottom_right'); got align=None"),
+        TypeError,
+        re.escape("align must be a string, one of ('top_left', 'bottom_right'); got NoneType None"),
     ),
     # masks
     (

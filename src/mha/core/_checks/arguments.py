@@ -221,8 +221,13 @@ def check_lengths(lengths: Any, kv_len: int, is_integer: bool, values: Any) -> N
 
 
 def check_align(align: Any) -> None:
-    """A ``ValueError`` unless ``align`` is one of :data:`mha.core.mask_rules.CAUSAL_ALIGNMENTS`."""
-    if not isinstance(align, str) or align not in CAUSAL_ALIGNMENTS:
+    """Check that ``align`` is one of :data:`mha.core.mask_rules.CAUSAL_ALIGNMENTS`: a
+    ``TypeError`` for another kind than a string, a ``ValueError`` for another string."""
+    if not isinstance(align, str):
+        raise TypeError(
+            f"align must be a string, one of {CAUSAL_ALIGNMENTS}; got {describe(align)}"
+        )
+    if align not in CAUSAL_ALIGNMENTS:
         raise ValueError(f"align must be one of {CAUSAL_ALIGNMENTS}; got align={align!r}")
 
 
