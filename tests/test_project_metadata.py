@@ -2,12 +2,16 @@
 
 Also the choice of Python for ``.venv`` (``scripts/find_python.sh``): any Python of at least
 3.11 the machine has, not ``python3.11`` by name; and no module of ``src/mha`` over 800 lines
-(the site's own files are held to 500 in ``test_site_build.py``).
+(the site's own files are held to 500 in ``test_site_build.py``); and every package the
+library imports named in ``pyproject.toml``, as a dependency or in an extra.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -162,3 +166,36 @@ def test_no_module_of_mha_is_over_800_lines():
         if n > MODULE_LINES
     ]
     assert not over, "split these modules by job:\n" + "\n".join(over)
+
+
+def _third_party_imports() -> set[str]:
+    """The top-level names of the packages that ``src/mha`` imports, standard library aside."""
+    names = set()
+    for path in (ROOT / "src" / "mha").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf8"))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return {name for name in names if name not in sys.stdlib_module_names and name != "mha"}
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_every_package_the_library_imports_is_a_dependency_or_an_extra():
+    project = _pyproject()["project"]
+    extras = project["optional-dependencies"]
+    declared = {_requirement_name(r) for r in project["dependencies"]}
+    declared |= {_requirement_name(r) for group in extras.values() for r in group}
+    distributions = importlib.metadata.packages_distributions()
+    imported = _third_party_imports()
+    assert {"numpy", "torch", "plotly", "gguf"} <= imported  # the scan sees the imports
+    for name in sorted(imported):
+        names = {d.lower().replace("_", "-") for d in distributions.get(name, [name])}
+        assert names & declared, f"src/mha imports {name}, which pyproject.toml does not name"
+    for extra in ("display", "timing", "models"):  # the library's extras are in the book's too
+        assert {_requirement_name(r) for r in extras[extra]} <= {
+            _requirement_name(r) for r in extras["book"]
+        }, extra
