@@ -151,6 +151,7 @@ def test_make_lint_runs_the_type_checker_on_the_package():
     lint = makefile.split("\nlint:", 1)[1].split("\n\n", 1)[0]
     assert "$(BIN)/mypy" in lint
     assert _pyproject()["tool"]["mypy"]["files"] == ["src/mha"]
+    assert _pyproject()["tool"]["mypy"]["check_untyped_defs"] is True  # the forms' bodies
     assert any(
         d.startswith("mypy") for d in _pyproject()["project"]["optional-dependencies"]["test"]
     )

@@ -9,7 +9,7 @@ between them, counting the elements moved in an :data:`IOCounter`.
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -80,7 +80,7 @@ def tile_causal_offset(q_len: int, kv_len: int, align: Any, *, causal: bool) -> 
 
 def tile_mask(
     mask: np.ndarray | None, causal: bool, rows: slice, cols: slice, *, offset: int = 0
-) -> np.ndarray | bool | None:
+) -> np.ndarray | Literal[False] | None:
     """What may be attended in one tile: False (nothing), None (everything) or a boolean array.
 
     ``mask`` is ``None`` or already broadcast to ``(..., L, S)``. The causal part is computed

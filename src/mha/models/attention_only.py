@@ -313,6 +313,7 @@ class AttentionOnlyTransformer(nn.Module):
         # With caches, every layer's append is undone when a later layer refuses its call.
         with contextlib.nullcontext() if caches is None else atomic(caches):
             for i, layer in enumerate(self.layers):
+                layer = cast(MultiHeadAttention, layer)
                 params = gated_params(layer.params(), None if gates is None else gates[i])
                 cache = None if caches is None else caches[i]
                 out, w = torch_backend.multi_head_attention(
