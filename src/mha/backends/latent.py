@@ -148,7 +148,8 @@ def latent_attention_explicit(x, params, mask=None, *, cache=None, rotary=None, 
         q, k = _cat([q, q_r]), _cat([k, _per_head(k_r, H)])  # (B, H, L|S, Dh + Dr)
     elif rotary is not None:  # rotary positions on the rebuilt keys themselves
         q, k = rotate(q, rotary, offset=offset), rotate(k, rotary)
-    out, weights = lib.attention_heads(q, k, v, mask, need_weights)  # (B, H, L, Dh), (B, H, L, S)
+    # (B, H, L, Dh), (B, H, L, S)
+    out, weights = lib.attention_heads(q, k, v, mask, need_weights=need_weights)
     return lib.merge_heads(out) @ params.w_o, weights  # (B, H, L, Dh) -> (B, L, D)
 
 
@@ -196,7 +197,7 @@ def latent_attention_absorbed(
     rows = _cat([c, k_r])[:, None]
     shared = c[:, None]  # (B, 1, S, Dc): the values are the latents
     # (B, H, L, Dc)
-    o_c, weights = lib.attention_heads(queries, rows, shared, mask, need_weights)
+    o_c, weights = lib.attention_heads(queries, rows, shared, mask, need_weights=need_weights)
     # (Dc, H Dh) -> (H, Dc, Dh)
     w_uv = params.w_uv.reshape(Dc, H, Dh).swapaxes(0, 1)
     # (B, H, L, Dc) @ (H, Dc, Dh) -> (B, H, L, Dh): each head's output

@@ -143,17 +143,18 @@ def attend(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Explicit attention ``softmax(Q K^T / sqrt(Dh)) V``, with its weights (no checks).
 
-    When there is a batch dimension, one slice of the first at a time: each slice's scores
-    (e.g. one batch element's ``(H, L, S)``) are scaled, normalised and multiplied by the
-    values while they are still in the processor's caches, instead of passing over the whole
-    ``(..., L, S)`` tensor once per step. NumPy multiplies a stack of matrices one matrix at
-    a time, so the result is the same as for the whole stack.
+    When the scores have leading dimensions, it works on one slice of the first at a time:
+    each slice's scores (e.g. one batch element's ``(H, L, S)``) are scaled, normalised and
+    multiplied by the values while they are still in the processor's caches, instead of
+    passing over the whole ``(..., L, S)`` tensor once per step. NumPy multiplies a stack of
+    matrices one matrix at a time, so the result is the same as for the whole stack. The
+    checked version is :func:`scaled_dot_product_attention`.
 
     Args:
         q: queries.
         k: keys.
         v: values.
-        mask: boolean, True = may attend, or ``None``.
+        mask: boolean, True = may attend, broadcastable to ``(..., L, S)``, or ``None``.
 
     Shape:
         q ``(..., L, Dh)``, k ``(..., S, Dh)``, v ``(..., S, Dv)``. Returns ``(..., L, Dv)``
@@ -217,6 +218,7 @@ def attention_heads(
     k: np.ndarray,
     v: np.ndarray,
     mask: np.ndarray | None = None,
+    *,
     need_weights: bool = True,
     causal: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:

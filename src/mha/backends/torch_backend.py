@@ -206,6 +206,7 @@ def attention_heads(
     k: Tensor,
     v: Tensor,
     mask: Tensor | None = None,
+    *,
     need_weights: bool = True,
     causal: str | None = None,
 ) -> tuple[Tensor, Tensor | None]:
@@ -362,7 +363,8 @@ def attention_fused(
     q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # a decoding step: every cached key and value, then the new ones
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
-    out, weights = attention_heads(q, k, v, mask, need_weights, causal)  # (B, H, L, Dh), ...
+    # (B, H, L, Dh), and (B, H, L, S) or None
+    out, weights = attention_heads(q, k, v, mask, need_weights=need_weights, causal=causal)
     return linear(merge_heads(out), params.w_o, params.b_o), weights  # -> (B, L, D)
 
 
@@ -406,7 +408,8 @@ def attention_packed(
     q, k = rotated(q, k, rotary, cache)  # turned by their positions, after the cached ones
     if cache is not None:  # a decoding step: every cached key and value, then the new ones
         k, v = cache.extend(k, v)  # (B, H_kv, S, Dh)
-    out, weights = attention_heads(q, k, v, mask, need_weights, causal)  # (B, H, L, Dh), ...
+    # (B, H, L, Dh), and (B, H, L, S) or None
+    out, weights = attention_heads(q, k, v, mask, need_weights=need_weights, causal=causal)
     return linear(merge_heads(out), params.w_o, params.b_o), weights  # -> (B, L, D)
 
 
