@@ -210,7 +210,9 @@ class MultiHeadAttention(nn.Module):
                 all, ``(H, L, S)`` per head, ``(B, 1, 1, S)`` or ``(B, 1, L, S)`` per batch
                 element (a ``(B, S)`` or ``(B, L, S)`` mask is not read per batch element).
                 Keyword-only: the fourth positional argument of ``nn.MultiheadAttention``
-                is ``key_padding_mask``, where True means the opposite (may not attend).
+                is ``key_padding_mask``, where True means the opposite (may not attend), so
+                such a call raises ``TypeError``. Convert one as
+                ``mask=~key_padding_mask[:, None, None, :]``.
             causal: let query ``i`` attend only to the keys at or before its position, without
                 a mask array: the layer runs ``scaled_dot_product_attention``'s causal kernel
                 (see :func:`mha.backends.torch_backend.multi_head_attention`). Equal to passing

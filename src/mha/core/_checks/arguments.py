@@ -221,8 +221,8 @@ def check_lengths(lengths: Any, kv_len: int, is_integer: bool, values: Any) -> N
 
 
 def check_align(align: Any) -> None:
-    """Check that ``align`` is one of :data:`mha.core.mask_rules.CAUSAL_ALIGNMENTS`: a
-    ``TypeError`` for another kind than a string, a ``ValueError`` for another string."""
+    """Raise ``TypeError`` if ``align`` is not a ``str``, and ``ValueError`` if it is not one
+    of :data:`mha.core.mask_rules.CAUSAL_ALIGNMENTS`."""
     if not isinstance(align, str):
         raise TypeError(
             f"align must be a string, one of {CAUSAL_ALIGNMENTS}; got {describe(align)}"
