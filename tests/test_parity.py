@@ -141,13 +141,10 @@ def test_numpy_and_torch_agree(c: Config, dtype) -> None:
         np.testing.assert_allclose(out_np, ref, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("c", CONFIGS, ids=str)
-def test_both_backends_agree_with_torch_sdpa(c: Config, dtype) -> None:
-    """MHA assembled from torch's SDPA on our projections, fully masked rows included."""
-    q, k, v, p, mask = make_case(c, dtype)
-    t = p.to_torch()
-    tq, tk, tv = tt(q, k, v)
+def sdpa_layer(tq, tk, tv, t, mask, c: Config) -> tuple[torch.Tensor, list, torch.Tensor]:
+    """The layer assembled from PyTorch's ``scaled_dot_product_attention`` on our projections
+    (autograd records it): its output ``(B, L, D)``, the heads it attended with (q, k and v,
+    ``(B, H, L|S, Dh)``) and SDPA's result ``(B, H, L, Dh)``."""
     lin = lambda x, w, b: x @ w + (0 if b is None else b)  # noqa: E731
     heads = [
         torch_backend.split_heads(lin(x, w, b), c.num_heads)
@@ -155,7 +152,18 @@ def test_both_backends_agree_with_torch_sdpa(c: Config, dtype) -> None:
     ]
     attn_mask = None if mask is None else torch.from_numpy(full_mask(mask, c).copy())
     sdpa = F.scaled_dot_product_attention(*heads, attn_mask=attn_mask)  # (B, H, L, Dh)
-    expected = lin(torch_backend.merge_heads(sdpa), t.w_o, t.b_o).numpy()
+    return lin(torch_backend.merge_heads(sdpa), t.w_o, t.b_o), heads, sdpa
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("c", CONFIGS, ids=str)
+def test_both_backends_agree_with_torch_sdpa(c: Config, dtype) -> None:
+    """MHA assembled from torch's SDPA on our projections, fully masked rows included."""
+    q, k, v, p, mask = make_case(c, dtype)
+    t = p.to_torch()
+    tq, tk, tv = tt(q, k, v)
+    layer, heads, sdpa = sdpa_layer(tq, tk, tv, t, mask, c)
+    expected = layer.numpy()
     out_np, _ = np_backend.multi_head_attention(q, k, v, p, mask, form=c.form)
     np.testing.assert_allclose(out_np, expected, rtol=0, atol=TOL[dtype])
     for need_weights in (True, False):
@@ -205,18 +213,6 @@ def test_both_backends_agree_with_torch_multihead_attention(c: Config, dtype) ->
         )
 
 
-def _sdpa_layer(tq, tk, tv, t, mask, c: Config) -> torch.Tensor:
-    """The layer assembled from PyTorch's ``scaled_dot_product_attention`` (autograd records)."""
-    lin = lambda x, w, b: x @ w + (0 if b is None else b)  # noqa: E731
-    heads = [
-        torch_backend.split_heads(lin(x, w, b), c.num_heads)
-        for x, w, b in ((tq, t.w_q, t.b_q), (tk, t.w_k, t.b_k), (tv, t.w_v, t.b_v))
-    ]
-    attn_mask = None if mask is None else torch.from_numpy(full_mask(mask, c).copy())
-    sdpa = F.scaled_dot_product_attention(*heads, attn_mask=attn_mask)  # (B, H, L, Dh)
-    return lin(torch_backend.merge_heads(sdpa), t.w_o, t.b_o)  # (B, L, D)
-
-
 @pytest.mark.parametrize("c", CONFIGS, ids=str)
 def test_torch_backend_with_autograd_agrees_with_torch_sdpa_and_its_gradients(c: Config) -> None:
     """When autograd records, the PyTorch backend takes its explicit path (no CPU shortcut):
@@ -227,16 +223,15 @@ def test_torch_backend_with_autograd_agrees_with_torch_sdpa_and_its_gradients(c:
     for need_weights in (True, False):
         grads = []
         for ours in (True, False):
-            tq, tk, tv = (x.clone().requires_grad_() for x in tt(q, k, v))
-            if not c.cross:
-                tk = tv = tq  # self-attention stays self-attention
+            fresh: dict[int, torch.Tensor] = {}  # one leaf per distinct input, as tt gives
+            tq, tk, tv = (fresh.setdefault(id(x), x.clone().requires_grad_()) for x in tt(q, k, v))
             t = p.to_torch().map(lambda w: w.clone().requires_grad_())
             if ours:
                 out, _ = torch_backend.multi_head_attention(
                     tq, tk, tv, t, *tt(mask), form=c.form, need_weights=need_weights
                 )
             else:
-                out = _sdpa_layer(tq, tk, tv, t, mask, c)
+                out = sdpa_layer(tq, tk, tv, t, mask, c)[0]
             weights = (t.w_qkv, t.w_o, t.b_qkv, t.b_o)  # the layer's leaves; w_q... are views
             leaves = [x for x in (tq, tk, tv, *weights) if x is not None]
             (out * cotangent).sum().backward()
